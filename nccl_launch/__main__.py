@@ -1,0 +1,3 @@
+from nccl_launch.cli import main
+
+main()

@@ -1,0 +1,211 @@
+"""The command line: parse, call one core function, render, return an exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import click
+import tomli_w
+
+from nccl_launch import __version__
+from nccl_launch.errors import EXIT_DRIFT, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, NcclLaunchError
+from nccl_launch.launch import exec_command, prepare_launch
+from nccl_launch.loader import LoadedProfile, load_profile, profile_files, search_dirs
+from nccl_launch.plan import build_plan, profile_changes
+from nccl_launch.profile import MARKER_DIGEST, MARKER_PROFILE
+from nccl_launch.render import changes_text, command_line, drift_lines, env_changes
+
+JSON_SCHEMA_VERSION = 1
+
+
+def _warn(message: str) -> None:
+    click.echo(f"nccl-launch: warning: {message}", err=True)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="nccl-launch")
+@click.option("--debug", is_flag=True, help="Show the traceback of an internal error.")
+def cli(debug: bool) -> None:
+    """Start a server with the NCCL environment its profile declares, or refuse with a diff."""
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("profile")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.option(
+    "--env-file",
+    "env_files",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="dotenv file applied over the calling environment (repeatable, later wins).",
+)
+@click.option("--dry-run", is_flag=True, help="Print the env changes and the argv; do not exec.")
+def run(profile: str, command: tuple[str, ...], env_files: tuple[Path, ...], dry_run: bool) -> int:
+    """Validate PROFILE, merge it into the environment and exec the server.
+
+    With a [server] table, arguments after '--' are appended to the server's argv; without
+    one, they are the command to run: nccl-launch run PROFILE -- COMMAND...
+    """
+    if command[:1] == ("--",):
+        command = command[1:]
+    launch = prepare_launch(profile, command, env_files, os.environ)
+    tolerated = [
+        e for e in launch.merged.report.entries if e.tolerated and e.note != "server-owned"
+    ]
+    if tolerated:
+        _warn(f"environment differs from {launch.plan.label}, tolerated by [policy]:")
+        click.echo("\n".join(drift_lines(tolerated)), err=True)
+    if not dry_run:
+        exec_command(launch.argv, launch.merged.env)
+    plan = launch.plan
+    click.echo(f"profile {plan.label} ({plan.short_digest}) from {launch.loaded.path}")
+    click.echo("environment changes:")
+    for line in env_changes(os.environ, launch.merged.env, launch.merged.sources):
+        click.echo(line)
+    click.echo("argv:")
+    click.echo(f"  {command_line(launch.argv)}")
+    return EXIT_OK
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True)
+def validate(files: tuple[str, ...]) -> int:
+    """Check profile FILES (and what they extend); exit 2 if any is invalid."""
+    invalid = 0
+    for ref in files:
+        try:
+            loaded = load_profile(ref)
+        except NcclLaunchError as error:
+            invalid += 1
+            click.echo(str(error), err=True)
+            continue
+        for note in loaded.profile.lint():
+            _warn(f"{loaded.path}: {note}")
+        plan = build_plan(loaded.profile)
+        click.echo(f"{loaded.path}: ok ({plan.label}, {plan.short_digest})")
+    if len(files) > 1:
+        click.echo(f"{len(files) - invalid} valid, {invalid} invalid")
+    return EXIT_USAGE if invalid else EXIT_OK
+
+
+def _show_data(loaded: LoadedProfile) -> dict[str, Any]:
+    plan = build_plan(loaded.profile)
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "profile": plan.label,
+        "digest": plan.digest,
+        "path": str(loaded.path),
+        "chain": [str(path) for path in loaded.chain],
+        "env": plan.env,
+        "sources": {key: str(path) for key, path in loaded.origins.items()},
+        "markers": {MARKER_PROFILE: plan.label, MARKER_DIGEST: plan.digest, "SPT_NOENV": "1"},
+        "argv": plan.argv,
+        "warnings": loaded.profile.lint(),
+        "resolved": {
+            key: value
+            for key, value in loaded.profile.model_dump(by_alias=True, exclude_none=True).items()
+            if value != {}
+        },
+    }
+
+
+@cli.command()
+@click.argument("profile")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["toml", "env", "json"]),
+    default="toml",
+    show_default=True,
+    help="toml: the resolved profile; env: KEY=VALUE lines the child gets; json: everything.",
+)
+def show(profile: str, fmt: str) -> int:
+    """Print PROFILE resolved through its `extends` chain."""
+    data = _show_data(load_profile(profile))
+    if fmt == "json":
+        click.echo(json.dumps(data, indent=2))
+    elif fmt == "env":
+        for key, value in {**data["env"], **data["markers"]}.items():
+            click.echo(f"{key}={value}")
+    else:
+        chain = ", ".join(data["chain"])
+        click.echo(f"# {data['profile']} {data['digest']}\n# resolved from {chain}")
+        click.echo(tomli_w.dumps(data["resolved"]), nl=False)
+    return EXIT_OK
+
+
+@cli.command()
+@click.argument("old")
+@click.argument("new")
+def diff(old: str, new: str) -> int:
+    """Compare two profiles (or NAME@3 and NAME@4); exit 1 when they differ."""
+    before, after = load_profile(old), load_profile(new)
+    changes = profile_changes(before.profile, after.profile)
+    for sign, loaded in (("---", before), ("+++", after)):
+        plan = build_plan(loaded.profile)
+        click.echo(f"{sign} {plan.label} ({plan.short_digest}) {loaded.path}")
+    for line in changes_text(changes):
+        click.echo(line)
+    click.echo(f"{len(changes)} difference{'' if len(changes) == 1 else 's'}")
+    return EXIT_DRIFT if changes else EXIT_OK
+
+
+@cli.command(name="list")
+def list_profiles() -> int:
+    """List the profiles on the search path with name, version and digest."""
+    dirs = search_dirs()
+    rows = []
+    for path in profile_files(dirs):
+        try:
+            plan = build_plan(load_profile(str(path)).profile)
+        except NcclLaunchError as error:
+            rows.append(("(invalid)", "", str(error).splitlines()[0], str(path)))
+            continue
+        name, version = plan.label.rsplit("@", 1)
+        rows.append((name, version, plan.short_digest, str(path)))
+    if not rows:
+        click.echo(f"no profiles in {', '.join(str(folder) for folder in dirs)}")
+        return EXIT_OK
+    header = ("NAME", "VERSION", "DIGEST", "PATH")
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(3)]
+    for row in [header, *rows]:
+        cells = [cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True)]
+        click.echo("  ".join([*cells, row[3]]))
+    return EXIT_OK
+
+
+def _debug_requested(args: list[str]) -> bool:
+    own = args[: args.index("--")] if "--" in args else args
+    return "--debug" in own
+
+
+def main(args: list[str] | None = None) -> None:
+    """Run the CLI and map every outcome to a documented exit code, in this one place."""
+    args = sys.argv[1:] if args is None else args
+    try:
+        code = cli.main(args, prog_name="nccl-launch", standalone_mode=False)
+    except click.exceptions.Exit as done:
+        code = done.exit_code
+    except click.ClickException as error:
+        error.show()
+        code = error.exit_code
+    except (click.Abort, KeyboardInterrupt):
+        code = 130
+    except NcclLaunchError as error:
+        click.echo(f"nccl-launch: {error}" if "\n" not in str(error) else str(error), err=True)
+        code = error.exit_code
+    except Exception as error:
+        if _debug_requested(args):
+            traceback.print_exc()
+        click.echo(
+            f"nccl-launch: internal error: {type(error).__name__}: {error} "
+            f"(a bug; rerun with --debug for the traceback)",
+            err=True,
+        )
+        code = EXIT_INTERNAL
+    sys.exit(code if isinstance(code, int) else EXIT_OK)

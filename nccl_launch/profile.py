@@ -1,0 +1,154 @@
+"""The profile format (schema 1) as pydantic models; values come out canonical."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from nccl_launch import catalog, grammar
+
+SCHEMA_VERSION = 1
+
+# Variables nccl-launch itself sets in the child or reads; never drift, never declared.
+MARKER_PROFILE = "NCCL_LAUNCH_PROFILE"
+MARKER_DIGEST = "NCCL_LAUNCH_DIGEST"
+SEARCH_PATH_VAR = "NCCL_LAUNCH_PATH"
+OWN_VARIABLES = frozenset({MARKER_PROFILE, MARKER_DIGEST, SEARCH_PATH_VAR, "SPT_NOENV"})
+
+# What SGLang 0.5.23 adds to its workers' environment when unset (reference/SGLANG.md).
+SGLANG_OWNED = ["NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "NCCL_GRAPH_REGISTER"]
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def _check_table(table: Any, check: Any) -> dict[str, str]:
+    """Apply `check(key, value) -> str` to every entry; report every bad key, one per line."""
+    if not isinstance(table, dict):
+        raise ValueError("must be a table")
+    values, problems = {}, []
+    for key, value in table.items():
+        try:
+            values[key] = check(key, value)
+        except ValueError as error:
+            problems.append(f"{key}: {error}")
+    if problems:
+        raise ValueError("\n".join(problems))
+    return values
+
+
+def _nccl_value(short: str, value: Any) -> str:
+    if short.startswith(catalog.PREFIX):
+        raise ValueError(f"write the name without the prefix: {short.removeprefix('NCCL_')} = ...")
+    name = catalog.PREFIX + short
+    if catalog.lookup(name) is None:
+        raise ValueError(catalog.unknown_name_message(name))
+    if isinstance(value, dict | list):
+        raise ValueError(f"{type(value).__name__} is not a value NCCL can read")
+    return grammar.canonical(name, value)
+
+
+def _env_value(name: str, value: Any) -> str:
+    if not _ENV_NAME.fullmatch(name):
+        raise ValueError("not a valid environment variable name (letters, digits, '_')")
+    if name in OWN_VARIABLES:
+        raise ValueError("nccl-launch sets this variable itself")
+    if name.startswith(catalog.PREFIX):
+        short = name.removeprefix(catalog.PREFIX)
+        raise ValueError(f"NCCL variables belong in [nccl], validated: {short} = {value!r}")
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError(f"{value!r} is not text or an integer; quote it as a string")
+    return str(value)
+
+
+class Policy(StrictModel):
+    """What to do when the inherited environment disagrees with the profile."""
+
+    conflict: Literal["refuse", "warn"] = "refuse"
+    undeclared_nccl: Literal["refuse", "warn", "strip"] = "refuse"
+    server_owned: list[str] = Field(default_factory=lambda: list(SGLANG_OWNED))
+
+    @field_validator("server_owned")
+    @classmethod
+    def _known_names(cls, names: list[str]) -> list[str]:
+        unknown = [name for name in names if catalog.lookup(name) is None]
+        if unknown:
+            raise ValueError(catalog.unknown_name_message(unknown[0]))
+        return names
+
+
+class Speculative(StrictModel):
+    """`[server.speculative]`: speculative-decoding flags (rules arrive with issue 3)."""
+
+    algorithm: str
+    draft_model_path: str | None = None
+    num_steps: int | None = Field(default=None, ge=1)
+    eagle_topk: int | None = Field(default=None, ge=1)
+    num_draft_tokens: int | None = Field(default=None, ge=1)
+
+
+class Server(StrictModel):
+    """`[server]`: the SGLang command line the launcher builds."""
+
+    python: str = "python3"
+    entrypoint: str = "-m sglang.launch_server"
+    model_path: str
+    tp_size: int = Field(default=1, ge=1)
+    host: str | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    args: list[str] = Field(default_factory=list)
+    speculative: Speculative | None = None
+
+
+class Provenance(StrictModel):
+    """Why the profile exists: the hardware and the measurement that justified it."""
+
+    hardware: str | None = None
+    measured: str | None = None
+    source: str | None = None
+    date: str | None = None
+    software: str | None = None
+    notes: str | None = None
+
+
+class Profile(StrictModel):
+    """One profile file, or the result of resolving its `extends` chain."""
+
+    schema_version: Literal[1] = Field(alias="schema")
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    version: int = Field(ge=1)
+    description: str = ""
+    extends: str | None = None
+    nccl: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    policy: Policy = Field(default_factory=Policy)
+    server: Server | None = None
+    provenance: Provenance = Field(default_factory=Provenance)
+
+    @field_validator("nccl", mode="before")
+    @classmethod
+    def _nccl(cls, table: Any) -> dict[str, str]:
+        return _check_table(table, _nccl_value)
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, table: Any) -> dict[str, str]:
+        return _check_table(table, _env_value)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    def declared_env(self) -> dict[str, str]:
+        """Every variable the profile sets, NCCL ones with their full name."""
+        nccl = {catalog.PREFIX + key: value for key, value in self.nccl.items()}
+        return {**nccl, **self.env}
+
+    def lint(self) -> list[str]:
+        """Warnings that do not make the profile invalid (deprecated or undocumented names)."""
+        return [note for key in self.nccl for note in catalog.name_notes(catalog.PREFIX + key)]

@@ -1,0 +1,93 @@
+"""Text renderings of reports and plans; JSON comes straight from the models."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from nccl_launch.drift import DriftEntry, DriftKind, DriftReport, is_secret
+
+_MARKS: dict[DriftKind, str] = {"changed": "~", "missing": "-", "undeclared": "+"}
+
+
+def shown(key: str, value: str | None) -> str:
+    """A value as reports print it: quoted, `unset`, or masked when it looks like a secret."""
+    if value is None:
+        return "unset"
+    return '"***"' if is_secret(key) else json.dumps(value)
+
+
+def _entry_value(entry: DriftEntry) -> str:
+    if entry.kind == "undeclared":
+        return shown(entry.key, entry.actual)
+    return f"{shown(entry.key, entry.expected)} -> {shown(entry.key, entry.actual)}"
+
+
+def drift_lines(entries: Sequence[DriftEntry]) -> list[str]:
+    """One aligned line per entry: mark, key, values, then where the value came from and why."""
+    if not entries:
+        return []
+    key_width = max(len(entry.key) for entry in entries)
+    value_width = max(len(_entry_value(entry)) for entry in entries)
+    lines = []
+    for entry in entries:
+        details = [text for text in (entry.source, entry.note) if text]
+        if entry.tolerated:
+            details.append("tolerated")
+        suffix = f"  ({'; '.join(details)})" if details else ""
+        key, value = entry.key.ljust(key_width), _entry_value(entry).ljust(value_width)
+        lines.append(f"  {_MARKS[entry.kind]} {key}  {value}{suffix}".rstrip())
+    return lines
+
+
+def summary(report: DriftReport) -> str:
+    """`3 drift (1 changed, 2 undeclared), 4 match`, naming only the kinds present."""
+    drifted = report.drifted
+    counts = Counter(entry.kind for entry in drifted)
+    kinds = ", ".join(f"{counts[kind]} {kind}" for kind in _MARKS if counts[kind])
+    text = f"{len(drifted)} drift ({kinds})" if drifted else "no drift"
+    tolerated = len(report.entries) - len(drifted)
+    if tolerated:
+        text += f", {tolerated} tolerated"
+    return f"{text}, {len(report.matched)} match"
+
+
+def drift_text(report: DriftReport, header: str) -> str:
+    """The diff of DESIGN.md: a header, one line per entry, a summary."""
+    return "\n".join([header, *drift_lines(report.entries), summary(report)])
+
+
+def env_changes(
+    calling: Mapping[str, str], env: Mapping[str, str], sources: Mapping[str, str]
+) -> list[str]:
+    """What the child's environment adds, changes and removes relative to the calling one."""
+    lines = []
+    for key in sorted(set(calling) | set(env)):
+        if key not in env:
+            lines.append(f"  - {key}  (was {shown(key, calling[key])})")
+        elif key not in calling:
+            lines.append(f"  + {key}={shown(key, env[key])}  ({sources[key]})")
+        elif calling[key] != env[key]:
+            was = shown(key, calling[key])
+            lines.append(f"  ~ {key}={shown(key, env[key])}  (was {was}; {sources[key]})")
+    return lines
+
+
+def command_line(argv: Sequence[str]) -> str:
+    return shlex.join(argv)
+
+
+def changes_text(changes: Sequence[tuple[str, str | None, str | None]]) -> list[str]:
+    """Lines for differences between two profiles: `~` changed, `-` only in A, `+` only in B."""
+    width = max((len(key) for key, _, _ in changes), default=0)
+    lines = []
+    for key, old, new in changes:
+        if old is None:
+            lines.append(f"  + {key.ljust(width)}  {shown(key, new)}")
+        elif new is None:
+            lines.append(f"  - {key.ljust(width)}  {shown(key, old)}")
+        else:
+            lines.append(f"  ~ {key.ljust(width)}  {shown(key, old)} -> {shown(key, new)}")
+    return lines
