@@ -50,18 +50,17 @@ def strtoll(raw: str) -> int | None:
 
 def _as_int(value: TomlValue, expected: str) -> int:
     """A TOML integer, or a string of decimal digits; never a bool, float or hex."""
-    if isinstance(value, bool | float):
-        raise ValueError(f"{value!r} is not {expected}")
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if _DECIMAL.fullmatch(value):
+    if isinstance(value, str) and _DECIMAL.fullmatch(value):
         return int(value)
-    raise ValueError(f"{value!r} is not {expected} (NCCL would read it as {strtoll(value)})")
+    read = f" (NCCL would read it as {strtoll(value)})" if isinstance(value, str) else ""
+    raise ValueError(f"{value!r} is not valid{read}; valid: {expected}")
 
 
 def _as_str(value: TomlValue, expected: str) -> str:
     if not isinstance(value, str):
-        raise ValueError(f"{value!r} is not {expected}; write it as a string")
+        raise ValueError(f"{value!r} is not valid; valid: {expected}, written as a TOML string")
     return value
 
 

@@ -64,7 +64,7 @@ def _declared_identity(path: Path) -> tuple[str, int] | None:
 def find_profile(ref: str, near: Path | None = None) -> Path:
     """A profile file from a path, `NAME` or `NAME@VERSION` (searched near a file first)."""
     if _looks_like_path(ref):
-        path = near / ref if near is not None and not Path(ref).is_absolute() else Path(ref)
+        path = Path(os.path.normpath(near / ref if near is not None else ref))
         if not path.is_file():
             raise UsageError(f"profile file not found: {path}")
         return path

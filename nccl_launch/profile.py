@@ -21,6 +21,7 @@ OWN_VARIABLES = frozenset({MARKER_PROFILE, MARKER_DIGEST, SEARCH_PATH_VAR, "SPT_
 SGLANG_OWNED = ["NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "NCCL_GRAPH_REGISTER"]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 class StrictModel(BaseModel):
@@ -119,8 +120,8 @@ class Provenance(StrictModel):
 class Profile(StrictModel):
     """One profile file, or the result of resolving its `extends` chain."""
 
-    schema_version: Literal[1] = Field(alias="schema")
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    schema_version: int = Field(alias="schema")
+    name: str
     version: int = Field(ge=1)
     description: str = ""
     extends: str | None = None
@@ -129,6 +130,20 @@ class Profile(StrictModel):
     policy: Policy = Field(default_factory=Policy)
     server: Server | None = None
     provenance: Provenance = Field(default_factory=Provenance)
+
+    @field_validator("schema_version")
+    @classmethod
+    def _schema(cls, schema: int) -> int:
+        if schema != SCHEMA_VERSION:
+            raise ValueError(f"{schema} is not a schema this nccl-launch reads; valid: 1")
+        return schema
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        if not _PROFILE_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not valid; valid: letters, digits, '.', '_', '-'")
+        return name
 
     @field_validator("nccl", mode="before")
     @classmethod

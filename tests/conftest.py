@@ -1,0 +1,73 @@
+"""Isolation for every test, and helpers to run the installed console script for real."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+CHILD = HERE / "helpers" / "child.py"
+_CLEARED_PREFIXES = ("NCCL_", "SGLANG_", "SPT_")
+
+
+def console_script() -> str:
+    """The `nccl-launch` installed next to this interpreter (the real entry point, not click)."""
+    script = Path(sys.executable).with_name("nccl-launch")
+    found = str(script) if script.exists() else shutil.which("nccl-launch")
+    if found is None:
+        pytest.fail("nccl-launch is not installed; run: pip install -e '.[test]'")
+    return found
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No NCCL/SGLang variables from the host, and `./profiles` is an empty temp directory."""
+    for key in list(os.environ):
+        if key.startswith(_CLEARED_PREFIXES):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "profiles").mkdir()
+    return tmp_path
+
+
+WriteProfile = Callable[..., Path]
+
+
+@pytest.fixture
+def write_profile(tmp_path: Path) -> WriteProfile:
+    """Write `profiles/NAME.toml` (or `folder/NAME.toml`) from dedented TOML text."""
+
+    def write(name: str, text: str, folder: str = "profiles") -> Path:
+        path = tmp_path / folder / f"{name}.toml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
+        return path
+
+    return write
+
+
+RunCli = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def nccl_launch() -> RunCli:
+    """Run the console script with the (isolated) environment plus `env` overrides."""
+
+    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [console_script(), *args],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **(env or {})},
+            timeout=60,
+            check=False,
+        )
+
+    return run

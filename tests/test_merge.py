@@ -1,0 +1,160 @@
+"""The env merge and the drift report, on plain dicts: no files, no processes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nccl_launch.merge import CALLING_ENV, EnvLayer, merge_environment
+from nccl_launch.plan import build_plan, digest
+from nccl_launch.profile import Policy, Profile
+from nccl_launch.render import drift_text
+
+CALLING = ["(calling", "environment)"]
+TUNED = {
+    "PROTO": "LL",
+    "ALGO": "Ring",
+    "P2P_LEVEL": "SYS",
+    "MAX_NCHANNELS": 16,
+    "BUFFSIZE": "16MiB",
+    "NTHREADS": 512,
+}
+
+
+def profile(**fields: Any) -> Profile:
+    data = {"schema": 1, "name": "tuned", "version": 3, "nccl": TUNED, **fields}
+    return Profile.model_validate(data)
+
+
+def merge(calling: dict[str, str], layers: list[EnvLayer] | None = None, **fields: Any):  # type: ignore[no-untyped-def]
+    resolved = profile(**fields)
+    return merge_environment(calling, layers or [], build_plan(resolved), resolved.policy, {})
+
+
+def test_declared_values_reach_the_child_canonically_with_markers() -> None:
+    result = merge({"PATH": "/usr/bin", "HOME": "/root"})
+    assert result.env["NCCL_BUFFSIZE"] == "16777216"
+    assert result.env["NCCL_PROTO"] == "LL"
+    assert result.env["PATH"] == "/usr/bin"
+    assert result.env["NCCL_LAUNCH_PROFILE"] == "tuned@3"
+    assert result.env["NCCL_LAUNCH_DIGEST"].startswith("sha256:")
+    assert result.env["SPT_NOENV"] == "1"
+    assert result.sources["PATH"] == CALLING_ENV
+    assert result.sources["NCCL_PROTO"] == "tuned@3"
+    assert result.report.drifted == []
+
+
+def test_same_meaning_is_a_match_not_drift() -> None:
+    result = merge({"NCCL_BUFFSIZE": "0x1000000", "NCCL_PROTO": "ll", "NCCL_P2P_LEVEL": "4"})
+    assert result.report.drifted == []
+    assert sorted(result.report.matched) == ["NCCL_BUFFSIZE", "NCCL_P2P_LEVEL", "NCCL_PROTO"]
+    assert result.env["NCCL_BUFFSIZE"] == "16777216"
+
+
+def test_conflicting_value_is_drift_with_its_source() -> None:
+    result = merge({"NCCL_PROTO": "Simple", "NCCL_BUFFSIZE": "16MiB"})
+    by_key = {entry.key: entry for entry in result.report.drifted}
+    assert by_key["NCCL_PROTO"].kind == "changed"
+    assert by_key["NCCL_PROTO"].actual == "Simple"
+    assert by_key["NCCL_PROTO"].source == CALLING_ENV
+    assert by_key["NCCL_BUFFSIZE"].note == "NCCL reads 16"
+
+
+def test_conflict_policy_warn_tolerates_and_profile_wins() -> None:
+    result = merge({"NCCL_PROTO": "Simple"}, policy={"conflict": "warn"})
+    assert result.report.drifted == []
+    assert result.report.entries[0].tolerated
+    assert result.env["NCCL_PROTO"] == "LL"
+
+
+def test_undeclared_nccl_refused_by_default_with_did_you_mean() -> None:
+    result = merge({"NCCL_PROTOCOL": "LL", "NCCL_IB_HCA": "mlx5_0"})
+    by_key = {entry.key: entry for entry in result.report.drifted}
+    assert by_key["NCCL_PROTOCOL"].kind == "undeclared"
+    assert "did you mean NCCL_PROTO?" in (by_key["NCCL_PROTOCOL"].note or "")
+    assert by_key["NCCL_IB_HCA"].note == "undeclared"
+
+
+def test_undeclared_policy_warn_keeps_and_strip_removes() -> None:
+    kept = merge({"NCCL_IB_HCA": "mlx5_0"}, policy={"undeclared_nccl": "warn"})
+    assert kept.report.drifted == []
+    assert kept.env["NCCL_IB_HCA"] == "mlx5_0"
+    stripped = merge({"NCCL_IB_HCA": "mlx5_0"}, policy={"undeclared_nccl": "strip"})
+    assert stripped.report.drifted == []
+    assert "NCCL_IB_HCA" not in stripped.env
+    assert "removed" in (stripped.report.entries[0].note or "")
+
+
+def test_server_owned_keys_are_tolerated_and_kept() -> None:
+    result = merge({"NCCL_CUMEM_ENABLE": "0"})
+    assert result.report.drifted == []
+    assert result.report.entries[0].note == "server-owned"
+    assert result.env["NCCL_CUMEM_ENABLE"] == "0"
+
+
+def test_launcher_variables_are_never_drift() -> None:
+    result = merge({"NCCL_LAUNCH_PROFILE": "old@1", "NCCL_LAUNCH_PATH": "/x", "SPT_NOENV": "0"})
+    assert result.report.entries == []
+    assert result.env["NCCL_LAUNCH_PROFILE"] == "tuned@3"
+    assert result.env["NCCL_LAUNCH_PATH"] == "/x"
+
+
+def test_env_files_apply_over_the_calling_env_and_are_named_as_source() -> None:
+    layers = [
+        EnvLayer("env file a.env", {"HF_HOME": "/cache", "NCCL_PROTO": "Simple"}),
+        EnvLayer("env file b.env", {"HF_HOME": "/fast-cache"}),
+    ]
+    result = merge({"HF_HOME": "/home/cache"}, layers)
+    assert result.env["HF_HOME"] == "/fast-cache"
+    assert result.sources["HF_HOME"] == "env file b.env"
+    assert result.report.drifted[0].source == "env file a.env"
+
+
+def test_env_table_conflicts_are_compared_literally() -> None:
+    result = merge({"CUDA_VISIBLE_DEVICES": "1,0"}, env={"CUDA_VISIBLE_DEVICES": "0,1"})
+    assert [entry.key for entry in result.report.drifted] == ["CUDA_VISIBLE_DEVICES"]
+
+
+def test_origins_name_the_declaring_file() -> None:
+    resolved = profile()
+    origins = {"NCCL_PROTO": "profiles/tuned.toml"}
+    result = merge_environment({}, [], build_plan(resolved), resolved.policy, origins)
+    assert result.sources["NCCL_PROTO"] == "profiles/tuned.toml"
+    assert result.sources["NCCL_ALGO"] == "tuned@3"
+
+
+def test_merge_does_not_modify_its_inputs() -> None:
+    calling = {"NCCL_IB_HCA": "x"}
+    resolved = profile(policy={"undeclared_nccl": "strip"})
+    merge_environment(calling, [], build_plan(resolved), Policy(undeclared_nccl="strip"), {})
+    assert calling == {"NCCL_IB_HCA": "x"}
+
+
+def test_refusal_text_is_the_design_diff() -> None:
+    result = merge({"NCCL_PROTO": "Simple", "NCCL_PROTOCOL": "LL", "API_TOKEN": "hunter2"})
+    text = drift_text(result.report, "refusing to start")
+    lines = text.splitlines()
+    assert lines[0] == "refusing to start"
+    assert lines[1].split() == ["~", "NCCL_PROTO", '"LL"', "->", '"Simple"', *CALLING]
+    assert lines[2].startswith("  + NCCL_PROTOCOL")
+    assert "did you mean NCCL_PROTO?" in lines[2]
+    assert lines[-1] == "2 drift (1 changed, 1 undeclared), 0 match"
+    assert "hunter2" not in text
+
+
+def test_secrets_are_masked_in_reports() -> None:
+    result = merge({"HF_TOKEN": "hf_secret"}, env={"HF_TOKEN": "hf_other"})
+    text = drift_text(result.report, "refusing to start")
+    assert "hf_secret" not in text
+    assert "hf_other" not in text
+    assert '"***" -> "***"' in text
+
+
+def test_digest_depends_on_env_and_argv_only() -> None:
+    base = build_plan(profile())
+    renamed = build_plan(profile(description="same values, new words"))
+    assert base.digest == renamed.digest
+    assert base.digest == digest(base.env, base.argv)
+    changed = build_plan(profile(nccl={**TUNED, "NTHREADS": 256}))
+    assert changed.digest != base.digest
+    spelled = build_plan(profile(nccl={**TUNED, "BUFFSIZE": 16777216}))
+    assert spelled.digest == base.digest
