@@ -13,7 +13,15 @@ import click
 import tomli_w
 
 from nccl_launch import __version__
-from nccl_launch.errors import EXIT_DRIFT, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, NcclLaunchError
+from nccl_launch.errors import (
+    EXIT_DRIFT,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    EXIT_USAGE,
+    DriftError,
+    NcclLaunchError,
+    ProfileError,
+)
 from nccl_launch.launch import exec_command, prepare_launch
 from nccl_launch.loader import LoadedProfile, load_profile, profile_files, search_dirs
 from nccl_launch.plan import build_plan, profile_changes
@@ -197,7 +205,9 @@ def main(args: list[str] | None = None) -> None:
     except (click.Abort, KeyboardInterrupt):
         code = 130
     except NcclLaunchError as error:
-        click.echo(f"nccl-launch: {error}" if "\n" not in str(error) else str(error), err=True)
+        # Profile problems start with the file name and a drift report with its own header.
+        prefix = "" if isinstance(error, ProfileError | DriftError) else "nccl-launch: "
+        click.echo(f"{prefix}{error}", err=True)
         code = error.exit_code
     except Exception as error:
         if _debug_requested(args):

@@ -72,7 +72,10 @@ def profile_changes(old: Profile, new: Profile) -> list[Change]:
         if before is None or after is None or not grammar.same_meaning(key, before, after):
             changes.append((key, before, after))
     if old_plan.argv != new_plan.argv:
-        changes.append(("argv", shlex.join(old_plan.argv), shlex.join(new_plan.argv)))
+        before_argv, after_argv = (
+            shlex.join(p.argv) if p.argv else None for p in (old_plan, new_plan)
+        )
+        changes.append(("argv", before_argv, after_argv))
     old_policy, new_policy = old.policy.model_dump(), new.policy.model_dump()
     for field, before_value in old_policy.items():
         if before_value != new_policy[field]:

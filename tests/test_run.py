@@ -1,0 +1,273 @@
+"""`run` through the installed console script: real exec, real child processes, real env."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import CHILD, RunCli, WriteProfile, console_script
+
+TUNED = """
+schema = 1
+name = "tuned"
+version = 2
+extends = "pcie-base"
+
+[nccl]
+PROTO = "LL"
+ALGO = "Ring"
+MAX_NCHANNELS = 16
+BUFFSIZE = "16MiB"
+NTHREADS = 512
+
+[env]
+HF_HUB_OFFLINE = "1"
+"""
+
+BASE = """
+schema = 1
+name = "pcie-base"
+version = 1
+
+[nccl]
+P2P_LEVEL = "SYS"
+"""
+
+
+@pytest.fixture
+def tuned(write_profile: WriteProfile) -> Path:
+    write_profile("pcie-base", BASE)
+    return write_profile("tuned", TUNED)
+
+
+CHILD_ARGS = ["--", sys.executable, str(CHILD), "--flag", "value with space"]
+
+
+def read_child(out: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(out.read_text())
+    return data
+
+
+def test_run_execs_the_command_in_place_with_the_profile_env(tuned: Path, tmp_path: Path) -> None:
+    out = tmp_path / "child.json"
+    env = {"CHILD_OUT": str(out), "CHILD_WAIT": "1", "PATH": "/usr/bin:/bin"}
+    process = subprocess.Popen(
+        [console_script(), "run", "tuned", *CHILD_ARGS], env={**os.environ, **env}
+    )
+    try:
+        _wait_for(out)
+        child = read_child(out)
+        assert child["pid"] == process.pid  # exec: no wrapper process in between
+        assert child["argv"] == [str(CHILD), "--flag", "value with space"]
+        received = child["env"]
+        assert received["NCCL_PROTO"] == "LL"
+        assert received["NCCL_ALGO"] == "Ring"
+        assert received["NCCL_P2P_LEVEL"] == "SYS"  # from the profile it extends
+        assert received["NCCL_MAX_NCHANNELS"] == "16"
+        assert received["NCCL_BUFFSIZE"] == "16777216"
+        assert received["NCCL_NTHREADS"] == "512"
+        assert received["HF_HUB_OFFLINE"] == "1"
+        assert received["NCCL_LAUNCH_PROFILE"] == "tuned@2"
+        assert received["NCCL_LAUNCH_DIGEST"].startswith("sha256:")
+        assert received["SPT_NOENV"] == "1"
+        assert received["PATH"] == "/usr/bin:/bin"
+        process.send_signal(signal.SIGTERM)  # the signal reaches the server itself
+        assert process.wait(timeout=10) == 7
+    finally:
+        process.kill()
+
+
+def _wait_for(path: Path) -> None:
+    deadline = time.monotonic() + 20
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+def test_exit_code_belongs_to_the_command(tuned: Path, nccl_launch: RunCli) -> None:
+    result = nccl_launch("run", "tuned", "--", sys.executable, "-c", "raise SystemExit(42)")
+    assert result.returncode == 42
+
+
+def test_drift_refuses_and_the_command_never_runs(
+    tuned: Path, tmp_path: Path, nccl_launch: RunCli
+) -> None:
+    out = tmp_path / "child.json"
+    env = {"CHILD_OUT": str(out), "NCCL_PROTO": "Simple", "NCCL_PROTOCOL": "LL"}
+    result = nccl_launch("run", "tuned", *CHILD_ARGS, env=env)
+    assert result.returncode == 1
+    assert not out.exists()
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("refusing to start: environment drifts from tuned@2 (sha256:")
+    assert lines[1].split()[:5] == ["~", "NCCL_PROTO", '"LL"', "->", '"Simple"']
+    assert "(calling environment)" in lines[1]
+    assert lines[2].split()[:3] == ["+", "NCCL_PROTOCOL", '"LL"']
+    assert "did you mean NCCL_PROTO?" in lines[2]
+    assert lines[-1] == "2 drift (1 changed, 1 undeclared), 0 match"
+
+
+def test_same_meaning_in_the_calling_env_is_not_drift(
+    tuned: Path, tmp_path: Path, nccl_launch: RunCli
+) -> None:
+    out = tmp_path / "child.json"
+    env = {"CHILD_OUT": str(out), "NCCL_BUFFSIZE": "0x1000000", "NCCL_PROTO": "ll"}
+    result = nccl_launch("run", "tuned", *CHILD_ARGS, env=env)
+    assert result.returncode == 0, result.stderr
+    assert read_child(out)["env"]["NCCL_BUFFSIZE"] == "16777216"
+
+
+def test_env_files_reach_the_child_and_their_drift_names_them(
+    tuned: Path, tmp_path: Path, nccl_launch: RunCli
+) -> None:
+    out = tmp_path / "child.json"
+    first, second = tmp_path / "site.env", tmp_path / "node.env"
+    first.write_text("# site settings\nHF_HOME=/cache\nexport MODEL_DIR='/models'\n")
+    second.write_text("HF_HOME=/fast-cache\n")
+    files = ["--env-file", str(first), "--env-file", str(second)]
+    result = nccl_launch("run", *files, "tuned", *CHILD_ARGS, env={"CHILD_OUT": str(out)})
+    assert result.returncode == 0, result.stderr
+    received = read_child(out)["env"]
+    assert received["HF_HOME"] == "/fast-cache"
+    assert received["MODEL_DIR"] == "/models"
+
+    second.write_text("NCCL_NTHREADS=256\n")
+    out.unlink()
+    result = nccl_launch("run", *files, "tuned", *CHILD_ARGS, env={"CHILD_OUT": str(out)})
+    assert result.returncode == 1
+    assert f"(env file {second})" in result.stderr
+    assert not out.exists()
+
+
+def test_missing_env_file_is_a_usage_error(tuned: Path, nccl_launch: RunCli) -> None:
+    result = nccl_launch("run", "--env-file", "nope.env", "tuned", "--", "true")
+    assert result.returncode == 2
+    assert result.stderr == "nccl-launch: env file not found: nope.env\n"
+
+
+def test_policy_warn_and_strip_let_the_command_start(
+    write_profile: WriteProfile, tmp_path: Path, nccl_launch: RunCli
+) -> None:
+    write_profile(
+        "lenient",
+        """
+        schema = 1
+        name = "lenient"
+        version = 1
+        [nccl]
+        PROTO = "LL"
+        [policy]
+        conflict = "warn"
+        undeclared_nccl = "strip"
+        """,
+    )
+    out = tmp_path / "child.json"
+    env = {"CHILD_OUT": str(out), "NCCL_PROTO": "Simple", "NCCL_IB_HCA": "mlx5_0"}
+    result = nccl_launch("run", "lenient", *CHILD_ARGS, env=env)
+    assert result.returncode == 0, result.stderr
+    received = read_child(out)["env"]
+    assert received["NCCL_PROTO"] == "LL"
+    assert "NCCL_IB_HCA" not in received
+    assert "tolerated by [policy]" in result.stderr
+    assert "NCCL_IB_HCA" in result.stderr
+
+
+def test_server_profile_builds_the_sglang_command(
+    write_profile: WriteProfile, tmp_path: Path, nccl_launch: RunCli
+) -> None:
+    write_profile(
+        "server",
+        f"""
+        schema = 1
+        name = "server"
+        version = 1
+        [nccl]
+        PROTO = "LL"
+        [server]
+        python = "{sys.executable}"
+        entrypoint = "{CHILD}"
+        model_path = "/models/Kimi-K2.5"
+        tp_size = 8
+        port = 8000
+        args = ["--disable-custom-all-reduce", "--num-continuous-decode-steps", "4"]
+        [server.speculative]
+        algorithm = "EAGLE3"
+        draft_model_path = "/models/Kimi-K2.5-EAGLE3"
+        num_steps = 2
+        eagle_topk = 1
+        num_draft_tokens = 3
+        """,
+    )
+    out = tmp_path / "child.json"
+    result = nccl_launch("run", "server", "--", "--log-level", "info", env={"CHILD_OUT": str(out)})
+    assert result.returncode == 0, result.stderr
+    assert read_child(out)["argv"][1:] == [
+        *("--model-path", "/models/Kimi-K2.5", "--tp-size", "8", "--port", "8000"),
+        *("--speculative-algorithm", "EAGLE3"),
+        *("--speculative-draft-model-path", "/models/Kimi-K2.5-EAGLE3"),
+        *("--speculative-num-steps", "2", "--speculative-eagle-topk", "1"),
+        *("--speculative-num-draft-tokens", "3"),
+        *("--disable-custom-all-reduce", "--num-continuous-decode-steps", "4"),
+        *("--log-level", "info"),
+    ]
+
+
+def test_dry_run_prints_changes_and_argv_without_running(
+    tuned: Path, tmp_path: Path, nccl_launch: RunCli
+) -> None:
+    out = tmp_path / "child.json"
+    env = {"CHILD_OUT": str(out), "NCCL_BUFFSIZE": "16777216", "API_TOKEN": "hunter2"}
+    result = nccl_launch("run", "--dry-run", "tuned", *CHILD_ARGS, env=env)
+    assert result.returncode == 0, result.stderr
+    assert not out.exists()
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("profile tuned@2 (sha256:")
+    assert '  + NCCL_PROTO="LL"  (profiles/tuned.toml)' in lines
+    assert '  + NCCL_P2P_LEVEL="SYS"  (profiles/pcie-base.toml)' in lines
+    assert '  ~ NCCL_BUFFSIZE="16777216"' not in result.stdout  # unchanged: same value
+    assert '  + SPT_NOENV="1"  (nccl-launch)' in lines
+    assert lines[-1] == f"  {sys.executable} {CHILD} --flag 'value with space'"
+    assert "hunter2" not in result.stdout
+
+
+def test_dry_run_refuses_like_run(tuned: Path, nccl_launch: RunCli) -> None:
+    result = nccl_launch("run", "--dry-run", "tuned", "--", "true", env={"NCCL_ALGO": "Tree"})
+    assert result.returncode == 1
+    assert "~ NCCL_ALGO" in result.stderr
+
+
+def test_profile_without_server_needs_a_command(tuned: Path, nccl_launch: RunCli) -> None:
+    result = nccl_launch("run", "tuned")
+    assert result.returncode == 2
+    assert "has no [server] table; give the command after '--'" in result.stderr
+
+
+def test_command_that_cannot_execute_is_a_host_error(tuned: Path, nccl_launch: RunCli) -> None:
+    result = nccl_launch("run", "tuned", "--", "/nonexistent/python3")
+    assert result.returncode == 3
+    assert (
+        result.stderr
+        == "nccl-launch: cannot execute /nonexistent/python3: No such file or directory\n"
+    )
+
+
+def test_unknown_profile_lists_where_it_looked(nccl_launch: RunCli, tmp_path: Path) -> None:
+    result = nccl_launch("run", "nope", "--", "true", env={"NCCL_LAUNCH_PATH": str(tmp_path / "x")})
+    assert result.returncode == 2
+    assert "profile 'nope' not found; searched profiles, " in result.stderr
+    assert str(tmp_path / "x") in result.stderr
+
+
+def test_invalid_profile_refuses_to_run(write_profile: WriteProfile, nccl_launch: RunCli) -> None:
+    write_profile("bad", 'schema = 1\nname = "bad"\nversion = 1\n[nccl]\nBUFFSIZE = "16MB"\n')
+    result = nccl_launch("run", "bad", "--", "true")
+    assert result.returncode == 2
+    assert result.stderr.startswith("profiles/bad.toml: nccl.BUFFSIZE: '16MB' is not a size")
+    assert "Traceback" not in result.stderr
