@@ -63,16 +63,22 @@ def env_changes(
     calling: Mapping[str, str], env: Mapping[str, str], sources: Mapping[str, str]
 ) -> list[str]:
     """What the child's environment adds, changes and removes relative to the calling one."""
-    lines = []
+    rows = []
     for key in sorted(set(calling) | set(env)):
         if key not in env:
-            lines.append(f"  - {key}  (was {shown(key, calling[key])})")
+            rows.append(("-", key, "", f"was {shown(key, calling[key])}"))
         elif key not in calling:
-            lines.append(f"  + {key}={shown(key, env[key])}  ({sources[key]})")
+            rows.append(("+", key, shown(key, env[key]), sources[key]))
         elif calling[key] != env[key]:
             was = shown(key, calling[key])
-            lines.append(f"  ~ {key}={shown(key, env[key])}  (was {was}; {sources[key]})")
-    return lines
+            rows.append(("~", key, shown(key, env[key]), f"was {was}; {sources[key]}"))
+    key_width = max((len(key) for _, key, _, _ in rows), default=0)
+    # Long values (the digest) are left to overhang rather than push every column right.
+    value_width = max((len(value) for _, _, value, _ in rows if len(value) <= 24), default=0)
+    return [
+        f"  {mark} {key.ljust(key_width)}  {value.ljust(value_width)}  ({detail})"
+        for mark, key, value, detail in rows
+    ]
 
 
 def command_line(argv: Sequence[str]) -> str:

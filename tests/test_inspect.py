@@ -183,9 +183,13 @@ def test_every_command_has_help(command: str, nccl_launch: RunCli) -> None:
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_every_command_is_documented(command: str) -> None:
-    reference = Path(__file__).parent.parent / "docs" / "commands.md"
-    assert f"## `nccl-launch {command}`" in reference.read_text(encoding="utf-8")
+def test_every_command_is_documented_with_its_current_help(
+    command: str, nccl_launch: RunCli
+) -> None:
+    reference = (Path(__file__).parent.parent / "docs" / "commands.md").read_text(encoding="utf-8")
+    assert f"## `nccl-launch {command}`" in reference
+    help_text = nccl_launch(command, "--help", env={"COLUMNS": "80"}).stdout
+    assert help_text in reference, f"docs/commands.md has stale help for {command}"
 
 
 def test_usage_errors_exit_2(nccl_launch: RunCli) -> None:
