@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from dotenv import dotenv_values
+from dotenv.parser import parse_stream
 
 from nccl_launch.errors import DriftError, HostError, UsageError
 from nccl_launch.loader import LoadedProfile, load_profile
@@ -29,16 +30,24 @@ class Launch:
 
 
 def read_env_file(path: Path) -> EnvLayer:
-    """A dotenv file as a layer; a key without a value is an error, not a silent unset."""
-    if not path.is_file():
-        raise UsageError(f"env file not found: {path}")
-    values = dotenv_values(path, interpolate=False)
-    empty = [key for key, value in values.items() if value is None]
-    if empty:
-        raise UsageError(f"{path}: {empty[0]}: no value; write {empty[0]}=VALUE")
-    return EnvLayer(
-        source=f"env file {path}", values={k: v for k, v in values.items() if v is not None}
-    )
+    """A dotenv file as a layer; a line python-dotenv cannot parse is an error, not skipped."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"env file {path}: cannot read: {error}") from None
+    values = {}
+    for binding in parse_stream(io.StringIO(text)):
+        line = binding.original.line
+        if binding.error:
+            raise UsageError(f"{path}:{line}: not a KEY=VALUE line: {binding.original.string!r}")
+        if binding.key is None:
+            continue
+        if binding.value is None:
+            raise UsageError(
+                f"{path}:{line}: {binding.key} has no value; write {binding.key}=VALUE"
+            )
+        values[binding.key] = binding.value
+    return EnvLayer(source=f"env file {path}", values=values)
 
 
 def prepare_launch(

@@ -146,10 +146,22 @@ def test_env_files_reach_the_child_and_their_drift_names_them(
     assert not out.exists()
 
 
-def test_missing_env_file_is_a_usage_error(tuned: Path, nccl_launch: RunCli) -> None:
-    result = nccl_launch("run", "--env-file", "nope.env", "tuned", "--", "true")
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "env file bad.env: cannot read: [Errno 2] No such file or directory: 'bad.env'"),
+        ("A=1\nthis is not dotenv\n", "bad.env:2: not a KEY=VALUE line: 'this is not dotenv\\n'"),
+        ("A=1\nB\n", "bad.env:2: B has no value; write B=VALUE"),
+    ],
+)
+def test_bad_env_file_is_a_usage_error_naming_the_line(
+    tuned: Path, nccl_launch: RunCli, content: str | None, message: str
+) -> None:
+    if content is not None:
+        Path("bad.env").write_text(content)
+    result = nccl_launch("run", "--env-file", "bad.env", "tuned", "--", "true")
     assert result.returncode == 2
-    assert result.stderr == "nccl-launch: env file not found: nope.env\n"
+    assert result.stderr == f"nccl-launch: {message}\n"
 
 
 def test_policy_warn_and_strip_let_the_command_start(
