@@ -22,7 +22,7 @@ from nccl_launch.errors import (
     NcclLaunchError,
     ProfileError,
 )
-from nccl_launch.launch import exec_command, prepare_launch
+from nccl_launch.launch import Placement, exec_command, prepare_launch
 from nccl_launch.loader import LoadedProfile, load_profile, profile_files, search_dirs
 from nccl_launch.plan import build_plan, profile_changes
 from nccl_launch.profile import MARKER_DIGEST, MARKER_PROFILE
@@ -53,7 +53,20 @@ def cli(debug: bool) -> None:
     help="dotenv file applied over the calling environment (repeatable, later wins).",
 )
 @click.option("--dry-run", is_flag=True, help="Print the env changes and the argv; do not exec.")
-def run(profile: str, command: tuple[str, ...], env_files: tuple[Path, ...], dry_run: bool) -> int:
+@click.option(
+    "--node-rank",
+    type=click.IntRange(min=0),
+    help="This node's rank in a multi-node server (default: from Slurm or LeaderWorkerSet).",
+)
+@click.option("--dist-init-addr", metavar="HOST:PORT", help="Rendezvous address of node 0.")
+def run(
+    profile: str,
+    command: tuple[str, ...],
+    env_files: tuple[Path, ...],
+    dry_run: bool,
+    node_rank: int | None,
+    dist_init_addr: str | None,
+) -> int:
     """Validate PROFILE, merge it into the environment and exec the server.
 
     With a [server] table, arguments after '--' are appended to the server's argv; without
@@ -61,7 +74,8 @@ def run(profile: str, command: tuple[str, ...], env_files: tuple[Path, ...], dry
     """
     if command[:1] == ("--",):
         command = command[1:]
-    launch = prepare_launch(profile, command, env_files, os.environ)
+    placement = Placement(node_rank=node_rank, dist_init_addr=dist_init_addr)
+    launch = prepare_launch(profile, command, env_files, os.environ, placement)
     tolerated = [
         e for e in launch.merged.report.entries if e.tolerated and e.note != "server-owned"
     ]
@@ -69,12 +83,14 @@ def run(profile: str, command: tuple[str, ...], env_files: tuple[Path, ...], dry
         _warn(f"environment differs from {launch.plan.label}, tolerated by [policy]:")
         click.echo("\n".join(drift_lines(tolerated)), err=True)
     if not dry_run:
-        exec_command(launch.argv, launch.merged.env)
+        exec_command(launch.argv, launch.merged.env, launch.cwd)
     plan = launch.plan
     click.echo(f"profile {plan.label} ({plan.short_digest}) from {launch.loaded.path}")
     click.echo("environment changes:")
     for line in env_changes(os.environ, launch.merged.env, launch.merged.sources):
         click.echo(line)
+    if launch.cwd is not None:
+        click.echo(f"cwd: {launch.cwd}")
     click.echo("argv:")
     click.echo(f"  {command_line(launch.argv)}")
     return EXIT_OK

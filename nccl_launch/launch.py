@@ -12,10 +12,12 @@ from typing import NoReturn
 
 from dotenv.parser import parse_stream
 
+from nccl_launch import sglang
 from nccl_launch.errors import DriftError, HostError, UsageError
 from nccl_launch.loader import LoadedProfile, load_profile
 from nccl_launch.merge import EnvLayer, MergeResult, merge_environment
 from nccl_launch.plan import LaunchPlan, build_plan
+from nccl_launch.profile import Server
 from nccl_launch.render import drift_text
 
 
@@ -27,6 +29,11 @@ class Launch:
     plan: LaunchPlan
     merged: MergeResult
     argv: list[str]
+
+    @property
+    def cwd(self) -> str | None:
+        server = self.loaded.profile.server
+        return server.cwd if server is not None else None
 
 
 def read_env_file(path: Path) -> EnvLayer:
@@ -50,14 +57,63 @@ def read_env_file(path: Path) -> EnvLayer:
     return EnvLayer(source=f"env file {path}", values=values)
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where this node sits in a multi-node server, as given on the command line."""
+
+    node_rank: int | None = None
+    dist_init_addr: str | None = None
+
+
+def placement_args(server: Server, given: Placement, environ: Mapping[str, str]) -> list[str]:
+    """`--node-rank` / `--dist-init-addr` for this node, from flags, then the cluster engine.
+
+    Order for the rank: `--node-rank`, `[server] node_rank`, Slurm's `SLURM_NODEID`, then
+    LeaderWorkerSet's `LWS_WORKER_INDEX`. These stay out of the digest: every node runs the same.
+    """
+    args: list[str] = []
+    rank = given.node_rank
+    if rank is not None and server.node_rank is not None:
+        raise UsageError(f"the profile fixes node_rank = {server.node_rank}; drop --node-rank")
+    if rank is None and server.node_rank is None and server.nnodes > 1:
+        found = sglang.node_rank_from(environ)
+        if found is None:
+            raise UsageError(
+                f"nnodes = {server.nnodes} but no node rank: pass --node-rank, or run under "
+                "Slurm (SLURM_NODEID) or a LeaderWorkerSet (LWS_WORKER_INDEX)"
+            )
+        rank = found[0]
+    if rank is not None:
+        if rank >= server.nnodes:
+            raise UsageError(f"node rank {rank} is not below nnodes = {server.nnodes}")
+        args += ["--node-rank", str(rank)]
+    if given.dist_init_addr is not None:
+        if server.dist_init_addr is not None:
+            raise UsageError(f"the profile fixes dist_init_addr = {server.dist_init_addr!r}")
+        args += ["--dist-init-addr", given.dist_init_addr]
+    elif server.nnodes > 1 and server.dist_init_addr is None:
+        raise UsageError(f"nnodes = {server.nnodes} needs --dist-init-addr HOST:PORT")
+    return args
+
+
 def prepare_launch(
-    ref: str, extra: Sequence[str], env_files: Sequence[Path], calling: Mapping[str, str]
+    ref: str,
+    extra: Sequence[str],
+    env_files: Sequence[Path],
+    calling: Mapping[str, str],
+    placement: Placement = Placement(),
 ) -> Launch:
     """Resolve the profile and merge; raise DriftError with the diff when the env disagrees."""
     loaded = load_profile(ref)
     plan = build_plan(loaded.profile)
-    if plan.argv:
-        argv = plan.argv + list(extra)
+    server = loaded.profile.server
+    if server is not None:
+        repeated = sglang.duplicated_flags(list(extra), server)
+        if repeated:
+            raise UsageError(f"extra argument {repeated[0]}")
+        argv = plan.argv + placement_args(server, placement, calling) + list(extra)
+    elif placement != Placement():
+        raise UsageError(f"profile {plan.label} has no [server] table to place on a node")
     elif extra:
         argv = list(extra)
     else:
@@ -74,10 +130,15 @@ def prepare_launch(
     return Launch(loaded=loaded, plan=plan, merged=merged, argv=argv)
 
 
-def exec_command(argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:
+def exec_command(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> NoReturn:
     """Replace this process with the command: same PID, its signals and exit code."""
     sys.stdout.flush()
     sys.stderr.flush()
+    if cwd is not None:
+        try:
+            os.chdir(cwd)
+        except OSError as error:
+            raise HostError(f"cannot change to the server's cwd {cwd}: {error.strerror}") from None
     try:
         os.execvpe(argv[0], list(argv), dict(env))
     except OSError as error:

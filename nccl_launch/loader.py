@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from nccl_launch import catalog
+from nccl_launch import catalog, sglang
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.profile import SEARCH_PATH_VAR, Policy, Profile, Provenance, Server, Speculative
 
@@ -172,4 +172,9 @@ def load_profile(ref: str) -> LoadedProfile:
     """Find, read, validate and resolve a profile with everything it extends."""
     path = find_profile(ref)
     data, origins, chain = _resolve(path, ())
-    return LoadedProfile(profile=_validate(path, data), path=path, chain=chain, origins=origins)
+    profile = _validate(path, data)
+    if profile.server is not None:
+        problems = sglang.server_problems(profile.server)
+        if problems:
+            raise ProfileError([f"{path}: server.{key}: {message}" for key, message in problems])
+    return LoadedProfile(profile=profile, path=path, chain=chain, origins=origins)

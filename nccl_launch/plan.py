@@ -8,7 +8,8 @@ import shlex
 from dataclasses import dataclass
 
 from nccl_launch import grammar
-from nccl_launch.profile import Profile, Server
+from nccl_launch.profile import Profile
+from nccl_launch.sglang import server_argv
 
 
 @dataclass(frozen=True)
@@ -23,28 +24,6 @@ class LaunchPlan:
     @property
     def short_digest(self) -> str:
         return self.digest[: len("sha256:") + 8]
-
-
-def server_argv(server: Server) -> list[str]:
-    """The SGLang command line, flags spelled canonically."""
-    argv = [server.python, *shlex.split(server.entrypoint), "--model-path", server.model_path]
-    argv += ["--tp-size", str(server.tp_size)]
-    if server.host is not None:
-        argv += ["--host", server.host]
-    if server.port is not None:
-        argv += ["--port", str(server.port)]
-    spec = server.speculative
-    if spec is not None:
-        argv += ["--speculative-algorithm", spec.algorithm]
-        for flag, value in (
-            ("--speculative-draft-model-path", spec.draft_model_path),
-            ("--speculative-num-steps", spec.num_steps),
-            ("--speculative-eagle-topk", spec.eagle_topk),
-            ("--speculative-num-draft-tokens", spec.num_draft_tokens),
-        ):
-            if value is not None:
-                argv += [flag, str(value)]
-    return argv + server.args
 
 
 def digest(env: dict[str, str], argv: list[str]) -> str:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from nccl_launch import catalog, grammar
+from nccl_launch import catalog, grammar, sglang
 
 SCHEMA_VERSION = 1
 
@@ -17,10 +17,9 @@ MARKER_DIGEST = "NCCL_LAUNCH_DIGEST"
 SEARCH_PATH_VAR = "NCCL_LAUNCH_PATH"
 OWN_VARIABLES = frozenset({MARKER_PROFILE, MARKER_DIGEST, SEARCH_PATH_VAR, "SPT_NOENV"})
 
-# What SGLang 0.5.23 adds to its workers' environment when unset (reference/SGLANG.md).
-SGLANG_OWNED = ["NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "NCCL_GRAPH_REGISTER"]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SETTING = re.compile(r"[a-z][a-z0-9_]*")
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -72,7 +71,7 @@ class Policy(StrictModel):
 
     conflict: Literal["refuse", "warn"] = "refuse"
     undeclared_nccl: Literal["refuse", "warn", "strip"] = "refuse"
-    server_owned: list[str] = Field(default_factory=lambda: list(SGLANG_OWNED))
+    server_owned: list[str] = Field(default_factory=lambda: list(sglang.OWNED_ENV))
 
     @field_validator("server_owned")
     @classmethod
@@ -84,7 +83,9 @@ class Policy(StrictModel):
 
 
 class Speculative(StrictModel):
-    """`[server.speculative]`: speculative-decoding flags (rules arrive with issue 3)."""
+    """`[server.speculative]`; other keys pass through as `--speculative-KEY VALUE`."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
 
     algorithm: str
     draft_model_path: str | None = None
@@ -92,16 +93,46 @@ class Speculative(StrictModel):
     eagle_topk: int | None = Field(default=None, ge=1)
     num_draft_tokens: int | None = Field(default=None, ge=1)
 
+    @field_validator("algorithm")
+    @classmethod
+    def _known_algorithm(cls, algorithm: str) -> str:
+        if algorithm.upper() not in sglang.ALGORITHMS:
+            valid = ", ".join(sglang.ALGORITHMS)
+            raise ValueError(f"{algorithm!r} is not valid; valid: {valid} (any case)")
+        return algorithm.upper()
+
+    @model_validator(mode="after")
+    def _pass_through(self) -> Speculative:
+        structured = tuple(flag for flag in sglang.FLAGS if flag.field.startswith("speculative."))
+        for key, value in self.extra_settings().items():
+            if not _SETTING.fullmatch(key):
+                raise ValueError(f"{key}: not a setting name (lower case, digits, '_')")
+            if not isinstance(value, str | int | float | bool):
+                raise ValueError(f"{key}: {value!r} is not a single value")
+            flag = sglang.flag_for(sglang.extra_flag(key), structured)
+            if flag is not None:
+                raise ValueError(f"{key}: SGLang reads it as {flag.field}; write that key instead")
+        return self
+
+    def extra_settings(self) -> dict[str, sglang.Scalar]:
+        """The pass-through settings, in file order."""
+        return dict(self.model_extra or {})
+
 
 class Server(StrictModel):
     """`[server]`: the SGLang command line the launcher builds."""
 
     python: str = "python3"
-    entrypoint: str = "-m sglang.launch_server"
-    model_path: str
+    entrypoint: str = sglang.DEFAULT_ENTRYPOINT
+    model_path: str | None = None  # required once `extends` is resolved
     tp_size: int = Field(default=1, ge=1)
+    pp_size: int = Field(default=1, ge=1)
     host: str | None = None
     port: int | None = Field(default=None, ge=1, le=65535)
+    nnodes: int = Field(default=1, ge=1)
+    node_rank: int | None = Field(default=None, ge=0)
+    dist_init_addr: str | None = None
+    cwd: str | None = None
     args: list[str] = Field(default_factory=list)
     speculative: Speculative | None = None
 
@@ -165,5 +196,8 @@ class Profile(StrictModel):
         return {**nccl, **self.env}
 
     def lint(self) -> list[str]:
-        """Warnings that do not make the profile invalid (deprecated or undocumented names)."""
-        return [note for key in self.nccl for note in catalog.name_notes(catalog.PREFIX + key)]
+        """Warnings that do not make the profile invalid: deprecated names, SGLang overrides."""
+        notes = [note for key in self.nccl for note in catalog.name_notes(catalog.PREFIX + key)]
+        if self.server is not None:
+            notes += sglang.server_warnings(self.server, self.declared_env())
+        return notes
