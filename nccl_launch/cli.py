@@ -6,8 +6,9 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 import tomli_w
@@ -15,18 +16,27 @@ import tomli_w
 from nccl_launch import __version__
 from nccl_launch.errors import (
     EXIT_DRIFT,
+    EXIT_HOST,
     EXIT_INTERNAL,
     EXIT_OK,
     EXIT_USAGE,
     DriftError,
     NcclLaunchError,
     ProfileError,
+    UsageError,
 )
-from nccl_launch.launch import Placement, exec_command, prepare_launch
+from nccl_launch.launch import Launch, Placement, exec_command, prepare_launch
 from nccl_launch.loader import LoadedProfile, load_profile, profile_files, search_dirs
 from nccl_launch.plan import build_plan, profile_changes
+from nccl_launch.preflight import run_preflight
 from nccl_launch.profile import MARKER_DIGEST, MARKER_PROFILE
-from nccl_launch.render import changes_text, command_line, drift_lines, env_changes
+from nccl_launch.render import (
+    changes_text,
+    command_line,
+    drift_lines,
+    env_changes,
+    preflight_lines,
+)
 
 JSON_SCHEMA_VERSION = 1
 
@@ -42,40 +52,68 @@ def cli(debug: bool) -> None:
     """Start a server with the NCCL environment its profile declares, or refuse with a diff."""
 
 
-@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.argument("profile")
-@click.argument("command", nargs=-1, type=click.UNPROCESSED)
-@click.option(
-    "--env-file",
-    "env_files",
-    multiple=True,
-    type=click.Path(path_type=Path),
-    help="dotenv file applied over the calling environment (repeatable, later wins).",
-)
-@click.option("--dry-run", is_flag=True, help="Print the env changes and the argv; do not exec.")
-@click.option(
-    "--node-rank",
-    type=click.IntRange(min=0),
-    help="This node's rank in a multi-node server (default: from Slurm or LeaderWorkerSet).",
-)
-@click.option("--dist-init-addr", metavar="HOST:PORT", help="Rendezvous address of node 0.")
-def run(
+F = TypeVar("F", bound=Callable[..., Any])
+PASS_THROUGH = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+
+
+def launch_options(command: F) -> F:
+    """PROFILE, the arguments after `--` and the options `run` and `preflight` share."""
+    for decorator in reversed(
+        [
+            click.argument("profile"),
+            click.argument("command", nargs=-1, type=click.UNPROCESSED),
+            click.option(
+                "--env-file",
+                "env_files",
+                multiple=True,
+                type=click.Path(path_type=Path),
+                help="dotenv file applied over the calling environment (repeatable, later wins).",
+            ),
+            click.option(
+                "--node-rank",
+                type=click.IntRange(min=0),
+                help="This node's rank in a multi-node server (default: Slurm or LeaderWorkerSet).",
+            ),
+            click.option(
+                "--dist-init-addr", metavar="HOST:PORT", help="Rendezvous address of node 0."
+            ),
+        ]
+    ):
+        command = decorator(command)
+    return command
+
+
+def _prepare(
     profile: str,
     command: tuple[str, ...],
     env_files: tuple[Path, ...],
-    dry_run: bool,
     node_rank: int | None,
     dist_init_addr: str | None,
-) -> int:
+) -> Launch:
+    if command[:1] == ("--",):
+        command = command[1:]
+    placement = Placement(node_rank=node_rank, dist_init_addr=dist_init_addr)
+    return prepare_launch(profile, command, env_files, os.environ, placement)
+
+
+@cli.command(context_settings=PASS_THROUGH)
+@launch_options
+@click.option("--dry-run", is_flag=True, help="Print the env changes and the argv; do not exec.")
+def run(dry_run: bool, **options: Any) -> int:
     """Validate PROFILE, merge it into the environment and exec the server.
 
     With a [server] table, arguments after '--' are appended to the server's argv; without
     one, they are the command to run: nccl-launch run PROFILE -- COMMAND...
     """
-    if command[:1] == ("--",):
-        command = command[1:]
-    placement = Placement(node_rank=node_rank, dist_init_addr=dist_init_addr)
-    launch = prepare_launch(profile, command, env_files, os.environ, placement)
+    launch = _prepare(**options)
+    if not launch.argv:
+        raise UsageError(
+            f"profile {launch.plan.label} has no [server] table; give the command after '--': "
+            f"nccl-launch run {options['profile']} -- COMMAND..."
+        )
+    refusal = launch.refusal()
+    if refusal is not None:
+        raise DriftError(refusal)
     tolerated = [
         e for e in launch.merged.report.entries if e.tolerated and e.note != "server-owned"
     ]
@@ -94,6 +132,28 @@ def run(
     click.echo("argv:")
     click.echo(f"  {command_line(launch.argv)}")
     return EXIT_OK
+
+
+@cli.command(context_settings=PASS_THROUGH)
+@launch_options
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+def preflight(fmt: str, **options: Any) -> int:
+    """Check everything `run` would, then SGLang's own parser on the exact argv.
+
+    For ExecStartPre=. Exit 0 when every check passes, 1 when the environment drifts, 3 when
+    the server's interpreter, SGLang or its parser fails.
+    """
+    report = run_preflight(_prepare(**options))
+    if fmt == "json":
+        click.echo(report.model_dump_json(indent=2))
+    else:
+        for line in preflight_lines(report):
+            click.echo(line)
+    if any(c.status == "fail" and c.name != "environment" for c in report.checks):
+        return EXIT_HOST
+    return EXIT_DRIFT if report.failed("environment") else EXIT_OK
 
 
 @cli.command()

@@ -13,7 +13,7 @@ from typing import NoReturn
 from dotenv.parser import parse_stream
 
 from nccl_launch import sglang
-from nccl_launch.errors import DriftError, HostError, UsageError
+from nccl_launch.errors import HostError, UsageError
 from nccl_launch.loader import LoadedProfile, load_profile
 from nccl_launch.merge import EnvLayer, MergeResult, merge_environment
 from nccl_launch.plan import LaunchPlan, build_plan
@@ -34,6 +34,14 @@ class Launch:
     def cwd(self) -> str | None:
         server = self.loaded.profile.server
         return server.cwd if server is not None else None
+
+    def refusal(self) -> str | None:
+        """The diff that stops the launch, or None when nothing drifts."""
+        if not self.merged.report.drifted:
+            return None
+        plan = self.plan
+        header = f"refusing to start: environment drifts from {plan.label} ({plan.short_digest})"
+        return drift_text(self.merged.report, header)
 
 
 def read_env_file(path: Path) -> EnvLayer:
@@ -103,7 +111,7 @@ def prepare_launch(
     calling: Mapping[str, str],
     placement: Placement = Placement(),
 ) -> Launch:
-    """Resolve the profile and merge; raise DriftError with the diff when the env disagrees."""
+    """Resolve the profile, build the argv and merge the env; drift is in `merged.report`."""
     loaded = load_profile(ref)
     plan = build_plan(loaded.profile)
     server = loaded.profile.server
@@ -114,19 +122,11 @@ def prepare_launch(
         argv = plan.argv + placement_args(server, placement, calling) + list(extra)
     elif placement != Placement():
         raise UsageError(f"profile {plan.label} has no [server] table to place on a node")
-    elif extra:
-        argv = list(extra)
     else:
-        raise UsageError(
-            f"profile {plan.label} has no [server] table; give the command after '--': "
-            f"nccl-launch run {ref} -- COMMAND..."
-        )
+        argv = list(extra)  # empty when there is nothing to run: `run` refuses, `preflight` not
     layers = [read_env_file(path) for path in env_files]
     origins = {key: str(path) for key, path in loaded.origins.items()}
     merged = merge_environment(calling, layers, plan, loaded.profile.policy, origins)
-    if merged.report.drifted:
-        header = f"refusing to start: environment drifts from {plan.label} ({plan.short_digest})"
-        raise DriftError(drift_text(merged.report, header))
     return Launch(loaded=loaded, plan=plan, merged=merged, argv=argv)
 
 

@@ -6,8 +6,12 @@ import json
 import shlex
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from nccl_launch.drift import DriftEntry, DriftKind, DriftReport, is_secret
+
+if TYPE_CHECKING:
+    from nccl_launch.preflight import PreflightReport
 
 _MARKS: dict[DriftKind, str] = {"changed": "~", "missing": "-", "undeclared": "+"}
 
@@ -96,4 +100,20 @@ def changes_text(changes: Sequence[tuple[str, str | None, str | None]]) -> list[
             lines.append(f"  - {key.ljust(width)}  {shown(key, old)}")
         else:
             lines.append(f"  ~ {key.ljust(width)}  {shown(key, old)} -> {shown(key, new)}")
+    return lines
+
+
+def preflight_lines(report: PreflightReport) -> list[str]:
+    """One line per check, details indented beneath, then the verdict."""
+    width = max(len(check.name) for check in report.checks)
+    lines = []
+    for check in report.checks:
+        lines.append(f"{check.status:<4}  {check.name.ljust(width)}  {check.message}")
+        lines += [f"      {line}" for line in check.detail]
+    failed = sum(check.status == "fail" for check in report.checks)
+    warned = sum(check.status == "warn" for check in report.checks)
+    verdict = "failed" if failed else "passed"
+    lines.append(
+        f"preflight {verdict}: {failed} failed, {warned} warning{'' if warned == 1 else 's'}"
+    )
     return lines

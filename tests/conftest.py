@@ -14,7 +14,22 @@ import pytest
 
 HERE = Path(__file__).parent
 CHILD = HERE / "helpers" / "child.py"
-_CLEARED_PREFIXES = ("NCCL_", "SGLANG_", "SPT_")
+_CLEARED_PREFIXES = ("NCCL_", "SGLANG_", "SPT_", "SLURM_", "LWS_")
+
+# A venv with the real SGLang 0.5.23 (made by .ci/sglang-venv); read before isolation clears it.
+SGLANG_PYTHON = os.environ.get("NCCL_LAUNCH_TEST_SGLANG_PYTHON")
+REQUIRE_SGLANG = os.environ.get("NCCL_LAUNCH_REQUIRE_SGLANG") == "1"
+
+
+@pytest.fixture
+def sglang_python() -> str:
+    """The interpreter of a real SGLang install; CI requires it, elsewhere its tests skip."""
+    if SGLANG_PYTHON:
+        return SGLANG_PYTHON
+    message = "set NCCL_LAUNCH_TEST_SGLANG_PYTHON=$(.ci/sglang-venv) to run SGLang's parser"
+    if REQUIRE_SGLANG:
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 def console_script() -> str:

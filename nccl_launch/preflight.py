@@ -1,0 +1,137 @@
+"""`preflight`: everything `run` checks, then SGLang's own parser on the exact argv."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from importlib import resources
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from nccl_launch.launch import Launch
+from nccl_launch.profile import Server
+from nccl_launch.render import summary
+
+Status = Literal["ok", "warn", "fail"]
+PROBE_MARK = "NCCL_LAUNCH_PROBE "
+PROBE_TIMEOUT_S = 300  # importing SGLang (and torch) on a cold disk is slow
+
+
+class Check(BaseModel):
+    """One line of the preflight report."""
+
+    name: str
+    status: Status
+    message: str
+    detail: list[str] = []
+
+
+class PreflightReport(BaseModel):
+    """The versioned JSON of `preflight --format json`."""
+
+    schema_version: int = 1
+    profile: str
+    digest: str
+    argv: list[str]
+    checks: list[Check]
+    sglang: dict[str, Any] | None = None
+
+    def failed(self, name: str | None = None) -> bool:
+        return any(c.status == "fail" and name in (None, c.name) for c in self.checks)
+
+
+def probe_sglang(server: Server, server_args: list[str]) -> dict[str, Any]:
+    """Run the probe under the server's interpreter; the script travels inline (`-c`)
+    so that nothing beside it on disk can shadow the `sglang` package."""
+    source = resources.files("nccl_launch").joinpath("sglang_probe.py").read_text("utf-8")
+    try:
+        done = subprocess.run(
+            [server.python, "-c", source, *server_args],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            cwd=server.cwd,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return {"stage": "interpreter", "error": f"cannot run {server.python}: {error}"}
+    for line in done.stdout.splitlines():
+        if line.startswith(PROBE_MARK):
+            result: dict[str, Any] = json.loads(line.removeprefix(PROBE_MARK))
+            return result
+    tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+    return {"stage": "interpreter", "error": f"{server.python} did not answer: {tail[0]}"}
+
+
+def _expected(server: Server) -> dict[str, object]:
+    """What SGLang's parser must read back from the argv for the profile to hold."""
+    spec = server.speculative
+    expected: dict[str, object] = {
+        "model_path": server.model_path,
+        "tp_size": server.tp_size,
+        "pp_size": server.pp_size,
+        "nnodes": server.nnodes,
+    }
+    if spec is not None:
+        expected |= {
+            "speculative_algorithm": spec.algorithm,
+            "speculative_draft_model_path": spec.draft_model_path,
+            "speculative_num_steps": spec.num_steps,
+            "speculative_eagle_topk": spec.eagle_topk,
+            "speculative_num_draft_tokens": spec.num_draft_tokens,
+        }
+    return expected
+
+
+def sglang_checks(server: Server, argv: list[str]) -> tuple[list[Check], dict[str, Any]]:
+    """The installed SGLang's version and its parser's verdict on the argv."""
+    server_args = argv[1 + len(shlex.split(server.entrypoint)) :]
+    result = probe_sglang(server, server_args)
+    stage = result.get("stage")
+    if stage == "interpreter":
+        return [Check(name="sglang", status="fail", message=result["error"])], result
+    if stage == "import":
+        message = f"cannot import SGLang with {server.python}: {result['error']}"
+        return [Check(name="sglang", status="fail", message=message)], result
+    where = f"{result['python']}, Python {result['python_version']}"
+    checks = [Check(name="sglang", status="ok", message=f"SGLang {result['version']} ({where})")]
+    if stage == "parse":
+        message = f"SGLang's parser rejects the argv: {result['error']}"
+        return [*checks, Check(name="argv", status="fail", message=message)], result
+    parsed = result["parsed"]
+    differs = [
+        f"{key}: SGLang parsed {parsed.get(key)!r}, the profile says {value!r}"
+        for key, value in _expected(server).items()
+        if parsed.get(key) != value
+    ]
+    if differs:
+        message = "SGLang reads the argv differently from the profile"
+        checks.append(Check(name="argv", status="fail", message=message, detail=differs))
+    else:
+        shown = ", ".join(f"{key}={parsed[key]}" for key in _expected(server) if parsed[key])
+        checks.append(Check(name="argv", status="ok", message=f"SGLang's parser accepts: {shown}"))
+    return checks, result
+
+
+def run_preflight(launch: Launch) -> PreflightReport:
+    """Checks in order: the profile, the environment, then SGLang when there is a server."""
+    plan, profile = launch.plan, launch.loaded.profile
+    valid = f"{plan.label} ({plan.short_digest}) from {launch.loaded.path} is valid"
+    checks = [Check(name="profile", status="ok", message=valid)]
+    checks += [Check(name="profile", status="warn", message=note) for note in profile.lint()]
+    refusal = launch.refusal()
+    if refusal is None:
+        checks.append(Check(name="environment", status="ok", message=summary(launch.merged.report)))
+    else:
+        lines = refusal.splitlines()
+        drift = Check(name="environment", status="fail", message=lines[-1], detail=lines[1:-1])
+        checks.append(drift)
+    probe: dict[str, Any] | None = None
+    if profile.server is not None:
+        more, probe = sglang_checks(profile.server, launch.argv)
+        checks += more
+    return PreflightReport(
+        profile=plan.label, digest=plan.digest, argv=launch.argv, checks=checks, sglang=probe
+    )
