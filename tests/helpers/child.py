@@ -1,6 +1,6 @@
 """A stand-in for the server process: records what it really received, then maybe waits.
 
-Writes {"pid", "argv", "env"} as JSON to $CHILD_OUT. With CHILD_WAIT set it then waits for
+Writes {"pid", "argv", "cwd", "env"} as JSON to $CHILD_OUT. With CHILD_WAIT set it then waits for
 SIGTERM and exits with code 7, so a test can prove signals and exit codes reach it.
 """
 
@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 out = Path(os.environ["CHILD_OUT"])
-record = {"pid": os.getpid(), "argv": sys.argv, "env": dict(os.environ)}
+record = {"pid": os.getpid(), "argv": sys.argv, "cwd": str(Path.cwd()), "env": dict(os.environ)}
 partial = out.with_suffix(".partial")
 partial.write_text(json.dumps(record))
 partial.replace(out)
