@@ -114,6 +114,8 @@ def run(dry_run: bool, **options: Any) -> int:
     refusal = launch.refusal()
     if refusal is not None:
         raise DriftError(refusal)
+    for note in launch.loaded.profile.lint():
+        _warn(note)
     tolerated = [
         e for e in launch.merged.report.entries if e.tolerated and e.note != "server-owned"
     ]

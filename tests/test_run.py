@@ -265,9 +265,32 @@ def test_profile_without_server_needs_a_command(tuned: Path, nccl_launch: RunCli
 def test_command_that_cannot_execute_is_a_host_error(tuned: Path, nccl_launch: RunCli) -> None:
     result = nccl_launch("run", "tuned", "--", "/nonexistent/python3")
     assert result.returncode == 3
-    assert (
-        result.stderr
-        == "nccl-launch: cannot execute /nonexistent/python3: No such file or directory\n"
+    last = result.stderr.splitlines()[-1]
+    assert last == "nccl-launch: cannot execute /nonexistent/python3: No such file or directory"
+
+
+def test_run_warns_where_the_server_will_not_honour_the_profile(
+    write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    write_profile(
+        "connections",
+        """
+        schema = 1
+        name = "connections"
+        version = 1
+        [env]
+        CUDA_DEVICE_MAX_CONNECTIONS = "1"
+        [server]
+        python = "true"
+        entrypoint = ""
+        model_path = "/m"
+        """,
+    )
+    result = nccl_launch("run", "connections")
+    assert result.returncode == 0
+    assert result.stderr == (
+        "nccl-launch: warning: env.CUDA_DEVICE_MAX_CONNECTIONS: "
+        "SGLang always sets it to 8 in its workers\n"
     )
 
 
