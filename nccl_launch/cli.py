@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import click
 import tomli_w
@@ -27,9 +28,16 @@ from nccl_launch.errors import (
 )
 from nccl_launch.launch import Launch, Placement, exec_command, prepare_launch
 from nccl_launch.loader import LoadedProfile, load_profile, profile_files, search_dirs
+from nccl_launch.migrate import (
+    StartCommand,
+    build_profile,
+    read_process,
+    read_script,
+    write_profile,
+)
 from nccl_launch.plan import build_plan, profile_changes
 from nccl_launch.preflight import run_preflight
-from nccl_launch.profile import MARKER_DIGEST, MARKER_PROFILE
+from nccl_launch.profile import MARKER_DIGEST, MARKER_PROFILE, Profile
 from nccl_launch.render import (
     changes_text,
     command_line,
@@ -239,6 +247,64 @@ def diff(old: str, new: str) -> int:
         click.echo(line)
     click.echo(f"{len(changes)} difference{'' if len(changes) == 1 else 's'}")
     return EXIT_DRIFT if changes else EXIT_OK
+
+
+def output_options(command: F) -> F:
+    """--name, --output and --force, shared by the commands that write a profile."""
+    for decorator in reversed(
+        [
+            click.option("--name", help="Profile name (default: from the source)."),
+            click.option(
+                "--output",
+                "-o",
+                type=click.Path(path_type=Path),
+                help="Where to write it (default: profiles/NAME.toml).",
+            ),
+            click.option("--force", is_flag=True, help="Replace an existing file."),
+        ]
+    ):
+        command = decorator(command)
+    return command
+
+
+def _write(start: StartCommand, name: str, source: str, output: Path | None, force: bool) -> int:
+    data = build_profile(start, name, source)
+    path = output or Path("profiles") / f"{name}.toml"
+    write_profile(path, data, force)
+    for note in start.notes:
+        _warn(note)
+    plan = build_plan(Profile.model_validate(data))
+    click.echo(f"wrote {path} ({plan.label}, {plan.short_digest}); check it with:")
+    click.echo(f"  nccl-launch run --dry-run {path}")
+    return EXIT_OK
+
+
+def _profile_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "converted"
+
+
+@cli.command()
+@click.argument("script", type=click.File("r"))
+@output_options
+def convert(script: TextIO, name: str | None, output: Path | None, force: bool) -> int:
+    """Turn a start SCRIPT (or '-' for stdin: a raw command line) into a profile.
+
+    Follows export lines, VAR=value prefixes, env, line continuations, comments, cd and
+    output redirections up to the `python -m sglang.launch_server` (or `sglang serve`) line.
+    """
+    source = "stdin" if script.name == "<stdin>" else script.name
+    start = read_script(script.read(), os.environ)
+    default = "converted" if source == "stdin" else Path(source).stem
+    return _write(start, name or _profile_name(default), source, output, force)
+
+
+@cli.command()
+@click.option("--pid", type=int, required=True, help="The running server's main process.")
+@output_options
+def capture(pid: int, name: str | None, output: Path | None, force: bool) -> int:
+    """Write a profile from a running server: its NCCL env, its command line and directory."""
+    start = read_process(pid)
+    return _write(start, name or f"captured-{pid}", f"pid {pid}", output, force)
 
 
 @cli.command(name="list")

@@ -105,7 +105,7 @@ def _valid_keys(table: str) -> str:
     return ", ".join(field.alias or name for name, field in model.model_fields.items())
 
 
-def _problems(path: Path, error: ValidationError) -> list[str]:
+def validation_problems(path: Path | str, error: ValidationError) -> list[str]:
     """One line per pydantic error, naming the file, the dotted key and what would be valid."""
     lines = []
     for item in error.errors():
@@ -131,7 +131,7 @@ def _validate(path: Path, data: dict[str, Any]) -> Profile:
     try:
         return Profile.model_validate(data)
     except ValidationError as error:
-        raise ProfileError(_problems(path, error)) from None
+        raise ProfileError(validation_problems(path, error)) from None
 
 
 def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

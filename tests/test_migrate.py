@@ -1,0 +1,247 @@
+"""`convert` and `capture`: real scripts run by bash and real processes, against the profiles."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nccl_launch import sglang
+from tests.conftest import HERE, RunCli
+
+SCRIPTS = HERE / "scripts"
+FAKE_SGLANG = HERE / "helpers" / "fake_sglang"
+
+
+@pytest.fixture
+def server_env(tmp_path: Path) -> dict[str, str]:
+    """`python3 -m sglang.launch_server` runs the recording stand-in; scripts cd to SERVER_DIR."""
+    server_dir = tmp_path / "srv"
+    server_dir.mkdir()
+    return {"PYTHONPATH": str(FAKE_SGLANG), "SERVER_DIR": str(server_dir)}
+
+
+def wait_for(path: Path) -> dict[str, Any]:
+    deadline = time.monotonic() + 20
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+    record: dict[str, Any] = json.loads(path.read_text())
+    return record
+
+
+def canonical_flags(argv: list[str]) -> Counter[tuple[str, str | None]]:
+    """(flag, value) pairs with SGLang's aliases and prefixes resolved, order ignored.
+
+    `argv` is what the stand-in recorded: its own path, then the flags.
+    """
+    pairs: Counter[tuple[str, str | None]] = Counter()
+    flags = argv[1:]
+    index = 0
+    while index < len(flags):
+        name, equals, value = flags[index].partition("=")
+        if not equals and index + 1 < len(flags) and not flags[index + 1].startswith("--"):
+            value, index = flags[index + 1], index + 1
+        flag = sglang.flag_for(name)
+        if flag is not None and flag.field == "speculative.algorithm":
+            value = value.upper()  # SGLang compares algorithm names case-blind
+        pairs[(flag.canonical if flag else name, value or None)] += 1
+        index += 1
+    return pairs
+
+
+def run_original(script: Path, env: dict[str, str], out: Path) -> dict[str, Any]:
+    subprocess.run(["bash", str(script)], env={**os.environ, **env, "CHILD_OUT": str(out)},
+                   check=True, capture_output=True, timeout=30)  # fmt: skip
+    return wait_for(out)
+
+
+@pytest.mark.parametrize("script", ["start_kimi.sh", "serve_llama_eagle.sh"])
+def test_convert_then_run_reproduces_the_scripts_env_and_argv(
+    script: str, nccl_launch: RunCli, server_env: dict[str, str], tmp_path: Path
+) -> None:
+    original = run_original(SCRIPTS / script, server_env, tmp_path / "original.json")
+
+    converted = nccl_launch("convert", str(SCRIPTS / script), "--name", "converted", env=server_env)
+    assert converted.returncode == 0, converted.stderr
+    profile = tomllib.loads(Path("profiles/converted.toml").read_text())
+
+    out = tmp_path / "converted.json"
+    launched = nccl_launch("run", "converted", env={**server_env, "CHILD_OUT": str(out)})
+    assert launched.returncode == 0, launched.stderr
+    again = wait_for(out)
+
+    declared = {f"NCCL_{key}" for key in profile.get("nccl", {})} | set(profile.get("env", {}))
+    assert declared
+    for key in declared:
+        assert again["env"][key] == original["env"][key], key
+    assert again["env"]["NCCL_LAUNCH_PROFILE"] == "converted@1"
+    assert canonical_flags(again["argv"]) == canonical_flags(original["argv"])
+    assert again["cwd"] == original["cwd"] == server_env["SERVER_DIR"]
+
+
+def test_convert_reads_exports_prefixes_and_flags_into_the_right_tables(
+    nccl_launch: RunCli, server_env: dict[str, str]
+) -> None:
+    result = nccl_launch("convert", str(SCRIPTS / "start_kimi.sh"), env=server_env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("wrote profiles/start_kimi.toml (start_kimi@1, sha256:")
+    assert "PATH extends the caller's value; not converted" in result.stderr
+    profile = tomllib.loads(Path("profiles/start_kimi.toml").read_text())
+    assert profile["nccl"] == {
+        "ALGO": "Ring", "BUFFSIZE": "16777216", "MAX_NCHANNELS": "16", "NTHREADS": "512",
+        "P2P_LEVEL": "SYS", "PROTO": "LL",
+    }  # fmt: skip
+    assert profile["env"] == {"HF_HUB_OFFLINE": "1"}
+    server = profile["server"]
+    assert (server["python"], server["entrypoint"]) == ("python3", "-m sglang.launch_server")
+    assert (server["model_path"], server["tp_size"], server["port"]) == (
+        "/models/Kimi-K2.5",
+        8,
+        8000,
+    )
+    assert server["speculative"] == {
+        "algorithm": "EAGLE3", "draft_model_path": "/models/Kimi-K2.5-EAGLE3",
+        "num_steps": 2, "eagle_topk": 1, "num_draft_tokens": 3,
+    }  # fmt: skip
+    assert server["args"] == ["--disable-custom-all-reduce", "--num-continuous-decode-steps", "4"]
+
+
+def test_convert_a_raw_line_from_stdin(tmp_path: Path) -> None:
+    from tests.conftest import console_script
+
+    line = "NCCL_PROTO=ll NCCL_BUFFSIZE=4M python -m sglang.launch_server --model /m --tp-size=2\n"
+    result = subprocess.run([console_script(), "convert", "-", "--name", "raw", "-o", "raw.toml"],
+                            input=line, capture_output=True, text=True, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    profile = tomllib.loads(Path("raw.toml").read_text())
+    assert profile["nccl"] == {"PROTO": "ll", "BUFFSIZE": "4M"}
+    assert profile["server"]["tp_size"] == 2
+    assert profile["provenance"]["source"] == "stdin"
+
+
+def test_slurm_script_leaves_placement_to_run_time(
+    nccl_launch: RunCli, server_env: dict[str, str], tmp_path: Path
+) -> None:
+    result = nccl_launch("convert", str(SCRIPTS / "slurm_node.sh"), "--name", "ds", env=server_env)
+    assert result.returncode == 0, result.stderr
+    assert "--node-rank comes from the caller's environment; left to run time" in result.stderr
+    server = tomllib.loads(Path("profiles/ds.toml").read_text())["server"]
+    assert (server["tp_size"], server["nnodes"]) == (16, 2)
+    assert "node_rank" not in server
+    assert "dist_init_addr" not in server
+
+    node = {"SLURM_NODEID": "1", "HEAD_NODE": "10.0.0.1"}
+    original = run_original(SCRIPTS / "slurm_node.sh", {**server_env, **node}, tmp_path / "a.json")
+    out = tmp_path / "b.json"
+    launched = nccl_launch("run", "--dist-init-addr", "10.0.0.1:5000", "ds",
+                           env={**server_env, **node, "CHILD_OUT": str(out)})  # fmt: skip
+    assert launched.returncode == 0, launched.stderr
+    assert canonical_flags(wait_for(out)["argv"]) == canonical_flags(original["argv"])
+
+
+@pytest.mark.parametrize(
+    ("script", "message"),
+    [
+        ("export NCCL_PROTOCOL=LL\npython3 -m sglang.launch_server --model-path /m\n",
+         "bad.sh: line 1: NCCL_PROTOCOL is not a variable NCCL documents or reads (NCCL ignores "
+         "it); did you mean NCCL_PROTO?"),
+        ("export NCCL_BUFFSIZE=16MB\npython3 -m sglang.launch_server --model-path /m\n",
+         "bad.sh: line 1: NCCL_BUFFSIZE: '16MB' is not a size (NCCL would read it as 16)"),
+        ("HOST=$(hostname)\npython3 -m sglang.launch_server --model-path /m\n",
+         "nccl-launch: line 1: command substitution is not supported"),
+        ("echo hello\n", "nccl-launch: no `python -m sglang.launch_server` (or `sglang serve`)"),
+        ("python3 -m sglang.launch_server --model-path $MODEL_DIR\n",
+         "nccl-launch: $MODEL_DIR is not set in the script or this environment"),
+        ("python3 -m sglang.launch_server --model-path /m --speculative-num-steps 2\n",
+         "bad.sh: server.speculative.algorithm: required key is missing"),
+        ('python3 -m sglang.launch_server --model-path "/m\n',
+         'nccl-launch: line 1: unterminated "'),
+        ("python3 -m sglang.launch_server --model-path /m\npython3 -m sglang.launch_server\n",
+         "nccl-launch: line 2: a second server command (first on 1)"),
+    ],
+)  # fmt: skip
+def test_convert_refuses_what_it_cannot_reproduce(
+    script: str, message: str, nccl_launch: RunCli
+) -> None:
+    Path("bad.sh").write_text(script)
+    result = nccl_launch("convert", "bad.sh")
+    assert result.returncode == 2
+    assert result.stderr.startswith(message), result.stderr
+    assert not Path("profiles/bad.toml").exists()
+
+
+def test_convert_never_overwrites_without_force(
+    nccl_launch: RunCli, server_env: dict[str, str]
+) -> None:
+    target = Path("profiles/start_kimi.toml")
+    target.write_text("# hand-edited\n")
+    result = nccl_launch("convert", str(SCRIPTS / "start_kimi.sh"), env=server_env)
+    assert result.returncode == 2
+    assert result.stderr.endswith("profiles/start_kimi.toml exists; pass --force to replace it\n")
+    assert target.read_text() == "# hand-edited\n"
+    assert list(Path("profiles").iterdir()) == [target]  # no temporary file left behind
+    forced = nccl_launch("convert", "--force", str(SCRIPTS / "start_kimi.sh"), env=server_env)
+    assert forced.returncode == 0
+    assert tomllib.loads(target.read_text())["name"] == "start_kimi"
+
+
+@pytest.fixture
+def running_server(tmp_path: Path) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+    """The stand-in started the old way: NCCL values exported, flags in their short spellings."""
+    out = tmp_path / "server.json"
+    env = {
+        **os.environ, "PYTHONPATH": str(FAKE_SGLANG), "CHILD_OUT": str(out), "CHILD_WAIT": "1",
+        "NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_BUFFSIZE": "16777216",
+        "CUDA_VISIBLE_DEVICES": "0,1", "UNRELATED_SECRET": "x",
+    }  # fmt: skip
+    argv = [sys.executable, "-m", "sglang.launch_server", "--model", "/models/m", "--tp", "2",
+            "--speculative-algorithm", "NGRAM", "--trust-remote-code"]  # fmt: skip
+    process = subprocess.Popen(argv, env=env, cwd=tmp_path)
+    try:
+        yield process, wait_for(out)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=10)
+
+
+def test_capture_writes_the_running_servers_profile_and_it_reproduces(
+    running_server: tuple[subprocess.Popen[bytes], dict[str, Any]],
+    nccl_launch: RunCli,
+    tmp_path: Path,
+) -> None:
+    process, original = running_server
+    result = nccl_launch("capture", "--pid", str(process.pid), "--name", "live")
+    assert result.returncode == 0, result.stderr
+    profile = tomllib.loads(Path("profiles/live.toml").read_text())
+    assert profile["nccl"] == {"PROTO": "LL", "ALGO": "Ring", "BUFFSIZE": "16777216"}
+    assert profile["env"] == {"CUDA_VISIBLE_DEVICES": "0,1"}
+    assert profile["server"]["python"] == sys.executable
+    assert profile["server"]["tp_size"] == 2
+    assert profile["server"]["speculative"] == {"algorithm": "NGRAM"}
+    assert profile["server"]["cwd"] == str(tmp_path)
+    assert profile["provenance"]["source"] == f"pid {process.pid}"
+
+    out = tmp_path / "again.json"
+    env = {"PYTHONPATH": str(FAKE_SGLANG), "CHILD_OUT": str(out)}
+    launched = nccl_launch("run", "live", env=env)
+    assert launched.returncode == 0, launched.stderr
+    again = wait_for(out)
+    for key in ("NCCL_PROTO", "NCCL_ALGO", "NCCL_BUFFSIZE", "CUDA_VISIBLE_DEVICES"):
+        assert again["env"][key] == original["env"][key]
+    assert canonical_flags(again["argv"]) == canonical_flags(original["argv"])
+
+
+def test_capture_of_a_missing_process_is_a_target_error(nccl_launch: RunCli) -> None:
+    result = nccl_launch("capture", "--pid", "999999999")
+    assert result.returncode == 3
+    assert result.stderr == "nccl-launch: no process with pid 999999999\n"
