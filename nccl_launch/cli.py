@@ -267,8 +267,10 @@ def output_options(command: F) -> F:
     return command
 
 
-def _write(start: StartCommand, name: str, source: str, output: Path | None, force: bool) -> int:
-    data = build_profile(start, name, source)
+def _write(
+    start: StartCommand, name: str, source: str, output: Path | None, force: bool, how: str
+) -> int:
+    data = build_profile(start, name, source, how)
     path = output or Path("profiles") / f"{name}.toml"
     write_profile(path, data, force)
     for note in start.notes:
@@ -295,7 +297,7 @@ def convert(script: TextIO, name: str | None, output: Path | None, force: bool) 
     source = "stdin" if script.name == "<stdin>" else script.name
     start = read_script(script.read(), os.environ)
     default = "converted" if source == "stdin" else Path(source).stem
-    return _write(start, name or _profile_name(default), source, output, force)
+    return _write(start, name or _profile_name(default), source, output, force, "converted")
 
 
 @cli.command()
@@ -304,7 +306,7 @@ def convert(script: TextIO, name: str | None, output: Path | None, force: bool) 
 def capture(pid: int, name: str | None, output: Path | None, force: bool) -> int:
     """Write a profile from a running server: its NCCL env, its command line and directory."""
     start = read_process(pid)
-    return _write(start, name or f"captured-{pid}", f"pid {pid}", output, force)
+    return _write(start, name or f"captured-{pid}", f"pid {pid}", output, force, "captured")
 
 
 @cli.command(name="list")

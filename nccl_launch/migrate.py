@@ -242,7 +242,7 @@ def read_process(pid: int) -> StartCommand:
     return StartCommand(env=keep, argv=argv, cwd=cwd, notes=notes)
 
 
-def build_profile(start: StartCommand, name: str, source: str) -> dict[str, Any]:
+def build_profile(start: StartCommand, name: str, source: str, how: str) -> dict[str, Any]:
     """The profile data for a start command; NCCL values checked with NCCL's grammar first."""
     problems, nccl, env = [], {}, {}
     for key, value in start.env.items():
@@ -263,7 +263,7 @@ def build_profile(start: StartCommand, name: str, source: str) -> dict[str, Any]
         raise ProfileError([f"{source}: {problem}" for problem in problems])
     notes = start.notes
     data: dict[str, Any] = {"schema": 1, "name": name, "version": 1,
-                            "description": f"converted from {source}"}  # fmt: skip
+                            "description": f"{how} from {source}"}  # fmt: skip
     data |= {"nccl": nccl} if nccl else {}
     data |= {"env": env} if env else {}
     server = server_table(start.argv, notes)
