@@ -25,7 +25,7 @@ _WRAPPERS = ("exec", "nohup", "command", "time")
 # Commands a start script runs around the server; they change nothing the server receives.
 _HARMLESS = frozenset({
     "set", "echo", "printf", "mkdir", "sleep", "ulimit", "trap", "wait", "true", "date",
-    "nvidia-smi", "tee", "cat", "umask", "shopt", "unset", "source", ".", "readonly",
+    "nvidia-smi", "tee", "cat", "umask", "shopt", "readonly",
 })  # fmt: skip
 # Variables worth keeping from a running server's environment besides NCCL_*.
 CAPTURED_PREFIXES = (
@@ -201,6 +201,12 @@ class _Script:
         elif argv[0] == "cd":
             target = argv[1] if len(argv) > 1 else self.environ.get("HOME", "/")
             self.cwd = os.path.normpath(PurePosixPath(self.cwd or "") / _known(target))
+        elif argv[0] == "unset":
+            for name in argv[1:]:
+                self.variables.pop(name, None)
+                self.exported.discard(name)
+        elif argv[0] in ("source", "."):
+            self.notes.append(f"line {line}: {' '.join(argv)} is not followed; add what it sets")
         else:
             self.notes.append(f"line {line}: ignored `{argv[0]}`")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -27,7 +28,7 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-def _check_table(table: Any, check: Any) -> dict[str, str]:
+def _check_table(table: Any, check: Callable[[str, Any], str]) -> dict[str, str]:
     """Apply `check(key, value) -> str` to every entry; report every bad key, one per line."""
     if not isinstance(table, dict):
         raise ValueError("must be a table")

@@ -245,3 +245,22 @@ def test_capture_of_a_missing_process_is_a_target_error(nccl_launch: RunCli) -> 
     result = nccl_launch("capture", "--pid", "999999999")
     assert result.returncode == 3
     assert result.stderr == "nccl-launch: no process with pid 999999999\n"
+
+
+def test_convert_follows_unset_and_says_what_it_did_not_follow(nccl_launch: RunCli) -> None:
+    Path("start.sh").write_text(
+        "source /etc/profile.d/cluster.sh\n"
+        "export NCCL_DEBUG=INFO NCCL_PROTO=LL\n"
+        "unset NCCL_DEBUG\n"
+        "ulimit -n 65536\n"
+        "numactl --interleave=all true\n"
+        "python3 -m sglang.launch_server --model-path /m\n"
+    )
+    result = nccl_launch("convert", "start.sh")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        "nccl-launch: warning: line 1: source /etc/profile.d/cluster.sh is not followed; "
+        "add what it sets",
+        "nccl-launch: warning: line 5: ignored `numactl`",
+    ]
+    assert tomllib.loads(Path("profiles/start.toml").read_text())["nccl"] == {"PROTO": "LL"}
