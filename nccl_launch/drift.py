@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from nccl_launch import catalog, grammar
+from nccl_launch.profile import OWN_VARIABLES, Policy
 
 DriftKind = Literal["changed", "missing", "undeclared"]
 
@@ -96,3 +97,31 @@ def compare(
                 )
             )
     return entries, matched
+
+
+def undeclared(
+    expected: Mapping[str, str],
+    actual: Mapping[str, str],
+    sources: Mapping[str, str],
+    policy: Policy,
+    *,
+    tolerate: bool,
+) -> list[DriftEntry]:
+    """NCCL variables present but not declared; the server's own keys are always tolerated."""
+    entries = []
+    for key in sorted(set(actual) - set(expected)):
+        if not key.startswith(catalog.PREFIX) or key in OWN_VARIABLES:
+            continue
+        owned = key in policy.server_owned
+        entries.append(
+            DriftEntry(
+                key=key,
+                kind="undeclared",
+                expected=None,
+                actual=actual[key],
+                source=sources.get(key),
+                note="server-owned" if owned else undeclared_note(key),
+                tolerated=owned or tolerate,
+            )
+        )
+    return entries

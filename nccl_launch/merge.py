@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from nccl_launch import catalog
-from nccl_launch.drift import DriftEntry, DriftReport, compare, undeclared_note
+from nccl_launch.drift import DriftReport, compare, undeclared
 from nccl_launch.plan import LaunchPlan
-from nccl_launch.profile import MARKER_DIGEST, MARKER_PROFILE, OWN_VARIABLES, Policy
+from nccl_launch.profile import MARKER_DIGEST, MARKER_PROFILE, Policy
 
 CALLING_ENV = "calling environment"
 LAUNCHER = "nccl-launch"
@@ -53,26 +52,14 @@ def merge_environment(
     warn = policy.conflict == "warn"
     entries = [entry.model_copy(update={"tolerated": warn}) for entry in changed]
 
+    tolerate = policy.undeclared_nccl != "refuse"
     env = dict(inherited)
-    for key in sorted(set(inherited) - set(plan.env)):
-        if not key.startswith(catalog.PREFIX) or key in OWN_VARIABLES:
-            continue
-        owned = key in policy.server_owned
-        strip = policy.undeclared_nccl == "strip" and not owned
-        note = "server-owned" if owned else undeclared_note(key)
-        entry = DriftEntry(
-            key=key,
-            kind="undeclared",
-            expected=None,
-            actual=inherited[key],
-            source=sources[key],
-            note=f"{note}; removed from the child" if strip else note,
-            tolerated=owned or policy.undeclared_nccl != "refuse",
-        )
+    for entry in undeclared(plan.env, inherited, sources, policy, tolerate=tolerate):
+        if policy.undeclared_nccl == "strip" and entry.note != "server-owned":
+            entry = entry.model_copy(update={"note": f"{entry.note}; removed from the child"})
+            del env[entry.key]
+            del sources[entry.key]
         entries.append(entry)
-        if strip:
-            del env[key]
-            del sources[key]
 
     env.update(plan.env)
     sources.update({key: origins.get(key, plan.label) for key in plan.env})

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -17,6 +16,7 @@ from pydantic import ValidationError
 
 from nccl_launch import catalog, grammar, sglang, shell
 from nccl_launch.errors import HostError, ProfileError, UsageError
+from nccl_launch.files import atomic_write
 from nccl_launch.loader import validation_problems
 from nccl_launch.profile import OWN_VARIABLES, Profile
 
@@ -291,20 +291,7 @@ def build_profile(start: StartCommand, name: str, source: str, how: str) -> dict
 
 def write_profile(path: Path, data: dict[str, Any], force: bool) -> None:
     """Write atomically; without `force` an existing file is never replaced."""
-    if path.exists() and not force:
-        raise UsageError(f"{path} exists; pass --force to replace it")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as handle:
-        handle.write(tomli_w.dumps(data))
-        handle.flush()
-        os.fsync(handle.fileno())
-    temporary = Path(handle.name)
     try:
-        if force:
-            temporary.replace(path)
-        else:
-            os.link(temporary, path)  # fails if the file appeared meanwhile: never overwrite
+        atomic_write(path, tomli_w.dumps(data), replace=force)
     except FileExistsError:
         raise UsageError(f"{path} exists; pass --force to replace it") from None
-    finally:
-        temporary.unlink(missing_ok=True)

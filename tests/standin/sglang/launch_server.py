@@ -1,0 +1,171 @@
+"""`python -m sglang.launch_server` as SGLang 0.5.23 behaves, minus the GPU work.
+
+What it reproduces, because `nccl-launch check` depends on it (see reference/SGLANG.md):
+- the core flags, parsed strictly (unknown flags exit 2, prefixes are accepted);
+- the environment changes of `entrypoints/engine.py::_set_envs_and_config` (and the
+  NCCL_GRAPH_REGISTER default of `parallel_hook.py`), made before any worker is spawned;
+- one scheduler per TP rank and a detokenizer, started with multiprocessing's `spawn`
+  method, titled with setproctitle (`sglang::scheduler_TP0`, `sglang::detokenizer`), dying
+  with the main process (PR_SET_PDEATHSIG);
+- `/health`, `/health_generate` and `/server_info` on its host and port.
+
+Knobs, for tests:
+- STANDIN_DRIFT_RANK=N and STANDIN_DRIFT="KEY=VALUE,KEY=" start scheduler N with those
+  variables set (an empty value unsets one);
+- SIGUSR1 to the main process starts one more scheduler, later, with STANDIN_LATE_DRIFT
+  applied the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import multiprocessing
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+PR_SET_PDEATHSIG = 1
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="launch_server.py")
+    parser.add_argument("--model-path", "--model", required=True)
+    parser.add_argument("--tp-size", "--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--pp-size", "--pipeline-parallel-size", type=int, default=1)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument("--nnodes", type=int, default=1)
+    parser.add_argument("--node-rank", type=int, default=0)
+    parser.add_argument("--dist-init-addr", "--nccl-init-addr")
+    parser.add_argument("--speculative-algorithm")
+    parser.add_argument("--speculative-draft-model-path", "--speculative-draft-model")
+    parser.add_argument("--speculative-num-steps", type=int)
+    parser.add_argument("--speculative-eagle-topk", type=int)
+    parser.add_argument("--speculative-num-draft-tokens", type=int)
+    parser.add_argument("--disable-custom-all-reduce", action="store_true")
+    parser.add_argument("--num-continuous-decode-steps", type=int, default=1)
+    parser.add_argument("--enable-symm-mem", action="store_true")
+    parser.add_argument("--enable-nccl-nvls", action="store_true")
+    return parser.parse_args(argv)
+
+
+def set_envs_and_config(args: argparse.Namespace) -> None:
+    """SGLang 0.5.23's own changes to the environment its workers inherit."""
+    if "NCCL_CUMEM_ENABLE" not in os.environ or args.enable_symm_mem:
+        os.environ["NCCL_CUMEM_ENABLE"] = str(int(args.enable_symm_mem))
+    if "NCCL_NVLS_ENABLE" not in os.environ or args.enable_nccl_nvls or args.enable_symm_mem:
+        os.environ["NCCL_NVLS_ENABLE"] = str(int(args.enable_nccl_nvls or args.enable_symm_mem))
+    os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "8"
+    if os.environ.get("TRTLLM_ENABLE_PDL", "1") != "0":
+        os.environ["TRTLLM_ENABLE_PDL"] = "1"
+    os.environ.setdefault("CUTE_DSL_LOG_LEVEL", "30")
+    os.environ.setdefault("CUTE_DSL_LOG_TO_CONSOLE", "1")
+    os.environ["SGLANG_RUN_ID"] = f"sglang-run-{time.time()}-{random.randint(0, 100000000)}"
+    if args.tp_size > 1:
+        os.environ.setdefault("NCCL_GRAPH_REGISTER", "0")
+
+
+def worker(title: str) -> None:
+    """A scheduler or detokenizer: title itself, die with the parent, then idle."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    import setproctitle
+
+    setproctitle.setproctitle(title)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while True:
+        time.sleep(3600)
+
+
+@contextlib.contextmanager
+def changed_env(spec: str):  # type: ignore[no-untyped-def]
+    """Apply `KEY=VALUE,KEY=` to os.environ while one worker is spawned (it copies environ)."""
+    saved = dict(os.environ)
+    for item in filter(None, spec.split(",")):
+        key, _, value = item.partition("=")
+        if value:
+            os.environ[key] = value
+        else:
+            os.environ.pop(key, None)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+class Server:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.context = multiprocessing.get_context("spawn")
+        self.workers: list[multiprocessing.process.BaseProcess] = []
+        self.ready = False
+
+    def spawn(self, title: str, drift: str = "") -> None:
+        with changed_env(drift):
+            process = self.context.Process(target=worker, args=(title,), daemon=True)
+            process.start()
+        self.workers.append(process)
+
+    def start(self) -> None:
+        drift_rank = os.environ.get("STANDIN_DRIFT_RANK")
+        for rank in range(self.args.tp_size):
+            drift = os.environ.get("STANDIN_DRIFT", "") if str(rank) == drift_rank else ""
+            self.spawn(f"sglang::scheduler_TP{rank}", drift)
+        self.spawn("sglang::detokenizer")
+        self.ready = True
+
+    def late_worker(self, *_: object) -> None:
+        title = f"sglang::scheduler_TP{self.args.tp_size}"
+        threading.Thread(
+            target=self.spawn, args=(title, os.environ.get("STANDIN_LATE_DRIFT", ""))
+        ).start()
+
+    def stop(self, *_: object) -> None:
+        for process in self.workers:
+            process.terminate()
+        sys.exit(0)
+
+
+def handler(server: Server) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            if self.path in ("/health", "/health_generate"):
+                self.send_response(200 if server.ready else 503)
+                self.end_headers()
+            elif self.path in ("/server_info", "/get_server_info"):
+                body = json.dumps({**vars(server.args), "version": "0.5.23"}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body)
+            else:
+                self.send_response(404)
+                self.end_headers()
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    return Handler
+
+
+def main() -> None:
+    args = parse(sys.argv[1:])
+    set_envs_and_config(args)
+    server = Server(args)
+    http = ThreadingHTTPServer((args.host, args.port), handler(server))
+    signal.signal(signal.SIGTERM, server.stop)
+    signal.signal(signal.SIGUSR1, server.late_worker)
+    server.start()
+    http.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
