@@ -8,13 +8,15 @@ import re
 import sys
 import traceback
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 import click
 import tomli_w
 
-from nccl_launch import __version__
+from nccl_launch import __version__, live
+from nccl_launch.check import LiveReport
 from nccl_launch.errors import (
     EXIT_DRIFT,
     EXIT_HOST,
@@ -26,7 +28,9 @@ from nccl_launch.errors import (
     ProfileError,
     UsageError,
 )
+from nccl_launch.files import atomic_write
 from nccl_launch.launch import Launch, Placement, exec_command, prepare_launch
+from nccl_launch.live import OnDrift
 from nccl_launch.loader import LoadedProfile, load_profile, profile_files, search_dirs
 from nccl_launch.migrate import (
     StartCommand,
@@ -37,12 +41,15 @@ from nccl_launch.migrate import (
 )
 from nccl_launch.plan import build_plan, profile_changes
 from nccl_launch.preflight import run_preflight
+from nccl_launch.procs import Target
 from nccl_launch.profile import MARKER_DIGEST, MARKER_PROFILE, Profile
+from nccl_launch.prometheus import metrics
 from nccl_launch.render import (
     changes_text,
     command_line,
     drift_lines,
     env_changes,
+    live_text,
     preflight_lines,
 )
 
@@ -247,6 +254,81 @@ def diff(old: str, new: str) -> int:
         click.echo(line)
     click.echo(f"{len(changes)} difference{'' if len(changes) == 1 else 's'}")
     return EXIT_DRIFT if changes else EXIT_OK
+
+
+LIVE_FORMATS: dict[str, Callable[[LiveReport], str]] = {
+    "text": lambda report: live_text(report) + "\n",
+    "json": lambda report: report.model_dump_json(indent=2) + "\n",
+    "prometheus": metrics,
+}
+
+
+@cli.command()
+@click.argument("profile", required=False)
+@click.option("--pid", type=int, help="The server's main process.")
+@click.option("--port", type=int, help="The server's port: the process listening there.")
+@click.option("--pidfile", type=click.Path(path_type=Path), help="A file holding the PID.")
+@click.option("--unit", help="A systemd unit: its MainPID.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "prometheus"]),
+    default="text",
+    show_default=True,
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(path_type=Path),
+    help="Write the report to FILE atomically (for node_exporter's textfile collector).",
+)
+@click.option("--watch", type=click.FloatRange(min=0.1), metavar="SECONDS", help="Keep checking.")
+@click.option(
+    "--on-drift",
+    type=click.Choice(["warn", "stop"]),
+    default="warn",
+    show_default=True,
+    help="With --watch: stop = SIGTERM the server, SIGKILL after --grace, exit 1.",
+)
+@click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True)
+def check(
+    profile: str | None,
+    pid: int | None,
+    port: int | None,
+    pidfile: Path | None,
+    unit: str | None,
+    fmt: str,
+    output: Path | None,
+    watch: float | None,
+    on_drift: OnDrift,
+    grace: float,
+) -> int:
+    """Compare a running server's whole process tree with PROFILE.
+
+    Without PROFILE, the profile the server was started with (its NCCL_LAUNCH_PROFILE) is
+    read from the search path. Exit 0 no drift, 1 drift or unreadable processes, 3 no such
+    server.
+    """
+    target = Target(pid=pid, port=port, pidfile=pidfile, unit=unit)
+    last: list[str] = []
+
+    def emit(report: LiveReport) -> None:
+        rendered = LIVE_FORMATS[fmt](report)
+        if output is not None:
+            atomic_write(output, rendered, replace=True)
+            return
+        if watch is not None and fmt == "text":
+            if last == [rendered]:
+                return  # a watch prints the text report when it changes
+            click.echo(f"--- {datetime.now(UTC).isoformat(timespec='seconds')}")
+        last[:] = [rendered]
+        click.echo(rendered, nl=False)
+
+    if watch is None:
+        report = live.check(target, profile)
+        emit(report)
+        return EXIT_OK if report.ok else EXIT_DRIFT
+    return live.watch(target, profile, watch, on_drift, grace, emit, click.echo)
 
 
 def output_options(command: F) -> F:

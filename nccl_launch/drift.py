@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
@@ -11,6 +11,7 @@ from nccl_launch import catalog, grammar
 from nccl_launch.profile import OWN_VARIABLES, Policy
 
 DriftKind = Literal["changed", "missing", "undeclared"]
+DRIFT_KINDS: tuple[DriftKind, ...] = get_args(DriftKind)
 
 _SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from nccl_launch.drift import DriftEntry, DriftKind, DriftReport, is_secret
 
 if TYPE_CHECKING:
+    from nccl_launch.check import LiveReport, ProcessReport
     from nccl_launch.preflight import PreflightReport
 
 _MARKS: dict[DriftKind, str] = {"changed": "~", "missing": "-", "undeclared": "+"}
@@ -117,3 +118,37 @@ def preflight_lines(report: PreflightReport) -> list[str]:
         f"preflight {verdict}: {failed} failed, {warned} warning{'' if warned == 1 else 's'}"
     )
     return lines
+
+
+def _process_lines(process: ProcessReport) -> list[str]:
+    lines = [f"pid {process.pid}  {process.title}"]
+    if not process.readable:
+        return [*lines, f"  unreadable: {process.reason}"]
+    lines += drift_lines(process.drifted)
+    owned = [entry.key for entry in process.entries if entry.tolerated]
+    tolerated = f", tolerated: {', '.join(owned)}" if owned else ""
+    status = "drift" if process.drifted else "no drift"
+    return [*lines, f"  {status}, {len(process.matched)} match{tolerated}"]
+
+
+def live_text(report: LiveReport) -> str:
+    """The text form of `check`: a header, each process with its entries, a verdict."""
+    lines = [f"check {report.profile} ({report.digest[:15]}) from {report.path}"]
+    if report.running_profile is None:
+        lines.append(f"pid {report.main_pid} was not started by nccl-launch")
+    elif report.digest_differs:
+        running = f"{report.running_profile} ({(report.running_digest or '')[:15]})"
+        lines.append(f"server runs {running}, the file is {report.profile} ({report.digest[:15]})")
+    for process in report.processes:
+        lines += _process_lines(process)
+    drifted = sum(bool(process.drifted) for process in report.processes)
+    unreadable = len(report.unreadable)
+    total = len(report.processes)
+    if report.ok:
+        lines.append(f"no drift in {total} processes")
+    else:
+        parts = [f"{drifted} drift"] if drifted else []
+        parts += [f"{unreadable} unreadable"] if unreadable else []
+        parts += ["another digest running"] if report.digest_differs else []
+        lines.append(f"drift: {', '.join(parts)}, of {total} processes")
+    return "\n".join(lines)

@@ -27,9 +27,10 @@ import os
 import random
 import signal
 import sys
-import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from multiprocessing import resource_tracker
+from multiprocessing.connection import Connection
 
 PR_SET_PDEATHSIG = 1
 
@@ -67,19 +68,20 @@ def set_envs_and_config(args: argparse.Namespace) -> None:
         os.environ["TRTLLM_ENABLE_PDL"] = "1"
     os.environ.setdefault("CUTE_DSL_LOG_LEVEL", "30")
     os.environ.setdefault("CUTE_DSL_LOG_TO_CONSOLE", "1")
-    os.environ["SGLANG_RUN_ID"] = f"sglang-run-{time.time()}-{random.randint(0, 100000000)}"
+    os.environ["SGLANG_RUN_ID"] = f"sglang-run-{time.time()}-{random.randint(0, 100000000)}"  # noqa: S311 - as SGLang does
     if args.tp_size > 1:
         os.environ.setdefault("NCCL_GRAPH_REGISTER", "0")
 
 
-def worker(title: str) -> None:
-    """A scheduler or detokenizer: title itself, die with the parent, then idle."""
+def worker(title: str, ready: Connection) -> None:
+    """A scheduler or detokenizer: title itself, die with the parent, say ready, then idle."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     import setproctitle
 
     setproctitle.setproctitle(title)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    ready.send(title)  # like SGLang's schedulers, which report to the main process when up
     while True:
         time.sleep(3600)
 
@@ -109,12 +111,18 @@ class Server:
         self.ready = False
 
     def spawn(self, title: str, drift: str = "") -> None:
+        """Start one worker and wait until it has its title: /health waits for all of them."""
+        receiver, sender = self.context.Pipe(duplex=False)
         with changed_env(drift):
-            process = self.context.Process(target=worker, args=(title,), daemon=True)
+            process = self.context.Process(target=worker, args=(title, sender), daemon=True)
             process.start()
         self.workers.append(process)
+        receiver.recv()
 
     def start(self) -> None:
+        # The resource tracker starts with the first worker; start it first so that it
+        # inherits the server's environment, not one worker's drifted copy.
+        resource_tracker.ensure_running()
         drift_rank = os.environ.get("STANDIN_DRIFT_RANK")
         for rank in range(self.args.tp_size):
             drift = os.environ.get("STANDIN_DRIFT", "") if str(rank) == drift_rank else ""
@@ -123,10 +131,11 @@ class Server:
         self.ready = True
 
     def late_worker(self, *_: object) -> None:
-        title = f"sglang::scheduler_TP{self.args.tp_size}"
-        threading.Thread(
-            target=self.spawn, args=(title, os.environ.get("STANDIN_LATE_DRIFT", ""))
-        ).start()
+        # Spawned from the main thread, like every worker: PR_SET_PDEATHSIG fires when the
+        # *thread* that started the child ends, so a helper thread would kill it at once.
+        self.spawn(
+            f"sglang::scheduler_TP{self.args.tp_size}", os.environ.get("STANDIN_LATE_DRIFT", "")
+        )
 
     def stop(self, *_: object) -> None:
         for process in self.workers:
@@ -136,7 +145,7 @@ class Server:
 
 def handler(server: Server) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        def do_GET(self) -> None:
             if self.path in ("/health", "/health_generate"):
                 self.send_response(200 if server.ready else 503)
                 self.end_headers()

@@ -1,0 +1,107 @@
+"""Live drift: compare every process of a running server with its profile (pure; on dicts)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from nccl_launch.drift import DriftEntry, compare, undeclared
+from nccl_launch.plan import LaunchPlan
+from nccl_launch.profile import MARKER_DIGEST, MARKER_PROFILE, Policy
+
+JSON_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ProcessSnapshot:
+    """One process as read from /proc: its environment, or why it could not be read."""
+
+    pid: int
+    create_time: float
+    title: str
+    env: dict[str, str] | None
+    unreadable: str | None = None
+
+
+class ProcessReport(BaseModel):
+    """The comparison for one process of the tree."""
+
+    pid: int
+    title: str
+    readable: bool
+    reason: str | None = None
+    entries: list[DriftEntry] = []
+    matched: list[str] = []
+
+    @property
+    def drifted(self) -> list[DriftEntry]:
+        return [entry for entry in self.entries if not entry.tolerated]
+
+
+class LiveReport(BaseModel):
+    """`check`'s result, rendered as text, JSON (this model) or Prometheus."""
+
+    schema_version: int = JSON_SCHEMA_VERSION
+    profile: str
+    digest: str
+    path: str
+    main_pid: int
+    running_profile: str | None
+    running_digest: str | None
+    processes: list[ProcessReport]
+
+    @property
+    def digest_differs(self) -> bool:
+        return self.running_digest is not None and self.running_digest != self.digest
+
+    @property
+    def unreadable(self) -> list[ProcessReport]:
+        return [process for process in self.processes if not process.readable]
+
+    @property
+    def drifts(self) -> bool:
+        """A drifted key in some process, or the server runs another digest than the file's."""
+        return self.digest_differs or any(process.drifted for process in self.processes)
+
+    @property
+    def ok(self) -> bool:
+        """No drift, and every process could be read: nothing is left unverified."""
+        return not (self.drifts or self.unreadable)
+
+
+def process_report(plan: LaunchPlan, policy: Policy, snapshot: ProcessSnapshot) -> ProcessReport:
+    """One process against the plan: missing keys are drift here, server-owned ones tolerated."""
+    if snapshot.env is None:
+        return ProcessReport(
+            pid=snapshot.pid, title=snapshot.title, readable=False, reason=snapshot.unreadable
+        )
+    entries, matched = compare(plan.env, snapshot.env, {}, missing_is_drift=True)
+    entries = [
+        entry.model_copy(update={"tolerated": True, "note": "server-owned"})
+        if entry.key in policy.server_owned
+        else entry
+        for entry in entries
+    ]
+    tolerate = policy.undeclared_nccl == "warn"
+    entries += undeclared(plan.env, snapshot.env, {}, policy, tolerate=tolerate)
+    return ProcessReport(
+        pid=snapshot.pid, title=snapshot.title, readable=True, entries=entries, matched=matched
+    )
+
+
+def evaluate(
+    plan: LaunchPlan, policy: Policy, path: str, snapshots: Sequence[ProcessSnapshot]
+) -> LiveReport:
+    """The live report of a process tree; `snapshots[0]` is the server's main process."""
+    main_env = snapshots[0].env or {}
+    return LiveReport(
+        profile=plan.label,
+        digest=plan.digest,
+        path=path,
+        main_pid=snapshots[0].pid,
+        running_profile=main_env.get(MARKER_PROFILE),
+        running_digest=main_env.get(MARKER_DIGEST),
+        processes=[process_report(plan, policy, snapshot) for snapshot in snapshots],
+    )

@@ -1,0 +1,342 @@
+"""`check` against the stand-in SGLang server: a real process tree on loopback."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from nccl_launch.check import ProcessSnapshot, evaluate
+from nccl_launch.plan import build_plan
+from nccl_launch.profile import Profile
+from tests.conftest import HERE, RunCli, WriteProfile, console_script
+
+STANDIN = HERE / "standin"
+PROFILE = """
+schema = 1
+name = "standin"
+version = {version}
+[nccl]
+PROTO = "LL"
+ALGO = "Ring"
+BUFFSIZE = "{buffsize}"
+[server]
+python = "{python}"
+model_path = "/models/m"
+tp_size = 2
+port = {port}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Server:
+    """One stand-in server started in its own session; everything in it dies at teardown."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], port: int) -> None:
+        self.port = port
+        self.process = subprocess.Popen(
+            argv, env={**os.environ, "PYTHONPATH": str(STANDIN), **env}, start_new_session=True
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert self.process.poll() is None, "the stand-in server exited"
+            assert time.monotonic() < deadline, "the stand-in server never became healthy"
+            time.sleep(0.1)
+        self.tree = [self.process.pid, *(c.pid for c in self.children())]
+
+    def children(self) -> list[psutil.Process]:
+        return psutil.Process(self.process.pid).children(recursive=True)
+
+    def wait_for_workers(self, count: int) -> None:
+        deadline = time.monotonic() + 20
+        while len([c for c in self.children() if "sglang::" in " ".join(c.cmdline())]) < count:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+
+@pytest.fixture
+def start(write_profile: WriteProfile, nccl_launch: RunCli) -> Iterator[Any]:
+    servers: list[Server] = []
+
+    def start_server(*, launcher: bool = True, **env: str) -> Server:
+        port = free_port()
+        write_profile(
+            "standin", PROFILE.format(version=1, buffsize="16MiB", python=sys.executable, port=port)
+        )
+        if launcher:
+            argv = [console_script(), "run", "standin"]
+        else:  # the old way: the raw line, NCCL values exported by hand or not at all
+            argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", "/models/m",
+                    "--tp", "2", "--port", str(port)]  # fmt: skip
+        server = Server(argv, env, port)
+        servers.append(server)
+        return server
+
+    yield start_server
+    for server in servers:
+        server.stop()
+
+
+def test_a_server_started_by_run_has_no_drift_in_any_process(
+    start: Any, nccl_launch: RunCli
+) -> None:
+    server = start()
+    result = nccl_launch("check", "standin", "--port", str(server.port))
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("check standin@1 (sha256:")
+    assert "sglang::scheduler_TP0" in result.stdout
+    assert "sglang::scheduler_TP1" in result.stdout
+    assert "sglang::detokenizer" in result.stdout
+    assert "tolerated: NCCL_CUMEM_ENABLE, NCCL_GRAPH_REGISTER, NCCL_NVLS_ENABLE" in result.stdout
+    assert lines[-1] == "no drift in 5 processes"
+
+
+def test_without_profile_the_servers_own_marker_names_it(start: Any, nccl_launch: RunCli) -> None:
+    server = start()
+    result = nccl_launch("check", "--pid", str(server.process.pid), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["schema_version"] == 1
+    assert report["profile"] == report["running_profile"] == "standin@1"
+    assert report["digest"] == report["running_digest"]
+    assert {p["pid"] for p in report["processes"]} == set(server.tree)
+    titles = sorted(p["title"] for p in report["processes"] if p["title"].startswith("sglang::"))
+    assert titles == ["sglang::detokenizer", "sglang::scheduler_TP0", "sglang::scheduler_TP1"]
+    assert all(p["readable"] for p in report["processes"])
+    drifted = [e for p in report["processes"] for e in p["entries"] if not e["tolerated"]]
+    assert drifted == []
+
+
+def test_the_old_way_names_missing_keys_and_unreadable_workers(
+    start: Any, nccl_launch: RunCli
+) -> None:
+    server = start(launcher=False, NCCL_PROTO="LL")
+    result = nccl_launch("check", "standin", "--port", str(server.port))
+    assert result.returncode == 1
+    text = result.stdout
+    assert f"pid {server.process.pid} was not started by nccl-launch" in text
+    assert '  - NCCL_ALGO      "Ring" -> unset' in text
+    assert '  - NCCL_BUFFSIZE  "16777216" -> unset' in text
+    assert text.count("unreadable: environment overwritten by setproctitle") == 3
+    assert "NCCL_PROTO  " not in text.split("sglang::")[0]  # set by hand: it matches
+    assert text.splitlines()[-1] == "drift: 2 drift, 3 unreadable, of 5 processes"
+
+
+def test_one_drifted_worker_is_named(start: Any, nccl_launch: RunCli) -> None:
+    server = start(STANDIN_DRIFT_RANK="1", STANDIN_DRIFT="NCCL_PROTO=Simple")
+    result = nccl_launch("check", "--port", str(server.port))
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    worker = next(i for i, line in enumerate(lines) if line.endswith("sglang::scheduler_TP1"))
+    assert lines[worker + 1].split()[:5] == ["~", "NCCL_PROTO", '"LL"', "->", '"Simple"']
+    assert lines[-1] == "drift: 1 drift, of 5 processes"
+
+
+def test_prometheus_textfile_parses_and_says_drift(
+    start: Any, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    server = start(STANDIN_DRIFT_RANK="0", STANDIN_DRIFT="NCCL_ALGO=")
+    textfile = tmp_path / "textfile" / "nccl_launch.prom"
+    result = nccl_launch("check", "--port", str(server.port), "--format", "prometheus",
+                         "--output", str(textfile))  # fmt: skip
+    assert result.returncode == 1
+    assert result.stdout == ""
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(textfile.read_text())
+        for sample in family.samples
+    }
+    by_name: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for (name, labels), value in samples.items():
+        by_name.setdefault(name, []).append((dict(labels), value))
+    [(labels, drift)] = by_name["nccl_launch_drift"]
+    assert drift == 1
+    assert labels["profile"] == "standin"
+    assert labels["version"] == "1"
+    assert labels["digest"].startswith("sha256:")
+    missing = [v for lab, v in by_name["nccl_launch_drift_variables"] if lab["kind"] == "missing"]
+    assert missing == [1]
+    [(running, one)] = by_name["nccl_launch_running_info"]
+    assert (running["running_profile"], one) == ("standin@1", 1)
+    assert running["running_digest"] == labels["digest"]
+    states = {lab["state"]: v for lab, v in by_name["nccl_launch_processes"]}
+    assert states == {"ok": 4, "drift": 1, "unreadable": 0}
+    assert [path.name for path in textfile.parent.iterdir()] == ["nccl_launch.prom"]
+
+
+def test_a_newer_profile_file_than_the_server_runs_is_reported(
+    start: Any, write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    server = start()
+    write_profile("standin", PROFILE.format(version=2, buffsize="32MiB", python=sys.executable,
+                                            port=server.port))  # fmt: skip
+    result = nccl_launch("check", "--pid", str(server.process.pid))
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("check standin@2 (sha256:")
+    assert lines[1].startswith("server runs standin@1 (sha256:")
+    assert ", the file is standin@2 (sha256:" in lines[1]
+    assert '  ~ NCCL_BUFFSIZE  "33554432" -> "16777216"' in lines
+    assert lines[-1] == "drift: 5 drift, another digest running, of 5 processes"
+
+
+def _alive(pids: list[int]) -> list[int]:
+    alive = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def test_watch_stops_the_whole_tree_when_a_late_worker_drifts(start: Any) -> None:
+    server = start(STANDIN_LATE_DRIFT="NCCL_PROTO=Simple")
+    watcher = subprocess.Popen(
+        [console_script(), "check", "--pid", str(server.process.pid), "--watch", "0.2",
+         "--on-drift", "stop", "--grace", "5"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(1.0)
+    assert watcher.poll() is None, watcher.communicate()
+    os.kill(server.process.pid, signal.SIGUSR1)  # a scheduler that appears later, drifted
+    out, err = watcher.communicate(timeout=30)
+    server.process.wait(timeout=10)  # reap it: we are its parent
+    assert watcher.returncode == 1, out + err
+    assert out.startswith("--- ")
+    assert "no drift in 5 processes" in out
+    assert '"LL" -> "Simple"' in out  # the late worker, seen and stopped
+    assert "stopped the server: 6 processes of pid" in out
+    assert _alive(server.tree) == []
+    assert [p for p in psutil.process_iter(["cmdline"]) if any(
+        str(server.port) in part for part in (p.info["cmdline"] or []))] == []  # fmt: skip
+
+
+def test_sigterm_ends_the_watch_and_leaves_the_server_alone(start: Any) -> None:
+    server = start()
+    watcher = subprocess.Popen(
+        [console_script(), "check", "--port", str(server.port), "--watch", "0.2"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(1.0)
+    watcher.send_signal(signal.SIGTERM)
+    out, _ = watcher.communicate(timeout=10)
+    assert watcher.returncode == 0
+    assert out.count("--- ") == 1  # printed once: nothing changed
+    assert _alive(server.tree) == server.tree
+
+
+ONE_TARGET = "nccl-launch: name the server with exactly one of --pid, --port, --pidfile, --unit\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--pid", "999999999"], 3, "nccl-launch: no process with pid 999999999\n"),
+        (["--pidfile", "missing.pid"], 3,
+         "nccl-launch: cannot read pidfile missing.pid: No such file or directory\n"),
+        ([], 2, ONE_TARGET),
+        (["--pid", "1", "--port", "1"], 2, ONE_TARGET),
+    ],
+)  # fmt: skip
+def test_target_errors(args: list[str], code: int, message: str, nccl_launch: RunCli) -> None:
+    result = nccl_launch("check", *args)
+    assert (result.returncode, result.stderr) == (code, message)
+
+
+def test_port_nobody_listens_on_is_a_target_error(nccl_launch: RunCli) -> None:
+    port = free_port()
+    result = nccl_launch("check", "--port", str(port))
+    assert (result.returncode, result.stderr) == (
+        3,
+        f"nccl-launch: no process listens on port {port}\n",
+    )
+
+
+def test_pidfile_and_systemd_unit_targets(start: Any, nccl_launch: RunCli, tmp_path: Path) -> None:
+    server = start()
+    Path("server.pid").write_text(f"{server.process.pid}\n")
+    assert nccl_launch("check", "--pidfile", "server.pid").returncode == 0
+    # No systemd runs here, so `systemctl` is a stand-in that answers like `systemctl show`.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    systemctl = bin_dir / "systemctl"
+    show = "show --property MainPID --value"
+    systemctl.write_text(
+        "#!/bin/sh\n"
+        f'[ "$*" = "{show} sglang.service" ] && echo {server.process.pid} && exit 0\n'
+        f'[ "$*" = "{show} stopped.service" ] && echo 0 && exit 0\n'
+        "exit 1\n"
+    )
+    systemctl.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    assert nccl_launch("check", "--unit", "sglang.service", env=env).returncode == 0
+    stopped = nccl_launch("check", "--unit", "stopped.service", env=env)
+    assert (stopped.returncode, stopped.stderr) == (
+        3, "nccl-launch: unit stopped.service has no running main process\n")  # fmt: skip
+
+
+# The comparison itself, on plain dicts.
+
+
+def plan_and_policy(**policy: Any):  # type: ignore[no-untyped-def]
+    profile = Profile.model_validate({"schema": 1, "name": "p", "version": 3,
+                                      "nccl": {"PROTO": "LL", "CUMEM_ENABLE": 1},
+                                      "policy": policy})  # fmt: skip
+    return build_plan(profile), profile.policy
+
+
+def test_unreadable_is_never_reported_as_missing_keys() -> None:
+    plan, policy = plan_and_policy()
+    report = evaluate(plan, policy, "p.toml", [ProcessSnapshot(1, 0.0, "main", None, "denied")])
+    [process] = report.processes
+    assert (process.readable, process.reason, process.entries) == (False, "denied", [])
+    assert not report.ok
+    assert not report.drifts
+
+
+def test_server_owned_and_undeclared_in_a_worker() -> None:
+    plan, policy = plan_and_policy(undeclared_nccl="warn")
+    env = {"NCCL_PROTO": "LL", "NCCL_CUMEM_ENABLE": "0", "NCCL_IB_HCA": "mlx5_0",
+           "NCCL_NVLS_ENABLE": "0"}  # fmt: skip
+    report = evaluate(plan, policy, "p.toml", [ProcessSnapshot(1, 0.0, "w", env)])
+    [process] = report.processes
+    assert [(e.key, e.note, e.tolerated) for e in process.entries] == [
+        ("NCCL_CUMEM_ENABLE", "server-owned", True),
+        ("NCCL_IB_HCA", "undeclared", True),
+        ("NCCL_NVLS_ENABLE", "server-owned", True),
+    ]
+    assert report.ok
+    strict_plan, strict = plan_and_policy()
+    assert not evaluate(strict_plan, strict, "p.toml", [ProcessSnapshot(1, 0.0, "w", env)]).ok
