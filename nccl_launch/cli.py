@@ -40,7 +40,7 @@ from nccl_launch.migrate import (
     write_profile,
 )
 from nccl_launch.plan import build_plan, profile_changes
-from nccl_launch.preflight import run_preflight
+from nccl_launch.preflight import SKIPPABLE, run_preflight
 from nccl_launch.procs import Target
 from nccl_launch.profile import MARKER_DIGEST, MARKER_PROFILE, Profile
 from nccl_launch.prometheus import metrics
@@ -129,7 +129,7 @@ def run(dry_run: bool, **options: Any) -> int:
     refusal = launch.refusal()
     if refusal is not None:
         raise DriftError(refusal)
-    for note in launch.loaded.profile.lint():
+    for note in [*launch.loaded.profile.lint(), *launch.unreadable_conf]:
         _warn(note)
     tolerated = [
         e for e in launch.merged.report.entries if e.tolerated and e.note != "server-owned"
@@ -156,13 +156,21 @@ def run(dry_run: bool, **options: Any) -> int:
 @click.option(
     "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
-def preflight(fmt: str, **options: Any) -> int:
-    """Check everything `run` would, then SGLang's own parser on the exact argv.
+@click.option(
+    "--skip",
+    multiple=True,
+    type=click.Choice(SKIPPABLE),
+    help="Leave out a check (repeatable), e.g. gpus and paths in a profiles repo's CI.",
+)
+def preflight(fmt: str, skip: tuple[str, ...], **options: Any) -> int:
+    """Check everything `run` would, then the host and SGLang's own parser on the argv.
 
-    For ExecStartPre=. Exit 0 when every check passes, 1 when the environment drifts, 3 when
-    the server's interpreter, SGLang or its parser fails.
+    Host checks: nccl.conf files, the NCCL env plugin, GPUs against tp_size, the port, the
+    model paths; then the server's interpreter imports SGLang and parses the exact argv. For
+    ExecStartPre=. Exit 0 when every check passes, 1 when the environment drifts, 3 when a
+    host or SGLang check fails.
     """
-    report = run_preflight(_prepare(**options))
+    report = run_preflight(_prepare(**options), frozenset(skip))
     if fmt == "json":
         click.echo(report.model_dump_json(indent=2))
     else:

@@ -16,6 +16,7 @@ from nccl_launch import sglang
 from nccl_launch.errors import HostError, UsageError
 from nccl_launch.loader import LoadedProfile, load_profile
 from nccl_launch.merge import EnvLayer, MergeResult, merge_environment
+from nccl_launch.ncclconf import ConfEntry, read_conf
 from nccl_launch.plan import LaunchPlan, build_plan
 from nccl_launch.profile import Server
 from nccl_launch.render import drift_text
@@ -29,6 +30,8 @@ class Launch:
     plan: LaunchPlan
     merged: MergeResult
     argv: list[str]
+    conf: list[ConfEntry]
+    unreadable_conf: list[str]
 
     @property
     def cwd(self) -> str | None:
@@ -126,8 +129,15 @@ def prepare_launch(
         argv = list(extra)  # empty when there is nothing to run: `run` refuses, `preflight` not
     layers = [read_env_file(path) for path in env_files]
     origins = {key: str(path) for key, path in loaded.origins.items()}
-    merged = merge_environment(calling, layers, plan, loaded.profile.policy, origins)
-    return Launch(loaded=loaded, plan=plan, merged=merged, argv=argv)
+    child = dict(calling)  # enough of the child's env to know which nccl.conf NCCL will read
+    for layer in layers:
+        child.update(layer.values)
+    conf, unreadable = read_conf(child | plan.env)
+    policy = loaded.profile.policy
+    merged = merge_environment(calling, layers, plan, policy, origins, conf)
+    return Launch(
+        loaded=loaded, plan=plan, merged=merged, argv=argv, conf=conf, unreadable_conf=unreadable
+    )
 
 
 def exec_command(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> NoReturn:

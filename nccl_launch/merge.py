@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from nccl_launch.drift import DriftReport, compare, undeclared
+from nccl_launch.ncclconf import ConfEntry, applied
 from nccl_launch.plan import LaunchPlan
 from nccl_launch.profile import MARKER_DIGEST, MARKER_PROFILE, Policy
 
@@ -36,11 +37,15 @@ def merge_environment(
     plan: LaunchPlan,
     policy: Policy,
     origins: Mapping[str, str],
+    conf: Sequence[ConfEntry] = (),
 ) -> MergeResult:
     """Merge the inherited env with the profile; pure, so it is tested on plain dicts.
 
     `origins` names where the profile declared each key. Declared values always win in the
     child; the report says which inherited values disagreed and whether that is tolerated.
+    `conf` holds the nccl.conf entries: NCCL applies those the environment lacks inside the
+    server, so an undeclared NCCL key among them is handled like an inherited one (except
+    that nothing can strip it: only `warn` tolerates it).
     """
     inherited = dict(calling)
     sources = dict.fromkeys(calling, CALLING_ENV)
@@ -63,6 +68,14 @@ def merge_environment(
 
     env.update(plan.env)
     sources.update({key: origins.get(key, plan.label) for key in plan.env})
+    from_files = {entry.key: entry for entry in applied(list(conf), env)}
+    entries += undeclared(
+        plan.env,
+        {key: entry.value for key, entry in from_files.items()},
+        {key: entry.where for key, entry in from_files.items()},
+        policy,
+        tolerate=policy.undeclared_nccl == "warn",
+    )
     markers = {MARKER_PROFILE: plan.label, MARKER_DIGEST: plan.digest, "SPT_NOENV": "1"}
     env.update(markers)
     sources.update(dict.fromkeys(markers, LAUNCHER))

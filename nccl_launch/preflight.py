@@ -5,41 +5,18 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+from collections.abc import Callable
 from importlib import resources
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel
-
+from nccl_launch.checks import Check, PreflightReport
+from nccl_launch.host import conf_checks, env_plugin_check, gpu_check, path_checks, port_check
 from nccl_launch.launch import Launch
 from nccl_launch.profile import Server
 from nccl_launch.render import summary
 
-Status = Literal["ok", "warn", "fail"]
 PROBE_MARK = "NCCL_LAUNCH_PROBE "
 PROBE_TIMEOUT_S = 300  # importing SGLang (and torch) on a cold disk is slow
-
-
-class Check(BaseModel):
-    """One line of the preflight report."""
-
-    name: str
-    status: Status
-    message: str
-    detail: list[str] = []
-
-
-class PreflightReport(BaseModel):
-    """The versioned JSON of `preflight --format json`."""
-
-    schema_version: int = 1
-    profile: str
-    digest: str
-    argv: list[str]
-    checks: list[Check]
-    sglang: dict[str, Any] | None = None
-
-    def failed(self, name: str | None = None) -> bool:
-        return any(c.status == "fail" and name in (None, c.name) for c in self.checks)
 
 
 def probe_sglang(server: Server, server_args: list[str]) -> dict[str, Any]:
@@ -115,9 +92,12 @@ def sglang_checks(server: Server, argv: list[str]) -> tuple[list[Check], dict[st
     return checks, result
 
 
-def run_preflight(launch: Launch) -> PreflightReport:
-    """Checks in order: the profile, the environment, then SGLang when there is a server."""
-    plan, profile = launch.plan, launch.loaded.profile
+SKIPPABLE = ("nccl.conf", "env-plugin", "gpus", "port", "paths", "sglang")
+
+
+def run_preflight(launch: Launch, skip: frozenset[str] = frozenset()) -> PreflightReport:
+    """The profile and the environment, then the host and SGLang, less the `skip`ped checks."""
+    plan, profile, env = launch.plan, launch.loaded.profile, launch.merged.env
     valid = f"{plan.label} ({plan.short_digest}) from {launch.loaded.path} is valid"
     checks = [Check(name="profile", status="ok", message=valid)]
     checks += [Check(name="profile", status="warn", message=note) for note in profile.lint()]
@@ -128,9 +108,23 @@ def run_preflight(launch: Launch) -> PreflightReport:
         lines = refusal.splitlines()
         drift = Check(name="environment", status="fail", message=lines[-1], detail=lines[1:-1])
         checks.append(drift)
+    host: dict[str, Callable[[], list[Check]]] = {
+        "nccl.conf": lambda: conf_checks(env, launch.conf, launch.unreadable_conf),
+        "env-plugin": lambda: [env_plugin_check(env)],
+    }
+    server = profile.server
+    if server is not None:
+        host |= {
+            "gpus": lambda: [gpu_check(server, env)],
+            "port": lambda: [port_check(server)],
+            "paths": lambda: path_checks(server),
+        }
+    for name, run in host.items():
+        if name not in skip:
+            checks += run()
     probe: dict[str, Any] | None = None
-    if profile.server is not None:
-        more, probe = sglang_checks(profile.server, launch.argv)
+    if server is not None and "sglang" not in skip:
+        more, probe = sglang_checks(server, launch.argv)
         checks += more
     return PreflightReport(
         profile=plan.label, digest=plan.digest, argv=launch.argv, checks=checks, sglang=probe

@@ -30,16 +30,22 @@ class Target:
     unit: str | None = None
 
 
-def _listening_pid(port: int) -> int:
+def listening_pids(port: int) -> set[int | None]:
+    """PIDs with a listening socket on `port` (None for one this user may not see)."""
     try:
         connections = psutil.net_connections(kind="inet")
     except psutil.AccessDenied:
         raise HostError(f"permission denied listing sockets to find port {port}") from None
-    pids = {
-        c.pid
-        for c in connections
-        if c.status == psutil.CONN_LISTEN and getattr(c.laddr, "port", None) == port
+    return {
+        connection.pid
+        for connection in connections
+        if connection.status == psutil.CONN_LISTEN
+        and getattr(connection.laddr, "port", None) == port
     }
+
+
+def _listening_pid(port: int) -> int:
+    pids = listening_pids(port)
     if not pids:
         raise HostError(f"no process listens on port {port}")
     if None in pids:

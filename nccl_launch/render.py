@@ -12,7 +12,7 @@ from nccl_launch.drift import DriftEntry, DriftKind, DriftReport, is_secret
 
 if TYPE_CHECKING:
     from nccl_launch.check import LiveReport, ProcessReport
-    from nccl_launch.preflight import PreflightReport
+    from nccl_launch.checks import PreflightReport
 
 _MARKS: dict[DriftKind, str] = {"changed": "~", "missing": "-", "undeclared": "+"}
 

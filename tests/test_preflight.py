@@ -33,8 +33,13 @@ def with_python(write_profile: WriteProfile, shipped: Path, python: str) -> str:
     return "under-test"
 
 
+# No GPU, model files or free port 8000 are promised here: those host checks have their own
+# tests (test_host.py); these are about SGLang's parser.
+SKIP_HOST = ("--skip", "gpus", "--skip", "paths", "--skip", "port")
+
+
 def preflight_json(nccl_launch: RunCli, *args: str) -> tuple[int, dict[str, Any]]:
-    result = nccl_launch("preflight", "--format", "json", *args)
+    result = nccl_launch("preflight", "--format", "json", *SKIP_HOST, *args)
     return result.returncode, json.loads(result.stdout)
 
 
@@ -63,7 +68,7 @@ def test_a_stale_flag_fails_with_sglangs_own_message(
     write_profile: WriteProfile, nccl_launch: RunCli, sglang_python: str
 ) -> None:
     name = with_python(write_profile, SHIPPED_SERVERS[0], sglang_python)
-    result = nccl_launch("preflight", name, "--", "--cuda-graph-max-bs", "8")
+    result = nccl_launch("preflight", *SKIP_HOST, name, "--", "--cuda-graph-max-bs", "8")
     assert result.returncode == 3
     assert (
         "fail  argv         SGLang's parser rejects the argv: ambiguous option: "
@@ -113,7 +118,7 @@ def test_no_sglang_in_the_server_interpreter_fails_clearly(
 
 def test_missing_server_interpreter_fails(write_profile: WriteProfile, nccl_launch: RunCli) -> None:
     name = with_python(write_profile, SHIPPED_SERVERS[0], "/nonexistent/bin/python3")
-    result = nccl_launch("preflight", name)
+    result = nccl_launch("preflight", *SKIP_HOST, name)
     assert result.returncode == 3
     assert "fail  sglang       cannot run /nonexistent/bin/python3: [Errno 2]" in result.stdout
 
