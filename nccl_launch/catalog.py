@@ -35,6 +35,7 @@ class NcclVar:
     deprecated: bool
     read_by_source: bool
     summary: str
+    logged: bool  # NCCL_DEBUG=INFO prints "NAME set by environment to VALUE" for it
 
 
 def _rows(filename: str) -> list[dict[str, str]]:
@@ -45,6 +46,14 @@ def _rows(filename: str) -> list[dict[str, str]]:
 def _source_kind(reader: str) -> Kind:
     first = reader.split()[0]
     return _SOURCE_KINDS.get(first, "string")
+
+
+# Besides every integer parameter (NCCL_PARAM), these are logged when set (reference/NCCL.md).
+LOGGED_STRINGS = frozenset({"NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL"})
+
+
+def _logged(name: str, source: dict[str, str] | None) -> bool:
+    return name in LOGGED_STRINGS or (source is not None and source["kind"].startswith("int64"))
 
 
 @cache
@@ -61,6 +70,7 @@ def catalog() -> dict[str, NcclVar]:
             deprecated=row["deprecated"] == "yes",
             read_by_source=row["name"] in source,
             summary=row["doc_summary"],
+            logged=_logged(row["name"], source.get(row["name"])),
         )
     for name, row in source.items():
         if name not in variables:
@@ -71,6 +81,7 @@ def catalog() -> dict[str, NcclVar]:
                 deprecated=False,
                 read_by_source=True,
                 summary=f"undocumented; read at {row['source_locations']}",
+                logged=_logged(name, row),
             )
     return variables
 

@@ -9,7 +9,13 @@ from pydantic import BaseModel
 
 from nccl_launch.drift import DriftEntry, compare, undeclared
 from nccl_launch.plan import LaunchPlan
-from nccl_launch.profile import MARKER_DIGEST, MARKER_PROFILE, Policy
+from nccl_launch.profile import (
+    MARKER_DIGEST,
+    MARKER_NCCL_DEBUG,
+    MARKER_PROFILE,
+    NCCL_DEBUG_ENV,
+    Policy,
+)
 
 JSON_SCHEMA_VERSION = 1
 
@@ -85,7 +91,13 @@ def process_report(plan: LaunchPlan, policy: Policy, snapshot: ProcessSnapshot) 
         for entry in entries
     ]
     tolerate = policy.undeclared_nccl == "warn"
-    entries += undeclared(plan.env, snapshot.env, {}, policy, tolerate=tolerate)
+    debug = snapshot.env.get(MARKER_NCCL_DEBUG) == "1"  # started with `run --nccl-debug`
+    entries += [
+        entry.model_copy(update={"tolerated": True, "note": "--nccl-debug"})
+        if debug and entry.key in NCCL_DEBUG_ENV
+        else entry
+        for entry in undeclared(plan.env, snapshot.env, {}, policy, tolerate=tolerate)
+    ]
     return ProcessReport(
         pid=snapshot.pid, title=snapshot.title, readable=True, entries=entries, matched=matched
     )

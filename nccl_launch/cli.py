@@ -15,7 +15,7 @@ from typing import Any, TextIO, TypeVar
 import click
 import tomli_w
 
-from nccl_launch import __version__, live
+from nccl_launch import __version__, exports, live
 from nccl_launch.check import LiveReport
 from nccl_launch.errors import (
     EXIT_DRIFT,
@@ -39,10 +39,11 @@ from nccl_launch.migrate import (
     read_script,
     write_profile,
 )
+from nccl_launch.ncclog import verify
 from nccl_launch.plan import build_plan, profile_changes
 from nccl_launch.preflight import SKIPPABLE, run_preflight
 from nccl_launch.procs import Target
-from nccl_launch.profile import MARKER_DIGEST, MARKER_PROFILE, Profile
+from nccl_launch.profile import Profile
 from nccl_launch.prometheus import metrics
 from nccl_launch.render import (
     changes_text,
@@ -50,8 +51,11 @@ from nccl_launch.render import (
     drift_lines,
     env_changes,
     live_text,
+    log_lines,
     preflight_lines,
 )
+from nccl_launch.schema import profile_schema
+from nccl_launch.unit import unit_file
 
 JSON_SCHEMA_VERSION = 1
 
@@ -104,16 +108,22 @@ def _prepare(
     env_files: tuple[Path, ...],
     node_rank: int | None,
     dist_init_addr: str | None,
+    nccl_debug: bool = False,
 ) -> Launch:
     if command[:1] == ("--",):
         command = command[1:]
     placement = Placement(node_rank=node_rank, dist_init_addr=dist_init_addr)
-    return prepare_launch(profile, command, env_files, os.environ, placement)
+    return prepare_launch(profile, command, env_files, os.environ, placement, nccl_debug)
 
 
 @cli.command(context_settings=PASS_THROUGH)
 @launch_options
 @click.option("--dry-run", is_flag=True, help="Print the env changes and the argv; do not exec.")
+@click.option(
+    "--nccl-debug",
+    is_flag=True,
+    help="Add NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,ENV, for verify-log.",
+)
 def run(dry_run: bool, **options: Any) -> int:
     """Validate PROFILE, merge it into the environment and exec the server.
 
@@ -212,7 +222,7 @@ def _show_data(loaded: LoadedProfile) -> dict[str, Any]:
         "chain": [str(path) for path in loaded.chain],
         "env": plan.env,
         "sources": {key: str(path) for key, path in loaded.origins.items()},
-        "markers": {MARKER_PROFILE: plan.label, MARKER_DIGEST: plan.digest, "SPT_NOENV": "1"},
+        "markers": plan.markers,
         "argv": plan.argv,
         "warnings": loaded.profile.lint(),
         "resolved": {
@@ -228,19 +238,20 @@ def _show_data(loaded: LoadedProfile) -> dict[str, Any]:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["toml", "env", "json"]),
+    type=click.Choice(["toml", "json", *exports.FORMATS]),
     default="toml",
     show_default=True,
-    help="toml: the resolved profile; env: KEY=VALUE lines the child gets; json: everything.",
+    help="toml: the resolved profile; json: everything; the others: the variables the "
+    "server gets, quoted for that consumer.",
 )
 def show(profile: str, fmt: str) -> int:
     """Print PROFILE resolved through its `extends` chain."""
-    data = _show_data(load_profile(profile))
+    loaded = load_profile(profile)
+    data = _show_data(loaded)
     if fmt == "json":
         click.echo(json.dumps(data, indent=2))
-    elif fmt == "env":
-        for key, value in {**data["env"], **data["markers"]}.items():
-            click.echo(f"{key}={value}")
+    elif fmt in exports.FORMATS:
+        click.echo(exports.FORMATS[fmt](build_plan(loaded.profile).child_env), nl=False)
     else:
         chain = ", ".join(data["chain"])
         click.echo(f"# {data['profile']} {data['digest']}\n# resolved from {chain}")
@@ -337,6 +348,70 @@ def check(
         emit(report)
         return EXIT_OK if report.ok else EXIT_DRIFT
     return live.watch(target, profile, watch, on_drift, grace, emit, click.echo)
+
+
+@cli.command()
+@click.argument("profile")
+@click.option("--user", help="User= of the service (default: root).")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(path_type=Path),
+    help="Write the unit to FILE (atomically) instead of printing it.",
+)
+@click.option("--force", is_flag=True, help="Replace an existing FILE.")
+def systemd(profile: str, user: str | None, output: Path | None, force: bool) -> int:
+    """Print a systemd service unit that runs PROFILE's server through nccl-launch.
+
+    Type=exec (MainPID is the server), preflight as ExecStartPre=, run as ExecStart=, a long
+    TimeoutStartSec for model load, Restart=on-failure, KillMode=mixed.
+    """
+    text = unit_file(load_profile(profile), user)
+    if output is None:
+        click.echo(text, nl=False)
+        return EXIT_OK
+    try:
+        atomic_write(output, text, replace=force)
+    except FileExistsError:
+        raise UsageError(f"{output} exists; pass --force to replace it") from None
+    click.echo(
+        f"wrote {output}; then: systemctl daemon-reload && systemctl enable --now {output.name}"
+    )
+    return EXIT_OK
+
+
+@cli.command(name="verify-log")
+@click.argument("profile")
+@click.argument("log", type=click.File("r", errors="replace"), default="-")
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+def verify_log(profile: str, log: TextIO, fmt: str) -> int:
+    """Confirm from NCCL's NCCL_DEBUG=INFO output (LOG, or stdin) that every rank applied
+    each declared value; exit 1 on a value applied differently or never confirmed.
+
+    journalctl -u sglang | nccl-launch verify-log PROFILE
+    """
+    plan = build_plan(load_profile(profile).profile)
+    source = "stdin" if log.name == "<stdin>" else log.name
+    report = verify(plan, log, source)
+    if fmt == "json":
+        click.echo(report.model_dump_json(indent=2))
+    else:
+        for line in log_lines(report):
+            click.echo(line)
+    return EXIT_OK if report.ok else EXIT_DRIFT
+
+
+@cli.command()
+def schema() -> int:
+    """Print the profile format as JSON Schema, for editors.
+
+    Save it beside the profiles and start each profile with `#:schema ./nccl-launch.schema.json`
+    (Taplo, Even Better TOML) for completion and checks while typing.
+    """
+    click.echo(json.dumps(profile_schema(), indent=2))
+    return EXIT_OK
 
 
 def output_options(command: F) -> F:

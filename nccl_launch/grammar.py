@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 import string
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-from nccl_launch.catalog import PREFIX, Kind, lookup
+from nccl_launch.catalog import PREFIX, Kind, NcclVar, lookup
 
 TomlValue = str | int | float | bool
 
@@ -22,6 +22,15 @@ INT32_LIMIT = 2**31
 _UNITS = {"": 1, "K": 2**10, "KiB": 2**10, "M": 2**20, "MiB": 2**20, "G": 2**30, "GiB": 2**30}
 _SIZE = re.compile(r"(\d+)([A-Za-z]*)")
 _DECIMAL = re.compile(r"-?\d+")
+
+
+def _any_case(words: tuple[str, ...]) -> str:
+    """A JSON-Schema regex (no inline flags there) matching the words in any case."""
+
+    def fold(word: str) -> str:
+        return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c) for c in word)
+
+    return "^(" + "|".join(fold(word) for word in words) + ")$"
 
 
 def strtoll(raw: str) -> int | None:
@@ -69,6 +78,8 @@ class Rule(Protocol):
 
     def meaning(self, raw: str) -> object: ...
 
+    def schema(self) -> dict[str, Any]: ...
+
 
 @dataclass(frozen=True)
 class IntRule:
@@ -95,6 +106,12 @@ class IntRule:
 
     def meaning(self, raw: str) -> object:
         return strtoll(raw)
+
+    def schema(self) -> dict[str, Any]:
+        number: dict[str, Any] = {"type": "integer", "minimum": self.low, "maximum": self.high}
+        if self.multiple > 1:
+            number["multipleOf"] = self.multiple
+        return {"anyOf": [number, {"type": "string", "pattern": "^-?[0-9]+$"}]}
 
 
 @dataclass(frozen=True)
@@ -127,6 +144,15 @@ class SizeRule:
     def meaning(self, raw: str) -> object:
         return strtoll(raw)
 
+    def schema(self) -> dict[str, Any]:
+        units = "|".join(unit for unit in _UNITS if unit)
+        return {
+            "anyOf": [
+                {"type": "integer", "minimum": self.low, "maximum": self.high},
+                {"type": "string", "pattern": f"^[0-9]+({units})?$"},
+            ]
+        }
+
 
 @dataclass(frozen=True)
 class BoolRule:
@@ -145,6 +171,9 @@ class BoolRule:
         if self.words and raw.upper() in ("T", "TRUE", "F", "FALSE"):
             return int(raw.upper().startswith("T"))
         return strtoll(raw)
+
+    def schema(self) -> dict[str, Any]:
+        return {"enum": [True, False, 0, 1, "0", "1"]}
 
 
 @dataclass(frozen=True)
@@ -168,6 +197,15 @@ class ChoiceRule:
     def meaning(self, raw: str) -> object:
         return self._fold(raw)
 
+    def schema(self) -> dict[str, Any]:
+        if self.case_sensitive:
+            return {"enum": list(self.choices)}
+        return {
+            "type": "string",
+            "pattern": _any_case(self.choices),
+            "examples": list(self.choices),
+        }
+
 
 @dataclass(frozen=True)
 class PatternRule:
@@ -184,6 +222,9 @@ class PatternRule:
 
     def meaning(self, raw: str) -> object:
         return raw.upper()
+
+    def schema(self) -> dict[str, Any]:
+        return {"type": "string", "description": self.description}
 
 
 @dataclass(frozen=True)
@@ -210,6 +251,12 @@ class TokenListRule:
 
     def meaning(self, raw: str) -> object:
         return raw.upper()
+
+    def schema(self) -> dict[str, Any]:
+        token = _any_case(self.names).strip("^$")
+        start = "\\^?" if self.negatable else ""
+        separator = re.escape(self.separator)
+        return {"type": "string", "pattern": f"^{start}{token}({separator}{token})*$"}
 
 
 FUNCTIONS = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
@@ -266,6 +313,10 @@ class SelectionRule:
             return ("unparsable", raw)
         return frozenset((func, negate, frozenset(names)) for func, negate, names in entries)
 
+    def schema(self) -> dict[str, Any]:
+        names = ", ".join(self.names)
+        return {"type": "string", "pattern": "^\\S+$", "description": f"{names}; [func:][^]a,b;..."}
+
 
 LEVELS = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
 _LEGACY_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")
@@ -297,6 +348,10 @@ class LevelRule:
             return _LEGACY_LEVELS[min(number, 5)]
         return None  # NCCL silently treats anything else as unset
 
+    def schema(self) -> dict[str, Any]:
+        return {"anyOf": [{"enum": list(LEVELS)}, {"enum": [0, 1, 2, 3, 4, 5]},
+                          {"enum": ["0", "1", "2", "3", "4", "5"]}]}  # fmt: skip
+
 
 @dataclass(frozen=True)
 class StringRule:
@@ -314,6 +369,10 @@ class StringRule:
 
     def meaning(self, raw: str) -> object:
         return raw
+
+    def schema(self) -> dict[str, Any]:
+        pattern = "^\\S+$" if self.no_spaces else "^[^\\n]+$"
+        return {"type": "string", "pattern": pattern}
 
 
 _LEVEL = LevelRule()
@@ -398,19 +457,20 @@ _KIND_RULES: dict[Kind, Rule] = {
 }
 
 
-def rule_for(name: str) -> Rule | None:
-    """The rule for a full variable name; None for non-NCCL and unknown NCCL names."""
-    if not name.startswith(PREFIX):
-        return None
-    var = lookup(name)
-    if var is None:
-        return None
-    short = name.removeprefix(PREFIX)
+def catalog_rule(var: NcclVar) -> Rule:
+    """The rule of a known variable: its own, or the default of its kind."""
+    short = var.name.removeprefix(PREFIX)
     if short in RULES:
         return RULES[short]
     if var.kind == "enum":
-        raise LookupError(f"{name} is an enum without a rule")  # caught by the catalog test
+        raise LookupError(f"{var.name} is an enum without a rule")  # caught by the catalog test
     return _KIND_RULES[var.kind]
+
+
+def rule_for(name: str) -> Rule | None:
+    """The rule for a full variable name; None for non-NCCL and unknown NCCL names."""
+    var = lookup(name) if name.startswith(PREFIX) else None
+    return None if var is None else catalog_rule(var)
 
 
 def canonical(name: str, value: TomlValue) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import sys
@@ -18,7 +19,7 @@ from nccl_launch.loader import LoadedProfile, load_profile
 from nccl_launch.merge import EnvLayer, MergeResult, merge_environment
 from nccl_launch.ncclconf import ConfEntry, read_conf
 from nccl_launch.plan import LaunchPlan, build_plan
-from nccl_launch.profile import Server
+from nccl_launch.profile import MARKER_NCCL_DEBUG, NCCL_DEBUG_ENV, Server
 from nccl_launch.render import drift_text
 
 
@@ -113,6 +114,7 @@ def prepare_launch(
     env_files: Sequence[Path],
     calling: Mapping[str, str],
     placement: Placement = Placement(),
+    nccl_debug: bool = False,
 ) -> Launch:
     """Resolve the profile, build the argv and merge the env; drift is in `merged.report`."""
     loaded = load_profile(ref)
@@ -135,9 +137,21 @@ def prepare_launch(
     conf, unreadable = read_conf(child | plan.env)
     policy = loaded.profile.policy
     merged = merge_environment(calling, layers, plan, policy, origins, conf)
+    if nccl_debug:
+        merged = _with_nccl_debug(merged, plan)
     return Launch(
         loaded=loaded, plan=plan, merged=merged, argv=argv, conf=conf, unreadable_conf=unreadable
     )
+
+
+def _with_nccl_debug(merged: MergeResult, plan: LaunchPlan) -> MergeResult:
+    """NCCL_DEBUG=INFO with the ENV subsystem, marked so that `check` tolerates it."""
+    declared = [key for key in NCCL_DEBUG_ENV if key in plan.env]
+    if declared:
+        raise UsageError(f"the profile declares {declared[0]}; drop it or --nccl-debug")
+    extra = NCCL_DEBUG_ENV | {MARKER_NCCL_DEBUG: "1"}
+    sources = merged.sources | dict.fromkeys(extra, "--nccl-debug")
+    return dataclasses.replace(merged, env=merged.env | extra, sources=sources)
 
 
 def exec_command(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> NoReturn:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from nccl_launch.drift import DriftReport, compare, undeclared
 from nccl_launch.ncclconf import ConfEntry, applied
 from nccl_launch.plan import LaunchPlan
-from nccl_launch.profile import MARKER_DIGEST, MARKER_PROFILE, Policy
+from nccl_launch.profile import Policy
 
 CALLING_ENV = "calling environment"
 LAUNCHER = "nccl-launch"
@@ -76,8 +76,7 @@ def merge_environment(
         policy,
         tolerate=policy.undeclared_nccl == "warn",
     )
-    markers = {MARKER_PROFILE: plan.label, MARKER_DIGEST: plan.digest, "SPT_NOENV": "1"}
-    env.update(markers)
-    sources.update(dict.fromkeys(markers, LAUNCHER))
+    env.update(plan.markers)
+    sources.update(dict.fromkeys(plan.markers, LAUNCHER))
     report = DriftReport(profile=plan.label, digest=plan.digest, entries=entries, matched=matched)
     return MergeResult(env=env, sources=sources, report=report)

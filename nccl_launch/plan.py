@@ -8,7 +8,7 @@ import shlex
 from dataclasses import dataclass
 
 from nccl_launch import grammar
-from nccl_launch.profile import Profile
+from nccl_launch.profile import MARKER_DIGEST, MARKER_PROFILE, Profile
 from nccl_launch.sglang import server_argv
 
 
@@ -24,6 +24,16 @@ class LaunchPlan:
     @property
     def short_digest(self) -> str:
         return self.digest[: len("sha256:") + 8]
+
+    @property
+    def markers(self) -> dict[str, str]:
+        """What the launcher adds: which profile runs, and a readable environment for `check`."""
+        return {MARKER_PROFILE: self.label, MARKER_DIGEST: self.digest, "SPT_NOENV": "1"}
+
+    @property
+    def child_env(self) -> dict[str, str]:
+        """Everything the profile puts in the server's environment."""
+        return self.env | self.markers
 
 
 def digest(env: dict[str, str], argv: list[str]) -> str:

@@ -13,6 +13,7 @@ from nccl_launch.drift import DriftEntry, DriftKind, DriftReport, is_secret
 if TYPE_CHECKING:
     from nccl_launch.check import LiveReport, ProcessReport
     from nccl_launch.checks import PreflightReport
+    from nccl_launch.ncclog import LogReport
 
 _MARKS: dict[DriftKind, str] = {"changed": "~", "missing": "-", "undeclared": "+"}
 
@@ -152,3 +153,29 @@ def live_text(report: LiveReport) -> str:
         parts += ["another digest running"] if report.digest_differs else []
         lines.append(f"drift: {', '.join(parts)}, of {total} processes")
     return "\n".join(lines)
+
+
+_LOG_STATUS = {"ok": "ok", "mismatch": "fail", "unconfirmed": "fail", "not-logged": "note"}
+
+
+def log_lines(report: LogReport) -> list[str]:
+    """verify-log's text: one line per declared key, then undeclared values NCCL applied."""
+    count = len(report.processes)
+    header = f"verify-log {report.profile} ({report.digest[:15]}) against {report.source}"
+    lines = [f"{header}: {count} NCCL process{'' if count == 1 else 'es'}"]
+    width = max([len(key.key) for key in report.keys] + [len(key) for key in report.undeclared])
+    for key in report.keys:
+        status = _LOG_STATUS[key.verdict]
+        lines.append(
+            f"{status:<4}  {key.key.ljust(width)}  {json.dumps(key.expected)}: {key.detail}"
+        )
+    for name, seen in report.undeclared.items():
+        values = ", ".join(sorted({json.dumps(value) for value in seen.values()}))
+        lines.append(f"warn  {name.ljust(width)}  undeclared, applied as {values} by {len(seen)}")
+    failed = sum(key.verdict in ("mismatch", "unconfirmed") for key in report.keys)
+    checked = sum(key.verdict != "not-logged" for key in report.keys)
+    if not report.processes:
+        lines.append("no NCCL INFO lines: start the server with nccl-launch run --nccl-debug")
+    verdict = "passed" if report.ok else "failed"
+    lines.append(f"verify-log {verdict}: {checked - failed} of {checked} loggable values confirmed")
+    return lines

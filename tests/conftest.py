@@ -18,18 +18,30 @@ _CLEARED_PREFIXES = ("NCCL_", "SGLANG_", "SPT_", "SLURM_", "LWS_")
 
 # A venv with the real SGLang 0.5.23 (made by .ci/sglang-venv); read before isolation clears it.
 SGLANG_PYTHON = os.environ.get("NCCL_LAUNCH_TEST_SGLANG_PYTHON")
-REQUIRE_SGLANG = os.environ.get("NCCL_LAUNCH_REQUIRE_SGLANG") == "1"
+# Set by CI and the README's test command: a missing tool is then a failure, not a skip.
+REQUIRE_TOOLS = os.environ.get("NCCL_LAUNCH_REQUIRE_TOOLS") == "1"
+
+
+def require(found: str | None, message: str) -> str:
+    """`found`, or fail (under NCCL_LAUNCH_REQUIRE_TOOLS=1) or skip with `message`."""
+    if found:
+        return found
+    if REQUIRE_TOOLS:
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 @pytest.fixture
 def sglang_python() -> str:
-    """The interpreter of a real SGLang install; CI requires it, elsewhere its tests skip."""
-    if SGLANG_PYTHON:
-        return SGLANG_PYTHON
+    """The interpreter of a real SGLang install."""
     message = "set NCCL_LAUNCH_TEST_SGLANG_PYTHON=$(.ci/sglang-venv) to run SGLang's parser"
-    if REQUIRE_SGLANG:
-        pytest.fail(message)
-    pytest.skip(message)
+    return require(SGLANG_PYTHON, message)
+
+
+@pytest.fixture
+def systemd_analyze() -> str:
+    """Debian's systemd-analyze, which parses unit files like systemd does."""
+    return require(shutil.which("systemd-analyze"), "install Debian's systemd package")
 
 
 def console_script() -> str:
