@@ -171,8 +171,14 @@ def test_schema_accepts_the_shipped_profiles_and_flags_what_validate_refuses() -
     validator = jsonschema.Draft202012Validator(schema)
     for path in sorted((REPO / "profiles").glob("*.toml")):
         assert list(validator.iter_errors(tomllib.loads(path.read_text()))) == [], path
-    refused = ("unknown-nccl-name", "buffsize-decimal-megabytes", "p2p-level-lowercase",
-               "nthreads-not-multiple-of-32", "env-holds-nccl-variable", "unknown-server-key")  # fmt: skip
+    refused = (
+        "unknown-nccl-name",
+        "buffsize-decimal-megabytes",
+        "p2p-level-lowercase",
+        "nthreads-not-multiple-of-32",
+        "env-holds-nccl-variable",
+        "unknown-server-key",
+    )
     for case in refused:
         data = tomllib.loads((REPO / "tests" / "corpus" / "invalid" / f"{case}.toml").read_text())
         assert list(validator.iter_errors(data)), case
