@@ -83,20 +83,27 @@ def _verdict(
             wrong.append(f"{process} applied {shown}")
         elif key not in values:
             silent.append(process)
+    if not applied:
+        detail = "never reported by any process (no NCCL INFO lines)"
+        return KeyReport(key=key, expected=expected, verdict="unconfirmed", detail=detail)
+    if silent:
+        wrong.append(f"never reported by {', '.join(silent)}")
     if wrong:
-        return KeyReport(key=key, expected=expected, verdict="mismatch", detail="; ".join(wrong))
-    if silent or not applied:
-        who = ", ".join(silent) if silent else "any process (no NCCL INFO lines)"
-        return KeyReport(
-            key=key, expected=expected, verdict="unconfirmed", detail=f"never reported by {who}"
-        )
+        verdict: Verdict = "mismatch" if len(wrong) > bool(silent) else "unconfirmed"
+        return KeyReport(key=key, expected=expected, verdict=verdict, detail="; ".join(wrong))
     detail = f"confirmed by all {len(applied)} processes"
     return KeyReport(key=key, expected=expected, verdict="ok", detail=detail)
+
+
+def _process_order(process: str) -> tuple[str, int]:
+    host, _, rest = process.partition(":")
+    return host, int(rest.split(" ", 1)[0])
 
 
 def verify(plan: LaunchPlan, lines: Iterable[str], source: str) -> LogReport:
     """Every declared NCCL value against what each process of the log says it applied."""
     applied, invalid = read_log(lines)
+    applied = dict(sorted(applied.items(), key=lambda item: _process_order(item[0])))
     declared = {key: value for key, value in plan.env.items() if key.startswith(catalog.PREFIX)}
     keys = [_verdict(key, value, applied, invalid) for key, value in declared.items()]
     undeclared: dict[str, dict[str, str]] = {}

@@ -171,7 +171,9 @@ def log_lines(report: LogReport) -> list[str]:
         )
     for name, seen in report.undeclared.items():
         values = ", ".join(sorted({json.dumps(value) for value in seen.values()}))
-        lines.append(f"warn  {name.ljust(width)}  undeclared, applied as {values} by {len(seen)}")
+        lines.append(
+            f"warn  {name.ljust(width)}  undeclared, applied as {values} by {len(seen)} of them"
+        )
     failed = sum(key.verdict in ("mismatch", "unconfirmed") for key in report.keys)
     checked = sum(key.verdict != "not-logged" for key in report.keys)
     if not report.processes:

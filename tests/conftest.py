@@ -90,12 +90,15 @@ RunCli = Callable[..., subprocess.CompletedProcess[str]]
 def nccl_launch() -> RunCli:
     """Run the console script with the (isolated) environment plus `env` overrides."""
 
-    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        *args: str, env: dict[str, str] | None = None, stdin_path: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [console_script(), *args],
             capture_output=True,
             text=True,
             env={**os.environ, **(env or {})},
+            input=stdin_path.read_text() if stdin_path else None,
             timeout=60,
             check=False,
         )

@@ -87,13 +87,13 @@ class Server:
 def start(write_profile: WriteProfile, nccl_launch: RunCli) -> Iterator[Any]:
     servers: list[Server] = []
 
-    def start_server(*, launcher: bool = True, **env: str) -> Server:
+    def start_server(*, launcher: bool = True, nccl_debug: bool = False, **env: str) -> Server:
         port = free_port()
         write_profile(
             "standin", PROFILE.format(version=1, buffsize="16MiB", python=sys.executable, port=port)
         )
         if launcher:
-            argv = [console_script(), "run", "standin"]
+            argv = [console_script(), "run", *(["--nccl-debug"] * nccl_debug), "standin"]
         else:  # the old way: the raw line, NCCL values exported by hand or not at all
             argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", "/models/m",
                     "--tp", "2", "--port", str(port)]  # fmt: skip
@@ -340,3 +340,12 @@ def test_server_owned_and_undeclared_in_a_worker() -> None:
     assert report.ok
     strict_plan, strict = plan_and_policy()
     assert not evaluate(strict_plan, strict, "p.toml", [ProcessSnapshot(1, 0.0, "w", env)]).ok
+
+
+def test_nccl_debug_variables_are_tolerated_when_run_added_them(
+    start: Any, nccl_launch: RunCli
+) -> None:
+    server = start(nccl_debug=True)
+    result = nccl_launch("check", "--port", str(server.port))
+    assert result.returncode == 0, result.stdout
+    assert "no drift, 3 match, tolerated: NCCL_DEBUG, NCCL_DEBUG_SUBSYS" in result.stdout

@@ -1,0 +1,127 @@
+"""`verify-log` on multi-rank NCCL_DEBUG=INFO logs, and `run --nccl-debug` that produces them.
+
+tests/logs/ holds an 8-rank TP server's log in the line formats of reference/NCCL.md: one
+where every rank applied the tuned values (also as journalctl prints it), and one where
+rank 3 took an old BUFFSIZE, rank 5 never logged NTHREADS and rank 6 rejected 500 threads.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CHILD, RunCli, WriteProfile
+
+LOGS = Path(__file__).parent / "logs"
+TUNED = """
+schema = 1
+name = "tuned"
+version = 4
+[nccl]
+PROTO = "LL"
+ALGO = "Ring"
+P2P_LEVEL = 4
+MAX_NCHANNELS = 16
+BUFFSIZE = "16MiB"
+NTHREADS = 512
+SOCKET_IFNAME = "eno1"
+"""
+
+
+@pytest.fixture
+def tuned(write_profile: WriteProfile) -> None:
+    write_profile("tuned", TUNED)
+
+
+@pytest.mark.parametrize("log", ["tp8-applied.log", "tp8-journal.log"])
+def test_every_rank_confirms_every_loggable_value(
+    tuned: None, nccl_launch: RunCli, log: str
+) -> None:
+    result = nccl_launch("verify-log", "tuned", str(LOGS / log))
+    assert result.returncode == 0, result.stdout
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("verify-log tuned@4 (sha256:")
+    assert lines[0].endswith(f"against {LOGS / log}: 8 NCCL processes")
+    assert lines[1:] == [
+        'ok    NCCL_PROTO          "LL": confirmed by all 8 processes',
+        'ok    NCCL_ALGO           "Ring": confirmed by all 8 processes',
+        'ok    NCCL_P2P_LEVEL      "SYS": confirmed by all 8 processes',
+        'ok    NCCL_MAX_NCHANNELS  "16": confirmed by all 8 processes',
+        'ok    NCCL_BUFFSIZE       "16777216": confirmed by all 8 processes',
+        'ok    NCCL_NTHREADS       "512": confirmed by all 8 processes',
+        'note  NCCL_SOCKET_IFNAME  "eno1": NCCL does not log it; a log cannot confirm it',
+        "verify-log passed: 6 of 6 loggable values confirmed",
+    ]
+
+
+def test_values_applied_differently_or_never_are_failures(tuned: None, nccl_launch: RunCli) -> None:
+    result = nccl_launch(
+        "verify-log", "tuned", "-", "--format", "json", stdin_path=LOGS / "tp8-drifted.log"
+    )
+    assert result.returncode == 1
+    report = json.loads(result.stdout)
+    verdicts = {key["key"]: (key["verdict"], key["detail"]) for key in report["keys"]}
+    assert verdicts["NCCL_BUFFSIZE"] == ("mismatch", 'gpu-node-7:48304 [3] applied "4194304"')
+    assert verdicts["NCCL_NTHREADS"] == (
+        "mismatch",
+        "gpu-node-7:48307 [6] applied NCCL_NTHREADS 500 (must be a multiple of 32); "
+        "never reported by gpu-node-7:48306 [5]",
+    )
+    assert verdicts["NCCL_PROTO"][0] == "ok"
+    assert report["undeclared"] == {"NCCL_IB_HCA": {"gpu-node-7:48301 [0]": "mlx5_0"}}
+    assert report["source"] == "stdin"
+    assert len(report["processes"]) == 8
+
+
+def test_a_rank_that_never_logged_a_value_is_unconfirmed(
+    tuned: None, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    lines = (LOGS / "tp8-drifted.log").read_text().splitlines()
+    log = tmp_path / "partial.log"
+    log.write_text("\n".join(line for line in lines if "Invalid" not in line) + "\n")
+    result = nccl_launch("verify-log", "tuned", str(log))
+    assert result.returncode == 1
+    assert (
+        'fail  NCCL_NTHREADS       "512": never reported by gpu-node-7:48306 [5], '
+        "gpu-node-7:48307 [6]"
+    ) in result.stdout.splitlines()
+    assert 'warn  NCCL_IB_HCA         undeclared, applied as "mlx5_0" by 1 of them' in result.stdout
+
+
+def test_a_log_without_nccl_lines_says_how_to_get_them(
+    tuned: None, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    log = tmp_path / "quiet.log"
+    log.write_text("[2026-11-29 09:14:02] INFO The server is fired up and ready to roll!\n")
+    result = nccl_launch("verify-log", "tuned", str(log))
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert (
+        lines[1]
+        == 'fail  NCCL_PROTO          "LL": never reported by any process (no NCCL INFO lines)'
+    )
+    assert lines[-2] == "no NCCL INFO lines: start the server with nccl-launch run --nccl-debug"
+
+
+def test_run_nccl_debug_adds_the_logging_verify_log_needs(
+    tuned: None, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    out = tmp_path / "child.json"
+    result = nccl_launch("run", "--nccl-debug", "tuned", "--", sys.executable, str(CHILD),
+                         env={"CHILD_OUT": str(out)})  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    env = json.loads(out.read_text())["env"]
+    assert (env["NCCL_DEBUG"], env["NCCL_DEBUG_SUBSYS"]) == ("INFO", "INIT,ENV")
+    assert env["NCCL_LAUNCH_NCCL_DEBUG"] == "1"
+
+
+def test_nccl_debug_will_not_override_a_declared_debug_setting(
+    write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    write_profile("tuned", TUNED + 'DEBUG = "WARN"\n')
+    result = nccl_launch("run", "--nccl-debug", "tuned", "--", "true")
+    assert (result.returncode, result.stderr) == (
+        2, "nccl-launch: the profile declares NCCL_DEBUG; drop it or --nccl-debug\n")  # fmt: skip
