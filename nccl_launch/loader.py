@@ -15,7 +15,8 @@ from nccl_launch import catalog, sglang
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.profile import SEARCH_PATH_VAR, Policy, Profile, Provenance, Server, Speculative
 
-SYSTEM_DIR = Path("/etc/nccl-launch/profiles")
+SYSTEM_DIR = "/etc/nccl-launch/profiles"
+SYSTEM_DIR_VAR = "NCCL_LAUNCH_SYSTEM_DIR"  # for packagers, and for tests to stay off the host
 
 # The keys each table accepts, to tell the user what would be valid instead of an unknown key.
 _TABLES: dict[str, type[BaseModel]] = {
@@ -40,7 +41,7 @@ class LoadedProfile:
 def search_dirs(environ: Mapping[str, str] = os.environ) -> list[Path]:
     """`./profiles`, then each `$NCCL_LAUNCH_PATH` entry, then the system directory."""
     extra = [Path(entry) for entry in environ.get(SEARCH_PATH_VAR, "").split(":") if entry]
-    return [Path("profiles"), *extra, SYSTEM_DIR]
+    return [Path("profiles"), *extra, Path(environ.get(SYSTEM_DIR_VAR, SYSTEM_DIR))]
 
 
 def _looks_like_path(ref: str) -> bool:

@@ -55,13 +55,14 @@ def console_script() -> str:
 
 @pytest.fixture(autouse=True)
 def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """No NCCL/SGLang variables from the host, no ~/.nccl.conf of the host's user, and
-    `./profiles` is an empty temp directory."""
+    """No NCCL/SGLang variables from the host, no ~/.nccl.conf of the host's user, no
+    system profiles, and `./profiles` is an empty temp directory."""
     for key in list(os.environ):
         if key.startswith(_CLEARED_PREFIXES):
             monkeypatch.delenv(key)
     (tmp_path / "home").mkdir()
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("NCCL_LAUNCH_SYSTEM_DIR", str(tmp_path / "etc-profiles"))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "profiles").mkdir()
     return tmp_path

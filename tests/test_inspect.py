@@ -154,10 +154,10 @@ def test_list_shows_the_search_path(
     assert any(row[0] == "(invalid)" and row[-1] == "profiles/broken.toml" for row in rows)
 
 
-def test_list_with_nothing_says_where_it_looked(nccl_launch: RunCli) -> None:
+def test_list_with_nothing_says_where_it_looked(nccl_launch: RunCli, tmp_path: Path) -> None:
     result = nccl_launch("list")
     assert result.returncode == 0
-    assert result.stdout.startswith("no profiles in profiles, /etc/nccl-launch/profiles")
+    assert result.stdout.startswith(f"no profiles in profiles, {tmp_path / 'etc-profiles'}")
 
 
 def test_name_lookup_finds_a_declared_name_in_another_file(
