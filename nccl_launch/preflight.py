@@ -9,6 +9,7 @@ from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
+from nccl_launch import sglang
 from nccl_launch.checks import Check, PreflightReport
 from nccl_launch.host import conf_checks, env_plugin_check, gpu_check, path_checks, port_check
 from nccl_launch.launch import Launch
@@ -42,23 +43,10 @@ def probe_sglang(server: Server, server_args: list[str]) -> dict[str, Any]:
 
 
 def _expected(server: Server) -> dict[str, object]:
-    """What SGLang's parser must read back from the argv for the profile to hold."""
-    spec = server.speculative
-    expected: dict[str, object] = {
-        "model_path": server.model_path,
-        "tp_size": server.tp_size,
-        "pp_size": server.pp_size,
-        "nnodes": server.nnodes,
-    }
-    if spec is not None:
-        expected |= {
-            "speculative_algorithm": spec.algorithm,
-            "speculative_draft_model_path": spec.draft_model_path,
-            "speculative_num_steps": spec.num_steps,
-            "speculative_eagle_topk": spec.eagle_topk,
-            "speculative_num_draft_tokens": spec.num_draft_tokens,
-        }
-    return expected
+    """What SGLang's parser must read back (its attribute names), for the fields the profile
+    sets; the others keep SGLang's defaults."""
+    values = sglang.structured_values(server)
+    return {field.replace(".", "_"): value for field, value in values.items() if value is not None}
 
 
 def sglang_checks(server: Server, argv: list[str]) -> tuple[list[Check], dict[str, Any]]:

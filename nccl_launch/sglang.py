@@ -73,31 +73,28 @@ def flag_for(option: str, flags: tuple[Flag, ...] = FLAGS) -> Flag | None:
     return matches[0] if len(matches) == 1 and len(name) > 2 else None
 
 
+# Emitted only when they differ from SGLang's default, so that simple profiles stay short.
+_OMITTED_DEFAULTS = {"pp_size": 1, "nnodes": 1}
+
+
+def structured_values(server: Server) -> dict[str, object]:
+    """Every structured field's value by its dotted name (`speculative.num_steps`)."""
+    values = {}
+    for flag in FLAGS:
+        section, _, key = flag.field.rpartition(".")
+        owner = server.speculative if section else server
+        values[flag.field] = getattr(owner, key) if owner is not None else None
+    return values
+
+
 def server_argv(server: Server) -> list[str]:
     """The SGLang command line of a `[server]` table, every flag spelled canonically."""
-    values: dict[str, object] = {
-        "model_path": server.model_path,
-        "tp_size": server.tp_size,
-        "pp_size": server.pp_size if server.pp_size != 1 else None,
-        "host": server.host,
-        "port": server.port,
-        "nnodes": server.nnodes if server.nnodes != 1 else None,
-        "node_rank": server.node_rank,
-        "dist_init_addr": server.dist_init_addr,
-    }
+    values = structured_values(server)
     spec = server.speculative
-    if spec is not None:
-        values |= {
-            "speculative.algorithm": spec.algorithm,
-            "speculative.draft_model_path": spec.draft_model_path,
-            "speculative.num_steps": spec.num_steps,
-            "speculative.eagle_topk": spec.eagle_topk,
-            "speculative.num_draft_tokens": spec.num_draft_tokens,
-        }
     argv = [server.python, *shlex.split(server.entrypoint)]
     for flag in FLAGS:
-        value = values.get(flag.field)
-        if value is not None:
+        value = values[flag.field]
+        if value is not None and _OMITTED_DEFAULTS.get(flag.field) != value:
             argv += [flag.canonical, str(value)]
     for key, setting in (spec.extra_settings() if spec is not None else {}).items():
         if setting is True:
