@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -221,23 +223,50 @@ def _alive(pids: list[int]) -> list[int]:
     return alive
 
 
+class Watcher:
+    """`check --watch` in the background, its output read line by line as it comes."""
+
+    def __init__(self, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [console_script(), "check", *args], stdout=subprocess.PIPE, text=True
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        assert self.process.stdout is not None
+        stream = self.process.stdout
+        threading.Thread(
+            target=lambda: [self.lines.put(line) for line in stream], daemon=True
+        ).start()
+
+    def wait_for(self, text: str, timeout: float = 30) -> None:
+        """Block until a line equal to `text` was printed (so the watcher is up and looking)."""
+        deadline = time.monotonic() + timeout
+        while text not in self.seen:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"never printed {text!r}: {self.seen}"
+            with contextlib.suppress(queue.Empty):
+                self.seen.append(self.lines.get(timeout=remaining).rstrip("\n"))
+
+    def finish(self, timeout: float = 30) -> str:
+        self.process.wait(timeout=timeout)
+        time.sleep(0.1)  # let the reader thread drain the pipe
+        while not self.lines.empty():
+            self.seen.append(self.lines.get().rstrip("\n"))
+        return "\n".join(self.seen)
+
+
 def test_watch_stops_the_whole_tree_when_a_late_worker_drifts(start: Any) -> None:
     server = start(STANDIN_LATE_DRIFT="NCCL_PROTO=Simple")
-    watcher = subprocess.Popen(
-        [console_script(), "check", "--pid", str(server.process.pid), "--watch", "0.2",
-         "--on-drift", "stop", "--grace", "5"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    time.sleep(1.0)
-    assert watcher.poll() is None, watcher.communicate()
+    pid = str(server.process.pid)
+    watcher = Watcher("--pid", pid, "--watch", "0.2", "--on-drift", "stop", "--grace", "5")
+    watcher.wait_for("no drift in 5 processes")
     os.kill(server.process.pid, signal.SIGUSR1)  # a scheduler that appears later, drifted
-    out, err = watcher.communicate(timeout=30)
+    out = watcher.finish()
     server.process.wait(timeout=10)  # reap it: we are its parent
-    assert watcher.returncode == 1, out + err
+    assert watcher.process.returncode == 1, out
     assert out.startswith("--- ")
-    assert "no drift in 5 processes" in out
     assert '"LL" -> "Simple"' in out  # the late worker, seen and stopped
-    assert "stopped the server: 6 processes of pid" in out
+    assert f"stopped the server: 6 processes of pid {pid}'s tree ended" in out
     assert _alive(server.tree) == []
     assert [p for p in psutil.process_iter(["cmdline"]) if any(
         str(server.port) in part for part in (p.info["cmdline"] or []))] == []  # fmt: skip
@@ -245,14 +274,12 @@ def test_watch_stops_the_whole_tree_when_a_late_worker_drifts(start: Any) -> Non
 
 def test_sigterm_ends_the_watch_and_leaves_the_server_alone(start: Any) -> None:
     server = start()
-    watcher = subprocess.Popen(
-        [console_script(), "check", "--port", str(server.port), "--watch", "0.2"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    time.sleep(1.0)
-    watcher.send_signal(signal.SIGTERM)
-    out, _ = watcher.communicate(timeout=10)
-    assert watcher.returncode == 0
+    watcher = Watcher("--port", str(server.port), "--watch", "0.2")
+    watcher.wait_for("no drift in 5 processes")
+    time.sleep(0.5)  # a few more rounds, with nothing new to print
+    watcher.process.send_signal(signal.SIGTERM)
+    out = watcher.finish(timeout=10)
+    assert watcher.process.returncode == 0
     assert out.count("--- ") == 1  # printed once: nothing changed
     assert _alive(server.tree) == server.tree
 
