@@ -227,3 +227,25 @@ def test_internal_error_exits_4_with_a_short_message(
     with pytest.raises(SystemExit):
         cli.main(["--debug", "show", "anything"])
     assert "Traceback (most recent call last)" in capsys.readouterr().err
+
+
+def test_json_outputs_keep_their_keys() -> None:
+    """The versioned JSON contracts: changing a key must change this test (and the version)."""
+    from nccl_launch.check import LiveReport, ProcessReport
+    from nccl_launch.checks import Check, PreflightReport
+    from nccl_launch.drift import DriftEntry
+    from nccl_launch.ncclog import KeyReport, LogReport
+
+    contracts = {
+        LiveReport: ["schema_version", "profile", "digest", "path", "main_pid",
+                     "running_profile", "running_digest", "processes"],
+        ProcessReport: ["pid", "title", "readable", "reason", "entries", "matched"],
+        DriftEntry: ["key", "kind", "expected", "actual", "source", "note", "tolerated"],
+        PreflightReport: ["schema_version", "profile", "digest", "argv", "checks", "sglang"],
+        Check: ["name", "status", "message", "detail"],
+        LogReport: ["schema_version", "profile", "digest", "source", "processes", "keys",
+                    "undeclared"],
+        KeyReport: ["key", "expected", "verdict", "detail"],
+    }  # fmt: skip
+    for model, keys in contracts.items():
+        assert list(model.model_fields) == keys, model.__name__
