@@ -158,3 +158,24 @@ def test_digest_depends_on_env_and_argv_only() -> None:
     assert changed.digest != base.digest
     spelled = build_plan(profile(nccl={**TUNED, "BUFFSIZE": 16777216}))
     assert spelled.digest == base.digest
+
+
+def test_nccl_conf_values_the_environment_lacks_count_as_inherited() -> None:
+    from nccl_launch.ncclconf import parse
+
+    conf = parse("NCCL_PROTO=Simple\nNCCL_IB_HCA=mlx5_0\nNCCL_CUMEM_ENABLE=1\n", "/etc/nccl.conf")
+    resolved = profile()
+    result = merge_environment({}, [], build_plan(resolved), resolved.policy, {}, conf)
+    by_key = {entry.key: entry for entry in result.report.entries}
+    assert "NCCL_PROTO" not in by_key  # declared: the environment wins over the file
+    assert by_key["NCCL_IB_HCA"].source == "/etc/nccl.conf:2"
+    assert not by_key["NCCL_IB_HCA"].tolerated
+    assert by_key["NCCL_CUMEM_ENABLE"].tolerated  # server-owned
+    assert "NCCL_IB_HCA" not in result.env  # NCCL sets it inside the process, not us
+
+    for policy, tolerated in (("warn", True), ("strip", False)):
+        lenient = profile(policy={"undeclared_nccl": policy})
+        plan = build_plan(lenient)
+        merged = merge_environment({}, [], plan, lenient.policy, {}, conf)
+        [entry] = [e for e in merged.report.entries if e.key == "NCCL_IB_HCA"]
+        assert entry.tolerated is tolerated, policy
