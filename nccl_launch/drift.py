@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_serializer
 
 from nccl_launch import catalog, grammar
 from nccl_launch.profile import OWN_VARIABLES, Policy
@@ -28,6 +28,11 @@ class DriftEntry(BaseModel):
     source: str | None = None
     note: str | None = None
     tolerated: bool = False  # shown but not failed: server-owned keys and `warn` policies
+
+    @field_serializer("expected", "actual")
+    def _masked(self, value: str | None) -> str | None:
+        """JSON output masks secret-looking values, as the text does."""
+        return "***" if value is not None and is_secret(self.key) else value
 
 
 class DriftReport(BaseModel):

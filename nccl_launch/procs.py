@@ -90,7 +90,10 @@ def main_pid(target: Target) -> int:
 
 
 def _title(process: psutil.Process) -> str:
-    parts = [part for part in process.cmdline() if part]
+    try:
+        parts = [part for part in process.cmdline() if part]
+    except psutil.AccessDenied:
+        return process.name()
     title = parts[0] if len(parts) == 1 else shlex.join(parts)
     return title if len(title) <= TITLE_WIDTH else title[: TITLE_WIDTH - 3] + "..."
 

@@ -147,6 +147,10 @@ def test_secrets_are_masked_in_reports() -> None:
     assert "hf_secret" not in text
     assert "hf_other" not in text
     assert '"***" -> "***"' in text
+    dumped = result.report.model_dump_json()
+    assert "hf_secret" not in dumped
+    assert "hf_other" not in dumped
+    assert result.report.entries[0].actual == "hf_secret"  # masked on output only
 
 
 def test_digest_depends_on_env_and_argv_only() -> None:
