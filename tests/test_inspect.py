@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from nccl_launch import cli
+from nccl_launch.commands import inspecting
 from tests.conftest import RunCli, WriteProfile
 
 V1 = """
@@ -215,7 +216,7 @@ def test_internal_error_exits_4_with_a_short_message(
     def broken(ref: str) -> None:
         raise KeyError("planted")
 
-    monkeypatch.setattr(cli, "load_profile", broken)
+    monkeypatch.setattr(inspecting, "load_profile", broken)
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["show", "anything"])
     assert exit_info.value.code == 4

@@ -1,0 +1,1 @@
+"""The subcommands, grouped by when a user reaches for them; `cli.py` registers them."""

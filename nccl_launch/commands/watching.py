@@ -1,0 +1,125 @@
+"""After start: `check` the live process tree, `verify-log` NCCL's own log."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TextIO
+
+import click
+
+from nccl_launch import live
+from nccl_launch.check import LiveReport
+from nccl_launch.errors import (
+    EXIT_DRIFT,
+    EXIT_OK,
+)
+from nccl_launch.files import atomic_write
+from nccl_launch.live import OnDrift
+from nccl_launch.loader import load_profile
+from nccl_launch.ncclog import verify
+from nccl_launch.plan import build_plan
+from nccl_launch.procs import Target
+from nccl_launch.prometheus import metrics
+from nccl_launch.render import (
+    live_text,
+    log_lines,
+)
+
+LIVE_FORMATS: dict[str, Callable[[LiveReport], str]] = {
+    "text": lambda report: live_text(report) + "\n",
+    "json": lambda report: report.model_dump_json(indent=2) + "\n",
+    "prometheus": metrics,
+}
+
+
+@click.command()
+@click.argument("profile", required=False)
+@click.option("--pid", type=int, help="The server's main process.")
+@click.option("--port", type=int, help="The server's port: the process listening there.")
+@click.option("--pidfile", type=click.Path(path_type=Path), help="A file holding the PID.")
+@click.option("--unit", help="A systemd unit: its MainPID.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "prometheus"]),
+    default="text",
+    show_default=True,
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(path_type=Path),
+    help="Write the report to FILE atomically (for node_exporter's textfile collector).",
+)
+@click.option("--watch", type=click.FloatRange(min=0.1), metavar="SECONDS", help="Keep checking.")
+@click.option(
+    "--on-drift",
+    type=click.Choice(["warn", "stop"]),
+    default="warn",
+    show_default=True,
+    help="With --watch: stop = SIGTERM the server, SIGKILL after --grace, exit 1.",
+)
+@click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True)
+def check(
+    profile: str | None,
+    pid: int | None,
+    port: int | None,
+    pidfile: Path | None,
+    unit: str | None,
+    fmt: str,
+    output: Path | None,
+    watch: float | None,
+    on_drift: OnDrift,
+    grace: float,
+) -> int:
+    """Compare a running server's whole process tree with PROFILE.
+
+    Without PROFILE, the profile the server was started with (its NCCL_LAUNCH_PROFILE) is
+    read from the search path. Exit 0 no drift, 1 drift or unreadable processes, 3 no such
+    server.
+    """
+    target = Target(pid=pid, port=port, pidfile=pidfile, unit=unit)
+    last: list[str] = []
+
+    def emit(report: LiveReport) -> None:
+        rendered = LIVE_FORMATS[fmt](report)
+        if output is not None:
+            atomic_write(output, rendered, replace=True)
+            return
+        if watch is not None and fmt == "text":
+            if last == [rendered]:
+                return  # a watch prints the text report when it changes
+            click.echo(f"--- {datetime.now(UTC).isoformat(timespec='seconds')}")
+        last[:] = [rendered]
+        click.echo(rendered, nl=False)
+
+    if watch is None:
+        report = live.check(target, profile)
+        emit(report)
+        return EXIT_OK if report.ok else EXIT_DRIFT
+    return live.watch(target, profile, watch, on_drift, grace, emit, click.echo)
+
+
+@click.command(name="verify-log")
+@click.argument("profile")
+@click.argument("log", type=click.File("r", errors="replace"), default="-")
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+def verify_log(profile: str, log: TextIO, fmt: str) -> int:
+    """Confirm from NCCL's NCCL_DEBUG=INFO output (LOG, or stdin) that every rank applied
+    each declared value; exit 1 on a value applied differently or never confirmed.
+
+    journalctl -u sglang | nccl-launch verify-log PROFILE
+    """
+    plan = build_plan(load_profile(profile).profile)
+    source = "stdin" if log.name == "<stdin>" else log.name
+    report = verify(plan, log, source)
+    if fmt == "json":
+        click.echo(report.model_dump_json(indent=2))
+    else:
+        for line in log_lines(report):
+            click.echo(line)
+    return EXIT_OK if report.ok else EXIT_DRIFT
