@@ -349,8 +349,13 @@ class LevelRule:
         return None  # NCCL silently treats anything else as unset
 
     def schema(self) -> dict[str, Any]:
-        return {"anyOf": [{"enum": list(LEVELS)}, {"enum": [0, 1, 2, 3, 4, 5]},
-                          {"enum": ["0", "1", "2", "3", "4", "5"]}]}  # fmt: skip
+        return {
+            "anyOf": [
+                {"enum": list(LEVELS)},
+                {"enum": [0, 1, 2, 3, 4, 5]},
+                {"enum": ["0", "1", "2", "3", "4", "5"]},
+            ]
+        }
 
 
 @dataclass(frozen=True)

@@ -268,8 +268,12 @@ def build_profile(start: StartCommand, name: str, source: str, how: str) -> dict
     if problems:
         raise ProfileError([f"{source}: {problem}" for problem in problems])
     notes = start.notes
-    data: dict[str, Any] = {"schema": 1, "name": name, "version": 1,
-                            "description": f"{how} from {source}"}  # fmt: skip
+    data: dict[str, Any] = {
+        "schema": 1,
+        "name": name,
+        "version": 1,
+        "description": f"{how} from {source}",
+    }
     data |= {"nccl": nccl} if nccl else {}
     data |= {"env": env} if env else {}
     server = server_table(start.argv, notes)

@@ -8,20 +8,19 @@ from collections import Counter
 from nccl_launch.check import LiveReport
 from nccl_launch.drift import DRIFT_KINDS
 
-
-def _labels(**labels: str) -> str:
-    escaped = (
-        value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-        for value in labels.values()
-    )
-    return (
-        "{" + ",".join(f'{key}="{value}"' for key, value in zip(labels, escaped, strict=True)) + "}"
-    )
+Samples = list[tuple[dict[str, str], float]]
 
 
-def _metric(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> list[str]:
-    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-    return lines + [f"{name}{labels} {value:g}" for labels, value in samples]
+def _labels(labels: dict[str, str]) -> str:
+    def escaped(value: str) -> str:
+        return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+    return "{" + ",".join(f'{key}="{escaped(value)}"' for key, value in labels.items()) + "}"
+
+
+def _number(value: float) -> str:
+    """Exact: `:g` would round a timestamp to six digits."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
 def metrics(report: LiveReport, now: float | None = None) -> str:
@@ -37,29 +36,40 @@ def metrics(report: LiveReport, now: float | None = None) -> str:
         "running_profile": report.running_profile or "",
         "running_digest": report.running_digest or "",
     }
-    lines = _metric(
-        "nccl_launch_drift", "gauge",
-        "1 when the live server's environment drifts from its profile or cannot be fully read.",
-        [(_labels(**base), float(not report.ok))],
-    ) + _metric(
-        "nccl_launch_drift_variables", "gauge",
-        "Drifted variables summed over the server's processes, by kind.",
-        [(_labels(**base, kind=kind), kinds[kind]) for kind in DRIFT_KINDS],
-    ) + _metric(
-        "nccl_launch_processes", "gauge",
-        "Processes of the server's tree, by state.",
-        [(_labels(**base, state=state), states[state]) for state in ("ok", "drift", "unreadable")],
-    ) + _metric(
-        "nccl_launch_digest_mismatch", "gauge",
-        "1 when the running server was started from another digest than the profile file's.",
-        [(_labels(**base), float(report.digest_differs))],
-    ) + _metric(
-        "nccl_launch_running_info", "gauge",
-        "The profile and digest the running server was started with (from its own environment).",
-        [(_labels(**running), 1.0)],
-    ) + _metric(
-        "nccl_launch_check_timestamp_seconds", "gauge",
-        "When this check ran, in seconds since the epoch.",
-        [(_labels(**base), time.time() if now is None else now)],
-    )  # fmt: skip
+    families: list[tuple[str, str, Samples]] = [
+        (
+            "nccl_launch_drift",
+            "1 when the live server's environment drifts from its profile or cannot be read.",
+            [(base, float(not report.ok))],
+        ),
+        (
+            "nccl_launch_drift_variables",
+            "Drifted variables summed over the server's processes, by kind.",
+            [(base | {"kind": kind}, kinds[kind]) for kind in DRIFT_KINDS],
+        ),
+        (
+            "nccl_launch_processes",
+            "Processes of the server's tree, by state.",
+            [(base | {"state": s}, states[s]) for s in ("ok", "drift", "unreadable")],
+        ),
+        (
+            "nccl_launch_digest_mismatch",
+            "1 when the server was started from another digest than the profile file's.",
+            [(base, float(report.digest_differs))],
+        ),
+        (
+            "nccl_launch_running_info",
+            "The profile and digest the server says it was started with.",
+            [(running, 1.0)],
+        ),
+        (
+            "nccl_launch_check_timestamp_seconds",
+            "When this check ran, in seconds since the epoch.",
+            [(base, time.time() if now is None else now)],
+        ),
+    ]
+    lines = []
+    for metric, help_text, samples in families:
+        lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} gauge"]
+        lines += [f"{metric}{_labels(labels)} {_number(value)}" for labels, value in samples]
     return "\n".join(lines) + "\n"

@@ -150,33 +150,31 @@ def speculative_problems(server: Server) -> list[tuple[str, str]]:
     if spec is None:
         return []
     problems = []
-    trio = {"num_steps": spec.num_steps, "eagle_topk": spec.eagle_topk,
-            "num_draft_tokens": spec.num_draft_tokens}  # fmt: skip
-    given = [key for key, value in trio.items() if value is not None]
-    if given and len(given) < len(trio):
-        missing = ", ".join(key for key in trio if key not in given)
-        problems.append((
-            "speculative",
-            f"num_steps, eagle_topk and num_draft_tokens go together; {missing} missing "
-            "(SGLang asserts or crashes otherwise): give all three, or none to let SGLang choose",
-        ))  # fmt: skip
     steps, topk, drafts = spec.num_steps, spec.eagle_topk, spec.num_draft_tokens
+    trio = {"num_steps": steps, "eagle_topk": topk, "num_draft_tokens": drafts}
+    missing = [key for key, value in trio.items() if value is None]
+    if 0 < len(missing) < len(trio):
+        message = (
+            f"num_steps, eagle_topk and num_draft_tokens go together; {', '.join(missing)} "
+            "missing (SGLang asserts or crashes otherwise): give all three, or none"
+        )
+        problems.append(("speculative", message))
     if steps is not None and topk == 1 and drafts is not None and drafts != steps + 1:
-        problems.append((
-            "speculative.num_draft_tokens",
+        message = (
             f"{drafts} with eagle_topk = 1 and num_steps = {steps}: SGLang silently runs "
-            f"{steps + 1} instead; write num_draft_tokens = {steps + 1}",
-        ))  # fmt: skip
+            f"{steps + 1} instead; write num_draft_tokens = {steps + 1}"
+        )
+        problems.append(("speculative.num_draft_tokens", message))
     algorithm, draft = spec.algorithm, spec.draft_model_path
     if algorithm in ("EAGLE", "EAGLE3", "NEXTN") and draft is None:
         architecture = model_architecture(server.model_path or "")
         if architecture not in MTP_ARCHITECTURES:
-            found = f"is {architecture}" if architecture else "is unknown (no readable config.json)"
-            problems.append((
-                "speculative.draft_model_path",
+            found = architecture or "unknown (no readable config.json)"
+            message = (
                 f"{algorithm} needs a draft model unless the model has built-in MTP layers "
-                f"(DeepSeek-V3 style); the model's architecture {found}",
-            ))  # fmt: skip
+                f"(DeepSeek-V3 style); the model's architecture is {found}"
+            )
+            problems.append(("speculative.draft_model_path", message))
     if algorithm == "DFLASH" and draft is None:
         problems.append(("speculative.draft_model_path", "DFLASH requires a draft model path"))
     if algorithm in ("UNO", "NGRAM") and draft is not None:
@@ -192,11 +190,13 @@ def server_problems(server: Server) -> list[tuple[str, str]]:
     if server.model_path is None:
         problems.append(("model_path", "required key is missing"))
     if (server.tp_size * server.pp_size) % server.nnodes:
-        problems.append((
-            "nnodes",
-            f"tp_size * pp_size = {server.tp_size * server.pp_size} is not a multiple of "
-            f"nnodes = {server.nnodes} (SGLang asserts it)",
-        ))  # fmt: skip
+        problems.append(
+            (
+                "nnodes",
+                f"tp_size * pp_size = {server.tp_size * server.pp_size} is not a multiple of "
+                f"nnodes = {server.nnodes} (SGLang asserts it)",
+            )
+        )
     if server.node_rank is not None and server.node_rank >= server.nnodes:
         problems.append(("node_rank", f"{server.node_rank} is not below nnodes = {server.nnodes}"))
     problems += [("args", problem) for problem in duplicated_flags(server.args, server)]
@@ -217,8 +217,10 @@ def server_warnings(server: Server, env: dict[str, str]) -> list[str]:
             f"--enable-deterministic-inference makes SGLang override {', '.join(tuned)} "
             "(NCCL_ALGO=allreduce:tree, 8 channels)"
         )
-    for option, key in (("--enable-symm-mem", "NCCL_CUMEM_ENABLE"),
-                        ("--enable-nccl-nvls", "NCCL_NVLS_ENABLE")):  # fmt: skip
+    for option, key in (
+        ("--enable-symm-mem", "NCCL_CUMEM_ENABLE"),
+        ("--enable-nccl-nvls", "NCCL_NVLS_ENABLE"),
+    ):
         if option in args and key in env:
             warnings.append(f"{option} makes SGLang override {key} = {env[key]!r}")
     return warnings
