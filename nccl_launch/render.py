@@ -144,14 +144,15 @@ def live_text(report: LiveReport) -> str:
         lines += _process_lines(process)
     drifted = sum(bool(process.drifted) for process in report.processes)
     unreadable = len(report.unreadable)
-    total = len(report.processes)
+    count = len(report.processes)
+    total = f"{count} process" + ("" if count == 1 else "es")
     if report.ok:
-        lines.append(f"no drift in {total} processes")
+        lines.append(f"no drift in {total}")
     else:
         parts = [f"{drifted} drift"] if drifted else []
         parts += [f"{unreadable} unreadable"] if unreadable else []
         parts += ["another digest running"] if report.digest_differs else []
-        lines.append(f"drift: {', '.join(parts)}, of {total} processes")
+        lines.append(f"drift: {', '.join(parts)}, of {total}")
     return "\n".join(lines)
 
 
