@@ -13,10 +13,17 @@ from pydantic import BaseModel, ValidationError
 
 from nccl_launch import catalog, sglang
 from nccl_launch.errors import ProfileError, UsageError
-from nccl_launch.profile import SEARCH_PATH_VAR, Policy, Profile, Provenance, Server, Speculative
+from nccl_launch.profile import (
+    SEARCH_PATH_VAR,
+    SYSTEM_DIR_VAR,
+    Policy,
+    Profile,
+    Provenance,
+    Server,
+    Speculative,
+)
 
 SYSTEM_DIR = "/etc/nccl-launch/profiles"
-SYSTEM_DIR_VAR = "NCCL_LAUNCH_SYSTEM_DIR"  # for packagers, and for tests to stay off the host
 
 # The keys each table accepts, to tell the user what would be valid instead of an unknown key.
 _TABLES: dict[str, type[BaseModel]] = {

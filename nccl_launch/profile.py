@@ -16,6 +16,7 @@ SCHEMA_VERSION = 1
 MARKER_PROFILE = "NCCL_LAUNCH_PROFILE"
 MARKER_DIGEST = "NCCL_LAUNCH_DIGEST"
 SEARCH_PATH_VAR = "NCCL_LAUNCH_PATH"
+SYSTEM_DIR_VAR = "NCCL_LAUNCH_SYSTEM_DIR"  # for packagers, and for tests to stay off the host
 MARKER_NCCL_DEBUG = "NCCL_LAUNCH_NCCL_DEBUG"
 OWN_VARIABLES = frozenset(
     {
@@ -23,8 +24,8 @@ OWN_VARIABLES = frozenset(
         MARKER_DIGEST,
         SEARCH_PATH_VAR,
         MARKER_NCCL_DEBUG,
+        SYSTEM_DIR_VAR,
         "SPT_NOENV",
-        "NCCL_LAUNCH_SYSTEM_DIR",
     }
 )
 # What `run --nccl-debug` adds so that `verify-log` has NCCL's own lines to read.
