@@ -137,7 +137,7 @@ class _Lexer:
                 raise ShellError(f"line {start}: unterminated {quote}")
             if char == quote:
                 break
-            if quote == '"' and char == "\\" and self.peek() in '$`"\\\n':
+            if quote == '"' and char == "\\" and self.peek() and self.peek() in '$`"\\\n':
                 escaped = self.take()
                 if escaped != "\n":
                     self.current().add("".join(buffer), True)
@@ -154,9 +154,9 @@ class _Lexer:
         if self.word is not None and self.word.literal().isdigit() and self.word.segments[0][1]:
             self.word = None  # the file descriptor number of `2>`
         self.end_word()
-        while self.peek() in "<>&|":
+        while self.peek() and self.peek() in "<>&|":
             self.take()
-        while self.peek() in " \t":
+        while self.peek() and self.peek() in " \t":
             self.take()
         target = Word()
         while self.peek() and self.peek() not in " \t\n;&|<>":
