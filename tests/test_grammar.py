@@ -311,3 +311,18 @@ def test_nthreads_accepts_exactly_multiples_of_32_in_range(number: int) -> None:
         assert not ok
     else:
         assert ok
+
+
+_NAMES = sorted(catalog.catalog())
+_SCALARS = st.one_of(st.text(max_size=12), st.integers(), st.booleans(), st.floats())
+
+
+@given(st.sampled_from(_NAMES), _SCALARS, st.text(max_size=12))
+def test_no_value_or_env_string_makes_a_rule_crash(name: str, value: object, raw: str) -> None:
+    try:
+        emitted = grammar.canonical(name, value)  # type: ignore[arg-type]
+    except ValueError as error:
+        assert str(error)
+    else:
+        assert grammar.same_meaning(name, emitted, emitted)
+    grammar.meaning(name, raw)  # any environment string, as `check` reads them
