@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 
 from nccl_launch.drift import DriftEntry, compare, undeclared
+from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK
 from nccl_launch.plan import LaunchPlan
 from nccl_launch.profile import (
     MARKER_DIGEST,
@@ -75,6 +76,13 @@ class LiveReport(BaseModel):
     def ok(self) -> bool:
         """No drift, and every process could be read: nothing is left unverified."""
         return not (self.drifts or self.unreadable)
+
+    @property
+    def exit_code(self) -> int:
+        """0 ok; 3 when no process could be read at all (a target problem); 1 otherwise."""
+        if self.ok:
+            return EXIT_OK
+        return EXIT_HOST if len(self.unreadable) == len(self.processes) else EXIT_DRIFT
 
 
 def process_report(plan: LaunchPlan, policy: Policy, snapshot: ProcessSnapshot) -> ProcessReport:

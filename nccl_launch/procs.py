@@ -106,9 +106,18 @@ def _snapshot(process: psutil.Process) -> ProcessSnapshot:
             env: dict[str, str] | None = process.environ()
         except psutil.AccessDenied:
             return ProcessSnapshot(process.pid, create_time, title, None, "permission denied")
-    if not env:  # setproctitle wrote the title over the memory /proc/PID/environ shows
+    if not env and _environ_has_bytes(process.pid):
+        # setproctitle cleared the memory /proc/PID/environ shows: its bytes remain, all
+        # zero, with no KEY=VALUE among them. A truly empty environment (env -i) has none.
         return ProcessSnapshot(process.pid, create_time, title, None, OVERWRITTEN)
     return ProcessSnapshot(process.pid, create_time, title, env)
+
+
+def _environ_has_bytes(pid: int) -> bool:
+    try:
+        return bool(Path(f"/proc/{pid}/environ").read_bytes())
+    except OSError:
+        return True  # unreadable now: still not known to be empty
 
 
 def snapshot_tree(pid: int) -> list[ProcessSnapshot]:

@@ -351,6 +351,26 @@ def test_unreadable_is_never_reported_as_missing_keys() -> None:
     assert (process.readable, process.reason, process.entries) == (False, "denied", [])
     assert not report.ok
     assert not report.drifts
+    assert report.exit_code == 3  # nothing could be read: a target problem, not drift
+    env = {"NCCL_PROTO": "LL", "NCCL_CUMEM_ENABLE": "1"}
+    mixed = [ProcessSnapshot(1, 0.0, "main", env), ProcessSnapshot(2, 0.0, "w", None, "denied")]
+    assert evaluate(plan, policy, "p.toml", mixed).exit_code == 1
+
+
+def test_an_empty_environment_is_read_not_called_overwritten(
+    write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    write_profile("empty", 'schema = 1\nname = "empty"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    process = subprocess.Popen(["/usr/bin/env", "-i", "/bin/sleep", "30"])
+    try:
+        time.sleep(0.3)
+        result = nccl_launch("check", "empty", "--pid", str(process.pid))
+    finally:
+        process.kill()
+        process.wait()
+    assert result.returncode == 1
+    assert '  - NCCL_PROTO  "LL" -> unset' in result.stdout.splitlines()
+    assert "unreadable" not in result.stdout
 
 
 def test_server_owned_and_undeclared_in_a_worker() -> None:

@@ -98,7 +98,7 @@ def check(
     if watch is None:
         report = live.check(target, profile)
         emit(report)
-        return EXIT_OK if report.ok else EXIT_DRIFT
+        return report.exit_code
     return live.watch(target, profile, watch, on_drift, grace, emit, click.echo)
 
 
