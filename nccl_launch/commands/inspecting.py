@@ -9,20 +9,11 @@ import click
 import tomli_w
 
 from nccl_launch import exports
-from nccl_launch.commands.options import (
-    warn,
-)
-from nccl_launch.errors import (
-    EXIT_DRIFT,
-    EXIT_OK,
-    EXIT_USAGE,
-    NcclLaunchError,
-)
+from nccl_launch.commands.options import warn
+from nccl_launch.errors import EXIT_DRIFT, EXIT_OK, EXIT_USAGE, NcclLaunchError
 from nccl_launch.loader import LoadedProfile, load_profile, profile_files, search_dirs
 from nccl_launch.plan import build_plan, profile_changes
-from nccl_launch.render import (
-    changes_text,
-)
+from nccl_launch.render import changes_text
 from nccl_launch.schema import profile_schema
 
 JSON_SCHEMA_VERSION = 1

@@ -7,27 +7,11 @@ from typing import Any
 
 import click
 
-from nccl_launch.commands.options import (
-    PASS_THROUGH,
-    launch_options,
-    prepare,
-    warn,
-)
-from nccl_launch.errors import (
-    EXIT_DRIFT,
-    EXIT_HOST,
-    EXIT_OK,
-    DriftError,
-    UsageError,
-)
+from nccl_launch.commands.options import PASS_THROUGH, launch_options, prepare, warn
+from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK, DriftError, UsageError
 from nccl_launch.launch import exec_command
 from nccl_launch.preflight import SKIPPABLE, run_preflight
-from nccl_launch.render import (
-    command_line,
-    drift_lines,
-    env_changes,
-    preflight_lines,
-)
+from nccl_launch.render import command_line, drift_lines, env_changes, preflight_lines
 
 
 @click.command(context_settings=PASS_THROUGH)

@@ -9,14 +9,8 @@ from typing import TextIO
 
 import click
 
-from nccl_launch.commands.options import (
-    output_options,
-    warn,
-)
-from nccl_launch.errors import (
-    EXIT_OK,
-    UsageError,
-)
+from nccl_launch.commands.options import output_options, warn
+from nccl_launch.errors import EXIT_OK, UsageError
 from nccl_launch.files import atomic_write
 from nccl_launch.loader import load_profile
 from nccl_launch.migrate import (

@@ -11,10 +11,7 @@ import click
 
 from nccl_launch import live
 from nccl_launch.check import LiveReport
-from nccl_launch.errors import (
-    EXIT_DRIFT,
-    EXIT_OK,
-)
+from nccl_launch.errors import EXIT_DRIFT, EXIT_OK
 from nccl_launch.files import atomic_write
 from nccl_launch.live import OnDrift
 from nccl_launch.loader import load_profile
@@ -22,10 +19,7 @@ from nccl_launch.ncclog import verify
 from nccl_launch.plan import build_plan
 from nccl_launch.procs import Target
 from nccl_launch.prometheus import metrics
-from nccl_launch.render import (
-    live_text,
-    log_lines,
-)
+from nccl_launch.render import live_text, log_lines
 
 LIVE_FORMATS: dict[str, Callable[[LiveReport], str]] = {
     "text": lambda report: live_text(report) + "\n",
