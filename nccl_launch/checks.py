@@ -28,5 +28,5 @@ class PreflightReport(BaseModel):
     checks: list[Check]
     sglang: dict[str, Any] | None = None
 
-    def failed(self, name: str | None = None) -> bool:
-        return any(c.status == "fail" and name in (None, c.name) for c in self.checks)
+    def failed(self, name: str) -> bool:
+        return any(check.status == "fail" and check.name == name for check in self.checks)

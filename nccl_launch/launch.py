@@ -16,7 +16,7 @@ from dotenv.parser import parse_stream
 from nccl_launch import sglang
 from nccl_launch.errors import HostError, UsageError
 from nccl_launch.loader import LoadedProfile, load_profile
-from nccl_launch.merge import EnvLayer, MergeResult, merge_environment
+from nccl_launch.merge import EnvLayer, MergeResult, inherited_environment, merge_environment
 from nccl_launch.ncclconf import ConfEntry, read_conf
 from nccl_launch.plan import LaunchPlan, build_plan
 from nccl_launch.profile import MARKER_NCCL_DEBUG, NCCL_DEBUG_ENV, Server
@@ -88,13 +88,12 @@ def placement_args(server: Server, given: Placement, environ: Mapping[str, str])
     if rank is not None and server.node_rank is not None:
         raise UsageError(f"the profile fixes node_rank = {server.node_rank}; drop --node-rank")
     if rank is None and server.node_rank is None and server.nnodes > 1:
-        found = sglang.node_rank_from(environ)
-        if found is None:
+        rank = sglang.node_rank_from(environ)
+        if rank is None:
             raise UsageError(
                 f"nnodes = {server.nnodes} but no node rank: pass --node-rank, or run under "
                 "Slurm (SLURM_NODEID) or a LeaderWorkerSet (LWS_WORKER_INDEX)"
             )
-        rank = found[0]
     if rank is not None:
         if rank >= server.nnodes:
             raise UsageError(f"node rank {rank} is not below nnodes = {server.nnodes}")
@@ -131,10 +130,9 @@ def prepare_launch(
         argv = list(extra)  # empty when there is nothing to run: `run` refuses, `preflight` not
     layers = [read_env_file(path) for path in env_files]
     origins = {key: str(path) for key, path in loaded.origins.items()}
-    child = dict(calling)  # enough of the child's env to know which nccl.conf NCCL will read
-    for layer in layers:
-        child.update(layer.values)
-    conf, unreadable = read_conf(child | plan.env)
+    inherited, _ = inherited_environment(calling, layers)
+    # Enough of the child's env to know which nccl.conf files NCCL will read.
+    conf, unreadable = read_conf(inherited | plan.env)
     policy = loaded.profile.policy
     merged = merge_environment(calling, layers, plan, policy, origins, conf)
     if nccl_debug:

@@ -31,6 +31,18 @@ class MergeResult:
     report: DriftReport
 
 
+def inherited_environment(
+    calling: Mapping[str, str], layers: Sequence[EnvLayer]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The calling env with the env files applied in order, and where each value came from."""
+    inherited = dict(calling)
+    sources = dict.fromkeys(calling, CALLING_ENV)
+    for layer in layers:
+        inherited.update(layer.values)
+        sources.update(dict.fromkeys(layer.values, layer.source))
+    return inherited, sources
+
+
 def merge_environment(
     calling: Mapping[str, str],
     layers: Sequence[EnvLayer],
@@ -47,11 +59,7 @@ def merge_environment(
     server, so an undeclared NCCL key among them is handled like an inherited one (except
     that nothing can strip it: only `warn` tolerates it).
     """
-    inherited = dict(calling)
-    sources = dict.fromkeys(calling, CALLING_ENV)
-    for layer in layers:
-        inherited.update(layer.values)
-        sources.update(dict.fromkeys(layer.values, layer.source))
+    inherited, sources = inherited_environment(calling, layers)
 
     changed, matched = compare(plan.env, inherited, sources, missing_is_drift=False)
     warn = policy.conflict == "warn"

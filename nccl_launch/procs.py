@@ -182,7 +182,3 @@ def stop_tree(snapshots: list[ProcessSnapshot], grace: float) -> int:
         pids = ", ".join(str(process.pid) for process in left)
         raise HostError(f"processes {pids} survived SIGKILL")
     return len(snapshots)
-
-
-def is_running(snapshot: ProcessSnapshot) -> bool:
-    return _same(snapshot) is not None

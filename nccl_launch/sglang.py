@@ -226,10 +226,10 @@ def server_warnings(server: Server, env: dict[str, str]) -> list[str]:
     return warnings
 
 
-def node_rank_from(environ: Mapping[str, str]) -> tuple[int, str] | None:
+def node_rank_from(environ: Mapping[str, str]) -> int | None:
     """The node rank a cluster engine gives this process: Slurm, then Kubernetes LWS."""
     for variable in ("SLURM_NODEID", "LWS_WORKER_INDEX"):
         value = environ.get(variable, "")
         if value.isdigit():
-            return int(value), variable
+            return int(value)
     return None

@@ -74,12 +74,11 @@ def _show_data(loaded: LoadedProfile) -> dict[str, Any]:
 )
 def show(profile: str, fmt: str) -> int:
     """Print PROFILE resolved through its `extends` chain."""
-    loaded = load_profile(profile)
-    data = _show_data(loaded)
+    data = _show_data(load_profile(profile))
     if fmt == "json":
         click.echo(json.dumps(data, indent=2))
     elif fmt in exports.FORMATS:
-        click.echo(exports.FORMATS[fmt](build_plan(loaded.profile).child_env), nl=False)
+        click.echo(exports.FORMATS[fmt](data["env"] | data["markers"]), nl=False)
     else:
         chain = ", ".join(data["chain"])
         click.echo(f"# {data['profile']} {data['digest']}\n# resolved from {chain}")
