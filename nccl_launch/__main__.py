@@ -1,3 +1,5 @@
+import sys
+
 from nccl_launch.cli import main
 
-main()
+sys.exit(main())

@@ -9,7 +9,7 @@ import click
 
 from nccl_launch import __version__
 from nccl_launch.commands import inspecting, launching, migrating, watching
-from nccl_launch.errors import EXIT_INTERNAL, EXIT_OK, DriftError, NcclLaunchError, ProfileError
+from nccl_launch.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, NcclLaunchError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -24,10 +24,10 @@ for command in (
     launching.preflight,
     watching.check,
     watching.verify_log,
-    inspecting.validate,
-    inspecting.show,
+    inspecting.validate_command,
+    inspecting.show_command,
     inspecting.diff,
-    inspecting.list_profiles,
+    inspecting.list_command,
     inspecting.schema,
     migrating.convert,
     migrating.capture,
@@ -41,7 +41,7 @@ def _debug_requested(args: list[str]) -> bool:
     return "--debug" in own
 
 
-def main(args: list[str] | None = None) -> None:
+def main(args: list[str] | None = None) -> int:
     """Run the CLI and map every outcome to a documented exit code, in this one place."""
     args = sys.argv[1:] if args is None else args
     try:
@@ -52,11 +52,9 @@ def main(args: list[str] | None = None) -> None:
         error.show()
         code = error.exit_code
     except (click.Abort, KeyboardInterrupt):
-        code = 130
+        code = EXIT_INTERRUPTED
     except NcclLaunchError as error:
-        # Profile problems start with the file name and a drift report with its own header.
-        prefix = "" if isinstance(error, ProfileError | DriftError) else "nccl-launch: "
-        click.echo(f"{prefix}{error}", err=True)
+        click.echo(error.message(), err=True)
         code = error.exit_code
     except Exception as error:
         if _debug_requested(args):
@@ -67,4 +65,4 @@ def main(args: list[str] | None = None) -> None:
             err=True,
         )
         code = EXIT_INTERNAL
-    sys.exit(code if isinstance(code, int) else EXIT_OK)
+    return code if isinstance(code, int) else EXIT_OK

@@ -7,12 +7,17 @@ EXIT_DRIFT = 1
 EXIT_USAGE = 2
 EXIT_HOST = 3
 EXIT_INTERNAL = 4
+EXIT_INTERRUPTED = 130
 
 
 class NcclLaunchError(Exception):
-    """Root of every error a user can cause; `str()` is the message shown."""
+    """Root of every error a user can cause; `message()` is what they see."""
 
     exit_code = EXIT_INTERNAL
+    prefix = "nccl-launch: "
+
+    def message(self) -> str:
+        return f"{self.prefix}{self}"
 
 
 class UsageError(NcclLaunchError):
@@ -23,14 +28,11 @@ class ProfileError(NcclLaunchError):
     """An invalid profile: each entry of `problems` is one line naming file, key and fix."""
 
     exit_code = EXIT_USAGE
+    prefix = ""  # every line starts with the file's name
 
     def __init__(self, problems: list[str]) -> None:
         super().__init__("\n".join(problems))
         self.problems = problems
-
-
-class DriftError(NcclLaunchError):
-    exit_code = EXIT_DRIFT
 
 
 class HostError(NcclLaunchError):

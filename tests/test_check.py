@@ -21,9 +21,9 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from nccl_launch.check import ProcessSnapshot, evaluate
-from nccl_launch.plan import build_plan
-from nccl_launch.profile import Profile
+from nccl_launch.live.compare import ProcessSnapshot, evaluate
+from nccl_launch.profile.model import Profile
+from nccl_launch.profile.plan import build_plan
 from tests.conftest import HERE, RunCli, WriteProfile, console_script
 
 STANDIN = HERE / "standin"
@@ -379,9 +379,9 @@ def test_server_owned_and_undeclared_in_a_worker() -> None:
            "NCCL_NVLS_ENABLE": "0"}  # fmt: skip
     report = evaluate(plan, policy, "p.toml", [ProcessSnapshot(1, 0.0, "w", env)])
     [process] = report.processes
-    assert [(e.key, e.note, e.tolerated) for e in process.entries] == [
+    assert [(e.key, e.reason, e.tolerated) for e in process.entries] == [
         ("NCCL_CUMEM_ENABLE", "server-owned", True),
-        ("NCCL_IB_HCA", "undeclared", True),
+        ("NCCL_IB_HCA", "policy", True),
         ("NCCL_NVLS_ENABLE", "server-owned", True),
     ]
     assert report.ok

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nccl_launch import catalog, grammar
+from nccl_launch.nccl import catalog, grammar, rules
 
 VALID = [
     # name, profile value, what the child gets
@@ -148,7 +148,7 @@ INVALID = [
 
 @pytest.mark.parametrize(("short", "value", "emitted"), VALID)
 def test_valid_values_are_emitted_canonically(short: str, value: object, emitted: str) -> None:
-    assert grammar.canonical("NCCL_" + short, value) == emitted  # type: ignore[arg-type]
+    assert rules.canonical("NCCL_" + short, value) == emitted  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("short", "value", "fragment"), INVALID)
@@ -156,7 +156,7 @@ def test_invalid_values_are_refused_saying_what_is_valid(
     short: str, value: object, fragment: str
 ) -> None:
     with pytest.raises(ValueError) as error:
-        grammar.canonical("NCCL_" + short, value)  # type: ignore[arg-type]
+        rules.canonical("NCCL_" + short, value)  # type: ignore[arg-type]
     assert fragment in str(error.value)
 
 
@@ -204,14 +204,14 @@ def test_strtoll_reads_like_nccl(raw: str, read: int | None) -> None:
 def test_values_compare_by_what_nccl_makes_of_them(
     name: str, expected: str, actual: str, same: bool
 ) -> None:
-    assert grammar.same_meaning(name, expected, actual) is same
+    assert rules.same_meaning(name, expected, actual) is same
 
 
 def test_every_known_variable_has_a_rule() -> None:
     for name, var in catalog.catalog().items():
-        assert grammar.rule_for(name) is not None, name
+        assert rules.rule_for(name) is not None, name
         if var.kind == "enum":
-            assert name.removeprefix("NCCL_") in grammar.RULES, f"{name} is an enum without a rule"
+            assert name.removeprefix("NCCL_") in rules.RULES, f"{name} is an enum without a rule"
 
 
 def test_catalog_holds_both_reference_files() -> None:
@@ -253,7 +253,7 @@ _UNITS = {"": 1, "K": 1024, "KiB": 1024, "M": 2**20, "MiB": 2**20, "G": 2**30, "
 @given(st.sampled_from(sorted(_UNITS)), st.integers(min_value=1, max_value=2**31 - 1))
 def test_sizes_with_units_emit_decimal_bytes(unit: str, target: int) -> None:
     count = max(1, target // _UNITS[unit])
-    emitted = grammar.canonical("NCCL_BUFFSIZE", f"{count}{unit}")
+    emitted = rules.canonical("NCCL_BUFFSIZE", f"{count}{unit}")
     assert emitted == str(count * _UNITS[unit])
     assert grammar.strtoll(emitted) == count * _UNITS[unit]
 
@@ -261,7 +261,7 @@ def test_sizes_with_units_emit_decimal_bytes(unit: str, target: int) -> None:
 @given(st.integers(min_value=2**31, max_value=2**62))
 def test_sizes_nccl_would_truncate_are_refused(size: int) -> None:
     with pytest.raises(ValueError, match="below 2"):
-        grammar.canonical("NCCL_BUFFSIZE", size)
+        rules.canonical("NCCL_BUFFSIZE", size)
 
 
 _PROTOCOLS = ["LL", "LL128", "Simple"]
@@ -280,33 +280,33 @@ def test_protocol_lists_in_any_case_mean_the_same(
         for name in names
     )
     value = ("^" if negate else "") + spelled
-    emitted = grammar.canonical("NCCL_PROTO", value)
+    emitted = rules.canonical("NCCL_PROTO", value)
     assert set(emitted.lstrip("^").split(",")) <= set(_PROTOCOLS)
-    assert grammar.same_meaning("NCCL_PROTO", emitted, value)
+    assert rules.same_meaning("NCCL_PROTO", emitted, value)
 
 
 @given(st.text(alphabet=" \t,;:^LlSsimpe1280", min_size=1, max_size=12))
 def test_protocol_values_either_parse_or_explain(text: str) -> None:
     try:
-        emitted = grammar.canonical("NCCL_PROTO", text)
+        emitted = rules.canonical("NCCL_PROTO", text)
     except ValueError as error:
         assert str(error)
     else:
         assert not any(char.isspace() for char in emitted)
-        assert grammar.canonical("NCCL_PROTO", emitted) == emitted  # canonical is a fixed point
+        assert rules.canonical("NCCL_PROTO", emitted) == emitted  # canonical is a fixed point
 
 
 @given(st.integers(min_value=-(2**63), max_value=2**63 - 1))
 def test_decimal_integers_read_back_exactly(number: int) -> None:
     assert grammar.strtoll(str(number)) == number
-    assert grammar.canonical("NCCL_IB_GID_INDEX", number) == str(number)
+    assert rules.canonical("NCCL_IB_GID_INDEX", number) == str(number)
 
 
 @given(st.integers(min_value=0, max_value=600))
 def test_nthreads_accepts_exactly_multiples_of_32_in_range(number: int) -> None:
     ok = 64 <= number <= 512 and number % 32 == 0
     try:
-        grammar.canonical("NCCL_NTHREADS", number)
+        rules.canonical("NCCL_NTHREADS", number)
     except ValueError:
         assert not ok
     else:
@@ -320,9 +320,9 @@ _SCALARS = st.one_of(st.text(max_size=12), st.integers(), st.booleans(), st.floa
 @given(st.sampled_from(_NAMES), _SCALARS, st.text(max_size=12))
 def test_no_value_or_env_string_makes_a_rule_crash(name: str, value: object, raw: str) -> None:
     try:
-        emitted = grammar.canonical(name, value)  # type: ignore[arg-type]
+        emitted = rules.canonical(name, value)  # type: ignore[arg-type]
     except ValueError as error:
         assert str(error)
     else:
-        assert grammar.same_meaning(name, emitted, emitted)
-    grammar.meaning(name, raw)  # any environment string, as `check` reads them
+        assert rules.same_meaning(name, emitted, emitted)
+    rules.meaning(name, raw)  # any environment string, as `check` reads them

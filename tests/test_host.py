@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from nccl_launch.ncclconf import applied, conf_paths, parse
+from nccl_launch.nccl.conf import applied, conf_paths, parse
 from tests.conftest import RunCli, WriteProfile
 
 # nccl.conf syntax, as src/misc/param.cc reads it.
@@ -238,7 +238,7 @@ def test_an_env_plugin_on_the_library_path_is_warned(host: Any, tmp_path: Path) 
     assert checks["env-plugin"][0]["message"].startswith(f"{libs}/libnccl-env.so would answer")
     code, checks = host(env={"LD_LIBRARY_PATH": str(libs)}, extra='[nccl]\nENV_PLUGIN = "none"')
     assert checks["env-plugin"][0] == {
-        "name": "env-plugin", "status": "ok", "detail": [],
+        "name": "env-plugin", "status": "ok", "detail": [], "drift": None,
         "message": "NCCL_ENV_PLUGIN=none: NCCL reads the process environment",
     }  # fmt: skip
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from nccl_launch.merge import CALLING_ENV, EnvLayer, merge_environment
-from nccl_launch.plan import build_plan, digest
-from nccl_launch.profile import Policy, Profile
-from nccl_launch.render import drift_text
+from nccl_launch.env.drift import DriftReport
+from nccl_launch.env.merge import CALLING_ENV, EnvLayer, merge_environment
+from nccl_launch.profile.model import Policy, Profile
+from nccl_launch.profile.plan import build_plan, digest
+from nccl_launch.render.drift import drift_lines
 
 CALLING = ["(calling", "environment)"]
 TUNED = {
@@ -81,13 +82,15 @@ def test_undeclared_policy_warn_keeps_and_strip_removes() -> None:
     stripped = merge({"NCCL_IB_HCA": "mlx5_0"}, policy={"undeclared_nccl": "strip"})
     assert stripped.report.drifted == []
     assert "NCCL_IB_HCA" not in stripped.env
-    assert "removed" in (stripped.report.entries[0].note or "")
+    assert stripped.report.entries[0].reason == "stripped"
+    assert "removed from the child; tolerated)" in refusal(stripped.report)
 
 
 def test_server_owned_keys_are_tolerated_and_kept() -> None:
     result = merge({"NCCL_CUMEM_ENABLE": "0"})
     assert result.report.drifted == []
-    assert result.report.entries[0].note == "server-owned"
+    assert result.report.entries[0].reason == "server-owned"
+    assert "(calling environment; server-owned; tolerated)" in refusal(result.report)
     assert result.env["NCCL_CUMEM_ENABLE"] == "0"
 
 
@@ -129,9 +132,15 @@ def test_merge_does_not_modify_its_inputs() -> None:
     assert calling == {"NCCL_IB_HCA": "x"}
 
 
+def refusal(report: DriftReport) -> str:
+    return "\n".join(["refusing to start", *drift_lines(report.entries), report.summary()])
+
+
 def test_refusal_text_is_the_design_diff() -> None:
     result = merge({"NCCL_PROTO": "Simple", "NCCL_PROTOCOL": "LL", "API_TOKEN": "hunter2"})
-    text = drift_text(result.report, "refusing to start")
+    text = "\n".join(
+        ["refusing to start", *drift_lines(result.report.entries), result.report.summary()]
+    )
     lines = text.splitlines()
     assert lines[0] == "refusing to start"
     assert lines[1].split() == ["~", "NCCL_PROTO", '"LL"', "->", '"Simple"', *CALLING]
@@ -143,7 +152,9 @@ def test_refusal_text_is_the_design_diff() -> None:
 
 def test_secrets_are_masked_in_reports() -> None:
     result = merge({"HF_TOKEN": "hf_secret"}, env={"HF_TOKEN": "hf_other"})
-    text = drift_text(result.report, "refusing to start")
+    text = "\n".join(
+        ["refusing to start", *drift_lines(result.report.entries), result.report.summary()]
+    )
     assert "hf_secret" not in text
     assert "hf_other" not in text
     assert '"***" -> "***"' in text
@@ -165,7 +176,7 @@ def test_digest_depends_on_env_and_argv_only() -> None:
 
 
 def test_nccl_conf_values_the_environment_lacks_count_as_inherited() -> None:
-    from nccl_launch.ncclconf import parse
+    from nccl_launch.nccl.conf import parse
 
     conf = parse("NCCL_PROTO=Simple\nNCCL_IB_HCA=mlx5_0\nNCCL_CUMEM_ENABLE=1\n", "/etc/nccl.conf")
     resolved = profile()

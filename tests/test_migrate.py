@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from nccl_launch import sglang
+from nccl_launch.sglang import facts
 from tests.conftest import HERE, RunCli
 
 SCRIPTS = HERE / "scripts"
@@ -51,7 +51,7 @@ def canonical_flags(argv: list[str]) -> Counter[tuple[str, str | None]]:
         name, equals, value = flags[index].partition("=")
         if not equals and index + 1 < len(flags) and not flags[index + 1].startswith("--"):
             value, index = flags[index + 1], index + 1
-        flag = sglang.flag_for(name)
+        flag = facts.flag_for(name)
         if flag is not None and flag.field == "speculative.algorithm":
             value = value.upper()  # SGLang compares algorithm names case-blind
         pairs[(flag.canonical if flag else name, value or None)] += 1

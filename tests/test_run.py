@@ -307,3 +307,36 @@ def test_invalid_profile_refuses_to_run(write_profile: WriteProfile, nccl_launch
     assert result.returncode == 2
     assert result.stderr.startswith("profiles/bad.toml: nccl.BUFFSIZE: '16MB' is not a size")
     assert "Traceback" not in result.stderr
+
+
+def test_eagle_without_draft_is_judged_by_the_host_not_by_validate(
+    write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    """validate reads the file alone (a profiles repo's CI has no model); run reads config.json."""
+    model = tmp_path / "model"
+    model.mkdir()
+    path = write_profile(
+        "mtp",
+        f"""
+        schema = 1
+        name = "mtp"
+        version = 1
+        [server]
+        python = "/bin/true"
+        model_path = "{model}"
+        [server.speculative]
+        algorithm = "eagle3"
+        """,
+    )
+    validated = nccl_launch("validate", str(path))
+    assert validated.returncode == 0, validated.stderr
+    assert "the model must have built-in MTP layers" in validated.stderr
+    refused = nccl_launch("run", "--dry-run", "mtp")
+    assert refused.returncode == 2
+    assert refused.stderr == (
+        "profiles/mtp.toml: server.speculative.draft_model_path: EAGLE3 needs a draft model "
+        "unless the model has built-in MTP layers (DeepSeek-V3 style); the model's architecture "
+        "is unknown (no readable config.json)\n"
+    )
+    (model / "config.json").write_text('{"architectures": ["DeepseekV3ForCausalLM"]}')
+    assert nccl_launch("run", "--dry-run", "mtp").returncode == 0

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from nccl_launch import sglang
 from nccl_launch.errors import UsageError
-from nccl_launch.launch import Placement, placement_args
-from nccl_launch.profile import Server
+from nccl_launch.launch.host import model_architecture
+from nccl_launch.launch.placement import Placement, placement_args
+from nccl_launch.profile.model import Server
+from nccl_launch.sglang import argv, facts, rules
 from tests.conftest import CHILD, RunCli, WriteProfile
 
 
@@ -41,7 +42,7 @@ def test_argv_spells_every_flag_canonically_in_a_stable_order() -> None:
             "adaptive": False,
         },
     )
-    assert sglang.server_argv(built) == [
+    assert argv.server_argv(built) == [
         *("/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/m"),
         *("--tp-size", "8", "--pp-size", "2", "--host", "10.1.2.3", "--port", "8000"),
         *("--nnodes", "2", "--dist-init-addr", "10.0.0.1:5000"),
@@ -70,7 +71,7 @@ def test_argv_spells_every_flag_canonically_in_a_stable_order() -> None:
     ],
 )
 def test_options_resolve_like_argparse_prefixes(option: str, field: str | None) -> None:
-    flag = sglang.flag_for(option)
+    flag = facts.flag_for(option)
     assert (flag.field if flag else None) == field
 
 
@@ -79,40 +80,44 @@ def test_eagle_without_draft_is_fine_for_a_model_with_builtin_mtp(tmp_path: Path
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"architectures": ["DeepseekV3ForCausalLM"]}))
     spec = {"algorithm": "EAGLE", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
-    assert sglang.server_problems(server(model_path=str(model), speculative=spec)) == []
+    eagle = server(model_path=str(model), speculative=spec)
+    assert rules.server_problems(eagle) == []  # the profile alone is valid either way
+    assert rules.mtp_problem(eagle, model_architecture(str(model))) is None
     (model / "config.json").write_text(json.dumps({"architectures": ["KimiK25ForCausalLM"]}))
-    problems = sglang.server_problems(server(model_path=str(model), speculative=spec))
-    assert problems == [
-        (
-            "speculative.draft_model_path",
-            "EAGLE needs a draft model unless the model has built-in MTP layers (DeepSeek-V3 "
-            "style); the model's architecture is KimiK25ForCausalLM",
-        )
-    ]
+    assert rules.mtp_problem(eagle, model_architecture(str(model))) == (
+        "speculative.draft_model_path",
+        "EAGLE needs a draft model unless the model has built-in MTP layers (DeepSeek-V3 "
+        "style); the model's architecture is KimiK25ForCausalLM",
+    )
+    assert rules.mtp_problem(eagle, model_architecture(str(tmp_path / "absent"))) == (
+        "speculative.draft_model_path",
+        "EAGLE needs a draft model unless the model has built-in MTP layers (DeepSeek-V3 "
+        "style); the model's architecture is unknown (no readable config.json)",
+    )
 
 
 def test_all_three_omitted_lets_sglang_choose() -> None:
     spec = {"algorithm": "EAGLE3", "draft_model_path": "/d"}
-    assert sglang.server_problems(server(speculative=spec)) == []
+    assert rules.server_problems(server(speculative=spec)) == []
 
 
 def test_topk_above_one_allows_any_draft_token_count() -> None:
     spec = {"algorithm": "EAGLE3", "draft_model_path": "/d", "num_steps": 3, "eagle_topk": 4,
             "num_draft_tokens": 8}  # fmt: skip
-    assert sglang.server_problems(server(speculative=spec)) == []
+    assert rules.server_problems(server(speculative=spec)) == []
 
 
 def test_warnings_where_sglang_will_not_honour_the_profile() -> None:
     env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "NCCL_ALGO": "Ring", "NCCL_CUMEM_ENABLE": "1"}
     args = ["--enable-deterministic-inference", "--enable-symm-mem"]
-    warnings = sglang.server_warnings(server(tp_size=8, args=args), env)
+    warnings = rules.server_warnings(server(tp_size=8, args=args), env)
     assert warnings == [
         "env.CUDA_DEVICE_MAX_CONNECTIONS: SGLang always sets it to 8 in its workers",
         "--enable-deterministic-inference makes SGLang override NCCL_ALGO "
         "(NCCL_ALGO=allreduce:tree, 8 channels)",
         "--enable-symm-mem makes SGLang override NCCL_CUMEM_ENABLE = '1'",
     ]
-    assert sglang.server_warnings(server(tp_size=1, args=args[:1]), {"NCCL_ALGO": "Ring"}) == []
+    assert rules.server_warnings(server(tp_size=1, args=args[:1]), {"NCCL_ALGO": "Ring"}) == []
 
 
 MULTI = {"tp_size": 16, "nnodes": 2, "dist_init_addr": "10.0.0.1:5000"}

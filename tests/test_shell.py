@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nccl_launch.shell import ShellError, parse
+from nccl_launch.migrate.shell import ShellError, parse
 
 
 def words(text: str, variables: dict[str, str] | None = None) -> list[list[str]]:

@@ -7,11 +7,19 @@ from typing import Any
 
 import click
 
-from nccl_launch.commands.options import PASS_THROUGH, launch_options, prepare, warn
-from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK, DriftError, UsageError
-from nccl_launch.launch import exec_command
-from nccl_launch.preflight import SKIPPABLE, run_preflight
-from nccl_launch.render import command_line, drift_lines, env_changes, preflight_lines
+from nccl_launch.commands.options import (
+    PASS_THROUGH,
+    echo_lines,
+    format_option,
+    launch_options,
+    prepare,
+    warn,
+)
+from nccl_launch.errors import EXIT_OK
+from nccl_launch.launch.execute import exec_command
+from nccl_launch.launch.preflight import SKIPPABLE, run_preflight
+from nccl_launch.render.drift import drift_lines, dry_run_lines, refusal_text
+from nccl_launch.render.reports import preflight_lines
 
 
 @click.command(context_settings=PASS_THROUGH)
@@ -29,41 +37,25 @@ def run(dry_run: bool, **options: Any) -> int:
     one, they are the command to run: nccl-launch run PROFILE -- COMMAND...
     """
     launch = prepare(**options)
-    if not launch.argv:
-        raise UsageError(
-            f"profile {launch.plan.label} has no [server] table; give the command after '--': "
-            f"nccl-launch run {options['profile']} -- COMMAND..."
-        )
+    argv = launch.command()
     refusal = launch.refusal()
     if refusal is not None:
-        raise DriftError(refusal)
-    for note in [*launch.loaded.profile.lint(), *launch.unreadable_conf]:
+        click.echo(refusal_text(launch, refusal), err=True)
+        return refusal.exit_code
+    for note in launch.warnings():
         warn(note)
-    tolerated = [
-        e for e in launch.merged.report.entries if e.tolerated and e.note != "server-owned"
-    ]
-    if tolerated:
+    if tolerated := launch.tolerated():
         warn(f"environment differs from {launch.plan.label}, tolerated by [policy]:")
-        click.echo("\n".join(drift_lines(tolerated)), err=True)
+        echo_lines(drift_lines(tolerated), err=True)
     if not dry_run:
-        exec_command(launch.argv, launch.merged.env, launch.cwd)
-    plan = launch.plan
-    click.echo(f"profile {plan.label} ({plan.short_digest}) from {launch.loaded.path}")
-    click.echo("environment changes:")
-    for line in env_changes(os.environ, launch.merged.env, launch.merged.sources):
-        click.echo(line)
-    if launch.cwd is not None:
-        click.echo(f"cwd: {launch.cwd}")
-    click.echo("argv:")
-    click.echo(f"  {command_line(launch.argv)}")
+        exec_command(argv, launch.merged.env, launch.cwd)
+    echo_lines(dry_run_lines(launch, os.environ))
     return EXIT_OK
 
 
 @click.command(context_settings=PASS_THROUGH)
 @launch_options
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
+@format_option("text", "json", default="text")
 @click.option(
     "--skip",
     multiple=True,
@@ -82,8 +74,5 @@ def preflight(fmt: str, skip: tuple[str, ...], **options: Any) -> int:
     if fmt == "json":
         click.echo(report.model_dump_json(indent=2))
     else:
-        for line in preflight_lines(report):
-            click.echo(line)
-    if any(c.status == "fail" and c.name != "environment" for c in report.checks):
-        return EXIT_HOST
-    return EXIT_DRIFT if report.failed("environment") else EXIT_OK
+        echo_lines(preflight_lines(report))
+    return report.exit_code

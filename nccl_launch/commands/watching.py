@@ -9,17 +9,15 @@ from typing import TextIO
 
 import click
 
-from nccl_launch import live
-from nccl_launch.check import LiveReport
-from nccl_launch.errors import EXIT_DRIFT, EXIT_OK
-from nccl_launch.files import atomic_write
-from nccl_launch.live import OnDrift
-from nccl_launch.loader import load_profile
-from nccl_launch.ncclog import verify
-from nccl_launch.plan import build_plan
-from nccl_launch.procs import Target
-from nccl_launch.prometheus import metrics
-from nccl_launch.render import live_text, log_lines
+from nccl_launch.commands.options import echo_lines, format_option, output_options
+from nccl_launch.deploy.files import atomic_write
+from nccl_launch.live import watch as live
+from nccl_launch.live.compare import LiveReport
+from nccl_launch.live.processes import Target
+from nccl_launch.live.verify_log import verify_profile
+from nccl_launch.live.watch import OnDrift
+from nccl_launch.render.prometheus import metrics
+from nccl_launch.render.reports import live_text, log_lines
 
 LIVE_FORMATS: dict[str, Callable[[LiveReport], str]] = {
     "text": lambda report: live_text(report) + "\n",
@@ -34,18 +32,9 @@ LIVE_FORMATS: dict[str, Callable[[LiveReport], str]] = {
 @click.option("--port", type=int, help="The server's port: the process listening there.")
 @click.option("--pidfile", type=click.Path(path_type=Path), help="A file holding the PID.")
 @click.option("--unit", help="A systemd unit: its MainPID.")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json", "prometheus"]),
-    default="text",
-    show_default=True,
-)
-@click.option(
-    "--output",
-    "-o",
-    type=click.Path(path_type=Path),
-    help="Write the report to FILE atomically (for node_exporter's textfile collector).",
+@format_option(*LIVE_FORMATS, default="text")
+@output_options(
+    "Write the report to FILE atomically (for node_exporter's textfile collector).", force=False
 )
 @click.option("--watch", type=click.FloatRange(min=0.1), metavar="SECONDS", help="Keep checking.")
 @click.option(
@@ -99,21 +88,17 @@ def check(
 @click.command(name="verify-log")
 @click.argument("profile")
 @click.argument("log", type=click.File("r", errors="replace"), default="-")
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
+@format_option("text", "json", default="text")
 def verify_log(profile: str, log: TextIO, fmt: str) -> int:
     """Confirm from NCCL's NCCL_DEBUG=INFO output (LOG, or stdin) that every rank applied
     each declared value; exit 1 on a value applied differently or never confirmed.
 
     journalctl -u sglang | nccl-launch verify-log PROFILE
     """
-    plan = build_plan(load_profile(profile).profile)
     source = "stdin" if log.name == "<stdin>" else log.name
-    report = verify(plan, log, source)
+    report = verify_profile(profile, log, source)
     if fmt == "json":
         click.echo(report.model_dump_json(indent=2))
     else:
-        for line in log_lines(report):
-            click.echo(line)
-    return EXIT_OK if report.ok else EXIT_DRIFT
+        echo_lines(log_lines(report))
+    return report.exit_code

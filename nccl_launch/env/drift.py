@@ -1,0 +1,174 @@
+"""Drift: where an environment disagrees with a profile, compared by what NCCL makes of it.
+
+One rule decides whether a difference fails (`classify`), for `run`, `preflight` and `check`
+alike; an entry carries the answer as a typed reason, and a report knows its exit code.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, computed_field, field_serializer
+
+from nccl_launch.errors import EXIT_DRIFT, EXIT_OK
+from nccl_launch.nccl import catalog, rules
+from nccl_launch.profile.markers import NCCL_DEBUG_ENV, OWN_VARIABLES
+from nccl_launch.profile.model import Policy
+
+DriftKind = Literal["changed", "missing", "undeclared"]
+DRIFT_KINDS: tuple[DriftKind, ...] = get_args(DriftKind)
+# Why an entry is in a report: "drift" fails; the others are shown and tolerated.
+Reason = Literal["drift", "server-owned", "policy", "stripped", "nccl-debug"]
+# Where the environment compared was read: before `run` execs (the calling env with the env
+# files), the nccl.conf files NCCL applies inside the server, or a live process.
+Stage = Literal["start", "nccl.conf", "live"]
+
+_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
+
+
+class DriftEntry(BaseModel):
+    """One variable that differs: `expected` is the profile's value, `actual` the one found."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    kind: DriftKind
+    expected: str | None
+    actual: str | None
+    source: str | None = None
+    note: str | None = None
+    reason: Reason = "drift"
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def tolerated(self) -> bool:
+        """Shown but not failed."""
+        return self.reason != "drift"
+
+    @field_serializer("expected", "actual")
+    def _masked(self, value: str | None) -> str | None:
+        """JSON output masks secret-looking values, as the text does."""
+        return "***" if value is not None and is_secret(self.key) else value
+
+
+class DriftReport(BaseModel):
+    """Every difference between a profile and one environment, plus the keys that matched."""
+
+    model_config = ConfigDict(frozen=True)
+
+    profile: str
+    digest: str
+    entries: list[DriftEntry]
+    matched: list[str]
+
+    @property
+    def drifted(self) -> list[DriftEntry]:
+        return [entry for entry in self.entries if not entry.tolerated]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_DRIFT if self.drifted else EXIT_OK
+
+    def summary(self) -> str:
+        """`3 drift (1 changed, 2 undeclared), 1 tolerated, 4 match`: only the kinds present."""
+        drifted = self.drifted
+        counts = Counter(entry.kind for entry in drifted)
+        kinds = ", ".join(f"{counts[kind]} {kind}" for kind in DRIFT_KINDS if counts[kind])
+        text = f"{len(drifted)} drift ({kinds})" if drifted else "no drift"
+        tolerated = len(self.entries) - len(drifted)
+        if tolerated:
+            text += f", {tolerated} tolerated"
+        return f"{text}, {len(self.matched)} match"
+
+
+def is_secret(key: str) -> bool:
+    """Values of keys that look like credentials are masked in every report."""
+    return not key.startswith(catalog.PREFIX) and any(word in key.upper() for word in _SECRET_WORDS)
+
+
+def classify(
+    key: str, kind: DriftKind, policy: Policy, stage: Stage, *, nccl_debug: bool = False
+) -> Reason:
+    """Whether a difference fails, and if not, why.
+
+    The server's own keys (`policy.server_owned`) are tolerated when undeclared, and in a live
+    process also when they differ or are missing: SGLang sets them in its workers. A live
+    process started with `run --nccl-debug` may carry NCCL_DEBUG. Otherwise the policy
+    decides: `conflict = "warn"` tolerates an inherited value that differs at start;
+    `undeclared_nccl = "warn"` tolerates undeclared NCCL variables, `"strip"` removes them
+    from the child at start (nccl.conf entries cannot be removed, and a live one is there).
+    """
+    owned = key in policy.server_owned
+    if kind == "undeclared":
+        if owned:
+            return "server-owned"
+        if stage == "live" and nccl_debug and key in NCCL_DEBUG_ENV:
+            return "nccl-debug"
+        if policy.undeclared_nccl == "warn":
+            return "policy"
+        return "stripped" if policy.undeclared_nccl == "strip" and stage == "start" else "drift"
+    if stage == "live":
+        return "server-owned" if owned else "drift"
+    return "policy" if policy.conflict == "warn" else "drift"
+
+
+def undeclared_note(key: str) -> str:
+    """Why an undeclared NCCL variable matters, with a did-you-mean when the name is unknown."""
+    if catalog.lookup(key) is not None:
+        return "undeclared"
+    hint = catalog.did_you_mean(key)
+    return "undeclared, unknown to NCCL" + (f"; did you mean {hint}?" if hint else "")
+
+
+def changed_note(key: str, actual: str) -> str | None:
+    """What NCCL really makes of a value, when that is not what it looks like."""
+    rule = rules.rule_for(key)
+    if rule is None:
+        return None
+    read = rule.meaning(actual)
+    if isinstance(read, int) and str(read) != actual:
+        return f"NCCL reads {read}"
+    if read is None:
+        return "NCCL treats it as unset"
+    return None
+
+
+def diff_env(
+    expected: Mapping[str, str],
+    actual: Mapping[str, str],
+    sources: Mapping[str, str],
+    policy: Policy,
+    stage: Stage,
+    *,
+    nccl_debug: bool = False,
+) -> tuple[list[DriftEntry], list[str]]:
+    """Entries for declared keys that differ (or, live, are absent) and for undeclared NCCL
+    keys, each classified; and the declared keys that match."""
+    entries, matched = [], []
+
+    def entry(key: str, kind: DriftKind, note: str | None) -> DriftEntry:
+        reason = classify(key, kind, policy, stage, nccl_debug=nccl_debug)
+        return DriftEntry(
+            key=key,
+            kind=kind,
+            expected=expected.get(key),
+            actual=actual.get(key),
+            source=sources.get(key),
+            note=note,
+            reason=reason,
+        )
+
+    for key, value in expected.items():
+        if key not in actual:
+            if stage == "live":  # at start the profile supplies it
+                entries.append(entry(key, "missing", None))
+        elif rules.same_meaning(key, value, actual[key]):
+            matched.append(key)
+        else:
+            entries.append(entry(key, "changed", changed_note(key, actual[key])))
+    for key in sorted(set(actual) - set(expected)):
+        if key.startswith(catalog.PREFIX) and key not in OWN_VARIABLES:
+            entries.append(entry(key, "undeclared", undeclared_note(key)))
+    return entries, matched

@@ -1,0 +1,78 @@
+"""The env merge: calling env + env files + resolved profile -> the child's environment."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from nccl_launch.env.drift import DriftReport, diff_env
+from nccl_launch.nccl.conf import ConfEntry, applied
+from nccl_launch.profile.model import Policy
+from nccl_launch.profile.plan import ProfilePlan
+
+CALLING_ENV = "calling environment"
+LAUNCHER = "nccl-launch"
+
+
+@dataclass(frozen=True)
+class EnvLayer:
+    """Variables from one place (an env file), applied over the calling environment."""
+
+    source: str
+    values: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    """The child's environment, where each value came from, and the drift found on the way."""
+
+    env: dict[str, str]
+    sources: dict[str, str]
+    report: DriftReport
+
+
+def inherited_environment(
+    calling: Mapping[str, str], layers: Sequence[EnvLayer]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The calling env with the env files applied in order, and where each value came from."""
+    inherited = dict(calling)
+    sources = dict.fromkeys(calling, CALLING_ENV)
+    for layer in layers:
+        inherited.update(layer.values)
+        sources.update(dict.fromkeys(layer.values, layer.source))
+    return inherited, sources
+
+
+def merge_environment(
+    calling: Mapping[str, str],
+    layers: Sequence[EnvLayer],
+    plan: ProfilePlan,
+    policy: Policy,
+    origins: Mapping[str, str],
+    conf: Sequence[ConfEntry] = (),
+) -> MergeResult:
+    """Merge the inherited env with the profile; pure, so it is tested on plain dicts.
+
+    `origins` names where the profile declared each key. Declared values always win in the
+    child; the report says which inherited values disagreed and whether that is tolerated.
+    `conf` holds the nccl.conf entries: NCCL applies those the environment lacks inside the
+    server, so an undeclared NCCL key among them is handled like an inherited one (except
+    that nothing can strip it: only `warn` tolerates it).
+    """
+    inherited, sources = inherited_environment(calling, layers)
+    entries, matched = diff_env(plan.env, inherited, sources, policy, "start")
+    env = dict(inherited)
+    for entry in entries:
+        if entry.reason == "stripped":
+            del env[entry.key]
+            del sources[entry.key]
+    env.update(plan.env)
+    sources.update({key: origins.get(key, plan.label) for key in plan.env})
+    from_files = applied(list(conf), env)
+    values = {entry.key: entry.value for entry in from_files}
+    where = {entry.key: entry.where for entry in from_files}
+    entries += diff_env(plan.env, values, where, policy, "nccl.conf")[0]
+    env.update(plan.markers)
+    sources.update(dict.fromkeys(plan.markers, LAUNCHER))
+    report = DriftReport(profile=plan.label, digest=plan.digest, entries=entries, matched=matched)
+    return MergeResult(env=env, sources=sources, report=report)

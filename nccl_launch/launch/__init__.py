@@ -1,0 +1,1 @@
+"""Starting a server: prepare the launch (env files, nccl.conf, placement), preflight, exec."""

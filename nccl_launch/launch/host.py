@@ -1,0 +1,182 @@
+"""What only the host can tell: nccl.conf, the NCCL env plugin, GPUs, the port, the model."""
+
+from __future__ import annotations
+
+import errno
+import json
+import re
+import shutil
+import socket
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+import psutil
+
+from nccl_launch.errors import HostError
+from nccl_launch.launch.preflight_report import Check
+from nccl_launch.live.processes import listening_pids
+from nccl_launch.nccl.conf import ConfEntry, applied, conf_paths
+from nccl_launch.profile.model import Server
+
+ENV_PLUGIN = "libnccl-env.so"
+LIBRARY_DIRS = (
+    "/lib", "/usr/lib", "/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+)  # fmt: skip
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 30000  # SGLang's defaults
+_GPU_LINE = re.compile(r"^GPU \d+: ", re.MULTILINE)
+_HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
+
+
+def conf_checks(
+    env: Mapping[str, str], conf: list[ConfEntry], unreadable: list[str]
+) -> list[Check]:
+    """Which nccl.conf files NCCL will read for this server, and what they still set."""
+    checks = [Check(name="nccl.conf", status="warn", message=f"{text}") for text in unreadable]
+    effective = applied(conf, env)
+    for path in conf_paths(env):
+        mine = [entry for entry in conf if entry.path == str(path)]
+        used = [entry for entry in effective if entry.path == str(path)]
+        if not path.exists():
+            message = f"{path}: not present"
+        elif not used:
+            message = f"{path}: sets nothing the environment does not already set"
+        else:
+            keys = ", ".join(f"{entry.key}={entry.value} ({entry.where})" for entry in used)
+            message = f"{path}: applies {keys}; {len(mine) - len(used)} shadowed"
+        checks.append(Check(name="nccl.conf", status="ok", message=message))
+    return checks
+
+
+def _library_dirs(env: Mapping[str, str]) -> list[Path]:
+    """Where dlopen looks: LD_LIBRARY_PATH, the ld.so cache, the default directories."""
+    dirs = [Path(entry) for entry in env.get("LD_LIBRARY_PATH", "").split(":") if entry]
+    ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
+    try:
+        done = subprocess.run(
+            [ldconfig, "-p"], capture_output=True, text=True, timeout=10, check=False
+        )
+        cache = done.stdout
+    except (OSError, subprocess.TimeoutExpired):
+        cache = ""
+    for line in cache.splitlines():
+        if ENV_PLUGIN in line and "=> " in line:
+            dirs.append(Path(line.split("=> ", 1)[1]).parent)
+    return dirs + [Path(folder) for folder in LIBRARY_DIRS]
+
+
+def env_plugin_check(env: Mapping[str, str]) -> Check:
+    """NCCL 2.28+ asks an env plugin for every NCCL_* value when one is loaded."""
+    plugin = env.get("NCCL_ENV_PLUGIN")
+    if plugin == "none":
+        message = "NCCL_ENV_PLUGIN=none: NCCL reads the process environment"
+        return Check(name="env-plugin", status="ok", message=message)
+    if plugin:
+        message = (
+            f"NCCL_ENV_PLUGIN={plugin} answers every NCCL lookup; the profile holds only if "
+            "that plugin passes the environment through"
+        )
+        return Check(name="env-plugin", status="warn", message=message)
+    for folder in _library_dirs(env):
+        if (folder / ENV_PLUGIN).exists():
+            message = (
+                f"{folder / ENV_PLUGIN} would answer every NCCL lookup (NCCL_ENV_PLUGIN is "
+                'unset); declare ENV_PLUGIN = "none" unless that plugin is intended'
+            )
+            return Check(name="env-plugin", status="warn", message=message)
+    return Check(name="env-plugin", status="ok", message=f"no {ENV_PLUGIN} on the library path")
+
+
+def _visible(devices: str, installed: int) -> int:
+    """How many GPUs CUDA_VISIBLE_DEVICES leaves: CUDA stops at the first invalid entry."""
+    count = 0
+    for entry in devices.split(","):
+        entry = entry.strip()
+        valid = entry.startswith(("GPU-", "MIG-")) or (entry.isdigit() and int(entry) < installed)
+        if not valid:
+            break
+        count += 1
+    return count
+
+
+def gpu_check(server: Server, env: Mapping[str, str]) -> Check:
+    """`nvidia-smi -L` and CUDA_VISIBLE_DEVICES against the GPUs this node's ranks need."""
+    needed = server.tp_size * server.pp_size // server.nnodes
+    smi = shutil.which("nvidia-smi", path=env.get("PATH"))
+    if smi is None:
+        message = "no GPU tooling: nvidia-smi is not on PATH (is the NVIDIA driver installed?)"
+        return Check(name="gpus", status="fail", message=message)
+    try:
+        done = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return Check(name="gpus", status="fail", message=f"nvidia-smi -L failed: {error}")
+    installed = len(_GPU_LINE.findall(done.stdout)) if done.returncode == 0 else 0
+    devices = env.get("CUDA_VISIBLE_DEVICES")
+    visible = installed if devices is None else _visible(devices, installed)
+    where = f"{installed} installed" + (f", CUDA_VISIBLE_DEVICES={devices}" if devices else "")
+    if visible < needed:
+        reason = (done.stdout or done.stderr).strip().splitlines()[:1] if not installed else []
+        detail = f" ({reason[0]})" if reason else ""
+        message = f"{visible} GPUs visible ({where}){detail}; this node's ranks need {needed}"
+        return Check(name="gpus", status="fail", message=message)
+    return Check(
+        name="gpus", status="ok", message=f"{visible} GPUs visible ({where}), {needed} needed"
+    )
+
+
+def port_check(server: Server) -> Check:
+    """The server's port must be free: nothing, another SGLang included, may listen there."""
+    host, port = server.host or DEFAULT_HOST, server.port or DEFAULT_PORT
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            if error.errno != errno.EADDRINUSE:
+                message = f"cannot bind {host}:{port}: {error.strerror}"
+                return Check(name="port", status="fail", message=message)
+            return Check(
+                name="port", status="fail", message=f"{host}:{port} is in use{_owner(port)}"
+            )
+    return Check(name="port", status="ok", message=f"{host}:{port} is free")
+
+
+def _owner(port: int) -> str:
+    try:
+        pid = min(pid for pid in listening_pids(port) if pid is not None)
+        return f" by pid {pid} ({' '.join(psutil.Process(pid).cmdline())[:80]})"
+    except (ValueError, HostError, psutil.Error):
+        return ""  # the port is taken; who holds it is a courtesy
+
+
+def path_checks(server: Server) -> list[Check]:
+    """The model and the draft model exist here, or are Hugging Face ids SGLang downloads."""
+    paths = {"model_path": server.model_path}
+    if server.speculative is not None and server.speculative.draft_model_path:
+        paths["draft_model_path"] = server.speculative.draft_model_path
+    checks = []
+    for key, value in paths.items():
+        if value is None:
+            continue
+        path = Path(server.cwd or ".") / value
+        if path.exists():
+            checks.append(Check(name="paths", status="ok", message=f"{key} {value} exists"))
+        elif not value.startswith((".", "/")) and _HUB_ID.fullmatch(value):
+            message = f"{key} {value} is not a local path; SGLang will fetch it from the Hub"
+            checks.append(Check(name="paths", status="warn", message=message))
+        else:
+            checks.append(
+                Check(name="paths", status="fail", message=f"{key} {value} does not exist")
+            )
+    return checks
+
+
+def model_architecture(model_path: str) -> str | None:
+    """`architectures[0]` from the model's config.json, when it is readable on this machine."""
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text(encoding="utf-8"))
+        architecture = config["architectures"][0]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+    return architecture if isinstance(architecture, str) else None

@@ -1,0 +1,56 @@
+"""Where this node sits in a multi-node server: flags first, then Slurm or a LeaderWorkerSet."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from nccl_launch.errors import UsageError
+from nccl_launch.profile.model import Server
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where this node sits in a multi-node server, as given on the command line."""
+
+    node_rank: int | None = None
+    dist_init_addr: str | None = None
+
+
+def placement_args(server: Server, given: Placement, environ: Mapping[str, str]) -> list[str]:
+    """`--node-rank` / `--dist-init-addr` for this node, from flags, then the cluster engine.
+
+    Order for the rank: `--node-rank`, `[server] node_rank`, Slurm's `SLURM_NODEID`, then
+    LeaderWorkerSet's `LWS_WORKER_INDEX`. These stay out of the digest: every node runs the same.
+    """
+    args: list[str] = []
+    rank = given.node_rank
+    if rank is not None and server.node_rank is not None:
+        raise UsageError(f"the profile fixes node_rank = {server.node_rank}; drop --node-rank")
+    if rank is None and server.node_rank is None and server.nnodes > 1:
+        rank = node_rank_from(environ)
+        if rank is None:
+            raise UsageError(
+                f"nnodes = {server.nnodes} but no node rank: pass --node-rank, or run under "
+                "Slurm (SLURM_NODEID) or a LeaderWorkerSet (LWS_WORKER_INDEX)"
+            )
+    if rank is not None:
+        if rank >= server.nnodes:
+            raise UsageError(f"node rank {rank} is not below nnodes = {server.nnodes}")
+        args += ["--node-rank", str(rank)]
+    if given.dist_init_addr is not None:
+        if server.dist_init_addr is not None:
+            raise UsageError(f"the profile fixes dist_init_addr = {server.dist_init_addr!r}")
+        args += ["--dist-init-addr", given.dist_init_addr]
+    elif server.nnodes > 1 and server.dist_init_addr is None:
+        raise UsageError(f"nnodes = {server.nnodes} needs --dist-init-addr HOST:PORT")
+    return args
+
+
+def node_rank_from(environ: Mapping[str, str]) -> int | None:
+    """The node rank a cluster engine gives this process: Slurm, then Kubernetes LWS."""
+    for variable in ("SLURM_NODEID", "LWS_WORKER_INDEX"):
+        value = environ.get(variable, "")
+        if value.isdigit():
+            return int(value)
+    return None

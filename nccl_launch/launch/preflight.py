@@ -1,0 +1,91 @@
+"""`preflight`: everything `run` checks, then SGLang's own parser on the exact argv."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from typing import Any
+
+from nccl_launch.launch.host import (
+    conf_checks,
+    env_plugin_check,
+    gpu_check,
+    path_checks,
+    port_check,
+)
+from nccl_launch.launch.preflight_report import Check, PreflightReport
+from nccl_launch.launch.prepare import LaunchPlan
+from nccl_launch.profile.lint import lint
+from nccl_launch.profile.model import Server
+from nccl_launch.sglang.parser import expected_values, probe_sglang
+
+
+def sglang_checks(server: Server, argv: list[str]) -> tuple[list[Check], dict[str, Any]]:
+    """The installed SGLang's version and its parser's verdict on the argv."""
+    server_args = argv[1 + len(shlex.split(server.entrypoint)) :]
+    result = probe_sglang(server, server_args)
+    stage = result.get("stage")
+    if stage == "interpreter":
+        return [Check(name="sglang", status="fail", message=result["error"])], result
+    if stage == "import":
+        message = f"cannot import SGLang with {server.python}: {result['error']}"
+        return [Check(name="sglang", status="fail", message=message)], result
+    where = f"{result['python']}, Python {result['python_version']}"
+    checks = [Check(name="sglang", status="ok", message=f"SGLang {result['version']} ({where})")]
+    if stage == "parse":
+        message = f"SGLang's parser rejects the argv: {result['error']}"
+        return [*checks, Check(name="argv", status="fail", message=message)], result
+    parsed = result["parsed"]
+    differs = [
+        f"{key}: SGLang parsed {parsed.get(key)!r}, the profile says {value!r}"
+        for key, value in expected_values(server).items()
+        if parsed.get(key) != value
+    ]
+    if differs:
+        message = "SGLang reads the argv differently from the profile"
+        checks.append(Check(name="argv", status="fail", message=message, detail=differs))
+    else:
+        shown = ", ".join(f"{key}={parsed[key]}" for key in expected_values(server) if parsed[key])
+        checks.append(Check(name="argv", status="ok", message=f"SGLang's parser accepts: {shown}"))
+    return checks, result
+
+
+SKIPPABLE = ("nccl.conf", "env-plugin", "gpus", "port", "paths", "sglang")
+
+
+def run_preflight(launch: LaunchPlan, skip: frozenset[str] = frozenset()) -> PreflightReport:
+    """The profile and the environment, then the host and SGLang, less the `skip`ped checks."""
+    plan, profile, env = launch.plan, launch.loaded.profile, launch.merged.env
+    valid = f"{plan.label} ({plan.short_digest}) from {launch.loaded.path} is valid"
+    checks = [Check(name="profile", status="ok", message=valid)]
+    checks += [Check(name="profile", status="warn", message=note) for note in lint(profile)]
+    report = launch.merged.report
+    if report.drifted:
+        checks.append(
+            Check(name="environment", status="fail", message=report.summary(), drift=report)
+        )
+    else:
+        matched, declared = len(report.matched), len(plan.env)
+        message = f"no drift: the profile sets {declared} variables, {matched} already inherited"
+        checks.append(Check(name="environment", status="ok", message=message))
+    host: dict[str, Callable[[], list[Check]]] = {
+        "nccl.conf": lambda: conf_checks(env, launch.conf, launch.unreadable_conf),
+        "env-plugin": lambda: [env_plugin_check(env)],
+    }
+    server = profile.server
+    if server is not None:
+        host |= {
+            "gpus": lambda: [gpu_check(server, env)],
+            "port": lambda: [port_check(server)],
+            "paths": lambda: path_checks(server),
+        }
+    for name, run in host.items():
+        if name not in skip:
+            checks += run()
+    probe: dict[str, Any] | None = None
+    if server is not None and "sglang" not in skip:
+        more, probe = sglang_checks(server, launch.argv)
+        checks += more
+    return PreflightReport(
+        profile=plan.label, digest=plan.digest, argv=launch.argv, checks=checks, sglang=probe
+    )

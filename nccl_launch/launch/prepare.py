@@ -1,0 +1,111 @@
+"""Everything `run` and `preflight` decide before exec: profile, env files, nccl.conf, argv."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from nccl_launch.env.drift import DriftEntry, DriftReport
+from nccl_launch.env.merge import MergeResult, inherited_environment, merge_environment
+from nccl_launch.errors import ProfileError, UsageError
+from nccl_launch.launch.env_files import read_env_file
+from nccl_launch.launch.host import model_architecture
+from nccl_launch.launch.placement import Placement, placement_args
+from nccl_launch.nccl.conf import ConfEntry, read_conf
+from nccl_launch.profile.lint import lint
+from nccl_launch.profile.load import LoadedProfile, load_profile
+from nccl_launch.profile.markers import MARKER_NCCL_DEBUG, NCCL_DEBUG_ENV
+from nccl_launch.profile.plan import ProfilePlan, build_plan
+from nccl_launch.sglang.argv import duplicated_flags
+from nccl_launch.sglang.rules import mtp_problem
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """The launch: the profile, what it declares, the merged env and the final argv."""
+
+    loaded: LoadedProfile
+    plan: ProfilePlan
+    merged: MergeResult
+    argv: list[str]
+    conf: list[ConfEntry]
+    unreadable_conf: list[str]
+
+    @property
+    def cwd(self) -> str | None:
+        server = self.loaded.profile.server
+        return server.cwd if server is not None else None
+
+    def command(self) -> list[str]:
+        """The argv to exec; without `[server]` it is what followed `--`, and must be there."""
+        if not self.argv:
+            raise UsageError(
+                f"profile {self.plan.label} has no [server] table; give the command after "
+                f"'--': nccl-launch run {self.loaded.path} -- COMMAND..."
+            )
+        return self.argv
+
+    def refusal(self) -> DriftReport | None:
+        """The drift that stops the launch, or None when nothing drifts."""
+        report = self.merged.report
+        return report if report.drifted else None
+
+    def tolerated(self) -> list[DriftEntry]:
+        """Differences the policy lets through, worth a warning (the server's own keys are not)."""
+        entries = self.merged.report.entries
+        return [entry for entry in entries if entry.reason in ("policy", "stripped")]
+
+    def warnings(self) -> list[str]:
+        """The profile's lint notes and the nccl.conf files that could not be read."""
+        return [*lint(self.loaded.profile), *self.unreadable_conf]
+
+
+def prepare_launch(
+    ref: str,
+    extra: Sequence[str],
+    env_files: Sequence[Path],
+    calling: Mapping[str, str],
+    placement: Placement | None = None,
+    nccl_debug: bool = False,
+) -> LaunchPlan:
+    """Resolve the profile, build the argv and merge the env; drift is in `merged.report`."""
+    placement = placement or Placement()
+    loaded = load_profile(ref)
+    plan = build_plan(loaded.profile)
+    server = loaded.profile.server
+    if server is not None:
+        mtp = mtp_problem(server, model_architecture(server.model_path or ""))
+        if mtp is not None:
+            raise ProfileError([f"{loaded.path}: server.{mtp[0]}: {mtp[1]}"])
+        repeated = duplicated_flags(list(extra), server)
+        if repeated:
+            raise UsageError(f"extra argument {repeated[0]}")
+        argv = plan.argv + placement_args(server, placement, calling) + list(extra)
+    elif placement != Placement():
+        raise UsageError(f"profile {plan.label} has no [server] table to place on a node")
+    else:
+        argv = list(extra)  # empty when there is nothing to run: `run` refuses, `preflight` not
+    layers = [read_env_file(path) for path in env_files]
+    origins = {key: str(path) for key, path in loaded.origins.items()}
+    inherited, _ = inherited_environment(calling, layers)
+    # Enough of the child's env to know which nccl.conf files NCCL will read.
+    conf, unreadable = read_conf(inherited | plan.env)
+    policy = loaded.profile.policy
+    merged = merge_environment(calling, layers, plan, policy, origins, conf)
+    if nccl_debug:
+        merged = _with_nccl_debug(merged, plan)
+    return LaunchPlan(
+        loaded=loaded, plan=plan, merged=merged, argv=argv, conf=conf, unreadable_conf=unreadable
+    )
+
+
+def _with_nccl_debug(merged: MergeResult, plan: ProfilePlan) -> MergeResult:
+    """NCCL_DEBUG=INFO with the ENV subsystem, marked so that `check` tolerates it."""
+    declared = [key for key in NCCL_DEBUG_ENV if key in plan.env]
+    if declared:
+        raise UsageError(f"the profile declares {declared[0]}; drop it or --nccl-debug")
+    extra = NCCL_DEBUG_ENV | {MARKER_NCCL_DEBUG: "1"}
+    sources = merged.sources | dict.fromkeys(extra, "--nccl-debug")
+    return dataclasses.replace(merged, env=merged.env | extra, sources=sources)

@@ -1,0 +1,107 @@
+"""Live drift: every process of a running server compared with its profile (pure; on dicts)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from nccl_launch.env.drift import DriftEntry, diff_env
+from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK
+from nccl_launch.profile.markers import MARKER_DIGEST, MARKER_NCCL_DEBUG, MARKER_PROFILE
+from nccl_launch.profile.model import Policy
+from nccl_launch.profile.plan import ProfilePlan
+from nccl_launch.report import Report
+
+
+@dataclass(frozen=True)
+class ProcessSnapshot:
+    """One process as read from /proc: its environment, or why it could not be read."""
+
+    pid: int
+    create_time: float
+    title: str
+    env: dict[str, str] | None
+    unreadable: str | None = None
+
+
+class ProcessReport(BaseModel):
+    """The comparison for one process of the tree."""
+
+    pid: int
+    title: str
+    readable: bool
+    reason: str | None = None
+    entries: list[DriftEntry] = []
+    matched: list[str] = []
+
+    @property
+    def drifted(self) -> list[DriftEntry]:
+        return [entry for entry in self.entries if not entry.tolerated]
+
+
+class LiveReport(Report):
+    """`check`'s result, rendered as text, JSON (this model) or Prometheus."""
+
+    profile: str
+    digest: str
+    path: str
+    main_pid: int
+    running_profile: str | None
+    running_digest: str | None
+    processes: list[ProcessReport]
+
+    @property
+    def digest_differs(self) -> bool:
+        return self.running_digest is not None and self.running_digest != self.digest
+
+    @property
+    def unreadable(self) -> list[ProcessReport]:
+        return [process for process in self.processes if not process.readable]
+
+    @property
+    def drifts(self) -> bool:
+        """A drifted key in some process, or the server runs another digest than the file's."""
+        return self.digest_differs or any(process.drifted for process in self.processes)
+
+    @property
+    def ok(self) -> bool:
+        """No drift, and every process could be read: nothing is left unverified."""
+        return not (self.drifts or self.unreadable)
+
+    @property
+    def exit_code(self) -> int:
+        """0 ok; 3 when no process could be read at all (a target problem); 1 otherwise."""
+        if self.ok:
+            return EXIT_OK
+        return EXIT_HOST if len(self.unreadable) == len(self.processes) else EXIT_DRIFT
+
+
+def process_report(plan: ProfilePlan, policy: Policy, snapshot: ProcessSnapshot) -> ProcessReport:
+    """One process against the plan: a missing key is drift here (the profile set it at start)."""
+    if snapshot.env is None:
+        return ProcessReport(
+            pid=snapshot.pid, title=snapshot.title, readable=False, reason=snapshot.unreadable
+        )
+    debug = snapshot.env.get(MARKER_NCCL_DEBUG) == "1"  # started with `run --nccl-debug`
+    entries, matched = diff_env(plan.env, snapshot.env, {}, policy, "live", nccl_debug=debug)
+    return ProcessReport(
+        pid=snapshot.pid, title=snapshot.title, readable=True, entries=entries, matched=matched
+    )
+
+
+def evaluate(
+    plan: ProfilePlan, policy: Policy, path: str, snapshots: Sequence[ProcessSnapshot]
+) -> LiveReport:
+    """The live report of a process tree; `snapshots[0]` is the server's main process."""
+    main_env = snapshots[0].env or {}
+    return LiveReport(
+        profile=plan.label,
+        digest=plan.digest,
+        path=path,
+        main_pid=snapshots[0].pid,
+        running_profile=main_env.get(MARKER_PROFILE),
+        running_digest=main_env.get(MARKER_DIGEST),
+        processes=[process_report(plan, policy, snapshot) for snapshot in snapshots],
+    )

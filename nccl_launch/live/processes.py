@@ -1,0 +1,184 @@
+"""The edge of `check`: find the server's process, read its tree, stop it when asked."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from nccl_launch.errors import HostError, UsageError
+from nccl_launch.live.compare import ProcessSnapshot
+
+TITLE_WIDTH = 100
+OVERWRITTEN = (
+    "environment overwritten by setproctitle; start the server with SPT_NOENV=1 "
+    "(nccl-launch run sets it)"
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """How the user named the server: exactly one of these."""
+
+    pid: int | None = None
+    port: int | None = None
+    pidfile: Path | None = None
+    unit: str | None = None
+
+
+def listening_pids(port: int) -> set[int | None]:
+    """PIDs with a listening socket on `port` (None for one this user may not see)."""
+    try:
+        connections = psutil.net_connections(kind="inet")
+    except psutil.AccessDenied:
+        raise HostError(f"permission denied listing sockets to find port {port}") from None
+    return {
+        connection.pid
+        for connection in connections
+        if connection.status == psutil.CONN_LISTEN
+        and getattr(connection.laddr, "port", None) == port
+    }
+
+
+def _listening_pid(port: int) -> int:
+    pids = listening_pids(port)
+    if not pids:
+        raise HostError(f"no process listens on port {port}")
+    if None in pids:
+        raise HostError(f"the process listening on port {port} is not visible; run as its user")
+    return min(pid for pid in pids if pid is not None)
+
+
+def _unit_pid(unit: str) -> int:
+    command = ["systemctl", "show", "--property", "MainPID", "--value", unit]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise HostError(f"cannot ask systemd for {unit}: {error}") from None
+    value = done.stdout.strip()
+    if done.returncode != 0 or not value.isdigit():
+        raise HostError(f"systemctl show {unit} failed: {done.stderr.strip() or value}")
+    if value == "0":
+        raise HostError(f"unit {unit} has no running main process")
+    return int(value)
+
+
+def main_pid(target: Target) -> int:
+    """The PID of the server's main process, from whichever target was given."""
+    given = [value for value in vars(target).values() if value is not None]
+    if len(given) != 1:
+        raise UsageError("name the server with exactly one of --pid, --port, --pidfile, --unit")
+    if target.pid is not None:
+        return target.pid
+    if target.port is not None:
+        return _listening_pid(target.port)
+    if target.unit is not None:
+        return _unit_pid(target.unit)
+    if target.pidfile is not None:
+        try:
+            text = target.pidfile.read_text().strip()
+        except OSError as error:
+            raise HostError(f"cannot read pidfile {target.pidfile}: {error.strerror}") from None
+        if not text.isdigit():
+            raise HostError(f"pidfile {target.pidfile} holds {text!r}, not a PID")
+        return int(text)
+    raise AssertionError("unreachable: one target is set")
+
+
+def _title(process: psutil.Process) -> str:
+    try:
+        parts = [part for part in process.cmdline() if part]
+    except psutil.AccessDenied:
+        return process.name()
+    title = parts[0] if len(parts) == 1 else shlex.join(parts)
+    return title if len(title) <= TITLE_WIDTH else title[: TITLE_WIDTH - 3] + "..."
+
+
+def _snapshot(process: psutil.Process) -> ProcessSnapshot:
+    """Raises psutil.NoSuchProcess when it vanished; the caller decides what that means."""
+    with process.oneshot():
+        create_time, title = process.create_time(), _title(process)
+        try:
+            env: dict[str, str] | None = process.environ()
+        except psutil.AccessDenied:
+            return ProcessSnapshot(process.pid, create_time, title, None, "permission denied")
+    if not env and _environ_has_bytes(process.pid):
+        # setproctitle cleared the memory /proc/PID/environ shows: its bytes remain, all
+        # zero, with no KEY=VALUE among them. A truly empty environment (env -i) has none.
+        return ProcessSnapshot(process.pid, create_time, title, None, OVERWRITTEN)
+    return ProcessSnapshot(process.pid, create_time, title, env)
+
+
+def _environ_has_bytes(pid: int) -> bool:
+    try:
+        return bool(Path(f"/proc/{pid}/environ").read_bytes())
+    except OSError:
+        return True  # unreadable now: still not known to be empty
+
+
+def snapshot_tree(pid: int) -> list[ProcessSnapshot]:
+    """The main process and every descendant; processes that end meanwhile are skipped."""
+    try:
+        main = psutil.Process(pid)
+        snapshots = [_snapshot(main)]
+        children = main.children(recursive=True)
+    except psutil.NoSuchProcess:
+        raise HostError(f"no process with pid {pid}") from None
+    except psutil.AccessDenied:
+        raise HostError(f"permission denied reading process {pid}") from None
+    for child in children:
+        try:
+            snapshots.append(_snapshot(child))
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    return snapshots
+
+
+def _same(snapshot: ProcessSnapshot) -> psutil.Process | None:
+    """The live process a snapshot was taken of, never another that reuses its PID."""
+    try:
+        process = psutil.Process(snapshot.pid)
+        if process.create_time() != snapshot.create_time:
+            return None
+        return None if process.status() == psutil.STATUS_ZOMBIE else process
+    except psutil.NoSuchProcess:
+        return None
+
+
+def _alive(snapshots: list[ProcessSnapshot]) -> list[psutil.Process]:
+    return [process for process in map(_same, snapshots) if process is not None]
+
+
+def _wait(snapshots: list[ProcessSnapshot], seconds: float) -> list[psutil.Process]:
+    deadline = time.monotonic() + seconds
+    while (alive := _alive(snapshots)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return alive
+
+
+def stop_tree(snapshots: list[ProcessSnapshot], grace: float) -> int:
+    """SIGTERM the main process, SIGKILL what remains after `grace`; returns how many ended.
+
+    Only processes whose create time still matches the snapshot are signalled.
+    """
+    main = _same(snapshots[0])
+    if main is not None:  # take in the workers started since the last look
+        known = {snapshot.pid for snapshot in snapshots}
+        for child in main.children(recursive=True):
+            if child.pid not in known:
+                try:
+                    snapshots = [*snapshots, _snapshot(child)]
+                except psutil.NoSuchProcess:
+                    continue
+        main.terminate()
+    for process in _wait(snapshots, grace):
+        process.kill()
+    left = _wait(snapshots, 5)
+    if left:
+        pids = ", ".join(str(process.pid) for process in left)
+        raise HostError(f"processes {pids} survived SIGKILL")
+    return len(snapshots)

@@ -1,0 +1,82 @@
+"""From a start command (a script's or a process's) to a checked profile file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from nccl_launch.deploy.files import atomic_write
+from nccl_launch.errors import ProfileError, UsageError
+from nccl_launch.migrate.server_table import server_table
+from nccl_launch.nccl import catalog, rules
+from nccl_launch.profile.load import validate_resolved
+from nccl_launch.profile.markers import OWN_VARIABLES
+from nccl_launch.profile.plan import ProfilePlan, build_plan
+
+
+@dataclass
+class StartCommand:
+    """What a start script or a process amounts to: the server's env, argv and directory."""
+
+    env: dict[str, str]
+    argv: list[str]
+    cwd: str | None = None
+    lines: dict[str, int] = field(default_factory=dict)  # where each variable was set
+    notes: list[str] = field(default_factory=list)
+
+
+def build_profile(
+    start: StartCommand, name: str, source: str, how: str
+) -> tuple[dict[str, Any], ProfilePlan]:
+    """The profile data for a start command, validated, and its plan; NCCL values are checked
+    with NCCL's grammar first, so that an error names the script's line."""
+    problems, nccl, env = [], {}, {}
+    for key, value in start.env.items():
+        where = f"line {start.lines[key]}: " if start.lines.get(key) else ""
+        if key in OWN_VARIABLES:
+            continue
+        if not key.startswith(catalog.PREFIX):
+            env[key] = value
+        elif catalog.lookup(key) is None:
+            problems.append(f"{where}{catalog.unknown_name_message(key)}")
+        else:
+            try:
+                rules.canonical(key, value)
+                nccl[key.removeprefix(catalog.PREFIX)] = value
+            except ValueError as error:
+                problems.append(f"{where}{key}: {error}")
+    if problems:
+        raise ProfileError([f"{source}: {problem}" for problem in problems])
+    notes = start.notes
+    data: dict[str, Any] = {
+        "schema": 1,
+        "name": name,
+        "version": 1,
+        "description": f"{how} from {source}",
+    }
+    data |= {"nccl": nccl} if nccl else {}
+    data |= {"env": env} if env else {}
+    server = server_table(start.argv, notes)
+    if server is not None:
+        data["server"] = server | ({"cwd": start.cwd} if start.cwd else {})
+    elif start.argv:
+        notes.append(f"not an SGLang command, run it with: -- {' '.join(start.argv)}")
+    data["provenance"] = {"source": source} | ({"notes": "; ".join(notes)} if notes else {})
+    return data, build_plan(validate_resolved(source, data))
+
+
+def save_profile(
+    start: StartCommand, name: str, source: str, how: str, output: Path | None, force: bool
+) -> tuple[Path, ProfilePlan]:
+    """Write the profile of `start` to `output` (default `profiles/NAME.toml`) atomically,
+    never replacing a file without `force`; where it went and its plan."""
+    data, plan = build_profile(start, name, source, how)
+    path = output or Path("profiles") / f"{name}.toml"
+    try:
+        atomic_write(path, tomli_w.dumps(data), replace=force)
+    except FileExistsError:
+        raise UsageError(f"{path} exists; pass --force to replace it") from None
+    return path, plan

@@ -1,0 +1,83 @@
+"""NCCL's config files, read with NCCL's exact syntax and precedence (src/misc/param.cc).
+
+`NCCL_CONF_FILE` (or `$HOME/.nccl.conf`), then `/etc/nccl.conf`; each `KEY=VALUE` is applied
+with `setenv(key, value, 0)`, so the process environment wins over the first file, which wins
+over the second. Values set this way never appear in /proc/PID/environ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+SYSTEM_CONF = "/etc/nccl.conf"
+# Where nccl-launch looks for the file NCCL reads as /etc/nccl.conf: for tests, which must not
+# depend on the host's, and for a container whose /etc is mounted elsewhere.
+SYSTEM_CONF_VAR = "NCCL_LAUNCH_SYSTEM_CONF"
+MAX_LINE = 4096  # NCCL reads with a fixed buffer; longer lines are cut into several
+
+
+@dataclass(frozen=True)
+class ConfEntry:
+    """One `KEY=VALUE` line as NCCL sees it: no trimming, no quote removal."""
+
+    path: str
+    line: int
+    key: str
+    value: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+def parse(text: str, path: str) -> list[ConfEntry]:
+    """The assignments of one file: `#` in column 0 is a comment, lines without `=` skipped.
+
+    The key is everything before the first `=` (spaces included: `NCCL_PROTO = LL` sets a
+    variable named `NCCL_PROTO `), the value everything after (quotes included). A CR before
+    the newline is stripped, as NCCL does since 2.30.
+    """
+    entries = []
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.removesuffix("\r")[: MAX_LINE - 1]
+        if line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        if key:
+            entries.append(ConfEntry(path, number, key, value))
+    return entries
+
+
+def conf_paths(env: Mapping[str, str]) -> list[Path]:
+    """The files NCCL reads for a process with this environment, first one winning."""
+    user = env.get("NCCL_CONF_FILE") or (f"{env['HOME']}/.nccl.conf" if env.get("HOME") else "")
+    system = Path(env.get(SYSTEM_CONF_VAR) or SYSTEM_CONF)
+    return [Path(user), system] if user else [system]
+
+
+def read_conf(env: Mapping[str, str]) -> tuple[list[ConfEntry], list[str]]:
+    """The entries of the files that exist, in precedence order, and the unreadable files."""
+    entries, unreadable = [], []
+    for path in conf_paths(env):
+        try:
+            text = path.read_text(encoding="utf-8", errors="surrogateescape")
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # no such file is the usual case
+        except OSError as error:
+            unreadable.append(f"{path}: {error.strerror}")
+            continue
+        entries += parse(text, str(path))
+    return entries, unreadable
+
+
+def applied(entries: list[ConfEntry], env: Mapping[str, str]) -> list[ConfEntry]:
+    """The entries NCCL would apply: keys the environment lacks, the first file winning."""
+    seen = set(env)
+    result = []
+    for entry in entries:
+        if entry.key not in seen:
+            seen.add(entry.key)
+            result.append(entry)
+    return result

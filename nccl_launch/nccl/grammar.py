@@ -1,0 +1,319 @@
+"""The kinds of value NCCL reads: strict parsing of profile values, NCCL's own lax reading.
+
+`parse` turns a profile value into the exact string the child gets, or raises ValueError saying
+what would be valid. `meaning` reads a raw environment string the way NCCL does, so that two
+spellings compare equal exactly when NCCL would behave the same (`0x1000000` and `16777216`).
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+TomlValue = str | int | float | bool
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+INT32_LIMIT = 2**31
+
+_UNITS = {"": 1, "K": 2**10, "KiB": 2**10, "M": 2**20, "MiB": 2**20, "G": 2**30, "GiB": 2**30}
+_SIZE = re.compile(r"(\d+)([A-Za-z]*)")
+_DECIMAL = re.compile(r"-?\d+")
+
+
+def _any_case(words: tuple[str, ...]) -> str:
+    """A JSON-Schema regex (no inline flags there) matching the words in any case."""
+
+    def fold(word: str) -> str:
+        return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c) for c in word)
+
+    return "^(" + "|".join(fold(word) for word in words) + ")$"
+
+
+def strtoll(raw: str) -> int | None:
+    """C's `strtoll(raw, NULL, 0)` as NCCL calls it; None on overflow (NCCL keeps its default)."""
+    text = raw.lstrip(" \t\n\v\f\r")
+    sign = 1
+    if text[:1] in ("+", "-"):
+        sign = -1 if text[0] == "-" else 1
+        text = text[1:]
+    if text[:2].lower() == "0x" and text[2:3] in set(string.hexdigits) and text[2:3]:
+        base, text, alphabet = 16, text[2:], string.hexdigits
+    elif text.startswith("0"):
+        base, alphabet = 8, string.octdigits
+    else:
+        base, alphabet = 10, string.digits
+    digits = ""
+    for char in text:
+        if char not in alphabet:
+            break
+        digits += char
+    if not digits:
+        return 0
+    value = sign * int(digits, base)
+    return value if INT64_MIN <= value <= INT64_MAX else None
+
+
+def _as_int(value: TomlValue, expected: str) -> int:
+    """A TOML integer, or a string of decimal digits; never a bool, float or hex."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and _DECIMAL.fullmatch(value):
+        return int(value)
+    read = f" (NCCL would read it as {strtoll(value)})" if isinstance(value, str) else ""
+    raise ValueError(f"{value!r} is not valid{read}; valid: {expected}")
+
+
+def as_str(value: TomlValue, expected: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not valid; valid: {expected}, written as a TOML string")
+    return value
+
+
+class Rule(Protocol):
+    def parse(self, value: TomlValue) -> str: ...
+
+    def meaning(self, raw: str) -> object: ...
+
+    def schema(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class IntRule:
+    """An integer NCCL reads with strtoll: decimal only, within a range, optionally a multiple."""
+
+    low: int = INT64_MIN
+    high: int = INT64_MAX
+    multiple: int = 1
+
+    def describe(self) -> str:
+        if self.low == INT64_MIN and self.high == INT64_MAX:
+            span = "a decimal integer"
+        elif self.high == INT64_MAX:
+            span = f"a decimal integer >= {self.low}"
+        else:
+            span = f"a decimal integer from {self.low} to {self.high}"
+        return span if self.multiple == 1 else f"{span} and a multiple of {self.multiple}"
+
+    def parse(self, value: TomlValue) -> str:
+        number = _as_int(value, self.describe())
+        if not self.low <= number <= self.high or number % self.multiple:
+            raise ValueError(f"{number} is not valid; valid: {self.describe()}")
+        return str(number)
+
+    def meaning(self, raw: str) -> object:
+        return strtoll(raw)
+
+    def schema(self) -> dict[str, Any]:
+        number: dict[str, Any] = {"type": "integer", "minimum": self.low, "maximum": self.high}
+        if self.multiple > 1:
+            number["multipleOf"] = self.multiple
+        return {"anyOf": [number, {"type": "string", "pattern": "^-?[0-9]+$"}]}
+
+
+@dataclass(frozen=True)
+class SizeRule:
+    """A byte count: an integer or a binary unit (`16MiB`), emitted as decimal bytes."""
+
+    low: int = 0
+    high: int = INT64_MAX
+
+    def describe(self) -> str:
+        limit = "below 2^31, NCCL stores it in an int" if self.high < INT32_LIMIT else "bytes"
+        units = "an integer or with a unit K, KiB, M, MiB, G, GiB"
+        return f"bytes as {units}, at least {self.low}, {limit}"
+
+    def parse(self, value: TomlValue) -> str:
+        if isinstance(value, str):
+            match = _SIZE.fullmatch(value)
+            if not match or match.group(2) not in _UNITS:
+                raise ValueError(
+                    f"{value!r} is not a size (NCCL would read it as {strtoll(value)}); "
+                    f"valid: {self.describe()}"
+                )
+            number = int(match.group(1)) * _UNITS[match.group(2)]
+        else:
+            number = _as_int(value, "a size")
+        if not self.low <= number <= self.high:
+            raise ValueError(f"{number} bytes is out of range; valid: {self.describe()}")
+        return str(number)
+
+    def meaning(self, raw: str) -> object:
+        return strtoll(raw)
+
+    def schema(self) -> dict[str, Any]:
+        units = "|".join(unit for unit in _UNITS if unit)
+        return {
+            "anyOf": [
+                {"type": "integer", "minimum": self.low, "maximum": self.high},
+                {"type": "string", "pattern": f"^[0-9]+({units})?$"},
+            ]
+        }
+
+
+@dataclass(frozen=True)
+class BoolRule:
+    """A switch: true/false or 0/1, emitted as `1` or `0`."""
+
+    words: bool = False  # NCCL's DEFINE_NCCL_PARAM booleans also read T/TRUE/F/FALSE
+
+    def parse(self, value: TomlValue) -> str:
+        if isinstance(value, bool):
+            return "1" if value else "0"
+        if value in (0, 1, "0", "1"):
+            return str(value)
+        raise ValueError(f"{value!r} is not a boolean; valid: true, false, 0, 1")
+
+    def meaning(self, raw: str) -> object:
+        if self.words and raw.upper() in ("T", "TRUE", "F", "FALSE"):
+            return int(raw.upper().startswith("T"))
+        return strtoll(raw)
+
+    def schema(self) -> dict[str, Any]:
+        return {"enum": [True, False, 0, 1, "0", "1"]}
+
+
+@dataclass(frozen=True)
+class ChoiceRule:
+    """One of a fixed set of names."""
+
+    choices: tuple[str, ...]
+    case_sensitive: bool = False
+
+    def _fold(self, text: str) -> str:
+        return text if self.case_sensitive else text.upper()
+
+    def parse(self, value: TomlValue) -> str:
+        text = as_str(value, "a name")
+        for choice in self.choices:
+            if self._fold(choice) == self._fold(text):
+                return choice
+        case = "exact case" if self.case_sensitive else "any case"
+        raise ValueError(f"{text!r} is not valid; valid: {', '.join(self.choices)} ({case})")
+
+    def meaning(self, raw: str) -> object:
+        return self._fold(raw)
+
+    def schema(self) -> dict[str, Any]:
+        if self.case_sensitive:
+            return {"enum": list(self.choices)}
+        return {
+            "type": "string",
+            "pattern": _any_case(self.choices),
+            "examples": list(self.choices),
+        }
+
+
+@dataclass(frozen=True)
+class PatternRule:
+    """A string matching a regular expression, case-insensitively."""
+
+    pattern: str
+    description: str
+
+    def parse(self, value: TomlValue) -> str:
+        text = as_str(value, self.description)
+        if not re.fullmatch(self.pattern, text, re.IGNORECASE):
+            raise ValueError(f"{text!r} is not valid; valid: {self.description}")
+        return text.upper()
+
+    def meaning(self, raw: str) -> object:
+        return raw.upper()
+
+    def schema(self) -> dict[str, Any]:
+        return {"type": "string", "description": self.description}
+
+
+@dataclass(frozen=True)
+class TokenListRule:
+    """Names joined by a separator, optionally negated with a leading `^` (NCCL_DEBUG_SUBSYS)."""
+
+    names: tuple[str, ...]
+    separator: str = ","
+    negatable: bool = True
+
+    def parse(self, value: TomlValue) -> str:
+        text = as_str(value, "a list")
+        body = text[1:] if self.negatable and text.startswith("^") else text
+        known = {name.upper(): name for name in self.names}
+        tokens = body.split(self.separator)
+        bad = [token for token in tokens if token.upper() not in known]
+        if bad:
+            neg = ", optional leading ^" if self.negatable else ""
+            raise ValueError(
+                f"{bad[0]!r} in {text!r} is not valid; valid: {', '.join(self.names)} "
+                f"joined by {self.separator!r} without spaces{neg}"
+            )
+        return text[: len(text) - len(body)] + self.separator.join(known[t.upper()] for t in tokens)
+
+    def meaning(self, raw: str) -> object:
+        return raw.upper()
+
+    def schema(self) -> dict[str, Any]:
+        token = _any_case(self.names).strip("^$")
+        start = "\\^?" if self.negatable else ""
+        separator = re.escape(self.separator)
+        return {"type": "string", "pattern": f"^{start}{token}({separator}{token})*$"}
+
+
+LEVELS = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
+_LEGACY_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")
+
+
+@dataclass(frozen=True)
+class LevelRule:
+    """A topology distance: exact upper-case names, or the legacy integers 0-5."""
+
+    def parse(self, value: TomlValue) -> str:
+        if isinstance(value, str) and value in LEVELS:
+            return value
+        valid = f"one of {', '.join(LEVELS)} (exact case) or a legacy integer 0-5"
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise ValueError(f"{value!r} is not valid; valid: {valid}")
+        if isinstance(value, str) and not value.isdigit():
+            hint = f" (NCCL treats {value!r} as unset)"
+            raise ValueError(f"{value!r} is not valid{hint}; valid: {valid}")
+        number = int(value)
+        if not 0 <= number <= 5:
+            raise ValueError(f"{number} is not valid; valid: {valid}")
+        return _LEGACY_LEVELS[number]
+
+    def meaning(self, raw: str) -> object:
+        if raw in LEVELS:
+            return raw
+        if raw[:1].isdigit():
+            number = strtoll(raw) or 0
+            return _LEGACY_LEVELS[min(number, 5)]
+        return None  # NCCL silently treats anything else as unset
+
+    def schema(self) -> dict[str, Any]:
+        return {
+            "anyOf": [
+                {"enum": list(LEVELS)},
+                {"enum": [0, 1, 2, 3, 4, 5]},
+                {"enum": ["0", "1", "2", "3", "4", "5"]},
+            ]
+        }
+
+
+@dataclass(frozen=True)
+class StringRule:
+    """Free text NCCL reads as given: anything but an empty value or a line break."""
+
+    no_spaces: bool = False
+
+    def parse(self, value: TomlValue) -> str:
+        text = as_str(value, "text")
+        if not text or "\n" in text or "\x00" in text:
+            raise ValueError(f"{text!r} is not valid; valid: non-empty text on one line")
+        if self.no_spaces and any(char.isspace() for char in text):
+            raise ValueError(f"{text!r} contains whitespace, which NCCL does not trim")
+        return text
+
+    def meaning(self, raw: str) -> object:
+        return raw
+
+    def schema(self) -> dict[str, Any]:
+        pattern = "^\\S+$" if self.no_spaces else "^[^\\n]+$"
+        return {"type": "string", "pattern": pattern}

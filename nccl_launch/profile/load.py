@@ -1,0 +1,133 @@
+"""Reading a profile file, validating it with one line per problem, and resolving `extends`."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from nccl_launch.errors import ProfileError, UsageError
+from nccl_launch.nccl import catalog
+from nccl_launch.profile.model import Policy, Profile, Provenance, Server, Speculative
+from nccl_launch.profile.search import find_profile
+from nccl_launch.sglang.rules import server_problems
+
+# The keys each table accepts, to tell the user what would be valid instead of an unknown key.
+_TABLES: dict[str, type[BaseModel]] = {
+    "": Profile,
+    "policy": Policy,
+    "server": Server,
+    "server.speculative": Speculative,
+    "provenance": Provenance,
+}
+
+
+@dataclass(frozen=True)
+class LoadedProfile:
+    """A resolved profile, the files it came from, and which file declared each variable."""
+
+    profile: Profile
+    path: Path
+    chain: tuple[Path, ...]
+    origins: Mapping[str, Path]
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as error:
+        raise ProfileError([f"{path}: not valid TOML: {error}"]) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ProfileError([f"{path}: cannot read: {error}"]) from None
+
+
+def _valid_keys(table: str) -> str:
+    model = _TABLES.get(table)
+    if model is None:
+        return "none"
+    return ", ".join(field.alias or name for name, field in model.model_fields.items())
+
+
+def validation_problems(path: Path | str, error: ValidationError) -> list[str]:
+    """One line per pydantic error, naming the file, the dotted key and what would be valid."""
+    lines = []
+    for item in error.errors():
+        loc = [str(part) for part in item["loc"]]
+        key = ".".join(loc)
+        if item["type"] == "value_error" and loc in (["nccl"], ["env"]):
+            message = item["msg"].removeprefix("Value error, ")
+            lines += [f"{path}: {key}.{line}" for line in message.split("\n")]
+        elif item["type"] == "value_error":
+            lines.append(f"{path}: {key}: {item['msg'].removeprefix('Value error, ')}")
+        elif item["type"] == "extra_forbidden":
+            table = ".".join(loc[:-1])
+            where = f"[{table}]" if table else "the top level"
+            lines.append(f"{path}: {key}: unknown key; valid in {where}: {_valid_keys(table)}")
+        elif item["type"] == "missing":
+            lines.append(f"{path}: {key}: required key is missing")
+        else:
+            lines.append(f"{path}: {key}: {item['msg']} (got {item['input']!r})")
+    return lines
+
+
+def _validate(path: Path | str, data: dict[str, Any]) -> Profile:
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as error:
+        raise ProfileError(validation_problems(path, error)) from None
+
+
+def validate_resolved(source: Path | str, data: dict[str, Any]) -> Profile:
+    """A whole profile (its `extends` resolved), `[server]` checked against SGLang's rules too."""
+    profile = _validate(source, data)
+    if profile.server is not None:
+        problems = server_problems(profile.server)
+        if problems:
+            raise ProfileError([f"{source}: server.{key}: {text}" for key, text in problems])
+    return profile
+
+
+def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _origins(path: Path, data: dict[str, Any]) -> dict[str, Path]:
+    nccl = {catalog.PREFIX + key: path for key in data.get("nccl", {})}
+    return {**nccl, **dict.fromkeys(data.get("env", {}), path)}
+
+
+def _resolve(
+    path: Path, stack: tuple[Path, ...]
+) -> tuple[dict[str, Any], dict[str, Path], tuple[Path, ...]]:
+    data = _read_toml(path)
+    own = _validate(path, data)
+    if own.extends is None:
+        return data, _origins(path, data), (path,)
+    try:
+        parent = find_profile(own.extends, near=path.parent)
+    except UsageError as error:
+        raise ProfileError([f"{path}: extends: {error}"]) from None
+    seen = [p.resolve() for p in (*stack, path)]
+    if parent.resolve() in seen:
+        cycle = " -> ".join(str(p) for p in (*stack, path, parent))
+        raise ProfileError([f"{path}: extends: cycle {cycle}"])
+    base, origins, chain = _resolve(parent, (*stack, path))
+    return _deep_merge(base, data), {**origins, **_origins(path, data)}, (*chain, path)
+
+
+def load_profile(ref: str) -> LoadedProfile:
+    """Find, read, validate and resolve a profile with everything it extends."""
+    path = find_profile(ref)
+    data, origins, chain = _resolve(path, ())
+    profile = validate_resolved(path, data)
+    return LoadedProfile(profile=profile, path=path, chain=chain, origins=origins)

@@ -1,0 +1,24 @@
+"""The variables nccl-launch sets in the child or reads itself; no profile may declare them."""
+
+from __future__ import annotations
+
+from nccl_launch.nccl.conf import SYSTEM_CONF_VAR
+
+MARKER_PROFILE = "NCCL_LAUNCH_PROFILE"  # name@version of the profile the child runs
+MARKER_DIGEST = "NCCL_LAUNCH_DIGEST"  # sha256 of its env and argv
+MARKER_NCCL_DEBUG = "NCCL_LAUNCH_NCCL_DEBUG"  # set by `run --nccl-debug`, so `check` tolerates it
+SEARCH_PATH_VAR = "NCCL_LAUNCH_PATH"
+SYSTEM_DIR_VAR = "NCCL_LAUNCH_SYSTEM_DIR"  # for packagers, and for tests to stay off the host
+OWN_VARIABLES = frozenset(
+    {
+        MARKER_PROFILE,
+        MARKER_DIGEST,
+        MARKER_NCCL_DEBUG,
+        SEARCH_PATH_VAR,
+        SYSTEM_DIR_VAR,
+        SYSTEM_CONF_VAR,
+        "SPT_NOENV",
+    }
+)
+# What `run --nccl-debug` adds so that `verify-log` has NCCL's own lines to read.
+NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}

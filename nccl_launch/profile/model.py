@@ -1,0 +1,192 @@
+"""The profile format (schema 1) as pydantic models; values come out canonical."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from nccl_launch.nccl import catalog, rules
+from nccl_launch.profile.markers import OWN_VARIABLES
+from nccl_launch.sglang import facts
+
+SCHEMA_VERSION = 1
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SETTING = re.compile(r"[a-z][a-z0-9_]*")
+_PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def _check_table(table: Any, check: Callable[[str, Any], str]) -> dict[str, str]:
+    """Apply `check(key, value) -> str` to every entry; report every bad key, one per line."""
+    if not isinstance(table, dict):
+        raise ValueError("must be a table")
+    values, problems = {}, []
+    for key, value in table.items():
+        try:
+            values[key] = check(key, value)
+        except ValueError as error:
+            problems.append(f"{key}: {error}")
+    if problems:
+        raise ValueError("\n".join(problems))
+    return values
+
+
+def _nccl_value(short: str, value: Any) -> str:
+    if short.startswith(catalog.PREFIX):
+        raise ValueError(f"write the name without the prefix: {short.removeprefix('NCCL_')} = ...")
+    name = catalog.PREFIX + short
+    if catalog.lookup(name) is None:
+        raise ValueError(catalog.unknown_name_message(name))
+    if isinstance(value, dict | list):
+        raise ValueError(f"{type(value).__name__} is not a value NCCL can read")
+    return rules.canonical(name, value)
+
+
+def _env_value(name: str, value: Any) -> str:
+    if not _ENV_NAME.fullmatch(name):
+        raise ValueError("not a valid environment variable name (letters, digits, '_')")
+    if name in OWN_VARIABLES:
+        raise ValueError("nccl-launch sets this variable itself")
+    if name.startswith(catalog.PREFIX):
+        short = name.removeprefix(catalog.PREFIX)
+        raise ValueError(f"NCCL variables belong in [nccl], validated: {short} = {value!r}")
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError(f"{value!r} is not text or an integer; quote it as a string")
+    return str(value)
+
+
+class Policy(StrictModel):
+    """What to do when the inherited environment disagrees with the profile."""
+
+    conflict: Literal["refuse", "warn"] = "refuse"
+    undeclared_nccl: Literal["refuse", "warn", "strip"] = "refuse"
+    server_owned: list[str] = Field(default_factory=lambda: list(facts.OWNED_ENV))
+
+    @field_validator("server_owned")
+    @classmethod
+    def _known_names(cls, names: list[str]) -> list[str]:
+        unknown = [name for name in names if catalog.lookup(name) is None]
+        if unknown:
+            raise ValueError(catalog.unknown_name_message(unknown[0]))
+        return names
+
+
+class Speculative(StrictModel):
+    """`[server.speculative]`; other keys pass through as `--speculative-KEY VALUE`."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+
+    algorithm: str
+    draft_model_path: str | None = None
+    num_steps: int | None = Field(default=None, ge=1)
+    eagle_topk: int | None = Field(default=None, ge=1)
+    num_draft_tokens: int | None = Field(default=None, ge=1)
+
+    @field_validator("algorithm")
+    @classmethod
+    def _known_algorithm(cls, algorithm: str) -> str:
+        if algorithm.upper() not in facts.ALGORITHMS:
+            valid = ", ".join(facts.ALGORITHMS)
+            raise ValueError(f"{algorithm!r} is not valid; valid: {valid} (any case)")
+        return algorithm.upper()
+
+    @model_validator(mode="after")
+    def _pass_through(self) -> Speculative:
+        structured = tuple(flag for flag in facts.FLAGS if flag.field.startswith("speculative."))
+        for key, value in self.extra_settings().items():
+            if not _SETTING.fullmatch(key):
+                raise ValueError(f"{key}: not a setting name (lower case, digits, '_')")
+            if not isinstance(value, str | int | float | bool):
+                raise ValueError(f"{key}: {value!r} is not a single value")
+            flag = facts.flag_for(facts.extra_flag(key), structured)
+            if flag is not None:
+                raise ValueError(f"{key}: SGLang reads it as {flag.field}; write that key instead")
+        return self
+
+    def extra_settings(self) -> dict[str, facts.Scalar]:
+        """The pass-through settings, in file order."""
+        return dict(self.model_extra or {})
+
+
+class Server(StrictModel):
+    """`[server]`: the SGLang command line the launcher builds."""
+
+    python: str = "python3"
+    entrypoint: str = facts.DEFAULT_ENTRYPOINT
+    model_path: str | None = None  # required once `extends` is resolved
+    tp_size: int = Field(default=1, ge=1)
+    pp_size: int = Field(default=1, ge=1)
+    host: str | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    nnodes: int = Field(default=1, ge=1)
+    node_rank: int | None = Field(default=None, ge=0)
+    dist_init_addr: str | None = None
+    cwd: str | None = None
+    args: list[str] = Field(default_factory=list)
+    speculative: Speculative | None = None
+
+
+class Provenance(StrictModel):
+    """Why the profile exists: the hardware and the measurement that justified it."""
+
+    hardware: str | None = None
+    measured: str | None = None
+    source: str | None = None
+    date: str | None = None
+    software: str | None = None
+    notes: str | None = None
+
+
+class Profile(StrictModel):
+    """One profile file, or the result of resolving its `extends` chain."""
+
+    schema_version: int = Field(alias="schema")
+    name: str
+    version: int = Field(ge=1)
+    description: str = ""
+    extends: str | None = None
+    nccl: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    policy: Policy = Field(default_factory=Policy)
+    server: Server | None = None
+    provenance: Provenance = Field(default_factory=Provenance)
+
+    @field_validator("schema_version")
+    @classmethod
+    def _schema(cls, schema: int) -> int:
+        if schema != SCHEMA_VERSION:
+            raise ValueError(f"{schema} is not a schema this nccl-launch reads; valid: 1")
+        return schema
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        if not _PROFILE_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not valid; valid: letters, digits, '.', '_', '-'")
+        return name
+
+    @field_validator("nccl", mode="before")
+    @classmethod
+    def _nccl(cls, table: Any) -> dict[str, str]:
+        return _check_table(table, _nccl_value)
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, table: Any) -> dict[str, str]:
+        return _check_table(table, _env_value)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    def declared_env(self) -> dict[str, str]:
+        """Every variable the profile sets, NCCL ones with their full name."""
+        nccl = {catalog.PREFIX + key: value for key, value in self.nccl.items()}
+        return {**nccl, **self.env}

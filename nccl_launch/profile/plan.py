@@ -1,0 +1,43 @@
+"""What a resolved profile declares: the env, the argv, and the digest that names them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from nccl_launch.profile.markers import MARKER_DIGEST, MARKER_PROFILE
+from nccl_launch.profile.model import Profile
+from nccl_launch.sglang.argv import server_argv
+
+
+@dataclass(frozen=True)
+class ProfilePlan:
+    """The environment a profile declares and the command it runs, identified by a digest."""
+
+    label: str
+    env: dict[str, str]
+    argv: list[str]
+    digest: str
+
+    @property
+    def short_digest(self) -> str:
+        return self.digest[: len("sha256:") + 8]
+
+    @property
+    def markers(self) -> dict[str, str]:
+        """What the launcher adds: which profile runs, and a readable environment for `check`."""
+        return {MARKER_PROFILE: self.label, MARKER_DIGEST: self.digest, "SPT_NOENV": "1"}
+
+
+def digest(env: dict[str, str], argv: list[str]) -> str:
+    """sha256 over the canonical JSON of the declared env and the profile's argv."""
+    canonical = json.dumps({"env": env, "argv": argv}, sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def build_plan(profile: Profile) -> ProfilePlan:
+    """The plan of a resolved profile; argv is empty when it has no `[server]`."""
+    env = profile.declared_env()
+    argv = server_argv(profile.server) if profile.server is not None else []
+    return ProfilePlan(label=profile.label, env=env, argv=argv, digest=digest(env, argv))

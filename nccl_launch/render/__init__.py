@@ -1,0 +1,1 @@
+"""Reports as people read them (aligned text) and as Prometheus scrapes them."""

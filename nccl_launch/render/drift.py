@@ -1,0 +1,94 @@
+"""Drift as text: the aligned diff of DESIGN.md, the env changes of a dry run, profile diffs."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+
+from nccl_launch.env.drift import DriftEntry, DriftKind, DriftReport, Reason, is_secret
+from nccl_launch.launch.prepare import LaunchPlan
+
+_MARKS: dict[DriftKind, str] = {"changed": "~", "missing": "-", "undeclared": "+"}
+
+
+def shown(key: str, value: str | None) -> str:
+    """A value as reports print it: quoted, `unset`, or masked when it looks like a secret."""
+    if value is None:
+        return "unset"
+    return '"***"' if is_secret(key) else json.dumps(value)
+
+
+def _entry_value(entry: DriftEntry) -> str:
+    if entry.kind == "undeclared":
+        return shown(entry.key, entry.actual)
+    return f"{shown(entry.key, entry.expected)} -> {shown(entry.key, entry.actual)}"
+
+
+def _details(entry: DriftEntry) -> list[str]:
+    """Where the value came from, what NCCL makes of it, and why it is tolerated."""
+    reasons: dict[Reason, list[str | None]] = {
+        "drift": [entry.note],
+        "policy": [entry.note, "tolerated"],
+        "stripped": [entry.note, "removed from the child", "tolerated"],
+        "server-owned": ["server-owned", "tolerated"],
+        "nccl-debug": ["--nccl-debug", "tolerated"],
+    }
+    return [text for text in (entry.source, *reasons[entry.reason]) if text]
+
+
+def drift_lines(entries: Sequence[DriftEntry]) -> list[str]:
+    """One aligned line per entry: mark, key, values, then where the value came from and why."""
+    if not entries:
+        return []
+    key_width = max(len(entry.key) for entry in entries)
+    value_width = max(len(_entry_value(entry)) for entry in entries)
+    lines = []
+    for entry in entries:
+        details = _details(entry)
+        suffix = f"  ({'; '.join(details)})" if details else ""
+        key, value = entry.key.ljust(key_width), _entry_value(entry).ljust(value_width)
+        lines.append(f"  {_MARKS[entry.kind]} {key}  {value}{suffix}".rstrip())
+    return lines
+
+
+def refusal_text(launch: LaunchPlan, report: DriftReport) -> str:
+    """Why `run` will not start: the diff of DESIGN.md, a header, one line per entry, a summary."""
+    plan = launch.plan
+    header = f"refusing to start: environment drifts from {plan.label} ({plan.short_digest})"
+    return "\n".join([header, *drift_lines(report.entries), report.summary()])
+
+
+def env_changes(
+    calling: Mapping[str, str], env: Mapping[str, str], sources: Mapping[str, str]
+) -> list[str]:
+    """What the child's environment adds, changes and removes relative to the calling one."""
+    rows = []
+    for key in sorted(set(calling) | set(env)):
+        if key not in env:
+            rows.append(("-", key, "", f"was {shown(key, calling[key])}"))
+        elif key not in calling:
+            rows.append(("+", key, shown(key, env[key]), sources[key]))
+        elif calling[key] != env[key]:
+            was = shown(key, calling[key])
+            rows.append(("~", key, shown(key, env[key]), f"was {was}; {sources[key]}"))
+    key_width = max((len(key) for _, key, _, _ in rows), default=0)
+    # Long values (the digest) are left to overhang rather than push every column right.
+    value_width = max((len(value) for _, _, value, _ in rows if len(value) <= 24), default=0)
+    return [
+        f"  {mark} {key.ljust(key_width)}  {value.ljust(value_width)}  ({detail})"
+        for mark, key, value, detail in rows
+    ]
+
+
+def dry_run_lines(launch: LaunchPlan, calling: Mapping[str, str]) -> list[str]:
+    """What `run --dry-run` prints: the profile, the env changes, the cwd, the argv."""
+    plan = launch.plan
+    lines = [f"profile {plan.label} ({plan.short_digest}) from {launch.loaded.path}"]
+    lines += [
+        "environment changes:",
+        *env_changes(calling, launch.merged.env, launch.merged.sources),
+    ]
+    if launch.cwd is not None:
+        lines.append(f"cwd: {launch.cwd}")
+    return [*lines, "argv:", f"  {shlex.join(launch.argv)}"]

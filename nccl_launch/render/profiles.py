@@ -1,0 +1,71 @@
+"""Profiles as text: `validate`'s verdicts, `show` as TOML, `diff`, the `list` table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import tomli_w
+
+from nccl_launch.profile.diff import ProfileDiff
+from nccl_launch.profile.overview import ListedProfile, ShownProfile, Validation
+from nccl_launch.profile.plan import build_plan
+from nccl_launch.render.drift import shown
+
+
+def show_toml(shown: ShownProfile) -> str:
+    """The resolved profile as TOML, under a comment naming its digest and its files."""
+    chain = ", ".join(shown.chain)
+    header = f"# {shown.profile} {shown.digest}\n# resolved from {chain}\n"
+    return header + tomli_w.dumps(shown.resolved)
+
+
+def list_lines(rows: list[ListedProfile], dirs: list[Path]) -> list[str]:
+    """NAME, VERSION, DIGEST and PATH columns; an invalid file shows its first problem."""
+    if not rows:
+        return [f"no profiles in {', '.join(str(folder) for folder in dirs)}"]
+    cells = [("NAME", "VERSION", "DIGEST", "PATH")]
+    for row in rows:
+        if row.problem is not None:
+            cells.append(("(invalid)", "", row.problem, str(row.path)))
+        else:
+            cells.append((row.name, str(row.version), row.short_digest, str(row.path)))
+    widths = [max(len(cell[i]) for cell in cells) for i in range(3)]
+    return [
+        "  ".join(
+            [*(text.ljust(width) for text, width in zip(cell[:3], widths, strict=True)), cell[3]]
+        )
+        for cell in cells
+    ]
+
+
+def diff_lines(diff: ProfileDiff) -> list[str]:
+    """A header per profile, `~` changed, `-` only in the old one, `+` only in the new, a count."""
+    lines = []
+    for sign, loaded in (("---", diff.old), ("+++", diff.new)):
+        plan = build_plan(loaded.profile)
+        lines.append(f"{sign} {plan.label} ({plan.short_digest}) {loaded.path}")
+    width = max((len(key) for key, _, _ in diff.changes), default=0)
+    for key, old, new in diff.changes:
+        if old is None:
+            lines.append(f"  + {key.ljust(width)}  {shown(key, new)}")
+        elif new is None:
+            lines.append(f"  - {key.ljust(width)}  {shown(key, old)}")
+        else:
+            lines.append(f"  ~ {key.ljust(width)}  {shown(key, old)} -> {shown(key, new)}")
+    count = len(diff.changes)
+    return [*lines, f"{count} difference{'' if count == 1 else 's'}"]
+
+
+def validate_lines(validation: Validation) -> tuple[list[str], list[str]]:
+    """What `validate` prints: an ok line per valid file (stdout); problems, warnings (stderr)."""
+    out, err = [], []
+    for result in validation.results:
+        if result.error is not None:
+            err.append(result.error.message())
+            continue
+        err += [f"{result.path}: {note}" for note in result.warnings]
+        out.append(f"{result.path}: ok ({result.label}, {result.short_digest})")
+    count, invalid = len(validation.results), validation.invalid
+    if count > 1:
+        out.append(f"{count - invalid} valid, {invalid} invalid")
+    return out, err

@@ -1,0 +1,90 @@
+"""The text of the reports `preflight`, `check` and `verify-log` print."""
+
+from __future__ import annotations
+
+import json
+
+from nccl_launch.launch.preflight_report import PreflightReport
+from nccl_launch.live.compare import LiveReport, ProcessReport
+from nccl_launch.live.verify_log import LogReport
+from nccl_launch.render.drift import drift_lines
+
+
+def preflight_lines(report: PreflightReport) -> list[str]:
+    """One line per check, details indented beneath, then the verdict."""
+    width = max(len(check.name) for check in report.checks)
+    lines = []
+    for check in report.checks:
+        lines.append(f"{check.status:<4}  {check.name.ljust(width)}  {check.message}")
+        detail = drift_lines(check.drift.entries) if check.drift is not None else check.detail
+        lines += [f"      {line}" for line in detail]
+    failed = sum(check.status == "fail" for check in report.checks)
+    warned = sum(check.status == "warn" for check in report.checks)
+    verdict = "failed" if failed else "passed"
+    lines.append(
+        f"preflight {verdict}: {failed} failed, {warned} warning{'' if warned == 1 else 's'}"
+    )
+    return lines
+
+
+def _process_lines(process: ProcessReport) -> list[str]:
+    lines = [f"pid {process.pid}  {process.title}"]
+    if not process.readable:
+        return [*lines, f"  unreadable: {process.reason}"]
+    lines += drift_lines(process.drifted)
+    owned = [entry.key for entry in process.entries if entry.tolerated]
+    tolerated = f", tolerated: {', '.join(owned)}" if owned else ""
+    status = "drift" if process.drifted else "no drift"
+    return [*lines, f"  {status}, {len(process.matched)} match{tolerated}"]
+
+
+def live_text(report: LiveReport) -> str:
+    """The text form of `check`: a header, each process with its entries, a verdict."""
+    lines = [f"check {report.profile} ({report.digest[:15]}) from {report.path}"]
+    if report.running_profile is None:
+        lines.append(f"pid {report.main_pid} was not started by nccl-launch")
+    elif report.digest_differs:
+        running = f"{report.running_profile} ({(report.running_digest or '')[:15]})"
+        lines.append(f"server runs {running}, the file is {report.profile} ({report.digest[:15]})")
+    for process in report.processes:
+        lines += _process_lines(process)
+    drifted = sum(bool(process.drifted) for process in report.processes)
+    unreadable = len(report.unreadable)
+    count = len(report.processes)
+    total = f"{count} process" + ("" if count == 1 else "es")
+    if report.ok:
+        lines.append(f"no drift in {total}")
+    else:
+        parts = [f"{drifted} drift"] if drifted else []
+        parts += [f"{unreadable} unreadable"] if unreadable else []
+        parts += ["another digest running"] if report.digest_differs else []
+        lines.append(f"drift: {', '.join(parts)}, of {total}")
+    return "\n".join(lines)
+
+
+_LOG_STATUS = {"ok": "ok", "mismatch": "fail", "unconfirmed": "fail", "not-logged": "note"}
+
+
+def log_lines(report: LogReport) -> list[str]:
+    """verify-log's text: one line per declared key, then undeclared values NCCL applied."""
+    count = len(report.processes)
+    header = f"verify-log {report.profile} ({report.digest[:15]}) against {report.source}"
+    lines = [f"{header}: {count} NCCL process{'' if count == 1 else 'es'}"]
+    width = max([len(key.key) for key in report.keys] + [len(key) for key in report.undeclared])
+    for key in report.keys:
+        status = _LOG_STATUS[key.verdict]
+        lines.append(
+            f"{status:<4}  {key.key.ljust(width)}  {json.dumps(key.expected)}: {key.detail}"
+        )
+    for name, seen in report.undeclared.items():
+        values = ", ".join(sorted({json.dumps(value) for value in seen.values()}))
+        lines.append(
+            f"warn  {name.ljust(width)}  undeclared, applied as {values} by {len(seen)} of them"
+        )
+    failed = sum(key.verdict in ("mismatch", "unconfirmed") for key in report.keys)
+    checked = sum(key.verdict != "not-logged" for key in report.keys)
+    if not report.processes:
+        lines.append("no NCCL INFO lines: start the server with nccl-launch run --nccl-debug")
+    verdict = "passed" if report.ok else "failed"
+    lines.append(f"verify-log {verdict}: {checked - failed} of {checked} loggable values confirmed")
+    return lines

@@ -1,0 +1,18 @@
+"""What every report shares: the versioned JSON envelope and the exit code it stands for."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+# Bumped when a key of any command's JSON output is removed or changes meaning.
+SCHEMA_VERSION = 1
+
+
+class Report(BaseModel):
+    """A command's result: data until rendered; it knows the exit code it stands for."""
+
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def exit_code(self) -> int:
+        raise NotImplementedError

@@ -1,0 +1,57 @@
+"""The SGLang command line a `[server]` table stands for, every flag spelled canonically."""
+
+from __future__ import annotations
+
+import shlex
+
+from nccl_launch.profile.model import Server
+from nccl_launch.sglang.facts import FLAGS, Flag, extra_flag, flag_for
+
+# Emitted only when they differ from SGLang's default, so that simple profiles stay short.
+_OMITTED_DEFAULTS = {"pp_size": 1, "nnodes": 1}
+
+
+def structured_values(server: Server) -> dict[str, object]:
+    """Every structured field's value by its dotted name (`speculative.num_steps`)."""
+    values = {}
+    for flag in FLAGS:
+        section, _, key = flag.field.rpartition(".")
+        owner = server.speculative if section else server
+        values[flag.field] = getattr(owner, key) if owner is not None else None
+    return values
+
+
+def server_argv(server: Server) -> list[str]:
+    """The SGLang command line of a `[server]` table, every flag spelled canonically."""
+    values = structured_values(server)
+    spec = server.speculative
+    argv = [server.python, *shlex.split(server.entrypoint)]
+    for flag in FLAGS:
+        value = values[flag.field]
+        if value is not None and _OMITTED_DEFAULTS.get(flag.field) != value:
+            argv += [flag.canonical, str(value)]
+    for key, setting in (spec.extra_settings() if spec is not None else {}).items():
+        if setting is True:
+            argv.append(extra_flag(key))
+        elif setting is not False:
+            argv += [extra_flag(key), str(setting)]
+    return argv + list(server.args)
+
+
+def duplicated_flags(args: list[str], server: Server) -> list[str]:
+    """Options in `args` that repeat a structured field (any spelling or unique prefix)."""
+    spec = server.speculative
+    extras = tuple(
+        Flag(f"speculative.{key}", extra_flag(key))
+        for key in (spec.extra_settings() if spec is not None else {})
+    )
+    problems = []
+    for option in args:
+        if not option.startswith("--"):
+            continue
+        flag = flag_for(option, FLAGS + extras)
+        if flag is not None:
+            problems.append(
+                f"{option.split('=', 1)[0]} repeats the field {flag.field}; set it there"
+            )
+    return problems

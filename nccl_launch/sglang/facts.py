@@ -1,0 +1,79 @@
+"""SGLang 0.5.23 as data: its flags and their spellings, speculative algorithms, the env it owns.
+
+A leaf: the profile model and everything built on it read these facts; nothing here imports them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ALGORITHMS = (
+    "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO", "FROZEN_KV_MTP",
+)  # fmt: skip
+DEFAULT_ENTRYPOINT = "-m sglang.launch_server"
+
+# What SGLang adds to its workers' environment when unset (reference/SGLANG.md).
+OWNED_ENV = ("NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "NCCL_GRAPH_REGISTER")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A structured `[server]` field and the spellings SGLang's parser accepts for it."""
+
+    field: str
+    canonical: str
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def spellings(self) -> tuple[str, ...]:
+        return (self.canonical, *self.aliases)
+
+
+FLAGS = (
+    Flag("model_path", "--model-path", ("--model",)),
+    Flag("tp_size", "--tp-size", ("--tensor-parallel-size",)),
+    Flag("pp_size", "--pp-size", ("--pipeline-parallel-size",)),
+    Flag("host", "--host"),
+    Flag("port", "--port"),
+    Flag("nnodes", "--nnodes"),
+    Flag("node_rank", "--node-rank"),
+    Flag("dist_init_addr", "--dist-init-addr", ("--nccl-init-addr",)),
+    Flag("speculative.algorithm", "--speculative-algorithm"),
+    Flag(
+        "speculative.draft_model_path",
+        "--speculative-draft-model-path",
+        ("--speculative-draft-model",),
+    ),
+    Flag("speculative.num_steps", "--speculative-num-steps"),
+    Flag("speculative.eagle_topk", "--speculative-eagle-topk"),
+    Flag("speculative.num_draft_tokens", "--speculative-num-draft-tokens"),
+)
+SPECULATIVE_PREFIX = "--speculative-"
+
+Scalar = str | int | float | bool
+
+
+def extra_flag(key: str) -> str:
+    """A pass-through key as a flag: `accept_threshold_single` -> `--speculative-accept-...`."""
+    return SPECULATIVE_PREFIX + key.replace("_", "-")
+
+
+def flag_for(option: str, flags: tuple[Flag, ...] = FLAGS) -> Flag | None:
+    """The structured flag an option names, as argparse would resolve it (unique prefixes too)."""
+    name = option.split("=", 1)[0]
+    exact = [flag for flag in flags if name in flag.spellings]
+    if exact:
+        return exact[0]
+    matches = [flag for flag in flags if any(s.startswith(name) for s in flag.spellings)]
+    return matches[0] if len(matches) == 1 and len(name) > 2 else None
+
+
+# Architectures whose checkpoint carries its own MTP draft layers: SGLang 0.5.23 uses the
+# target model as the draft when no draft path is given (speculative_hook.py).
+MTP_ARCHITECTURES = frozenset({
+    "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV4ForCausalLM",
+    "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM", "GlmMoeDsaForCausalLM",
+    "BailingMoeForCausalLM", "BailingMoeV2ForCausalLM", "BailingMoeV2_5ForCausalLM",
+    "MistralLarge3ForCausalLM", "PixtralForConditionalGeneration", "HYV3ForCausalLM",
+    "HYV4ForCausalLM", "Qwen4ExpForConditionalGeneration",
+})  # fmt: skip

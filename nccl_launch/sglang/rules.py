@@ -1,0 +1,108 @@
+"""SGLang's own rules for a `[server]` table, checked before start, and what it overrides."""
+
+from __future__ import annotations
+
+from nccl_launch.profile.model import Server
+from nccl_launch.sglang.argv import duplicated_flags
+from nccl_launch.sglang.facts import MTP_ARCHITECTURES
+
+# The algorithms that run without a draft model only on a model with built-in MTP layers.
+_MTP_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
+
+
+def speculative_problems(server: Server) -> list[tuple[str, str]]:
+    """SGLang's own speculative rules, checked before start: (key, message) pairs."""
+    spec = server.speculative
+    if spec is None:
+        return []
+    problems = []
+    steps, topk, drafts = spec.num_steps, spec.eagle_topk, spec.num_draft_tokens
+    trio = {"num_steps": steps, "eagle_topk": topk, "num_draft_tokens": drafts}
+    missing = [key for key, value in trio.items() if value is None]
+    if 0 < len(missing) < len(trio):
+        message = (
+            f"num_steps, eagle_topk and num_draft_tokens go together; {', '.join(missing)} "
+            "missing (SGLang asserts or crashes otherwise): give all three, or none"
+        )
+        problems.append(("speculative", message))
+    if steps is not None and topk == 1 and drafts is not None and drafts != steps + 1:
+        message = (
+            f"{drafts} with eagle_topk = 1 and num_steps = {steps}: SGLang silently runs "
+            f"{steps + 1} instead; write num_draft_tokens = {steps + 1}"
+        )
+        problems.append(("speculative.num_draft_tokens", message))
+    algorithm, draft = spec.algorithm, spec.draft_model_path
+    if algorithm == "DFLASH" and draft is None:
+        problems.append(("speculative.draft_model_path", "DFLASH requires a draft model path"))
+    if algorithm in ("UNO", "NGRAM") and draft is not None:
+        problems.append(("speculative.draft_model_path", f"{algorithm} takes no draft model"))
+    if algorithm == "UNO" and not any(arg.startswith("--uno-lora-path") for arg in server.args):
+        problems.append(("args", "UNO needs --uno-lora-path in args"))
+    return problems
+
+
+def needs_mtp_layers(server: Server) -> bool:
+    """EAGLE without a draft model: valid only if the model itself has MTP layers, which the
+    model's config.json on the serving host tells, not the profile."""
+    spec = server.speculative
+    return spec is not None and spec.algorithm in _MTP_ALGORITHMS and spec.draft_model_path is None
+
+
+def mtp_problem(server: Server, architecture: str | None) -> tuple[str, str] | None:
+    """Why the model (of `architecture`, None when unknown) cannot draft for itself, if so."""
+    if not needs_mtp_layers(server) or architecture in MTP_ARCHITECTURES:
+        return None
+    algorithm = server.speculative.algorithm if server.speculative is not None else ""
+    found = architecture or "unknown (no readable config.json)"
+    message = (
+        f"{algorithm} needs a draft model unless the model has built-in MTP layers "
+        f"(DeepSeek-V3 style); the model's architecture is {found}"
+    )
+    return "speculative.draft_model_path", message
+
+
+def server_problems(server: Server) -> list[tuple[str, str]]:
+    """Every rule a resolved `[server]` table must meet before SGLang is started."""
+    problems = []
+    if server.model_path is None:
+        problems.append(("model_path", "required key is missing"))
+    if (server.tp_size * server.pp_size) % server.nnodes:
+        problems.append(
+            (
+                "nnodes",
+                f"tp_size * pp_size = {server.tp_size * server.pp_size} is not a multiple of "
+                f"nnodes = {server.nnodes} (SGLang asserts it)",
+            )
+        )
+    if server.node_rank is not None and server.node_rank >= server.nnodes:
+        problems.append(("node_rank", f"{server.node_rank} is not below nnodes = {server.nnodes}"))
+    problems += [("args", problem) for problem in duplicated_flags(server.args, server)]
+    return problems + speculative_problems(server)
+
+
+def server_warnings(server: Server, env: dict[str, str]) -> list[str]:
+    """Where SGLang will not honour what the profile declares, and what only the host decides."""
+    warnings = []
+    if needs_mtp_layers(server):
+        warnings.append(
+            "server.speculative.draft_model_path: none given, so the model must have built-in "
+            "MTP layers (DeepSeek-V3 style); preflight and run check its config.json"
+        )
+    args = set(server.args)
+    if "CUDA_DEVICE_MAX_CONNECTIONS" in env:
+        warnings.append(
+            "env.CUDA_DEVICE_MAX_CONNECTIONS: SGLang always sets it to 8 in its workers"
+        )
+    tuned = [key for key in ("NCCL_ALGO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS") if key in env]
+    if "--enable-deterministic-inference" in args and server.tp_size > 1 and tuned:
+        warnings.append(
+            f"--enable-deterministic-inference makes SGLang override {', '.join(tuned)} "
+            "(NCCL_ALGO=allreduce:tree, 8 channels)"
+        )
+    for option, key in (
+        ("--enable-symm-mem", "NCCL_CUMEM_ENABLE"),
+        ("--enable-nccl-nvls", "NCCL_NVLS_ENABLE"),
+    ):
+        if option in args and key in env:
+            warnings.append(f"{option} makes SGLang override {key} = {env[key]!r}")
+    return warnings
