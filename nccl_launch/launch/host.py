@@ -17,7 +17,7 @@ from nccl_launch.errors import HostError
 from nccl_launch.launch.preflight_report import Check
 from nccl_launch.live.processes import listening_pids
 from nccl_launch.nccl.conf import ConfEntry, applied, conf_paths
-from nccl_launch.profile.model import Server
+from nccl_launch.sglang.server import Server
 
 ENV_PLUGIN = "libnccl-env.so"
 LIBRARY_DIRS = (

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nccl_launch.errors import UsageError
-from nccl_launch.profile.model import Server
+from nccl_launch.sglang.server import Server
 
 
 @dataclass(frozen=True)

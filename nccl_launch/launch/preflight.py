@@ -16,8 +16,8 @@ from nccl_launch.launch.host import (
 from nccl_launch.launch.preflight_report import Check, PreflightReport
 from nccl_launch.launch.prepare import LaunchPlan
 from nccl_launch.profile.lint import lint
-from nccl_launch.profile.model import Server
 from nccl_launch.sglang.parser import expected_values, probe_sglang
+from nccl_launch.sglang.server import Server
 
 
 def sglang_checks(server: Server, argv: list[str]) -> tuple[list[Check], dict[str, Any]]:

@@ -12,9 +12,10 @@ from pydantic import BaseModel, ValidationError
 
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.nccl import catalog
-from nccl_launch.profile.model import Policy, Profile, Provenance, Server, Speculative
+from nccl_launch.profile.model import Policy, Profile, Provenance
 from nccl_launch.profile.search import find_profile
 from nccl_launch.sglang.rules import server_problems
+from nccl_launch.sglang.server import Server, Speculative
 
 # The keys each table accepts, to tell the user what would be valid instead of an unknown key.
 _TABLES: dict[str, type[BaseModel]] = {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import shlex
 
-from nccl_launch.profile.model import Server
 from nccl_launch.sglang.facts import FLAGS, Flag, extra_flag, flag_for
+from nccl_launch.sglang.server import Server
 
 # Emitted only when they differ from SGLang's default, so that simple profiles stay short.
 _OMITTED_DEFAULTS = {"pp_size": 1, "nnodes": 1}

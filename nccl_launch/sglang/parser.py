@@ -7,8 +7,8 @@ import subprocess
 from importlib import resources
 from typing import Any
 
-from nccl_launch.profile.model import Server
 from nccl_launch.sglang.argv import structured_values
+from nccl_launch.sglang.server import Server
 
 PROBE_MARK = "NCCL_LAUNCH_PROBE "
 PROBE_TIMEOUT_S = 300  # importing SGLang (and torch) on a cold disk is slow

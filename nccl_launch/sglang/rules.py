@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from nccl_launch.profile.model import Server
 from nccl_launch.sglang.argv import duplicated_flags
 from nccl_launch.sglang.facts import MTP_ARCHITECTURES
+from nccl_launch.sglang.server import Server
 
 # The algorithms that run without a draft model only on a model with built-in MTP layers.
 _MTP_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")

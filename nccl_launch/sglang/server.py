@@ -1,0 +1,70 @@
+"""The `[server]` table of a profile: the SGLang command line, as typed fields."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from nccl_launch.sglang import facts
+
+# How every table of a profile is read: unknown keys are errors, no coercion, immutable.
+STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
+_SETTING = re.compile(r"[a-z][a-z0-9_]*")
+
+
+class Speculative(BaseModel):
+    """`[server.speculative]`; other keys pass through as `--speculative-KEY VALUE`."""
+
+    model_config = STRICT | ConfigDict(extra="allow")
+
+    algorithm: str
+    draft_model_path: str | None = None
+    num_steps: int | None = Field(default=None, ge=1)
+    eagle_topk: int | None = Field(default=None, ge=1)
+    num_draft_tokens: int | None = Field(default=None, ge=1)
+
+    @field_validator("algorithm")
+    @classmethod
+    def _known_algorithm(cls, algorithm: str) -> str:
+        if algorithm.upper() not in facts.ALGORITHMS:
+            valid = ", ".join(facts.ALGORITHMS)
+            raise ValueError(f"{algorithm!r} is not valid; valid: {valid} (any case)")
+        return algorithm.upper()
+
+    @model_validator(mode="after")
+    def _pass_through(self) -> Speculative:
+        structured = tuple(flag for flag in facts.FLAGS if flag.field.startswith("speculative."))
+        for key, value in self.extra_settings().items():
+            if not _SETTING.fullmatch(key):
+                raise ValueError(f"{key}: not a setting name (lower case, digits, '_')")
+            if not isinstance(value, str | int | float | bool):
+                raise ValueError(f"{key}: {value!r} is not a single value")
+            flag = facts.flag_for(facts.extra_flag(key), structured)
+            if flag is not None:
+                raise ValueError(f"{key}: SGLang reads it as {flag.field}; write that key instead")
+        return self
+
+    def extra_settings(self) -> dict[str, facts.Scalar]:
+        """The pass-through settings, in file order."""
+        return dict(self.model_extra or {})
+
+
+class Server(BaseModel):
+    """`[server]`: the SGLang command line the launcher builds."""
+
+    model_config = STRICT
+
+    python: str = "python3"
+    entrypoint: str = facts.DEFAULT_ENTRYPOINT
+    model_path: str | None = None  # required once `extends` is resolved
+    tp_size: int = Field(default=1, ge=1)
+    pp_size: int = Field(default=1, ge=1)
+    host: str | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    nnodes: int = Field(default=1, ge=1)
+    node_rank: int | None = Field(default=None, ge=0)
+    dist_init_addr: str | None = None
+    cwd: str | None = None
+    args: list[str] = Field(default_factory=list)
+    speculative: Speculative | None = None
