@@ -1,4 +1,4 @@
-"""Drift as text: the aligned diff of DESIGN.md, the env changes of a dry run, profile diffs."""
+"""Drift as text: the aligned diff of DESIGN.md and the env changes of a dry run."""
 
 from __future__ import annotations
 

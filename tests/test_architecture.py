@@ -1,0 +1,140 @@
+"""The layout shows the architecture (docs/architecture.md): layers, leaves, sizes, no cycles.
+
+Read from the source with `ast`, so a change that breaks a rule fails here with its name.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).parent.parent / "nccl_launch"
+# Bottom to top: a package imports only itself and the packages of lower layers.
+# Keep in step with the picture in docs/architecture.md.
+LAYERS = (
+    ("nccl_launch", "errors", "report"),
+    ("nccl",),
+    ("sglang",),
+    ("profile",),
+    ("env",),
+    ("live",),
+    ("launch", "deploy"),
+    ("migrate",),
+    ("render",),
+    ("commands",),
+    ("cli",),
+    ("__main__",),
+)
+# Facts: modules that import nothing of nccl-launch's (but these) and are read by the rest.
+LEAVES = {
+    "nccl_launch.sglang.facts": set(),
+    "nccl_launch.nccl.catalog": set(),
+    "nccl_launch.nccl.grammar": set(),
+    "nccl_launch.nccl.conf": set(),
+    "nccl_launch.profile.markers": {"nccl_launch.nccl.conf"},
+}
+MAX_MODULES_PER_FOLDER = 12
+MAX_LINES = 400
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+MODULES = modules()
+
+
+def imported(name: str) -> set[str]:
+    """The nccl-launch modules `name` imports (a package's `__init__` for `from pkg import`)."""
+    found = set()
+    for node in ast.walk(ast.parse(MODULES[name].read_text(encoding="utf-8"))):
+        targets: Iterator[str]
+        if isinstance(node, ast.ImportFrom) and node.module:
+            targets = (f"{node.module}.{alias.name}" for alias in node.names)
+            targets = (t if t in MODULES else node.module for t in targets)
+        elif isinstance(node, ast.Import):
+            targets = (alias.name for alias in node.names)
+        else:
+            continue
+        found |= {target for target in targets if target in MODULES}
+    return found - {name}
+
+
+def package_of(name: str) -> str:
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def layer_of(package: str) -> int:
+    return next(index for index, layer in enumerate(LAYERS) if package in layer)
+
+
+def test_every_package_is_in_a_layer() -> None:
+    assert {package_of(name) for name in MODULES} == {p for layer in LAYERS for p in layer}
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_imports_only_go_down(name: str) -> None:
+    mine = package_of(name)
+    upward = [
+        target
+        for target in imported(name)
+        if package_of(target) != mine and layer_of(package_of(target)) >= layer_of(mine)
+    ]
+    assert upward == [], f"{name} imports from its own layer or above"
+
+
+@pytest.mark.parametrize("name", sorted(LEAVES))
+def test_facts_are_leaves(name: str) -> None:
+    assert imported(name) <= LEAVES[name] | {"nccl_launch.nccl"}
+
+
+def test_no_import_cycle() -> None:
+    graph = {name: imported(name) for name in MODULES}
+    done: set[str] = set()
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, " -> ".join((*path[path.index(name) :], name))
+        if name in done:
+            return
+        for target in sorted(graph[name]):
+            visit(target, (*path, name))
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name, ())
+
+
+@pytest.mark.parametrize(
+    "folder", sorted({path.parent for path in MODULES.values()}), ids=lambda path: path.name
+)
+def test_folders_stay_small_and_say_what_they_own(folder: Path) -> None:
+    assert len([path for path in folder.glob("*.py") if path.name != "__init__.py"]) <= (
+        MAX_MODULES_PER_FOLDER
+    )
+    docstring = ast.get_docstring(ast.parse((folder / "__init__.py").read_text(encoding="utf-8")))
+    assert docstring, f"{folder}/__init__.py says in one line what the package owns"
+    assert "\n" not in docstring
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_modules_stay_readable_in_one_sitting(name: str) -> None:
+    assert len(MODULES[name].read_text(encoding="utf-8").splitlines()) <= MAX_LINES
+
+
+def test_the_architecture_doc_names_every_module() -> None:
+    doc = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = [
+        name
+        for name, path in MODULES.items()
+        if path.name != "__init__.py" and str(path.relative_to(PACKAGE)) not in doc
+    ]
+    assert missing == []
