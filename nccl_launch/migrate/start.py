@@ -14,6 +14,7 @@ from nccl_launch.migrate.server_table import server_table
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.profile.load import validate_resolved
 from nccl_launch.profile.markers import OWN_VARIABLES
+from nccl_launch.profile.model import PROFILE_SCHEMA
 from nccl_launch.profile.plan import ProfilePlan, build_plan
 
 
@@ -52,7 +53,7 @@ def build_profile(
         raise ProfileError([f"{source}: {problem}" for problem in problems])
     notes = start.notes
     data: dict[str, Any] = {
-        "schema": 1,
+        "schema": PROFILE_SCHEMA,
         "name": name,
         "version": 1,
         "description": f"{how} from {source}",

@@ -13,7 +13,7 @@ from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.sglang import facts
 from nccl_launch.sglang.server import STRICT, Server
 
-SCHEMA_VERSION = 1
+PROFILE_SCHEMA = 1  # the `schema` key of a profile file; JSON output has its own (report.py)
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -106,7 +106,7 @@ class Profile(StrictModel):
     @field_validator("schema_version")
     @classmethod
     def _schema(cls, schema: int) -> int:
-        if schema != SCHEMA_VERSION:
+        if schema != PROFILE_SCHEMA:
             raise ValueError(f"{schema} is not a schema this nccl-launch reads; valid: 1")
         return schema
 
