@@ -7,19 +7,69 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 
+from nccl_launch.nccl.conf import SYSTEM_CONF_VAR
+from nccl_launch.profile.markers import SYSTEM_DIR_VAR
+
 HERE = Path(__file__).parent
 CHILD = HERE / "helpers" / "child.py"
-_CLEARED_PREFIXES = ("NCCL_", "SGLANG_", "SPT_", "SLURM_", "LWS_")
+
+# What the host's shell may export that nccl-launch, NCCL, SGLang, a scheduler or the tests'
+# own profiles and scripts read. NCCL_ covers NCCL_LAUNCH_ too.
+HOST_PREFIXES = ("NCCL_", "SGLANG_", "SPT_", "SLURM_", "LWS_", "CUDA_", "HF_")
+HOST_NAMES = frozenset(
+    {
+        "PYTHONPATH",  # would shadow the stand-in `sglang` package, or this checkout
+        "OMP_NUM_THREADS",  # declared by a script that `convert` reads
+        "TOKENIZERS_PARALLELISM",  # the same
+        "MODEL_DIR",  # a convert test needs it unset
+    }
+)
 
 # A venv with the real SGLang 0.5.23 (made by .ci/sglang-venv); read before isolation clears it.
 SGLANG_PYTHON = os.environ.get("NCCL_LAUNCH_TEST_SGLANG_PYTHON")
 # Set by CI and the README's test command: a missing tool is then a failure, not a skip.
 REQUIRE_TOOLS = os.environ.get("NCCL_LAUNCH_REQUIRE_TOOLS") == "1"
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """Where a test's HOME and the two system paths nccl-launch reads are: under `root`."""
+
+    root: Path
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    @property
+    def system_dir(self) -> Path:
+        """Stands for /etc/nccl-launch/profiles."""
+        return self.root / "etc" / "nccl-launch" / "profiles"
+
+    @property
+    def system_conf(self) -> Path:
+        """Stands for /etc/nccl.conf."""
+        return self.root / "etc" / "nccl.conf"
+
+    def environ(self, host: Mapping[str, str]) -> dict[str, str]:
+        """`host` without the variables in HOST_PREFIXES and HOST_NAMES, pointed at `root`."""
+        kept = {
+            key: value
+            for key, value in host.items()
+            if not key.startswith(HOST_PREFIXES) and key not in HOST_NAMES
+        }
+        return kept | {
+            "HOME": str(self.home),
+            SYSTEM_DIR_VAR: str(self.system_dir),
+            SYSTEM_CONF_VAR: str(self.system_conf),
+        }
 
 
 def require(found: str | None, message: str) -> str:
@@ -54,21 +104,23 @@ def console_script() -> str:
 
 
 @pytest.fixture(autouse=True)
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """No NCCL/SGLang variables from the host, no ~/.nccl.conf of the host's user, no
-    system profiles, and `./profiles` is an empty temp directory."""
-    for key in list(os.environ):
-        if key.startswith(_CLEARED_PREFIXES):
-            monkeypatch.delenv(key)
-    (tmp_path / "home").mkdir()
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("NCCL_LAUNCH_SYSTEM_DIR", str(tmp_path / "etc-profiles"))
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Isolation:
+    """The host's environment, ~/.nccl.conf, /etc/nccl.conf and system profiles stay out:
+    os.environ (so every subprocess too) is Isolation.environ, and `./profiles` is empty."""
+    isolation = Isolation(tmp_path)
+    wanted = isolation.environ(os.environ)
+    for key in set(os.environ) - set(wanted):
+        monkeypatch.delenv(key)
+    for key, value in wanted.items():
+        monkeypatch.setenv(key, value)
+    isolation.home.mkdir()
     monkeypatch.chdir(tmp_path)
     (tmp_path / "profiles").mkdir()
-    return tmp_path
+    return isolation
 
 
-WriteProfile = Callable[..., Path]
+class WriteProfile(Protocol):
+    def __call__(self, name: str, text: str, folder: str = "profiles") -> Path: ...
 
 
 @pytest.fixture
@@ -84,7 +136,10 @@ def write_profile(tmp_path: Path) -> WriteProfile:
     return write
 
 
-RunCli = Callable[..., subprocess.CompletedProcess[str]]
+class RunCli(Protocol):
+    def __call__(
+        self, *args: str, env: dict[str, str] | None = None, stdin_path: Path | None = None
+    ) -> subprocess.CompletedProcess[str]: ...
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from nccl_launch.nccl.conf import applied, conf_paths, parse
-from tests.conftest import RunCli, WriteProfile
+from tests.conftest import Isolation, RunCli, WriteProfile
 
 # nccl.conf syntax, as src/misc/param.cc reads it.
 
@@ -67,6 +67,8 @@ def test_conf_precedence_environment_then_first_file() -> None:
         ({"HOME": "/home/u", "NCCL_CONF_FILE": "/opt/n.conf"}, ["/opt/n.conf", "/etc/nccl.conf"]),
         ({"HOME": "/home/u", "NCCL_CONF_FILE": ""}, ["/home/u/.nccl.conf", "/etc/nccl.conf"]),
         ({}, ["/etc/nccl.conf"]),
+        ({"NCCL_LAUNCH_SYSTEM_CONF": "/srv/etc/nccl.conf"}, ["/srv/etc/nccl.conf"]),
+        ({"NCCL_LAUNCH_SYSTEM_CONF": ""}, ["/etc/nccl.conf"]),
     ],
 )
 def test_conf_file_choice(env: dict[str, str], paths: list[str]) -> None:
@@ -103,6 +105,17 @@ def test_a_declared_conf_file_replaces_the_users_and_warn_tolerates(
     assert result.returncode == 0, result.stderr
     assert "NCCL_IB_HCA" not in result.stderr  # ~/.nccl.conf is not read any more
     assert f'NCCL_SOCKET_IFNAME  "eth0"  ({site}:1; undeclared; tolerated)' in result.stderr
+
+
+def test_run_reads_the_system_conf_where_the_launcher_variable_points(
+    write_profile: WriteProfile, nccl_launch: RunCli, isolated: Isolation
+) -> None:
+    write_profile("conf", ENV_ONLY.format(extra=""))
+    isolated.system_conf.parent.mkdir(parents=True)
+    isolated.system_conf.write_text("NCCL_IB_HCA=mlx5_0\n")
+    result = nccl_launch("run", "conf", "--", "true")
+    assert result.returncode == 1
+    assert f'NCCL_IB_HCA  "mlx5_0"  ({isolated.system_conf}:1; undeclared)' in result.stderr
 
 
 # Preflight with stand-ins for the GPU tooling: no GPU exists here.
@@ -153,7 +166,8 @@ def host(write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path) -> An
         bin_dir = tmp_path / "bin"
         if gpus is not None:
             fake_nvidia_smi(bin_dir, gpus)
-        path = f"{bin_dir}:/usr/bin:/bin"
+        # Only the stand-in: a GPU host's own nvidia-smi in /usr/bin must not answer.
+        path = str(bin_dir)
         result = nccl_launch("preflight", "--skip", "sglang", "--format", "json", "host",
                              env={"PATH": path, **(env or {})})  # fmt: skip
         checks: dict[str, list[dict[str, Any]]] = {}
@@ -243,12 +257,20 @@ def test_an_env_plugin_on_the_library_path_is_warned(host: Any, tmp_path: Path) 
     }  # fmt: skip
 
 
-def test_nccl_conf_lines_name_what_applies(host: Any) -> None:
-    conf = Path(os.environ["HOME"]) / ".nccl.conf"
+def test_nccl_conf_lines_name_what_applies(host: Any, isolated: Isolation) -> None:
+    conf = isolated.home / ".nccl.conf"
     conf.write_text("NCCL_SOCKET_IFNAME=eth0\n")
     code, checks = host(extra='[policy]\nundeclared_nccl = "warn"')
     assert code == 0
     assert checks["nccl.conf"][0]["message"] == (
         f"{conf}: applies NCCL_SOCKET_IFNAME=eth0 ({conf}:1); 0 shadowed"
     )
-    assert checks["nccl.conf"][1]["message"].startswith("/etc/nccl.conf: ")
+    assert checks["nccl.conf"][1]["message"] == f"{isolated.system_conf}: not present"
+    isolated.system_conf.parent.mkdir(parents=True)
+    isolated.system_conf.write_text("NCCL_SOCKET_IFNAME=eth1\nNCCL_IB_HCA=mlx5_0\n")
+    code, checks = host(extra='[policy]\nundeclared_nccl = "warn"')
+    assert code == 0
+    system = isolated.system_conf
+    assert checks["nccl.conf"][1]["message"] == (
+        f"{system}: applies NCCL_IB_HCA=mlx5_0 ({system}:2); 1 shadowed"
+    )

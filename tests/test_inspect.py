@@ -10,7 +10,7 @@ import pytest
 
 from nccl_launch import cli
 from nccl_launch.profile import overview
-from tests.conftest import RunCli, WriteProfile
+from tests.conftest import Isolation, RunCli, WriteProfile
 
 V1 = """
 schema = 1
@@ -154,10 +154,10 @@ def test_list_shows_the_search_path(
     assert any(row[0] == "(invalid)" and row[-1] == "profiles/broken.toml" for row in rows)
 
 
-def test_list_with_nothing_says_where_it_looked(nccl_launch: RunCli, tmp_path: Path) -> None:
+def test_list_with_nothing_says_where_it_looked(nccl_launch: RunCli, isolated: Isolation) -> None:
     result = nccl_launch("list")
     assert result.returncode == 0
-    assert result.stdout.startswith(f"no profiles in profiles, {tmp_path / 'etc-profiles'}")
+    assert result.stdout.startswith(f"no profiles in profiles, {isolated.system_dir}")
 
 
 def test_name_lookup_finds_a_declared_name_in_another_file(

@@ -1,0 +1,48 @@
+"""The autouse fixture in conftest.py: nothing of the host's NCCL setup reaches a test."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from nccl_launch.nccl.conf import conf_paths
+from nccl_launch.profile.search import search_dirs
+from tests.conftest import HOST_NAMES, HOST_PREFIXES, Isolation
+
+
+def test_the_host_files_are_not_where_nccl_launch_looks(isolated: Isolation) -> None:
+    assert conf_paths(os.environ) == [isolated.home / ".nccl.conf", isolated.system_conf]
+    assert Path("/etc/nccl.conf") not in conf_paths(os.environ)
+    assert search_dirs(os.environ)[-1] == isolated.system_dir
+    assert Path("/etc/nccl-launch/profiles") not in search_dirs(os.environ)
+
+
+def test_the_host_variables_are_dropped_and_the_paths_moved() -> None:
+    host = {
+        "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/root", "NCCL_PROTO": "Simple",
+        "NCCL_LAUNCH_PATH": "/srv/profiles", "NCCL_LAUNCH_SYSTEM_CONF": "/etc/nccl.conf",
+        "SGLANG_ENABLE_TORCH_COMPILE": "1", "SPT_NOENV": "1", "SLURM_NODEID": "1",
+        "LWS_WORKER_INDEX": "0", "CUDA_VISIBLE_DEVICES": "0", "HF_HUB_OFFLINE": "0",
+        "PYTHONPATH": "/elsewhere", "OMP_NUM_THREADS": "1",
+    }  # fmt: skip
+    assert Isolation(Path("/t")).environ(host) == {
+        "PATH": "/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "HOME": "/t/home",
+        "NCCL_LAUNCH_SYSTEM_DIR": "/t/etc/nccl-launch/profiles",
+        "NCCL_LAUNCH_SYSTEM_CONF": "/t/etc/nccl.conf",
+    }
+
+
+def test_a_subprocess_inherits_the_isolated_environment(isolated: Isolation) -> None:
+    dump = "import json, os; print(json.dumps(dict(os.environ)))"
+    done = subprocess.run([sys.executable, "-c", dump], capture_output=True, text=True, check=True)
+    seen: dict[str, str] = json.loads(done.stdout)
+    assert seen["HOME"] == str(isolated.home)
+    assert seen["NCCL_LAUNCH_SYSTEM_CONF"] == str(isolated.system_conf)
+    assert seen["NCCL_LAUNCH_SYSTEM_DIR"] == str(isolated.system_dir)
+    host = [key for key in seen if key.startswith(HOST_PREFIXES) or key in HOST_NAMES]
+    assert sorted(host) == ["NCCL_LAUNCH_SYSTEM_CONF", "NCCL_LAUNCH_SYSTEM_DIR"]
