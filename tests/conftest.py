@@ -18,7 +18,6 @@ from nccl_launch.nccl.conf import SYSTEM_CONF_VAR
 from nccl_launch.profile.markers import SYSTEM_DIR_VAR
 
 HERE = Path(__file__).parent
-CHILD = HERE / "helpers" / "child.py"
 
 # What the host's shell may export that nccl-launch, NCCL, SGLang, a scheduler or the tests'
 # own profiles and scripts read. NCCL_ covers NCCL_LAUNCH_ too.

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import queue
+import select
 import signal
-import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -15,18 +17,18 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Protocol
 
 import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nccl_launch.live.compare import ProcessSnapshot, evaluate
-from nccl_launch.profile.model import Profile
-from nccl_launch.profile.plan import build_plan
-from tests.conftest import HERE, RunCli, WriteProfile, console_script
+from nccl_launch.profile.model import Policy, Profile
+from nccl_launch.profile.plan import ProfilePlan, build_plan
+from tests.conftest import RunCli, WriteProfile, console_script
+from tests.helpers import STANDIN, free_port, wait_for
 
-STANDIN = HERE / "standin"
 PROFILE = """
 schema = 1
 name = "standin"
@@ -43,10 +45,12 @@ port = {port}
 """
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
 
 
 class Server:
@@ -55,38 +59,33 @@ class Server:
     def __init__(self, argv: list[str], env: dict[str, str], port: int) -> None:
         self.port = port
         self.process = subprocess.Popen(
-            argv, env={**os.environ, "PYTHONPATH": str(STANDIN), **env}, start_new_session=True
+            argv,
+            env={**os.environ, "PYTHONPATH": str(STANDIN), **env},
+            start_new_session=True,
+            stderr=subprocess.PIPE,
         )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert self.process.poll() is None, "the stand-in server exited"
-            assert time.monotonic() < deadline, "the stand-in server never became healthy"
-            time.sleep(0.1)
+        wait_for(lambda: healthy(port), "the stand-in to answer /health", process=self.process)
         self.tree = [self.process.pid, *(c.pid for c in self.children())]
 
     def children(self) -> list[psutil.Process]:
         return psutil.Process(self.process.pid).children(recursive=True)
 
-    def wait_for_workers(self, count: int) -> None:
-        deadline = time.monotonic() + 20
-        while len([c for c in self.children() if "sglang::" in " ".join(c.cmdline())]) < count:
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-
     def stop(self) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=10)
+        if self.process.stderr is not None:
+            self.process.stderr.close()
+
+
+class StartServer(Protocol):
+    def __call__(
+        self, *, launcher: bool = True, nccl_debug: bool = False, **env: str
+    ) -> Server: ...
 
 
 @pytest.fixture
-def start(write_profile: WriteProfile, nccl_launch: RunCli) -> Iterator[Any]:
+def start(write_profile: WriteProfile) -> Iterator[StartServer]:
     servers: list[Server] = []
 
     def start_server(*, launcher: bool = True, nccl_debug: bool = False, **env: str) -> Server:
@@ -109,7 +108,7 @@ def start(write_profile: WriteProfile, nccl_launch: RunCli) -> Iterator[Any]:
 
 
 def test_a_server_started_by_run_has_no_drift_in_any_process(
-    start: Any, nccl_launch: RunCli
+    start: StartServer, nccl_launch: RunCli
 ) -> None:
     server = start()
     result = nccl_launch("check", "standin", "--port", str(server.port))
@@ -123,7 +122,9 @@ def test_a_server_started_by_run_has_no_drift_in_any_process(
     assert lines[-1] == "no drift in 5 processes"
 
 
-def test_without_profile_the_servers_own_marker_names_it(start: Any, nccl_launch: RunCli) -> None:
+def test_without_profile_the_servers_own_marker_names_it(
+    start: StartServer, nccl_launch: RunCli
+) -> None:
     server = start()
     result = nccl_launch("check", "--pid", str(server.process.pid), "--format", "json")
     assert result.returncode == 0, result.stderr
@@ -140,7 +141,7 @@ def test_without_profile_the_servers_own_marker_names_it(start: Any, nccl_launch
 
 
 def test_the_old_way_names_missing_keys_and_unreadable_workers(
-    start: Any, nccl_launch: RunCli
+    start: StartServer, nccl_launch: RunCli
 ) -> None:
     server = start(launcher=False, NCCL_PROTO="LL")
     result = nccl_launch("check", "standin", "--port", str(server.port))
@@ -154,7 +155,7 @@ def test_the_old_way_names_missing_keys_and_unreadable_workers(
     assert text.splitlines()[-1] == "drift: 2 drift, 3 unreadable, of 5 processes"
 
 
-def test_one_drifted_worker_is_named(start: Any, nccl_launch: RunCli) -> None:
+def test_one_drifted_worker_is_named(start: StartServer, nccl_launch: RunCli) -> None:
     server = start(STANDIN_DRIFT_RANK="1", STANDIN_DRIFT="NCCL_PROTO=Simple")
     result = nccl_launch("check", "--port", str(server.port))
     assert result.returncode == 1
@@ -165,7 +166,7 @@ def test_one_drifted_worker_is_named(start: Any, nccl_launch: RunCli) -> None:
 
 
 def test_prometheus_textfile_parses_and_says_drift(
-    start: Any, nccl_launch: RunCli, tmp_path: Path
+    start: StartServer, nccl_launch: RunCli, tmp_path: Path
 ) -> None:
     server = start(STANDIN_DRIFT_RANK="0", STANDIN_DRIFT="NCCL_ALGO=")
     textfile = tmp_path / "textfile" / "nccl_launch.prom"
@@ -197,7 +198,7 @@ def test_prometheus_textfile_parses_and_says_drift(
 
 
 def test_a_newer_profile_file_than_the_server_runs_is_reported(
-    start: Any, write_profile: WriteProfile, nccl_launch: RunCli
+    start: StartServer, write_profile: WriteProfile, nccl_launch: RunCli
 ) -> None:
     server = start()
     write_profile("standin", PROFILE.format(version=2, buffsize="32MiB", python=sys.executable,
@@ -230,36 +231,81 @@ class Watcher:
         self.process = subprocess.Popen(
             [console_script(), "check", *args], stdout=subprocess.PIPE, text=True
         )
-        self.lines: queue.Queue[str] = queue.Queue()
+        self.lines: queue.Queue[str | None] = queue.Queue()  # None: the output ended
         self.seen: list[str] = []
         assert self.process.stdout is not None
-        stream = self.process.stdout
-        threading.Thread(
-            target=lambda: [self.lines.put(line) for line in stream], daemon=True
-        ).start()
+        self.reader = threading.Thread(target=self._read, args=(self.process.stdout,), daemon=True)
+        self.reader.start()
 
-    def wait_for(self, text: str, timeout: float = 30) -> None:
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def wait_for_line(self, text: str, timeout: float = 30) -> None:
         """Block until a line equal to `text` was printed (so the watcher is up and looking)."""
         deadline = time.monotonic() + timeout
         while text not in self.seen:
-            remaining = deadline - time.monotonic()
-            assert remaining > 0, f"never printed {text!r}: {self.seen}"
-            with contextlib.suppress(queue.Empty):
-                self.seen.append(self.lines.get(timeout=remaining).rstrip("\n"))
+            try:
+                line = self.lines.get(timeout=max(deadline - time.monotonic(), 0))
+            except queue.Empty:
+                pytest.fail(f"never printed {text!r} within {timeout} s: {self.seen}")
+            if line is None:
+                code = self.process.wait()
+                pytest.fail(f"exited with {code} before printing {text!r}: {self.seen}")
+            self.seen.append(line)
 
     def finish(self, timeout: float = 30) -> str:
+        """Everything it printed, once it has exited and its output has been read to the end."""
         self.process.wait(timeout=timeout)
-        time.sleep(0.1)  # let the reader thread drain the pipe
-        while not self.lines.empty():
-            self.seen.append(self.lines.get().rstrip("\n"))
+        self.reader.join(timeout=timeout)
+        while (line := self.lines.get(timeout=timeout)) is not None:
+            self.seen.append(line)
         return "\n".join(self.seen)
 
 
-def test_watch_stops_the_whole_tree_when_a_late_worker_drifts(start: Any) -> None:
+IN_CLOSE_NOWRITE, IN_OPEN = 0x10, 0x20
+_EVENT = struct.Struct("iIII")  # struct inotify_event without its name: wd, mask, cookie, len
+
+
+class Opens:
+    """Counts the opens of one file with inotify: each `check` round reads the profile again."""
+
+    def __init__(self, path: Path) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = libc.inotify_init1(os.O_CLOEXEC)
+        # Closes are watched too: two opens in a row would be merged into one event.
+        mask = IN_OPEN | IN_CLOSE_NOWRITE
+        if self.fd < 0 or libc.inotify_add_watch(self.fd, os.fsencode(path), mask) < 0:
+            raise OSError(ctypes.get_errno(), f"inotify cannot watch {path}")
+
+    def __enter__(self) -> Opens:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        os.close(self.fd)
+
+    def wait(self, count: int, process: subprocess.Popen[str], timeout: float = 30) -> None:
+        """Block until the file is opened `count` times; fail at once if `process` exits."""
+        deadline = time.monotonic() + timeout
+        opened = 0
+        while opened < count:
+            assert process.poll() is None, f"exited with {process.returncode}"
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"opened {opened} of {count} times within {timeout} s"
+            ready, _, _ = select.select([self.fd], [], [], min(remaining, 1.0))
+            data = os.read(self.fd, 4096) if ready else b""
+            for offset in range(0, len(data), _EVENT.size):
+                _, mask, _, name_size = _EVENT.unpack_from(data, offset)
+                assert name_size == 0  # a watched file, not a directory: events carry no name
+                opened += bool(mask & IN_OPEN)
+
+
+def test_watch_stops_the_whole_tree_when_a_late_worker_drifts(start: StartServer) -> None:
     server = start(STANDIN_LATE_DRIFT="NCCL_PROTO=Simple")
     pid = str(server.process.pid)
     watcher = Watcher("--pid", pid, "--watch", "0.2", "--on-drift", "stop", "--grace", "5")
-    watcher.wait_for("no drift in 5 processes")
+    watcher.wait_for_line("no drift in 5 processes")
     os.kill(server.process.pid, signal.SIGUSR1)  # a scheduler that appears later, drifted
     out = watcher.finish()
     server.process.wait(timeout=10)  # reap it: we are its parent
@@ -272,11 +318,12 @@ def test_watch_stops_the_whole_tree_when_a_late_worker_drifts(start: Any) -> Non
         str(server.port) in part for part in (p.info["cmdline"] or []))] == []  # fmt: skip
 
 
-def test_sigterm_ends_the_watch_and_leaves_the_server_alone(start: Any) -> None:
+def test_sigterm_ends_the_watch_and_leaves_the_server_alone(start: StartServer) -> None:
     server = start()
     watcher = Watcher("--port", str(server.port), "--watch", "0.2")
-    watcher.wait_for("no drift in 5 processes")
-    time.sleep(0.5)  # a few more rounds, with nothing new to print
+    watcher.wait_for_line("no drift in 5 processes")
+    with Opens(Path("profiles/standin.toml")) as profile_reads:
+        profile_reads.wait(3, watcher.process)  # three more rounds: each reads the profile once
     watcher.process.send_signal(signal.SIGTERM)
     out = watcher.finish(timeout=10)
     assert watcher.process.returncode == 0
@@ -311,7 +358,9 @@ def test_port_nobody_listens_on_is_a_target_error(nccl_launch: RunCli) -> None:
     )
 
 
-def test_pidfile_and_systemd_unit_targets(start: Any, nccl_launch: RunCli, tmp_path: Path) -> None:
+def test_pidfile_and_systemd_unit_targets(
+    start: StartServer, nccl_launch: RunCli, tmp_path: Path
+) -> None:
     server = start()
     Path("server.pid").write_text(f"{server.process.pid}\n")
     assert nccl_launch("check", "--pidfile", "server.pid").returncode == 0
@@ -337,7 +386,7 @@ def test_pidfile_and_systemd_unit_targets(start: Any, nccl_launch: RunCli, tmp_p
 # The comparison itself, on plain dicts.
 
 
-def plan_and_policy(**policy: Any):  # type: ignore[no-untyped-def]
+def plan_and_policy(**policy: Any) -> tuple[ProfilePlan, Policy]:
     profile = Profile.model_validate({"schema": 1, "name": "p", "version": 3,
                                       "nccl": {"PROTO": "LL", "CUMEM_ENABLE": 1},
                                       "policy": policy})  # fmt: skip
@@ -363,7 +412,9 @@ def test_an_empty_environment_is_read_not_called_overwritten(
     write_profile("empty", 'schema = 1\nname = "empty"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
     process = subprocess.Popen(["/usr/bin/env", "-i", "/bin/sleep", "30"])
     try:
-        time.sleep(0.3)
+        # Once `env` has exec'd sleep, the process holds the empty environment it was given.
+        wait_for(lambda: psutil.Process(process.pid).cmdline()[:1] == ["/bin/sleep"],
+                 "env -i to exec sleep", process=process)  # fmt: skip
         result = nccl_launch("check", "empty", "--pid", str(process.pid))
     finally:
         process.kill()
@@ -390,7 +441,7 @@ def test_server_owned_and_undeclared_in_a_worker() -> None:
 
 
 def test_nccl_debug_variables_are_tolerated_when_run_added_them(
-    start: Any, nccl_launch: RunCli
+    start: StartServer, nccl_launch: RunCli
 ) -> None:
     server = start(nccl_debug=True)
     result = nccl_launch("check", "--port", str(server.port))

@@ -13,6 +13,7 @@ import pytest
 
 from nccl_launch.nccl.conf import applied, conf_paths, parse
 from tests.conftest import Isolation, RunCli, WriteProfile
+from tests.helpers import free_port
 
 # nccl.conf syntax, as src/misc/param.cc reads it.
 
@@ -131,12 +132,6 @@ tp_size = {tp}
 port = {port}
 {extra}
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def fake_nvidia_smi(folder: Path, gpus: int) -> None:

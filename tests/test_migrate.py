@@ -2,41 +2,30 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
 import tomllib
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from nccl_launch.sglang import facts
-from tests.conftest import HERE, RunCli
+from tests.conftest import HERE, RunCli, console_script
+from tests.helpers import STANDIN, Record, read_record, wait_for_record
 
 SCRIPTS = HERE / "scripts"
-FAKE_SGLANG = HERE / "helpers" / "fake_sglang"
 
 
 @pytest.fixture
 def server_env(tmp_path: Path) -> dict[str, str]:
-    """`python3 -m sglang.launch_server` runs the recording stand-in; scripts cd to SERVER_DIR."""
+    """`python3 -m sglang.launch_server` runs the stand-in; scripts cd to SERVER_DIR."""
     server_dir = tmp_path / "srv"
     server_dir.mkdir()
-    return {"PYTHONPATH": str(FAKE_SGLANG), "SERVER_DIR": str(server_dir)}
-
-
-def wait_for(path: Path) -> dict[str, Any]:
-    deadline = time.monotonic() + 20
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.02)
-    record: dict[str, Any] = json.loads(path.read_text())
-    return record
+    return {"PYTHONPATH": str(STANDIN), "SERVER_DIR": str(server_dir)}
 
 
 def canonical_flags(argv: list[str]) -> Counter[tuple[str, str | None]]:
@@ -59,10 +48,12 @@ def canonical_flags(argv: list[str]) -> Counter[tuple[str, str | None]]:
     return pairs
 
 
-def run_original(script: Path, env: dict[str, str], out: Path) -> dict[str, Any]:
-    subprocess.run(["bash", str(script)], env={**os.environ, **env, "CHILD_OUT": str(out)},
+def run_original(script: Path, env: dict[str, str], out: Path) -> Record:
+    """What the server of `script`, run by bash, received (some scripts start it in the
+    background: their server may record after bash is done)."""
+    subprocess.run(["bash", str(script)], env={**os.environ, **env, "STANDIN_RECORD": str(out)},
                    check=True, capture_output=True, timeout=30)  # fmt: skip
-    return wait_for(out)
+    return wait_for_record(out)
 
 
 @pytest.mark.parametrize("script", ["start_kimi.sh", "serve_llama_eagle.sh"])
@@ -76,9 +67,9 @@ def test_convert_then_run_reproduces_the_scripts_env_and_argv(
     profile = tomllib.loads(Path("profiles/converted.toml").read_text())
 
     out = tmp_path / "converted.json"
-    launched = nccl_launch("run", "converted", env={**server_env, "CHILD_OUT": str(out)})
+    launched = nccl_launch("run", "converted", env={**server_env, "STANDIN_RECORD": str(out)})
     assert launched.returncode == 0, launched.stderr
-    again = wait_for(out)
+    again = read_record(out)  # run execs the server: it has recorded by the time run returns
 
     declared = {f"NCCL_{key}" for key in profile.get("nccl", {})} | set(profile.get("env", {}))
     assert declared
@@ -116,9 +107,7 @@ def test_convert_reads_exports_prefixes_and_flags_into_the_right_tables(
     assert server["args"] == ["--disable-custom-all-reduce", "--num-continuous-decode-steps", "4"]
 
 
-def test_convert_a_raw_line_from_stdin(tmp_path: Path) -> None:
-    from tests.conftest import console_script
-
+def test_convert_a_raw_line_from_stdin() -> None:
     line = "NCCL_PROTO=ll NCCL_BUFFSIZE=4M python -m sglang.launch_server --model /m --tp-size=2\n"
     result = subprocess.run([console_script(), "convert", "-", "--name", "raw", "-o", "raw.toml"],
                             input=line, capture_output=True, text=True, check=False)  # fmt: skip
@@ -144,9 +133,9 @@ def test_slurm_script_leaves_placement_to_run_time(
     original = run_original(SCRIPTS / "slurm_node.sh", {**server_env, **node}, tmp_path / "a.json")
     out = tmp_path / "b.json"
     launched = nccl_launch("run", "--dist-init-addr", "10.0.0.1:5000", "ds",
-                           env={**server_env, **node, "CHILD_OUT": str(out)})  # fmt: skip
+                           env={**server_env, **node, "STANDIN_RECORD": str(out)})  # fmt: skip
     assert launched.returncode == 0, launched.stderr
-    assert canonical_flags(wait_for(out)["argv"]) == canonical_flags(original["argv"])
+    assert canonical_flags(read_record(out)["argv"]) == canonical_flags(original["argv"])
 
 
 @pytest.mark.parametrize(
@@ -195,27 +184,30 @@ def test_convert_never_overwrites_without_force(
     assert tomllib.loads(target.read_text())["name"] == "start_kimi"
 
 
+RunningServer = tuple[subprocess.Popen[bytes], Record]
+
+
 @pytest.fixture
-def running_server(tmp_path: Path) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+def running_server(tmp_path: Path) -> Iterator[RunningServer]:
     """The stand-in started the old way: NCCL values exported, flags in their short spellings."""
     out = tmp_path / "server.json"
     env = {
-        **os.environ, "PYTHONPATH": str(FAKE_SGLANG), "CHILD_OUT": str(out), "CHILD_WAIT": "1",
+        **os.environ, "PYTHONPATH": str(STANDIN), "STANDIN_RECORD": str(out), "STANDIN_WAIT": "1",
         "NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_BUFFSIZE": "16777216",
         "CUDA_VISIBLE_DEVICES": "0,1", "UNRELATED_SECRET": "x",
     }  # fmt: skip
     argv = [sys.executable, "-m", "sglang.launch_server", "--model", "/models/m", "--tp", "2",
             "--speculative-algorithm", "NGRAM", "--trust-remote-code"]  # fmt: skip
-    process = subprocess.Popen(argv, env=env, cwd=tmp_path)
+    process = subprocess.Popen(argv, env=env, cwd=tmp_path, stderr=subprocess.PIPE)
     try:
-        yield process, wait_for(out)
+        yield process, wait_for_record(out, process)
     finally:
         process.send_signal(signal.SIGTERM)
-        process.wait(timeout=10)
+        process.communicate(timeout=10)
 
 
 def test_capture_writes_the_running_servers_profile_and_it_reproduces(
-    running_server: tuple[subprocess.Popen[bytes], dict[str, Any]],
+    running_server: RunningServer,
     nccl_launch: RunCli,
     tmp_path: Path,
 ) -> None:
@@ -232,10 +224,10 @@ def test_capture_writes_the_running_servers_profile_and_it_reproduces(
     assert profile["provenance"]["source"] == f"pid {process.pid}"
 
     out = tmp_path / "again.json"
-    env = {"PYTHONPATH": str(FAKE_SGLANG), "CHILD_OUT": str(out)}
+    env = {"PYTHONPATH": str(STANDIN), "STANDIN_RECORD": str(out)}
     launched = nccl_launch("run", "live", env=env)
     assert launched.returncode == 0, launched.stderr
-    again = wait_for(out)
+    again = read_record(out)
     for key in ("NCCL_PROTO", "NCCL_ALGO", "NCCL_BUFFSIZE", "CUDA_VISIBLE_DEVICES"):
         assert again["env"][key] == original["env"][key]
     assert canonical_flags(again["argv"]) == canonical_flags(original["argv"])

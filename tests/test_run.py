@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.conftest import CHILD, RunCli, WriteProfile, console_script
+from tests.conftest import RunCli, WriteProfile, console_script
+from tests.helpers import STANDIN, STANDIN_SERVER, read_record, wait_for_record
 
 TUNED = """
 schema = 1
@@ -48,25 +46,22 @@ def tuned(write_profile: WriteProfile) -> Path:
     return write_profile("tuned", TUNED)
 
 
-CHILD_ARGS = ["--", sys.executable, str(CHILD), "--flag", "value with space"]
-
-
-def read_child(out: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(out.read_text())
-    return data
+# Any command: the stand-in run as a script records what it received to $STANDIN_RECORD.
+CHILD_ARGS = ["--", sys.executable, str(STANDIN_SERVER), "--flag", "value with space"]
 
 
 def test_run_execs_the_command_in_place_with_the_profile_env(tuned: Path, tmp_path: Path) -> None:
     out = tmp_path / "child.json"
-    env = {"CHILD_OUT": str(out), "CHILD_WAIT": "1", "PATH": "/usr/bin:/bin"}
+    env = {"STANDIN_RECORD": str(out), "STANDIN_WAIT": "1", "PATH": "/usr/bin:/bin"}
     process = subprocess.Popen(
-        [console_script(), "run", "tuned", *CHILD_ARGS], env={**os.environ, **env}
+        [console_script(), "run", "tuned", *CHILD_ARGS],
+        env={**os.environ, **env},
+        stderr=subprocess.PIPE,
     )
     try:
-        _wait_for(out)
-        child = read_child(out)
+        child = wait_for_record(out, process)
         assert child["pid"] == process.pid  # exec: no wrapper process in between
-        assert child["argv"] == [str(CHILD), "--flag", "value with space"]
+        assert child["argv"] == [str(STANDIN_SERVER), "--flag", "value with space"]
         received = child["env"]
         assert received["NCCL_PROTO"] == "LL"
         assert received["NCCL_ALGO"] == "Ring"
@@ -83,13 +78,7 @@ def test_run_execs_the_command_in_place_with_the_profile_env(tuned: Path, tmp_pa
         assert process.wait(timeout=10) == 7
     finally:
         process.kill()
-
-
-def _wait_for(path: Path) -> None:
-    deadline = time.monotonic() + 20
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.02)
+        process.communicate()
 
 
 def test_exit_code_belongs_to_the_command(tuned: Path, nccl_launch: RunCli) -> None:
@@ -101,7 +90,7 @@ def test_drift_refuses_and_the_command_never_runs(
     tuned: Path, tmp_path: Path, nccl_launch: RunCli
 ) -> None:
     out = tmp_path / "child.json"
-    env = {"CHILD_OUT": str(out), "NCCL_PROTO": "Simple", "NCCL_PROTOCOL": "LL"}
+    env = {"STANDIN_RECORD": str(out), "NCCL_PROTO": "Simple", "NCCL_PROTOCOL": "LL"}
     result = nccl_launch("run", "tuned", *CHILD_ARGS, env=env)
     assert result.returncode == 1
     assert not out.exists()
@@ -118,10 +107,10 @@ def test_same_meaning_in_the_calling_env_is_not_drift(
     tuned: Path, tmp_path: Path, nccl_launch: RunCli
 ) -> None:
     out = tmp_path / "child.json"
-    env = {"CHILD_OUT": str(out), "NCCL_BUFFSIZE": "0x1000000", "NCCL_PROTO": "ll"}
+    env = {"STANDIN_RECORD": str(out), "NCCL_BUFFSIZE": "0x1000000", "NCCL_PROTO": "ll"}
     result = nccl_launch("run", "tuned", *CHILD_ARGS, env=env)
     assert result.returncode == 0, result.stderr
-    assert read_child(out)["env"]["NCCL_BUFFSIZE"] == "16777216"
+    assert read_record(out)["env"]["NCCL_BUFFSIZE"] == "16777216"
 
 
 def test_env_files_reach_the_child_and_their_drift_names_them(
@@ -132,15 +121,15 @@ def test_env_files_reach_the_child_and_their_drift_names_them(
     first.write_text("# site settings\nHF_HOME=/cache\nexport MODEL_DIR='/models'\n")
     second.write_text("HF_HOME=/fast-cache\n")
     files = ["--env-file", str(first), "--env-file", str(second)]
-    result = nccl_launch("run", *files, "tuned", *CHILD_ARGS, env={"CHILD_OUT": str(out)})
+    result = nccl_launch("run", *files, "tuned", *CHILD_ARGS, env={"STANDIN_RECORD": str(out)})
     assert result.returncode == 0, result.stderr
-    received = read_child(out)["env"]
+    received = read_record(out)["env"]
     assert received["HF_HOME"] == "/fast-cache"
     assert received["MODEL_DIR"] == "/models"
 
     second.write_text("NCCL_NTHREADS=256\n")
     out.unlink()
-    result = nccl_launch("run", *files, "tuned", *CHILD_ARGS, env={"CHILD_OUT": str(out)})
+    result = nccl_launch("run", *files, "tuned", *CHILD_ARGS, env={"STANDIN_RECORD": str(out)})
     assert result.returncode == 1
     assert f"(env file {second})" in result.stderr
     assert not out.exists()
@@ -181,10 +170,10 @@ def test_policy_warn_and_strip_let_the_command_start(
         """,
     )
     out = tmp_path / "child.json"
-    env = {"CHILD_OUT": str(out), "NCCL_PROTO": "Simple", "NCCL_IB_HCA": "mlx5_0"}
+    env = {"STANDIN_RECORD": str(out), "NCCL_PROTO": "Simple", "NCCL_IB_HCA": "mlx5_0"}
     result = nccl_launch("run", "lenient", *CHILD_ARGS, env=env)
     assert result.returncode == 0, result.stderr
-    received = read_child(out)["env"]
+    received = read_record(out)["env"]
     assert received["NCCL_PROTO"] == "LL"
     assert "NCCL_IB_HCA" not in received
     assert "tolerated by [policy]" in result.stderr
@@ -204,7 +193,6 @@ def test_server_profile_builds_the_sglang_command(
         PROTO = "LL"
         [server]
         python = "{sys.executable}"
-        entrypoint = "{CHILD}"
         model_path = "/models/Kimi-K2.5"
         tp_size = 8
         port = 8000
@@ -218,9 +206,10 @@ def test_server_profile_builds_the_sglang_command(
         """,
     )
     out = tmp_path / "child.json"
-    result = nccl_launch("run", "server", "--", "--log-level", "info", env={"CHILD_OUT": str(out)})
+    env = {"PYTHONPATH": str(STANDIN), "STANDIN_RECORD": str(out)}
+    result = nccl_launch("run", "server", "--", "--log-level", "info", env=env)
     assert result.returncode == 0, result.stderr
-    assert read_child(out)["argv"][1:] == [
+    assert read_record(out)["argv"][1:] == [
         *("--model-path", "/models/Kimi-K2.5", "--tp-size", "8", "--port", "8000"),
         *("--speculative-algorithm", "EAGLE3"),
         *("--speculative-draft-model-path", "/models/Kimi-K2.5-EAGLE3"),
@@ -235,7 +224,7 @@ def test_dry_run_prints_changes_and_argv_without_running(
     tuned: Path, tmp_path: Path, nccl_launch: RunCli
 ) -> None:
     out = tmp_path / "child.json"
-    env = {"CHILD_OUT": str(out), "NCCL_BUFFSIZE": "16777216", "API_TOKEN": "hunter2"}
+    env = {"STANDIN_RECORD": str(out), "NCCL_BUFFSIZE": "16777216", "API_TOKEN": "hunter2"}
     result = nccl_launch("run", "--dry-run", "tuned", *CHILD_ARGS, env=env)
     assert result.returncode == 0, result.stderr
     assert not out.exists()
@@ -246,7 +235,7 @@ def test_dry_run_prints_changes_and_argv_without_running(
     assert ["+", "NCCL_P2P_LEVEL", '"SYS"', "(profiles/pcie-base.toml)"] in rows
     assert ["+", "SPT_NOENV", '"1"', "(nccl-launch)"] in rows
     assert "NCCL_BUFFSIZE" not in result.stdout  # inherited with the same value: no change
-    assert lines[-1] == f"  {sys.executable} {CHILD} --flag 'value with space'"
+    assert lines[-1] == f"  {sys.executable} {STANDIN_SERVER} --flag 'value with space'"
     assert "hunter2" not in result.stdout
 
 

@@ -14,7 +14,8 @@ from nccl_launch.launch.host import model_architecture
 from nccl_launch.launch.placement import Placement, placement_args
 from nccl_launch.profile.model import Server
 from nccl_launch.sglang import argv, facts, rules
-from tests.conftest import CHILD, RunCli, WriteProfile
+from tests.conftest import RunCli, WriteProfile
+from tests.helpers import STANDIN, read_record
 
 
 def server(**fields: Any) -> Server:
@@ -174,7 +175,6 @@ def multi_node_profile(write_profile: WriteProfile) -> None:
         PROTO = "LL"
         [server]
         python = "{sys.executable}"
-        entrypoint = "{CHILD}"
         model_path = "/models/Kimi-K2.5"
         tp_size = 16
         nnodes = 2
@@ -190,10 +190,11 @@ def test_slurm_ranks_reach_the_server_and_every_node_runs_one_digest(
     records = []
     for node in ("0", "1"):
         out = tmp_path / f"node{node}.json"
-        env = {"CHILD_OUT": str(out), "SLURM_NODEID": node, "SLURM_JOB_ID": "42"}
+        env = {"PYTHONPATH": str(STANDIN), "STANDIN_RECORD": str(out), "SLURM_NODEID": node,
+               "SLURM_JOB_ID": "42"}  # fmt: skip
         result = nccl_launch("run", "--dist-init-addr", "10.0.0.1:5000", "two-nodes", env=env)
         assert result.returncode == 0, result.stderr
-        records.append(json.loads(out.read_text()))
+        records.append(read_record(out))
     for node, record in enumerate(records):
         argv = record["argv"]
         assert argv[argv.index("--node-rank") + 1] == str(node)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CHILD, RunCli, WriteProfile
+from tests.conftest import RunCli, WriteProfile
+from tests.helpers import STANDIN_SERVER, read_record
 
 LOGS = Path(__file__).parent / "logs"
 TUNED = """
@@ -110,10 +111,10 @@ def test_run_nccl_debug_adds_the_logging_verify_log_needs(
     tuned: None, nccl_launch: RunCli, tmp_path: Path
 ) -> None:
     out = tmp_path / "child.json"
-    result = nccl_launch("run", "--nccl-debug", "tuned", "--", sys.executable, str(CHILD),
-                         env={"CHILD_OUT": str(out)})  # fmt: skip
+    result = nccl_launch("run", "--nccl-debug", "tuned", "--", sys.executable, str(STANDIN_SERVER),
+                         env={"STANDIN_RECORD": str(out)})  # fmt: skip
     assert result.returncode == 0, result.stderr
-    env = json.loads(out.read_text())["env"]
+    env = read_record(out)["env"]
     assert (env["NCCL_DEBUG"], env["NCCL_DEBUG_SUBSYS"]) == ("INFO", "INIT,ENV")
     assert env["NCCL_LAUNCH_NCCL_DEBUG"] == "1"
 

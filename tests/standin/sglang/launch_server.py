@@ -13,7 +13,11 @@ Knobs, for tests:
 - STANDIN_DRIFT_RANK=N and STANDIN_DRIFT="KEY=VALUE,KEY=" start scheduler N with those
   variables set (an empty value unsets one);
 - SIGUSR1 to the main process starts one more scheduler, later, with STANDIN_LATE_DRIFT
-  applied the same way.
+  applied the same way;
+- STANDIN_RECORD=FILE records instead of serving: it writes {"pid", "argv", "cwd", "env"} as
+  JSON to FILE (whatever the flags; they are not parsed) and exits 0. With STANDIN_WAIT set
+  it then waits for SIGTERM and exits 7, so a test can prove signals and exit codes reach it.
+  Run as a script (`python launch_server.py ...`) it is a command that records the same way.
 """
 
 from __future__ import annotations
@@ -28,9 +32,11 @@ import random
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection
+from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
 
@@ -83,11 +89,11 @@ def worker(title: str, ready: Connection) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     ready.send(title)  # like SGLang's schedulers, which report to the main process when up
     while True:
-        time.sleep(3600)
+        signal.pause()
 
 
 @contextlib.contextmanager
-def changed_env(spec: str):  # type: ignore[no-untyped-def]
+def changed_env(spec: str) -> Iterator[None]:
     """Apply `KEY=VALUE,KEY=` to os.environ while one worker is spawned (it copies environ)."""
     saved = dict(os.environ)
     for item in filter(None, spec.split(",")):
@@ -165,7 +171,34 @@ def handler(server: Server) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+def record(path: Path) -> None:
+    """What this process received, written whole or not at all: a test waits for the file."""
+    received = {
+        "pid": os.getpid(),
+        "argv": sys.argv,
+        "cwd": str(Path.cwd()),
+        "env": dict(os.environ),
+    }
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(received))
+    partial.replace(path)
+
+
+def record_and_wait(path: Path, wait: bool) -> int:
+    """Record; with `wait`, exit 7 on SIGTERM (3 if none comes within a minute)."""
+    if not wait:
+        record(path)
+        return 0
+    # Blocked before the record exists, so a SIGTERM sent once a test reads it is never lost.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    record(path)
+    return 7 if signal.sigtimedwait({signal.SIGTERM}, 60) else 3
+
+
 def main() -> None:
+    recording = os.environ.get("STANDIN_RECORD")
+    if recording:
+        sys.exit(record_and_wait(Path(recording), bool(os.environ.get("STANDIN_WAIT"))))
     args = parse(sys.argv[1:])
     set_envs_and_config(args)
     server = Server(args)
