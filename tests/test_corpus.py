@@ -1,45 +1,100 @@
 """A corpus of invalid profiles: each must exit 2 with one line naming its file, key and fix.
 
-Every file in tests/corpus/invalid starts with `# key: KEY` and `# expect: FRAGMENT`.
+Every file in tests/corpus/invalid starts with `# key: KEY` (empty when the problem is the
+file as a whole) and `# expect: FRAGMENT`; `# reported-in: PATH` names the file the line
+starts with when that is not the case itself (a parent it extends). One `validate` reads
+them all, as a profiles repository's CI would; each file is then checked on its own.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import RunCli
+from tests.conftest import Isolation, RunCli, WriteProfile, console_script
 
-CORPUS = Path(__file__).parent / "corpus"
+CORPUS = Path(__file__).resolve().parent / "corpus"
 INVALID = sorted((CORPUS / "invalid").glob("*.toml"))
 REPO_PROFILES = sorted((Path(__file__).parent.parent / "profiles").glob("*.toml"))
 
 
-def expectation(path: Path) -> tuple[str, str]:
+@dataclass(frozen=True)
+class Case:
+    """One corpus file and what its line must say."""
+
+    path: Path
+    key: str
+    fragment: str
+    reported_in: Path
+
+
+def case(path: Path) -> Case:
     header = path.read_text(encoding="utf-8")
-    key = re.search(r"^# key: (.*)$", header, re.MULTILINE)
+    key = re.search(r"^# key:(.*)$", header, re.MULTILINE)
     expect = re.search(r"^# expect: (.*)$", header, re.MULTILINE)
     assert key and expect, f"{path} lacks its '# key:' and '# expect:' lines"
-    return key.group(1), expect.group(1)
+    reported = re.search(r"^# reported-in: (.*)$", header, re.MULTILINE)
+    reported_in = (path.parent / reported.group(1)).resolve() if reported else path
+    return Case(path, key.group(1).strip(), expect.group(1), reported_in)
+
+
+CASES = [case(path) for path in INVALID]
+
+
+@pytest.fixture(scope="module")
+def validated(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    """`validate` over the whole corpus, once. It outlives each test's isolation, so it runs
+    in an isolated environment of its own."""
+    root = tmp_path_factory.mktemp("validate")
+    return subprocess.run(
+        [console_script(), "validate", *map(str, INVALID)],
+        capture_output=True,
+        text=True,
+        env=Isolation(root).environ(os.environ),
+        cwd=root,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_corpus_is_large_enough() -> None:
     assert len(INVALID) >= 30
 
 
-@pytest.mark.parametrize("path", INVALID, ids=[path.stem for path in INVALID])
-def test_invalid_profile_exits_2_naming_file_and_key(path: Path, nccl_launch: RunCli) -> None:
-    key, fragment = expectation(path)
-    result = nccl_launch("validate", str(path))
-    assert result.returncode == 2, result.stderr
-    assert result.stdout == ""
-    assert "Traceback" not in result.stderr
-    assert fragment in result.stderr
-    line = next(line for line in result.stderr.splitlines() if fragment in line)
-    assert line.startswith(str(path.parent.parent)), line  # names the file
-    assert f": {key}" in line if key else True
+def test_validate_refuses_every_file_of_the_corpus(
+    validated: subprocess.CompletedProcess[str],
+) -> None:
+    assert validated.returncode == 2, validated.stderr
+    assert validated.stdout == f"0 valid, {len(INVALID)} invalid\n"
+    assert "Traceback" not in validated.stderr
+    lines = validated.stderr.splitlines()
+    assert [line for line in lines if not line.startswith(f"{CORPUS}/")] == []
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.path.stem for case in CASES])
+def test_invalid_profile_names_file_and_key(
+    case: Case, validated: subprocess.CompletedProcess[str]
+) -> None:
+    named = [
+        line for line in validated.stderr.splitlines() if line.startswith(f"{case.reported_in}: ")
+    ]
+    line = next((line for line in named if case.fragment in line), None)
+    assert line is not None, f"no line with {case.fragment!r}: {named}"
+    if case.key:
+        assert line.startswith(f"{case.reported_in}: {case.key}: ")
+    else:  # the file as a whole: the problem follows its name
+        assert line.startswith(f"{case.path}: {case.fragment}")
+
+
+def test_one_invalid_file_prints_nothing_on_stdout(nccl_launch: RunCli) -> None:
+    result = nccl_launch("validate", str(INVALID[0]))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith(f"{INVALID[0]}: ")
 
 
 def test_validate_reports_every_file_and_every_problem(nccl_launch: RunCli) -> None:
@@ -51,7 +106,9 @@ def test_validate_reports_every_file_and_every_problem(nccl_launch: RunCli) -> N
     assert f"{len(REPO_PROFILES)} valid, 2 invalid" in result.stdout
 
 
-def test_all_problems_of_one_file_are_listed(write_profile, nccl_launch: RunCli) -> None:  # type: ignore[no-untyped-def]
+def test_all_problems_of_one_file_are_listed(
+    write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
     path = write_profile(
         "many",
         """
