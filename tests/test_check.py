@@ -180,8 +180,8 @@ def test_prometheus_textfile_parses_and_says_drift(
         for sample in family.samples
     }
     by_name: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for (name, labels), value in samples.items():
-        by_name.setdefault(name, []).append((dict(labels), value))
+    for (name, label_pairs), value in samples.items():
+        by_name.setdefault(name, []).append((dict(label_pairs), value))
     [(labels, drift)] = by_name["nccl_launch_drift"]
     assert drift == 1
     assert labels["profile"] == "standin"

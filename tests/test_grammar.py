@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from nccl_launch.nccl import catalog, grammar, rules
+from nccl_launch.nccl.grammar import TomlValue
 
-VALID = [
+VALID: list[tuple[str, TomlValue, str]] = [
     # name, profile value, what the child gets
     ("PROTO", "LL", "LL"),
     ("PROTO", "ll", "LL"),
@@ -81,7 +84,7 @@ VALID = [
     ("GRAPH_REGISTER", 0, "0"),
 ]
 
-INVALID = [
+INVALID: list[tuple[str, TomlValue, str]] = [
     # name, profile value, a fragment of the message
     ("PROTO", "LL, Simple", "whitespace"),
     ("PROTO", " LL", "whitespace"),
@@ -147,16 +150,16 @@ INVALID = [
 
 
 @pytest.mark.parametrize(("short", "value", "emitted"), VALID)
-def test_valid_values_are_emitted_canonically(short: str, value: object, emitted: str) -> None:
-    assert rules.canonical("NCCL_" + short, value) == emitted  # type: ignore[arg-type]
+def test_valid_values_are_emitted_canonically(short: str, value: TomlValue, emitted: str) -> None:
+    assert rules.canonical("NCCL_" + short, value) == emitted
 
 
 @pytest.mark.parametrize(("short", "value", "fragment"), INVALID)
 def test_invalid_values_are_refused_saying_what_is_valid(
-    short: str, value: object, fragment: str
+    short: str, value: TomlValue, fragment: str
 ) -> None:
     with pytest.raises(ValueError) as error:
-        rules.canonical("NCCL_" + short, value)  # type: ignore[arg-type]
+        rules.canonical("NCCL_" + short, value)
     assert fragment in str(error.value)
 
 
@@ -273,12 +276,9 @@ _PROTOCOLS = ["LL", "LL128", "Simple"]
     st.randoms(use_true_random=False),
 )
 def test_protocol_lists_in_any_case_mean_the_same(
-    names: list[str], negate: bool, rng: object
+    names: list[str], negate: bool, rng: random.Random
 ) -> None:
-    spelled = ",".join(
-        name.upper() if rng.random() < 0.5 else name.lower()  # type: ignore[attr-defined]
-        for name in names
-    )
+    spelled = ",".join(name.upper() if rng.random() < 0.5 else name.lower() for name in names)
     value = ("^" if negate else "") + spelled
     emitted = rules.canonical("NCCL_PROTO", value)
     assert set(emitted.lstrip("^").split(",")) <= set(_PROTOCOLS)
@@ -318,9 +318,9 @@ _SCALARS = st.one_of(st.text(max_size=12), st.integers(), st.booleans(), st.floa
 
 
 @given(st.sampled_from(_NAMES), _SCALARS, st.text(max_size=12))
-def test_no_value_or_env_string_makes_a_rule_crash(name: str, value: object, raw: str) -> None:
+def test_no_value_or_env_string_makes_a_rule_crash(name: str, value: TomlValue, raw: str) -> None:
     try:
-        emitted = rules.canonical(name, value)  # type: ignore[arg-type]
+        emitted = rules.canonical(name, value)
     except ValueError as error:
         assert str(error)
     else:

@@ -7,7 +7,7 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -147,12 +147,24 @@ def fake_nvidia_smi(folder: Path, gpus: int) -> None:
     script.chmod(0o755)
 
 
+Checks = dict[str, list[dict[str, Any]]]  # preflight's JSON checks, by name
+
+
+class Preflight(Protocol):
+    def __call__(
+        self, gpus: int | None = 8, tp: int = 8, model: str | None = None, extra: str = "",
+        env: dict[str, str] | None = None, port: int | None = None,
+    ) -> tuple[int, Checks]: ...  # fmt: skip
+
+
 @pytest.fixture
-def host(write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path) -> Any:
+def host(write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path) -> Preflight:
+    """`preflight` of a TP server profile, with `gpus` GPUs behind a stand-in nvidia-smi."""
+
     def preflight(
         gpus: int | None = 8, tp: int = 8, model: str | None = None, extra: str = "",
         env: dict[str, str] | None = None, port: int | None = None,
-    ) -> tuple[int, dict[str, list[dict[str, Any]]]]:  # fmt: skip
+    ) -> tuple[int, Checks]:  # fmt: skip
         if model is None:
             (tmp_path / "model").mkdir(exist_ok=True)
             model = str(tmp_path / "model")
@@ -165,7 +177,7 @@ def host(write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path) -> An
         path = str(bin_dir)
         result = nccl_launch("preflight", "--skip", "sglang", "--format", "json", "host",
                              env={"PATH": path, **(env or {})})  # fmt: skip
-        checks: dict[str, list[dict[str, Any]]] = {}
+        checks: Checks = {}
         for check in json.loads(result.stdout)["checks"]:
             checks.setdefault(check["name"], []).append(check)
         return result.returncode, checks
@@ -173,20 +185,20 @@ def host(write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path) -> An
     return preflight
 
 
-def test_eight_gpus_for_tp8_pass(host: Any) -> None:
+def test_eight_gpus_for_tp8_pass(host: Preflight) -> None:
     code, checks = host(gpus=8)
     assert code == 0, checks
     assert checks["gpus"][0]["message"] == "8 GPUs visible (8 installed), 8 needed"
 
 
-def test_too_few_gpus_fail(host: Any) -> None:
+def test_too_few_gpus_fail(host: Preflight) -> None:
     code, checks = host(gpus=4)
     assert code == 3
     assert checks["gpus"][0]["status"] == "fail"
     assert checks["gpus"][0]["message"] == "4 GPUs visible (4 installed); this node's ranks need 8"
 
 
-def test_cuda_visible_devices_limits_the_gpus(host: Any) -> None:
+def test_cuda_visible_devices_limits_the_gpus(host: Preflight) -> None:
     code, checks = host(gpus=8, env={"CUDA_VISIBLE_DEVICES": "0,1,9,3"})
     assert code == 3
     assert checks["gpus"][0]["message"] == (
@@ -194,7 +206,7 @@ def test_cuda_visible_devices_limits_the_gpus(host: Any) -> None:
     )
 
 
-def test_no_gpu_found_by_the_driver_fails_with_its_words(host: Any) -> None:
+def test_no_gpu_found_by_the_driver_fails_with_its_words(host: Preflight) -> None:
     code, checks = host(gpus=0)
     assert code == 3
     assert checks["gpus"][0]["message"] == (
@@ -202,7 +214,7 @@ def test_no_gpu_found_by_the_driver_fails_with_its_words(host: Any) -> None:
     )
 
 
-def test_no_gpu_tooling_at_all_fails_clearly(host: Any) -> None:
+def test_no_gpu_tooling_at_all_fails_clearly(host: Preflight) -> None:
     code, checks = host(gpus=None)
     assert code == 3
     assert checks["gpus"][0]["message"] == (
@@ -210,7 +222,7 @@ def test_no_gpu_tooling_at_all_fails_clearly(host: Any) -> None:
     )
 
 
-def test_a_busy_port_fails_naming_who_holds_it(host: Any) -> None:
+def test_a_busy_port_fails_naming_who_holds_it(host: Preflight) -> None:
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
@@ -221,7 +233,7 @@ def test_a_busy_port_fails_naming_who_holds_it(host: Any) -> None:
     assert message.startswith(f"127.0.0.1:{port} is in use by pid {os.getpid()} (")
 
 
-def test_missing_model_and_draft_paths_fail_hub_ids_warn(host: Any, tmp_path: Path) -> None:
+def test_missing_model_and_draft_paths_fail_hub_ids_warn(host: Preflight, tmp_path: Path) -> None:
     speculative = (
         '[server.speculative]\nalgorithm = "EAGLE3"\n'
         f'draft_model_path = "{tmp_path / "no-draft"}"\n'
@@ -237,7 +249,7 @@ def test_missing_model_and_draft_paths_fail_hub_ids_warn(host: Any, tmp_path: Pa
     assert checks["paths"][0]["status"] == "warn"
 
 
-def test_an_env_plugin_on_the_library_path_is_warned(host: Any, tmp_path: Path) -> None:
+def test_an_env_plugin_on_the_library_path_is_warned(host: Preflight, tmp_path: Path) -> None:
     libs = tmp_path / "libs"
     libs.mkdir()
     (libs / "libnccl-env.so").write_bytes(b"\x7fELF")
@@ -252,7 +264,7 @@ def test_an_env_plugin_on_the_library_path_is_warned(host: Any, tmp_path: Path) 
     }  # fmt: skip
 
 
-def test_nccl_conf_lines_name_what_applies(host: Any, isolated: Isolation) -> None:
+def test_nccl_conf_lines_name_what_applies(host: Preflight, isolated: Isolation) -> None:
     conf = isolated.home / ".nccl.conf"
     conf.write_text("NCCL_SOCKET_IFNAME=eth0\n")
     code, checks = host(extra='[policy]\nundeclared_nccl = "warn"')

@@ -7,6 +7,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from nccl_launch import cli
 from nccl_launch.profile import overview
@@ -233,7 +234,7 @@ def test_json_outputs_keep_their_keys() -> None:
     from nccl_launch.live.compare import LiveReport, ProcessReport
     from nccl_launch.live.verify_log import KeyReport, LogReport
 
-    contracts = {
+    contracts: dict[type[BaseModel], list[str]] = {
         LiveReport: ["schema_version", "profile", "digest", "path", "main_pid",
                      "running_profile", "running_digest", "processes"],
         ProcessReport: ["pid", "title", "readable", "reason", "entries", "matched"],

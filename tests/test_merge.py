@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from nccl_launch.env.drift import DriftReport
-from nccl_launch.env.merge import CALLING_ENV, EnvLayer, merge_environment
+from nccl_launch.env.merge import CALLING_ENV, EnvLayer, MergeResult, merge_environment
 from nccl_launch.profile.model import Policy, Profile
 from nccl_launch.profile.plan import build_plan, digest
 from nccl_launch.render.drift import drift_lines
@@ -26,7 +26,9 @@ def profile(**fields: Any) -> Profile:
     return Profile.model_validate(data)
 
 
-def merge(calling: dict[str, str], layers: list[EnvLayer] | None = None, **fields: Any):  # type: ignore[no-untyped-def]
+def merge(
+    calling: dict[str, str], layers: list[EnvLayer] | None = None, **fields: Any
+) -> MergeResult:
     resolved = profile(**fields)
     return merge_environment(calling, layers or [], build_plan(resolved), resolved.policy, {})
 

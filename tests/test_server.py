@@ -12,8 +12,8 @@ import pytest
 from nccl_launch.errors import UsageError
 from nccl_launch.launch.host import model_architecture
 from nccl_launch.launch.placement import Placement, placement_args
-from nccl_launch.profile.model import Server
 from nccl_launch.sglang import argv, facts, rules
+from nccl_launch.sglang.server import Server
 from tests.conftest import RunCli, WriteProfile
 from tests.helpers import STANDIN, read_record
 
@@ -195,9 +195,9 @@ def test_slurm_ranks_reach_the_server_and_every_node_runs_one_digest(
         result = nccl_launch("run", "--dist-init-addr", "10.0.0.1:5000", "two-nodes", env=env)
         assert result.returncode == 0, result.stderr
         records.append(read_record(out))
-    for node, record in enumerate(records):
+    for rank, record in enumerate(records):
         argv = record["argv"]
-        assert argv[argv.index("--node-rank") + 1] == str(node)
+        assert argv[argv.index("--node-rank") + 1] == str(rank)
         assert argv[argv.index("--dist-init-addr") + 1] == "10.0.0.1:5000"
         assert argv[argv.index("--nnodes") + 1] == "2"
         assert record["cwd"] == "/tmp"

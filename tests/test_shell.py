@@ -60,7 +60,9 @@ def test_what_it_refuses_names_the_line(text: str, message: str) -> None:
 def test_assignments_are_recognised_only_unquoted() -> None:
     [command] = parse("A=1 'B=2' C=\"x y\" run")
     assert [w.assignment() is not None for w in command.words] == [True, False, True, False]
-    name, value = command.words[2].assignment()  # type: ignore[misc]
+    assignment = command.words[2].assignment()
+    assert assignment is not None
+    name, value = assignment
     assert (name, value.expand(lambda _: None, 1)) == ("C", "x y")
 
 
