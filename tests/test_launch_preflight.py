@@ -1,4 +1,8 @@
-"""Preflight's host checks with real files, sockets and stand-in `nvidia-smi` programs."""
+"""`preflight`: SGLang's own parser on the argv, and the host checks with stand-in tooling.
+
+The parser is the real SGLang 0.5.23 (installed by .ci/sglang-venv in CI); the GPUs are a
+stand-in `nvidia-smi`, as no GPU exists here.
+"""
 
 from __future__ import annotations
 
@@ -11,115 +15,144 @@ from typing import Any, Protocol
 
 import pytest
 
-from nccl_launch.nccl.conf import applied, conf_paths, parse
 from tests.conftest import Isolation, RunCli, WriteProfile
 from tests.helpers import free_port
 
-# nccl.conf syntax, as src/misc/param.cc reads it.
+REPO_PROFILES = Path(__file__).parent.parent / "profiles"
+SHIPPED_SERVERS = [
+    path for path in sorted(REPO_PROFILES.glob("*.toml")) if "[server]" in path.read_text()
+]
 
 
-def test_conf_syntax_is_nccls_not_a_shells() -> None:
-    text = (
-        "# a comment in column 0\n"
-        " # NCCL_PROTO=Simple\n"  # '#' only comments in column 0: this sets ' # NCCL_PROTO'
-        "NCCL_PROTO=LL\n"
-        "NCCL_ALGO = Ring\n"  # key 'NCCL_ALGO ', value ' Ring'
-        'NCCL_SOCKET_IFNAME="eth0"\n'  # the quotes are part of the value
-        "NCCL_DEBUG_FILE=/tmp/nccl.%h.log=x\n"  # only the first '=' splits
-        "NCCL_IB_HCA=mlx5_0\r\n"  # CR stripped (NCCL 2.30+)
-        "export NCCL_NTHREADS=256\n"  # no `export`: the key has a space in it
-        "NCCL_EMPTY=\n"
-        "=no key\n"
-        "no equals sign\n"
+def with_python(write_profile: WriteProfile, shipped: Path, python: str) -> str:
+    """The shipped profile, unchanged but for the interpreter: the one with SGLang here."""
+    write_profile(
+        "under-test",
+        f"""
+        schema = 1
+        name = "under-test"
+        version = 1
+        extends = "{shipped}"
+        [server]
+        python = "{python}"
+        """,
     )
-    entries = parse(text, "/etc/nccl.conf")
-    assert [(e.line, e.key, e.value) for e in entries] == [
-        (2, " # NCCL_PROTO", "Simple"),
-        (3, "NCCL_PROTO", "LL"),
-        (4, "NCCL_ALGO ", " Ring"),
-        (5, "NCCL_SOCKET_IFNAME", '"eth0"'),
-        (6, "NCCL_DEBUG_FILE", "/tmp/nccl.%h.log=x"),
-        (7, "NCCL_IB_HCA", "mlx5_0"),
-        (8, "export NCCL_NTHREADS", "256"),
-        (9, "NCCL_EMPTY", ""),
-    ]
-    assert entries[1].where == "/etc/nccl.conf:3"
+    return "under-test"
 
 
-def test_conf_long_lines_are_cut_like_ncclss_buffer() -> None:
-    [entry] = parse("NCCL_TOPO_FILE=" + "x" * 5000 + "\n", "f")
-    assert len(entry.key) + 1 + len(entry.value) == 4095
+# No GPU, model files or free port 8000 are promised here: those host checks have their own
+# tests (below); these are about SGLang's parser.
+SKIP_HOST = ("--skip", "gpus", "--skip", "paths", "--skip", "port")
 
 
-def test_conf_precedence_environment_then_first_file() -> None:
-    user = parse("NCCL_PROTO=Simple\nNCCL_IB_HCA=mlx5_1\n", "/home/u/.nccl.conf")
-    system = parse("NCCL_IB_HCA=mlx5_0\nNCCL_SOCKET_IFNAME=eth0\n", "/etc/nccl.conf")
-    effective = applied(user + system, {"NCCL_PROTO": "LL"})
-    assert [(e.key, e.value, e.where) for e in effective] == [
-        ("NCCL_IB_HCA", "mlx5_1", "/home/u/.nccl.conf:2"),
-        ("NCCL_SOCKET_IFNAME", "eth0", "/etc/nccl.conf:2"),
-    ]
+def preflight_json(nccl_launch: RunCli, *args: str) -> tuple[int, dict[str, Any]]:
+    result = nccl_launch("preflight", "--format", "json", *SKIP_HOST, *args)
+    return result.returncode, json.loads(result.stdout)
 
 
-@pytest.mark.parametrize(
-    ("env", "paths"),
-    [
-        ({"HOME": "/home/u"}, ["/home/u/.nccl.conf", "/etc/nccl.conf"]),
-        ({"HOME": "/home/u", "NCCL_CONF_FILE": "/opt/n.conf"}, ["/opt/n.conf", "/etc/nccl.conf"]),
-        ({"HOME": "/home/u", "NCCL_CONF_FILE": ""}, ["/home/u/.nccl.conf", "/etc/nccl.conf"]),
-        ({}, ["/etc/nccl.conf"]),
-        ({"NCCL_LAUNCH_SYSTEM_CONF": "/srv/etc/nccl.conf"}, ["/srv/etc/nccl.conf"]),
-        ({"NCCL_LAUNCH_SYSTEM_CONF": ""}, ["/etc/nccl.conf"]),
-    ],
-)
-def test_conf_file_choice(env: dict[str, str], paths: list[str]) -> None:
-    assert [str(path) for path in conf_paths(env)] == paths
+def test_there_is_a_shipped_server_profile() -> None:
+    assert SHIPPED_SERVERS
 
 
-ENV_ONLY = 'schema = 1\nname = "conf"\nversion = 1\n[nccl]\nPROTO = "LL"\n{extra}'
+@pytest.mark.parametrize("shipped", SHIPPED_SERVERS, ids=[p.stem for p in SHIPPED_SERVERS])
+def test_sglang_accepts_the_argv_of_every_shipped_profile(
+    shipped: Path, write_profile: WriteProfile, nccl_launch: RunCli, sglang_python: str
+) -> None:
+    name = with_python(write_profile, shipped, sglang_python)
+    code, report = preflight_json(nccl_launch, name)
+    assert code == 0, report
+    assert report["sglang"]["version"] == "0.5.23"
+    parsed = report["sglang"]["parsed"]
+    assert parsed["tp_size"] == 8
+    assert parsed["speculative_algorithm"] == "EAGLE3"
+    assert parsed["speculative_draft_model_path"] == "/models/Kimi-K2.5-EAGLE3"
+    assert (parsed["speculative_num_steps"], parsed["speculative_eagle_topk"]) == (2, 1)
+    assert parsed["speculative_num_draft_tokens"] == 3
+    assert [check["status"] for check in report["checks"] if check["name"] == "argv"] == ["ok"]
 
 
-def test_run_refuses_an_undeclared_value_from_the_users_nccl_conf(
+def test_a_stale_flag_fails_with_sglangs_own_message(
+    write_profile: WriteProfile, nccl_launch: RunCli, sglang_python: str
+) -> None:
+    name = with_python(write_profile, SHIPPED_SERVERS[0], sglang_python)
+    result = nccl_launch("preflight", *SKIP_HOST, name, "--", "--cuda-graph-max-bs", "8")
+    assert result.returncode == 3
+    assert (
+        "fail  argv         SGLang's parser rejects the argv: ambiguous option: "
+        "--cuda-graph-max-bs could match --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"
+    ) in result.stdout.splitlines()
+    assert result.stdout.splitlines()[-1] == "preflight failed: 1 failed, 1 warning"
+
+
+def test_a_pass_through_speculative_setting_reaches_sglangs_parser(
+    write_profile: WriteProfile, nccl_launch: RunCli, sglang_python: str
+) -> None:
+    write_profile(
+        "ngram",
+        f"""
+        schema = 1
+        name = "ngram"
+        version = 1
+        [server]
+        python = "{sglang_python}"
+        model_path = "/models/small"
+        [server.speculative]
+        algorithm = "NGRAM"
+        ngram_capacity = 100000
+        typo_setting = 1
+        """,
+    )
+    code, report = preflight_json(nccl_launch, "ngram")
+    assert code == 3
+    argv_check = next(check for check in report["checks"] if check["name"] == "argv")
+    assert argv_check["message"] == (
+        "SGLang's parser rejects the argv: unrecognized arguments: --speculative-typo-setting 1"
+    )
+
+
+def test_no_sglang_in_the_server_interpreter_fails_clearly(
     write_profile: WriteProfile, nccl_launch: RunCli
 ) -> None:
-    write_profile("conf", ENV_ONLY.format(extra=""))
-    conf = Path(os.environ["HOME"]) / ".nccl.conf"
-    conf.write_text("# site defaults\nNCCL_PROTO=Simple\nNCCL_IB_HCA=mlx5_0\nNCCL_PROTOCOL=LL\n")
-    result = nccl_launch("run", "conf", "--", "true")
-    assert result.returncode == 1
-    lines = result.stderr.splitlines()
-    assert lines[1].split()[:3] == ["+", "NCCL_IB_HCA", '"mlx5_0"']
-    assert f"({conf}:3; undeclared)" in lines[1]
-    assert f"({conf}:4; undeclared, unknown to NCCL; did you mean NCCL_PROTO?)" in lines[2]
-    assert "NCCL_PROTO " not in result.stderr.replace("NCCL_PROTOCOL", "")  # the env wins
+    name = with_python(write_profile, SHIPPED_SERVERS[0], sys.executable)
+    code, report = preflight_json(nccl_launch, name)
+    assert code == 3
+    sglang_check = next(check for check in report["checks"] if check["name"] == "sglang")
+    assert sglang_check["status"] == "fail"
+    assert sglang_check["message"] == (
+        f"cannot import SGLang with {sys.executable}: ModuleNotFoundError: No module named 'sglang'"
+    )
 
 
-def test_a_declared_conf_file_replaces_the_users_and_warn_tolerates(
-    write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
+def test_missing_server_interpreter_fails(write_profile: WriteProfile, nccl_launch: RunCli) -> None:
+    name = with_python(write_profile, SHIPPED_SERVERS[0], "/nonexistent/bin/python3")
+    result = nccl_launch("preflight", *SKIP_HOST, name)
+    assert result.returncode == 3
+    assert "fail  sglang       cannot run /nonexistent/bin/python3: [Errno 2]" in result.stdout
+
+
+def test_drift_fails_preflight_with_exit_1(
+    write_profile: WriteProfile, nccl_launch: RunCli
 ) -> None:
-    (Path(os.environ["HOME"]) / ".nccl.conf").write_text("NCCL_IB_HCA=mlx5_0\n")
-    site = tmp_path / "site.conf"
-    site.write_text("NCCL_SOCKET_IFNAME=eth0\n")
-    extra = f'CONF_FILE = "{site}"\n[policy]\nundeclared_nccl = "warn"\n'
-    write_profile("conf", ENV_ONLY.format(extra=extra))
-    result = nccl_launch("run", "conf", "--", "true")
-    assert result.returncode == 0, result.stderr
-    assert "NCCL_IB_HCA" not in result.stderr  # ~/.nccl.conf is not read any more
-    assert f'NCCL_SOCKET_IFNAME  "eth0"  ({site}:1; undeclared; tolerated)' in result.stderr
-
-
-def test_run_reads_the_system_conf_where_the_launcher_variable_points(
-    write_profile: WriteProfile, nccl_launch: RunCli, isolated: Isolation
-) -> None:
-    write_profile("conf", ENV_ONLY.format(extra=""))
-    isolated.system_conf.parent.mkdir(parents=True)
-    isolated.system_conf.write_text("NCCL_IB_HCA=mlx5_0\n")
-    result = nccl_launch("run", "conf", "--", "true")
+    write_profile("env-only", 'schema = 1\nname = "env-only"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    result = nccl_launch("preflight", "env-only", env={"NCCL_PROTO": "Simple"})
     assert result.returncode == 1
-    assert f'NCCL_IB_HCA  "mlx5_0"  ({isolated.system_conf}:1; undeclared)' in result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[1] == "fail  environment  1 drift (1 changed), 0 match"
+    assert lines[2].split()[:5] == ["~", "NCCL_PROTO", '"LL"', "->", '"Simple"']
+    assert lines[-1] == "preflight failed: 1 failed, 0 warnings"
 
 
-# Preflight with stand-ins for the GPU tooling: no GPU exists here.
+def test_invalid_profile_is_exit_2_before_any_check(
+    write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    write_profile("bad", 'schema = 1\nname = "bad"\nversion = 1\n[nccl]\nNTHREADS = 1000\n')
+    result = nccl_launch("preflight", "bad")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "nccl.NTHREADS: 1000 is not valid" in result.stderr
+
+
+# The host, with stand-ins for the GPU tooling.
 
 SERVER = """
 schema = 1

@@ -1,4 +1,4 @@
-"""`show`, `diff`, `list`, help and error mapping, through the installed console script."""
+"""Profiles through the console script: `show`, `diff`, `list`, lookups, the JSON Schema."""
 
 from __future__ import annotations
 
@@ -6,11 +6,9 @@ import json
 import tomllib
 from pathlib import Path
 
+import jsonschema
 import pytest
-from pydantic import BaseModel
 
-from nccl_launch import cli
-from nccl_launch.profile import overview
 from tests.conftest import Isolation, RunCli, WriteProfile
 
 V1 = """
@@ -170,81 +168,31 @@ def test_name_lookup_finds_a_declared_name_in_another_file(
     assert nccl_launch("show", "tuned@x", env=env).returncode == 2
 
 
-COMMANDS = sorted(cli.cli.commands)
+# The JSON Schema.
+
+REPO = Path(__file__).parent.parent
 
 
-@pytest.mark.parametrize("command", COMMANDS)
-def test_every_command_has_help(command: str, nccl_launch: RunCli) -> None:
-    result = nccl_launch(command, "--help")
-    assert result.returncode == 0
-    assert result.stdout.startswith(f"Usage: nccl-launch {command}")
-    assert cli.cli.commands[command].help
-
-
-@pytest.mark.parametrize("command", COMMANDS)
-def test_every_command_is_documented_with_its_current_help(
-    command: str, nccl_launch: RunCli
-) -> None:
-    reference = (Path(__file__).parent.parent / "docs" / "commands.md").read_text(encoding="utf-8")
-    assert f"## `nccl-launch {command}`" in reference
-    help_text = nccl_launch(command, "--help", env={"COLUMNS": "80"}).stdout
-    assert help_text in reference, f"docs/commands.md has stale help for {command}"
-
-
-def test_usage_errors_exit_2(nccl_launch: RunCli) -> None:
-    result = nccl_launch("frobnicate")
-    assert result.returncode == 2
-    assert "No such command 'frobnicate'" in result.stderr
-    assert nccl_launch("--version").stdout.startswith("nccl-launch, version ")
-
-
-def test_python_dash_m_runs_the_same_cli(nccl_launch: RunCli) -> None:
-    import subprocess
-    import sys
-
-    result = subprocess.run(
-        [sys.executable, "-m", "nccl_launch", "--help"], capture_output=True, text=True, check=False
+def test_shipped_schema_is_the_current_one(nccl_launch: RunCli) -> None:
+    shipped = (REPO / "profiles" / "nccl-launch.schema.json").read_text()
+    assert nccl_launch("schema").stdout == shipped, (
+        "run: nccl-launch schema > profiles/nccl-launch.schema.json"
     )
-    assert result.returncode == 0
-    assert "Usage: nccl-launch" in result.stdout
 
 
-def test_internal_error_exits_4_with_a_short_message(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # A bug cannot be provoked from outside on purpose, so one is planted in-process.
-    def broken(ref: str) -> None:
-        raise KeyError("planted")
-
-    monkeypatch.setattr(overview, "load_profile", broken)
-    assert cli.main(["validate", "anything"]) == 4
-    err = capsys.readouterr().err
-    assert err == (
-        "nccl-launch: internal error: KeyError: 'planted' (a bug; rerun with --debug for the "
-        "traceback)\n"
+def test_schema_accepts_the_shipped_profiles_and_flags_what_validate_refuses() -> None:
+    schema = json.loads((REPO / "profiles" / "nccl-launch.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    for path in sorted((REPO / "profiles").glob("*.toml")):
+        assert list(validator.iter_errors(tomllib.loads(path.read_text()))) == [], path
+    refused = (
+        "unknown-nccl-name",
+        "buffsize-decimal-megabytes",
+        "p2p-level-lowercase",
+        "nthreads-not-multiple-of-32",
+        "env-holds-nccl-variable",
+        "unknown-server-key",
     )
-    assert cli.main(["--debug", "validate", "anything"]) == 4
-    assert "Traceback (most recent call last)" in capsys.readouterr().err
-
-
-def test_json_outputs_keep_their_keys() -> None:
-    """The versioned JSON contracts: changing a key must change this test (and the version)."""
-    from nccl_launch.env.drift import DriftEntry
-    from nccl_launch.launch.preflight_report import Check, PreflightReport
-    from nccl_launch.live.compare import LiveReport, ProcessReport
-    from nccl_launch.live.verify_log import KeyReport, LogReport
-
-    contracts: dict[type[BaseModel], list[str]] = {
-        LiveReport: ["schema_version", "profile", "digest", "path", "main_pid",
-                     "running_profile", "running_digest", "processes"],
-        ProcessReport: ["pid", "title", "readable", "reason", "entries", "matched"],
-        DriftEntry: ["key", "kind", "expected", "actual", "source", "note", "reason",
-                     "tolerated"],
-        PreflightReport: ["schema_version", "profile", "digest", "argv", "checks", "sglang"],
-        Check: ["name", "status", "message", "detail", "drift"],
-        LogReport: ["schema_version", "profile", "digest", "source", "processes", "keys",
-                    "undeclared"],
-        KeyReport: ["key", "expected", "verdict", "detail"],
-    }  # fmt: skip
-    for model, keys in contracts.items():
-        assert [*model.model_fields, *model.model_computed_fields] == keys, model.__name__
+    for case in refused:
+        data = tomllib.loads((REPO / "tests" / "corpus" / "invalid" / f"{case}.toml").read_text())
+        assert list(validator.iter_errors(data)), case

@@ -1,4 +1,5 @@
-"""`check` against the stand-in SGLang server: a real process tree on loopback."""
+"""`check` and `check --watch` against the stand-in SGLang server (a real process tree on
+loopback), and the comparison itself on plain snapshots."""
 
 from __future__ import annotations
 

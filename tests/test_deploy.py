@@ -1,4 +1,5 @@
-"""Exports read back by their consumers: python-dotenv, bash, systemd, Kubernetes (JSON)."""
+"""Deployment artefacts read back by their consumers: the exports (python-dotenv, bash,
+systemd, Kubernetes JSON) and the systemd unit (systemd-analyze)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,8 @@ import io
 import json
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
-import jsonschema
 import pytest
 from dotenv import dotenv_values
 
@@ -152,33 +151,3 @@ def test_systemd_needs_a_server_table(write_profile: WriteProfile, nccl_launch: 
     result = nccl_launch("systemd", "env-only")
     assert result.returncode == 2
     assert "no [server] table, so no server to run as a service" in result.stderr
-
-
-# The JSON Schema.
-
-REPO = Path(__file__).parent.parent
-
-
-def test_shipped_schema_is_the_current_one(nccl_launch: RunCli) -> None:
-    shipped = (REPO / "profiles" / "nccl-launch.schema.json").read_text()
-    assert nccl_launch("schema").stdout == shipped, (
-        "run: nccl-launch schema > profiles/nccl-launch.schema.json"
-    )
-
-
-def test_schema_accepts_the_shipped_profiles_and_flags_what_validate_refuses() -> None:
-    schema = json.loads((REPO / "profiles" / "nccl-launch.schema.json").read_text())
-    validator = jsonschema.Draft202012Validator(schema)
-    for path in sorted((REPO / "profiles").glob("*.toml")):
-        assert list(validator.iter_errors(tomllib.loads(path.read_text()))) == [], path
-    refused = (
-        "unknown-nccl-name",
-        "buffsize-decimal-megabytes",
-        "p2p-level-lowercase",
-        "nthreads-not-multiple-of-32",
-        "env-holds-nccl-variable",
-        "unknown-server-key",
-    )
-    for case in refused:
-        data = tomllib.loads((REPO / "tests" / "corpus" / "invalid" / f"{case}.toml").read_text())
-        assert list(validator.iter_errors(data)), case

@@ -1,0 +1,90 @@
+"""The CLI as a whole: help for every command, the docs' copy of it, exit codes, JSON keys."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from nccl_launch import cli
+from nccl_launch.profile import overview
+from tests.conftest import RunCli
+
+COMMANDS = sorted(cli.cli.commands)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help(command: str, nccl_launch: RunCli) -> None:
+    result = nccl_launch(command, "--help")
+    assert result.returncode == 0
+    assert result.stdout.startswith(f"Usage: nccl-launch {command}")
+    assert cli.cli.commands[command].help
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_is_documented_with_its_current_help(
+    command: str, nccl_launch: RunCli
+) -> None:
+    reference = (Path(__file__).parent.parent / "docs" / "commands.md").read_text(encoding="utf-8")
+    assert f"## `nccl-launch {command}`" in reference
+    help_text = nccl_launch(command, "--help", env={"COLUMNS": "80"}).stdout
+    assert help_text in reference, f"docs/commands.md has stale help for {command}"
+
+
+def test_usage_errors_exit_2(nccl_launch: RunCli) -> None:
+    result = nccl_launch("frobnicate")
+    assert result.returncode == 2
+    assert "No such command 'frobnicate'" in result.stderr
+    assert nccl_launch("--version").stdout.startswith("nccl-launch, version ")
+
+
+def test_python_dash_m_runs_the_same_cli() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "nccl_launch", "--help"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0
+    assert "Usage: nccl-launch" in result.stdout
+
+
+def test_internal_error_exits_4_with_a_short_message(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A bug cannot be provoked from outside on purpose, so one is planted in-process.
+    def broken(ref: str) -> None:
+        raise KeyError("planted")
+
+    monkeypatch.setattr(overview, "load_profile", broken)
+    assert cli.main(["validate", "anything"]) == 4
+    err = capsys.readouterr().err
+    assert err == (
+        "nccl-launch: internal error: KeyError: 'planted' (a bug; rerun with --debug for the "
+        "traceback)\n"
+    )
+    assert cli.main(["--debug", "validate", "anything"]) == 4
+    assert "Traceback (most recent call last)" in capsys.readouterr().err
+
+
+def test_json_outputs_keep_their_keys() -> None:
+    """The versioned JSON contracts: changing a key must change this test (and the version)."""
+    from nccl_launch.env.drift import DriftEntry
+    from nccl_launch.launch.preflight_report import Check, PreflightReport
+    from nccl_launch.live.compare import LiveReport, ProcessReport
+    from nccl_launch.live.verify_log import KeyReport, LogReport
+
+    contracts: dict[type[BaseModel], list[str]] = {
+        LiveReport: ["schema_version", "profile", "digest", "path", "main_pid",
+                     "running_profile", "running_digest", "processes"],
+        ProcessReport: ["pid", "title", "readable", "reason", "entries", "matched"],
+        DriftEntry: ["key", "kind", "expected", "actual", "source", "note", "reason",
+                     "tolerated"],
+        PreflightReport: ["schema_version", "profile", "digest", "argv", "checks", "sglang"],
+        Check: ["name", "status", "message", "detail", "drift"],
+        LogReport: ["schema_version", "profile", "digest", "source", "processes", "keys",
+                    "undeclared"],
+        KeyReport: ["key", "expected", "verdict", "detail"],
+    }  # fmt: skip
+    for model, keys in contracts.items():
+        assert [*model.model_fields, *model.model_computed_fields] == keys, model.__name__

@@ -1,0 +1,114 @@
+"""nccl.conf: NCCL's syntax and precedence, the files it reads, and what `run` makes of them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from nccl_launch.nccl.conf import applied, conf_paths, parse
+from tests.conftest import Isolation, RunCli, WriteProfile
+
+# nccl.conf syntax, as src/misc/param.cc reads it.
+
+
+def test_conf_syntax_is_nccls_not_a_shells() -> None:
+    text = (
+        "# a comment in column 0\n"
+        " # NCCL_PROTO=Simple\n"  # '#' only comments in column 0: this sets ' # NCCL_PROTO'
+        "NCCL_PROTO=LL\n"
+        "NCCL_ALGO = Ring\n"  # key 'NCCL_ALGO ', value ' Ring'
+        'NCCL_SOCKET_IFNAME="eth0"\n'  # the quotes are part of the value
+        "NCCL_DEBUG_FILE=/tmp/nccl.%h.log=x\n"  # only the first '=' splits
+        "NCCL_IB_HCA=mlx5_0\r\n"  # CR stripped (NCCL 2.30+)
+        "export NCCL_NTHREADS=256\n"  # no `export`: the key has a space in it
+        "NCCL_EMPTY=\n"
+        "=no key\n"
+        "no equals sign\n"
+    )
+    entries = parse(text, "/etc/nccl.conf")
+    assert [(e.line, e.key, e.value) for e in entries] == [
+        (2, " # NCCL_PROTO", "Simple"),
+        (3, "NCCL_PROTO", "LL"),
+        (4, "NCCL_ALGO ", " Ring"),
+        (5, "NCCL_SOCKET_IFNAME", '"eth0"'),
+        (6, "NCCL_DEBUG_FILE", "/tmp/nccl.%h.log=x"),
+        (7, "NCCL_IB_HCA", "mlx5_0"),
+        (8, "export NCCL_NTHREADS", "256"),
+        (9, "NCCL_EMPTY", ""),
+    ]
+    assert entries[1].where == "/etc/nccl.conf:3"
+
+
+def test_conf_long_lines_are_cut_like_ncclss_buffer() -> None:
+    [entry] = parse("NCCL_TOPO_FILE=" + "x" * 5000 + "\n", "f")
+    assert len(entry.key) + 1 + len(entry.value) == 4095
+
+
+def test_conf_precedence_environment_then_first_file() -> None:
+    user = parse("NCCL_PROTO=Simple\nNCCL_IB_HCA=mlx5_1\n", "/home/u/.nccl.conf")
+    system = parse("NCCL_IB_HCA=mlx5_0\nNCCL_SOCKET_IFNAME=eth0\n", "/etc/nccl.conf")
+    effective = applied(user + system, {"NCCL_PROTO": "LL"})
+    assert [(e.key, e.value, e.where) for e in effective] == [
+        ("NCCL_IB_HCA", "mlx5_1", "/home/u/.nccl.conf:2"),
+        ("NCCL_SOCKET_IFNAME", "eth0", "/etc/nccl.conf:2"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("env", "paths"),
+    [
+        ({"HOME": "/home/u"}, ["/home/u/.nccl.conf", "/etc/nccl.conf"]),
+        ({"HOME": "/home/u", "NCCL_CONF_FILE": "/opt/n.conf"}, ["/opt/n.conf", "/etc/nccl.conf"]),
+        ({"HOME": "/home/u", "NCCL_CONF_FILE": ""}, ["/home/u/.nccl.conf", "/etc/nccl.conf"]),
+        ({}, ["/etc/nccl.conf"]),
+        ({"NCCL_LAUNCH_SYSTEM_CONF": "/srv/etc/nccl.conf"}, ["/srv/etc/nccl.conf"]),
+        ({"NCCL_LAUNCH_SYSTEM_CONF": ""}, ["/etc/nccl.conf"]),
+    ],
+)
+def test_conf_file_choice(env: dict[str, str], paths: list[str]) -> None:
+    assert [str(path) for path in conf_paths(env)] == paths
+
+
+ENV_ONLY = 'schema = 1\nname = "conf"\nversion = 1\n[nccl]\nPROTO = "LL"\n{extra}'
+
+
+def test_run_refuses_an_undeclared_value_from_the_users_nccl_conf(
+    write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    write_profile("conf", ENV_ONLY.format(extra=""))
+    conf = Path(os.environ["HOME"]) / ".nccl.conf"
+    conf.write_text("# site defaults\nNCCL_PROTO=Simple\nNCCL_IB_HCA=mlx5_0\nNCCL_PROTOCOL=LL\n")
+    result = nccl_launch("run", "conf", "--", "true")
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert lines[1].split()[:3] == ["+", "NCCL_IB_HCA", '"mlx5_0"']
+    assert f"({conf}:3; undeclared)" in lines[1]
+    assert f"({conf}:4; undeclared, unknown to NCCL; did you mean NCCL_PROTO?)" in lines[2]
+    assert "NCCL_PROTO " not in result.stderr.replace("NCCL_PROTOCOL", "")  # the env wins
+
+
+def test_a_declared_conf_file_replaces_the_users_and_warn_tolerates(
+    write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    (Path(os.environ["HOME"]) / ".nccl.conf").write_text("NCCL_IB_HCA=mlx5_0\n")
+    site = tmp_path / "site.conf"
+    site.write_text("NCCL_SOCKET_IFNAME=eth0\n")
+    extra = f'CONF_FILE = "{site}"\n[policy]\nundeclared_nccl = "warn"\n'
+    write_profile("conf", ENV_ONLY.format(extra=extra))
+    result = nccl_launch("run", "conf", "--", "true")
+    assert result.returncode == 0, result.stderr
+    assert "NCCL_IB_HCA" not in result.stderr  # ~/.nccl.conf is not read any more
+    assert f'NCCL_SOCKET_IFNAME  "eth0"  ({site}:1; undeclared; tolerated)' in result.stderr
+
+
+def test_run_reads_the_system_conf_where_the_launcher_variable_points(
+    write_profile: WriteProfile, nccl_launch: RunCli, isolated: Isolation
+) -> None:
+    write_profile("conf", ENV_ONLY.format(extra=""))
+    isolated.system_conf.parent.mkdir(parents=True)
+    isolated.system_conf.write_text("NCCL_IB_HCA=mlx5_0\n")
+    result = nccl_launch("run", "conf", "--", "true")
+    assert result.returncode == 1
+    assert f'NCCL_IB_HCA  "mlx5_0"  ({isolated.system_conf}:1; undeclared)' in result.stderr
