@@ -275,9 +275,11 @@ class Opens:
     def __init__(self, path: Path) -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         self.fd = libc.inotify_init1(os.O_CLOEXEC)
+        if self.fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1")
         # Closes are watched too: two opens in a row would be merged into one event.
-        mask = IN_OPEN | IN_CLOSE_NOWRITE
-        if self.fd < 0 or libc.inotify_add_watch(self.fd, os.fsencode(path), mask) < 0:
+        if libc.inotify_add_watch(self.fd, os.fsencode(path), IN_OPEN | IN_CLOSE_NOWRITE) < 0:
+            os.close(self.fd)
             raise OSError(ctypes.get_errno(), f"inotify cannot watch {path}")
 
     def __enter__(self) -> Opens:
