@@ -1,7 +1,7 @@
 """Rewrite the help blocks in docs/commands.md from the installed CLI (run after changing help).
 
 Each `## \\`nccl-launch CMD\\`` section's first ```text block is the output of
-`nccl-launch CMD --help` at 80 columns; tests/test_inspect.py fails when they differ.
+`nccl-launch CMD --help` at 80 columns; tests/test_cli.py fails when they differ.
 """
 
 from __future__ import annotations

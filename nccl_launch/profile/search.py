@@ -16,7 +16,7 @@ SYSTEM_DIR = "/etc/nccl-launch/profiles"
 def search_dirs(environ: Mapping[str, str] = os.environ) -> list[Path]:
     """`./profiles`, then each `$NCCL_LAUNCH_PATH` entry, then the system directory."""
     extra = [Path(entry) for entry in environ.get(SEARCH_PATH_VAR, "").split(":") if entry]
-    return [Path("profiles"), *extra, Path(environ.get(SYSTEM_DIR_VAR, SYSTEM_DIR))]
+    return [Path("profiles"), *extra, Path(environ.get(SYSTEM_DIR_VAR) or SYSTEM_DIR)]
 
 
 def _looks_like_path(ref: str) -> bool:
