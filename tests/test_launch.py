@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -237,6 +238,63 @@ def test_dry_run_prints_changes_and_argv_without_running(
     assert "NCCL_BUFFSIZE" not in result.stdout  # inherited with the same value: no change
     assert lines[-1] == f"  {sys.executable} {STANDIN_SERVER} --flag 'value with space'"
     assert "hunter2" not in result.stdout
+
+
+@pytest.mark.parametrize("command", ["run", "preflight"])
+def test_own_options_count_anywhere_before_the_dashes(
+    command: str, tuned: Path, tmp_path: Path, nccl_launch: RunCli
+) -> None:
+    """`run PROFILE --dry-run` must dry-run, never hand `--dry-run` to the server."""
+    out = tmp_path / "child.json"
+    env_file = tmp_path / "site.env"
+    env_file.write_text("HF_HOME=/cache\n")
+    own = ["--dry-run"] if command == "run" else ["--format", "json"]
+    result = nccl_launch(
+        command, "tuned", *own, "--env-file", str(env_file), *CHILD_ARGS,
+        env={"STANDIN_RECORD": str(out)},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert not out.exists()  # nothing ran
+    if command == "run":
+        rows = [line.split()[:3] for line in result.stdout.splitlines()]
+        assert ["+", "HF_HOME", '"/cache"'] in rows  # the env file was read
+        assert result.stdout.splitlines()[-1].endswith("--flag 'value with space'")
+    else:
+        assert json.loads(result.stdout)["argv"][-2:] == ["--flag", "value with space"]
+
+
+@pytest.mark.parametrize("command", ["run", "preflight"])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--log-level", "info"], "No such option '--log-level'."),
+        (["--dryrun"], "No such option '--dryrun'. Did you mean '--dry-run'?"),
+        (["stray"], "Unexpected argument 'stray'."),
+    ],
+)
+def test_server_arguments_before_the_dashes_are_a_usage_error(
+    command: str, args: list[str], message: str, tuned: Path, tmp_path: Path, nccl_launch: RunCli
+) -> None:
+    if command == "preflight" and args == ["--dryrun"]:
+        message = "No such option '--dryrun'."
+    out = tmp_path / "child.json"
+    result = nccl_launch(command, "tuned", *args, env={"STANDIN_RECORD": str(out)})
+    assert result.returncode == 2
+    assert not out.exists()
+    error = result.stderr.splitlines()[-1]
+    assert error.startswith(f"Error: {message}")
+    hint = f"Arguments for the server go after '--': nccl-launch {command} PROFILE -- {args[0]}"
+    assert error.endswith(hint)
+
+
+def test_everything_after_the_dashes_is_the_servers(
+    tuned: Path, tmp_path: Path, nccl_launch: RunCli
+) -> None:
+    out = tmp_path / "child.json"
+    argv = ["--", sys.executable, str(STANDIN_SERVER), "--dry-run", "--", "--env-file", "x"]
+    result = nccl_launch("run", "tuned", *argv, env={"STANDIN_RECORD": str(out)})
+    assert result.returncode == 0, result.stderr
+    assert read_record(out)["argv"][1:] == ["--dry-run", "--", "--env-file", "x"]
 
 
 def test_dry_run_refuses_like_run(tuned: Path, nccl_launch: RunCli) -> None:

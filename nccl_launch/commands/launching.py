@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from nccl_launch.commands.options import (
-    PASS_THROUGH,
+    LaunchCommand,
     echo_lines,
     format_option,
     launch_options,
@@ -22,7 +22,7 @@ from nccl_launch.render.drift import drift_lines, dry_run_lines, refusal_text
 from nccl_launch.render.reports import preflight_lines
 
 
-@click.command(context_settings=PASS_THROUGH)
+@click.command(cls=LaunchCommand)
 @launch_options
 @click.option("--dry-run", is_flag=True, help="Print the env changes and the argv; do not exec.")
 @click.option(
@@ -33,8 +33,9 @@ from nccl_launch.render.reports import preflight_lines
 def run(dry_run: bool, **options: Any) -> int:
     """Validate PROFILE, merge it into the environment and exec the server.
 
-    With a [server] table, arguments after '--' are appended to the server's argv; without
-    one, they are the command to run: nccl-launch run PROFILE -- COMMAND...
+    Options go anywhere before '--'. With a [server] table, arguments after '--' are
+    appended to the server's argv; without one, they are the command to run: nccl-launch
+    run PROFILE -- COMMAND...
     """
     launch = prepare(**options)
     argv = launch.command()
@@ -53,7 +54,7 @@ def run(dry_run: bool, **options: Any) -> int:
     return EXIT_OK
 
 
-@click.command(context_settings=PASS_THROUGH)
+@click.command(cls=LaunchCommand)
 @launch_options
 @format_option("text", "json", default="text")
 @click.option(

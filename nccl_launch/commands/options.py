@@ -13,7 +13,31 @@ from nccl_launch.launch.placement import Placement
 from nccl_launch.launch.prepare import LaunchPlan, prepare_launch
 
 F = TypeVar("F", bound=Callable[..., Any])
-PASS_THROUGH = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+
+
+class LaunchCommand(click.Command):
+    """A command whose own options may come anywhere before `--`, and whose arguments after
+    `--` reach the server (or are the command to run) untouched, as `command`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        own, after = args, []
+        if "--" in args:
+            own, after = args[: args.index("--")], args[args.index("--") + 1 :]
+        hint = f"Arguments for the server go after '--': nccl-launch {ctx.info_name} PROFILE --"
+        ctx.allow_extra_args = True  # a stray argument gets the hint below, not click's error
+        try:
+            extra = super().parse_args(ctx, own)
+        except click.NoSuchOption as error:
+            message = error.format_message()
+            stop = "" if message.endswith((".", "?")) else "."
+            raise click.UsageError(f"{message}{stop} {hint} {error.option_name}", ctx) from None
+        if extra:
+            raise click.UsageError(f"Unexpected argument {extra[0]!r}. {hint} {extra[0]}", ctx)
+        ctx.params["command"] = tuple(after)
+        return []
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return [*super().collect_usage_pieces(ctx), "[-- ARGS...]"]
 
 
 def warn(message: str) -> None:
@@ -52,12 +76,12 @@ def output_options(help_text: str, *, force: bool = True) -> Callable[[F], F]:
 
 
 def launch_options(command: F) -> F:
-    """PROFILE, the arguments after `--` and the options `run` and `preflight` share."""
+    """PROFILE and the options `run` and `preflight` share (the arguments after `--` come
+    from `LaunchCommand`)."""
     return _bundle(
         command,
         [
             click.argument("profile"),
-            click.argument("command", nargs=-1, type=click.UNPROCESSED),
             click.option(
                 "--env-file",
                 "env_files",
@@ -86,7 +110,5 @@ def prepare(
     nccl_debug: bool = False,
 ) -> LaunchPlan:
     """The launch `launch_options` describe, from the calling environment."""
-    if command[:1] == ("--",):
-        command = command[1:]
     placement = Placement(node_rank=node_rank, dist_init_addr=dist_init_addr)
     return prepare_launch(profile, command, env_files, os.environ, placement, nccl_debug)
