@@ -15,7 +15,8 @@ PACKAGE = Path(__file__).parent.parent / "nccl_launch"
 # Bottom to top: a package imports only itself and the packages of lower layers.
 # Keep in step with the picture in docs/architecture.md.
 LAYERS = (
-    ("nccl_launch", "errors", "report"),
+    ("nccl_launch", "errors"),
+    ("report", "files"),
     ("nccl",),
     ("sglang",),
     ("profile",),

@@ -10,7 +10,7 @@ from typing import TextIO
 import click
 
 from nccl_launch.commands.options import echo_lines, format_option, output_options
-from nccl_launch.deploy.files import atomic_write
+from nccl_launch.files import atomic_write
 from nccl_launch.live import watch as live
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.live.processes import Target

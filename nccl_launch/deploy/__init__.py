@@ -1,1 +1,1 @@
-"""Artefacts for other tools: the systemd unit, env exports, files written atomically."""
+"""Artefacts for other tools: the systemd unit and the env exports."""

@@ -6,8 +6,8 @@ import re
 import sys
 from pathlib import Path
 
-from nccl_launch.deploy.files import atomic_write
 from nccl_launch.errors import UsageError
+from nccl_launch.files import atomic_write
 from nccl_launch.profile.load import LoadedProfile, load_profile
 
 START_TIMEOUT_S = 1800  # model load and CUDA-graph capture take minutes on 8 GPUs

@@ -8,8 +8,8 @@ from typing import Any
 
 import tomli_w
 
-from nccl_launch.deploy.files import atomic_write
 from nccl_launch.errors import ProfileError, UsageError
+from nccl_launch.files import atomic_write
 from nccl_launch.migrate.server_table import server_table
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.profile.load import validate_resolved

@@ -1,0 +1,156 @@
+"""Files in and out: only regular files are read, with a size cap, and as root only trusted
+ones; writes are atomic, respect the umask and keep the mode of the file they replace."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+from nccl_launch.errors import UsageError
+
+# A profile, env file, nccl.conf or pidfile is a few KiB; anything larger is a mistake.
+MAX_BYTES = 1 << 20
+_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+class FileError(UsageError):
+    """A file that is not read: missing, not a regular file, too large, untrusted, not text."""
+
+
+def _open_regular(path: Path, what: str, trusted: bool) -> int:
+    """A descriptor of `path` when it is a regular file (and trusted, if asked); never blocks:
+    O_NONBLOCK keeps a FIFO from hanging the open."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except ValueError:  # a NUL in the path
+        raise FileError(f"{what} {str(path)!r}: a path cannot hold a NUL byte") from None
+    except OSError as error:
+        raise FileError(f"{what} {path}: cannot read: {error.strerror}") from None
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            kind = _KINDS.get(stat.S_IFMT(status.st_mode), "not a regular file")
+            raise FileError(f"{what} {path}: {kind}; only regular files are read")
+        if trusted:
+            check_trusted(path, status, what)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_text(
+    path: Path, what: str, *, trusted: bool = False, limit: int = MAX_BYTES, errors: str = "strict"
+) -> str:
+    """The UTF-8 text of a regular file of at most `limit` bytes; FileError names `what` and
+    the path. With `trusted`, a root process also refuses a file others could have written."""
+    fd = _open_regular(path, what, trusted)
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise FileError(f"{what} {path}: larger than {limit} bytes; this is not a {what}")
+    try:
+        return data.decode("utf-8", errors)
+    except UnicodeDecodeError as error:
+        raise FileError(f"{what} {path}: not UTF-8 text (byte {error.start})") from None
+
+
+@contextlib.contextmanager
+def open_stream(path: str, what: str) -> Iterator[TextIO]:
+    """A regular file (or `-`, standard input) read as it goes, undecodable bytes replaced:
+    for logs and scripts, which may be large; devices and FIFOs are refused like elsewhere."""
+    if path == "-":
+        yield sys.stdin
+        return
+    fd = _open_regular(Path(path), what, trusted=False)
+    with os.fdopen(fd, encoding="utf-8", errors="replace") as handle:
+        yield handle
+
+
+def _writable_by_others(status: os.stat_result) -> bool:
+    return bool(status.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+def _owner_ok(status: os.stat_result) -> bool:
+    return status.st_uid in (0, os.geteuid())
+
+
+def check_trusted(path: Path, status: os.stat_result, what: str) -> None:
+    """As root, refuse what another user could have written (sshd's StrictModes): a file that
+    is group- or world-writable or owned by another user, or that sits, through any
+    directory up to `/` (of the path as given and of the file it resolves to), in one other
+    users may write, sticky directories such as /tmp aside. Other users are not checked: what
+    they may write, they could run themselves."""
+    if os.geteuid() != 0:
+        return
+    fix = "chown root and chmod go-w, or move it out of reach of other users"
+    if not _owner_ok(status):
+        raise FileError(f"{what} {path}: owned by uid {status.st_uid}, not root; {fix}")
+    if _writable_by_others(status):
+        raise FileError(
+            f"{what} {path}: writable by group or others (mode {stat.S_IMODE(status.st_mode):04o})"
+            f"; {fix}"
+        )
+    given = Path.cwd() / path  # the directories as given, before symlinks are followed
+    for folder in dict.fromkeys([*given.parents, *given.resolve().parents]):
+        try:
+            folder_status = folder.stat()
+        except OSError:
+            continue
+        sticky = bool(folder_status.st_mode & stat.S_ISVTX)
+        if not _owner_ok(folder_status) or (_writable_by_others(folder_status) and not sticky):
+            mode = stat.S_IMODE(folder_status.st_mode)
+            raise FileError(
+                f"{what} {path}: its directory {folder} (uid {folder_status.st_uid}, mode "
+                f"{mode:04o}) lets other users replace it; {fix}"
+            )
+
+
+def atomic_write(path: Path, text: str, *, replace: bool, mode: int | None = None) -> None:
+    """Write `text` to `path` through a temporary file, so that a reader sees the old content
+    or the new, never half; without `replace` an existing file is never touched.
+
+    The mode is `mode` when given (0600 for secrets), else that of the file replaced, else
+    0666 less the umask, as a plain write would create it. On any error (a full disk) the
+    temporary file is removed. Raises FileExistsError when `replace` is false and the file
+    exists, even if it appears meanwhile: the last step is then a hard link, which fails
+    rather than overwrite.
+    """
+    data = text.encode("utf-8")  # an unencodable text fails here, before any file exists
+    if not replace and path.exists():
+        raise FileExistsError(path)
+    if mode is None:
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except OSError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    temporary = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            os.fsync(handle.fileno())
+        if replace:
+            temporary.replace(path)
+        else:
+            os.link(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)

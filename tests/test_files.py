@@ -1,0 +1,171 @@
+"""files.py on real files: FIFOs, devices, symlinks, sizes, owners and modes, atomic writes."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from nccl_launch.files import FileError, atomic_write, check_trusted, open_stream, read_text
+
+AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="trust is checked for root only")
+NOBODY = 65534
+
+
+@pytest.fixture
+def fifo(tmp_path: Path) -> Path:
+    path = tmp_path / "fifo.toml"
+    os.mkfifo(path)
+    return path
+
+
+def test_a_regular_file_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text("name = 'p'\n")
+    assert read_text(path, "profile") == "name = 'p'\n"
+    with open_stream(str(path), "log") as stream:
+        assert stream.read() == "name = 'p'\n"
+
+
+def test_a_fifo_is_refused_without_blocking(fifo: Path) -> None:
+    # Nothing writes to the FIFO: a plain open would hang this test forever.
+    with pytest.raises(FileError, match=r"^profile .*fifo.toml: a FIFO; only regular files"):
+        read_text(fifo, "profile")
+    with pytest.raises(FileError, match="a FIFO"), open_stream(str(fifo), "log"):
+        pass
+
+
+@pytest.mark.parametrize(
+    ("target", "kind"), [("/dev/zero", "a character device"), ("/tmp", "a directory")]
+)
+def test_devices_and_directories_are_refused_through_a_symlink(
+    tmp_path: Path, target: str, kind: str
+) -> None:
+    link = tmp_path / "zz.toml"
+    link.symlink_to(target)
+    with pytest.raises(FileError, match=f"zz.toml: {kind}; only regular files are read"):
+        read_text(link, "profile")
+
+
+def test_size_nul_and_encoding_are_clear_errors(tmp_path: Path) -> None:
+    big = tmp_path / "big.env"
+    big.write_bytes(b"A=1\n" * 300_000)
+    with pytest.raises(FileError, match=r"larger than 1048576 bytes"):
+        read_text(big, "env file")
+    with pytest.raises(FileError, match="cannot hold a NUL byte"):
+        read_text(tmp_path / "a\0b", "env file")
+    latin = tmp_path / "latin.env"
+    latin.write_bytes(b"A=caf\xe9\n")
+    with pytest.raises(FileError, match=r"not UTF-8 text \(byte 5\)"):
+        read_text(latin, "env file")
+    assert read_text(latin, "nccl.conf", errors="surrogateescape") == "A=caf\udce9\n"
+    with pytest.raises(FileError, match="cannot read: No such file or directory"):
+        read_text(tmp_path / "absent", "env file")
+
+
+@AS_ROOT
+def test_root_refuses_files_others_could_write(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text("")
+    check_trusted(path, path.stat(), "profile")  # root's own 0644 file
+    path.chmod(0o666)
+    with pytest.raises(FileError, match=r"writable by group or others \(mode 0666\)"):
+        check_trusted(path, path.stat(), "profile")
+    path.chmod(0o644)
+    os.chown(path, NOBODY, -1)
+    with pytest.raises(FileError, match=f"owned by uid {NOBODY}, not root"):
+        check_trusted(path, path.stat(), "profile")
+    with pytest.raises(FileError, match="owned by uid"):
+        read_text(path, "profile", trusted=True)
+    assert read_text(path, "profile") == ""  # trust is asked for, not implied
+
+
+@AS_ROOT
+def test_root_refuses_a_file_in_a_directory_others_can_write(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    path = shared / "p.toml"
+    path.write_text("")
+    shared.chmod(0o777)
+    with pytest.raises(FileError, match=r"its directory .*shared \(uid 0, mode 0777\)"):
+        check_trusted(path, path.stat(), "profile")
+    shared.chmod(0o777 | stat.S_ISVTX)  # sticky, like /tmp: others cannot replace root's file
+    check_trusted(path, path.stat(), "profile")
+
+
+@AS_ROOT
+def test_root_checks_the_directories_a_symlink_leads_through(tmp_path: Path) -> None:
+    hidden = tmp_path / "hidden"
+    hidden.mkdir(mode=0o755)
+    target = hidden / "real.toml"
+    target.write_text("")
+    os.chown(hidden, NOBODY, -1)
+    link = tmp_path / "p.toml"
+    link.symlink_to(target)
+    with pytest.raises(FileError, match=r"its directory .*hidden \(uid 65534"):
+        read_text(link, "profile", trusted=True)
+
+
+def test_atomic_write_respects_the_umask_and_keeps_a_replaced_mode(tmp_path: Path) -> None:
+    path = tmp_path / "out" / "unit.service"
+    old = os.umask(0o027)
+    try:
+        atomic_write(path, "one\n", replace=False)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    path.chmod(0o600)
+    atomic_write(path, "two\n", replace=True)
+    assert path.read_text() == "two\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    atomic_write(path, "three\n", replace=True, mode=0o644)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    with pytest.raises(FileExistsError):
+        atomic_write(path, "four\n", replace=False)
+    assert path.read_text() == "three\n"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["unit.service"]
+
+
+def test_atomic_write_leaves_nothing_behind_on_error(tmp_path: Path) -> None:
+    path = tmp_path / "out" / "p.toml"
+    with pytest.raises(UnicodeEncodeError):
+        atomic_write(path, "bad \udce9\n", replace=True)
+    assert not path.parent.exists()
+    # A full disk, as RLIMIT_FSIZE makes it: the write fails half-way (in a child, so that
+    # the limit does not reach pytest's own files).
+    script = (
+        "import resource, signal, sys; from pathlib import Path; "
+        "from nccl_launch.files import atomic_write; "
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY)); "
+        "atomic_write(Path(sys.argv[1]), 'x' * 100_000, replace=True)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(path)], capture_output=True, text=True, check=False
+    )
+    assert "File too large" in done.stderr
+    assert list(path.parent.iterdir()) == []
+
+
+def test_a_reader_never_sees_half_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.prom"
+    atomic_write(path, "a" * 100_000, replace=True)
+    seen: set[int] = set()
+    done = threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            seen.add(len(path.read_text()))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    for size in (200_000, 100_000) * 10:
+        atomic_write(path, "a" * size, replace=True)
+    done.set()
+    reader.join()
+    assert seen <= {100_000, 200_000}
