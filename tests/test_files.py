@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from nccl_launch.files import FileError, atomic_write, check_trusted, open_stream, read_text
+from tests.conftest import RunCli, console_script
 
 AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="trust is checked for root only")
 NOBODY = 65534
@@ -169,3 +170,30 @@ def test_a_reader_never_sees_half_a_file(tmp_path: Path) -> None:
     done.set()
     reader.join()
     assert seen <= {100_000, 200_000}
+
+
+def test_written_files_follow_the_umask_and_keep_a_replaced_mode(
+    tmp_path: Path, nccl_launch: RunCli
+) -> None:
+    """convert, systemd -o and check -o write through atomic_write: no fixed 0644."""
+    (tmp_path / "profiles" / "srv.toml").write_text(
+        'schema = 1\nname = "srv"\nversion = 1\n[server]\nmodel_path = "/m"\n'
+    )
+    script = tmp_path / "start.sh"
+    script.write_text("python3 -m sglang.launch_server --model-path /m\n")
+    converted, unit = tmp_path / "out.toml", tmp_path / "srv.service"
+    for args in (
+        ["convert", str(script), "-o", str(converted)],
+        ["systemd", "srv", "-o", str(unit)],
+    ):
+        done = subprocess.run(
+            ["sh", "-c", 'umask 027 && exec "$@"', "sh", console_script(), *args],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    assert stat.S_IMODE(converted.stat().st_mode) == 0o640
+    assert stat.S_IMODE(unit.stat().st_mode) == 0o640
+    unit.chmod(0o600)
+    assert nccl_launch("systemd", "srv", "-o", str(unit), "--force").returncode == 0
+    assert stat.S_IMODE(unit.stat().st_mode) == 0o600
+    assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith(".")) == []
