@@ -8,8 +8,10 @@ rank 3 took an old BUFFSIZE, rank 5 never logged NTHREADS and rank 6 rejected 50
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -126,3 +128,44 @@ def test_nccl_debug_will_not_override_a_declared_debug_setting(
     result = nccl_launch("run", "--nccl-debug", "tuned", "--", "true")
     assert (result.returncode, result.stderr) == (
         2, "nccl-launch: the profile declares NCCL_DEBUG; drop it or --nccl-debug\n")  # fmt: skip
+
+
+# Lines that made the old pattern backtrack at every position (minutes for 200 KB), and a
+# PID too long for int(); each between the real lines of an 8-rank log.
+HOSTILE_LINES = [
+    " " * 2_000_000,
+    "a:1:" * 500_000,
+    " a:1:2 [" * 250_000,
+    "gpu-node-7:48301:48301 [0] NCCL INFO " + " " * 2_000_000 + "x",
+    "gpu-node-7:48301:48301 [0] NCCL INFO Invalid NCCL_X a (" + ")" * 2_000_000,
+    "h:1:1 [" + " [" * 1_000_000 + "] NCCL INFO NCCL_PROTO set by environment to Simple",
+    f"h:{'1' * 5000}:1 [0] NCCL INFO NCCL_IB_HCA set by environment to mlx5_1",
+]
+
+
+def test_megabyte_lines_are_read_in_linear_time(
+    tuned: None, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    lines = (LOGS / "tp8-applied.log").read_text().splitlines()
+    log = tmp_path / "hostile.log"
+    log.write_text("\n".join(lines[:40] + HOSTILE_LINES + lines[40:]) + "\n")
+    result = nccl_launch("verify-log", "tuned", str(log))  # the fixture's timeout: 60 s
+    assert result.returncode == 1, result.stderr
+    out = result.stdout.splitlines()
+    assert out[0].endswith(": 9 NCCL processes")  # the 8 ranks, and the long PID's
+    assert 'ok    NCCL_PROTO          "LL": confirmed by all 9 processes' not in out
+    assert "never reported by h:111111" in result.stdout
+    assert out[-1] == "verify-log failed: 0 of 6 loggable values confirmed"
+    assert 'NCCL_IB_HCA         undeclared, applied as "mlx5_1" by 1 of them' in result.stdout
+
+
+@pytest.mark.parametrize(("kind", "make"), [("a FIFO", os.mkfifo), ("a character device", None)])
+def test_a_log_is_a_regular_file_or_stdin(
+    tuned: None, nccl_launch: RunCli, tmp_path: Path, kind: str, make: Any
+) -> None:
+    path = tmp_path / "log" if make else Path("/dev/zero")
+    if make:
+        make(path)
+    result = nccl_launch("verify-log", "tuned", str(path))
+    assert (result.returncode, result.stderr) == (
+        2, f"nccl-launch: log {path}: {kind}; only regular files are read\n")  # fmt: skip

@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
 
 import click
 
 from nccl_launch.commands.options import echo_lines, format_option, output_options
-from nccl_launch.files import atomic_write
+from nccl_launch.files import atomic_write, open_stream
 from nccl_launch.live import watch as live
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.live.processes import Target
@@ -87,16 +86,16 @@ def check(
 
 @click.command(name="verify-log")
 @click.argument("profile")
-@click.argument("log", type=click.File("r", errors="replace"), default="-")
+@click.argument("log", default="-")
 @format_option("text", "json", default="text")
-def verify_log(profile: str, log: TextIO, fmt: str) -> int:
+def verify_log(profile: str, log: str, fmt: str) -> int:
     """Confirm from NCCL's NCCL_DEBUG=INFO output (LOG, or stdin) that every rank applied
     each declared value; exit 1 on a value applied differently or never confirmed.
 
     journalctl -u sglang | nccl-launch verify-log PROFILE
     """
-    source = "stdin" if log.name == "<stdin>" else log.name
-    report = verify_profile(profile, log, source)
+    with open_stream(log, "log") as lines:
+        report = verify_profile(profile, lines, "stdin" if log == "-" else log)
     if fmt == "json":
         click.echo(report.model_dump_json(indent=2))
     else:

@@ -73,9 +73,11 @@ def _verdict(
     return KeyReport(key=key, expected=expected, verdict="ok", detail=detail)
 
 
-def _process_order(process: str) -> tuple[str, int]:
+def _process_order(process: str) -> tuple[str, int, str]:
+    """By host, then PID as a number: compared as digit strings, so any length sorts."""
     host, _, rest = process.partition(":")
-    return host, int(rest.split(" ", 1)[0])
+    pid = rest.split(" ", 1)[0].lstrip("0")
+    return host, len(pid), pid
 
 
 def verify(plan: ProfilePlan, lines: Iterable[str], source: str) -> LogReport:
