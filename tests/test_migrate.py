@@ -256,3 +256,78 @@ def test_convert_follows_unset_and_says_what_it_did_not_follow(nccl_launch: RunC
         "nccl-launch: warning: line 5: ignored `numactl`",
     ]
     assert tomllib.loads(Path("profiles/start.toml").read_text())["nccl"] == {"PROTO": "LL"}
+
+
+def test_convert_reads_only_a_regular_script_of_at_most_1_mib(nccl_launch: RunCli) -> None:
+    os.mkfifo("fifo.sh")  # opening it for reading would wait for a writer forever
+    Path("big.sh").write_text(" " * (2 << 20) + "\n")
+    refused = {
+        "fifo.sh": "nccl-launch: script fifo.sh: a FIFO; only regular files are read\n",
+        "/dev/zero": "nccl-launch: script /dev/zero: a character device; only regular files are "
+        "read\n",
+        "big.sh": "nccl-launch: script big.sh: longer than 1048576 characters; this is not a start "
+        "script\n",
+    }
+    for path, message in refused.items():
+        result = nccl_launch("convert", path, "--name", "x")
+        assert (result.returncode, result.stderr) == (2, message), path
+    piped = nccl_launch("convert", "-", "--name", "x", stdin_path=Path("big.sh"))
+    assert piped.returncode == 2
+    assert piped.stderr == (
+        "nccl-launch: stdin: longer than 1048576 characters; this is not a start script\n"
+    )
+    assert list(Path("profiles").iterdir()) == []
+
+
+@pytest.mark.parametrize("pid", ["-3", "0"])
+def test_capture_of_a_pid_that_cannot_be_one_is_a_usage_error(
+    pid: str, nccl_launch: RunCli
+) -> None:
+    result = nccl_launch("capture", "--pid", pid)
+    assert result.returncode == 2
+    assert f"Invalid value for '--pid': {pid} is not in the range x>=1." in result.stderr
+    assert "internal error" not in result.stderr
+
+
+def start_standin(tmp_path: Path, env: dict[str, str], flags: list[str]) -> subprocess.Popen[bytes]:
+    out = tmp_path / "server.json"
+    argv = [sys.executable, "-m", "sglang.launch_server", "--model", "/models/m", *flags]
+    process = subprocess.Popen(
+        argv,
+        env={**os.environ, **env, "PYTHONPATH": str(STANDIN), "STANDIN_RECORD": str(out),
+             "STANDIN_WAIT": "1"},
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    wait_for_record(out, process)
+    return process
+
+
+@pytest.mark.parametrize(
+    ("env", "flags", "mode"),
+    [
+        ({"HF_TOKEN": "hf_x", "NCCL_PROTO": "LL"}, [], 0o600),
+        ({"SGLANG_DB_URL": "postgres://u:pw@db/x"}, [], 0o600),
+        ({"NCCL_PROTO": "LL"}, ["--api-key", "sk-x"], 0o600),
+        ({"NCCL_PROTO": "LL", "TOKENIZERS_PARALLELISM": "false"}, ["--tp", "2"], 0o644),
+    ],
+)
+def test_capture_writes_a_profile_with_secrets_readable_by_its_owner_only(
+    env: dict[str, str], flags: list[str], mode: int, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    process = start_standin(tmp_path, env, flags)
+    try:
+        old = os.umask(0o022)  # the console script inherits it
+        try:
+            result = nccl_launch("capture", "--pid", str(process.pid), "--name", "live")
+        finally:
+            os.umask(old)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=10)
+    assert result.returncode == 0, result.stderr
+    written = Path("profiles/live.toml")
+    assert written.stat().st_mode & 0o777 == mode
+    assert tomllib.loads(written.read_text()).get("env", {}) == {
+        key: value for key, value in env.items() if not key.startswith("NCCL_")
+    }

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import TextIO
 
 import click
 
@@ -13,7 +12,7 @@ from nccl_launch.commands.options import output_options, warn
 from nccl_launch.deploy.systemd import write_unit
 from nccl_launch.errors import EXIT_OK
 from nccl_launch.migrate.capture import read_process
-from nccl_launch.migrate.script import read_script
+from nccl_launch.migrate.script import read_script, read_script_file
 from nccl_launch.migrate.start import StartCommand, save_profile
 
 
@@ -37,23 +36,25 @@ name_option = click.option("--name", help="Profile name (default: from the sourc
 
 
 @click.command()
-@click.argument("script", type=click.File("r"))
+@click.argument("script")
 @name_option
 @profile_output
-def convert(script: TextIO, name: str | None, output: Path | None, force: bool) -> int:
+def convert(script: str, name: str | None, output: Path | None, force: bool) -> int:
     """Turn a start SCRIPT (or '-' for stdin: a raw command line) into a profile.
 
     Follows export lines, VAR=value prefixes, env, line continuations, comments, cd and
     output redirections up to the `python -m sglang.launch_server` (or `sglang serve`) line.
     """
-    source = "stdin" if script.name == "<stdin>" else script.name
-    start = read_script(script.read(), os.environ)
+    source = "stdin" if script == "-" else script
+    start = read_script(read_script_file(script), os.environ)
     default = "converted" if source == "stdin" else Path(source).stem
     return _saved(start, name or _profile_name(default), source, "converted", output, force)
 
 
 @click.command()
-@click.option("--pid", type=int, required=True, help="The running server's main process.")
+@click.option(
+    "--pid", type=click.IntRange(min=1), required=True, help="The running server's main process."
+)
 @name_option
 @profile_output
 def capture(pid: int, name: str | None, output: Path | None, force: bool) -> int:

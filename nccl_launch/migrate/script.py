@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import PurePosixPath
 
 from nccl_launch.errors import UsageError
+from nccl_launch.files import MAX_BYTES, open_stream
 from nccl_launch.migrate import shell
 from nccl_launch.migrate.server_table import UNSET, known, server_split
 from nccl_launch.migrate.start import StartCommand
@@ -112,6 +113,16 @@ class _Script:
             self.notes.append(f"line {line}: {' '.join(argv)} is not followed; add what it sets")
         else:
             self.notes.append(f"line {line}: ignored `{argv[0]}`")
+
+
+def read_script_file(path: str) -> str:
+    """The text of a start script (a regular file, or `-` for stdin), at most 1 MiB of it."""
+    with open_stream(path, "script") as stream:
+        text = stream.read(MAX_BYTES + 1)
+    if len(text) > MAX_BYTES:
+        where = "stdin" if path == "-" else f"script {path}"
+        raise UsageError(f"{where}: longer than {MAX_BYTES} characters; this is not a start script")
+    return text
 
 
 def read_script(text: str, environ: Mapping[str, str]) -> StartCommand:

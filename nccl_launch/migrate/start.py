@@ -16,6 +16,7 @@ from nccl_launch.profile.load import validate_resolved
 from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.profile.model import PROFILE_SCHEMA
 from nccl_launch.profile.plan import ProfilePlan, build_plan
+from nccl_launch.secrets import mask_argv, mask_value
 
 
 @dataclass
@@ -73,11 +74,17 @@ def save_profile(
     start: StartCommand, name: str, source: str, how: str, output: Path | None, force: bool
 ) -> tuple[Path, ProfilePlan]:
     """Write the profile of `start` to `output` (default `profiles/NAME.toml`) atomically,
-    never replacing a file without `force`; where it went and its plan."""
+    never replacing a file without `force`; where it went and its plan. A profile holding
+    a secret (a credential-looking variable or flag, a password in a URL) is readable by its
+    owner only."""
     data, plan = build_profile(start, name, source, how)
     path = output or Path("profiles") / f"{name}.toml"
+    secret = mask_argv(start.argv) != start.argv or any(
+        mask_value(key, value) != value for key, value in start.env.items()
+    )
+    mode = 0o600 if secret else None
     try:
-        atomic_write(path, tomli_w.dumps(data), replace=force)
+        atomic_write(path, tomli_w.dumps(data), replace=force, mode=mode)
     except FileExistsError:
         raise UsageError(f"{path} exists; pass --force to replace it") from None
     return path, plan
