@@ -53,7 +53,11 @@ def convert(script: str, name: str | None, output: Path | None, force: bool) -> 
 
 @click.command()
 @click.option(
-    "--pid", type=click.IntRange(min=1), required=True, help="The running server's main process."
+    "--pid",
+    type=click.IntRange(min=1),
+    metavar="PID",
+    required=True,
+    help="The running server's main process.",
 )
 @name_option
 @profile_output
