@@ -136,12 +136,24 @@ def test_env_files_reach_the_child_and_their_drift_names_them(
     assert not out.exists()
 
 
+NOT_A_NAME = "(no '=', spaces or control characters)"
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        (None, "env file bad.env: cannot read: [Errno 2] No such file or directory: 'bad.env'"),
+        (None, "env file bad.env: cannot read: No such file or directory"),
         ("A=1\nthis is not dotenv\n", "bad.env:2: not a KEY=VALUE line: 'this is not dotenv\\n'"),
         ("A=1\nB\n", "bad.env:2: B has no value; write B=VALUE"),
+        (
+            "'A\nB'=1\n",
+            "bad.env:1: 'A\\nB' is not a variable name (no '=', spaces or control characters)",
+        ),
+        (
+            "'A B'=1\n",
+            "bad.env:1: 'A B' is not a variable name (no '=', spaces or control characters)",
+        ),
+        ("A=1\nB=x\0y\n", "bad.env:2: B: a NUL byte cannot be in a value"),
     ],
 )
 def test_bad_env_file_is_a_usage_error_naming_the_line(
@@ -387,3 +399,127 @@ def test_eagle_without_draft_is_judged_by_the_host_not_by_validate(
     )
     (model / "config.json").write_text('{"architectures": ["DeepseekV3ForCausalLM"]}')
     assert nccl_launch("run", "--dry-run", "mtp").returncode == 0
+
+
+def test_a_fifo_or_device_as_env_file_is_refused_without_blocking(
+    tuned: Path, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    os.mkfifo(tmp_path / "fifo.env")
+    result = nccl_launch("run", "--env-file", "fifo.env", "tuned", "--", "true")
+    assert (result.returncode, result.stderr) == (
+        2,
+        "nccl-launch: env file fifo.env: a FIFO; only regular files are read\n",
+    )
+    result = nccl_launch("run", "--env-file", "/dev/zero", "tuned", "--", "true")
+    assert result.returncode == 2
+    assert "a character device; only regular files are read" in result.stderr
+
+
+@pytest.mark.parametrize("dry_run", [(), ("--dry-run",)])
+def test_an_empty_command_word_is_a_usage_error(
+    tuned: Path, nccl_launch: RunCli, dry_run: tuple[str, ...]
+) -> None:
+    result = nccl_launch("run", *dry_run, "tuned", "--", "", "x")
+    assert (result.returncode, result.stderr) == (
+        2,
+        "nccl-launch: the command after '--' is an empty word; give the program to run\n",
+    )
+
+
+def test_an_empty_server_python_is_refused_before_exec(
+    write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    body = 'schema = 1\nname = "empty"\nversion = 1\n[server]\npython = ""\nmodel_path = "/m"\n'
+    write_profile("empty", body)
+    for command in ("run", "preflight", "validate"):
+        result = nccl_launch(command, "empty" if command != "validate" else "profiles/empty.toml")
+        assert result.returncode == 2, (command, result.stderr)
+        assert "server.python: empty; valid: the server's Python" in result.stderr
+
+
+def test_a_nul_in_a_profile_value_never_reaches_exec(
+    write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    write_profile("nul", 'schema = 1\nname = "nul"\nversion = 1\n[env]\nHF_HOME = "/c\\u0000"\n')
+    result = nccl_launch("run", "nul", "--", "true")
+    assert (result.returncode, result.stderr) == (
+        2,
+        "profiles/nul.toml: env.HF_HOME: holds a NUL byte, which no argument, path or "
+        "environment value can carry\n",
+    )
+
+
+@pytest.mark.parametrize("name", ["NCCL_NTHREADS", "NCCL_BUFFSIZE", "NCCL_P2P_LEVEL", "NCCL_NET"])
+def test_a_value_of_thousands_of_digits_in_the_calling_env_is_drift(
+    tuned: Path, nccl_launch: RunCli, name: str
+) -> None:
+    result = nccl_launch("run", "tuned", "--", "true", env={name: "9" * 5000})
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith("refusing to start: environment drifts from tuned@2")
+    assert "Traceback" not in result.stderr
+
+
+# As root, nothing others could have written shapes the child (sshd's StrictModes).
+
+AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="trust is checked for root only")
+NOBODY = 65534
+PRELOAD = 'schema = 1\nname = "{name}"\nversion = 1\n{extends}[env]\nLD_PRELOAD = "/tmp/evil.so"\n'
+
+
+def _shared_folder(tmp_path: Path) -> Path:
+    """A directory any user may write to, not sticky: anyone can replace its files."""
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    folder.chmod(0o777)
+    return folder
+
+
+@AS_ROOT
+def test_root_refuses_a_profile_others_could_write(tmp_path: Path, nccl_launch: RunCli) -> None:
+    profile = _shared_folder(tmp_path) / "evil.toml"
+    profile.write_text(PRELOAD.format(name="evil", extends=""))
+    profile.chmod(0o666)
+    os.chown(profile, NOBODY, NOBODY)
+    ran = tmp_path / "ran"
+    result = nccl_launch("run", str(profile), "--", "touch", str(ran))
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"nccl-launch: profile {profile}: owned by uid {NOBODY}")
+    assert "chown root and chmod go-w" in result.stderr
+    assert not ran.exists()
+    # Found by name on the search path, it is skipped, never used.
+    env = {"NCCL_LAUNCH_PATH": str(profile.parent)}
+    result = nccl_launch("run", "evil@1", "--", "touch", str(ran), env=env)
+    assert result.returncode == 2
+    assert "profile 'evil@1' not found" in result.stderr
+    assert f"first: profile {profile}: owned by uid {NOBODY}" in result.stderr
+    assert not ran.exists()
+
+
+@AS_ROOT
+def test_root_refuses_an_extends_parent_others_could_write(
+    write_profile: WriteProfile, tmp_path: Path, nccl_launch: RunCli
+) -> None:
+    parent = write_profile("parent", PRELOAD.format(name="parent", extends=""))
+    parent.chmod(0o666)
+    write_profile("child", PRELOAD.format(name="child", extends='extends = "parent"\n'))
+    ran = tmp_path / "ran"
+    result = nccl_launch("run", "child", "--", "touch", str(ran))
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        "nccl-launch: profile profiles/parent.toml: writable by group or others (mode 0666)"
+    )
+    assert not ran.exists()
+
+
+@AS_ROOT
+def test_root_refuses_an_env_file_others_could_write(
+    tuned: Path, tmp_path: Path, nccl_launch: RunCli
+) -> None:
+    env_file = tmp_path / "site.env"
+    env_file.write_text("LD_PRELOAD=/tmp/evil.so\n")
+    os.chown(env_file, NOBODY, NOBODY)
+    ran = tmp_path / "ran"
+    result = nccl_launch("run", "--env-file", str(env_file), "tuned", "--", "touch", str(ran))
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"nccl-launch: env file {env_file}: owned by uid {NOBODY}")
+    assert not ran.exists()

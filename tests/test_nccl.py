@@ -179,6 +179,15 @@ def test_invalid_values_are_refused_saying_what_is_valid(
         ("0x", 0),
         ("", 0),
         ("99999999999999999999", None),
+        ("9" * 5000, None),  # past Python's 4300-digit limit on int(): never converted
+        ("-" + "9" * 5000, None),
+        ("0x" + "f" * 5000, None),
+        ("0" * 5000 + "17", 15),  # leading zeros: octal, and still small
+        ("0x" + "0" * 5000 + "10", 16),
+        ("9223372036854775807", 2**63 - 1),
+        ("-9223372036854775808", -(2**63)),
+        ("9223372036854775808", None),
+        ("\u0663", 0),  # an Arabic-Indic three is no digit to C
     ],
 )
 def test_strtoll_reads_like_nccl(raw: str, read: int | None) -> None:

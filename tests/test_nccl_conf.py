@@ -112,3 +112,48 @@ def test_run_reads_the_system_conf_where_the_launcher_variable_points(
     result = nccl_launch("run", "conf", "--", "true")
     assert result.returncode == 1
     assert f'NCCL_IB_HCA  "mlx5_0"  ({isolated.system_conf}:1; undeclared)' in result.stderr
+
+
+# Reading the files: only regular files, trusted as root; an absent one is the usual case.
+
+
+def _declaring(write_profile: WriteProfile, conf: Path | str) -> None:
+    write_profile("conf", ENV_ONLY.format(extra=f'CONF_FILE = "{conf}"\n'))
+
+
+def test_a_device_or_fifo_as_nccl_conf_is_a_warning_not_a_hang(
+    write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    os.mkfifo(tmp_path / "fifo.conf")
+    for conf, kind in ((tmp_path / "fifo.conf", "a FIFO"), ("/dev/zero", "a character device")):
+        _declaring(write_profile, conf)
+        result = nccl_launch("run", "conf", "--", "true")
+        assert result.returncode == 0, result.stderr
+        assert f"warning: nccl.conf {conf}: {kind}; only regular files are read" in result.stderr
+    # /dev/null is how one tells NCCL to read no file: nothing to warn about.
+    _declaring(write_profile, "/dev/null")
+    assert nccl_launch("run", "conf", "--", "true").stderr == ""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="trust is checked for root only")
+def test_root_refuses_an_nccl_conf_others_could_replace(
+    write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    conf = shared / "nccl.conf"
+    conf.write_text("NCCL_PROTO=Simple\n")
+    _declaring(write_profile, conf)
+    ran = tmp_path / "ran"
+    result = nccl_launch("run", "conf", "--", "touch", str(ran))
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        f"nccl-launch: nccl.conf {conf}: its directory {shared} (uid 0, mode 0777) lets other "
+        "users replace it; chown root and chmod go-w"
+    )
+    assert not ran.exists()
+    assert nccl_launch("preflight", "conf").returncode == 2
+    conf.unlink()  # absent is the usual case, not a refusal
+    assert nccl_launch("run", "conf", "--", "touch", str(ran)).returncode == 0
+    assert ran.exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import tomllib
 from pathlib import Path
 
@@ -196,3 +197,87 @@ def test_schema_accepts_the_shipped_profiles_and_flags_what_validate_refuses() -
     for case in refused:
         data = tomllib.loads((REPO / "tests" / "corpus" / "invalid" / f"{case}.toml").read_text())
         assert list(validator.iter_errors(data)), case
+
+
+# The search path: one bad file never breaks the others.
+
+GOOD = 'schema = 1\nname = "good"\nversion = 1\n'
+
+
+def test_devices_and_fifos_on_the_search_path_break_no_lookup(
+    write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    write_profile("good", GOOD)
+    (tmp_path / "profiles" / "zz.toml").symlink_to("/dev/zero")  # read whole, it never ends
+    os.mkfifo(tmp_path / "profiles" / "fifo.toml")  # opened plainly, it blocks forever
+    result = nccl_launch("show", "nosuch")
+    assert result.returncode == 2
+    assert "profile 'nosuch' not found; searched profiles, " in result.stderr
+    assert "skipped 2 unusable, first: profile profiles/fifo.toml: a FIFO" in result.stderr
+    assert nccl_launch("show", "good@1").stdout.startswith("# good@1 ")
+    listed = nccl_launch("list")
+    assert listed.returncode == 0
+    rows = {line.split()[-1]: line for line in listed.stdout.splitlines()[1:]}
+    assert rows["profiles/good.toml"].startswith("good ")
+    assert "a character device; only regular files are read" in rows["profiles/zz.toml"]
+    assert "a FIFO; only regular files are read" in rows["profiles/fifo.toml"]
+    result = nccl_launch("validate", "profiles/zz.toml")
+    assert result.returncode == 2
+    assert result.stderr == (
+        "nccl-launch: profile profiles/zz.toml: a character device; only regular files are read\n"
+    )
+
+
+BAD_FILES = {
+    "unbalanced-quote": (
+        '[server]\nmodel_path = "/m"\nentrypoint = "-m \'sglang.launch_server"\n',
+        "server.entrypoint: no closing quotation in ",
+    ),
+    "huge-version": ("version = " + "9" * 5000 + "\n", "an integer with thousands of digits"),
+    "huge-hex": ("tp = 0x" + "f" * 5000 + "\n", "tp: integer out of range; TOML integers"),
+    "nested-arrays": ("x = " + "[" * 1000 + "]" * 1000 + "\n", "nested deeper than Python"),
+    "nested-tables": ("x = " + "{a=" * 1000 + "1" + "}" * 1000 + "\n", "nested deeper than"),
+    "nested-20": ("x = " + "[" * 20 + "]" * 20 + "\n", "nested deeper than 16 levels"),
+}
+
+
+@pytest.mark.parametrize(("body", "fragment"), BAD_FILES.values(), ids=BAD_FILES.keys())
+def test_a_bad_file_is_an_invalid_row_and_lookups_skip_it(
+    write_profile: WriteProfile, nccl_launch: RunCli, body: str, fragment: str
+) -> None:
+    write_profile("good", GOOD)
+    header = 'schema = 1\nname = "bad"\n' + ("" if body.startswith("version") else "version = 1\n")
+    write_profile("bad", header + body)
+    listed = nccl_launch("list")
+    assert listed.returncode == 0, listed.stderr
+    bad_row = next(line for line in listed.stdout.splitlines() if "bad.toml" in line)
+    assert bad_row.startswith("(invalid)")
+    assert fragment in bad_row
+    assert "good.toml" in listed.stdout
+    assert nccl_launch("show", "good@1").returncode == 0
+    for command in (("validate", "profiles/bad.toml"), ("show", "bad"), ("show", "bad@1")):
+        result = nccl_launch(*command)
+        assert result.returncode == 2, (command, result.stderr)
+        assert "Traceback" not in result.stderr
+    assert fragment in nccl_launch("validate", "profiles/bad.toml").stderr
+
+
+def test_a_version_of_thousands_of_digits_is_a_usage_error(nccl_launch: RunCli) -> None:
+    result = nccl_launch("show", "good@" + "9" * 5000)
+    assert result.returncode == 2
+    assert "a version after '@' is a positive integer" in result.stderr
+    assert nccl_launch("show", "good@\u0663").returncode == 2  # '٣' is no 3
+
+
+def test_extends_chains_are_followed_without_recursion_up_to_64_files(
+    write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    for index in range(1500):
+        parent = f'extends = "c{index + 1}"\n' if index < 1499 else ""
+        write_profile(f"c{index}", f'schema = 1\nname = "c{index}"\nversion = 1\n{parent}')
+    result = nccl_launch("validate", "profiles/c0.toml")
+    assert result.returncode == 2
+    assert result.stderr == (
+        "profiles/c63.toml: extends: a chain of more than 64 files from profiles/c0.toml\n"
+    )
+    assert nccl_launch("validate", "profiles/c1436.toml").returncode == 0  # 64 files

@@ -9,14 +9,23 @@ from dotenv.parser import parse_stream
 
 from nccl_launch.env.merge import EnvLayer
 from nccl_launch.errors import UsageError
+from nccl_launch.files import read_text
+
+
+def _name_problem(name: str) -> str | None:
+    """Why `name` cannot be an environment variable's name: execve refuses '=' and NUL, and
+    python-dotenv's quoted keys may hold line breaks and spaces, which no one means."""
+    if not name:
+        return "an empty name"
+    if "=" in name or not name.isprintable() or any(char.isspace() for char in name):
+        return f"{name!r} is not a variable name (no '=', spaces or control characters)"
+    return None
 
 
 def read_env_file(path: Path) -> EnvLayer:
-    """A dotenv file as a layer; a line python-dotenv cannot parse is an error, not skipped."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"env file {path}: cannot read: {error}") from None
+    """A dotenv file as a layer; a line python-dotenv cannot parse is an error, not skipped.
+    As root, a file others could have written is refused: it shapes the server's env."""
+    text = read_text(path, "env file", trusted=True)
     values = {}
     for binding in parse_stream(io.StringIO(text)):
         line = binding.original.line
@@ -24,9 +33,14 @@ def read_env_file(path: Path) -> EnvLayer:
             raise UsageError(f"{path}:{line}: not a KEY=VALUE line: {binding.original.string!r}")
         if binding.key is None:
             continue
+        problem = _name_problem(binding.key)
+        if problem is not None:
+            raise UsageError(f"{path}:{line}: {problem}")
         if binding.value is None:
             raise UsageError(
                 f"{path}:{line}: {binding.key} has no value; write {binding.key}=VALUE"
             )
+        if "\x00" in binding.value:
+            raise UsageError(f"{path}:{line}: {binding.key}: a NUL byte cannot be in a value")
         values[binding.key] = binding.value
     return EnvLayer(source=f"env file {path}", values=values)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,10 +12,11 @@ from pathlib import Path
 from nccl_launch.env.drift import DriftEntry, DriftReport
 from nccl_launch.env.merge import MergeResult, inherited_environment, merge_environment
 from nccl_launch.errors import ProfileError, UsageError
+from nccl_launch.files import FileError, check_trusted, read_text
 from nccl_launch.launch.env_files import read_env_file
 from nccl_launch.launch.host import model_architecture
 from nccl_launch.launch.placement import Placement, placement_args
-from nccl_launch.nccl.conf import ConfEntry, read_conf
+from nccl_launch.nccl.conf import ConfEntry, conf_paths, parse
 from nccl_launch.profile.lint import lint
 from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.profile.markers import MARKER_NCCL_DEBUG, NCCL_DEBUG_ENV
@@ -45,6 +48,8 @@ class LaunchPlan:
                 f"profile {self.plan.label} has no [server] table; give the command after "
                 f"'--': nccl-launch run {self.loaded.path} -- COMMAND..."
             )
+        if not self.argv[0]:  # exec cannot run a program without a name
+            raise UsageError("the command after '--' is an empty word; give the program to run")
         return self.argv
 
     def refusal(self) -> DriftReport | None:
@@ -60,6 +65,33 @@ class LaunchPlan:
     def warnings(self) -> list[str]:
         """The profile's lint notes and the nccl.conf files that could not be read."""
         return [*lint(self.loaded.profile), *self.unreadable_conf]
+
+
+def read_conf(env: Mapping[str, str]) -> tuple[list[ConfEntry], list[str]]:
+    """The entries of the nccl.conf files NCCL reads for `env`, in precedence order, and the
+    files it could not read (warnings). An absent file is the usual case; as root, a regular
+    file others could have written is refused, like a profile."""
+    entries, unreadable = [], []
+    for path in conf_paths(env):
+        try:
+            status = path.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as error:
+            unreadable.append(f"nccl.conf {path}: cannot read: {error.strerror}")
+            continue
+        if path == Path(os.devnull):
+            continue  # the usual way to have NCCL read no file
+        if stat.S_ISREG(status.st_mode):
+            check_trusted(path, status, "nccl.conf")
+        try:
+            # NCCL reads bytes: keep them, as surrogates, rather than refuse the file.
+            text = read_text(path, "nccl.conf", trusted=True, errors="surrogateescape")
+        except FileError as error:
+            unreadable.append(str(error))
+            continue
+        entries += parse(text, str(path))
+    return entries, unreadable
 
 
 def prepare_launch(

@@ -57,21 +57,6 @@ def conf_paths(env: Mapping[str, str]) -> list[Path]:
     return [Path(user), system] if user else [system]
 
 
-def read_conf(env: Mapping[str, str]) -> tuple[list[ConfEntry], list[str]]:
-    """The entries of the files that exist, in precedence order, and the unreadable files."""
-    entries, unreadable = [], []
-    for path in conf_paths(env):
-        try:
-            text = path.read_text(encoding="utf-8", errors="surrogateescape")
-        except (FileNotFoundError, NotADirectoryError):
-            continue  # no such file is the usual case
-        except OSError as error:
-            unreadable.append(f"{path}: {error.strerror}")
-            continue
-        entries += parse(text, str(path))
-    return entries, unreadable
-
-
 def applied(entries: list[ConfEntry], env: Mapping[str, str]) -> list[ConfEntry]:
     """The entries NCCL would apply: keys the environment lacks, the first file winning."""
     seen = set(env)

@@ -8,7 +8,6 @@ spellings compare equal exactly when NCCL would behave the same (`0x1000000` and
 from __future__ import annotations
 
 import re
-import string
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -31,27 +30,30 @@ def _any_case(words: tuple[str, ...]) -> str:
     return "^(" + "|".join(fold(word) for word in words) + ")$"
 
 
+_STRTOLL = re.compile(r"[ \t\n\v\f\r]*([+-]?)(?:(0[xX])([0-9A-Fa-f]+)|(0[0-7]*)|([0-9]*))")
+# Longer than INT64_MAX in octal (the longest base) once leading zeros go: out of range. Such
+# digits are never converted: int() refuses strings past 4300 digits, and would be slow.
+_MAX_DIGITS = 22
+
+
 def strtoll(raw: str) -> int | None:
     """C's `strtoll(raw, NULL, 0)` as NCCL calls it; None on overflow (NCCL keeps its default)."""
-    text = raw.lstrip(" \t\n\v\f\r")
-    sign = 1
-    if text[:1] in ("+", "-"):
-        sign = -1 if text[0] == "-" else 1
-        text = text[1:]
-    if text[:2].lower() == "0x" and text[2:3] in set(string.hexdigits) and text[2:3]:
-        base, text, alphabet = 16, text[2:], string.hexdigits
-    elif text.startswith("0"):
-        base, alphabet = 8, string.octdigits
+    match = _STRTOLL.match(raw)
+    if match is None:  # never: every part of the pattern may be empty
+        return 0
+    sign, hex_prefix, hex_digits, octal, decimal = match.groups()
+    if hex_prefix:
+        base, digits = 16, hex_digits
+    elif octal:
+        base, digits = 8, octal
     else:
-        base, alphabet = 10, string.digits
-    digits = ""
-    for char in text:
-        if char not in alphabet:
-            break
-        digits += char
+        base, digits = 10, decimal
+    digits = digits.lstrip("0")
     if not digits:
         return 0
-    value = sign * int(digits, base)
+    if len(digits) > _MAX_DIGITS:
+        return None
+    value = (-1 if sign == "-" else 1) * int(digits, base)
     return value if INT64_MIN <= value <= INT64_MAX else None
 
 

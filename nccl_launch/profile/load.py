@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,10 +12,12 @@ from pydantic import BaseModel, ValidationError
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.nccl import catalog
 from nccl_launch.profile.model import Policy, Profile, Provenance
-from nccl_launch.profile.search import find_profile
+from nccl_launch.profile.search import find_profile, read_profile_toml
 from nccl_launch.sglang.rules import server_problems
 from nccl_launch.sglang.server import Server, Speculative
 
+# Longer `extends` chains are a mistake; the cap also bounds the files a lookup reads.
+MAX_EXTENDS = 64
 # The keys each table accepts, to tell the user what would be valid instead of an unknown key.
 _TABLES: dict[str, type[BaseModel]] = {
     "": Profile,
@@ -35,15 +36,6 @@ class LoadedProfile:
     path: Path
     chain: tuple[Path, ...]
     origins: Mapping[str, Path]
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as error:
-        raise ProfileError([f"{path}: not valid TOML: {error}"]) from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ProfileError([f"{path}: cannot read: {error}"]) from None
 
 
 def _valid_keys(table: str) -> str:
@@ -107,28 +99,46 @@ def _origins(path: Path, data: dict[str, Any]) -> dict[str, Path]:
     return {**nccl, **dict.fromkeys(data.get("env", {}), path)}
 
 
-def _resolve(
-    path: Path, stack: tuple[Path, ...]
-) -> tuple[dict[str, Any], dict[str, Path], tuple[Path, ...]]:
-    data = _read_toml(path)
-    own = _validate(path, data)
-    if own.extends is None:
-        return data, _origins(path, data), (path,)
-    try:
-        parent = find_profile(own.extends, near=path.parent)
-    except UsageError as error:
-        raise ProfileError([f"{path}: extends: {error}"]) from None
-    seen = [p.resolve() for p in (*stack, path)]
-    if parent.resolve() in seen:
-        cycle = " -> ".join(str(p) for p in (*stack, path, parent))
-        raise ProfileError([f"{path}: extends: cycle {cycle}"])
-    base, origins, chain = _resolve(parent, (*stack, path))
-    return _deep_merge(base, data), {**origins, **_origins(path, data)}, (*chain, path)
+def _chain(path: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """`path` and every file it extends, child first, each read and validated alone; a loop,
+    not recursion, and at most MAX_EXTENDS files."""
+    chain: list[tuple[Path, dict[str, Any]]] = []
+    while True:
+        data = read_profile_toml(path)
+        own = _validate(path, data)
+        chain.append((path, data))
+        if own.extends is None:
+            return chain
+        if len(chain) == MAX_EXTENDS:
+            raise ProfileError(
+                [f"{path}: extends: a chain of more than {MAX_EXTENDS} files from {chain[0][0]}"]
+            )
+        try:
+            parent = find_profile(own.extends, near=path.parent)
+        except UsageError as error:
+            raise ProfileError([f"{path}: extends: {error}"]) from None
+        files = [file for file, _ in chain]
+        if parent.resolve() in [file.resolve() for file in files]:
+            cycle = " -> ".join(str(file) for file in (*files, parent))
+            raise ProfileError([f"{path}: extends: cycle {cycle}"])
+        path = parent
+
+
+def _resolve(path: Path) -> tuple[dict[str, Any], dict[str, Path], tuple[Path, ...]]:
+    """The data of `path` merged over everything it extends, who declared each variable, and
+    the chain, root first."""
+    merged: dict[str, Any] = {}
+    origins: dict[str, Path] = {}
+    chain = _chain(path)[::-1]
+    for file, data in chain:
+        merged = _deep_merge(merged, data)
+        origins |= _origins(file, data)
+    return merged, origins, tuple(file for file, _ in chain)
 
 
 def load_profile(ref: str) -> LoadedProfile:
     """Find, read, validate and resolve a profile with everything it extends."""
     path = find_profile(ref)
-    data, origins, chain = _resolve(path, ())
+    data, origins, chain = _resolve(path)
     profile = validate_resolved(path, data)
     return LoadedProfile(profile=profile, path=path, chain=chain, origins=origins)

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field, field_validator
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.sglang import facts
-from nccl_launch.sglang.server import STRICT, Server
+from nccl_launch.sglang.server import NUL_PROBLEM, STRICT, Server, Text
 
 PROFILE_SCHEMA = 1  # the `schema` key of a profile file; JSON output has its own (report.py)
 
@@ -46,6 +46,8 @@ def _nccl_value(short: str, value: Any) -> str:
         raise ValueError(catalog.unknown_name_message(name))
     if isinstance(value, dict | list):
         raise ValueError(f"{type(value).__name__} is not a value NCCL can read")
+    if isinstance(value, str) and "\x00" in value:
+        raise ValueError(NUL_PROBLEM)
     return rules.canonical(name, value)
 
 
@@ -59,6 +61,8 @@ def _env_value(name: str, value: Any) -> str:
         raise ValueError(f"NCCL variables belong in [nccl], validated: {short} = {value!r}")
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise ValueError(f"{value!r} is not text or an integer; quote it as a string")
+    if isinstance(value, str) and "\x00" in value:
+        raise ValueError(NUL_PROBLEM)
     return str(value)
 
 
@@ -67,7 +71,7 @@ class Policy(StrictModel):
 
     conflict: Literal["refuse", "warn"] = "refuse"
     undeclared_nccl: Literal["refuse", "warn", "strip"] = "refuse"
-    server_owned: list[str] = Field(default_factory=lambda: list(facts.OWNED_ENV))
+    server_owned: list[Text] = Field(default_factory=lambda: list(facts.OWNED_ENV))
 
     @field_validator("server_owned")
     @classmethod
@@ -81,12 +85,12 @@ class Policy(StrictModel):
 class Provenance(StrictModel):
     """Why the profile exists: the hardware and the measurement that justified it."""
 
-    hardware: str | None = None
-    measured: str | None = None
-    source: str | None = None
-    date: str | None = None
-    software: str | None = None
-    notes: str | None = None
+    hardware: Text | None = None
+    measured: Text | None = None
+    source: Text | None = None
+    date: Text | None = None
+    software: Text | None = None
+    notes: Text | None = None
 
 
 class Profile(StrictModel):
@@ -95,8 +99,8 @@ class Profile(StrictModel):
     schema_version: int = Field(alias="schema")
     name: str
     version: int = Field(ge=1)
-    description: str = ""
-    extends: str | None = None
+    description: Text = ""
+    extends: Text | None = None
     nccl: dict[str, str] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
     policy: Policy = Field(default_factory=Policy)

@@ -1,4 +1,5 @@
-"""The profile search path: `./profiles`, `$NCCL_LAUNCH_PATH`, the system directory; lookups."""
+"""The profile search path: `./profiles`, `$NCCL_LAUNCH_PATH`, the system directory; lookups,
+and reading a profile file's TOML (a lookup peeks at each file's name and version)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,17 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from nccl_launch.errors import UsageError
+from nccl_launch.errors import ProfileError, UsageError
+from nccl_launch.files import read_text
 from nccl_launch.profile.markers import SEARCH_PATH_VAR, SYSTEM_DIR_VAR
 
 SYSTEM_DIR = "/etc/nccl-launch/profiles"
+# A profile's tables go three deep ([server.speculative] KEY); deeper is a mistake or an attack,
+# and would exhaust Python's recursion in the TOML parser or the code after it.
+MAX_NESTING = 16
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # TOML integers are 64-bit signed
 
 
 def search_dirs(environ: Mapping[str, str] = os.environ) -> list[Path]:
@@ -28,11 +35,59 @@ def profile_files(dirs: list[Path]) -> list[Path]:
     return [path for folder in dirs if folder.is_dir() for path in sorted(folder.glob("*.toml"))]
 
 
-def _declared_identity(path: Path) -> tuple[str, int] | None:
+def _shape_problems(path: Path, data: dict[str, Any]) -> list[str]:
+    """What TOML allows but no profile can mean: nesting deeper than MAX_NESTING, an integer
+    beyond 64 bits (tomllib reads any size), a key holding a control character."""
+    problems = []
+    pending: list[tuple[str, object, int]] = [("", data, 0)]
+    while pending:  # iterative: the point is not to recurse on what the file nests
+        key, value, depth = pending.pop()
+        where = key or "the document"
+        if depth > MAX_NESTING:
+            problems.append(f"{path}: {where}: nested deeper than {MAX_NESTING} levels")
+        elif isinstance(value, dict):
+            for name, item in value.items():
+                if not name.isprintable():
+                    dotted = f"{key}.{name!r}" if key else repr(name)
+                    problems.append(f"{path}: {dotted}: a key cannot hold a control character")
+                else:
+                    pending.append((f"{key}.{name}" if key else name, item, depth + 1))
+        elif isinstance(value, list):
+            pending += [(f"{key}.{index}", item, depth + 1) for index, item in enumerate(value)]
+        elif isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+            problems.append(f"{path}: {where}: integer out of range; TOML integers are 64-bit")
+    return problems
+
+
+def read_profile_toml(path: Path) -> dict[str, Any]:
+    """A profile file's TOML as data. FileError when it cannot be read (as root, also when
+    others could have written it); ProfileError when it is not TOML or no profile's shape."""
+    text = read_text(path, "profile", trusted=True)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return None
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        problem = str(error)
+    except ValueError:  # Python's limit on the digits of an int
+        problem = "an integer with thousands of digits"
+    except RecursionError:
+        problem = "nested deeper than Python can read"
+    else:
+        problems = _shape_problems(path, data)
+        if problems:
+            raise ProfileError(problems)
+        return data
+    raise ProfileError([f"{path}: not valid TOML: {problem}"])
+
+
+def _declared_identity(path: Path) -> tuple[str, int] | UsageError | None:
+    """The file's name and version; None when it declares none; the error when it is
+    unreadable or untrusted, which a lookup skips (one bad file never breaks the others)."""
+    try:
+        data = read_profile_toml(path)
+    except UsageError as error:
+        return error
+    except ProfileError as error:
+        return UsageError(error.problems[0])
     name, version = data.get("name"), data.get("version")
     return (name, version) if isinstance(name, str) and isinstance(version, int) else None
 
@@ -41,25 +96,31 @@ def find_profile(ref: str, near: Path | None = None) -> Path:
     """A profile file from a path, `NAME` or `NAME@VERSION` (searched near a file first)."""
     if _looks_like_path(ref):
         path = Path(os.path.normpath(near / ref if near is not None else ref))
-        if not path.is_file():
+        if not path.exists():
             raise UsageError(f"profile file not found: {path}")
-        return path
+        return path  # reading it says what else may be wrong (a FIFO, a device, untrusted)
     name, _, version = ref.partition("@")
-    if version and not version.isdigit():
+    # ASCII digits only ('٣' is not 3), and few enough for a 64-bit version.
+    if version and not (version.isascii() and version.isdigit() and len(version) <= 19):
         raise UsageError(f"{ref!r}: a version after '@' is a positive integer, as in {name}@4")
     dirs = ([near] if near is not None else []) + search_dirs()
     if not version:
         for folder in dirs:
-            if (folder / f"{name}.toml").is_file():
+            if (folder / f"{name}.toml").exists():
                 return folder / f"{name}.toml"
     best: tuple[int, Path] | None = None
+    skipped: list[str] = []
     for path in profile_files(dirs):
         identity = _declared_identity(path)
+        if isinstance(identity, UsageError):
+            skipped.append(str(identity))
+            continue
         if identity is None or identity[0] != name or (version and identity[1] != int(version)):
             continue
         if best is None or identity[1] > best[0]:
             best = (identity[1], path)
     if best is None:
         where = ", ".join(str(folder) for folder in dirs)
-        raise UsageError(f"profile {ref!r} not found; searched {where}")
+        unread = f"; skipped {len(skipped)} unusable, first: {skipped[0]}" if skipped else ""
+        raise UsageError(f"profile {ref!r} not found; searched {where}{unread}")
     return best[1]

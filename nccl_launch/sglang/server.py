@@ -3,14 +3,28 @@
 from __future__ import annotations
 
 import re
+import shlex
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from nccl_launch.sglang import facts
 
 # How every table of a profile is read: unknown keys are errors, no coercion, immutable.
 STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
 _SETTING = re.compile(r"[a-z][a-z0-9_]*")
+NUL_PROBLEM = "holds a NUL byte, which no argument, path or environment value can carry"
+
+
+def no_nul(text: str) -> str:
+    """`text`, unless it holds a NUL: exec, chdir and open would fail on it at the last step."""
+    if "\x00" in text:
+        raise ValueError(NUL_PROBLEM)
+    return text
+
+
+# Every string of a profile is one of these.
+Text = Annotated[str, AfterValidator(no_nul)]
 
 
 class Speculative(BaseModel):
@@ -19,7 +33,7 @@ class Speculative(BaseModel):
     model_config = STRICT | ConfigDict(extra="allow")
 
     algorithm: str
-    draft_model_path: str | None = None
+    draft_model_path: Text | None = None
     num_steps: int | None = Field(default=None, ge=1)
     eagle_topk: int | None = Field(default=None, ge=1)
     num_draft_tokens: int | None = Field(default=None, ge=1)
@@ -40,6 +54,8 @@ class Speculative(BaseModel):
                 raise ValueError(f"{key}: not a setting name (lower case, digits, '_')")
             if not isinstance(value, str | int | float | bool):
                 raise ValueError(f"{key}: {value!r} is not a single value")
+            if isinstance(value, str) and "\x00" in value:
+                raise ValueError(f"{key}: {NUL_PROBLEM}")
             flag = facts.flag_for(facts.extra_flag(key), structured)
             if flag is not None:
                 raise ValueError(f"{key}: SGLang reads it as {flag.field}; write that key instead")
@@ -55,16 +71,33 @@ class Server(BaseModel):
 
     model_config = STRICT
 
-    python: str = "python3"
-    entrypoint: str = facts.DEFAULT_ENTRYPOINT
-    model_path: str | None = None  # required once `extends` is resolved
+    python: Text = "python3"
+    entrypoint: Text = facts.DEFAULT_ENTRYPOINT
+    model_path: Text | None = None  # required once `extends` is resolved
     tp_size: int = Field(default=1, ge=1)
     pp_size: int = Field(default=1, ge=1)
-    host: str | None = None
+    host: Text | None = None
     port: int | None = Field(default=None, ge=1, le=65535)
     nnodes: int = Field(default=1, ge=1)
     node_rank: int | None = Field(default=None, ge=0)
-    dist_init_addr: str | None = None
-    cwd: str | None = None
-    args: list[str] = Field(default_factory=list)
+    dist_init_addr: Text | None = None
+    cwd: Text | None = None
+    args: list[Text] = Field(default_factory=list)
     speculative: Speculative | None = None
+
+    @field_validator("python")
+    @classmethod
+    def _interpreter(cls, python: str) -> str:
+        if not python.strip():
+            raise ValueError("empty; valid: the server's Python, a path or a name on PATH")
+        return python
+
+    @field_validator("entrypoint")
+    @classmethod
+    def _command_line(cls, entrypoint: str) -> str:
+        try:
+            shlex.split(entrypoint)
+        except ValueError as error:  # the words are split this way into the argv
+            problem = str(error).lower()
+            raise ValueError(f"{problem} in {entrypoint!r}; quote as a shell would") from None
+        return entrypoint
