@@ -238,6 +238,7 @@ BAD_FILES = {
     "nested-arrays": ("x = " + "[" * 1000 + "]" * 1000 + "\n", "nested deeper than Python"),
     "nested-tables": ("x = " + "{a=" * 1000 + "1" + "}" * 1000 + "\n", "nested deeper than"),
     "nested-20": ("x = " + "[" * 20 + "]" * 20 + "\n", "nested deeper than 16 levels"),
+    "parent-name-too-long": (f'extends = "{"9" * 5000}.toml"\n', "extends: profile file not found"),
 }
 
 
@@ -262,7 +263,13 @@ def test_a_bad_file_is_an_invalid_row_and_lookups_skip_it(
     assert fragment in nccl_launch("validate", "profiles/bad.toml").stderr
 
 
-def test_a_version_of_thousands_of_digits_is_a_usage_error(nccl_launch: RunCli) -> None:
+def test_a_version_or_name_of_thousands_of_characters_is_a_usage_error(
+    nccl_launch: RunCli,
+) -> None:
+    for name in ("a" * 5000, "a" * 5000 + "@1", "profiles/" + "a" * 5000 + ".toml"):
+        result = nccl_launch("show", name)
+        assert result.returncode == 2, result.stderr
+        assert "not found" in result.stderr
     result = nccl_launch("show", "good@" + "9" * 5000)
     assert result.returncode == 2
     assert "a version after '@' is a positive integer" in result.stderr

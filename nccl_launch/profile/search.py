@@ -32,7 +32,9 @@ def _looks_like_path(ref: str) -> bool:
 
 def profile_files(dirs: list[Path]) -> list[Path]:
     """Every `*.toml` file in the given directories, in search order."""
-    return [path for folder in dirs if folder.is_dir() for path in sorted(folder.glob("*.toml"))]
+    # os.path.isdir: False, not an error, for a name too long or otherwise unusable
+    found = [folder for folder in dirs if os.path.isdir(folder)]  # noqa: PTH112
+    return [path for folder in found for path in sorted(folder.glob("*.toml"))]
 
 
 def _shape_problems(path: Path, data: dict[str, Any]) -> list[str]:
@@ -96,7 +98,7 @@ def find_profile(ref: str, near: Path | None = None) -> Path:
     """A profile file from a path, `NAME` or `NAME@VERSION` (searched near a file first)."""
     if _looks_like_path(ref):
         path = Path(os.path.normpath(near / ref if near is not None else ref))
-        if not path.exists():
+        if not os.path.exists(path):  # noqa: PTH110 (False, not an error, for a name too long)
             raise UsageError(f"profile file not found: {path}")
         return path  # reading it says what else may be wrong (a FIFO, a device, untrusted)
     name, _, version = ref.partition("@")
@@ -106,7 +108,7 @@ def find_profile(ref: str, near: Path | None = None) -> Path:
     dirs = ([near] if near is not None else []) + search_dirs()
     if not version:
         for folder in dirs:
-            if (folder / f"{name}.toml").exists():
+            if os.path.exists(folder / f"{name}.toml"):  # noqa: PTH110 (as above)
                 return folder / f"{name}.toml"
     best: tuple[int, Path] | None = None
     skipped: list[str] = []
