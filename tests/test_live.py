@@ -24,9 +24,13 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from nccl_launch.env.merge import merge_environment
 from nccl_launch.live.compare import ProcessSnapshot, evaluate
+from nccl_launch.profile.load import load_profile
 from nccl_launch.profile.model import Policy, Profile
 from nccl_launch.profile.plan import ProfilePlan, build_plan
+from nccl_launch.render.prometheus import metrics
+from nccl_launch.render.reports import live_text
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import STANDIN, free_port, wait_for
 
@@ -230,7 +234,10 @@ class Watcher:
 
     def __init__(self, *args: str) -> None:
         self.process = subprocess.Popen(
-            [console_script(), "check", *args], stdout=subprocess.PIPE, text=True
+            [console_script(), "check", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,  # a few warning lines at most: never fills the pipe
+            text=True,
         )
         self.lines: queue.Queue[str | None] = queue.Queue()  # None: the output ended
         self.seen: list[str] = []
@@ -255,6 +262,15 @@ class Watcher:
                 code = self.process.wait()
                 pytest.fail(f"exited with {code} before printing {text!r}: {self.seen}")
             self.seen.append(line)
+
+    def wait_for_start(self, prefix: str, timeout: float = 30) -> str:
+        """Block until a line starting with `prefix` was printed; that line."""
+        deadline = time.monotonic() + timeout
+        while not (found := [line for line in self.seen if line.startswith(prefix)]):
+            line = self.lines.get(timeout=max(deadline - time.monotonic(), 0))
+            assert line is not None, f"exited before printing {prefix!r}: {self.seen}"
+            self.seen.append(line)
+        return found[0]
 
     def finish(self, timeout: float = 30) -> str:
         """Everything it printed, once it has exited and its output has been read to the end."""
@@ -334,6 +350,95 @@ def test_sigterm_ends_the_watch_and_leaves_the_server_alone(start: StartServer) 
     assert _alive(server.tree) == server.tree
 
 
+def gauges(textfile: Path) -> dict[str, float]:
+    """The value of each one-sample metric in a textfile (none before it is first written)."""
+    try:
+        text = textfile.read_text()
+    except FileNotFoundError:
+        return {}
+    families = text_string_to_metric_families(text)
+    return {f.name: f.samples[0].value for f in families if len(f.samples) == 1}
+
+
+def wait_for_gauge(
+    textfile: Path, name: str, value: float, process: subprocess.Popen[str]
+) -> dict[str, float]:
+    """The textfile's gauges once `name` reads `value`."""
+
+    def reached() -> dict[str, float]:
+        found = gauges(textfile)
+        return found if found.get(name) == value else {}
+
+    return wait_for(reached, f"{name} to read {value}", process=process)
+
+
+BROKEN = 'schema = 1\nname = "standin"\nversion = 2\n[nccl]\nPROTO = "'  # saved mid-edit
+
+
+def test_watch_keeps_the_last_good_profile_while_the_file_is_invalid(
+    start: StartServer, tmp_path: Path
+) -> None:
+    server = start()
+    profile = Path("profiles/standin.toml")
+    good = profile.read_text()
+    textfile = tmp_path / "nccl_launch.prom"
+    watcher = Watcher("--pid", str(server.process.pid), "--watch", "0.2",
+                      "--format", "prometheus", "--output", str(textfile))  # fmt: skip
+    wait_for_gauge(textfile, "nccl_launch_profile_valid", 1, watcher.process)
+    profile.write_text(BROKEN)
+    invalid = wait_for_gauge(textfile, "nccl_launch_profile_valid", 0, watcher.process)
+    assert invalid["nccl_launch_drift"] == 0  # the server still matches the last good version
+    stamp = invalid["nccl_launch_check_timestamp_seconds"]
+    wait_for(lambda: gauges(textfile)["nccl_launch_check_timestamp_seconds"] > stamp,
+             "another round: the textfile is not frozen", process=watcher.process)  # fmt: skip
+    profile.write_text(good.replace('"LL"', '"Simple"'))  # valid again, and now different
+    fixed = wait_for_gauge(textfile, "nccl_launch_drift", 1, watcher.process)
+    assert fixed["nccl_launch_profile_valid"] == 1
+    watcher.process.send_signal(signal.SIGTERM)
+    watcher.finish()
+    assert watcher.process.returncode == 0
+    assert watcher.process.stderr is not None
+    [warning] = watcher.process.stderr.read().splitlines()  # once, not every round
+    assert warning.startswith(
+        "nccl-launch: warning: profile invalid, still checking against standin@1: "
+        f"{profile}: not valid TOML: "
+    )
+    assert _alive(server.tree) == server.tree
+
+
+def test_watch_text_says_which_version_it_checks_while_the_file_is_invalid(
+    start: StartServer,
+) -> None:
+    server = start()
+    watcher = Watcher("--port", str(server.port), "--watch", "0.2")
+    watcher.wait_for_line("no drift in 5 processes")
+    Path("profiles/standin.toml").write_text(BROKEN)
+    line = watcher.wait_for_start("profile invalid now, checked against this last good version: ")
+    assert line.endswith("not valid TOML: Unterminated string (at end of document)")
+    watcher.process.send_signal(signal.SIGTERM)
+    out = watcher.finish()
+    assert watcher.process.returncode == 0
+    assert out.count("--- ") == 2 and out.endswith("no drift in 5 processes")
+
+
+def test_a_profile_invalid_at_the_first_look_is_an_error_even_watching(
+    start: StartServer, nccl_launch: RunCli
+) -> None:
+    server = start()
+    Path("profiles/standin.toml").write_text(BROKEN)
+    result = nccl_launch("check", "--pid", str(server.process.pid), "--watch", "0.2")
+    assert result.returncode == 2
+    assert result.stderr.startswith("profiles/standin.toml: not valid TOML: ")
+
+
+def test_on_drift_stop_needs_watch(nccl_launch: RunCli) -> None:
+    result = nccl_launch("check", "--pid", "1", "--on-drift", "stop")
+    assert (result.returncode, result.stderr) == (
+        2,
+        "nccl-launch: --on-drift stop needs --watch SECONDS: one check never stops a server\n",
+    )
+
+
 ONE_TARGET = "nccl-launch: name the server with exactly one of --pid, --port, --pidfile, --unit\n"
 
 
@@ -342,7 +447,7 @@ ONE_TARGET = "nccl-launch: name the server with exactly one of --pid, --port, --
     [
         (["--pid", "999999999"], 3, "nccl-launch: no process with pid 999999999\n"),
         (["--pidfile", "missing.pid"], 3,
-         "nccl-launch: cannot read pidfile missing.pid: No such file or directory\n"),
+         "nccl-launch: pidfile missing.pid: cannot read: No such file or directory\n"),
         ([], 2, ONE_TARGET),
         (["--pid", "1", "--port", "1"], 2, ONE_TARGET),
     ],
@@ -450,3 +555,144 @@ def test_nccl_debug_variables_are_tolerated_when_run_added_them(
     result = nccl_launch("check", "--port", str(server.port))
     assert result.returncode == 0, result.stdout
     assert "no drift, 3 match, tolerated: NCCL_DEBUG, NCCL_DEBUG_SUBSYS" in result.stdout
+
+
+# The process a check reads, as another user or an older nccl-launch may have started it.
+
+
+@contextlib.contextmanager
+def sleeper(env: dict[bytes, bytes], *title: bytes) -> Iterator[int]:
+    """A real process with exactly `env` (bytes: it may hold what is not UTF-8); its PID."""
+    argv = [sys.executable.encode(), b"-c", b"import time; time.sleep(60)", *title]
+    process = subprocess.Popen(argv, env=env)  # returns once the exec has succeeded
+    try:
+        yield process.pid
+    finally:
+        process.kill()
+        process.wait()
+
+
+EVIL = 'schema = 1\nname = "evil"\nversion = 1\n[nccl]\nPROTO = "LL"\n'
+
+
+@pytest.mark.parametrize(
+    "label", ["{path}@1", "../elsewhere/evil@1", "evil.toml@1", "evil", "evil@", "evil@1@2"]
+)
+def test_the_servers_marker_is_a_name_never_a_path(
+    write_profile: WriteProfile, nccl_launch: RunCli, label: str
+) -> None:
+    path = write_profile("evil", EVIL, folder="elsewhere")
+    label = label.format(path=path)
+    with sleeper({b"NCCL_LAUNCH_PROFILE": label.encode(), b"NCCL_PROTO": b"LL"}) as pid:
+        result = nccl_launch("check", "--pid", str(pid))
+    assert (result.returncode, result.stderr) == (2, (
+        f"nccl-launch: pid {pid}: NCCL_LAUNCH_PROFILE is {label!r}, not NAME@VERSION of a "
+        "profile; name the PROFILE to check it against\n"))  # fmt: skip
+
+
+def test_check_finds_the_file_the_server_was_started_from_in_any_directory(
+    write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    path = write_profile("moved", EVIL.replace('"evil"', '"moved"'), folder="deploy")
+    digest = build_plan(load_profile(str(path)).profile).digest
+    env = {b"NCCL_LAUNCH_PROFILE": b"moved@1", b"NCCL_LAUNCH_DIGEST": digest.encode(),
+           b"NCCL_LAUNCH_PROFILE_FILE": bytes(path), b"NCCL_PROTO": b"LL"}  # fmt: skip
+    with sleeper(env) as pid:
+        found = nccl_launch("check", "--pid", str(pid), "--format", "json")
+        path.write_text(EVIL.replace('"evil"', '"moved"').replace('"LL"', '"Simple"'))
+        changed = nccl_launch("check", "--pid", str(pid))
+        path.write_text(EVIL)
+        renamed = nccl_launch("check", "--pid", str(pid))
+    assert found.returncode == 0, found.stderr  # ./profiles has no moved.toml: the marker
+    assert json.loads(found.stdout)["path"] == str(path)
+    assert changed.returncode == 1  # the same file, edited since: the digest tells
+    assert changed.stdout.splitlines()[1].startswith("server runs moved@1 (sha256:")
+    assert (renamed.returncode, renamed.stderr) == (2, (
+        f"nccl-launch: pid {pid} runs moved, but its NCCL_LAUNCH_PROFILE_FILE {path} now "
+        "declares evil; name the PROFILE to check it against\n"))  # fmt: skip
+
+
+@pytest.mark.parametrize("file", ["/etc/passwd", "profiles/moved.toml"])
+def test_a_profile_file_marker_that_is_no_profile_path_is_refused(
+    write_profile: WriteProfile, nccl_launch: RunCli, file: str
+) -> None:
+    write_profile("moved", EVIL.replace('"evil"', '"moved"'))
+    env = {b"NCCL_LAUNCH_PROFILE": b"moved@1", b"NCCL_LAUNCH_PROFILE_FILE": file.encode()}
+    with sleeper(env) as pid:
+        result = nccl_launch("check", "--pid", str(pid))
+    assert (result.returncode, result.stderr) == (2, (
+        f"nccl-launch: pid {pid}: NCCL_LAUNCH_PROFILE_FILE is {file!r}, not the absolute path "
+        "of a .toml file; name the PROFILE to check it against\n"))  # fmt: skip
+
+
+def test_the_launch_records_the_absolute_profile_file_outside_the_digest() -> None:
+    plan, policy = plan_and_policy()
+    result = merge_environment({}, [], plan, policy, {}, profile_file=Path("profiles/p.toml"))
+    assert result.env["NCCL_LAUNCH_PROFILE_FILE"] == str(Path.cwd() / "profiles" / "p.toml")
+    assert result.sources["NCCL_LAUNCH_PROFILE_FILE"] == "nccl-launch"
+    assert result.report.digest == plan.digest == plan_and_policy()[0].digest
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("\u0663\n", "pidfile server.pid holds '\u0663', not a PID"),  # ARABIC-INDIC DIGIT THREE
+        ("0\n", "pidfile server.pid holds '0', not a PID"),
+        ("1" * 5000, "pidfile server.pid: larger than 64 bytes; this is not a pidfile"),
+        (b"\xff1", "pidfile server.pid: not UTF-8 text (byte 0)"),
+        (os.mkfifo, "pidfile server.pid: a FIFO; only regular files are read"),
+    ],
+)
+def test_a_pidfile_holds_ascii_digits_in_a_small_regular_file(
+    nccl_launch: RunCli, content: Any, message: str
+) -> None:
+    pidfile = Path("server.pid")
+    if isinstance(content, bytes):
+        pidfile.write_bytes(content)
+    elif isinstance(content, str):
+        pidfile.write_text(content)
+    else:
+        content(pidfile)
+    result = nccl_launch("check", "--pidfile", "server.pid")
+    assert (result.returncode, result.stderr) == (3, f"nccl-launch: {message}\n")
+
+
+@pytest.mark.parametrize("pid", ["-5", "0"])
+def test_a_pid_below_one_is_a_usage_error(nccl_launch: RunCli, pid: str) -> None:
+    result = nccl_launch("check", "--pid", pid)
+    assert result.returncode == 2
+    assert f"Invalid value for '--pid': {pid} is not in the range x>=1." in result.stderr
+
+
+def test_bytes_that_are_not_utf8_are_shown_escaped_in_every_format(
+    write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    write_profile("raw", EVIL.replace('"evil"', '"raw"') + 'BUFFSIZE = "16MiB"\n')
+    env = {b"NCCL_LAUNCH_PROFILE": b"raw@1", b"NCCL_PROTO": b"L\xffL",
+           b"NCCL_BUFFSIZE": b"16777216\xfe", b"NCCL_\xfd": b"1", b"X\xfc": b"\xfb"}  # fmt: skip
+    with sleeper(env, b"ti\xfatle") as pid:
+        results = {fmt: nccl_launch("check", "--pid", str(pid), "--format", fmt)
+                   for fmt in ("text", "json", "prometheus")}  # fmt: skip
+    for fmt, result in results.items():
+        assert (fmt, result.returncode, result.stderr) == (fmt, 1, "")
+    [process] = json.loads(results["json"].stdout)["processes"]
+    assert process["title"].endswith("'import time; time.sleep(60)' 'ti\\xfatle'")
+    entries = {entry["key"]: entry["actual"] for entry in process["entries"]}
+    # NCCL reads the leading digits of BUFFSIZE: the same size, so it matches.
+    assert entries == {"NCCL_PROTO": "L\\xffL", "NCCL_\\xfd": "1"}
+    assert process["matched"] == ["NCCL_BUFFSIZE"]
+    assert '  ~ NCCL_PROTO  "LL" -> "L\\\\xffL"' in results["text"].stdout.splitlines()
+
+
+def test_a_report_against_the_last_good_version_says_so_in_every_format() -> None:
+    plan, policy = plan_and_policy()
+    env = {"NCCL_PROTO": "LL", "NCCL_CUMEM_ENABLE": "1"}
+    snapshots = [ProcessSnapshot(1, 0.0, "main", env)]
+    report = evaluate(plan, policy, "p.toml", snapshots, profile_error="p.toml: not valid TOML")
+    assert json.loads(report.model_dump_json())["profile_error"] == "p.toml: not valid TOML"
+    assert live_text(report).splitlines()[1] == (
+        "profile invalid now, checked against this last good version: p.toml: not valid TOML"
+    )
+    assert 'nccl_launch_profile_valid{profile="p",version="3",' in metrics(report)
+    assert json.loads(evaluate(plan, policy, "p.toml", snapshots).model_dump_json())[
+        "profile_error"] is None  # fmt: skip

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from nccl_launch.commands.options import echo_lines, format_option, output_options
+from nccl_launch.commands.options import echo_lines, format_option, output_options, warn
+from nccl_launch.errors import UsageError
 from nccl_launch.files import atomic_write, open_stream
 from nccl_launch.live import watch as live
 from nccl_launch.live.compare import LiveReport
@@ -27,7 +28,7 @@ LIVE_FORMATS: dict[str, Callable[[LiveReport], str]] = {
 
 @click.command()
 @click.argument("profile", required=False)
-@click.option("--pid", type=int, help="The server's main process.")
+@click.option("--pid", type=click.IntRange(min=1), help="The server's main process.")
 @click.option("--port", type=int, help="The server's port: the process listening there.")
 @click.option("--pidfile", type=click.Path(path_type=Path), help="A file holding the PID.")
 @click.option("--unit", help="A systemd unit: its MainPID.")
@@ -41,7 +42,7 @@ LIVE_FORMATS: dict[str, Callable[[LiveReport], str]] = {
     type=click.Choice(["warn", "stop"]),
     default="warn",
     show_default=True,
-    help="With --watch: stop = SIGTERM the server, SIGKILL after --grace, exit 1.",
+    help="With --watch only: stop = SIGTERM the server, SIGKILL after --grace, exit 1.",
 )
 @click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True)
 def check(
@@ -58,10 +59,12 @@ def check(
 ) -> int:
     """Compare a running server's whole process tree with PROFILE.
 
-    Without PROFILE, the profile the server was started with (its NCCL_LAUNCH_PROFILE) is
-    read from the search path. Exit 0 no drift, 1 drift or unreadable processes, 3 no such
-    server.
+    Without PROFILE, the profile the server was started with: the file its
+    NCCL_LAUNCH_PROFILE_FILE names, else its NCCL_LAUNCH_PROFILE's name on the search path.
+    Exit 0 no drift, 1 drift or unreadable processes, 2 invalid profile, 3 no such server.
     """
+    if on_drift == "stop" and watch is None:
+        raise UsageError("--on-drift stop needs --watch SECONDS: one check never stops a server")
     target = Target(pid=pid, port=port, pidfile=pidfile, unit=unit)
     last: list[str] = []
 
@@ -81,7 +84,7 @@ def check(
         report = live.check(target, profile)
         emit(report)
         return report.exit_code
-    return live.watch(target, profile, watch, on_drift, grace, emit, click.echo)
+    return live.watch(target, profile, watch, on_drift, grace, emit, say=click.echo, warn=warn)
 
 
 @click.command(name="verify-log")

@@ -51,6 +51,9 @@ class LiveReport(Report):
     running_profile: str | None
     running_digest: str | None
     processes: list[ProcessReport]
+    # Set while `check --watch` finds the profile invalid and compares with its last good
+    # version: why it is invalid.
+    profile_error: str | None = None
 
     @property
     def digest_differs(self) -> bool:
@@ -92,7 +95,11 @@ def process_report(plan: ProfilePlan, policy: Policy, snapshot: ProcessSnapshot)
 
 
 def evaluate(
-    plan: ProfilePlan, policy: Policy, path: str, snapshots: Sequence[ProcessSnapshot]
+    plan: ProfilePlan,
+    policy: Policy,
+    path: str,
+    snapshots: Sequence[ProcessSnapshot],
+    profile_error: str | None = None,
 ) -> LiveReport:
     """The live report of a process tree; `snapshots[0]` is the server's main process."""
     main_env = snapshots[0].env or {}
@@ -104,4 +111,5 @@ def evaluate(
         running_profile=main_env.get(MARKER_PROFILE),
         running_digest=main_env.get(MARKER_DIGEST),
         processes=[process_report(plan, policy, snapshot) for snapshot in snapshots],
+        profile_error=profile_error,
     )

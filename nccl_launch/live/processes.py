@@ -11,9 +11,11 @@ from pathlib import Path
 import psutil
 
 from nccl_launch.errors import HostError, UsageError
+from nccl_launch.files import FileError, read_text
 from nccl_launch.live.compare import ProcessSnapshot
 
 TITLE_WIDTH = 100
+PIDFILE_LIMIT = 64  # a PID and a newline; anything longer is not a pidfile
 OVERWRITTEN = (
     "environment overwritten by setproctitle; start the server with SPT_NOENV=1 "
     "(nccl-launch run sets it)"
@@ -60,11 +62,26 @@ def _unit_pid(unit: str) -> int:
     except (OSError, subprocess.TimeoutExpired) as error:
         raise HostError(f"cannot ask systemd for {unit}: {error}") from None
     value = done.stdout.strip()
-    if done.returncode != 0 or not value.isdigit():
+    if done.returncode != 0 or not _is_number(value):
         raise HostError(f"systemctl show {unit} failed: {done.stderr.strip() or value}")
     if value == "0":
         raise HostError(f"unit {unit} has no running main process")
     return int(value)
+
+
+def _is_number(text: str) -> bool:
+    """ASCII digits only: str.isdigit() also takes '٣', which int() reads as 3."""
+    return text.isascii() and text.isdigit()
+
+
+def _pidfile_pid(path: Path) -> int:
+    try:
+        text = read_text(path, "pidfile", limit=PIDFILE_LIMIT).strip()
+    except FileError as error:  # the server's file, not the user's input: a target problem
+        raise HostError(str(error)) from None
+    if not _is_number(text) or int(text) == 0:
+        raise HostError(f"pidfile {path} holds {text!r}, not a PID")
+    return int(text)
 
 
 def main_pid(target: Target) -> int:
@@ -79,21 +96,22 @@ def main_pid(target: Target) -> int:
     if target.unit is not None:
         return _unit_pid(target.unit)
     if target.pidfile is not None:
-        try:
-            text = target.pidfile.read_text().strip()
-        except OSError as error:
-            raise HostError(f"cannot read pidfile {target.pidfile}: {error.strerror}") from None
-        if not text.isdigit():
-            raise HostError(f"pidfile {target.pidfile} holds {text!r}, not a PID")
-        return int(text)
+        return _pidfile_pid(target.pidfile)
     raise AssertionError("unreachable: one target is set")
+
+
+def readable(text: str) -> str:
+    """psutil decodes /proc with surrogateescape; a byte that is not UTF-8 is shown as `\\xff`
+    instead, so that every format (JSON included) can print it, and NCCL's reading of the
+    value (its leading digits, say) is still what is compared."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _title(process: psutil.Process) -> str:
     try:
-        parts = [part for part in process.cmdline() if part]
+        parts = [readable(part) for part in process.cmdline() if part]
     except psutil.AccessDenied:
-        return process.name()
+        return readable(process.name())
     title = parts[0] if len(parts) == 1 else shlex.join(parts)
     return title if len(title) <= TITLE_WIDTH else title[: TITLE_WIDTH - 3] + "..."
 
@@ -103,7 +121,7 @@ def _snapshot(process: psutil.Process) -> ProcessSnapshot:
     with process.oneshot():
         create_time, title = process.create_time(), _title(process)
         try:
-            env: dict[str, str] | None = process.environ()
+            env = {readable(key): readable(value) for key, value in process.environ().items()}
         except psutil.AccessDenied:
             return ProcessSnapshot(process.pid, create_time, title, None, "permission denied")
     if not env and _environ_has_bytes(process.pid):

@@ -2,23 +2,58 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Literal
 
-from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK, HostError, UsageError
+from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK, HostError, ProfileError, UsageError
 from nccl_launch.live.compare import LiveReport, ProcessSnapshot, evaluate
 from nccl_launch.live.processes import Target, main_pid, snapshot_tree, stop_tree
 from nccl_launch.profile.load import LoadedProfile, load_profile
-from nccl_launch.profile.markers import MARKER_PROFILE
+from nccl_launch.profile.markers import MARKER_PROFILE, MARKER_PROFILE_FILE
 from nccl_launch.profile.plan import build_plan
 
 OnDrift = Literal["warn", "stop"]
+# NAME@VERSION with a name as profile/model.py allows it; never a path (`.toml` is one to
+# find_profile), since another user's process may say anything here.
+_LABEL = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)@[0-9]+", re.ASCII)
+
+
+def _started_name(pid: int, env: Mapping[str, str]) -> str:
+    label = env.get(MARKER_PROFILE)
+    if label is None:
+        raise UsageError(
+            f"pid {pid} was not started by nccl-launch (no {MARKER_PROFILE}); "
+            "name the PROFILE to check it against"
+        )
+    found = _LABEL.fullmatch(label)
+    if found is None or found.group(1).endswith(".toml"):
+        raise UsageError(
+            f"pid {pid}: {MARKER_PROFILE} is {label!r}, not NAME@VERSION of a profile; "
+            "name the PROFILE to check it against"
+        )
+    return found.group(1)
+
+
+def _started_file(pid: int, env: Mapping[str, str]) -> str | None:
+    """The file the server was started from, if it says so and the file is still there."""
+    file = env.get(MARKER_PROFILE_FILE)
+    if file is None:
+        return None  # started by an nccl-launch that did not record it
+    if not Path(file).is_absolute() or not file.endswith(".toml"):
+        raise UsageError(
+            f"pid {pid}: {MARKER_PROFILE_FILE} is {file!r}, not the absolute path of a .toml "
+            "file; name the PROFILE to check it against"
+        )
+    return file if Path(file).is_file() else None  # moved or removed: look the name up
 
 
 def profile_of(main: ProcessSnapshot, ref: str | None) -> LoadedProfile:
-    """The named profile, or the one the process says it was started with (current file)."""
+    """The named profile, or the one the process says it was started with: the file it
+    records, else its name on the search path (the current file: the digest tells a change)."""
     if ref is not None:
         return load_profile(ref)
     if main.env is None:
@@ -26,25 +61,45 @@ def profile_of(main: ProcessSnapshot, ref: str | None) -> LoadedProfile:
             f"cannot read the environment of pid {main.pid} ({main.unreadable}) to learn its "
             "profile; name the PROFILE"
         )
-    label = main.env.get(MARKER_PROFILE)
-    if label is None:
+    name = _started_name(main.pid, main.env)
+    file = _started_file(main.pid, main.env)
+    if file is None:
+        return load_profile(name)
+    loaded = load_profile(file)  # the loader's checks (regular, capped, trusted) apply
+    if loaded.profile.name != name:
         raise UsageError(
-            f"pid {main.pid} was not started by nccl-launch (no {MARKER_PROFILE}); "
-            "name the PROFILE to check it against"
+            f"pid {main.pid} runs {name}, but its {MARKER_PROFILE_FILE} {file} now declares "
+            f"{loaded.profile.name}; name the PROFILE to check it against"
         )
-    return load_profile(label.rpartition("@")[0])
+    return loaded
 
 
-def compare_tree(snapshots: list[ProcessSnapshot], ref: str | None) -> LiveReport:
-    """A tree's snapshots compared with its profile (read again each time: it may change)."""
-    loaded = profile_of(snapshots[0], ref)
+def compare_tree(
+    snapshots: list[ProcessSnapshot], loaded: LoadedProfile, profile_error: str | None = None
+) -> LiveReport:
+    """A tree's snapshots compared with a profile; `profile_error` says why it is an older one."""
     plan = build_plan(loaded.profile)
-    return evaluate(plan, loaded.profile.policy, str(loaded.path), snapshots)
+    policy = loaded.profile.policy
+    return evaluate(plan, policy, str(loaded.path), snapshots, profile_error=profile_error)
 
 
 def check(target: Target, ref: str | None) -> LiveReport:
     """One look at the server's whole process tree."""
-    return compare_tree(snapshot_tree(main_pid(target)), ref)
+    snapshots = snapshot_tree(main_pid(target))
+    return compare_tree(snapshots, profile_of(snapshots[0], ref))
+
+
+def _reread(
+    main: ProcessSnapshot, ref: str | None, good: LoadedProfile | None
+) -> tuple[LoadedProfile, str | None]:
+    """The profile as it is now (it may change), or the last good one and why it is kept: a
+    file saved half-edited must not end the watch. Invalid at the first look, it is an error."""
+    try:
+        return profile_of(main, ref), None
+    except (ProfileError, UsageError) as error:
+        if good is None:
+            raise
+        return good, "; ".join(str(error).splitlines())
 
 
 def watch(
@@ -55,23 +110,31 @@ def watch(
     grace: float,
     emit: Callable[[LiveReport], None],
     say: Callable[[str], None],
+    warn: Callable[[str], None],
 ) -> int:
     """Check every `interval` seconds, new processes included, until a signal or a stop.
 
     SIGINT and SIGTERM end the watch and never touch the server. On drift with
-    `on_drift="stop"` the server's tree is stopped and the exit code is 1.
+    `on_drift="stop"` the server's tree is stopped and the exit code is 1. While the profile
+    is invalid, each round compares with its last good version and `warn` says why, once.
     """
     done = threading.Event()
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, lambda *_: done.set())
     pid = main_pid(target)
+    good: LoadedProfile | None = None
+    problem: str | None = None
     while not done.is_set():
         try:
             snapshots = snapshot_tree(pid)
         except HostError as error:
             say(f"server gone: {error}")
             return EXIT_HOST
-        report = compare_tree(snapshots, ref)
+        good, now = _reread(snapshots[0], ref, good)
+        if now is not None and now != problem:
+            warn(f"profile invalid, still checking against {good.profile.label}: {now}")
+        problem = now
+        report = compare_tree(snapshots, good, problem)
         emit(report)
         if report.drifts and on_drift == "stop":
             ended = stop_tree(snapshots, grace)

@@ -6,6 +6,7 @@ from nccl_launch.nccl.conf import SYSTEM_CONF_VAR
 
 MARKER_PROFILE = "NCCL_LAUNCH_PROFILE"  # name@version of the profile the child runs
 MARKER_DIGEST = "NCCL_LAUNCH_DIGEST"  # sha256 of its env and argv
+MARKER_PROFILE_FILE = "NCCL_LAUNCH_PROFILE_FILE"  # absolute path of the file it was started from
 MARKER_NCCL_DEBUG = "NCCL_LAUNCH_NCCL_DEBUG"  # set by `run --nccl-debug`, so `check` tolerates it
 SEARCH_PATH_VAR = "NCCL_LAUNCH_PATH"
 SYSTEM_DIR_VAR = "NCCL_LAUNCH_SYSTEM_DIR"  # for packagers, and for tests to stay off the host
@@ -13,6 +14,7 @@ OWN_VARIABLES = frozenset(
     {
         MARKER_PROFILE,
         MARKER_DIGEST,
+        MARKER_PROFILE_FILE,
         MARKER_NCCL_DEBUG,
         SEARCH_PATH_VAR,
         SYSTEM_DIR_VAR,

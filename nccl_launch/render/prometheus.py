@@ -24,7 +24,8 @@ def _number(value: float) -> str:
 
 
 def metrics(report: LiveReport, now: float | None = None) -> str:
-    """The textfile: drift gauge, drifted variables by kind, processes by state, what runs."""
+    """The textfile: drift gauge, drifted variables by kind, processes by state, whether the
+    profile is valid, what runs."""
     name, _, version = report.profile.rpartition("@")
     base = {"profile": name, "version": version, "digest": report.digest}
     kinds = Counter(entry.kind for p in report.processes for entry in p.drifted)
@@ -51,6 +52,11 @@ def metrics(report: LiveReport, now: float | None = None) -> str:
             "nccl_launch_processes",
             "Processes of the server's tree, by state.",
             [(base | {"state": s}, states[s]) for s in ("ok", "drift", "unreadable")],
+        ),
+        (
+            "nccl_launch_profile_valid",
+            "0 while the profile file is invalid and a watch checks its last good version.",
+            [(base, float(report.profile_error is None))],
         ),
         (
             "nccl_launch_digest_mismatch",
