@@ -169,3 +169,17 @@ def test_a_log_is_a_regular_file_or_stdin(
     result = nccl_launch("verify-log", "tuned", str(path))
     assert (result.returncode, result.stderr) == (
         2, f"nccl-launch: log {path}: {kind}; only regular files are read\n")  # fmt: skip
+
+
+def test_a_profile_without_nccl_keys_against_a_log_without_nccl_lines(
+    write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    write_profile("bare", 'schema = 1\nname = "bare"\nversion = 1\n')
+    log = tmp_path / "empty.log"
+    log.write_text("")
+    result = nccl_launch("verify-log", "bare", str(log))
+    assert (result.returncode, result.stderr) == (1, "")
+    assert result.stdout.splitlines()[1:] == [
+        "no NCCL INFO lines: start the server with nccl-launch run --nccl-debug",
+        "verify-log failed: 0 of 0 loggable values confirmed",
+    ]

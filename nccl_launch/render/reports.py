@@ -73,7 +73,8 @@ def log_lines(report: LogReport) -> list[str]:
     count = len(report.processes)
     header = f"verify-log {report.profile} ({report.digest[:15]}) against {report.source}"
     lines = [f"{header}: {count} NCCL process{'' if count == 1 else 'es'}"]
-    width = max([len(key.key) for key in report.keys] + [len(key) for key in report.undeclared])
+    names = [key.key for key in report.keys] + list(report.undeclared)
+    width = max(map(len, names), default=0)  # a profile may declare no NCCL key at all
     for key in report.keys:
         status = _LOG_STATUS[key.verdict]
         lines.append(
