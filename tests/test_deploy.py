@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from dotenv import dotenv_values
 
-from tests.conftest import RunCli, WriteProfile
+from tests.conftest import RunCli, WriteProfile, console_script
 
 TRICKY = {
     "SPACES": "two words",
@@ -97,9 +97,165 @@ def test_k8s_env_list_is_json_and_yaml(expected: dict[str, str], nccl_launch: Ru
     assert items == [{"name": key, "value": value} for key, value in expected.items()]
 
 
-def test_plain_env_lists_every_variable(expected: dict[str, str], nccl_launch: RunCli) -> None:
+def test_plain_env_lists_every_variable(write_profile: WriteProfile, nccl_launch: RunCli) -> None:
+    write_profile("tricky", PROFILE.replace('NEWLINE = "line one\\nline two"\n', ""))
     text = show(nccl_launch, "env")
     assert text.startswith("NCCL_PROTO=LL\nNCCL_BUFFSIZE=16777216\nSPACES=two words\n")
+    assert len(text.splitlines()) == len(TRICKY) - 1 + 2 + 3  # [env], [nccl], the markers
+
+
+# Hostile values: each comes back as exactly one value, or the format refuses it (exit 2).
+
+HOSTILE = {
+    "NEWLINE_INJECT": "x\nEVIL_NL=1",
+    "CR_INJECT": "x\rExecStartPre=/nonexistent/evil-cr\r#",
+    "QUOTE_INJECT": "x'\nEVIL_Q='1",
+    "DQUOTE_INJECT": 'x"\nExecStartPre=/nonexistent/evil-dq\n#"',
+    "CRLF": "a\r\nb",
+    "ESCAPES": "\x1b[2J\x07 tab\t end\x0b\x0c\x08",
+    "DEL": "rub\x7fout",
+    "TRAILING_BACKSLASH": "x\\",
+    "BACKSLASH_NEWLINE": "x\\\ny",
+    "SPECIFIERS": "%n %% %i",
+    "SHELL": "$EVIL `id` $(id) ;id",
+    "UNICODE": "a\u2028b\u0085c\u00e9",
+}
+# dotenv has no escape for these control characters (and click would eat an ESC sequence).
+DOTENV_REFUSED = ("ESCAPES", "DEL")
+
+
+def hostile_profile(values: dict[str, str]) -> str:
+    lines = [f"{key} = {json.dumps(value)}\n" for key, value in values.items()]
+    return 'schema = 1\nname = "hostile"\nversion = 1\n[env]\n' + "".join(lines)
+
+
+def read_back_hostile(
+    write_profile: WriteProfile, nccl_launch: RunCli, values: dict[str, str]
+) -> dict[str, str]:
+    """Write the hostile profile with `values`; the env (with markers) `show` says it sets."""
+    write_profile("hostile", hostile_profile(values))
+    shown = json.loads(nccl_launch("show", "hostile", "--format", "json").stdout)
+    env: dict[str, str] = shown["env"] | shown["markers"]
+    assert {key: env[key] for key in values} == values
+    return env
+
+
+@pytest.fixture
+def hostile(write_profile: WriteProfile, nccl_launch: RunCli) -> dict[str, str]:
+    return read_back_hostile(write_profile, nccl_launch, HOSTILE)
+
+
+@pytest.fixture
+def dotenv_hostile(write_profile: WriteProfile, nccl_launch: RunCli) -> dict[str, str]:
+    """The hostile values dotenv can hold."""
+    values = {key: value for key, value in HOSTILE.items() if key not in DOTENV_REFUSED}
+    return read_back_hostile(write_profile, nccl_launch, values)
+
+
+def export(fmt: str, tmp_path: Path) -> Path:
+    """`show hostile --format FMT > FILE`, byte for byte (no newline translation)."""
+    command = [console_script(), "show", "hostile", "--format", fmt]
+    done = subprocess.run(command, capture_output=True, check=False)
+    assert done.returncode == 0, done.stderr
+    path = tmp_path / f"hostile.{fmt}"
+    path.write_bytes(done.stdout)
+    return path
+
+
+def test_plain_env_refuses_a_value_that_would_add_a_line(
+    hostile: dict[str, str], nccl_launch: RunCli
+) -> None:
+    result = nccl_launch("show", "hostile", "--format", "env")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "nccl-launch: NEWLINE_INJECT: the value holds the control character '\\n', which "
+        "--format env cannot hold; use --format shell, dotenv, systemd-env, k8s or json\n"
+    )
+
+
+def test_dotenv_reads_back_hostile_values_one_line_each(
+    dotenv_hostile: dict[str, str], tmp_path: Path
+) -> None:
+    path = export("dotenv", tmp_path)
+    text = path.read_text()
+    assert len(text.split("\n")) == len(dotenv_hostile) + 1  # one line each, for line readers
+    assert dict(dotenv_values(stream=io.StringIO(text))) == dotenv_hostile
+
+
+def test_dotenv_refuses_control_characters_it_cannot_escape(
+    hostile: dict[str, str], nccl_launch: RunCli
+) -> None:
+    result = nccl_launch("show", "hostile", "--format", "dotenv")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "nccl-launch: ESCAPES: the value holds the control character '\\x1b', which "
+        "--format dotenv cannot hold; use --format shell, systemd-env, k8s or json\n"
+    )
+
+
+def test_run_env_file_reads_the_dotenv_export_back(
+    dotenv_hostile: dict[str, str], write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    path = export("dotenv", tmp_path)
+    write_profile("empty", 'schema = 1\nname = "empty"\nversion = 1\n')
+    dump = "import json, os; print(json.dumps(dict(os.environ)))"
+    result = nccl_launch("run", "empty", "--env-file", str(path), "--", sys.executable, "-c", dump)
+    assert result.returncode == 0, result.stderr
+    child = json.loads(result.stdout)
+    declared = {key: value for key, value in dotenv_hostile.items() if key in HOSTILE}
+    assert {key: child[key] for key in declared} == declared
+
+
+@pytest.mark.parametrize("sh", ["bash", "dash"])
+def test_shells_source_hostile_values_exactly(
+    hostile: dict[str, str], nccl_launch: RunCli, tmp_path: Path, sh: str
+) -> None:
+    path = export("shell", tmp_path)
+    done = subprocess.run([sh, "-c", f". {path} && env -0"], env={"PATH": "/usr/bin:/bin"},
+                          capture_output=True, check=True)  # fmt: skip
+    sourced = dict(item.split("=", 1) for item in done.stdout.decode().split("\0") if item)
+    assert {key: sourced[key] for key in hostile} == hostile
+    assert not {"EVIL_NL", "EVIL_Q"} & set(sourced)
+
+
+def test_systemd_reads_hostile_environment_lines_as_one_assignment_each(
+    hostile: dict[str, str], nccl_launch: RunCli, tmp_path: Path, systemd_analyze: str
+) -> None:
+    lines = export("systemd-env", tmp_path).read_text().removesuffix("\n").split("\n")
+    assert len(lines) == len(hostile)
+    assert all(line.startswith('Environment="') and line.endswith('"') for line in lines)
+    assert 'Environment="NEWLINE_INJECT=x\\x0aEVIL_NL=1"' in lines
+    assert 'Environment="SPECIFIERS=%%n %%%% %%i"' in lines
+    unit = tmp_path / "hostile.service"
+    body = "[Unit]\nDescription=t\n\n[Service]\nType=exec\n{env}\nExecStart=/bin/true\n"
+    unit.write_text(body.format(env="\n".join(lines)))
+    done = subprocess.run([systemd_analyze, "verify", str(unit)], capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    # The same check sees a value that escapes its line: the canary ExecStartPre= is read.
+    raw = 'Environment="CR_INJECT=x\rExecStartPre=/nonexistent/evil-cr\r#"'
+    unit.write_text(body.format(env=raw))
+    done = subprocess.run([systemd_analyze, "verify", str(unit)], capture_output=True, text=True)
+    assert "/nonexistent/evil-cr" in done.stderr
+
+
+def test_k8s_reads_back_hostile_values_as_json_and_printable_yaml(
+    hostile: dict[str, str], nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    text = export("k8s", tmp_path).read_text()
+    assert json.loads(text) == [{"name": key, "value": value} for key, value in hostile.items()]
+    # YAML reads only printable characters raw (its c-printable); the rest must be escaped.
+    assert all(char in "\t\n" or " " <= char <= "~" for char in text)
+
+
+@pytest.mark.parametrize("fmt", ["env", "dotenv", "shell", "systemd-env", "k8s"])
+def test_every_format_refuses_a_nul(
+    write_profile: WriteProfile, nccl_launch: RunCli, fmt: str
+) -> None:
+    write_profile("nul", 'schema = 1\nname = "nul"\nversion = 1\n[env]\nWITH_NUL = "a\\u0000b"\n')
+    result = nccl_launch("show", "nul", "--format", fmt)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert "WITH_NUL" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 # The systemd unit.
@@ -151,3 +307,68 @@ def test_systemd_needs_a_server_table(write_profile: WriteProfile, nccl_launch: 
     result = nccl_launch("systemd", "env-only")
     assert result.returncode == 2
     assert "no [server] table, so no server to run as a service" in result.stderr
+
+
+DESCRIPTION = 'description = "Kimi-K2.5 at 100% on 8 GPUs"'
+CWD = 'cwd = "/srv/my models"'
+HOSTILE_UNIT = {
+    "description": (DESCRIPTION, 'description = "x\\n[Service]\\nExecStartPre=/nonexistent/evil"',
+                    "description: holds the control character '\\n'"),
+    "cwd-newline": (CWD, 'cwd = "/srv\\nExecStartPre=/nonexistent/evil"',
+                    "server.cwd: holds the control character '\\n'"),
+    "cwd-cr": (CWD, 'cwd = "/srv\\rExecStartPre=/nonexistent/evil"',
+               "server.cwd: holds the control character '\\r'"),
+    "cwd-backslash": (CWD, 'cwd = "/srv\\\\"',
+                      "server.cwd: ends in a backslash, which joins the unit's next line to it"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", HOSTILE_UNIT)
+def test_systemd_refuses_what_would_become_unit_structure(
+    write_profile: WriteProfile, nccl_launch: RunCli, case: str
+) -> None:
+    line, hostile_line, message = HOSTILE_UNIT[case]
+    text = SERVER.format(python=sys.executable).replace(line, hostile_line)
+    write_profile("served", text)
+    result = nccl_launch("systemd", "served")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith(f"nccl-launch: profiles/served.toml: {message}")
+
+
+@pytest.mark.parametrize("user", ["root\nExecStartPre=/nonexistent/evil", "", "-root", "a b", "%i"])
+def test_systemd_refuses_a_user_that_is_no_user_name(
+    write_profile: WriteProfile, nccl_launch: RunCli, user: str
+) -> None:
+    write_profile("served", SERVER.format(python=sys.executable))
+    result = nccl_launch("systemd", "served", "--user", user)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith(f"nccl-launch: --user: {user!r} is not a user name; valid:")
+
+
+def test_systemd_refuses_a_profile_path_with_a_line_break(
+    write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    path = write_profile("served", SERVER.format(python=sys.executable),
+                         folder="units\nExecStartPre=/nonexistent")  # fmt: skip
+    result = nccl_launch("systemd", str(path))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert "the profile's path: holds the control character '\\n'" in result.stderr
+
+
+def test_systemd_keeps_a_hostile_but_printable_description_on_its_line(
+    write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path, systemd_analyze: str
+) -> None:
+    description = 'Kimi "quoted" $HOME ${X} `id` %n \\\\n [Service] ExecStartPre=/bin/true \u00e9'
+    text = SERVER.format(python=sys.executable)
+    text = text.replace(DESCRIPTION, f"description = {json.dumps(description)}")
+    write_profile("served", text)
+    target = tmp_path / "served.service"
+    result = nccl_launch("systemd", "served", "--user", "sglang-1", "--output", str(target))
+    assert result.returncode == 0, result.stderr
+    lines = target.read_text().split("\n")
+    assert f"Description={description.replace('%', '%%')} (served@2)" in lines
+    assert sum(line.startswith("ExecStartPre=") for line in lines) == 1
+    assert "User=sglang-1" in lines
+    done = subprocess.run([systemd_analyze, "verify", str(target)], capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (0, "")
+    assert "Description" not in done.stderr

@@ -13,6 +13,9 @@ from nccl_launch.profile.load import LoadedProfile, load_profile
 START_TIMEOUT_S = 1800  # model load and CUDA-graph capture take minutes on 8 GPUs
 STOP_TIMEOUT_S = 120
 _PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# A name or a numeric uid, as useradd and systemd's User= read it; nothing systemd expands.
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]*\$?")
 
 
 def launcher() -> list[str]:
@@ -29,22 +32,46 @@ def exec_word(argument: str) -> str:
     return '"' + escaped.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _one_line(where: str, text: str) -> str:
+    """`text` when it can be the value of a unit line: systemd ends a line at a newline, CR or
+    NUL, and joins the next one to a line ending in a backslash; so those are refused."""
+    found = _CONTROL.search(text)
+    if found is not None:
+        raise UsageError(
+            f"{where}: holds the control character {found[0]!r}, which would end the unit's "
+            "line; write it on one line without control characters"
+        )
+    if text.endswith("\\"):
+        raise UsageError(f"{where}: ends in a backslash, which joins the unit's next line to it")
+    return text
+
+
+def _user(user: str) -> str:
+    if not _USER.fullmatch(user):
+        raise UsageError(
+            f"--user: {user!r} is not a user name; valid: a name of letters, digits, '_', "
+            "'.', '-', '@' (not starting with '-' or '.') or a numeric uid"
+        )
+    return user
+
+
 def unit_file(loaded: LoadedProfile, user: str | None = None) -> str:
     """The unit text: Type=exec so MainPID is the server, preflight as ExecStartPre=."""
     profile = loaded.profile
     if profile.server is None:
         raise UsageError(f"{loaded.path}: no [server] table, so no server to run as a service")
-    path = str(loaded.path.resolve())
+    path = _one_line(f"{loaded.path}: the profile's path", str(loaded.path.resolve()))
     command = " ".join(exec_word(word) for word in launcher())
-    description = profile.description or f"SGLang server of {profile.label}"
+    description = _one_line(
+        f"{loaded.path}: description", profile.description or f"SGLang server of {profile.label}"
+    )
+    cwd = profile.server.cwd
+    if cwd:
+        cwd = _one_line(f"{loaded.path}: server.cwd", cwd).replace("%", "%%")
     service = [
         "Type=exec",
-        *([f"User={user}"] if user else []),
-        *(
-            [f"WorkingDirectory={profile.server.cwd.replace('%', '%%')}"]
-            if profile.server.cwd
-            else []
-        ),
+        *([f"User={_user(user)}"] if user is not None else []),
+        *([f"WorkingDirectory={cwd}"] if cwd else []),
         f"ExecStartPre={command} preflight {exec_word(path)}",
         f"ExecStart={command} run {exec_word(path)}",
         f"TimeoutStartSec={START_TIMEOUT_S}",

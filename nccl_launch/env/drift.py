@@ -16,6 +16,7 @@ from nccl_launch.errors import EXIT_DRIFT, EXIT_OK
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.profile.markers import NCCL_DEBUG_ENV, OWN_VARIABLES
 from nccl_launch.profile.model import Policy
+from nccl_launch.secrets import mask_value
 
 DriftKind = Literal["changed", "missing", "undeclared"]
 DRIFT_KINDS: tuple[DriftKind, ...] = get_args(DriftKind)
@@ -24,8 +25,6 @@ Reason = Literal["drift", "server-owned", "policy", "stripped", "nccl-debug"]
 # Where the environment compared was read: before `run` execs (the calling env with the env
 # files), the nccl.conf files NCCL applies inside the server, or a live process.
 Stage = Literal["start", "nccl.conf", "live"]
-
-_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
 
 
 class DriftEntry(BaseModel):
@@ -49,8 +48,8 @@ class DriftEntry(BaseModel):
 
     @field_serializer("expected", "actual")
     def _masked(self, value: str | None) -> str | None:
-        """JSON output masks secret-looking values, as the text does."""
-        return "***" if value is not None and is_secret(self.key) else value
+        """JSON output masks secret-looking values and passwords in URLs, as the text does."""
+        return None if value is None else mask_value(self.key, value)
 
 
 class DriftReport(BaseModel):
@@ -81,11 +80,6 @@ class DriftReport(BaseModel):
         if tolerated:
             text += f", {tolerated} tolerated"
         return f"{text}, {len(self.matched)} match"
-
-
-def is_secret(key: str) -> bool:
-    """Values of keys that look like credentials are masked in every report."""
-    return not key.startswith(catalog.PREFIX) and any(word in key.upper() for word in _SECRET_WORDS)
 
 
 def classify(

@@ -13,6 +13,7 @@ from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.nccl import catalog
 from nccl_launch.profile.model import Policy, Profile, Provenance
 from nccl_launch.profile.search import find_profile, read_profile_toml
+from nccl_launch.secrets import MASK, is_secret, mask_argv, mask_credentials
 from nccl_launch.sglang.rules import server_problems
 from nccl_launch.sglang.server import Server, Speculative
 
@@ -45,17 +46,40 @@ def _valid_keys(table: str) -> str:
     return ", ".join(field.alias or name for name, field in model.model_fields.items())
 
 
+def _unechoed(message: str, table: Any) -> str:
+    """A table's `KEY: message` with the value of a secret-looking KEY masked where echoed."""
+    name, colon, text = message.partition(": ")
+    if not colon or not isinstance(table, dict) or name not in table:
+        return message
+    value = table[name]
+    hidden = text.replace(repr(value), MASK) if is_secret(name) else text
+    return f"{name}: {mask_credentials(hidden)}"
+
+
+def _shown_input(loc: list[str], value: Any) -> str:
+    """The offending value as an error echoes it: masked under a secret-looking key."""
+    if any(is_secret(part) for part in loc):
+        return MASK
+    if isinstance(value, str):  # `args = "--api-key X"` is echoed as one string
+        value = " ".join(mask_argv(value.split(" ")))
+    return mask_credentials(repr(value))
+
+
 def validation_problems(path: Path | str, error: ValidationError) -> list[str]:
-    """One line per pydantic error, naming the file, the dotted key and what would be valid."""
+    """One line per pydantic error, naming the file, the dotted key and what would be valid;
+    a value under a secret-looking key is never echoed."""
     lines = []
     for item in error.errors():
         loc = [str(part) for part in item["loc"]]
         key = ".".join(loc)
         if item["type"] == "value_error" and loc in (["nccl"], ["env"]):
             message = item["msg"].removeprefix("Value error, ")
-            lines += [f"{path}: {key}.{line}" for line in message.split("\n")]
+            lines += [
+                f"{path}: {key}.{_unechoed(line, item['input'])}" for line in message.split("\n")
+            ]
         elif item["type"] == "value_error":
-            lines.append(f"{path}: {key}: {item['msg'].removeprefix('Value error, ')}")
+            message = _unechoed(item["msg"].removeprefix("Value error, "), item["input"])
+            lines.append(f"{path}: {key}: {message}")
         elif item["type"] == "extra_forbidden":
             table = ".".join(loc[:-1])
             where = f"[{table}]" if table else "the top level"
@@ -63,7 +87,8 @@ def validation_problems(path: Path | str, error: ValidationError) -> list[str]:
         elif item["type"] == "missing":
             lines.append(f"{path}: {key}: required key is missing")
         else:
-            lines.append(f"{path}: {key}: {item['msg']} (got {item['input']!r})")
+            got = _shown_input(loc, item["input"])
+            lines.append(f"{path}: {key}: {item['msg']} (got {got})")
     return lines
 
 

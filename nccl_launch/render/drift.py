@@ -6,17 +6,16 @@ import json
 import shlex
 from collections.abc import Mapping, Sequence
 
-from nccl_launch.env.drift import DriftEntry, DriftKind, DriftReport, Reason, is_secret
+from nccl_launch.env.drift import DriftEntry, DriftKind, DriftReport, Reason
 from nccl_launch.launch.prepare import LaunchPlan
+from nccl_launch.secrets import mask_argv, mask_value
 
 _MARKS: dict[DriftKind, str] = {"changed": "~", "missing": "-", "undeclared": "+"}
 
 
 def shown(key: str, value: str | None) -> str:
-    """A value as reports print it: quoted, `unset`, or masked when it looks like a secret."""
-    if value is None:
-        return "unset"
-    return '"***"' if is_secret(key) else json.dumps(value)
+    """A value as reports print it: quoted, `unset`, masked when it looks like a secret."""
+    return "unset" if value is None else json.dumps(mask_value(key, value))
 
 
 def _entry_value(entry: DriftEntry) -> str:
@@ -91,4 +90,4 @@ def dry_run_lines(launch: LaunchPlan, calling: Mapping[str, str]) -> list[str]:
     ]
     if launch.cwd is not None:
         lines.append(f"cwd: {launch.cwd}")
-    return [*lines, "argv:", f"  {shlex.join(launch.argv)}"]
+    return [*lines, "argv:", f"  {shlex.join(mask_argv(launch.argv))}"]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import shlex
 from pathlib import Path
+from typing import Any
 
 import tomli_w
 
@@ -10,13 +13,43 @@ from nccl_launch.profile.diff import ProfileDiff
 from nccl_launch.profile.overview import ListedProfile, ShownProfile, Validation
 from nccl_launch.profile.plan import build_plan
 from nccl_launch.render.drift import shown
+from nccl_launch.secrets import mask_argv, mask_credentials, mask_value
+
+
+def _masked(table: dict[str, Any], path: str = "") -> dict[str, Any]:
+    """`resolved` as people may see it: [env] values of secret names, credential flags in
+    [server] args and passwords in any text masked; [nccl] holds no secret."""
+    masked: dict[str, Any] = {}
+    for key, value in table.items():
+        if path == "env" and isinstance(value, str):
+            masked[key] = mask_value(key, value)
+        elif path == "server" and key == "args" and isinstance(value, list):
+            masked[key] = mask_argv([str(word) for word in value])
+        elif isinstance(value, dict):
+            masked[key] = _masked(value, f"{path}.{key}" if path else key)
+        elif isinstance(value, str) and path != "nccl":
+            masked[key] = mask_credentials(value)
+        else:
+            masked[key] = value
+    return masked
 
 
 def show_toml(shown: ShownProfile) -> str:
-    """The resolved profile as TOML, under a comment naming its digest and its files."""
+    """The resolved profile as TOML, under a comment naming its digest and its files; secrets
+    are masked, and a comment says so."""
     chain = ", ".join(shown.chain)
     header = f"# {shown.profile} {shown.digest}\n# resolved from {chain}\n"
-    return header + tomli_w.dumps(shown.resolved)
+    masked = _masked(shown.resolved)
+    if masked != shown.resolved:
+        header += "# secrets masked as ***: --format json or an export format prints them\n"
+    return header + tomli_w.dumps(masked)
+
+
+def _shown_change(key: str, value: str | None) -> str:
+    """A diff value: an argv (joined) with its credential flags masked, else as `shown`."""
+    if key == "argv" and value is not None:
+        return json.dumps(shlex.join(mask_argv(shlex.split(value))))
+    return shown(key, value)
 
 
 def list_lines(rows: list[ListedProfile], dirs: list[Path]) -> list[str]:
@@ -47,11 +80,12 @@ def diff_lines(diff: ProfileDiff) -> list[str]:
     width = max((len(key) for key, _, _ in diff.changes), default=0)
     for key, old, new in diff.changes:
         if old is None:
-            lines.append(f"  + {key.ljust(width)}  {shown(key, new)}")
+            lines.append(f"  + {key.ljust(width)}  {_shown_change(key, new)}")
         elif new is None:
-            lines.append(f"  - {key.ljust(width)}  {shown(key, old)}")
+            lines.append(f"  - {key.ljust(width)}  {_shown_change(key, old)}")
         else:
-            lines.append(f"  ~ {key.ljust(width)}  {shown(key, old)} -> {shown(key, new)}")
+            old_text, new_text = _shown_change(key, old), _shown_change(key, new)
+            lines.append(f"  ~ {key.ljust(width)}  {old_text} -> {new_text}")
     count = len(diff.changes)
     return [*lines, f"{count} difference{'' if count == 1 else 's'}"]
 

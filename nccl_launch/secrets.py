@@ -1,0 +1,82 @@
+"""Secrets kept out of what people read: values of credential-looking names, passwords in
+URLs, and the values of credential flags in an argv. Machine outputs keep the real values."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+MASK = "***"
+# A word of a name (split at `_` or `-`) that ends in one of these names a credential:
+# HF_TOKEN, OPENAI_API_KEY, APIKEY, DB_PASSWORD, --hf-token, --api-key. Ends, not contains,
+# so that TOKENIZERS_PARALLELISM and --speculative-num-draft-tokens stay readable.
+SECRET_WORDS = (
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "PASS",
+    "KEY",
+    "CREDENTIAL",
+    "CREDENTIALS",
+    "AUTH",
+    "PRIVATE",
+)
+# NCCL's variables tune a transport; none holds a credential (NCCL_IB_PKEY is a partition).
+_NEVER = "NCCL_"
+_WORDS = re.compile(r"[^A-Za-z0-9]+")
+# scheme://user:password@host: the authority runs to the first `/`, `?`, `#` or space, and
+# the user info to its last `@`, so a password holding `@` or `:` is masked whole.
+_URL = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<authority>[^/?#\s]*)")
+# libpq's keyword DSN (`host=db password=x`) and the like.
+_PASSWORD_PAIR = re.compile(r"(?i)\b(password|passwd)=([^\s&;]+)")
+
+
+def is_secret(name: str) -> bool:
+    """Whether a variable or flag name looks like it holds a credential (NCCL_* never does)."""
+    if name.startswith(_NEVER):
+        return False
+    words = _WORDS.split(name.upper())
+    return any(word.endswith(SECRET_WORDS) for word in words if word)
+
+
+def _mask_authority(match: re.Match[str]) -> str:
+    user_info, at, host = match["authority"].rpartition("@")
+    user, colon, _ = user_info.partition(":")
+    if not at or not colon:
+        return match[0]
+    return f"{match['scheme']}{user}:{MASK}@{host}"
+
+
+def mask_credentials(text: str) -> str:
+    """`text` with the password of each URL (`postgres://u:***@db/x`) and each `password=`
+    pair masked."""
+    return _PASSWORD_PAIR.sub(rf"\1={MASK}", _URL.sub(_mask_authority, text))
+
+
+def mask_value(name: str, value: str) -> str:
+    """A variable's value as people see it: masked whole for a secret name, else with the
+    passwords in it masked."""
+    if name.startswith(_NEVER):
+        return value
+    return MASK if is_secret(name) else mask_credentials(value)
+
+
+def _secret_flag(word: str) -> bool:
+    return word.startswith("-") and is_secret(word.lstrip("-").split("=", 1)[0])
+
+
+def mask_argv(argv: Sequence[str]) -> list[str]:
+    """An argv as people see it: the value of `--api-key X` or `--token=X` masked, and the
+    passwords in every word. A word after a credential flag is its value unless it is
+    another `--option`."""
+    masked: list[str] = []
+    for index, word in enumerate(argv):
+        previous = argv[index - 1] if index else ""
+        if _secret_flag(word) and "=" in word:
+            masked.append(f"{word.split('=', 1)[0]}={MASK}")
+        elif _secret_flag(previous) and "=" not in previous and not word.startswith("--"):
+            masked.append(MASK)
+        else:
+            masked.append(mask_credentials(word))
+    return masked

@@ -1,0 +1,305 @@
+"""Secrets stay out of what people read: `run --dry-run`, refusals, `show`, `diff`, `check`,
+`preflight` and validation errors mask them; machine exports keep them; `validate` warns."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from nccl_launch.secrets import is_secret, mask_argv, mask_credentials, mask_value
+from tests.conftest import RunCli, WriteProfile, console_script
+from tests.helpers import free_port
+from tests.test_live import Server
+
+# Every value here is a secret that must not appear in any human output.
+SECRETS = {
+    "HF_TOKEN": "hf_tok3n",
+    "OPENAI_API_KEY": "sk-apikey",
+    "DB_PASSWORD": "pa55word",
+    "LDAP_PASSWD": "pa55wd",
+    "SSHPASS": "ssh-pa55",
+    "GCP_CREDENTIALS": "cred-json",
+    "BASIC_AUTH": "auth-value",
+    "SSH_PRIVATE": "private-value",
+    "APP_SECRET": "s3cret",
+}
+URL_PW = "url-pa55"
+ARGV_SECRETS = ("sk-flag", "hf-flag", "pw-flag", "-dash-flag")
+PROFILE = (
+    """
+schema = 1
+name = "secretive"
+version = 1
+description = "keys"
+[nccl]
+PROTO = "LL"
+[env]
+TOKENIZERS_PARALLELISM = "false"
+"""
+    + "".join(f'{key} = "{value}"\n' for key, value in SECRETS.items())
+    + f"""DATABASE_URL = "postgres://app:{URL_PW}@db:5432/x"
+[server]
+python = "{sys.executable}"
+model_path = "/models/m"
+args = ["--api-key", "sk-flag", "--hf-token=hf-flag", "--password", "pw-flag",
+        "--admin-api-key", "-dash-flag", "--max-total-tokens", "4096"]
+"""
+)
+HIDDEN = (*SECRETS.values(), URL_PW, *ARGV_SECRETS)
+
+
+def assert_hidden(text: str) -> None:
+    leaked = [secret for secret in HIDDEN if secret in text]
+    assert leaked == [], text
+
+
+@pytest.fixture
+def secretive(write_profile: WriteProfile) -> None:
+    write_profile("secretive", PROFILE)
+
+
+# The rule, on plain values.
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "HF_TOKEN", "OPENAI_API_KEY", "APIKEY", "HFTOKEN", "DB_PASSWORD", "MYSQL_PASSWD",
+        "SSHPASS", "AWS_SECRET_ACCESS_KEY", "GCP_CREDENTIALS", "AZURE_CREDENTIAL", "BASIC_AUTH",
+        "OAUTH", "SSH_PRIVATE", "HF_TOKEN_PATH", "api-key", "hf-token", "ssl-keyfile-password",
+    ],
+)  # fmt: skip
+def test_names_that_hold_a_secret(name: str) -> None:
+    assert is_secret(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "TOKENIZERS_PARALLELISM", "NCCL_IB_PKEY", "NCCL_LAUNCH_DIGEST", "NCCL_TOKEN",
+        "CUDA_VISIBLE_DEVICES", "AUTHOR", "speculative-num-draft-tokens", "max-total-tokens",
+        "ssl-keyfile", "tokenizer-path", "PATH",
+    ],
+)  # fmt: skip
+def test_names_that_hold_no_secret(name: str) -> None:
+    assert not is_secret(name)
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ("postgres://u:pw@db/x", "postgres://u:***@db/x"),
+        ("redis://:pw@cache:6379/0", "redis://:***@cache:6379/0"),
+        ("https://u:p@ss:w@host/p?q=1", "https://u:***@host/p?q=1"),
+        ("mysql://user@db/x", "mysql://user@db/x"),
+        ("http://host:8000/v1", "http://host:8000/v1"),
+        ("host=db user=u password=pw dbname=x", "host=db user=u password=*** dbname=x"),
+        ("a s3://k:s@b/o and ftp://x:y@z", "a s3://k:***@b/o and ftp://x:***@z"),
+    ],
+)
+def test_passwords_in_urls_are_masked(text: str, masked: str) -> None:
+    assert mask_credentials(text) == masked
+    assert mask_value("DATABASE_URL", text) == masked
+    assert mask_value("SENTRY_DSN", text) == masked
+
+
+def test_nccl_values_are_never_masked() -> None:
+    assert mask_value("NCCL_SOCKET_IFNAME", "postgres://u:pw@db/x") == "postgres://u:pw@db/x"
+    assert mask_value("HF_TOKEN", "hf_x") == "***"
+
+
+def test_credential_flags_have_their_values_masked() -> None:
+    argv = ["py", "-m", "x", "--api-key", "K", "--token=T", "--password", "-P", "--hf-token",
+            "--port", "8", "--num-draft-tokens", "3", "--url", "http://u:pw@h/"]  # fmt: skip
+    assert mask_argv(argv) == [
+        "py", "-m", "x", "--api-key", "***", "--token=***", "--password", "***", "--hf-token",
+        "--port", "8", "--num-draft-tokens", "3", "--url", "http://u:***@h/",
+    ]  # fmt: skip
+
+
+# Human outputs, through the console script.
+
+
+def test_dry_run_masks_env_changes_and_argv(secretive: None, nccl_launch: RunCli) -> None:
+    result = nccl_launch("run", "--dry-run", "secretive")
+    assert result.returncode == 0, result.stderr
+    assert_hidden(result.stdout + result.stderr)
+    lines = result.stdout.splitlines()
+    assert any(line.split()[:3] == ["+", "HF_TOKEN", '"***"'] for line in lines)
+    assert any(line.split()[:3] == ["+", "TOKENIZERS_PARALLELISM", '"false"'] for line in lines)
+    assert any(line.split()[:3] == ["+", "NCCL_PROTO", '"LL"'] for line in lines)
+    assert any('"postgres://app:***@db:5432/x"' in line for line in lines)
+    argv = lines[lines.index("argv:") + 1]
+    assert "--api-key '***' '--hf-token=***' --password '***'" in argv
+    assert "--admin-api-key '***' --max-total-tokens 4096" in argv
+
+
+def test_a_refusal_masks_what_drifts(secretive: None, nccl_launch: RunCli) -> None:
+    calling = {"HF_TOKEN": "hf_other", "DATABASE_URL": "postgres://app:other-pw@db:5432/x"}
+    result = nccl_launch("run", "secretive", env=calling)
+    assert result.returncode == 1, result.stderr
+    assert_hidden(result.stderr)
+    assert "hf_other" not in result.stderr
+    assert "other-pw" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert any(line.split()[:5] == ["~", "HF_TOKEN", '"***"', "->", '"***"'] for line in lines)
+    url = '"postgres://app:***@db:5432/x" -> "postgres://app:***@db:5432/x"'
+    assert any("DATABASE_URL" in line and url in line for line in lines)
+
+
+def test_preflight_masks_text_and_json_drift(secretive: None, nccl_launch: RunCli) -> None:
+    skip = [arg for name in ("nccl.conf", "env-plugin", "gpus", "port", "paths", "sglang")
+            for arg in ("--skip", name)]  # fmt: skip
+    calling = {"DATABASE_URL": "postgres://app:other-pw@db:5432/x", "DB_PASSWORD": "other-pa55"}
+    text = nccl_launch("preflight", "secretive", *skip, env=calling)
+    assert text.returncode == 1, text.stdout + text.stderr
+    assert_hidden(text.stdout + text.stderr)
+    assert "other-pw" not in text.stdout
+    assert "other-pa55" not in text.stdout
+    assert "postgres://app:***@db:5432/x" in text.stdout
+    data = nccl_launch("preflight", "secretive", *skip, "--format", "json", env=calling).stdout
+    drift = next(check["drift"] for check in json.loads(data)["checks"] if check["drift"])
+    values = {entry["key"]: (entry["expected"], entry["actual"]) for entry in drift["entries"]}
+    assert values["DB_PASSWORD"] == ("***", "***")
+    assert values["DATABASE_URL"] == ("postgres://app:***@db:5432/x",) * 2
+
+
+def test_show_toml_masks_and_says_so_while_machine_formats_keep_values(
+    secretive: None, nccl_launch: RunCli
+) -> None:
+    shown = nccl_launch("show", "secretive")
+    assert shown.returncode == 0, shown.stderr
+    assert_hidden(shown.stdout)
+    assert "# secrets masked as ***: --format json or an export format prints them" in shown.stdout
+    assert 'HF_TOKEN = "***"' in shown.stdout
+    assert 'TOKENIZERS_PARALLELISM = "false"' in shown.stdout
+    data = json.loads(nccl_launch("show", "secretive", "--format", "json").stdout)
+    assert data["env"]["HF_TOKEN"] == SECRETS["HF_TOKEN"]
+    assert "sk-flag" in data["argv"]
+    exported = nccl_launch("show", "secretive", "--format", "env").stdout.splitlines()
+    assert "OPENAI_API_KEY=sk-apikey" in exported
+    assert f"DATABASE_URL=postgres://app:{URL_PW}@db:5432/x" in exported
+
+
+def test_show_toml_of_a_profile_without_secrets_has_no_mask_comment(
+    write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    write_profile("plain", 'schema = 1\nname = "plain"\nversion = 1\n[env]\nA = "b"\n')
+    assert "masked" not in nccl_launch("show", "plain").stdout
+
+
+def test_diff_masks_env_and_argv(
+    secretive: None, write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    other = PROFILE.replace('name = "secretive"', 'name = "other"').replace("hf_tok3n", "hf_n3w")
+    write_profile("other", other.replace("sk-flag", "sk-n3w").replace(URL_PW, "n3w-pw"))
+    result = nccl_launch("diff", "secretive", "other")
+    assert result.returncode == 1, result.stderr
+    assert_hidden(result.stdout)
+    assert "n3w" not in result.stdout
+    lines = result.stdout.splitlines()
+    assert '  ~ HF_TOKEN      "***" -> "***"' in lines
+    assert any(line.startswith("  ~ argv") and "--api-key '***'" in line for line in lines)
+    assert "postgres://app:***@db:5432/x" in result.stdout
+
+
+LIVE = """
+schema = 1
+name = "live"
+version = {version}
+[env]
+HF_TOKEN = "{hf}"
+DATABASE_URL = "postgres://app:{pw}@db/x"
+[server]
+python = "{python}"
+model_path = "/models/m"
+tp_size = 2
+port = {port}
+"""
+
+
+def test_check_masks_live_drift(write_profile: WriteProfile, nccl_launch: RunCli) -> None:
+    port = free_port()
+    values = {"python": sys.executable, "port": port}
+    write_profile("live", LIVE.format(version=1, hf=SECRETS["HF_TOKEN"], pw=URL_PW, **values))
+    server = Server([console_script(), "run", "live"], {}, port)
+    try:  # the profile edited since the start: other secrets
+        write_profile("live", LIVE.format(version=2, hf="hf_n3w", pw="n3w-pw", **values))
+        result = nccl_launch("check", "live", "--port", str(port))
+    finally:
+        server.stop()
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert_hidden(result.stdout + result.stderr)
+    assert "n3w" not in result.stdout
+    assert '"***" -> "***"' in result.stdout
+    assert '"postgres://app:***@db/x" -> "postgres://app:***@db/x"' in result.stdout
+
+
+# Validation errors and warnings.
+
+
+def test_validation_errors_do_not_echo_secret_values(
+    write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    path = write_profile(
+        "bad",
+        """
+        schema = 1
+        name = "bad"
+        version = 1
+        [env]
+        HF_TOKEN = ["hf_tok3n"]
+        DB_URL = ["postgres://u:url-pa55@db/x"]
+        [server]
+        model_path = "/m"
+        args = "--api-key sk-flag"
+        [server.speculative]
+        algorithm = "EAGLE"
+        api_key = ["s3cret"]
+        """,
+    )
+    result = nccl_launch("validate", str(path))
+    assert result.returncode == 2
+    assert_hidden(result.stdout + result.stderr)
+    lines = result.stderr.splitlines()
+    assert f"{path}: env.HF_TOKEN: *** is not text or an integer; quote it as a string" in lines
+    assert f"{path}: env.DB_URL: ['postgres://u:***@db/x'] is not text or an integer; " \
+        "quote it as a string" in lines  # fmt: skip
+    assert f"{path}: server.args: Input should be a valid list (got '--api-key ***')" in lines
+    assert f"{path}: server.speculative: api_key: *** is not a single value" in lines
+
+
+def test_validate_warns_about_secrets_written_in_the_profile(
+    secretive: None, nccl_launch: RunCli
+) -> None:
+    result = nccl_launch("validate", "profiles/secretive.toml")
+    assert result.returncode == 0, result.stderr
+    assert_hidden(result.stdout + result.stderr)
+    warnings = result.stderr.splitlines()
+    where = "profiles/secretive.toml"
+    elsewhere = "it belongs in an --env-file (mode 0600) or the calling environment"
+    assert f"{where}: env.HF_TOKEN: holds a literal secret; {elsewhere}" in warnings
+    assert f"{where}: env.DATABASE_URL: holds a password in a URL; {elsewhere}" in warnings
+    assert any(f"{where}: server.args: holds a credential" in line for line in warnings)
+    assert not any("TOKENIZERS_PARALLELISM" in line for line in warnings)
+    assert len(warnings) == len(SECRETS) + 2
+
+
+def test_validate_is_quiet_about_profiles_without_secrets(
+    write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    write_profile(
+        "quiet",
+        """
+        schema = 1
+        name = "quiet"
+        version = 1
+        [env]
+        TOKENIZERS_PARALLELISM = "false"
+        DB_URL = "postgres://u@db/x"
+        """,
+    )
+    result = nccl_launch("validate", "profiles/quiet.toml")
+    assert (result.returncode, result.stderr) == (0, "")
