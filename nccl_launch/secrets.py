@@ -26,8 +26,9 @@ SECRET_WORDS = (
 _NEVER = "NCCL_"
 _WORDS = re.compile(r"[^A-Za-z0-9]+")
 # scheme://user:password@host: the authority runs to the first `/`, `?`, `#` or space, and
-# the user info to its last `@`, so a password holding `@` or `:` is masked whole.
-_URL = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<authority>[^/?#\s]*)")
+# the user info to its last `@`, so a password holding `@` or `:` is masked whole. Matched
+# from the literal `://` (not from the scheme), so a long word takes linear time.
+_URL = re.compile(r"://(?P<authority>[^/?#\s]*)")
 # libpq's keyword DSN (`host=db password=x`) and the like.
 _PASSWORD_PAIR = re.compile(r"(?i)\b(password|passwd)=([^\s&;]+)")
 
@@ -45,7 +46,7 @@ def _mask_authority(match: re.Match[str]) -> str:
     user, colon, _ = user_info.partition(":")
     if not at or not colon:
         return match[0]
-    return f"{match['scheme']}{user}:{MASK}@{host}"
+    return f"://{user}:{MASK}@{host}"
 
 
 def mask_credentials(text: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import pytest
 
@@ -303,3 +304,12 @@ def test_validate_is_quiet_about_profiles_without_secrets(
     )
     result = nccl_launch("validate", "profiles/quiet.toml")
     assert (result.returncode, result.stderr) == (0, "")
+
+
+@pytest.mark.parametrize("word", ["a" * 1_000_000, "a:" * 500_000, "x://" * 250_000])
+def test_masking_takes_linear_time(word: str) -> None:
+    started = time.monotonic()
+    assert mask_credentials(word) == word
+    assert mask_argv(["--api-key", word, word]) == ["--api-key", "***", word]
+    assert not is_secret(word)
+    assert time.monotonic() - started < 5  # quadratic: hours for a 1 MB word
