@@ -224,7 +224,8 @@ def test_systemd_reads_hostile_environment_lines_as_one_assignment_each(
     lines = export("systemd-env", tmp_path).read_text().removesuffix("\n").split("\n")
     assert len(lines) == len(hostile)
     assert all(line.startswith('Environment="') and line.endswith('"') for line in lines)
-    assert 'Environment="NEWLINE_INJECT=x\\x0aEVIL_NL=1"' in lines
+    assert 'Environment="NEWLINE_INJECT=x\\nEVIL_NL=1"' in lines
+    assert 'Environment="ESCAPES=\\x1b[2J\\x07 tab\\t end\\x0b\\x0c\\x08"' in lines
     assert 'Environment="SPECIFIERS=%%n %%%% %%i"' in lines
     unit = tmp_path / "hostile.service"
     body = "[Unit]\nDescription=t\n\n[Service]\nType=exec\n{env}\nExecStart=/bin/true\n"

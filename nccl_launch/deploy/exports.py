@@ -20,6 +20,7 @@ _NUL = re.compile(r"\x00")
 _DOTENV_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\a": "\\a", "\b": "\\b",
                    "\f": "\\f", "\v": "\\v"}  # fmt: skip
 _DOTENV_UNESCAPED = re.compile(r"[\x00-\x06\x0e-\x1f\x7f]")
+_SYSTEMD_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
 # Inside shlex.quote's single quotes, where the shell keeps every byte; printf writes these.
 _SHELL_PRINTF = re.compile(r"[\x01-\x08\x0b-\x1f\x7f]")
 
@@ -87,7 +88,9 @@ def _systemd_quoted(text: str) -> str:
     """C escapes systemd decodes in a quoted `Environment=` word; every control character
     escaped, since systemd ends a line at `\\n`, `\\r` and NUL; `%` doubled (specifiers)."""
     escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
-    return _CONTROL.sub(lambda found: f"\\x{ord(found[0]):02x}", escaped)
+    return _CONTROL.sub(
+        lambda found: _SYSTEMD_ESCAPES.get(found[0], f"\\x{ord(found[0]):02x}"), escaped
+    )
 
 
 def systemd_env(env: Env) -> str:
