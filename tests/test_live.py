@@ -696,3 +696,16 @@ def test_a_report_against_the_last_good_version_says_so_in_every_format() -> Non
     assert 'nccl_launch_profile_valid{profile="p",version="3",' in metrics(report)
     assert json.loads(evaluate(plan, policy, "p.toml", snapshots).model_dump_json())[
         "profile_error"] is None  # fmt: skip
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="trust is checked only as root")
+def test_the_recorded_profile_file_is_read_through_the_trusting_loader(
+    write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    path = write_profile("moved", EVIL.replace('"evil"', '"moved"'), folder="deploy")
+    os.chown(path, 65534, 65534)  # nobody's file: as root, never read
+    env = {b"NCCL_LAUNCH_PROFILE": b"moved@1", b"NCCL_LAUNCH_PROFILE_FILE": bytes(path)}
+    with sleeper(env) as pid:
+        result = nccl_launch("check", "--pid", str(pid))
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"nccl-launch: profile {path}: owned by uid 65534, not root")
