@@ -73,6 +73,7 @@ def open_stream(path: str, what: str) -> Iterator[TextIO]:
     """A regular file (or `-`, standard input) read as it goes, undecodable bytes replaced:
     for logs and scripts, which may be large; devices and FIFOs are refused like elsewhere."""
     if path == "-":
+        sys.stdin.reconfigure(encoding="utf-8", errors="replace")  # type: ignore[union-attr]
         yield sys.stdin
         return
     fd = _open_regular(Path(path), what, trusted=False)
