@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -157,3 +158,18 @@ def test_root_refuses_an_nccl_conf_others_could_replace(
     conf.unlink()  # absent is the usual case, not a refusal
     assert nccl_launch("run", "conf", "--", "touch", str(ran)).returncode == 0
     assert ran.exists()
+
+
+def test_bytes_of_an_nccl_conf_that_are_not_utf8_are_kept_and_shown_in_json(
+    write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    conf = tmp_path / "site.conf"
+    conf.write_bytes(b"NCCL_SOCKET_IFNAME=e\xe9th0\n")
+    _declaring(write_profile, conf)
+    skip = ("--skip", "gpus", "--skip", "sglang", "--skip", "port", "--skip", "paths")
+    result = nccl_launch("preflight", "conf", "--format", "json", *skip)
+    assert result.returncode == 1, result.stderr  # undeclared: drift, not a crash
+    [check] = [check for check in json.loads(result.stdout)["checks"] if check["drift"]]
+    [entry] = check["drift"]["entries"]
+    assert entry["key"] == "NCCL_SOCKET_IFNAME"
+    assert entry["actual"].encode("utf-8", "surrogateescape") == b"e\xe9th0"  # NCCL's bytes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -73,7 +74,9 @@ def preflight(fmt: str, skip: tuple[str, ...], **options: Any) -> int:
     """
     report = run_preflight(prepare(**options), frozenset(skip))
     if fmt == "json":
-        click.echo(report.model_dump_json(indent=2))
+        # json.dumps, not model_dump_json: an nccl.conf may hold bytes that are not UTF-8, kept
+        # as NCCL reads them (surrogates), which pydantic cannot encode and JSON escapes.
+        click.echo(json.dumps(report.model_dump(mode="json"), indent=2))
     else:
         echo_lines(preflight_lines(report))
     return report.exit_code
