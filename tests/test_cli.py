@@ -76,7 +76,7 @@ def test_json_outputs_keep_their_keys() -> None:
 
     contracts: dict[type[BaseModel], list[str]] = {
         LiveReport: ["schema_version", "profile", "digest", "path", "main_pid",
-                     "running_profile", "running_digest", "processes"],
+                     "running_profile", "running_digest", "processes", "profile_error"],
         ProcessReport: ["pid", "title", "readable", "reason", "entries", "matched"],
         DriftEntry: ["key", "kind", "expected", "actual", "source", "note", "reason",
                      "tolerated"],

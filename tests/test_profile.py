@@ -77,9 +77,10 @@ def test_show_toml_is_the_resolved_profile_and_reads_back(
         "BUFFSIZE": "16777216",
     }
     assert data["policy"]["undeclared_nccl"] == "warn"
-    # The output is itself a valid profile with the same digest.
+    assert data["env"] == {"HF_TOKEN": "***"}  # secrets are masked in this human format
+    # With the secret put back, the output is itself a valid profile with the same digest.
     (tmp_path / "profiles" / "copy.toml").write_text(
-        result.stdout.replace('extends = "base"\n', "")
+        result.stdout.replace('extends = "base"\n', "").replace('"***"', '"hf_secret"')
     )
     digest = result.stdout.split()[2]
     again = nccl_launch("show", "profiles/copy.toml")
@@ -113,7 +114,9 @@ def test_show_json_has_versioned_keys(versions: None, nccl_launch: RunCli) -> No
     ]
     assert data["warnings"] == [
         "NCCL_MAX_NCHANNELS is deprecated (Maximum channels/CTAs; deprecated in favor of "
-        "NCCL_MAX_CTAS)"
+        "NCCL_MAX_CTAS)",
+        "env.HF_TOKEN: holds a literal secret; it belongs in an --env-file (mode 0600) or the "
+        "calling environment",
     ]
 
 
