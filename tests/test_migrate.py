@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from tests.conftest import HERE, RunCli, console_script
 from tests.helpers import STANDIN, Record, read_record, wait_for_record
 
 SCRIPTS = HERE / "scripts"
+SERVE = "python3 -m sglang.launch_server --model-path /m\n"
 
 
 @pytest.fixture
@@ -56,7 +58,7 @@ def run_original(script: Path, env: dict[str, str], out: Path) -> Record:
     return wait_for_record(out)
 
 
-@pytest.mark.parametrize("script", ["start_kimi.sh", "serve_llama_eagle.sh"])
+@pytest.mark.parametrize("script", ["start_kimi.sh", "serve_llama_eagle.sh", "guarded_start.sh"])
 def test_convert_then_run_reproduces_the_scripts_env_and_argv(
     script: str, nccl_launch: RunCli, server_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -157,6 +159,32 @@ def test_slurm_script_leaves_placement_to_run_time(
          'nccl-launch: line 1: unterminated "'),
         ("python3 -m sglang.launch_server --model-path /m\npython3 -m sglang.launch_server\n",
          "nccl-launch: line 2: a second server command (first on 1)"),
+        ("set -e\nif [ -d /opt/ib ]; then\n  export NCCL_IB_DISABLE=0\nfi\n" + SERVE,
+         "nccl-launch: line 2: `if` is not followed; convert the branch that runs, or write the "
+         "profile by hand\n"),
+        ("for i in 1 2; do\n  echo $i\ndone\n" + SERVE, "nccl-launch: line 1: `for` is not "
+         "followed"),
+        ("while true; do sleep 1; done\n" + SERVE, "nccl-launch: line 1: `while` is not followed"),
+        ('case "$1" in\n  *) ;;\nesac\n' + SERVE, "nccl-launch: line 1: `case` is not followed"),
+        ("(\n  cd /srv && " + SERVE + ")\n", "nccl-launch: line 1: a subshell `( ... )` is not "
+         "followed"),
+        ("cd /srv && (\n  export NCCL_PROTO=LL\n)\n" + SERVE, "nccl-launch: line 1: a subshell "
+         "`( ... )` is not followed"),
+        ("true || if true; then :; fi\n" + SERVE, "nccl-launch: line 1: `if` is not followed"),
+        ("tune() {\n  export NCCL_PROTO=LL\n}\n\ntune\n" + SERVE,
+         "nccl-launch: line 5: `tune` calls the function defined on line 1, which is not "
+         "followed; put what it does in the script, or write the profile by hand\n"),
+        ('[ -n "${IB:-}" ] && export NCCL_IB_HCA=mlx5_0\n' + SERVE,
+         "nccl-launch: line 1: whether this runs depends on how the command before `&&` ends; "
+         "convert the branch that runs, or write the profile by hand\n"),
+        ("export NCCL_NTHREADS=$((2 ** 9))\n" + SERVE,
+         "nccl-launch: line 1: $((2 ** 9)): only + - * / % ( ), decimal numbers and variables "
+         "are evaluated; write the value\n"),
+        ("export NCCL_NTHREADS=$((512 / 0))\n" + SERVE,
+         "nccl-launch: line 1: $((512 / 0)): division by 0\n"),
+        ('NAME="my model"\npython3 -m sglang.launch_server --served-model-name $NAME\n',
+         "nccl-launch: line 2: $NAME holds blanks and is not quoted, so bash splits it into "
+         'several arguments; quote it ("$NAME") or write the words out\n'),
     ],
 )  # fmt: skip
 def test_convert_refuses_what_it_cannot_reproduce(
@@ -331,3 +359,48 @@ def test_capture_writes_a_profile_with_secrets_readable_by_its_owner_only(
     assert tomllib.loads(written.read_text()).get("env", {}) == {
         key: value for key, value in env.items() if not key.startswith("NCCL_")
     }
+
+
+def test_convert_takes_only_the_code_that_runs(
+    nccl_launch: RunCli, server_env: dict[str, str]
+) -> None:
+    """Here-docs are data, an uncalled function's body never runs, `cd ... || exit 1` does not
+    exit, arithmetic is computed, nothing after `exec` runs; quoted words stay one word."""
+    result = nccl_launch("convert", str(SCRIPTS / "guarded_start.sh"), env=server_env)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    profile = tomllib.loads(Path("profiles/guarded_start.toml").read_text())
+    assert profile["nccl"] == {"PROTO": "LL", "ALGO": "Ring", "MAX_NCHANNELS": "16"}
+    server = profile["server"]
+    prefix = f"pycache_prefix={server_env['SERVER_DIR']}/py cache"
+    assert shlex.split(server["entrypoint"]) == ["-X", prefix, "-m", "sglang.launch_server"]
+    assert (server["model_path"], server["tp_size"]) == ("/models/m", 2)
+    assert server["args"] == ["--served-model-name", "my model"]
+
+
+def test_convert_stops_at_exit_without_reading_further(nccl_launch: RunCli) -> None:
+    Path("start.sh").write_text(
+        "export NCCL_PROTO=LL\n"
+        "python3 -m sglang.launch_server --model-path /m &\n"
+        "wait\n"
+        "exit 0\n"
+        "export NCCL_PROTO=Simple\n"
+        'echo "unterminated\n'
+    )
+    result = nccl_launch("convert", "start.sh")
+    assert result.returncode == 0, result.stderr
+    assert tomllib.loads(Path("profiles/start.toml").read_text())["nccl"] == {"PROTO": "LL"}
+
+
+def test_convert_takes_time_linear_in_the_script(nccl_launch: RunCli) -> None:
+    """A long word and long runs of blanks, nearly 1 MiB in all (the old reader took minutes:
+    it grew each word one character at a time)."""
+    name, blanks = "m" * 300_000, " " * 300_000
+    Path("big.sh").write_text(
+        f"{blanks}python3 -m sglang.launch_server --model-path /m{blanks}--served-model-name"
+        f" {name}\n"
+    )
+    result = nccl_launch("convert", "big.sh")
+    assert result.returncode == 0, result.stderr
+    profile = tomllib.loads(Path("profiles/big.toml").read_text())
+    assert profile["server"]["args"] == ["--served-model-name", name]

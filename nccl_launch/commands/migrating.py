@@ -43,7 +43,9 @@ def convert(script: str, name: str | None, output: Path | None, force: bool) -> 
     """Turn a start SCRIPT (or '-' for stdin: a raw command line) into a profile.
 
     Follows export lines, VAR=value prefixes, env, line continuations, comments, cd and
-    output redirections up to the `python -m sglang.launch_server` (or `sglang serve`) line.
+    output redirections up to the `python -m sglang.launch_server` (or `sglang serve`) line,
+    only the code that runs: here-docs and function bodies are skipped, `&&` and `||` follow
+    what came before, `if` and loops are refused with their line, `exit` ends the script.
     """
     source = "stdin" if script == "-" else script
     start = read_script(read_script_file(script), os.environ)

@@ -1,10 +1,12 @@
-"""`convert`: follow a start script, or one raw line, up to its SGLang command."""
+"""`convert`: follow a start script, or one raw line, up to its SGLang command, taking only
+the code that runs: function bodies and here-docs are skipped, `&&` and `||` follow the
+outcome of what came before, branches and loops are refused, and `exit` ends the script."""
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import PurePosixPath
 
 from nccl_launch.errors import UsageError
@@ -19,7 +21,154 @@ _HARMLESS = frozenset({
     "set", "echo", "printf", "mkdir", "sleep", "ulimit", "trap", "wait", "true", "date",
     "nvidia-smi", "tee", "cat", "umask", "shopt", "readonly",
 })  # fmt: skip
-# Variables worth keeping from a running server's environment besides NCCL_*.
+_BY_HAND = "convert the branch that runs, or write the profile by hand"
+_VARIABLE = re.compile(
+    r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))"
+)
+_ARITHMETIC_TOKEN = re.compile(r"\s*(?:([0-9]+)|\$?\{?([A-Za-z_][A-Za-z0-9_]*)\}?|([-+*/%()]))")
+_INT64 = 1 << 64
+_ONLY = "only + - * / % ( ), decimal numbers and variables are evaluated; write the value"
+Lookup = Callable[[str], "str | None"]
+
+
+def expand(
+    word: shell.Word,
+    lookup: Lookup,
+    line: int,
+    unset: Callable[[str], str] | None = None,
+    split: bool = False,
+) -> str:
+    """The word's value, `$NAME`, `${NAME}`, `${NAME:-default}` and `$((...))` replaced.
+
+    A variable `lookup` does not know becomes `unset(name)`, or an error without one. With
+    `split` (a command's word), an unquoted value holding blanks is refused: bash would split
+    it into several arguments.
+    """
+    out = []
+    for text, kind in word.segments:
+        if kind == shell.LITERAL:
+            out.append(text)
+        elif kind == shell.COMMAND:
+            raise shell.ShellError(f"line {line}: command substitution is not supported")
+        elif kind == shell.ARITHMETIC:
+            out.append(str(arithmetic(text, lookup, line)))
+        else:
+            out.append(_expand_text(text, kind == shell.PLAIN and split, lookup, line, unset))
+    return "".join(out)
+
+
+def _expand_text(
+    text: str, split: bool, lookup: Lookup, line: int, unset: Callable[[str], str] | None
+) -> str:
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(4)
+        found = lookup(name)
+        if (match.group(2) == ":-" and not found) or (match.group(2) == "-" and found is None):
+            found = match.group(3)
+        if found is None:
+            if unset is None:
+                raise shell.ShellError(f"line {line}: ${name} is not set in the script")
+            return unset(name)
+        if split and re.search(r"[ \t\n]", found):
+            raise shell.ShellError(
+                f"line {line}: ${name} holds blanks and is not quoted, so bash splits it into "
+                f'several arguments; quote it ("${name}") or write the words out'
+            )
+        return found
+
+    expanded = _VARIABLE.sub(value, text)
+    if "$" in _VARIABLE.sub("", text):
+        raise shell.ShellError(f"line {line}: only $NAME, ${{NAME}} and ${{NAME:-default}} expand")
+    return expanded
+
+
+def arithmetic(text: str, lookup: Lookup, line: int) -> int:
+    """`$((text))` as bash computes it (64 bits, division truncating) for + - * / % and
+    parentheses over decimal numbers and variables holding one; anything else is refused."""
+    where = f"line {line}: $(({text}))"
+    tokens: list[int | str] = []
+    index = 0
+    while text[index:].strip():
+        match = _ARITHMETIC_TOKEN.match(text, index)
+        if match is None:
+            raise shell.ShellError(f"{where}: {_ONLY}")
+        number, name, operator = match.groups()
+        if name is not None:
+            number = lookup(name)
+            if number is None:
+                raise shell.ShellError(f"{where}: ${name} is not set in the script")
+        if number is not None:
+            if not re.fullmatch(r"-?(0|[1-9][0-9]{0,18})", number):
+                raise shell.ShellError(f"{where}: {number!r} is not a decimal 64-bit number")
+            tokens.append(int(number))
+        else:
+            tokens.append(operator)
+        index = match.end()
+    return _Arithmetic(tokens, where).value()
+
+
+class _Arithmetic:
+    """Precedence climbing over the tokens; nesting is capped, so no deep recursion."""
+
+    def __init__(self, tokens: list[int | str], where: str) -> None:
+        self.tokens, self.index, self.where, self.depth = tokens, 0, where, 0
+
+    def fail(self) -> shell.ShellError:
+        return shell.ShellError(f"{self.where}: {_ONLY}")
+
+    def value(self) -> int:
+        result = self.sum()
+        if self.index != len(self.tokens):
+            raise self.fail()
+        return result
+
+    def next(self) -> int | str | None:
+        return self.tokens[self.index] if self.index < len(self.tokens) else None
+
+    def sum(self) -> int:
+        result = self.product()
+        while (operator := self.next()) in ("+", "-"):
+            self.index += 1
+            other = self.product()
+            result = _wrap(result + other if operator == "+" else result - other)
+        return result
+
+    def product(self) -> int:
+        result = self.unary()
+        while (operator := self.next()) in ("*", "/", "%"):
+            self.index += 1
+            other = self.unary()
+            if operator == "*":
+                result = _wrap(result * other)
+                continue
+            if other == 0:
+                raise shell.ShellError(f"{self.where}: division by 0")
+            # C's division truncates toward 0; the remainder takes the dividend's sign
+            quotient = abs(result) // abs(other) * (1 if (result < 0) == (other < 0) else -1)
+            result = _wrap(quotient if operator == "/" else result - quotient * other)
+        return result
+
+    def unary(self) -> int:
+        sign = 1
+        while (operator := self.next()) in ("+", "-"):
+            sign, self.index = (-sign if operator == "-" else sign), self.index + 1
+        operand = self.next()
+        self.index += 1
+        if isinstance(operand, int):
+            return _wrap(sign * operand)
+        if operand != "(" or self.depth >= 32:
+            raise self.fail()
+        self.depth += 1
+        result = self.sum()
+        self.depth -= 1
+        if self.next() != ")":
+            raise self.fail()
+        self.index += 1
+        return _wrap(sign * result)
+
+
+def _wrap(number: int) -> int:
+    return (number + _INT64 // 2) % _INT64 - _INT64 // 2
 
 
 def _references(word: shell.Word, name: str) -> bool:
@@ -38,12 +187,17 @@ class _Script:
         self.cwd: str | None = None
         self.notes: list[str] = []
         self.found: tuple[int, dict[str, str], list[str]] | None = None
+        self.functions: dict[str, int] = {}
+        # Whether the last command succeeded, as far as a reader can know (None: it cannot).
+        self.succeeded: bool | None = True
+        self.done = False  # after `exit`, or `exec` of a command
+        self.skipping = 0  # the depth of a group or subshell that does not run
 
     def lookup(self, name: str) -> str | None:
         return self.variables.get(name, self.environ.get(name))
 
-    def expand(self, word: shell.Word, line: int) -> str:
-        return word.expand(self.lookup, line, unset=lambda name: UNSET + name)
+    def expand(self, word: shell.Word, line: int, split: bool = False) -> str:
+        return expand(word, self.lookup, line, unset=lambda name: UNSET + name, split=split)
 
     def assign(self, word: shell.Word, line: int, export: bool) -> None:
         name, value = word.assignment() or ("", word)
@@ -58,61 +212,126 @@ class _Script:
         if export or self.allexport:
             self.exported.add(name)
 
-    def command(self, command: shell.Command) -> None:
+    def follow(self, command: shell.Command) -> None:
+        """One command, if it runs: `a && b` runs b only after a succeeded, `a || b` only
+        after a failed; when the reader cannot know, it refuses."""
+        line, keyword = command.line, command.keyword
+        if self.skipping:  # inside a `{ ... }` or `( ... )` that does not run
+            self.skipping += {"{": 1, "(": 1, "}": -1, ")": -1}.get(keyword, 0)
+            return
+        if command.piped:
+            return  # output plumbing; the pipeline's outcome is its first command's here
+        if command.joiner in ("&&", "||"):
+            if self.succeeded is None:
+                raise UsageError(
+                    f"line {line}: whether this runs depends on how the command before "
+                    f"`{command.joiner}` ends; {_BY_HAND}"
+                )
+            if self.succeeded != (command.joiner == "&&"):
+                # skipped; the list's outcome stays that of the command before
+                self.skipping = 1 if keyword in ("{", "(") else 0
+                if keyword in ("", "{", "("):
+                    return
+        if keyword in ("{", "}"):
+            return  # a group runs in this shell: its commands are followed as they come
+        if keyword:
+            what = "a subshell `( ... )`" if keyword == "(" else f"`{keyword}`"
+            raise UsageError(f"line {line}: {what} is not followed; {_BY_HAND}")
+        if command.function:
+            self.functions[command.function] = line
+            self.succeeded = True
+            return
+        self.succeeded = self.command(command)
+
+    def command(self, command: shell.Command) -> bool | None:
+        """Follow one simple command that runs; whether it succeeded, None when unknown."""
         words, line = list(command.words), command.line
-        if words[0].literal() == "export" and words[0].segments[0][1]:
+        name = words[0].bare()
+        if name in self.functions:
+            raise UsageError(
+                f"line {line}: `{name}` calls the function defined on line "
+                f"{self.functions[name]}, which is not followed; put what it does in the "
+                "script, or write the profile by hand"
+            )
+        if name == "exit":
+            self.done = True
+            return None
+        if name == "export":
             for word in words[1:]:
                 if word.assignment() is not None:
                     self.assign(word, line, export=True)
                 elif word.literal() in self.variables:
                     self.exported.add(word.literal())
-            return
-        if all(word.assignment() is not None for word in words):
+            return True
+        assignments = 0
+        while assignments < len(words) and words[assignments].assignment() is not None:
+            assignments += 1
+        if assignments == len(words):
             for word in words:
                 self.assign(word, line, export=False)
-            return
+            return True
         prefix: dict[str, str] = {}
-        while words[0].assignment() is not None:
-            name, value = words.pop(0).assignment()  # type: ignore[misc]
-            prefix[name] = known(self.expand(value, line))
-            self.lines[name] = line
-        if command.piped:
-            return
+        for word in words[:assignments]:
+            variable, value = word.assignment()  # type: ignore[misc]
+            prefix[variable] = known(self.expand(value, line))
+            self.lines[variable] = line
+        words = words[assignments:]
         if words[0].literal() in _HARMLESS:  # `echo "started $!"` needs no expansion
             options = [word.literal() for word in words[1:]]
             if words[0].literal() == "set" and ("-a" in options or "+a" in options):
                 self.allexport = "-a" in options
-            return
-        self.run([self.expand(word, line) for word in words], prefix, line)
+            return True
+        if words[0].literal() == "false":
+            return False
+        argv = [self.expand(word, line, split=True) for word in words]
+        return self.run(argv, prefix, line, command.background)
 
-    def run(self, argv: list[str], prefix: dict[str, str], line: int) -> None:
-        while argv and argv[0] in (*_WRAPPERS, "env"):
-            if argv.pop(0) != "env":
+    def run(
+        self, argv: list[str], prefix: dict[str, str], line: int, background: bool
+    ) -> bool | None:
+        start, replaces = 0, False
+        while start < len(argv) and argv[start] in (*_WRAPPERS, "env"):
+            replaces = replaces or argv[start] == "exec"
+            start += 1
+            if argv[start - 1] != "env":
                 continue
-            while argv and "=" in argv[0] and not argv[0].startswith("-"):
-                name, _, value = argv.pop(0).partition("=")
+            while start < len(argv) and "=" in argv[start] and not argv[start].startswith("-"):
+                name, _, value = argv[start].partition("=")
                 prefix[name] = known(value)
                 self.lines[name] = line
-            if argv and argv[0].startswith("-"):
-                raise UsageError(f"line {line}: env {argv[0]} is not supported")
+                start += 1
+            if start < len(argv) and argv[start].startswith("-"):
+                raise UsageError(f"line {line}: env {argv[start]} is not supported")
+        argv = argv[start:]
         if not argv:
-            return
+            return True  # `exec > log 2>&1` only redirects the script's own output
+        self.done = replaces  # `exec` replaces the shell: nothing after it runs
         if server_split(argv) is not None:
             if self.found is not None:
                 raise UsageError(f"line {line}: a second server command (first on {self.found[0]})")
             env = {name: self.variables[name] for name in sorted(self.exported)}
             self.found = (line, env | prefix, argv)
-        elif argv[0] == "cd":
+            return True if background else None
+        if background:
+            self.notes.append(f"line {line}: ignored `{argv[0]} &` (it runs in a subshell)")
+            return True
+        return self.builtin(argv, line)
+
+    def builtin(self, argv: list[str], line: int) -> bool | None:
+        if argv[0] == "cd":
             target = argv[1] if len(argv) > 1 else self.environ.get("HOME", "/")
             self.cwd = os.path.normpath(PurePosixPath(self.cwd or "") / known(target))
-        elif argv[0] == "unset":
+            return True
+        if argv[0] == "unset":
             for name in argv[1:]:
                 self.variables.pop(name, None)
                 self.exported.discard(name)
-        elif argv[0] in ("source", "."):
+            return True
+        if argv[0] in ("source", "."):
             self.notes.append(f"line {line}: {' '.join(argv)} is not followed; add what it sets")
         else:
             self.notes.append(f"line {line}: ignored `{argv[0]}`")
+        return None
 
 
 def read_script_file(path: str) -> str:
@@ -130,7 +349,9 @@ def read_script(text: str, environ: Mapping[str, str]) -> StartCommand:
     script = _Script(environ)
     try:
         for command in shell.parse(text):
-            script.command(command)
+            script.follow(command)
+            if script.done:
+                break
     except shell.ShellError as error:
         raise UsageError(str(error)) from None
     if script.found is None:

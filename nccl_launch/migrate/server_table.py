@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -25,7 +26,8 @@ def server_split(argv: list[str]) -> tuple[str, str, list[str]] | None:
     module = argv.index("-m") + 1
     if argv[module : module + 1] != ["sglang.launch_server"]:
         return None
-    return argv[0], " ".join(argv[1 : module + 1]), argv[module + 1 :]
+    # quoted, so that a word holding blanks stays one word when the entrypoint is split back
+    return argv[0], shlex.join(argv[1 : module + 1]), argv[module + 1 :]
 
 
 def known(word: str) -> str:

@@ -1,20 +1,39 @@
 """Just enough POSIX shell to read a server start script: words, quotes, variables, operators.
 
-Redirections are dropped, pipes and `&` end a command; command substitution is refused.
-Words keep their quoting until expansion, because `'$X'` and `"$X"` expand differently.
+Redirections are dropped and here-doc bodies skipped as data; `|`, `&&`, `||`, `;` and `&`
+end a command; reserved words (`if`, `{`, ...) and `(` stand alone, and function bodies are
+skipped, for the reader to refuse or follow. Words keep their quoting until expansion,
+because `'$X'`, `"$X"` and `$X` expand differently; `$(...)` is refused only when expanded.
+Each step consumes a run of text at once and joins buffers once: time is linear in the text.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-Segment = tuple[str, bool]  # text, and whether `$` expands in it
-_VARIABLE = re.compile(
-    r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))"
-)
+# Segment kinds: what expansion does to the text.
+LITERAL = "'"  # single-quoted or escaped: as is
+PLAIN = ""  # unquoted: variables expand, and bash would split their values
+QUOTED = '"'  # double-quoted: variables expand, no splitting
+COMMAND = "$("  # command substitution: refused when expanded
+ARITHMETIC = "$(("
+Segment = tuple[str, str]  # text, kind
+
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_BLANKS = re.compile(r"[ \t]+")
+_PLAIN_RUN = re.compile(r"[^ \t\n\\'\"`$<>;&|()]+")
+_QUOTED_RUN = re.compile(r'[^"\\`$]+')
+_PARENS = re.compile(r"[()]")
+_SUBSTITUTION_STOP = re.compile(r"[()'\"\\]")
+_BACKTICK = re.compile(r"(?:[^`\\]|\\.)*`", re.DOTALL)
+_REDIRECTION = re.compile(r"<<-|<<<|<<|<>|<&|>&|>>|>\||&>>|&>|<|>")
+_OPERATOR = re.compile(r";;|&&|\|\||\|&|[;&|()]")
+RESERVED = frozenset(
+    {"!", "{", "}", "if", "then", "else", "elif", "fi", "while", "until", "for", "do", "done",
+     "case", "esac", "select", "function"}
+)  # fmt: skip
 
 
 class ShellError(ValueError):
@@ -24,182 +43,336 @@ class ShellError(ValueError):
 @dataclass
 class Word:
     segments: list[Segment] = field(default_factory=list)
-
-    def add(self, text: str, expands: bool) -> None:
-        if self.segments and self.segments[-1][1] == expands:
-            self.segments[-1] = (self.segments[-1][0] + text, expands)
-        else:
-            self.segments.append((text, expands))
+    line: int = field(default=0, compare=False)  # where it starts
 
     def literal(self) -> str:
         return "".join(text for text, _ in self.segments)
 
+    def bare(self) -> str | None:
+        """The word's text when it is one unquoted run without `$`: a command name or keyword."""
+        if len(self.segments) != 1 or self.segments[0][1] != PLAIN:
+            return None
+        text = self.segments[0][0]
+        return None if "$" in text else text
+
     def assignment(self) -> tuple[str, Word] | None:
         """`NAME=value` when the name is unquoted: the name and the value's own word."""
-        if not self.segments or not self.segments[0][1]:
+        if not self.segments or self.segments[0][1] != PLAIN:
             return None
-        first, expands = self.segments[0]
+        first, kind = self.segments[0]
         name, equals, rest = first.partition("=")
         if not equals or not _NAME.fullmatch(name):
             return None
-        return name, Word([(rest, expands), *self.segments[1:]])
+        return name, Word([(rest, kind), *self.segments[1:]])
 
-    def expand(
-        self,
-        lookup: Callable[[str], str | None],
-        line: int,
-        unset: Callable[[str], str] | None = None,
-    ) -> str:
-        """The word's value, `$NAME`, `${NAME}` and `${NAME:-default}` replaced.
 
-        A variable `lookup` does not know becomes `unset(name)`, or an error without one.
-        """
-        out = []
-        for text, expands in self.segments:
-            if not expands:
-                out.append(text)
-                continue
-
-            def value(match: re.Match[str]) -> str:
-                name = match.group(1) or match.group(4)
-                found = lookup(name)
-                if match.group(2) == ":-" and not found:
-                    return match.group(3)
-                if match.group(2) == "-" and found is None:
-                    return match.group(3)
-                if found is not None:
-                    return found
-                if unset is None:
-                    raise ShellError(f"line {line}: ${name} is not set in the script")
-                return unset(name)
-
-            out.append(_VARIABLE.sub(value, text))
-            if "$" in _VARIABLE.sub("", text):
-                raise ShellError(
-                    f"line {line}: only $NAME, ${{NAME}} and ${{NAME:-default}} expand"
-                )
-        return "".join(out)
+@dataclass
+class Op:
+    text: str  # `;`, a newline, `&`, `&&`, `||`, `|`, `(`, `)`, `;;`
+    line: int
 
 
 @dataclass
 class Command:
-    """One simple command: its words (assignments included) and the line it starts on."""
+    """One simple command (its words, assignments included), or a reserved word or `(`
+    standing alone (`keyword`), or a function definition (`function`, its body skipped).
+    `joiner` is the operator before it: `&&`, `||`, `|`, or "" at the start of a list."""
 
     line: int
     words: list[Word]
-    piped: bool = False  # after a `|`: output plumbing such as `tee`
+    joiner: str = ""
+    background: bool = False  # ended by `&`
+    keyword: str = ""
+    function: str = ""
+
+    @property
+    def piped(self) -> bool:
+        """After a `|`: output plumbing such as `tee`."""
+        return self.joiner == "|"
+
+
+def _merged(parts: list[Segment]) -> list[Segment]:
+    """Adjacent parts of the same kind joined once (never string by string)."""
+    segments: list[Segment] = []
+    run: list[str] = []
+    for index, (text, kind) in enumerate(parts):
+        run.append(text)
+        if index + 1 == len(parts) or parts[index + 1][1] != kind or kind in (COMMAND, ARITHMETIC):
+            segments.append(("".join(run), kind))
+            run = []
+    return segments
 
 
 class _Lexer:
     def __init__(self, text: str) -> None:
         self.text, self.pos, self.line = text, 0, 1
-        self.commands: list[Command] = []
-        self.words: list[Word] = []
-        self.word: Word | None = None
-        self.start_line = 1
-        self.piped = False
+        self.parts: list[Segment] | None = None  # the word being read
+        self.word_line = 1
+        self.target: str | None = None  # a redirection waiting for its target word
+        self.heredocs: list[tuple[str, bool]] = []  # delimiter, and whether tabs are stripped
 
-    def peek(self, offset: int = 0) -> str:
-        index = self.pos + offset
-        return self.text[index] if index < len(self.text) else ""
+    def advance(self, end: int) -> None:
+        self.line += self.text.count("\n", self.pos, end)
+        self.pos = end
 
-    def take(self) -> str:
-        char = self.peek()
-        self.pos += 1
-        if char == "\n":
-            self.line += 1
-        return char
+    def add(self, text: str, kind: str) -> None:
+        if self.parts is None:
+            self.parts, self.word_line = [], self.line
+        self.parts.append((text, kind))
 
-    def current(self) -> Word:
-        if self.word is None:
-            self.word = Word()
-            if not self.words:
-                self.start_line = self.line
-        return self.word
+    def finish_word(self) -> Word | None:
+        """The word just read, unless it is a redirection's target (a here-doc's delimiter)."""
+        if self.parts is None:
+            return None
+        word, self.parts = Word(_merged(self.parts), self.word_line), None
+        if self.target is None:
+            return word
+        if self.target in ("<<", "<<-"):
+            self.heredocs.append((word.literal(), self.target == "<<-"))
+        self.target = None
+        return None
 
-    def end_word(self) -> None:
-        if self.word is not None:
-            self.words.append(self.word)
-            self.word = None
-
-    def end_command(self, piped_next: bool = False) -> None:
-        self.end_word()
-        if self.words:
-            self.commands.append(Command(self.start_line, self.words, self.piped))
-        self.words, self.piped = [], piped_next
-
-    def quoted(self, quote: str) -> None:
-        start = self.line
-        buffer: list[str] = []
-        while True:
-            char = self.take()
-            if not char:
-                raise ShellError(f"line {start}: unterminated {quote}")
-            if char == quote:
-                break
-            if quote == '"' and char == "\\" and self.peek() and self.peek() in '$`"\\\n':
-                escaped = self.take()
-                if escaped != "\n":
-                    self.current().add("".join(buffer), True)
-                    self.current().add(escaped, False)
-                    buffer = []
-                continue
-            if quote == '"' and (char == "`" or (char == "$" and self.peek() == "(")):
-                raise ShellError(f"line {self.line}: command substitution is not supported")
-            buffer.append(char)
-        self.current().add("".join(buffer), quote == '"')
-
-    def redirection(self) -> None:
-        """Drop `[n]>target`, `>>`, `<`, `>&n`, `&>`: a start script's logging, not the server's."""
-        if self.word is not None and self.word.literal().isdigit() and self.word.segments[0][1]:
-            self.word = None  # the file descriptor number of `2>`
-        self.end_word()
-        while self.peek() and self.peek() in "<>&|":
-            self.take()
-        while self.peek() and self.peek() in " \t":
-            self.take()
-        target = Word()
-        while self.peek() and self.peek() not in " \t\n;&|<>":
-            target.add(self.take(), False)
-        if not target.segments:
+    def no_target(self) -> None:
+        if self.target is not None:
             raise ShellError(f"line {self.line}: redirection without a target")
 
-    def run(self) -> list[Command]:
-        while self.peek():
-            char = self.peek()
-            if char == "\\":
-                self.take()
-                escaped = self.take()
-                if escaped != "\n":  # backslash-newline continues the line
-                    self.current().add(escaped, False)
-            elif char in " \t":
-                self.take()
-                self.end_word()
-            elif char == "\n":
-                self.take()
-                self.end_command()
-            elif char == "#" and self.word is None:
-                while self.peek() and self.peek() != "\n":
-                    self.take()
-            elif char in "'\"":
-                self.take()
-                self.quoted(char)
-            elif char == "`" or (char == "$" and self.peek(1) == "("):
-                raise ShellError(f"line {self.line}: command substitution is not supported")
-            elif char in "<>" or (char == "&" and self.peek(1) == ">"):
-                self.redirection()
-            elif char in ";&|":
-                self.take()
-                double = self.peek() == char
-                if double:
-                    self.take()
-                self.end_command(piped_next=char == "|" and not double)
+    def skip_heredocs(self) -> None:
+        """Here-doc bodies are data for their command, never code: skip to each delimiter."""
+        for delimiter, strip_tabs in self.heredocs:
+            while self.pos < len(self.text):
+                end = self.text.find("\n", self.pos)
+                end = len(self.text) if end < 0 else end
+                body_line = self.text[self.pos : end]
+                self.advance(min(end + 1, len(self.text)))
+                if (body_line.lstrip("\t") if strip_tabs else body_line) == delimiter:
+                    break
+        self.heredocs = []
+
+    def tokens(self) -> Iterator[Word | Op]:
+        while self.pos < len(self.text):
+            char = self.text[self.pos]
+            if char in " \t\n;&|()<>":
+                yield from self.boundary(char)
             else:
-                self.current().add(self.take(), True)
-        self.end_command()
-        return self.commands
+                self.word_part(char)
+        word = self.finish_word()
+        if word is not None:
+            yield word
+        self.no_target()
+
+    def boundary(self, char: str) -> Iterator[Word | Op]:
+        """Blanks, a newline, an operator or a redirection: each ends the word being read."""
+        text, start = self.text, self.pos
+        redirection = _REDIRECTION.match(text, start) if char in "<>&" else None
+        descriptor = self.parts is not None and len(self.parts) == 1 and self.parts[0][1] == PLAIN
+        if redirection and descriptor and self.parts[0][0].isdigit():  # type: ignore[index]
+            self.parts = None  # the `2` of `2>`
+        word = self.finish_word()
+        if word is not None:
+            yield word
+        if char in " \t":
+            self.advance_run(_BLANKS)
+            return
+        self.no_target()
+        if char == "\n":
+            yield Op("\n", self.line)
+            self.advance(start + 1)
+            self.skip_heredocs()
+        elif redirection:
+            self.target = redirection.group()
+            self.advance(redirection.end())
+        else:
+            operator = _OPERATOR.match(text, start)  # every char of ";&|()" starts one
+            end = operator.end() if operator else start + 1
+            yield Op(text[start:end].replace("|&", "|"), self.line)
+            self.advance(end)
+
+    def word_part(self, char: str) -> None:
+        text, start = self.text, self.pos
+        if char == "\\":
+            if text[start + 1 : start + 2] not in ("\n", ""):  # backslash-newline continues
+                self.add(text[start + 1], LITERAL)
+            self.advance(start + 2)
+        elif char == "#" and self.parts is None:
+            end = text.find("\n", start)
+            self.advance(len(text) if end < 0 else end)
+        elif char == "'":
+            end = text.find("'", start + 1)
+            if end < 0:
+                raise ShellError(f"line {self.line}: unterminated '")
+            self.add(text[start + 1 : end], LITERAL)
+            self.advance(end + 1)
+        elif char == '"':
+            self.double_quoted()
+        elif char in "$`":
+            self.dollar(PLAIN)
+        else:
+            self.add(text[start : self.advance_run(_PLAIN_RUN)], PLAIN)
+
+    def advance_run(self, run: re.Pattern[str]) -> int:
+        start = self.pos
+        match = run.match(self.text, start)
+        self.advance(match.end() if match else start + 1)
+        return self.pos
+
+    def double_quoted(self) -> None:
+        text, opened = self.text, self.line
+        self.add("", QUOTED)  # `""` is a word too
+        self.advance(self.pos + 1)
+        while True:
+            if self.pos >= len(text):
+                raise ShellError(f'line {opened}: unterminated "')
+            char, start = text[self.pos], self.pos
+            if char == '"':
+                self.advance(start + 1)
+                return
+            if char == "\\" and text[start + 1 : start + 2] in ("$", "`", '"', "\\", "\n"):
+                if text[start + 1] != "\n":
+                    self.add(text[start + 1], LITERAL)
+                self.advance(start + 2)
+            elif char == "\\":
+                self.add("\\", QUOTED)
+                self.advance(start + 1)
+            elif char in "$`":
+                self.dollar(QUOTED)
+            else:
+                self.add(text[start : self.advance_run(_QUOTED_RUN)], QUOTED)
+
+    def dollar(self, kind: str) -> None:
+        """`$((...))`, `$(...)`, a backquote, `${...}` or `$NAME`, read whole."""
+        text, start = self.text, self.pos
+        if text.startswith("$((", start):
+            end = self.arithmetic_end(start + 3)
+            self.add(text[start + 3 : end], ARITHMETIC)
+            self.advance(end + 2)
+        elif text.startswith("$(", start):
+            end = self.substitution_end(start + 2)
+            self.add(text[start + 2 : end], COMMAND)
+            self.advance(end + 1)
+        elif text[start] == "`":
+            match = _BACKTICK.match(text, start + 1)
+            if match is None:
+                raise ShellError(f"line {self.line}: unterminated `")
+            self.add(text[start + 1 : match.end() - 1], COMMAND)
+            self.advance(match.end())
+        elif text.startswith("${", start):
+            end = text.find("}", start)
+            if end < 0:
+                raise ShellError(f"line {self.line}: unterminated ${{")
+            self.add(text[start : end + 1], kind)
+            self.advance(end + 1)
+        else:
+            name = _NAME.match(text, start + 1)
+            end = name.end() if name else start + 1
+            self.add(text[start:end], kind)
+            self.advance(end)
+
+    def arithmetic_end(self, index: int) -> int:
+        depth = 0
+        while match := _PARENS.search(self.text, index):
+            index = match.end()
+            if match.group() == "(":
+                depth += 1
+            elif depth:
+                depth -= 1
+            elif self.text.startswith("))", match.start()):
+                return match.start()
+            else:
+                break
+        raise ShellError(f"line {self.line}: $(( without its closing ))")
+
+    def substitution_end(self, index: int) -> int:
+        depth = 0
+        while match := _SUBSTITUTION_STOP.search(self.text, index):
+            char, index = match.group(), match.end()
+            if char == "\\":
+                index += 1
+            elif char == "'":
+                index = self.text.find("'", index) + 1 or len(self.text)
+            elif char == '"':
+                quoted = _DOUBLE_QUOTED.match(self.text, index)
+                index = quoted.end() if quoted else len(self.text)
+            elif char == "(":
+                depth += 1
+            elif depth:
+                depth -= 1
+            else:
+                return match.start()
+        raise ShellError(f"line {self.line}: $( without its closing )")
 
 
-def parse(text: str) -> list[Command]:
-    """The simple commands of a script, in order, with redirections removed."""
-    return _Lexer(text).run()
+_DOUBLE_QUOTED = re.compile(r'(?:[^"\\]|\\.)*"', re.DOTALL)
+
+
+def _skip_body(tokens: Iterator[Word | Op], line: int) -> None:
+    """Skip a function body up to the `}` that closes it: defining runs nothing."""
+    depth, command_start = 1, True
+    for token in tokens:
+        if isinstance(token, Op):
+            command_start = True
+            continue
+        bare = token.bare()
+        if command_start and bare in ("{", "}"):
+            depth += 1 if bare == "{" else -1
+            if depth == 0:
+                return
+        command_start = bare in RESERVED
+    raise ShellError(f"line {line}: function without its closing }}")
+
+
+def _function(tokens: Iterator[Word | Op], name: str, line: int, parens: bool) -> Command:
+    """After `name (` or `function name`: the rest of the header, and the body skipped."""
+    token = next(tokens, None)
+    if parens or (isinstance(token, Op) and token.text == "("):
+        token = next(tokens, None) if not parens else token
+        if not (isinstance(token, Op) and token.text == ")"):
+            raise ShellError(f"line {line}: `{name} (` is not a function definition")
+        token = next(tokens, None)
+    while isinstance(token, Op) and token.text == "\n":
+        token = next(tokens, None)
+    if not (isinstance(token, Word) and token.bare() == "{"):
+        raise ShellError(f"line {line}: function {name}: only a {{ ... }} body is supported")
+    _skip_body(tokens, line)
+    return Command(line, [], function=name)
+
+
+def parse(text: str) -> Iterator[Command]:
+    """The commands of a script in order, read as they are needed: nothing after the
+    point where the reader stops (an `exit`) is even parsed, as in bash."""
+    tokens = _Lexer(text).tokens()
+    words: list[Word] = []
+    joiner = ""
+    for token in tokens:
+        if isinstance(token, Word):
+            bare = token.bare()
+            if not words and bare == "function":
+                name = next(tokens, None)
+                if not isinstance(name, Word) or name.bare() is None:
+                    raise ShellError(f"line {token.line}: function without a name")
+                yield _function(tokens, str(name.bare()), token.line, parens=False)
+            elif not words and bare in RESERVED:
+                yield Command(token.line, [], joiner, keyword=str(bare))
+                joiner = ""
+            else:
+                words.append(token)
+            continue
+        op = token.text
+        if op == "(" and len(words) == 1 and words[0].bare():
+            yield _function(tokens, str(words[0].bare()), token.line, parens=True)
+            words = []
+        elif op == "(" and words:
+            raise ShellError(f"line {token.line}: unexpected `(`")
+        elif op in ("(", ")"):
+            if words:
+                yield Command(words[0].line, words, joiner)
+            yield Command(token.line, [], "" if words else joiner, keyword=op)
+            words, joiner = [], ""
+        elif words:
+            yield Command(words[0].line, words, joiner, background=op == "&")
+            words, joiner = [], op if op in ("&&", "||", "|") else ""
+        elif op in ("&&", "||", "|"):
+            raise ShellError(f"line {token.line}: `{op}` without a command before it")
+        elif op != "\n":
+            joiner = ""
+    if words:
+        yield Command(words[0].line, words, joiner)

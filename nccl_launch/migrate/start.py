@@ -16,7 +16,7 @@ from nccl_launch.profile.load import validate_resolved
 from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.profile.model import PROFILE_SCHEMA
 from nccl_launch.profile.plan import ProfilePlan, build_plan
-from nccl_launch.secrets import mask_argv, mask_value
+from nccl_launch.secrets import is_secret, mask_credentials
 
 
 @dataclass
@@ -70,6 +70,18 @@ def build_profile(
     return data, build_plan(validate_resolved(source, data))
 
 
+def _holds_secret(start: StartCommand) -> bool:
+    """A credential-looking variable or flag (`HF_TOKEN`, `--api-key`), or a password in a
+    value (`postgres://u:pw@db`, `password=pw`)."""
+    flags = [word.lstrip("-").split("=", 1)[0] for word in start.argv if word.startswith("-")]
+    # only words that could hold a URL or a pair go through mask_credentials, whose URL
+    # pattern takes time quadratic in the length of a long word
+    texts = [text for text in (*start.env.values(), *start.argv) if "://" in text or "=" in text]
+    return any(is_secret(name) for name in (*start.env, *flags)) or any(
+        mask_credentials(text) != text for text in texts
+    )
+
+
 def save_profile(
     start: StartCommand, name: str, source: str, how: str, output: Path | None, force: bool
 ) -> tuple[Path, ProfilePlan]:
@@ -79,10 +91,7 @@ def save_profile(
     owner only."""
     data, plan = build_profile(start, name, source, how)
     path = output or Path("profiles") / f"{name}.toml"
-    secret = mask_argv(start.argv) != start.argv or any(
-        mask_value(key, value) != value for key, value in start.env.items()
-    )
-    mode = 0o600 if secret else None
+    mode = 0o600 if _holds_secret(start) else None
     try:
         atomic_write(path, tomli_w.dumps(data), replace=force, mode=mode)
     except FileExistsError:
