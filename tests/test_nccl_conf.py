@@ -27,6 +27,8 @@ def test_conf_syntax_is_nccls_not_a_shells() -> None:
         "NCCL_EMPTY=\n"
         "=no key\n"
         "no equals sign\n"
+        "NCCL_SOCKET_IFNAME=eth1\0 ignored\n"  # NCCL reads a C string: it ends at the NUL
+        "NCCL_\0NTHREADS=64\n"  # no '=' before the NUL: skipped
     )
     entries = parse(text, "/etc/nccl.conf")
     assert [(e.line, e.key, e.value) for e in entries] == [
@@ -38,6 +40,7 @@ def test_conf_syntax_is_nccls_not_a_shells() -> None:
         (7, "NCCL_IB_HCA", "mlx5_0"),
         (8, "export NCCL_NTHREADS", "256"),
         (9, "NCCL_EMPTY", ""),
+        (12, "NCCL_SOCKET_IFNAME", "eth1"),
     ]
     assert entries[1].where == "/etc/nccl.conf:3"
 

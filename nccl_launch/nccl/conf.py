@@ -37,11 +37,12 @@ def parse(text: str, path: str) -> list[ConfEntry]:
 
     The key is everything before the first `=` (spaces included: `NCCL_PROTO = LL` sets a
     variable named `NCCL_PROTO `), the value everything after (quotes included). A CR before
-    the newline is stripped, as NCCL does since 2.30.
+    the newline is stripped, as NCCL does since 2.30; a NUL byte ends the line.
     """
     entries = []
     for number, raw in enumerate(text.split("\n"), start=1):
-        line = raw.removesuffix("\r")[: MAX_LINE - 1]
+        # NCCL handles the line as a C string: it ends at the first NUL byte.
+        line = raw[: MAX_LINE - 1].partition("\0")[0].removesuffix("\r")
         if line.startswith("#") or "=" not in line:
             continue
         key, _, value = line.partition("=")
