@@ -163,6 +163,28 @@ def test_root_refuses_an_nccl_conf_others_could_replace(
     assert ran.exists()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="trust is checked for root only")
+def test_root_refuses_the_calling_envs_conf_file_and_a_writable_home_conf(
+    write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    write_profile("conf", ENV_ONLY.format(extra='[policy]\nundeclared_nccl = "warn"\n'))
+    conf = tmp_path / "site.conf"
+    conf.write_text("NCCL_IB_HCA=mlx5_0\n")
+    conf.chmod(0o646)
+    ran = tmp_path / "ran"
+    env = {"NCCL_CONF_FILE": str(conf)}
+    result = nccl_launch("run", "conf", "--", "touch", str(ran), env=env)
+    assert result.returncode == 2
+    assert f"nccl.conf {conf}: writable by group or others (mode 0646)" in result.stderr
+    home_conf = Path(os.environ["HOME"]) / ".nccl.conf"
+    home_conf.write_text("NCCL_IB_HCA=mlx5_0\n")
+    home_conf.chmod(0o664)
+    result = nccl_launch("run", "conf", "--", "touch", str(ran))
+    assert result.returncode == 2
+    assert f"nccl.conf {home_conf}: writable by group or others (mode 0664)" in result.stderr
+    assert not ran.exists()
+
+
 def test_bytes_of_an_nccl_conf_that_are_not_utf8_are_kept_and_shown_in_json(
     write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
 ) -> None:
