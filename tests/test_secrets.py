@@ -27,7 +27,7 @@ SECRETS = {
     "APP_SECRET": "s3cret",
 }
 URL_PW = "url-pa55"
-ARGV_SECRETS = ("sk-flag", "hf-flag", "pw-flag", "-dash-flag")
+ARGV_SECRETS = ("sk-flag", "hf-flag", "pw-flag", "-dash-flag", "sk-entry")
 PROFILE = (
     """
 schema = 1
@@ -43,6 +43,7 @@ TOKENIZERS_PARALLELISM = "false"
     + f"""DATABASE_URL = "postgres://app:{URL_PW}@db:5432/x"
 [server]
 python = "{sys.executable}"
+entrypoint = "-m sglang.launch_server --api-key sk-entry"
 model_path = "/models/m"
 args = ["--api-key", "sk-flag", "--hf-token=hf-flag", "--password", "pw-flag",
         "--admin-api-key", "-dash-flag", "--max-total-tokens", "4096"]
@@ -176,6 +177,7 @@ def test_show_toml_masks_and_says_so_while_machine_formats_keep_values(
     assert "# secrets masked as ***: --format json or an export format prints them" in shown.stdout
     assert 'HF_TOKEN = "***"' in shown.stdout
     assert 'TOKENIZERS_PARALLELISM = "false"' in shown.stdout
+    assert 'entrypoint = "-m sglang.launch_server --api-key ***"' in shown.stdout
     data = json.loads(nccl_launch("show", "secretive", "--format", "json").stdout)
     assert data["env"]["HF_TOKEN"] == SECRETS["HF_TOKEN"]
     assert "sk-flag" in data["argv"]
@@ -283,7 +285,7 @@ def test_validate_warns_about_secrets_written_in_the_profile(
     elsewhere = "it belongs in an --env-file (mode 0600) or the calling environment"
     assert f"{where}: env.HF_TOKEN: holds a literal secret; {elsewhere}" in warnings
     assert f"{where}: env.DATABASE_URL: holds a password in a URL; {elsewhere}" in warnings
-    assert any(f"{where}: server.args: holds a credential" in line for line in warnings)
+    assert any(f"{where}: server: its command line holds a credential" in line for line in warnings)
     assert not any("TOKENIZERS_PARALLELISM" in line for line in warnings)
     assert len(warnings) == len(SECRETS) + 2
 

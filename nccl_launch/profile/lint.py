@@ -6,6 +6,7 @@ from __future__ import annotations
 from nccl_launch.nccl import catalog
 from nccl_launch.profile.model import Profile
 from nccl_launch.secrets import is_secret, mask_argv, mask_credentials
+from nccl_launch.sglang.argv import server_argv
 from nccl_launch.sglang.rules import server_warnings
 
 _ELSEWHERE = "it belongs in an --env-file (mode 0600) or the calling environment"
@@ -19,11 +20,11 @@ def secret_notes(profile: Profile) -> list[str]:
             notes.append(f"env.{key}: holds a literal secret; {_ELSEWHERE}")
         elif mask_credentials(value) != value:
             notes.append(f"env.{key}: holds a password in a URL; {_ELSEWHERE}")
-    args = profile.server.args if profile.server is not None else []
-    if mask_argv(args) != args:
+    argv = server_argv(profile.server) if profile.server is not None else []
+    if mask_argv(argv) != argv:
         notes.append(
-            "server.args: holds a credential; pass it after '--' from the calling environment "
-            '(nccl-launch run PROFILE -- --api-key "$API_KEY")'
+            "server: its command line holds a credential; pass it after '--' from the calling "
+            'environment (nccl-launch run PROFILE -- --api-key "$API_KEY")'
         )
     return notes
 

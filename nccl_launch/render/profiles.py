@@ -13,12 +13,12 @@ from nccl_launch.profile.diff import ProfileDiff
 from nccl_launch.profile.overview import ListedProfile, ShownProfile, Validation
 from nccl_launch.profile.plan import build_plan
 from nccl_launch.render.drift import shown
-from nccl_launch.secrets import mask_argv, mask_credentials, mask_value
+from nccl_launch.secrets import mask_argv, mask_value
 
 
 def _masked(table: dict[str, Any], path: str = "") -> dict[str, Any]:
     """`resolved` as people may see it: [env] values of secret names, credential flags in
-    [server] args and passwords in any text masked; [nccl] holds no secret."""
+    [server] args or any text, and passwords in URLs masked; [nccl] holds no secret."""
     masked: dict[str, Any] = {}
     for key, value in table.items():
         if path == "env" and isinstance(value, str):
@@ -27,8 +27,8 @@ def _masked(table: dict[str, Any], path: str = "") -> dict[str, Any]:
             masked[key] = mask_argv([str(word) for word in value])
         elif isinstance(value, dict):
             masked[key] = _masked(value, f"{path}.{key}" if path else key)
-        elif isinstance(value, str) and path != "nccl":
-            masked[key] = mask_credentials(value)
+        elif isinstance(value, str) and path != "nccl":  # an entrypoint may hold flags too
+            masked[key] = " ".join(mask_argv(value.split(" ")))
         else:
             masked[key] = value
     return masked
