@@ -182,6 +182,8 @@ def test_slurm_script_leaves_placement_to_run_time(
          "are evaluated; write the value\n"),
         ("export NCCL_NTHREADS=$((512 / 0))\n" + SERVE,
          "nccl-launch: line 1: $((512 / 0)): division by 0\n"),
+        ("cd /srv\n" + SERVE.replace("/m", "/m\x00x"), "nccl-launch: line 2: a NUL byte; a start "
+         "script is text\n"),
         ('NAME="my model"\npython3 -m sglang.launch_server --served-model-name $NAME\n',
          "nccl-launch: line 2: $NAME holds blanks and is not quoted, so bash splits it into "
          'several arguments; quote it ("$NAME") or write the words out\n'),
@@ -404,3 +406,28 @@ def test_convert_takes_time_linear_in_the_script(nccl_launch: RunCli) -> None:
     assert result.returncode == 0, result.stderr
     profile = tomllib.loads(Path("profiles/big.toml").read_text())
     assert profile["server"]["args"] == ["--served-model-name", name]
+
+
+@pytest.mark.parametrize(
+    ("env", "flags", "message"),
+    [
+        ({"HF_HOME": "/x\udcff"}, [], "$HF_HOME"),
+        ({}, ["--served-model-name", "a\udcffb"], "argument 6 of its command line"),
+    ],
+)
+def test_capture_refuses_what_is_not_utf8_text(
+    env: dict[str, str], flags: list[str], message: str, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    """A byte that is not UTF-8 (os.fsencode makes `\\udcff` the byte 0xff) has no TOML form."""
+    process = start_standin(tmp_path, env, flags)
+    try:
+        result = nccl_launch("capture", "--pid", str(process.pid), "--name", "live")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=10)
+    assert result.returncode == 3, result.stderr
+    assert result.stderr == (
+        f"nccl-launch: process {process.pid}: {message} is not UTF-8 text, which a profile "
+        "cannot hold; write the profile by hand\n"
+    )
+    assert list(Path("profiles").iterdir()) == []

@@ -18,6 +18,22 @@ CAPTURED_PREFIXES = (
 )  # fmt: skip
 
 
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # psutil keeps a byte that is not UTF-8 as a surrogate
+        return False
+    return True
+
+
+def _check_text(pid: int, what: str, text: str) -> None:
+    if not _utf8(text):
+        raise HostError(
+            f"process {pid}: {what} is not UTF-8 text, which a profile cannot hold; "
+            "write the profile by hand"
+        )
+
+
 def read_process(pid: int) -> StartCommand:
     """A running process's own environment, command line and directory."""
     try:
@@ -34,6 +50,11 @@ def read_process(pid: int) -> StartCommand:
         argv[0] = shutil.which(argv[0], path=environ.get("PATH")) or argv[0]
     wanted = (catalog.PREFIX, *CAPTURED_PREFIXES)
     keep = {k: v for k, v in environ.items() if k.startswith(wanted) and k not in OWN_VARIABLES}
+    for key, value in keep.items():
+        _check_text(pid, f"${key}" if _utf8(key) else "a variable's name", key + value)
+    for index, word in enumerate(argv):
+        _check_text(pid, f"argument {index} of its command line", word)
+    _check_text(pid, "its working directory", cwd)
     notes = []
     if MARKER_PROFILE in environ:
         notes.append(f"the process was started by nccl-launch as {environ[MARKER_PROFILE]}")

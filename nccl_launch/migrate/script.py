@@ -346,6 +346,9 @@ def read_script_file(path: str) -> str:
 
 def read_script(text: str, environ: Mapping[str, str]) -> StartCommand:
     """Follow a start script (or one raw line) up to its SGLang command."""
+    if "\x00" in text:  # bash will not run such a file either
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise UsageError(f"line {line}: a NUL byte; a start script is text")
     script = _Script(environ)
     try:
         for command in shell.parse(text):
