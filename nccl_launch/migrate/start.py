@@ -16,7 +16,7 @@ from nccl_launch.profile.load import validate_resolved
 from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.profile.model import PROFILE_SCHEMA
 from nccl_launch.profile.plan import ProfilePlan, build_plan
-from nccl_launch.secrets import is_secret, mask_credentials
+from nccl_launch.secrets import mask_argv, mask_value
 
 
 @dataclass
@@ -72,13 +72,9 @@ def build_profile(
 
 def _holds_secret(start: StartCommand) -> bool:
     """A credential-looking variable or flag (`HF_TOKEN`, `--api-key`), or a password in a
-    value (`postgres://u:pw@db`, `password=pw`)."""
-    flags = [word.lstrip("-").split("=", 1)[0] for word in start.argv if word.startswith("-")]
-    # only words that could hold a URL or a pair go through mask_credentials, whose URL
-    # pattern takes time quadratic in the length of a long word
-    texts = [text for text in (*start.env.values(), *start.argv) if "://" in text or "=" in text]
-    return any(is_secret(name) for name in (*start.env, *flags)) or any(
-        mask_credentials(text) != text for text in texts
+    value (`postgres://u:pw@db`): whatever people would see masked."""
+    return start.argv != mask_argv(start.argv) or any(
+        mask_value(key, value) != value for key, value in start.env.items()
     )
 
 
