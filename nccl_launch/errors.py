@@ -8,6 +8,7 @@ EXIT_USAGE = 2
 EXIT_HOST = 3
 EXIT_INTERNAL = 4
 EXIT_INTERRUPTED = 130
+WARNING_PREFIX = "nccl-launch: warning: "
 
 
 class NcclLaunchError(Exception):

@@ -523,3 +523,40 @@ def test_root_refuses_an_env_file_others_could_write(
     assert result.returncode == 2
     assert result.stderr.startswith(f"nccl-launch: env file {env_file}: owned by uid {NOBODY}")
     assert not ran.exists()
+
+
+def test_a_bad_env_file_line_never_shows_a_secret(
+    tuned: Path, tmp_path: Path, nccl_launch: RunCli
+) -> None:
+    env_file = tmp_path / "site.env"
+    for line, shown in [
+        ("HF_TOKEN hf_abc123", " (not shown: a secret)"),
+        ("DB postgres://u:pw123@db/x", ": 'DB postgres://u:***@db/x\\n'"),
+    ]:
+        env_file.write_text(f"{line}\n")
+        result = nccl_launch("run", "tuned", "--env-file", str(env_file), *CHILD_ARGS)
+        assert result.returncode == 2
+        assert result.stderr == f"nccl-launch: {env_file}:1: not a KEY=VALUE line{shown}\n"
+
+
+def test_a_model_config_that_is_no_regular_file_is_unknown(
+    write_profile: WriteProfile, tmp_path: Path, nccl_launch: RunCli
+) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    os.mkfifo(model / "config.json")  # would hang a plain read
+    write_profile(
+        "mtp",
+        f"""
+        schema = 1
+        name = "mtp"
+        version = 1
+        [server]
+        model_path = "{model}"
+        [server.speculative]
+        algorithm = "EAGLE"
+        """,
+    )
+    result = nccl_launch("run", "--dry-run", "mtp")
+    assert result.returncode == 2
+    assert "the model's architecture is unknown (no readable config.json)" in result.stderr

@@ -709,3 +709,18 @@ def test_the_recorded_profile_file_is_read_through_the_trusting_loader(
         result = nccl_launch("check", "--pid", str(pid))
     assert result.returncode == 2
     assert result.stderr.startswith(f"nccl-launch: profile {path}: owned by uid 65534, not root")
+
+
+def test_a_server_started_by_run_is_checked_from_any_directory(
+    start: StartServer, tmp_path: Path
+) -> None:
+    """run records the profile's absolute path, so check needs neither PROFILE nor the cwd."""
+    server = start()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = subprocess.run(
+        [console_script(), "check", "--pid", str(server.process.pid), "--format", "json"],
+        cwd=elsewhere, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads(result.stdout)["path"] == str(tmp_path / "profiles" / "standin.toml")

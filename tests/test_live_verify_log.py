@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import RunCli, WriteProfile
+from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import STANDIN_SERVER, read_record
 
 LOGS = Path(__file__).parent / "logs"
@@ -183,3 +184,18 @@ def test_a_profile_without_nccl_keys_against_a_log_without_nccl_lines(
         "no NCCL INFO lines: start the server with nccl-launch run --nccl-debug",
         "verify-log failed: 0 of 0 loggable values confirmed",
     ]
+
+
+def test_bytes_that_are_not_utf8_on_stdin_are_replaced(
+    write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    log = b"host:12:34 [0] NCCL INFO NCCL_PROTO set by environment to L\xffL\n"
+    result = subprocess.run(
+        [console_script(), "verify-log", "p", "--format", "json"],
+        input=log, capture_output=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert report["keys"][0]["verdict"] == "mismatch"
+    assert "L\ufffdL" in report["keys"][0]["detail"]

@@ -315,3 +315,16 @@ def test_masking_takes_linear_time(word: str) -> None:
     assert mask_argv(["--api-key", word, word]) == ["--api-key", "***", word]
     assert not is_secret(word)
     assert time.monotonic() - started < 5  # quadratic: hours for a 1 MB word
+
+
+def test_check_masks_a_credential_flag_in_a_process_title(
+    write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    from tests.test_live import sleeper
+
+    write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    with sleeper({b"NCCL_PROTO": b"LL"}, b"--api-key", b"sk-live-123") as pid:
+        result = nccl_launch("check", "p", "--pid", str(pid))
+    assert result.returncode == 0, result.stderr
+    assert "sk-live-123" not in result.stdout
+    assert "--api-key ***" in result.stdout

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
+from nccl_launch.errors import WARNING_PREFIX
 from nccl_launch.launch.placement import Placement
 from nccl_launch.launch.prepare import LaunchPlan, prepare_launch
 
@@ -41,7 +42,7 @@ class LaunchCommand(click.Command):
 
 
 def warn(message: str) -> None:
-    click.echo(f"nccl-launch: warning: {message}", err=True)
+    click.echo(f"{WARNING_PREFIX}{message}", err=True)
 
 
 def echo_lines(lines: list[str], err: bool = False) -> None:

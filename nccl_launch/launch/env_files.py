@@ -10,6 +10,7 @@ from dotenv.parser import parse_stream
 from nccl_launch.env.merge import EnvLayer
 from nccl_launch.errors import UsageError
 from nccl_launch.files import read_text
+from nccl_launch.secrets import is_secret, mask_credentials
 
 
 def _name_problem(name: str) -> str | None:
@@ -30,7 +31,10 @@ def read_env_file(path: Path) -> EnvLayer:
     for binding in parse_stream(io.StringIO(text)):
         line = binding.original.line
         if binding.error:
-            raise UsageError(f"{path}:{line}: not a KEY=VALUE line: {binding.original.string!r}")
+            text = binding.original.string
+            if any(is_secret(word) for word in text.split()):  # `HF_TOKEN hf_...`
+                raise UsageError(f"{path}:{line}: not a KEY=VALUE line (not shown: a secret)")
+            raise UsageError(f"{path}:{line}: not a KEY=VALUE line: {mask_credentials(text)!r}")
         if binding.key is None:
             continue
         problem = _name_problem(binding.key)

@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 
 from nccl_launch.errors import HostError
+from nccl_launch.files import FileError, read_text
 from nccl_launch.launch.preflight_report import Check
 from nccl_launch.live.processes import listening_pids
 from nccl_launch.nccl.conf import ConfEntry, applied, conf_paths
@@ -175,8 +176,8 @@ def path_checks(server: Server) -> list[Check]:
 def model_architecture(model_path: str) -> str | None:
     """`architectures[0]` from the model's config.json, when it is readable on this machine."""
     try:
-        config = json.loads((Path(model_path) / "config.json").read_text(encoding="utf-8"))
+        config = json.loads(read_text(Path(model_path) / "config.json", "model config"))
         architecture = config["architectures"][0]
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
-        return None
+    except (FileError, ValueError, KeyError, IndexError, TypeError, RecursionError):
+        return None  # a regular file of at most 1 MiB, or unknown
     return architecture if isinstance(architecture, str) else None

@@ -125,7 +125,9 @@ def prepare_launch(
     # Enough of the child's env to know which nccl.conf files NCCL will read.
     conf, unreadable = read_conf(inherited | plan.env)
     policy = loaded.profile.policy
-    merged = merge_environment(calling, layers, plan, policy, origins, conf)
+    merged = merge_environment(
+        calling, layers, plan, policy, origins, conf, profile_file=loaded.path
+    )
     if nccl_debug:
         merged = _with_nccl_debug(merged, plan)
     return LaunchPlan(

@@ -9,6 +9,7 @@ from typing import Any
 
 import tomli_w
 
+from nccl_launch.errors import WARNING_PREFIX
 from nccl_launch.profile.diff import ProfileDiff
 from nccl_launch.profile.overview import ListedProfile, ShownProfile, Validation
 from nccl_launch.profile.plan import build_plan
@@ -97,7 +98,7 @@ def validate_lines(validation: Validation) -> tuple[list[str], list[str]]:
         if result.error is not None:
             err.append(result.error.message())
             continue
-        err += [f"{result.path}: {note}" for note in result.warnings]
+        err += [f"{WARNING_PREFIX}{result.path}: {note}" for note in result.warnings]
         out.append(f"{result.path}: ok ({result.label}, {result.short_digest})")
     count, invalid = len(validation.results), validation.invalid
     if count > 1:

@@ -8,6 +8,7 @@ from nccl_launch.launch.preflight_report import PreflightReport
 from nccl_launch.live.compare import LiveReport, ProcessReport
 from nccl_launch.live.verify_log import LogReport
 from nccl_launch.render.drift import drift_lines
+from nccl_launch.secrets import mask_argv
 
 
 def preflight_lines(report: PreflightReport) -> list[str]:
@@ -28,7 +29,7 @@ def preflight_lines(report: PreflightReport) -> list[str]:
 
 
 def _process_lines(process: ProcessReport) -> list[str]:
-    lines = [f"pid {process.pid}  {process.title}"]
+    lines = [f"pid {process.pid}  {' '.join(mask_argv(process.title.split(' ')))}"]
     if not process.readable:
         return [*lines, f"  unreadable: {process.reason}"]
     lines += drift_lines(process.drifted)
