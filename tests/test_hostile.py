@@ -1,0 +1,211 @@
+"""Every command against hostile input: bytes, NULs, huge numbers, deep nesting, devices,
+FIFOs, symlinks. Whatever comes in, the exit code is 0, 1, 2 or 3 with a message, never a
+traceback and never exit 4 (which is kept for bugs)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import RunCli
+
+EXPECTED = {0, 1, 2, 3}
+KEYS = ["schema", "name", "version", "description", "extends", "nccl", "env", "policy",
+        "server", "provenance", "speculative", "PROTO", "BUFFSIZE", "P2P_LEVEL", "NTHREADS",
+        "HF_TOKEN", "python", "entrypoint", "model_path", "tp_size", "args", "cwd", "port",
+        "algorithm", "conflict", "undeclared_nccl", "server_owned"]  # fmt: skip
+HOSTILE_TEXT = st.one_of(
+    st.text(max_size=40),
+    st.sampled_from(["\x00", "a\x00b", "\n[Service]\nExecStartPre=/bin/sh", "'", '"', "\\",
+                     "${X}", "$(id)", "`id`", "é", "9" * 5000,
+                     "LL, Simple", "^LL128", "16MiB", "0x200", "-1", "../../etc/shadow"]),
+)  # fmt: skip
+HOSTILE_INT = st.one_of(
+    st.integers(), st.sampled_from([0, -1, 2**31, 2**63, -(2**63) - 1, 10**4000])
+)
+SCALARS = st.one_of(HOSTILE_TEXT, HOSTILE_INT, st.booleans(), st.floats(allow_nan=False))
+
+
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = {"x": value}
+    return value
+
+
+TABLES = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.sampled_from(KEYS), inner, max_size=5)
+    ),
+    max_leaves=20,
+)
+PROFILES = st.one_of(
+    st.dictionaries(st.sampled_from(KEYS), TABLES, max_size=8),
+    st.fixed_dictionaries(
+        {"schema": st.just(1), "name": st.just("p"), "version": HOSTILE_INT},
+        optional={
+            "nccl": st.dictionaries(st.sampled_from(KEYS), SCALARS, max_size=4),
+            "env": st.dictionaries(st.text(max_size=8), TABLES, max_size=4),
+            "server": st.dictionaries(st.sampled_from(KEYS), TABLES, max_size=6),
+            "description": HOSTILE_TEXT,
+            "extends": HOSTILE_TEXT,
+        },
+    ),
+    st.integers(min_value=100, max_value=2000).map(lambda depth: {"deep": nested(depth)}),
+)
+COMMANDS = [
+    ["validate", "{p}"],
+    ["show", "{p}"],
+    ["show", "{p}", "--format", "json"],
+    ["show", "{p}", "--format", "env"],
+    ["systemd", "{p}"],
+    ["run", "{p}", "--dry-run", "--", "true"],
+    ["preflight", "{p}", "--skip", "gpus", "--skip", "port", "--skip", "sglang", "--", "x"],
+    ["diff", "{p}", "{p}"],
+    ["list"],
+    ["verify-log", "{p}", "{p}"],
+]
+FUZZ = settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+def assert_handled(result: subprocess.CompletedProcess[str], what: str) -> None:
+    assert result.returncode in EXPECTED, f"{what}: exit {result.returncode}\n{result.stderr}"
+    assert "Traceback" not in result.stderr, what
+    assert "internal error" not in result.stderr, what
+
+
+def write_toml(path: Path, data: dict[str, Any]) -> bool:
+    try:
+        path.write_text(tomli_w.dumps(data), encoding="utf-8")
+    except (ValueError, TypeError, RecursionError, UnicodeEncodeError):
+        return False  # not expressible as TOML: nothing to feed
+    return True
+
+
+@FUZZ
+@given(data=PROFILES, command=st.sampled_from(COMMANDS))
+def test_hostile_profiles(
+    data: dict[str, Any], command: list[str], tmp_path: Path, nccl_launch: RunCli
+) -> None:
+    path = tmp_path / "profiles" / "p.toml"
+    if write_toml(path, data):
+        args = [arg.format(p=path) for arg in command]
+        assert_handled(nccl_launch(*args), " ".join(args))
+
+
+@FUZZ
+@given(raw=st.binary(max_size=300), command=st.sampled_from(COMMANDS))
+def test_hostile_bytes_as_profile_and_log(
+    raw: bytes, command: list[str], tmp_path: Path, nccl_launch: RunCli
+) -> None:
+    path = tmp_path / "profiles" / "p.toml"
+    path.write_bytes(raw)
+    args = [arg.format(p=path) for arg in command]
+    assert_handled(nccl_launch(*args), " ".join(args))
+
+
+@FUZZ
+@given(raw=st.binary(max_size=300), value=st.sampled_from(["", "9" * 5000, "LL;", "\xff"]))
+def test_hostile_scripts_and_environments(
+    raw: bytes, value: str, tmp_path: Path, nccl_launch: RunCli
+) -> None:
+    script = tmp_path / "start.sh"
+    script.write_bytes(raw)
+    assert_handled(nccl_launch("convert", str(script), "--force"), "convert")
+    profile = tmp_path / "profiles" / "p.toml"
+    profile.write_text('schema = 1\nname = "p"\nversion = 1\n[nccl]\nBUFFSIZE = 4096\n')
+    env = {"NCCL_BUFFSIZE": value, "NCCL_PROTO": value, "NCCL_P2P_LEVEL": value}
+    assert_handled(nccl_launch("run", "--dry-run", "p", "--", "true", env=env), "run")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "directory", "missing", "null"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["validate", "{p}"],
+        ["show", "{p}"],
+        ["run", "--dry-run", "ok", "--env-file", "{p}", "--", "true"],
+        ["convert", "{p}"],
+        ["verify-log", "ok", "{p}"],
+        ["check", "ok", "--pidfile", "{p}"],
+        ["show", "nosuch"],
+        ["list"],
+    ],
+)
+def test_special_files_anywhere(
+    kind: str, command: list[str], tmp_path: Path, nccl_launch: RunCli
+) -> None:
+    """Nothing hangs on a FIFO, reads /dev/zero forever or crashes on a directory: the
+    special file is both the argument and a file on the search path."""
+    (tmp_path / "profiles" / "ok.toml").write_text('schema = 1\nname = "ok"\nversion = 1\n')
+    special = tmp_path / "profiles" / "zz.toml"
+    if kind == "fifo":
+        os.mkfifo(special)
+    elif kind == "zero":
+        special.symlink_to("/dev/zero")
+    elif kind == "directory":
+        special.mkdir()
+    elif kind == "null":
+        special.symlink_to("/dev/null")
+    args = [arg.format(p=special) for arg in command]
+    result = nccl_launch(*args)  # the fixture's timeout turns a hang into a failure
+    assert_handled(result, " ".join(args))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["check", "--pid", "-5"],
+        ["check", "--pid", "0"],
+        ["check", "--pid", str(2**70)],
+        ["capture", "--pid", "-3"],
+        ["run", "ok", "--", ""],
+        ["run", "ok", "--node-rank", str(10**30), "--", "true"],
+        ["check", "--port", "99999999"],
+        ["diff", "ok@" + "9" * 5000, "ok"],
+        ["show", "ok@-1"],
+    ],
+)
+def test_hostile_numbers_and_words(args: list[str], tmp_path: Path, nccl_launch: RunCli) -> None:
+    (tmp_path / "profiles" / "ok.toml").write_text('schema = 1\nname = "ok"\nversion = 1\n')
+    assert_handled(nccl_launch(*args), " ".join(args))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x = " + "[" * 5000 + "]" * 5000,
+        "x = " + "{a = " * 3000 + "1" + "}" * 3000,
+        'schema = 1\nname = "p"\nversion = ' + "9" * 5000,
+        'schema = 1\nname = "p"\nversion = 1\n[server]\nmodel_path = "m"\nentrypoint = "-m \'x"',
+        'schema = 1\nname = "p\\u0000"\nversion = 1',
+    ],
+    ids=["deep-arrays", "deep-tables", "huge-version", "unbalanced-quote", "nul-name"],
+)
+@pytest.mark.parametrize("command", [["validate", "{p}"], ["show", "p@1"], ["list"]])
+def test_one_bad_file_never_crashes_a_command(
+    text: str, command: list[str], tmp_path: Path, nccl_launch: RunCli
+) -> None:
+    path = tmp_path / "profiles" / "p.toml"
+    path.write_text(text)
+    args = [arg.format(p=path) for arg in command]
+    assert_handled(nccl_launch(*args), " ".join(args))
+
+
+def test_a_long_extends_chain_is_an_error_not_a_crash(tmp_path: Path, nccl_launch: RunCli) -> None:
+    for index in range(1500):
+        parent = f'extends = "c{index + 1}"\n' if index < 1499 else ""
+        (tmp_path / "profiles" / f"c{index}.toml").write_text(
+            f'schema = 1\nname = "c{index}"\nversion = 1\n{parent}'
+        )
+    assert_handled(nccl_launch("validate", "c0"), "validate c0")
