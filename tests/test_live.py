@@ -401,7 +401,7 @@ def test_watch_keeps_the_last_good_profile_while_the_file_is_invalid(
     [warning] = watcher.process.stderr.read().splitlines()  # once, not every round
     assert warning.startswith(
         "nccl-launch: warning: profile invalid, still checking against standin@1: "
-        f"{profile}: not valid TOML: "
+        f"{profile.absolute()}: not valid TOML: "  # the file run recorded, by its full path
     )
     assert _alive(server.tree) == server.tree
 
@@ -428,7 +428,7 @@ def test_a_profile_invalid_at_the_first_look_is_an_error_even_watching(
     Path("profiles/standin.toml").write_text(BROKEN)
     result = nccl_launch("check", "--pid", str(server.process.pid), "--watch", "0.2")
     assert result.returncode == 2
-    assert result.stderr.startswith("profiles/standin.toml: not valid TOML: ")
+    assert result.stderr.startswith(f"{Path.cwd()}/profiles/standin.toml: not valid TOML: ")
 
 
 def test_on_drift_stop_needs_watch(nccl_launch: RunCli) -> None:

@@ -281,7 +281,7 @@ def test_validate_warns_about_secrets_written_in_the_profile(
     assert result.returncode == 0, result.stderr
     assert_hidden(result.stdout + result.stderr)
     warnings = result.stderr.splitlines()
-    where = "profiles/secretive.toml"
+    where = "nccl-launch: warning: profiles/secretive.toml"
     elsewhere = "it belongs in an --env-file (mode 0600) or the calling environment"
     assert f"{where}: env.HF_TOKEN: holds a literal secret; {elsewhere}" in warnings
     assert f"{where}: env.DATABASE_URL: holds a password in a URL; {elsewhere}" in warnings
