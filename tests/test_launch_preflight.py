@@ -314,3 +314,31 @@ def test_nccl_conf_lines_name_what_applies(host: Preflight, isolated: Isolation)
     assert checks["nccl.conf"][1]["message"] == (
         f"{system}: applies NCCL_IB_HCA=mlx5_0 ({system}:2); 1 shadowed"
     )
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "NCCL_LAUNCH_PROBE {not json",
+        "NCCL_LAUNCH_PROBE []",
+        'NCCL_LAUNCH_PROBE {"stage": "parse"}',
+        'NCCL_LAUNCH_PROBE {"python": "p", "python_version": "3", "version": "1", "parsed": {}}',
+        "NCCL_LAUNCH_PROBE " + "[" * 100_000,
+        "\udcff not text",
+    ],
+    ids=["not-json", "a-list", "no-keys", "no-parsed-fields", "deep", "bytes"],
+)
+def test_a_broken_interpreter_is_a_failed_check_not_a_crash(
+    answer: str, write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    """The server's python is whatever the profile names: its answer is checked, not trusted."""
+    fake = tmp_path / "python3"
+    fake.write_bytes(b"#!/bin/sh\nprintf '%s\\n' \"$ANSWER\"\n")
+    fake.chmod(0o755)
+    with_python(write_profile, SHIPPED_SERVERS[0], str(fake))
+    env = {"ANSWER": answer}  # a lone surrogate reaches the child as the byte 0xff
+    result = nccl_launch("preflight", *SKIP_HOST, "under-test", env=env)
+    assert result.returncode == 3, result.stderr
+    assert "Traceback" not in result.stderr
+    [line] = [line for line in result.stdout.splitlines() if line.startswith("fail  sglang")]
+    assert f"{fake} answered " in line or f"{fake} did not answer" in line

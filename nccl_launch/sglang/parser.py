@@ -8,9 +8,9 @@ from importlib import resources
 from typing import Any
 
 from nccl_launch.sglang.argv import structured_values
+from nccl_launch.sglang.probe import FIELDS, MARK
 from nccl_launch.sglang.server import Server
 
-PROBE_MARK = "NCCL_LAUNCH_PROBE "
 PROBE_TIMEOUT_S = 300  # importing SGLang (and torch) on a cold disk is slow
 
 
@@ -23,6 +23,7 @@ def probe_sglang(server: Server, server_args: list[str]) -> dict[str, Any]:
             [server.python, "-c", source, *server_args],
             capture_output=True,
             text=True,
+            errors="replace",
             timeout=PROBE_TIMEOUT_S,
             cwd=server.cwd,
             check=False,
@@ -30,11 +31,39 @@ def probe_sglang(server: Server, server_args: list[str]) -> dict[str, Any]:
     except (OSError, subprocess.TimeoutExpired) as error:
         return {"stage": "interpreter", "error": f"cannot run {server.python}: {error}"}
     for line in done.stdout.splitlines():
-        if line.startswith(PROBE_MARK):
-            result: dict[str, Any] = json.loads(line.removeprefix(PROBE_MARK))
-            return result
+        if line.startswith(MARK):
+            answer = _answer(line.removeprefix(MARK))
+            if answer is None:
+                return {"stage": "interpreter", "error": f"{server.python} answered {line!r:.200}"}
+            return answer
     tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit {done.returncode}"]
     return {"stage": "interpreter", "error": f"{server.python} did not answer: {tail[0]}"}
+
+
+_TEXT_KEYS = {
+    "import": ("error",),
+    "parse": ("python", "python_version", "version", "error"),
+    None: ("python", "python_version", "version"),
+}
+
+
+def _answer(text: str) -> dict[str, Any] | None:
+    """The probe's answer when it has the shape probe.py writes, else None (another program
+    printed the mark, or a broken interpreter)."""
+    try:
+        answer = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(answer, dict) or answer.get("stage") not in _TEXT_KEYS:
+        return None
+    if not all(isinstance(answer.get(key), str) for key in _TEXT_KEYS[answer.get("stage")]):
+        return None
+    parsed = answer.get("parsed")
+    if answer.get("stage") is None and not (
+        isinstance(parsed, dict) and set(FIELDS) <= set(parsed)
+    ):
+        return None
+    return answer
 
 
 def expected_values(server: Server) -> dict[str, object]:
