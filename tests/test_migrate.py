@@ -115,7 +115,9 @@ def test_convert_a_raw_line_from_stdin() -> None:
                             input=line, capture_output=True, text=True, check=False)  # fmt: skip
     assert result.returncode == 0, result.stderr
     profile = tomllib.loads(Path("raw.toml").read_text())
-    assert profile["nccl"] == {"PROTO": "ll", "BUFFSIZE": "4M"}
+    # NCCL reads `4M` as 4 (strtoll stops at the M): the profile keeps that, and says so.
+    assert profile["nccl"] == {"PROTO": "ll", "BUFFSIZE": 4}
+    assert "NCCL_BUFFSIZE=4M is read by NCCL as 4; stored 4" in result.stderr
     assert profile["server"]["tp_size"] == 2
     assert profile["provenance"]["source"] == "stdin"
 
@@ -146,8 +148,12 @@ def test_slurm_script_leaves_placement_to_run_time(
         ("export NCCL_PROTOCOL=LL\npython3 -m sglang.launch_server --model-path /m\n",
          "bad.sh: line 1: NCCL_PROTOCOL is not a variable NCCL documents or reads (NCCL ignores "
          "it); did you mean NCCL_PROTO?"),
-        ("export NCCL_BUFFSIZE=16MB\npython3 -m sglang.launch_server --model-path /m\n",
-         "bad.sh: line 1: NCCL_BUFFSIZE: '16MB' is not a size (NCCL would read it as 16)"),
+        ("export NCCL_NTHREADS=0x201\npython3 -m sglang.launch_server --model-path /m\n",
+         "bad.sh: line 1: NCCL_NTHREADS: '0x201' (NCCL reads 513): 513 is not valid; valid: a "
+         "decimal integer from 64 to 512 and a multiple of 32"),
+        ("export NCCL_P2P_LEVEL=2147483648\npython3 -m sglang.launch_server --model-path /m\n",
+         "bad.sh: line 1: NCCL_P2P_LEVEL: '2147483648': NCCL reads it as the legacy level "
+         "-2147483648 (strtol truncated to an int), outside its table: undefined behaviour"),
         ("HOST=$(hostname)\npython3 -m sglang.launch_server --model-path /m\n",
          "nccl-launch: line 1: command substitution is not supported"),
         ("echo hello\n", "nccl-launch: no `python -m sglang.launch_server` (or `sglang serve`)"),

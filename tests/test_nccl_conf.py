@@ -45,9 +45,19 @@ def test_conf_syntax_is_nccls_not_a_shells() -> None:
     assert entries[1].where == "/etc/nccl.conf:3"
 
 
-def test_conf_long_lines_are_cut_like_ncclss_buffer() -> None:
-    [entry] = parse("NCCL_TOPO_FILE=" + "x" * 5000 + "\n", "f")
-    assert len(entry.key) + 1 + len(entry.value) == 4095
+def test_conf_long_lines_are_read_whole_and_each_field_cut_at_1023_bytes() -> None:
+    # getline reads any length (param.cc:48); strncpy(..., 1023) cuts key and value (54-58).
+    text = "NCCL_TOPO_FILE=" + "x" * 5000 + "\nNCCL_PROTO=LL\n" + "K" * 1100 + "=v\n"
+    first, second, third = parse(text, "f")
+    assert (first.key, first.value) == ("NCCL_TOPO_FILE", "x" * 1023)
+    assert (second.line, second.key, second.value) == (2, "NCCL_PROTO", "LL")  # no continuation
+    assert (third.key, third.value) == ("K" * 1023, "v")
+
+
+def test_conf_value_is_cut_at_1023_bytes_not_characters() -> None:
+    raw = ("NCCL_SOCKET_IFNAME=" + "a" * 1022 + "é\n").encode()  # é is 2 bytes: cut in two
+    [entry] = parse(raw.decode("utf-8", "surrogateescape"), "f")
+    assert entry.value.encode("utf-8", "surrogateescape") == b"a" * 1022 + "é".encode()[:1]
 
 
 def test_conf_precedence_environment_then_first_file() -> None:

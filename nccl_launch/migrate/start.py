@@ -12,6 +12,7 @@ from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files import atomic_write
 from nccl_launch.migrate.server_table import server_table
 from nccl_launch.nccl import catalog, rules
+from nccl_launch.nccl.grammar import IntRule, LevelRule, SizeRule, TomlValue, Undefined
 from nccl_launch.profile.load import validate_resolved
 from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.profile.model import PROFILE_SCHEMA
@@ -30,6 +31,27 @@ class StartCommand:
     notes: list[str] = field(default_factory=list)
 
 
+def nccl_reading(key: str, value: str, notes: list[str], where: str) -> TomlValue | None:
+    """The value to store for `key=value`: what NCCL read, so the profile keeps its meaning
+    (`010` is 8, octal; `0x200` is 512; `16MB` is 16), with a note when that differs from the
+    spelling; None (and a note) for an empty integer, which leaves NCCL's default."""
+    rule = rules.rule_for(key)
+    read = rules.meaning(key, value)
+    if isinstance(read, Undefined):
+        raise ValueError(f"{value!r}: {read.why}; write the level NCCL should use")
+    if isinstance(rule, IntRule | SizeRule):
+        if read is None and not value:
+            notes.append(f"{where}{key} is empty: NCCL keeps its default; not stored")
+            return None
+        if isinstance(read, int) and str(read) != value:
+            notes.append(f"{where}{key}={value} is read by NCCL as {read}; stored {read}")
+            return read
+    if isinstance(rule, LevelRule) and isinstance(read, str) and read != value:
+        notes.append(f"{where}{key}={value} is read by NCCL as {read}; stored {read}")
+        return read
+    return value
+
+
 def build_profile(
     start: StartCommand, name: str, source: str, how: str
 ) -> tuple[dict[str, Any], ProfilePlan]:
@@ -45,11 +67,15 @@ def build_profile(
         elif catalog.lookup(key) is None:
             problems.append(f"{where}{catalog.unknown_name_message(key)}")
         else:
+            stored: TomlValue | None = None
             try:
-                rules.canonical(key, value)
-                nccl[key.removeprefix(catalog.PREFIX)] = value
+                stored = nccl_reading(key, value, start.notes, where)
+                if stored is not None:
+                    rules.canonical(key, stored)
+                    nccl[key.removeprefix(catalog.PREFIX)] = stored
             except ValueError as error:
-                problems.append(f"{where}{key}: {error}")
+                read = "" if stored in (None, value) else f"{value!r} (NCCL reads {stored}): "
+                problems.append(f"{where}{key}: {read}{error}")
     if problems:
         raise ProfileError([f"{source}: {problem}" for problem in problems])
     notes = start.notes

@@ -15,7 +15,10 @@ SYSTEM_CONF = "/etc/nccl.conf"
 # Where nccl-launch looks for the file NCCL reads as /etc/nccl.conf: for tests, which must not
 # depend on the host's, and for a container whose /etc is mounted elsewhere.
 SYSTEM_CONF_VAR = "NCCL_LAUNCH_SYSTEM_CONF"
-MAX_LINE = 4096  # NCCL reads with a fixed buffer; longer lines are cut into several
+# NCCL reads each line whole (`getline`, src/misc/param.cc:48), then copies the key and the
+# value into 1024-byte buffers with `strncpy(..., 1023)` (lines 44-45, 54-58): each is cut at
+# 1023 bytes, and the rest of the line is dropped. Lines have no length limit.
+MAX_FIELD = 1023
 
 
 @dataclass(frozen=True)
@@ -42,13 +45,20 @@ def parse(text: str, path: str) -> list[ConfEntry]:
     entries = []
     for number, raw in enumerate(text.split("\n"), start=1):
         # NCCL handles the line as a C string: it ends at the first NUL byte.
-        line = raw[: MAX_LINE - 1].partition("\0")[0].removesuffix("\r")
+        line = raw.partition("\0")[0].removesuffix("\r")
         if line.startswith("#") or "=" not in line:
             continue
         key, _, value = line.partition("=")
         if key:
-            entries.append(ConfEntry(path, number, key, value))
+            entries.append(ConfEntry(path, number, _cut(key), _cut(value)))
     return entries
+
+
+def _cut(text: str) -> str:
+    """The first 1023 bytes, as `strncpy` copies them; the file was decoded with
+    surrogateescape, so a multi-byte character cut in two keeps its raw bytes."""
+    data = text.encode("utf-8", "surrogateescape")
+    return text if len(data) <= MAX_FIELD else data[:MAX_FIELD].decode("utf-8", "surrogateescape")
 
 
 def conf_paths(env: Mapping[str, str]) -> list[Path]:

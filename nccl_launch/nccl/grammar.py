@@ -57,6 +57,27 @@ def strtoll(raw: str) -> int | None:
     return value if INT64_MIN <= value <= INT64_MAX else None
 
 
+def load_param(raw: str) -> int | None:
+    """What `ncclLoadParam` (src/misc/param.cc:127-139) makes of a value: strtoll's reading,
+    or None where NCCL keeps its default: an empty value (`strlen(str) > 0` fails) or one
+    strtoll overflows (errno set)."""
+    return strtoll(raw) if raw else None
+
+
+def c_int(value: int) -> int:
+    """A 64-bit C value stored in a 32-bit `int`, as gcc on Linux does: modulo 2^32."""
+    value &= 2**32 - 1
+    return value - 2**32 if value >= INT32_LIMIT else value
+
+
+@dataclass(frozen=True, eq=False)
+class Undefined:
+    """A value whose effect NCCL's code leaves undefined: it equals nothing, so it is drift
+    against any other value; `why` is the note shown."""
+
+    why: str
+
+
 def _as_int(value: TomlValue, expected: str) -> int:
     """A TOML integer, or a string of decimal digits; never a bool, float or hex."""
     if isinstance(value, int) and not isinstance(value, bool):
@@ -105,7 +126,7 @@ class IntRule:
         return str(number)
 
     def meaning(self, raw: str) -> object:
-        return strtoll(raw)
+        return load_param(raw)
 
     def schema(self) -> dict[str, Any]:
         number: dict[str, Any] = {"type": "integer", "minimum": self.low, "maximum": self.high}
@@ -142,7 +163,7 @@ class SizeRule:
         return str(number)
 
     def meaning(self, raw: str) -> object:
-        return strtoll(raw)
+        return load_param(raw)
 
     def schema(self) -> dict[str, Any]:
         units = "|".join(unit for unit in _UNITS if unit)
@@ -273,7 +294,7 @@ class LevelRule:
         valid = f"one of {', '.join(LEVELS)} (exact case) or a legacy integer 0-5"
         if isinstance(value, bool) or not isinstance(value, int | str):
             raise ValueError(f"{value!r} is not valid; valid: {valid}")
-        if isinstance(value, str) and not value.isdigit():
+        if isinstance(value, str) and not (value.isascii() and value.isdigit()):
             hint = f" (NCCL treats {value!r} as unset)"
             raise ValueError(f"{value!r} is not valid{hint}; valid: {valid}")
         number = int(value)
@@ -282,12 +303,22 @@ class LevelRule:
         return _LEGACY_LEVELS[number]
 
     def meaning(self, raw: str) -> object:
+        """`ncclGetLevel` (src/graph/paths.cc): an exact name; else, when the first character
+        is an ASCII digit, `int oldLevel = strtol(str, NULL, 0)` indexes the legacy table,
+        clamped above at 5 but not below: a long that truncates to a negative int (2^31,
+        or an overflow's LONG_MAX) reads outside the table. Anything else is unset."""
         if raw in LEVELS:
             return raw
-        if raw[:1].isdigit():
-            number = strtoll(raw) or 0
-            return _LEGACY_LEVELS[min(number, 5)]
-        return None  # NCCL silently treats anything else as unset
+        if not raw or raw[0] not in "0123456789":
+            return None  # NCCL silently treats it as unset
+        read = strtoll(raw)  # strtol: long is 64 bits on Linux
+        old = c_int(INT64_MAX if read is None else read)  # overflow: LONG_MAX (no sign here)
+        if old < 0:
+            return Undefined(
+                f"NCCL reads it as the legacy level {old} (strtol truncated to an int), "
+                "outside its table: undefined behaviour"
+            )
+        return _LEGACY_LEVELS[min(old, len(_LEGACY_LEVELS) - 1)]
 
     def schema(self) -> dict[str, Any]:
         return {
