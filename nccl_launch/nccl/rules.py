@@ -28,7 +28,7 @@ _SUBSYSTEMS = (
 
 # Rules by name without the prefix; every other variable gets the default rule of its kind.
 RULES: dict[str, Rule] = {
-    "PROTO": SelectionRule(("LL", "LL128", "Simple"), "a protocol"),
+    "PROTO": SelectionRule(("LL", "LL128", "Simple"), "a protocol", auto=("LL128",)),
     "ALGO": SelectionRule(
         ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"),
         "an algorithm",
