@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, computed_field, field_serializer
 
 from nccl_launch.errors import EXIT_DRIFT, EXIT_OK
 from nccl_launch.nccl import catalog, rules
+from nccl_launch.nccl.grammar import IntRule, SizeRule, Undefined
 from nccl_launch.nccl.selection import Rejected
 from nccl_launch.profile.markers import NCCL_DEBUG_ENV, OWN_VARIABLES
 from nccl_launch.profile.model import Policy
@@ -125,8 +126,13 @@ def changed_note(key: str, actual: str) -> str | None:
     read = rule.meaning(actual)
     if isinstance(read, int) and str(read) != actual:
         return f"NCCL reads {read}"
+    if isinstance(read, Undefined):
+        return read.why
     if isinstance(read, Rejected):  # NCCL_PROTO / NCCL_ALGO that parseList refuses
         return read.note
+    if read is None and isinstance(rule, IntRule | SizeRule):
+        # ncclLoadParam (src/misc/param.cc:130-135) keeps the default for both.
+        return "empty: NCCL keeps its default" if not actual else "overflow: NCCL keeps its default"
     if read is None:
         return "NCCL treats it as unset"
     return None
