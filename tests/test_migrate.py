@@ -437,3 +437,27 @@ def test_capture_refuses_what_is_not_utf8_text(
         "cannot hold; write the profile by hand\n"
     )
     assert list(Path("profiles").iterdir()) == []
+
+
+def test_capture_stores_what_nccl_read_with_a_note(nccl_launch: RunCli, tmp_path: Path) -> None:
+    out = tmp_path / "server.json"
+    env = {
+        **os.environ, "PYTHONPATH": str(STANDIN), "STANDIN_RECORD": str(out), "STANDIN_WAIT": "1",
+        "NCCL_BUFFSIZE": "010", "NCCL_NTHREADS": "0x200", "NCCL_P2P_LEVEL": "4294967299",
+    }  # fmt: skip
+    argv = [sys.executable, "-m", "sglang.launch_server", "--model", "/models/m"]
+    process = subprocess.Popen(argv, env=env, cwd=tmp_path, stderr=subprocess.PIPE)
+    try:
+        wait_for_record(out, process)
+        result = nccl_launch("capture", "--pid", str(process.pid), "--name", "live")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=10)
+    assert result.returncode == 0, result.stderr
+    profile = tomllib.loads(Path("profiles/live.toml").read_text())
+    assert profile["nccl"] == {"BUFFSIZE": 8, "NTHREADS": 512, "P2P_LEVEL": "PHB"}
+    for note in ["NCCL_BUFFSIZE=010 is read by NCCL as 8; stored 8",
+                 "NCCL_NTHREADS=0x200 is read by NCCL as 512; stored 512",
+                 "NCCL_P2P_LEVEL=4294967299 is read by NCCL as PHB; stored PHB"]:  # fmt: skip
+        assert note in result.stderr
+        assert note in profile["provenance"]["notes"]
