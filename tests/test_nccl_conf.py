@@ -45,13 +45,26 @@ def test_conf_syntax_is_nccls_not_a_shells() -> None:
     assert entries[1].where == "/etc/nccl.conf:3"
 
 
-def test_conf_long_lines_are_read_whole_and_each_field_cut_at_1023_bytes() -> None:
-    # getline reads any length (param.cc:48); strncpy(..., 1023) cuts key and value (54-58).
-    text = "NCCL_TOPO_FILE=" + "x" * 5000 + "\nNCCL_PROTO=LL\n" + "K" * 1100 + "=v\n"
-    first, second, third = parse(text, "f")
-    assert (first.key, first.value) == ("NCCL_TOPO_FILE", "x" * 1023)
-    assert (second.line, second.key, second.value) == (2, "NCCL_PROTO", "LL")  # no continuation
-    assert (third.key, third.value) == ("K" * 1023, "v")
+def test_conf_long_lines_continue_as_assignments_and_each_field_is_cut_at_1023_bytes() -> None:
+    # fgets into 4096 bytes: 4095 bytes a read; the rest of the line is read as a line of its
+    # own. strncpy(..., 1023) cuts the key and the value.
+    long_value = "NCCL_TOPO_FILE=" + "x" * 4080 + "NCCL_IB_HCA=mlx5_9"  # rest starts at byte 4095
+    text = long_value + "\nNCCL_PROTO=LL\n" + "K" * 1100 + "=v\n" + "A" * 4095 + "\n"
+    first, smuggled, second, third = parse(text, "f")
+    assert (first.line, first.key, first.value) == (1, "NCCL_TOPO_FILE", "x" * 1023)
+    assert (smuggled.line, smuggled.key, smuggled.value) == (1, "NCCL_IB_HCA", "mlx5_9")
+    assert (second.line, second.key, second.value) == (2, "NCCL_PROTO", "LL")
+    assert (third.key, third.value) == ("K" * 1023, "v")  # the 4095-byte line: no '=', skipped
+
+
+def test_conf_a_continuation_is_read_like_a_line() -> None:
+    comment = "#" + "c" * 4094 + "NCCL_ALGO=Tree\n"  # a comment's rest is no comment
+    cr = "NCCL_DEBUG=WARN\r\n"
+    entries = parse(comment + cr, "f")
+    assert [(e.line, e.key, e.value) for e in entries] == [
+        (1, "NCCL_ALGO", "Tree"),
+        (2, "NCCL_DEBUG", "WARN"),
+    ]
 
 
 def test_conf_value_is_cut_at_1023_bytes_not_characters() -> None:

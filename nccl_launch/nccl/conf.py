@@ -15,9 +15,11 @@ SYSTEM_CONF = "/etc/nccl.conf"
 # Where nccl-launch looks for the file NCCL reads as /etc/nccl.conf: for tests, which must not
 # depend on the host's, and for a container whose /etc is mounted elsewhere.
 SYSTEM_CONF_VAR = "NCCL_LAUNCH_SYSTEM_CONF"
-# NCCL reads each line whole (`getline`, src/misc/param.cc:48), then copies the key and the
-# value into 1024-byte buffers with `strncpy(..., 1023)` (lines 44-45, 54-58): each is cut at
-# 1023 bytes, and the rest of the line is dropped. Lines have no length limit.
+# NCCL 2.30 reads the file with `fgets` into a 4096-byte buffer: a read ends after a newline
+# or after 4095 bytes, and the rest of a longer line comes back from the next read as a line
+# of its own. The key and the value are then copied with `strncpy(..., 1023)`: each is cut
+# at 1023 bytes (docs/explanation.md, "How NCCL reads ... nccl.conf", says where each comes from).
+MAX_READ = 4095
 MAX_FIELD = 1023
 
 
@@ -40,18 +42,34 @@ def parse(text: str, path: str) -> list[ConfEntry]:
 
     The key is everything before the first `=` (spaces included: `NCCL_PROTO = LL` sets a
     variable named `NCCL_PROTO `), the value everything after (quotes included). A CR before
-    the newline is stripped, as NCCL does since 2.30; a NUL byte ends the line.
+    the newline is stripped, as NCCL does since 2.30; a NUL byte ends the line. A line over
+    4095 bytes is read as several, as `fgets` hands them to NCCL; each is numbered by the line
+    of the file it comes from.
     """
     entries = []
-    for number, raw in enumerate(text.split("\n"), start=1):
+    for number, read in _reads(text):
         # NCCL handles the line as a C string: it ends at the first NUL byte.
-        line = raw.partition("\0")[0].removesuffix("\r")
+        line = read.removesuffix("\n").removesuffix("\r").partition("\0")[0]
         if line.startswith("#") or "=" not in line:
             continue
         key, _, value = line.partition("=")
         if key:
             entries.append(ConfEntry(path, number, _cut(key), _cut(value)))
     return entries
+
+
+def _reads(text: str) -> list[tuple[int, str]]:
+    """What each `fgets(buffer, 4096, file)` returns, with the file's line number: a line and
+    its newline, in pieces of at most 4095 bytes."""
+    reads = []
+    lines = text.split("\n")
+    for number, line in enumerate(lines, start=1):
+        data = (line + ("\n" if number < len(lines) else "")).encode("utf-8", "surrogateescape")
+        for start in range(0, len(data), MAX_READ):
+            reads.append(
+                (number, data[start : start + MAX_READ].decode("utf-8", "surrogateescape"))
+            )
+    return reads
 
 
 def _cut(text: str) -> str:
