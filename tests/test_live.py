@@ -725,3 +725,79 @@ def test_a_server_started_by_run_is_checked_from_any_directory(
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert json.loads(result.stdout)["path"] == str(tmp_path / "profiles" / "standin.toml")
+
+
+# The tree walk through /proc/PID/task/TID/children, against psutil's scan of every process.
+
+from nccl_launch.live.processes import descendants, snapshot_tree  # noqa: E402
+
+
+def _has_children_files() -> bool:
+    pid = os.getpid()
+    return Path(f"/proc/{pid}/task/{pid}/children").exists()
+
+
+needs_children_files = pytest.mark.skipif(
+    not _has_children_files(), reason="this kernel has no CONFIG_PROC_CHILDREN"
+)
+
+
+def _pids(processes: list[psutil.Process]) -> set[int]:
+    return {process.pid for process in processes}
+
+
+@needs_children_files
+def test_the_walk_finds_the_same_tree_as_psutil(start: StartServer) -> None:
+    server = start()
+    main = psutil.Process(server.process.pid)
+    walked = descendants(main)
+    assert len(server.tree) >= 4  # two schedulers, a detokenizer, the resource tracker
+    assert _pids(walked) == _pids(main.children(recursive=True)) == set(server.tree[1:])
+    snapshots = [snapshot.pid for snapshot in snapshot_tree(main.pid)]
+    assert (snapshots[0], sorted(snapshots)) == (main.pid, sorted(server.tree))
+
+
+THREADED = """
+import subprocess, sys, threading, time
+def spawn():
+    grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    print(grandchild.pid, threading.get_native_id(), flush=True)
+    time.sleep(60)  # alive: a thread's children move to another thread when it ends
+threading.Thread(target=spawn, daemon=True).start()
+time.sleep(60)
+"""
+
+
+@needs_children_files
+def test_the_walk_finds_a_grandchild_started_by_a_thread_of_a_child() -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", THREADED], stdout=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        assert child.stdout is not None
+        grandchild, thread = map(int, child.stdout.readline().split())
+        tasks = Path(f"/proc/{child.pid}/task")
+        assert thread != child.pid
+        assert (tasks / str(thread) / "children").read_text().split() == [str(grandchild)]
+        assert str(grandchild) not in (tasks / str(child.pid) / "children").read_text().split()
+        main = psutil.Process(os.getpid())
+        walked = _pids(descendants(main))
+        assert {child.pid, grandchild} <= walked
+        assert walked == _pids(main.children(recursive=True))
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(timeout=10)
+        assert child.stdout is not None
+        child.stdout.close()
+
+
+def test_without_children_files_the_walk_falls_back_to_psutil(
+    start: StartServer, tmp_path: Path
+) -> None:
+    server = start()
+    main = psutil.Process(server.process.pid)
+    task = tmp_path / str(main.pid) / "task" / str(main.pid)
+    task.mkdir(parents=True)  # the process is there, its children file is not
+    assert _pids(descendants(main, proc=tmp_path)) == set(server.tree[1:])
+    (task / "children").write_text("")  # a file that lists none: the walk reads it
+    assert descendants(main, proc=tmp_path) == []

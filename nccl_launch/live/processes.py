@@ -16,6 +16,7 @@ from nccl_launch.live.compare import ProcessSnapshot
 
 TITLE_WIDTH = 100
 PIDFILE_LIMIT = 64  # a PID and a newline; anything longer is not a pidfile
+PROC = Path("/proc")
 OVERWRITTEN = (
     "environment overwritten by setproctitle; start the server with SPT_NOENV=1 "
     "(nccl-launch run sets it)"
@@ -138,12 +139,65 @@ def _environ_has_bytes(pid: int) -> bool:
         return True  # unreadable now: still not known to be empty
 
 
+def descendants(main: psutil.Process, proc: Path = PROC) -> list[psutil.Process]:
+    """Every live descendant of `main`, breadth-first.
+
+    Read from /proc/PID/task/TID/children: each thread's file lists the children that
+    thread created, so only the tree is read, where psutil's recursive children() reads
+    every process of the host. Kernels without CONFIG_PROC_CHILDREN lack the file: psutil.
+    """
+    if not (proc / str(main.pid) / "task" / str(main.pid) / "children").exists():
+        return main.children(recursive=True)
+    found: list[psutil.Process] = []
+    seen = {main.pid}
+    parents = [main]
+    while parents:
+        parent = parents.pop(0)
+        pids = _child_pids(proc / str(parent.pid) / "task")
+        if not parent.is_running():  # its PID was taken by another: those are not ours
+            continue
+        for pid in pids:
+            if pid not in seen and (child := _child(pid, parent, main)) is not None:
+                seen.add(pid)
+                found.append(child)
+                parents.append(child)
+    return found
+
+
+def _child(pid: int, parent: psutil.Process, main: psutil.Process) -> psutil.Process | None:
+    """The process `pid` if it is still the child listed, not a newcomer reusing the PID."""
+    try:
+        child = psutil.Process(pid)
+        # psutil's own check: a process older than the main one is none of its descendants.
+        if child.ppid() != parent.pid or child.create_time() < main.create_time():
+            return None
+    except psutil.NoSuchProcess:  # ended meanwhile (ZombieProcess is one too)
+        return None
+    return child
+
+
+def _child_pids(tasks: Path) -> list[int]:
+    """The children every thread under /proc/PID/task created; none when the process ended."""
+    pids: list[int] = []
+    try:
+        threads = list(tasks.iterdir())
+    except OSError:  # the process ended meanwhile
+        return pids
+    for thread in threads:
+        try:
+            text = (thread / "children").read_text(encoding="ascii")
+        except OSError:  # the thread ended meanwhile
+            continue
+        pids.extend(int(pid) for pid in text.split())
+    return pids
+
+
 def snapshot_tree(pid: int) -> list[ProcessSnapshot]:
     """The main process and every descendant; processes that end meanwhile are skipped."""
     try:
         main = psutil.Process(pid)
         snapshots = [_snapshot(main)]
-        children = main.children(recursive=True)
+        children = descendants(main)
     except psutil.NoSuchProcess:
         raise HostError(f"no process with pid {pid}") from None
     except psutil.AccessDenied:
@@ -186,7 +240,7 @@ def stop_tree(snapshots: list[ProcessSnapshot], grace: float) -> int:
     main = _same(snapshots[0])
     if main is not None:  # take in the workers started since the last look
         known = {snapshot.pid for snapshot in snapshots}
-        for child in main.children(recursive=True):
+        for child in descendants(main):
             if child.pid not in known:
                 try:
                     snapshots = [*snapshots, _snapshot(child)]
