@@ -104,7 +104,13 @@ def start_tree(size: int, env: dict[str, str], cwd: Path) -> subprocess.Popen[st
     """A tree of `size` processes started through `run`, so each carries the profile's env."""
     argv = [NCCL_LAUNCH, "run", "bench", "--", PYTHON, "-c", TREE, str(size)]
     tree = subprocess.Popen(
-        argv, env=env, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        argv,
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     if tree.stdout is None or tree.stdout.readline().strip() != "ready":
         sys.exit("bench: the process tree did not start")

@@ -2,38 +2,137 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
-import traceback
+from collections.abc import Iterator, MutableMapping
+from typing import Any
 
 import click
 
 from nccl_launch import __version__
-from nccl_launch.commands import inspecting, launching, migrating, watching
 from nccl_launch.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, NcclLaunchError
 
+# name -> (module under nccl_launch.commands, attribute, the first paragraph of its help).
+# Importing a command's module costs tens of ms (pydantic models, psutil), so only the command
+# that runs is imported; `--help` lists them from here. tests/test_startup.py keeps the help
+# texts here equal to the commands' own.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "run": (
+        "launching",
+        "run",
+        "Validate PROFILE, merge it into the environment and exec the server.",
+    ),
+    "preflight": (
+        "launching",
+        "preflight",
+        "Check everything `run` would, then the host and SGLang's own parser on the argv.",
+    ),
+    "check": (
+        "watching",
+        "check",
+        "Compare a running server's whole process tree with PROFILE.",
+    ),
+    "verify-log": (
+        "watching",
+        "verify_log",
+        "Confirm from NCCL's NCCL_DEBUG=INFO output (LOG, or stdin) that every rank applied "
+        "each declared value; exit 1 on a value applied differently or never confirmed.",
+    ),
+    "validate": (
+        "inspecting",
+        "validate_command",
+        "Check profile FILES (and what they extend) alone, asking this host nothing; exit 2 if "
+        "any is invalid.",
+    ),
+    "show": (
+        "inspecting",
+        "show_command",
+        "Print PROFILE resolved through its `extends` chain.",
+    ),
+    "diff": (
+        "inspecting",
+        "diff",
+        "Compare two profiles (or NAME@3 and NAME@4); exit 1 when they differ.",
+    ),
+    "list": (
+        "inspecting",
+        "list_command",
+        "List the profiles on the search path with name, version and digest.",
+    ),
+    "schema": (
+        "inspecting",
+        "schema",
+        "Print the profile format as JSON Schema, for editors.",
+    ),
+    "convert": (
+        "migrating",
+        "convert",
+        "Turn a start SCRIPT (or '-' for stdin: a raw command line) into a profile.",
+    ),
+    "capture": (
+        "migrating",
+        "capture",
+        "Write a profile from a running server: its NCCL env, its command line and directory.",
+    ),
+    "systemd": (
+        "migrating",
+        "systemd",
+        "Print a systemd service unit that runs PROFILE's server through nccl-launch.",
+    ),
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class LazyCommands(MutableMapping[str, click.Command]):
+    """The group's commands by name, each imported the first time it is looked up."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, click.Command] = {}
+
+    def __getitem__(self, name: str) -> click.Command:
+        if name not in self._loaded:
+            module, attribute, _ = COMMANDS[name]  # KeyError: no such command, as for a dict
+            loaded = importlib.import_module(f"nccl_launch.commands.{module}")
+            self._loaded[name] = getattr(loaded, attribute)
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, command: click.Command) -> None:
+        self._loaded[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(COMMANDS.keys() | self._loaded.keys())
+
+    def __len__(self) -> int:
+        return len(COMMANDS.keys() | self._loaded.keys())
+
+
+def short_help(name: str, limit: int) -> str:
+    """The line `--help` lists for command `name`, shortened by click's own rule."""
+    return click.Command(name, help=COMMANDS[name][2]).get_short_help_str(limit)
+
+
+class LazyGroup(click.Group):
+    """A group that imports only the command that runs, and lists all from COMMANDS."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = LazyCommands()
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = [(name, short_help(name, limit)) for name in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="nccl-launch")
 @click.option("--debug", is_flag=True, help="Show the traceback of an internal error.")
 def cli(debug: bool) -> None:
     """Start a server with the NCCL environment its profile declares, or refuse with a diff."""
-
-
-for command in (
-    launching.run,
-    launching.preflight,
-    watching.check,
-    watching.verify_log,
-    inspecting.validate_command,
-    inspecting.show_command,
-    inspecting.diff,
-    inspecting.list_command,
-    inspecting.schema,
-    migrating.convert,
-    migrating.capture,
-    migrating.systemd,
-):
-    cli.add_command(command)
 
 
 def _debug_requested(args: list[str]) -> bool:
@@ -58,6 +157,8 @@ def main(args: list[str] | None = None) -> int:
         code = error.exit_code
     except Exception as error:
         if _debug_requested(args):
+            import traceback  # only for a bug, shown on request
+
             traceback.print_exc()
         click.echo(
             f"nccl-launch: internal error: {type(error).__name__}: {error} "

@@ -20,7 +20,6 @@ from nccl_launch.errors import EXIT_OK
 from nccl_launch.launch.execute import exec_command
 from nccl_launch.launch.preflight import SKIPPABLE, run_preflight
 from nccl_launch.render.drift import drift_lines, dry_run_lines, refusal_text
-from nccl_launch.render.reports import preflight_lines
 
 
 @click.command(cls=LaunchCommand)
@@ -72,6 +71,8 @@ def preflight(fmt: str, skip: tuple[str, ...], **options: Any) -> int:
     ExecStartPre=. Exit 0 when every check passes, 1 when the environment drifts, 3 when a
     host or SGLang check fails.
     """
+    from nccl_launch.render.reports import preflight_lines  # not on `run`'s path
+
     report = run_preflight(prepare(**options), frozenset(skip))
     if fmt == "json":
         # json.dumps, not model_dump_json: an nccl.conf may hold bytes that are not UTF-8, kept

@@ -5,8 +5,6 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from dotenv.parser import parse_stream
-
 from nccl_launch.env.merge import EnvLayer
 from nccl_launch.errors import UsageError
 from nccl_launch.files import read_text
@@ -28,6 +26,9 @@ def read_env_file(path: Path) -> EnvLayer:
     As root, a file others could have written is refused: it shapes the server's env."""
     text = read_text(path, "env file", trusted=True)
     values = {}
+    # Imported here: python-dotenv (and the traceback module it loads) only for --env-file.
+    from dotenv.parser import parse_stream
+
     for binding in parse_stream(io.StringIO(text)):
         line = binding.original.line
         if binding.error:

@@ -11,12 +11,9 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-import psutil
-
 from nccl_launch.errors import HostError
 from nccl_launch.files import FileError, read_text
 from nccl_launch.launch.preflight_report import Check
-from nccl_launch.live.processes import listening_pids
 from nccl_launch.nccl.conf import ConfEntry, applied, conf_paths
 from nccl_launch.sglang.server import Server
 
@@ -144,6 +141,11 @@ def port_check(server: Server) -> Check:
 
 
 def _owner(port: int) -> str:
+    # Imported here: only a taken port needs psutil, and `run` never asks (issue 11).
+    import psutil
+
+    from nccl_launch.live.processes import listening_pids
+
     try:
         pid = min(pid for pid in listening_pids(port) if pid is not None)
         return f" by pid {pid} ({' '.join(psutil.Process(pid).cmdline())[:80]})"

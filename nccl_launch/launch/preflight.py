@@ -16,12 +16,13 @@ from nccl_launch.launch.host import (
 from nccl_launch.launch.preflight_report import Check, PreflightReport
 from nccl_launch.launch.prepare import LaunchPlan
 from nccl_launch.profile.lint import lint
-from nccl_launch.sglang.parser import expected_values, probe_sglang
 from nccl_launch.sglang.server import Server
 
 
 def sglang_checks(server: Server, argv: list[str]) -> tuple[list[Check], dict[str, Any]]:
     """The installed SGLang's version and its parser's verdict on the argv."""
+    from nccl_launch.sglang.parser import expected_values, probe_sglang  # not on `run`'s path
+
     server_args = argv[1 + len(shlex.split(server.entrypoint)) :]
     result = probe_sglang(server, server_args)
     stage = result.get("stage")

@@ -1,0 +1,82 @@
+"""Start-up cost (issue 11): which modules each command imports, and the lazy group's help table.
+
+No timing here (CI times nothing; benchmarks/bench.py does): these tests pin *which* modules a
+command loads, which is what decides its start-up time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+
+from nccl_launch import cli
+
+HEAVY = ("psutil", "pydantic", "dotenv", "nccl_launch.commands.", "nccl_launch.launch.preflight")
+
+
+# Runs the CLI in-process, then lists sys.modules (-X importtime misses importlib.import_module).
+PROBE = (
+    "import sys\n"
+    "from nccl_launch.cli import main\n"
+    "code = main(sys.argv[1:])\n"
+    "print('\\n'.join(sorted(sys.modules)), file=sys.stderr)\n"
+    "sys.exit(code)\n"
+)
+
+
+def imported(*args: str, cwd: Path | None = None) -> set[str]:
+    """The modules `nccl-launch ARGS` has imported by the time it returns."""
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
+        env={**os.environ, "COLUMNS": "80"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return set(result.stderr.splitlines())
+
+
+@pytest.mark.parametrize("flag", ["--version", "--help"])
+def test_version_and_help_import_no_command(flag: str) -> None:
+    modules = imported(flag)
+    assert "click" in modules  # the report was read
+    assert not {name for name in modules if name.startswith(HEAVY)}
+
+
+def test_run_imports_neither_psutil_nor_dotenv_nor_the_sglang_probe(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "profiles").mkdir(exist_ok=True)
+    (tmp_path / "profiles" / "p.toml").write_text(
+        'schema = 1\nname = "p"\nversion = 1\n\n[nccl]\nPROTO = "LL"\n', encoding="utf-8"
+    )
+    modules = imported("run", "--dry-run", "p", "--", "true", cwd=tmp_path)
+    assert "nccl_launch.commands.launching" in modules  # the report was read
+    unwanted = ("psutil", "dotenv", "traceback", "nccl_launch.sglang.parser")
+    assert not {name for name in modules if name.startswith(unwanted)}
+    assert "nccl_launch.commands.watching" not in modules
+
+
+@pytest.mark.parametrize("name", sorted(cli.COMMANDS))
+@pytest.mark.parametrize("limit", [20, 45, 74, 200])
+def test_the_help_table_says_what_each_command_says(name: str, limit: int) -> None:
+    command = cli.cli.commands[name]
+    assert command.name == name
+    assert cli.short_help(name, limit) == command.get_short_help_str(limit)
+
+
+def test_every_command_is_in_the_table() -> None:
+    modules = ("inspecting", "launching", "migrating", "watching")
+    found = set()
+    for module in modules:
+        loaded = importlib.import_module(f"nccl_launch.commands.{module}")
+        found |= {value.name for value in vars(loaded).values() if isinstance(value, click.Command)}
+    assert found - {None} == set(cli.COMMANDS)
