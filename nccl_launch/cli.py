@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 from collections.abc import Iterator, MutableMapping
@@ -92,6 +93,10 @@ class LazyCommands(MutableMapping[str, click.Command]):
         if name not in self._loaded:
             module, attribute, _ = COMMANDS[name]  # KeyError: no such command, as for a dict
             loaded = importlib.import_module(f"nccl_launch.commands.{module}")
+            # Start-up is over: what it built lives as long as the process, so the collector
+            # (off since main began) need not scan it again, in a watch loop or at exit.
+            gc.freeze()
+            gc.enable()
             self._loaded[name] = getattr(loaded, attribute)
         return self._loaded[name]
 
@@ -143,6 +148,7 @@ def _debug_requested(args: list[str]) -> bool:
 def main(args: list[str] | None = None) -> int:
     """Run the CLI and map every outcome to a documented exit code, in this one place."""
     args = sys.argv[1:] if args is None else args
+    gc.disable()  # imports allocate much and free little: collections would find nothing
     try:
         code = cli.main(args, prog_name="nccl-launch", standalone_mode=False)
     except click.exceptions.Exit as done:
@@ -166,4 +172,6 @@ def main(args: list[str] | None = None) -> int:
             err=True,
         )
         code = EXIT_INTERNAL
+    finally:
+        gc.enable()  # for callers in-process, and where no command was looked up
     return code if isinstance(code, int) else EXIT_OK

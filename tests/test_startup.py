@@ -6,6 +6,7 @@ command loads, which is what decides its start-up time.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import subprocess
@@ -80,3 +81,23 @@ def test_every_command_is_in_the_table() -> None:
         loaded = importlib.import_module(f"nccl_launch.commands.{module}")
         found |= {value.name for value in vars(loaded).values() if isinstance(value, click.Command)}
     assert found - {None} == set(cli.COMMANDS)
+
+
+def test_a_command_leaves_the_start_up_heap_frozen_and_the_collector_on() -> None:
+    # Start-up runs with the collector off; once the command is imported, what start-up built
+    # is frozen (never scanned again, in a watch loop or at exit) and collection resumes.
+    probe = (
+        "import gc, sys\n"
+        "from nccl_launch.cli import main\n"
+        "code = main(['schema'])\n"
+        "print(code, gc.get_freeze_count() > 1000, gc.isenabled(), file=sys.stderr)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=False
+    )
+    assert result.stderr.strip() == "0 True True"
+
+
+def test_the_collector_is_on_again_after_a_usage_error() -> None:
+    assert cli.main(["frobnicate"]) == 2
+    assert gc.isenabled()
