@@ -30,6 +30,13 @@ SERVE = "python3 -m sglang.launch_server --model-path /m\n"
 def c_strtol(text: str) -> int:
     """strtol(str, NULL, 0) on a string whose first character is a digit (no sign, no
     blanks): the longest prefix in the base the prefix picks; LONG_MAX on overflow."""
+    value = c_digits(text, LONG_MAX)
+    return LONG_MAX if value is None else value
+
+
+def c_digits(text: str, limit: int) -> int | None:
+    """The value of the longest prefix of digits in the base C picks (0x: 16, 0: 8, else 10),
+    accumulated digit by digit as the C loop does; None once it passes `limit`."""
     if re.match(r"0[xX][0-9a-fA-F]", text):
         digits, base = re.match(r"0[xX]([0-9a-fA-F]+)", text).group(1), 16  # type: ignore[union-attr]
     elif text.startswith("0"):
@@ -39,8 +46,8 @@ def c_strtol(text: str) -> int:
     value = 0
     for digit in digits:
         value = value * base + int(digit, 16)
-        if value > LONG_MAX:
-            return LONG_MAX
+        if value > limit:
+            return None
     return value
 
 
@@ -65,18 +72,10 @@ def nccl_param(text: str) -> int | None:
     match = re.match(r"[ \t\n\v\f\r]*([+-]?)(.*)", text, re.DOTALL)
     assert match is not None
     sign, rest = match.groups()
-    if re.match(r"0[xX][0-9a-fA-F]", rest):
-        digits, base = re.match(r"0[xX]([0-9a-fA-F]+)", rest).group(1), 16  # type: ignore[union-attr]
-    elif rest.startswith("0"):
-        digits, base = re.match(r"[0-7]*", rest).group(0), 8  # type: ignore[union-attr]
-    else:
-        digits, base = re.match(r"[0-9]*", rest).group(0), 10  # type: ignore[union-attr]
-    value = 0
-    for digit in digits:
-        value = value * base + int(digit, 16)
-        if value > 2**63:
-            return None
-    value = -value if sign == "-" else value
+    magnitude = c_digits(rest, 2**63)
+    if magnitude is None:
+        return None
+    value = -magnitude if sign == "-" else magnitude
     return value if -(2**63) <= value <= LONG_MAX else None
 
 
