@@ -64,7 +64,11 @@ def _shape_problems(path: Path, data: dict[str, Any]) -> list[str]:
 def read_profile_toml(path: Path) -> dict[str, Any]:
     """A profile file's TOML as data. FileError when it cannot be read (as root, also when
     others could have written it); ProfileError when it is not TOML or no profile's shape."""
-    text = read_text(path, "profile", trusted=True)
+    return parse_profile_toml(path, read_text(path, "profile", trusted=True))
+
+
+def parse_profile_toml(path: Path, text: str) -> dict[str, Any]:
+    """The TOML `text` of the profile file `path` as data, or ProfileError."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
