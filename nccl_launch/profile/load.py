@@ -11,6 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.nccl import catalog
+from nccl_launch.profile.baseline import Baseline
 from nccl_launch.profile.model import Policy, Profile, Provenance
 from nccl_launch.profile.search import find_profile, read_profile_toml
 from nccl_launch.secrets import MASK, is_secret, mask_argv, mask_credentials
@@ -26,6 +27,7 @@ _TABLES: dict[str, type[BaseModel]] = {
     "server": Server,
     "server.speculative": Speculative,
     "provenance": Provenance,
+    "baseline": Baseline,
 }
 
 

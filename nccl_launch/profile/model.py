@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator
 
 from nccl_launch.nccl import catalog, rules
+from nccl_launch.profile.baseline import Baseline
 from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.sglang import facts
 from nccl_launch.sglang.server import NUL_PROBLEM, STRICT, Server, Text
@@ -106,6 +107,7 @@ class Profile(StrictModel):
     policy: Policy = Field(default_factory=Policy)
     server: Server | None = None
     provenance: Provenance = Field(default_factory=Provenance)
+    baseline: Baseline | None = None  # outside the digest, like [provenance]
 
     @field_validator("schema_version")
     @classmethod
