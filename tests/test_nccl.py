@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from nccl_launch.nccl import catalog, grammar, rules
 from nccl_launch.nccl.grammar import TomlValue
+from tests.conftest import RunCli, WriteProfile
 
 VALID: list[tuple[str, TomlValue, str]] = [
     # name, profile value, what the child gets
@@ -248,6 +249,43 @@ def test_catalog_holds_both_reference_files() -> None:
 def test_typos_get_a_suggestion_from_both_catalogs(typo: str, meant: str) -> None:
     assert catalog.lookup(typo) is None
     assert catalog.did_you_mean(typo) == meant
+
+
+@pytest.mark.parametrize(
+    ("short", "value", "binary", "decimal"),
+    [
+        ("BUFFSIZE", "16MB", 'write "16MiB" or 16777216', "for 16000000 bytes write 16000000"),
+        ("BUFFSIZE", "16mb", 'write "16MiB" or 16777216', "for 16000000 bytes write 16000000"),
+        ("LL_BUFFSIZE", "64KB", 'write "64KiB" or 65536', "for 64000 bytes write 64000"),
+        ("WORK_ARGS_BYTES", "1GB", 'write "1GiB" or 1073741824', "write 1000000000"),
+        ("BUFFSIZE", "2GB", "2147483648 bytes (what NCCL users almost always mean), nothing: "
+         "it is out of range", "for 2000000000 bytes write 2000000000"),
+    ],
+)  # fmt: skip
+def test_a_decimal_unit_is_refused_with_both_readings_to_copy(
+    short: str, value: str, binary: str, decimal: str
+) -> None:
+    with pytest.raises(ValueError) as error:
+        rules.canonical("NCCL_" + short, value)
+    message = str(error.value)
+    assert message.startswith(f"{value!r} is not a size (NCCL would read it as ")
+    assert "is ambiguous" in message
+    assert binary in message
+    assert decimal in message
+    assert "\n" not in message
+
+
+def test_the_profile_error_for_16mb_names_both_sizes(
+    write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    write_profile("bad", 'schema = 1\nname = "bad"\nversion = 1\n[nccl]\nBUFFSIZE = "16MB"\n')
+    result = nccl_launch("validate", "profiles/bad.toml")
+    assert result.returncode == 2
+    assert result.stderr == (
+        "profiles/bad.toml: nccl.BUFFSIZE: '16MB' is not a size (NCCL would read it as 16); MB is "
+        "ambiguous: for 16MiB = 16777216 bytes (what NCCL users almost always mean) write "
+        '"16MiB" or 16777216; for 16000000 bytes write 16000000\n'
+    )
 
 
 def test_deprecated_and_undocumented_names_get_notes() -> None:

@@ -18,6 +18,9 @@ INT32_LIMIT = 2**31
 
 _UNITS = {"": 1, "K": 2**10, "KiB": 2**10, "M": 2**20, "MiB": 2**20, "G": 2**30, "GiB": 2**30}
 _SIZE = re.compile(r"(\d+)([A-Za-z]*)")
+# Decimal units people write for binary ones (`16MB` in tuning notes means 16MiB): refused as
+# ambiguous, with both readings to copy.
+_DECIMAL_UNITS = {"KB": 1, "MB": 2, "GB": 3}
 _DECIMAL = re.compile(r"-?\d+")
 
 
@@ -151,9 +154,9 @@ class SizeRule:
         if isinstance(value, str):
             match = _SIZE.fullmatch(value)
             if not match or match.group(2) not in _UNITS:
+                answer = self.ambiguity(value) or f"valid: {self.describe()}"
                 raise ValueError(
-                    f"{value!r} is not a size (NCCL would read it as {strtoll(value)}); "
-                    f"valid: {self.describe()}"
+                    f"{value!r} is not a size (NCCL would read it as {strtoll(value)}); {answer}"
                 )
             number = int(match.group(1)) * _UNITS[match.group(2)]
         else:
@@ -161,6 +164,26 @@ class SizeRule:
         if not self.low <= number <= self.high:
             raise ValueError(f"{number} bytes is out of range; valid: {self.describe()}")
         return str(number)
+
+    def ambiguity(self, text: str) -> str | None:
+        """For a decimal unit (`16MB`): the two sizes it could mean, each spelled to copy."""
+        match = _SIZE.fullmatch(text)
+        power = _DECIMAL_UNITS.get(match.group(2).upper()) if match else None
+        if match is None or power is None or not int(match.group(1)):
+            return None
+        count, unit = int(match.group(1)), "KMG"[power - 1] + "iB"
+        binary, decimal = count * 1024**power, count * 1000**power
+        usual = f"{count}{unit} = {binary} bytes (what NCCL users almost always mean)"
+        readings = [
+            self._reading(usual, binary, f'"{count}{unit}" or '),
+            self._reading(f"{decimal} bytes", decimal, ""),
+        ]
+        return f"{match.group(2)} is ambiguous: for {'; for '.join(readings)}"
+
+    def _reading(self, what: str, number: int, spelling: str) -> str:
+        if self.low <= number <= self.high:
+            return f"{what} write {spelling}{number}"
+        return f"{what}, nothing: it is out of range ({self.describe()})"
 
     def meaning(self, raw: str) -> object:
         return load_param(raw)
