@@ -7,13 +7,24 @@ What it reproduces, because `nccl-launch check` depends on it (see reference/SGL
 - one scheduler per TP rank and a detokenizer, started with multiprocessing's `spawn`
   method, titled with setproctitle (`sglang::scheduler_TP0`, `sglang::detokenizer`), dying
   with the main process (PR_SET_PDEATHSIG);
-- `/health`, `/health_generate` and `/server_info` on its host and port.
+- `/health`, `/health_generate` and `/server_info` (and the older `/get_server_info`) on
+  its host and port;
+- a streaming `/v1/completions` as SGLang's OpenAI-compatible server sends it: one
+  `data: {...}` event per token, with `stream_options.include_usage` a last event with
+  `"choices": []` and the `usage` figures, then `data: [DONE]`.
 
 Knobs, for tests:
 - STANDIN_DRIFT_RANK=N and STANDIN_DRIFT="KEY=VALUE,KEY=" start scheduler N with those
   variables set (an empty value unsets one);
 - SIGUSR1 to the main process starts one more scheduler, later, with STANDIN_LATE_DRIFT
   applied the same way;
+- STANDIN_TOKEN_RATE (tokens per second, default 200) paces the stream: token i leaves at
+  STANDIN_TTFT (seconds, default 0) + (i + 1) / rate after the request, on a deadline so
+  that sleeps do not add up;
+- STANDIN_COMPLETIONS_STATUS=500 answers /v1/completions with that status, STANDIN_EMPTY_STREAM=1
+  streams only `data: [DONE]`, STANDIN_STALL=1 sends the headers and then nothing;
+- STANDIN_DRIFT_AT_REQUEST=N: the Nth /v1/completions request first starts the late
+  scheduler of SIGUSR1 (so a worker drifts while a benchmark runs) and streams once it is up;
 - STANDIN_RECORD=FILE records instead of serving: it writes {"pid", "argv", "cwd", "env"} as
   JSON to FILE (whatever the flags; they are not parsed) and exits 0. With STANDIN_WAIT set
   it then waits for SIGTERM and exits 7, so a test can prove signals and exit codes reach it.
@@ -31,14 +42,17 @@ import os
 import random
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 PR_SET_PDEATHSIG = 1
+SSE = "text/event-stream; charset=utf-8"
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -115,6 +129,9 @@ class Server:
         self.context = multiprocessing.get_context("spawn")
         self.workers: list[multiprocessing.process.BaseProcess] = []
         self.ready = False
+        self.late_started = threading.Event()
+        self.requests = 0
+        self.lock = threading.Lock()
 
     def spawn(self, title: str, drift: str = "") -> None:
         """Start one worker and wait until it has its title: /health waits for all of them."""
@@ -142,6 +159,12 @@ class Server:
         self.spawn(
             f"sglang::scheduler_TP{self.args.tp_size}", os.environ.get("STANDIN_LATE_DRIFT", "")
         )
+        self.late_started.set()
+
+    def count_request(self) -> int:
+        with self.lock:
+            self.requests += 1
+            return self.requests
 
     def stop(self, *_: object) -> None:
         for process in self.workers:
@@ -164,6 +187,47 @@ def handler(server: Server) -> type[BaseHTTPRequestHandler]:
             else:
                 self.send_response(404)
                 self.end_headers()
+
+        def do_POST(self) -> None:
+            if self.path != "/v1/completions":
+                self.send_response(404)
+                self.end_headers()
+                return
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            if server.count_request() == int(os.environ.get("STANDIN_DRIFT_AT_REQUEST", 0)):
+                os.kill(os.getpid(), signal.SIGUSR1)  # the main thread spawns it
+                server.late_started.wait()
+            status = int(os.environ.get("STANDIN_COMPLETIONS_STATUS", 200))
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json" if status != 200 else SSE)
+            self.end_headers()
+            if status != 200:
+                self.wfile.write(json.dumps({"object": "error", "code": status}).encode())
+            elif os.environ.get("STANDIN_STALL"):
+                time.sleep(3600)
+            else:
+                self.stream(body)
+
+        def event(self, data: object) -> None:
+            text = data if isinstance(data, str) else json.dumps(data)
+            self.wfile.write(f"data: {text}\n\n".encode())
+            self.wfile.flush()
+
+        def stream(self, body: dict[str, Any]) -> None:
+            tokens = 0 if os.environ.get("STANDIN_EMPTY_STREAM") else int(body["max_tokens"])
+            rate = float(os.environ.get("STANDIN_TOKEN_RATE", 200))
+            start = time.monotonic() + float(os.environ.get("STANDIN_TTFT", 0))
+            chunk = {"id": "standin", "object": "text_completion", "model": body.get("model")}
+            for index in range(tokens):
+                time.sleep(max(0.0, start + (index + 1) / rate - time.monotonic()))
+                finish = "length" if index == tokens - 1 else None
+                choice = {"index": 0, "text": " tok", "logprobs": None, "finish_reason": finish}
+                self.event({**chunk, "choices": [choice], "usage": None})
+            options = body.get("stream_options")
+            if tokens and isinstance(options, dict) and options.get("include_usage"):
+                usage = {"prompt_tokens": 5, "completion_tokens": tokens}
+                self.event({**chunk, "choices": [], "usage": usage | {"total_tokens": tokens + 5}})
+            self.event("[DONE]")
 
         def log_message(self, *_: object) -> None:
             pass
