@@ -58,7 +58,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "list": (
         "inspecting",
         "list_command",
-        "List the profiles on the search path with name, version and digest.",
+        "List the profiles on the search path with name, version, digest and source.",
     ),
     "schema": (
         "inspecting",

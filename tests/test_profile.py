@@ -10,6 +10,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from nccl_launch.render.profiles import list_lines
 from tests.conftest import Isolation, RunCli, WriteProfile
 
 V1 = """
@@ -151,16 +152,20 @@ def test_list_shows_the_search_path(
     result = nccl_launch("list", env={"NCCL_LAUNCH_PATH": str(tmp_path / "archive")})
     assert result.returncode == 0
     rows = [line.split() for line in result.stdout.splitlines()]
-    assert rows[0] == ["NAME", "VERSION", "DIGEST", "PATH"]
-    names = [(row[0], row[1]) for row in rows[1:] if row[0] != "(invalid)"]
-    assert names == [("base", "1"), ("tuned", "2"), ("tuned", "1")]
+    assert rows[0] == ["NAME", "VERSION", "DIGEST", "SOURCE", "PATH"]
+    names = [(row[0], row[1], row[3]) for row in rows[1:] if row[0] != "(invalid)"]
+    names = [name for name in names if name[2] != "shipped"]
+    assert names == [
+        ("base", "1", "local"),
+        ("tuned", "2", "local"),
+        ("tuned", "1", "NCCL_LAUNCH_PATH"),
+    ]
     assert any(row[0] == "(invalid)" and row[-1] == "profiles/broken.toml" for row in rows)
 
 
-def test_list_with_nothing_says_where_it_looked(nccl_launch: RunCli, isolated: Isolation) -> None:
-    result = nccl_launch("list")
-    assert result.returncode == 0
-    assert result.stdout.startswith(f"no profiles in profiles, {isolated.system_dir}")
+def test_list_with_nothing_says_where_it_looked(isolated: Isolation) -> None:
+    labelled = [(Path("profiles"), "local"), (isolated.system_dir, "system")]
+    assert list_lines([], labelled) == [f"no profiles in profiles, {isolated.system_dir}"]
 
 
 def test_name_lookup_finds_a_declared_name_in_another_file(

@@ -13,7 +13,7 @@ from nccl_launch.profile.diff import diff_profiles
 from nccl_launch.profile.load import load_profile
 from nccl_launch.profile.overview import list_profiles, show, validate
 from nccl_launch.profile.schema import profile_schema
-from nccl_launch.profile.search import search_dirs
+from nccl_launch.profile.search import search_path
 from nccl_launch.render.profiles import diff_lines, list_lines, show_toml, validate_lines
 
 
@@ -63,9 +63,10 @@ def diff(old: str, new: str) -> int:
 
 @click.command(name="list")
 def list_command() -> int:
-    """List the profiles on the search path with name, version and digest."""
-    dirs = search_dirs()
-    echo_lines(list_lines(list_profiles(dirs), dirs))
+    """List the profiles on the search path with name, version, digest and source."""
+    labelled = search_path()
+    rows = list_profiles([folder for folder, _ in labelled])
+    echo_lines(list_lines(rows, labelled))
     return EXIT_OK
 
 

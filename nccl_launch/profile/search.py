@@ -1,5 +1,6 @@
-"""The profile search path: `./profiles`, `$NCCL_LAUNCH_PATH`, the system directory; lookups,
-and reading a profile file's TOML (a lookup peeks at each file's name and version)."""
+"""The profile search path: `./profiles`, `$NCCL_LAUNCH_PATH`, the system directory, then the
+profiles shipped with nccl-launch; lookups, and reading a profile file's TOML (a lookup peeks at
+each file's name and version)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from nccl_launch.files import read_text
 from nccl_launch.profile.markers import SEARCH_PATH_VAR, SYSTEM_DIR_VAR
 
 SYSTEM_DIR = "/etc/nccl-launch/profiles"
+# pyproject.toml installs the source tree's profiles/ as this package's data (an editable
+# install maps the name onto profiles/ itself), so the import system knows where they are.
+SHIPPED_PACKAGE = "nccl_launch.shipped"
 # A profile's tables go three deep ([server.speculative] KEY); deeper is a mistake or an attack,
 # and would exhaust Python's recursion in the TOML parser or the code after it.
 MAX_NESTING = 16
@@ -24,6 +28,28 @@ def search_dirs(environ: Mapping[str, str] = os.environ) -> list[Path]:
     """`./profiles`, then each `$NCCL_LAUNCH_PATH` entry, then the system directory."""
     extra = [Path(entry) for entry in environ.get(SEARCH_PATH_VAR, "").split(":") if entry]
     return [Path("profiles"), *extra, Path(environ.get(SYSTEM_DIR_VAR) or SYSTEM_DIR)]
+
+
+def shipped_dir() -> Path | None:
+    """The folder of the profiles installed with nccl-launch; None where this install has none."""
+    import importlib.util  # only a lookup that reaches the shipped set pays for it
+
+    spec = importlib.util.find_spec(SHIPPED_PACKAGE)
+    locations = spec.submodule_search_locations if spec is not None else None
+    return Path(locations[0]).resolve() if locations else None
+
+
+def search_path(environ: Mapping[str, str] = os.environ) -> list[tuple[Path, str]]:
+    """Every folder a lookup reads, in order, with where it comes from: `local` (./profiles),
+    `NCCL_LAUNCH_PATH`, `system`, then `shipped` (so a local profile of the same name wins)."""
+    local, *extra, system = search_dirs(environ)
+    labelled = [(local, "local"), *((folder, SEARCH_PATH_VAR) for folder in extra)]
+    labelled.append((system, "system"))
+    shipped = shipped_dir()
+    # In a source checkout (editable install) ./profiles may be the shipped folder itself.
+    if shipped is not None and shipped not in [folder.resolve() for folder, _ in labelled]:
+        labelled.append((shipped, "shipped"))
+    return labelled
 
 
 def _looks_like_path(ref: str) -> bool:
@@ -109,7 +135,7 @@ def find_profile(ref: str, near: Path | None = None) -> Path:
     # ASCII digits only ('٣' is not 3), and few enough for a 64-bit version.
     if version and not (version.isascii() and version.isdigit() and len(version) <= 19):
         raise UsageError(f"{ref!r}: a version after '@' is a positive integer, as in {name}@4")
-    dirs = ([near] if near is not None else []) + search_dirs()
+    dirs = ([near] if near is not None else []) + [folder for folder, _ in search_path()]
     if not version:
         for folder in dirs:
             if os.path.exists(folder / f"{name}.toml"):  # noqa: PTH110 (as above)

@@ -53,20 +53,31 @@ def _shown_change(key: str, value: str | None) -> str:
     return shown(key, value)
 
 
-def list_lines(rows: list[ListedProfile], dirs: list[Path]) -> list[str]:
-    """NAME, VERSION, DIGEST and PATH columns; an invalid file shows its first problem."""
+def _source(path: Path, search_path: list[tuple[Path, str]], seen: set[str]) -> str:
+    """Where the file comes from; `(shadowed)` when an earlier folder has a file of the same
+    name, which a lookup by bare NAME finds instead."""
+    source = next((label for folder, label in search_path if path.parent == folder), "")
+    shadowed = path.name in seen
+    seen.add(path.name)
+    return f"{source} (shadowed)" if shadowed else source
+
+
+def list_lines(rows: list[ListedProfile], search_path: list[tuple[Path, str]]) -> list[str]:
+    """NAME, VERSION, DIGEST, SOURCE and PATH columns; an invalid file shows its first problem."""
     if not rows:
-        return [f"no profiles in {', '.join(str(folder) for folder in dirs)}"]
-    cells = [("NAME", "VERSION", "DIGEST", "PATH")]
+        return [f"no profiles in {', '.join(str(folder) for folder, _ in search_path)}"]
+    cells = [("NAME", "VERSION", "DIGEST", "SOURCE", "PATH")]
+    seen: set[str] = set()
     for row in rows:
+        source = _source(row.path, search_path, seen)
         if row.problem is not None:
-            cells.append(("(invalid)", "", row.problem, str(row.path)))
+            cells.append(("(invalid)", "", row.problem, source, str(row.path)))
         else:
-            cells.append((row.name, str(row.version), row.short_digest, str(row.path)))
-    widths = [max(len(cell[i]) for cell in cells) for i in range(3)]
+            cells.append((row.name, str(row.version), row.short_digest, source, str(row.path)))
+    widths = [max(len(cell[i]) for cell in cells) for i in range(4)]
     return [
         "  ".join(
-            [*(text.ljust(width) for text, width in zip(cell[:3], widths, strict=True)), cell[3]]
+            [*(text.ljust(width) for text, width in zip(cell[:4], widths, strict=True)), cell[4]]
         )
         for cell in cells
     ]
