@@ -33,6 +33,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "check",
         "Compare a running server's whole process tree with PROFILE.",
     ),
+    "bench": (
+        "benching",
+        "bench",
+        "Measure decode tok/s of the server at URL, checked against PROFILE before and after.",
+    ),
     "verify-log": (
         "watching",
         "verify_log",

@@ -22,7 +22,7 @@ LAYERS = (
     ("profile",),
     ("env",),
     ("live",),
-    ("launch", "deploy"),
+    ("launch", "deploy", "bench"),
     ("migrate",),
     ("render",),
     ("commands",),

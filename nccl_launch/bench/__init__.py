@@ -1,0 +1,1 @@
+"""`bench`: decode speed measured only on a server proved to run its profile, stamped, kept."""

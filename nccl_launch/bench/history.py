@@ -1,0 +1,133 @@
+"""The history of results: one JSON line appended per measurement, read back with line numbers.
+
+A line is whole or absent: each is one write to a file opened O_APPEND, and a line left torn
+by a crash is closed with a newline first, so it stays one bad line and never spoils the next.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from nccl_launch.bench.result import BenchReport
+from nccl_launch.errors import EXIT_OK
+from nccl_launch.files import FileError, read_text
+from nccl_launch.report import Report
+
+FILE_NAME = "bench.jsonl"
+HISTORY_LIMIT = 64 << 20  # some 40,000 results; a larger file is not this history
+_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket"}
+
+
+def default_path() -> Path:
+    """$XDG_STATE_HOME/nccl-launch/bench.jsonl; the spec ignores a relative XDG_STATE_HOME."""
+    state = os.environ.get("XDG_STATE_HOME", "")
+    root = Path(state) if Path(state).is_absolute() else Path.home() / ".local" / "state"
+    return root / "nccl-launch" / FILE_NAME
+
+
+def _open_append(path: Path) -> int:
+    """A descriptor to append to `path`, a regular file (created if absent), never through a
+    symlink (as root, one planted there would aim the write elsewhere), never blocking."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, flags, 0o644)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            _refuse_kind(path, os.lstat(path).st_mode)  # why, if it is no regular file
+        raise FileError(f"bench history {path}: cannot append: {error.strerror}") from None
+    try:
+        _refuse_kind(path, os.fstat(fd).st_mode)
+    except FileError:
+        os.close(fd)
+        raise
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _refuse_kind(path: Path, mode: int) -> None:
+    if stat.S_ISLNK(mode):
+        raise FileError(f"bench history {path}: a symlink; name the file it points to")
+    if not stat.S_ISREG(mode):
+        kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+        raise FileError(f"bench history {path}: {kind}; only a regular file is appended to")
+
+
+@contextlib.contextmanager
+def opened(path: Path) -> Iterator[Recorder]:
+    """The history, opened before measuring: a file that cannot take the result fails at
+    once, not after the benchmark."""
+    fd = _open_append(path)
+    try:
+        yield Recorder(path, fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class Recorder:
+    path: Path
+    fd: int
+
+    def append(self, report: BenchReport) -> None:
+        """One line, in one write; after a torn last line, on a line of its own."""
+        line = report.model_dump_json(exclude={"drift"}) + "\n"
+        size = os.fstat(self.fd).st_size
+        if size and os.pread(self.fd, 1, size - 1) != b"\n":
+            line = "\n" + line
+        data = line.encode()
+        try:
+            written = os.write(self.fd, data)
+        except OSError as error:
+            raise FileError(f"bench history {self.path}: cannot append: {error.strerror}") from None
+        if written != len(data):  # a full disk: say so rather than leave it unsaid
+            raise FileError(
+                f"bench history {self.path}: only {written} of {len(data)} bytes written"
+            )
+
+
+class History(Report):
+    """`bench --history`: the results of a history file, one problem per line that is none."""
+
+    path: str
+    results: list[BenchReport]
+    problems: list[str]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK  # a bad line is reported and skipped: the others still count
+
+
+def _matches(result: BenchReport, ref: str) -> bool:
+    """PROFILE as `--history` takes it: NAME@VERSION exactly, or NAME in any version."""
+    return result.profile == ref or result.profile.rpartition("@")[0] == ref
+
+
+def read_history(path: Path, ref: str | None = None) -> History:
+    """Every result in `path` (of profile `ref` if given); a bad line is reported with its
+    number and skipped."""
+    if not path.exists() and not path.is_symlink():
+        return History(path=str(path), results=[], problems=[])
+    text = read_text(path, "bench history", limit=HISTORY_LIMIT, errors="replace")
+    results, problems = [], []
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            result = BenchReport.model_validate_json(line)
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            why = f"{where}: {first['msg']}" if where else first["msg"]
+            problems.append(f"{path}:{number}: not a bench result ({why}); skipped")
+            continue
+        if ref is None or _matches(result, ref):
+            results.append(result)
+    return History(path=str(path), results=results, problems=problems)

@@ -1,0 +1,126 @@
+"""What `bench` found, as data: the stamp, each run, the summary, the baseline's verdict."""
+
+from __future__ import annotations
+
+from statistics import fmean
+from typing import Literal
+
+from pydantic import BaseModel, Field, computed_field
+
+from nccl_launch.errors import EXIT_DRIFT, EXIT_INTERRUPTED, EXIT_OK
+from nccl_launch.live.compare import LiveReport
+from nccl_launch.profile.baseline import Baseline
+from nccl_launch.report import Report
+
+Status = Literal["measured", "refused", "discarded", "interrupted"]
+
+
+class RunFigure(BaseModel):
+    """One streamed request: tokens from the server's usage figures, its whole duration."""
+
+    tokens: int
+    seconds: float
+    ttft_s: float
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def tok_s(self) -> float:
+        return self.tokens / self.seconds
+
+
+class Gpu(BaseModel):
+    """One GPU as `nvidia-smi --query-gpu` reports it."""
+
+    index: int
+    name: str
+    memory_total: str
+    driver_version: str
+    pci_bus_id: str
+
+
+class Method(BaseModel):
+    """How the figures were measured: the same method gives comparable figures."""
+
+    max_tokens: int
+    runs: int
+    warmup: int
+    prompt: str
+
+
+class Verdict(BaseModel):
+    """The mean against the profile's `[baseline]`; `met` is None when not compared."""
+
+    decode_tok_s: float
+    tolerance: float
+    floor: float
+    met: bool | None
+    note: str | None = None
+
+
+class BenchReport(Report):
+    """`bench`'s result; a history line is this document with status "measured"."""
+
+    status: Status
+    profile: str
+    digest: str
+    profile_path: str
+    url: str
+    host: str
+    time: str
+    sglang_version: str | None = None
+    model: str | None = None
+    gpus: list[Gpu] = Field(default_factory=list)
+    gpus_note: str | None = None
+    method: Method
+    runs: list[RunFigure] = Field(default_factory=list)
+    mean_tok_s: float | None = None
+    min_tok_s: float | None = None
+    max_tok_s: float | None = None
+    ttft_s: float | None = None
+    baseline: Verdict | None = None
+    drift: LiveReport | None = None  # the check that refused or discarded the figures
+
+    @property
+    def exit_code(self) -> int:
+        """0 measured; 1 drift or below the baseline; 3 a tree that could not be read at all."""
+        if self.drift is not None:
+            return self.drift.exit_code
+        if self.status == "interrupted":
+            return EXIT_INTERRUPTED
+        return EXIT_DRIFT if self.baseline is not None and self.baseline.met is False else EXIT_OK
+
+
+def summarize(runs: list[RunFigure]) -> dict[str, float | None]:
+    """Mean of the runs' rates, their spread as min-max, the mean time to first token."""
+    if not runs:
+        return {"mean_tok_s": None, "min_tok_s": None, "max_tok_s": None, "ttft_s": None}
+    rates = [run.tok_s for run in runs]
+    return {
+        "mean_tok_s": fmean(rates),
+        "min_tok_s": min(rates),
+        "max_tok_s": max(rates),
+        "ttft_s": fmean(run.ttft_s for run in runs),
+    }
+
+
+def judge(baseline: Baseline, mean: float, method: Method) -> Verdict:
+    """Met when the mean is at least the baseline less its tolerance; not compared when the
+    baseline records another method (max_tokens, runs) than this measurement used."""
+    differs = [
+        f"{key}={recorded} (this bench: {used})"
+        for key, recorded, used in (
+            ("max_tokens", baseline.max_tokens, method.max_tokens),
+            ("runs", baseline.runs, method.runs),
+        )
+        if recorded is not None and recorded != used
+    ]
+    verdict = Verdict(
+        decode_tok_s=baseline.decode_tok_s,
+        tolerance=baseline.tolerance,
+        floor=baseline.floor,
+        met=mean >= baseline.floor,
+    )
+    if differs:
+        note = "not compared: the baseline was measured with " + ", ".join(differs)
+        return verdict.model_copy(update={"met": None, "note": note})
+    return verdict

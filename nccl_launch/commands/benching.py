@@ -1,0 +1,133 @@
+"""`bench`: measure decode speed on a server proved to run its profile, and its history."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from nccl_launch.bench import history
+from nccl_launch.bench.measure import bench as measure
+from nccl_launch.bench.measure import locate
+from nccl_launch.bench.result import Method, RunFigure
+from nccl_launch.commands.options import echo_lines, format_option, warn
+from nccl_launch.errors import UsageError
+from nccl_launch.live.compare import LiveReport
+from nccl_launch.profile.load import load_profile
+from nccl_launch.render.bench import checked_line, history_lines, run_line, summary_lines
+
+DEFAULT_MAX_TOKENS = 500
+DEFAULT_RUNS = 5
+DEFAULT_PROMPT = "Write a long story about a lighthouse keeper who finds a message in a bottle."
+
+
+class Echo:
+    """Progress as it comes: on stdout with the text report, on stderr beside JSON."""
+
+    def __init__(self, err: bool) -> None:
+        self.err = err
+
+    def checked(self, when: str, report: LiveReport) -> None:
+        line = checked_line(when, report)
+        if line is not None:
+            click.echo(line, err=self.err)
+
+    def ran(self, kind: str, number: int, total: int, figure: RunFigure) -> None:
+        click.echo(run_line(kind, number, total, figure), err=self.err)
+
+
+def _history(profile: str | None, record: Path, fmt: str) -> int:
+    found = history.read_history(record, profile)
+    for problem in found.problems:
+        warn(problem)
+    if fmt == "json":
+        click.echo(found.model_dump_json(indent=2))
+    elif not found.results:
+        click.echo(f"no results{f' of {profile}' if profile else ''} in {record}")
+    else:
+        echo_lines(history_lines(found.results))
+    return found.exit_code
+
+
+@click.command()
+@click.argument("profile", required=False)
+@click.option("--url", help="The server's base URL, e.g. http://127.0.0.1:30000.")
+@click.option(
+    "--pid",
+    type=click.IntRange(min=1),
+    help="The server's main process  [default: the one listening on the URL's port]",
+)
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(min=1),
+    help=f"Tokens per request  [default: the baseline's, else {DEFAULT_MAX_TOKENS}]",
+)
+@click.option(
+    "--runs",
+    type=click.IntRange(min=1),
+    help=f"Measured requests  [default: the baseline's, else {DEFAULT_RUNS}]",
+)
+@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True)
+@click.option("--prompt", default=DEFAULT_PROMPT, help="The prompt of every request.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    help="Seconds to wait for the connection, and between two streamed events.",
+)
+@click.option(
+    "--record",
+    type=click.Path(path_type=Path),
+    help="The history file  [default: $XDG_STATE_HOME/nccl-launch/bench.jsonl]",
+)
+@click.option("--history", "show_history", is_flag=True, help="Print the history instead.")
+@format_option("text", "json", default="text")
+def bench(
+    profile: str | None,
+    url: str | None,
+    pid: int | None,
+    max_tokens: int | None,
+    runs: int | None,
+    warmup: int,
+    prompt: str,
+    timeout: float,
+    record: Path | None,
+    show_history: bool,
+    fmt: str,
+) -> int:
+    """Measure decode tok/s of the server at URL, checked against PROFILE before and after.
+
+    One streaming request at a time to SGLang's /v1/completions, tokens from its usage
+    figures. The result is stamped with the profile's name@version and digest and appended
+    to the history; --history [PROFILE] prints it as a table per profile and digest.
+    Exit 0 measured, 1 drift or below the profile's [baseline], 2 bad options or profile,
+    3 no such server, or a connection, timeout, HTTP error or empty stream.
+    """
+    record = record if record is not None else history.default_path()
+    if show_history:
+        if url is not None or pid is not None:
+            raise UsageError("--history reads the record only: drop --url and --pid")
+        return _history(profile, record, fmt)
+    if profile is None or url is None:
+        raise UsageError("name the PROFILE and the server's --url (or use --history)")
+    loaded = load_profile(profile)
+    server = locate(url, pid)
+    baseline = loaded.profile.baseline
+    method = Method(
+        max_tokens=max_tokens or (baseline and baseline.max_tokens) or DEFAULT_MAX_TOKENS,
+        runs=runs or (baseline and baseline.runs) or DEFAULT_RUNS,
+        warmup=warmup,
+        prompt=prompt,
+    )
+    with history.opened(record) as recorder:
+        report = measure(loaded, server, method, timeout, Echo(err=fmt == "json"))
+        if report.status == "measured":
+            recorder.append(report)
+    if fmt == "json":
+        click.echo(report.model_dump_json(indent=2))
+    else:
+        echo_lines(summary_lines(report))
+    if report.status == "measured":
+        click.echo(f"recorded in {record}", err=fmt == "json")
+    return report.exit_code

@@ -1,0 +1,127 @@
+"""`bench` as text: each run as it ends, the checks, the summary, the history tables."""
+
+from __future__ import annotations
+
+from nccl_launch.bench.result import BenchReport, RunFigure, Verdict
+from nccl_launch.live.compare import LiveReport
+from nccl_launch.render.reports import live_text
+
+
+def run_line(kind: str, number: int, total: int, figure: RunFigure) -> str:
+    """`Run 2/5: 500 tokens in 5.63 s = 88.8 tok/s`; a warm-up says it is not counted."""
+    line = f"{figure.tokens} tokens in {figure.seconds:.2f} s = {figure.tok_s:.1f} tok/s"
+    if kind == "warmup":
+        return f"Warmup {number}/{total}: {line} (not counted)"
+    return f"Run {number}/{total}: {line}"
+
+
+def checked_line(when: str, report: LiveReport) -> str | None:
+    """The check before or after, when it passed (a failed one is printed whole instead)."""
+    if not report.ok:
+        return None
+    count = len(report.processes)
+    return (
+        f"checked {when}: pid {report.main_pid} runs {report.profile} ({report.digest[:15]}), "
+        f"no drift in {count} process{'' if count == 1 else 'es'}"
+    )
+
+
+def _spread(report: BenchReport) -> str:
+    return f"{report.min_tok_s:.1f}-{report.max_tok_s:.1f} tok/s (min-max)"
+
+
+def _verdict_line(verdict: Verdict) -> str:
+    rule = (
+        f"baseline {verdict.decode_tok_s:.1f} tok/s less {verdict.tolerance:.0%} = "
+        f"{verdict.floor:.1f} tok/s"
+    )
+    if verdict.met is None:
+        return f"{rule}: {verdict.note}"
+    return f"{rule}: {'met' if verdict.met else 'missed'}"
+
+
+def _stamp(report: BenchReport) -> list[str]:
+    if report.gpus:
+        gpus = "; ".join(
+            f"{gpu.index}: {gpu.name}, {gpu.memory_total}, driver {gpu.driver_version}"
+            for gpu in report.gpus
+        )
+    else:
+        gpus = f"none recorded ({report.gpus_note})"
+    return [
+        f"profile {report.profile} {report.digest}",
+        f"server  {report.url}: SGLang {report.sglang_version or 'unknown'}, "
+        f"model {report.model or 'unknown'}",
+        f"GPUs    {gpus}",
+        f"host    {report.host} at {report.time}",
+    ]
+
+
+def summary_lines(report: BenchReport) -> list[str]:
+    """What follows the run lines: the figures and their stamp, or why there are none."""
+    done, total = len(report.runs), report.method.runs
+    if report.status == "refused" and report.drift is not None:
+        return [
+            live_text(report.drift),
+            f"refusing to measure: the server does not run {report.profile} as declared; "
+            "no figure taken",
+        ]
+    if report.status == "discarded" and report.drift is not None:
+        return [
+            live_text(report.drift),
+            f"discarding {done} runs: the server drifted from {report.profile} while measured",
+        ]
+    if report.mean_tok_s is None:
+        return [f"interrupted before the first of {total} runs ended; nothing recorded"]
+    figures = (
+        f"mean {report.mean_tok_s:.1f} tok/s over {done} runs of {report.method.max_tokens} "
+        f"tokens, spread {_spread(report)}, time to first token {report.ttft_s:.3f} s (mean)"
+    )
+    if report.status == "interrupted":
+        return [f"interrupted after {done} of {total} runs: {figures}; nothing recorded"]
+    lines = [figures, *_stamp(report)]
+    if report.baseline is not None:
+        lines.append(_verdict_line(report.baseline))
+        if report.baseline.met is False:
+            lines.append(
+                f"below the baseline: mean {report.mean_tok_s:.1f} tok/s < "
+                f"{report.baseline.floor:.1f} tok/s"
+            )
+    return lines
+
+
+def _history_row(report: BenchReport) -> tuple[str, ...]:
+    verdict = report.baseline
+    met = "-" if verdict is None or verdict.met is None else ("met" if verdict.met else "missed")
+    return (
+        report.time,
+        f"{len(report.runs)}x{report.method.max_tokens}",
+        f"{report.mean_tok_s or 0:.1f}",
+        f"{report.min_tok_s or 0:.1f}-{report.max_tok_s or 0:.1f}",
+        f"{report.ttft_s or 0:.3f}",
+        report.sglang_version or "-",
+        met,
+        report.host,
+    )
+
+
+HISTORY_HEADER = ("WHEN", "RUNS", "MEAN TOK/S", "SPREAD", "TTFT S", "SGLANG", "BASELINE", "HOST")
+
+
+def history_lines(results: list[BenchReport]) -> list[str]:
+    """A table per profile and digest, in the order first measured; rows oldest first."""
+    groups: dict[tuple[str, str], list[BenchReport]] = {}
+    for result in results:
+        groups.setdefault((result.profile, result.digest), []).append(result)
+    lines: list[str] = []
+    for (profile, digest), group in groups.items():
+        rows = [HISTORY_HEADER, *map(_history_row, group)]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(HISTORY_HEADER))]
+        count = len(group)
+        lines += [""] if lines else []  # a blank line between two tables
+        lines.append(f"{profile} {digest[:15]}: {count} result{'' if count == 1 else 's'}")
+        lines += [
+            "  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+            for row in rows
+        ]
+    return [line.rstrip() for line in lines]
