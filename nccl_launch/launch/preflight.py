@@ -15,7 +15,8 @@ from nccl_launch.launch.host import (
 )
 from nccl_launch.launch.preflight_report import Check, PreflightReport
 from nccl_launch.launch.prepare import LaunchPlan
-from nccl_launch.profile.lint import lint
+from nccl_launch.profile.lint import review
+from nccl_launch.profile.load import validate_chain
 from nccl_launch.sglang.server import Server
 
 
@@ -51,15 +52,14 @@ def sglang_checks(server: Server, argv: list[str]) -> tuple[list[Check], dict[st
     return checks, result
 
 
-SKIPPABLE = ("nccl.conf", "env-plugin", "gpus", "port", "paths", "sglang")
-
-
 def run_preflight(launch: LaunchPlan, skip: frozenset[str] = frozenset()) -> PreflightReport:
     """The profile and the environment, then the host and SGLang, less the `skip`ped checks."""
-    plan, profile, env = launch.plan, launch.loaded.profile, launch.merged.env
-    valid = f"{plan.label} ({plan.short_digest}) from {launch.loaded.path} is valid"
+    plan, env = launch.plan, launch.merged.env
+    profile = validate_chain(launch.chain).profile  # the pydantic model, of the same text
+    valid = f"{plan.label} ({plan.short_digest}) from {launch.path} is valid"
     checks = [Check(name="profile", status="ok", message=valid)]
-    checks += [Check(name="profile", status="warn", message=note) for note in lint(profile)]
+    notes = review(profile).warnings
+    checks += [Check(name="profile", status="warn", message=note.line()) for note in notes]
     report = launch.merged.report
     if report.drifted:
         checks.append(

@@ -1,37 +1,113 @@
 """Warnings that leave a profile valid: deprecated names, SGLang overrides, host questions,
-secrets written into the file."""
+secrets written into the file; each with an id that `[policy] accept` can acknowledge."""
 
 from __future__ import annotations
 
+import difflib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from nccl_launch.nccl import catalog
-from nccl_launch.profile.model import Profile
 from nccl_launch.secrets import is_secret, mask_argv, mask_credentials
 from nccl_launch.sglang.argv import server_argv
 from nccl_launch.sglang.rules import server_warnings
 
+if TYPE_CHECKING:  # the model is pydantic, which `run` does not import
+    from nccl_launch.profile.model import Profile
+
 _ELSEWHERE = "it belongs in an --env-file (mode 0600) or the calling environment"
+# Name notes said on every start: the value does nothing. A deprecated or undocumented name
+# NCCL still reads is a note on how the profile is written, for `validate` and `preflight`.
+_EVERY_START_KINDS = ("ignored",)
 
 
-def secret_notes(profile: Profile) -> list[str]:
+@dataclass(frozen=True)
+class Note:
+    """One warning: `id` ("SUBJECT KIND", what `[policy] accept` names; empty for a note on
+    the accept list itself), the message, and whether `run` says it on every start."""
+
+    id: str
+    message: str
+    every_start: bool
+
+    def line(self) -> str:
+        """The message, with the id to copy into `[policy] accept` when it has one."""
+        return f'{self.message} [accept: "{self.id}"]' if self.id else self.message
+
+
+@dataclass(frozen=True)
+class Review:
+    """A profile's warnings: the ones it has not acknowledged, and the ones it has."""
+
+    warnings: list[Note]
+    acknowledged: list[Note]
+
+
+def secret_notes(profile: Profile) -> list[Note]:
     """Secrets written into the profile, which is read by many and shown in reviews and logs."""
     notes = []
     for key, value in profile.env.items():
         if is_secret(key):
-            notes.append(f"env.{key}: holds a literal secret; {_ELSEWHERE}")
+            notes.append(_secret(f"env.{key}", "holds a literal secret"))
         elif mask_credentials(value) != value:
-            notes.append(f"env.{key}: holds a password in a URL; {_ELSEWHERE}")
+            notes.append(_secret(f"env.{key}", "holds a password in a URL"))
     argv = server_argv(profile.server) if profile.server is not None else []
     if mask_argv(argv) != argv:
-        notes.append(
+        message = (
             "server: its command line holds a credential; pass it after '--' from the calling "
             'environment (nccl-launch run PROFILE -- --api-key "$API_KEY")'
         )
+        notes.append(Note("server.args secret", message, every_start=True))
     return notes
 
 
-def lint(profile: Profile) -> list[str]:
-    """What `validate`, `run` and `preflight` warn about; judged from the profile alone."""
-    notes = [note for key in profile.nccl for note in catalog.name_notes(catalog.PREFIX + key)]
+def _secret(key: str, what: str) -> Note:
+    return Note(f"{key} secret", f"{key}: {what}; {_ELSEWHERE}", every_start=True)
+
+
+def _sglang(message: str) -> Note:
+    """SGLang's notes start with what they are about: a key (`env.X:`) or a flag."""
+    subject = message.split(" ", 1)[0].removesuffix(":")
+    return Note(f"{subject} sglang", message, every_start=True)
+
+
+def notes(profile: Profile) -> list[Note]:
+    """Every warning about the profile, judged from the profile alone, acknowledged or not."""
+    found = []
+    for key in profile.nccl:
+        note = catalog.name_note(catalog.PREFIX + key)
+        if note is not None:
+            kind, message = note
+            name = catalog.PREFIX + key
+            found.append(Note(f"{name} {kind}", message, kind in _EVERY_START_KINDS))
     if profile.server is not None:
-        notes += server_warnings(profile.server, profile.declared_env())
-    return notes + secret_notes(profile)
+        found += [_sglang(text) for text in server_warnings(profile.server, profile.declared_env())]
+    return found + secret_notes(profile)
+
+
+def review(profile: Profile) -> Review:
+    """The profile's warnings split by `[policy] accept`; an accept entry that matches no
+    warning is a warning itself, with the closest id when one is close."""
+    found = notes(profile)
+    accepted = set(profile.policy.accept)
+    warnings = [note for note in found if note.id not in accepted]
+    ids = [note.id for note in found]
+    for entry in profile.policy.accept:
+        if entry not in ids:
+            close = difflib.get_close_matches(entry, ids, n=1, cutoff=0.6)
+            hint = f'; did you mean "{close[0]}"?' if close else "; drop it"
+            message = f"policy.accept: {entry!r} matches no warning of this profile{hint}"
+            warnings.append(Note("", message, every_start=False))
+    return Review(warnings, [note for note in found if note.id in accepted])
+
+
+def lint(profile: Profile) -> list[str]:
+    """Every warning the profile has not acknowledged, as `show` lists them."""
+    return [note.message for note in review(profile).warnings]
+
+
+def run_notes(profile: Profile) -> list[str]:
+    """What `run` warns about on every start: a value NCCL ignores, a value SGLang overrides,
+    a secret in the file; not what the profile's author reviews in `validate` and `preflight`
+    (a deprecated or undocumented name NCCL still reads), nor what the profile acknowledges."""
+    return [note.message for note in review(profile).warnings if note.every_start]

@@ -73,6 +73,9 @@ class Policy(StrictModel):
     conflict: Literal["refuse", "warn"] = "refuse"
     undeclared_nccl: Literal["refuse", "warn", "strip"] = "refuse"
     server_owned: list[Text] = Field(default_factory=lambda: list(facts.OWNED_ENV))
+    # Warnings the profile has decided to live with, by the id `validate` prints
+    # ("NCCL_MAX_NCHANNELS deprecated"); an id that matches no warning is itself a warning.
+    accept: list[Text] = Field(default_factory=list)
 
     @field_validator("server_owned")
     @classmethod

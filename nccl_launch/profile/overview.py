@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from nccl_launch.errors import EXIT_OK, EXIT_USAGE, NcclLaunchError
-from nccl_launch.profile.lint import lint
+from nccl_launch.profile.lint import lint, review
 from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.profile.plan import build_plan
 from nccl_launch.profile.search import profile_files
@@ -16,13 +16,15 @@ from nccl_launch.report import Report
 
 @dataclass(frozen=True)
 class Validated:
-    """One file given to `validate`: its label, digest and warnings, or the error it raised."""
+    """One file given to `validate`: its label, digest, warnings and the ids of the warnings
+    it acknowledges, or the error it raised."""
 
     path: str
     label: str = ""
     short_digest: str = ""
     warnings: tuple[str, ...] = ()
     error: NcclLaunchError | None = None
+    acknowledged: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -50,8 +52,14 @@ def validate(refs: tuple[str, ...]) -> Validation:
             results.append(Validated(ref, error=error))
             continue
         plan = build_plan(loaded.profile)
-        warnings = tuple(lint(loaded.profile))
-        results.append(Validated(str(loaded.path), plan.label, plan.short_digest, warnings))
+        found = review(loaded.profile)
+        warnings = tuple(note.line() for note in found.warnings)
+        acknowledged = tuple(note.id for note in found.acknowledged)
+        results.append(
+            Validated(
+                str(loaded.path), plan.label, plan.short_digest, warnings, acknowledged=acknowledged
+            )
+        )
     return Validation(results)
 
 

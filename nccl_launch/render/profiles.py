@@ -110,7 +110,8 @@ def validate_lines(validation: Validation) -> tuple[list[str], list[str]]:
             err.append(result.error.message())
             continue
         err += [f"{WARNING_PREFIX}{result.path}: {note}" for note in result.warnings]
-        out.append(f"{result.path}: ok ({result.label}, {result.short_digest})")
+        accepted = "".join(f'; accepts "{id_}"' for id_ in result.acknowledged)
+        out.append(f"{result.path}: ok ({result.label}, {result.short_digest}{accepted})")
     count, invalid = len(validation.results), validation.invalid
     if count > 1:
         out.append(f"{count - invalid} valid, {invalid} invalid")
