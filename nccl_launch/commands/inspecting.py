@@ -6,7 +6,7 @@ import json
 
 import click
 
-from nccl_launch.commands.options import echo_lines, format_option
+from nccl_launch.commands.options import echo_lines, format_option, profile_argument
 from nccl_launch.deploy import exports
 from nccl_launch.errors import EXIT_OK
 from nccl_launch.profile.diff import diff_profiles
@@ -18,7 +18,7 @@ from nccl_launch.render.profiles import diff_lines, list_lines, show_toml, valid
 
 
 @click.command(name="validate")
-@click.argument("files", nargs=-1, required=True)
+@profile_argument("files", nargs=-1, required=True)
 def validate_command(files: tuple[str, ...]) -> int:
     """Check profile FILES (and what they extend) alone, asking this host nothing; exit 2 if
     any is invalid."""
@@ -30,7 +30,7 @@ def validate_command(files: tuple[str, ...]) -> int:
 
 
 @click.command(name="show")
-@click.argument("profile")
+@profile_argument()
 @format_option(
     "toml",
     "json",
@@ -52,8 +52,8 @@ def show_command(profile: str, fmt: str) -> int:
 
 
 @click.command()
-@click.argument("old")
-@click.argument("new")
+@profile_argument("old")
+@profile_argument("new")
 def diff(old: str, new: str) -> int:
     """Compare two profiles (or NAME@3 and NAME@4); exit 1 when they differ."""
     compared = diff_profiles(old, new)

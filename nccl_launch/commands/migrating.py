@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from nccl_launch.commands.options import output_options, warn
+from nccl_launch.commands.options import output_options, profile_argument, warn
 from nccl_launch.deploy.systemd import write_unit
 from nccl_launch.errors import EXIT_OK
 from nccl_launch.migrate.capture import read_process
@@ -70,7 +70,7 @@ def capture(pid: int, name: str | None, output: Path | None, force: bool) -> int
 
 
 @click.command()
-@click.argument("profile")
+@profile_argument()
 @click.option("--user", help="User= of the service (default: root).")
 @output_options("Write the unit to FILE (atomically) instead of printing it.")
 def systemd(profile: str, user: str | None, output: Path | None, force: bool) -> int:

@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from nccl_launch.errors import WARNING_PREFIX
 from nccl_launch.launch.placement import Placement
 from nccl_launch.launch.prepare import LaunchPlan, prepare_launch
+
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -76,13 +79,43 @@ def output_options(help_text: str, *, force: bool = True) -> Callable[[F], F]:
     return lambda command: _bundle(command, decorators)
 
 
+def complete_profiles(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """What a PROFILE can be: each NAME and NAME@VERSION on the search path that starts with
+    `incomplete`, and a file path (the shell completes it: bash only when no name matches)."""
+    # Imported here: completion is rare, and `run` imports this module on every start.
+    from click.shell_completion import CompletionItem
+
+    from nccl_launch.profile.search import declared_identity, profile_files, search_path
+
+    found = [declared_identity(path) for path in profile_files([f for f, _ in search_path()])]
+    identities = [identity for identity in found if isinstance(identity, tuple)]
+    refs = {name for name, _ in identities} | {f"{name}@{version}" for name, version in identities}
+    matching = sorted(ref for ref in refs if ref.startswith(incomplete))
+    # First: bash's script forgets the names it was given before a file item.
+    return [CompletionItem(incomplete, type="file"), *map(CompletionItem, matching)]
+
+
+def profile_argument(name: str = "profile", **kwargs: Any) -> Callable[[F], F]:
+    """A PROFILE argument (NAME, NAME@VERSION or a file) that the shell completes."""
+    return click.argument(name, shell_complete=complete_profiles, **kwargs)
+
+
+def profile_option(*declarations: str, **kwargs: Any) -> Callable[[F], F]:
+    """An option taking a PROFILE, completed like `profile_argument`."""
+    return click.option(
+        *declarations, metavar="PROFILE", shell_complete=complete_profiles, **kwargs
+    )
+
+
 def launch_options(command: F) -> F:
     """PROFILE and the options `run` and `preflight` share (the arguments after `--` come
     from `LaunchCommand`)."""
     return _bundle(
         command,
         [
-            click.argument("profile"),
+            profile_argument(),
             click.option(
                 "--env-file",
                 "env_files",

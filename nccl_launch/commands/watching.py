@@ -8,7 +8,13 @@ from pathlib import Path
 
 import click
 
-from nccl_launch.commands.options import echo_lines, format_option, output_options, warn
+from nccl_launch.commands.options import (
+    echo_lines,
+    format_option,
+    output_options,
+    profile_argument,
+    warn,
+)
 from nccl_launch.errors import UsageError
 from nccl_launch.files import atomic_write, open_stream
 from nccl_launch.live import watch as live
@@ -27,7 +33,7 @@ LIVE_FORMATS: dict[str, Callable[[LiveReport], str]] = {
 
 
 @click.command()
-@click.argument("profile", required=False)
+@profile_argument(required=False)
 @click.option("--pid", type=click.IntRange(min=1), help="The server's main process.")
 @click.option("--port", type=int, help="The server's port: the process listening there.")
 @click.option("--pidfile", type=click.Path(path_type=Path), help="A file holding the PID.")
@@ -88,7 +94,7 @@ def check(
 
 
 @click.command(name="verify-log")
-@click.argument("profile")
+@profile_argument()
 @click.argument("log", default="-")
 @format_option("text", "json", default="text")
 def verify_log(profile: str, log: str, fmt: str) -> int:

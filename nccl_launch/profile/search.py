@@ -111,7 +111,7 @@ def parse_profile_toml(path: Path, text: str) -> dict[str, Any]:
     raise ProfileError([f"{path}: not valid TOML: {problem}"])
 
 
-def _declared_identity(path: Path) -> tuple[str, int] | UsageError | None:
+def declared_identity(path: Path) -> tuple[str, int] | UsageError | None:
     """The file's name and version; None when it declares none; the error when it is
     unreadable or untrusted, which a lookup skips (one bad file never breaks the others)."""
     try:
@@ -143,7 +143,7 @@ def find_profile(ref: str, near: Path | None = None) -> Path:
     best: tuple[int, Path] | None = None
     skipped: list[str] = []
     for path in profile_files(dirs):
-        identity = _declared_identity(path)
+        identity = declared_identity(path)
         if isinstance(identity, UsageError):
             skipped.append(str(identity))
             continue
