@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -13,7 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import tomli_w
+from hypothesis import given
+from hypothesis import strategies as st
 
+from nccl_launch.migrate.start import typed
+from nccl_launch.nccl import rules
 from nccl_launch.sglang import facts
 from tests.conftest import HERE, RunCli, console_script
 from tests.helpers import STANDIN, Record, read_record, wait_for_record
@@ -91,7 +97,7 @@ def test_convert_reads_exports_prefixes_and_flags_into_the_right_tables(
     assert "PATH extends the caller's value; not converted" in result.stderr
     profile = tomllib.loads(Path("profiles/start_kimi.toml").read_text())
     assert profile["nccl"] == {
-        "ALGO": "Ring", "BUFFSIZE": "16777216", "MAX_NCHANNELS": "16", "NTHREADS": "512",
+        "ALGO": "Ring", "BUFFSIZE": "16MiB", "MAX_NCHANNELS": 16, "NTHREADS": 512,
         "P2P_LEVEL": "SYS", "PROTO": "LL",
     }  # fmt: skip
     assert profile["env"] == {"HF_HUB_OFFLINE": "1"}
@@ -109,6 +115,61 @@ def test_convert_reads_exports_prefixes_and_flags_into_the_right_tables(
     assert server["args"] == ["--disable-custom-all-reduce", "--num-continuous-decode-steps", "4"]
 
 
+def test_a_converted_start_script_round_trips_to_integers_and_the_same_digest(
+    nccl_launch: RunCli, server_env: dict[str, str]
+) -> None:
+    converted = nccl_launch("convert", str(SCRIPTS / "start_kimi.sh"), env=server_env)
+    assert converted.returncode == 0, converted.stderr
+    text = Path("profiles/start_kimi.toml").read_text()
+    # Typed as a person writes them, each with the script line it came from.
+    for line in ['PROTO = "LL"  # line 5', 'P2P_LEVEL = "SYS"  # line 6',
+                 "MAX_NCHANNELS = 16  # line 7", 'BUFFSIZE = "16MiB"  # line 7',
+                 "NTHREADS = 512  # line 7", 'HF_HUB_OFFLINE = "1"  # line 13']:  # fmt: skip
+        assert line in text.splitlines()
+    data = tomllib.loads(text)
+    assert type(data["nccl"]["MAX_NCHANNELS"]) is int
+    assert type(data["nccl"]["NTHREADS"]) is int
+    # The same profile with every value as the text the script exported (what convert wrote
+    # before) has the same digest: the child gets the same strings.
+    strings = data | {"nccl": {key: rules.canonical(f"NCCL_{key}", value)
+                               for key, value in data["nccl"].items()}}  # fmt: skip
+    assert strings["nccl"]["BUFFSIZE"] == "16777216"
+    Path("profiles/as-text.toml").write_text(tomli_w.dumps(strings | {"name": "as-text"}))
+    digests = {
+        json.loads(nccl_launch("show", "--format", "json", name).stdout)["digest"][:15]
+        for name in ("start_kimi", "as-text")
+    }
+    assert digests == {converted.stdout.split()[3].rstrip(");")}
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "stored"),
+    [
+        ("NCCL_MAX_NCHANNELS", "16", 16),
+        ("NCCL_NTHREADS", "512", 512),
+        ("NCCL_BUFFSIZE", "16777216", "16MiB"),
+        ("NCCL_BUFFSIZE", "4096", "4KiB"),
+        ("NCCL_BUFFSIZE", "1000", 1000),
+        ("NCCL_BUFFSIZE", "1073741824", "1GiB"),
+        ("NCCL_WORK_ARGS_BYTES", "3221225472", "3GiB"),
+        ("NCCL_P2P_DISABLE", "1", True),
+        ("NCCL_P2P_DISABLE", "0", False),
+        ("NCCL_P2P_LEVEL", "SYS", "SYS"),
+        ("NCCL_PROTO", "LL", "LL"),
+        ("NCCL_SOCKET_IFNAME", "eth0", "eth0"),
+    ],
+)
+def test_typed_values_read_best_and_mean_the_same(name: str, raw: str, stored: object) -> None:
+    assert typed(name, raw) == stored
+    assert type(typed(name, raw)) is type(stored)
+    assert rules.canonical(name, typed(name, raw)) == rules.canonical(name, raw)
+
+
+@given(st.integers(min_value=1, max_value=2**31 - 1))
+def test_every_buffsize_keeps_its_bytes_when_typed(number: int) -> None:
+    assert rules.canonical("NCCL_BUFFSIZE", typed("NCCL_BUFFSIZE", str(number))) == str(number)
+
+
 def test_convert_a_raw_line_from_stdin() -> None:
     line = "NCCL_PROTO=ll NCCL_BUFFSIZE=4M python -m sglang.launch_server --model /m --tp-size=2\n"
     result = subprocess.run([console_script(), "convert", "-", "--name", "raw", "-o", "raw.toml"],
@@ -120,6 +181,19 @@ def test_convert_a_raw_line_from_stdin() -> None:
     assert "NCCL_BUFFSIZE=4M is read by NCCL as 4; stored 4" in result.stderr
     assert profile["server"]["tp_size"] == 2
     assert profile["provenance"]["source"] == "stdin"
+
+
+def test_convert_of_16mb_says_what_nccl_read_and_what_was_probably_meant() -> None:
+    line = "NCCL_BUFFSIZE=16MB python -m sglang.launch_server --model /m\n"
+    result = subprocess.run([console_script(), "convert", "-", "--name", "mb", "-o", "mb.toml"],
+                            input=line, capture_output=True, text=True, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert tomllib.loads(Path("mb.toml").read_text())["nccl"] == {"BUFFSIZE": 16}
+    assert result.stderr == (
+        "nccl-launch: warning: line 1: NCCL_BUFFSIZE=16MB is read by NCCL as 16; stored 16 (MB "
+        "is ambiguous: for 16MiB = 16777216 bytes (what NCCL users almost always mean) write "
+        '"16MiB" or 16777216; for 16000000 bytes write 16000000)\n'
+    )
 
 
 def test_slurm_script_leaves_placement_to_run_time(
@@ -251,13 +325,16 @@ def test_capture_writes_the_running_servers_profile_and_it_reproduces(
     result = nccl_launch("capture", "--pid", str(process.pid), "--name", "live")
     assert result.returncode == 0, result.stderr
     profile = tomllib.loads(Path("profiles/live.toml").read_text())
-    assert profile["nccl"] == {"PROTO": "LL", "ALGO": "Ring", "BUFFSIZE": "16777216"}
+    assert profile["nccl"] == {"PROTO": "LL", "ALGO": "Ring", "BUFFSIZE": "16MiB"}
     assert profile["env"] == {"CUDA_VISIBLE_DEVICES": "0,1"}
     assert profile["server"]["python"] == sys.executable
     assert profile["server"]["tp_size"] == 2
     assert profile["server"]["speculative"] == {"algorithm": "NGRAM"}
     assert profile["server"]["cwd"] == str(tmp_path)
     assert profile["provenance"]["source"] == f"pid {process.pid}"
+    text = Path("profiles/live.toml").read_text().splitlines()
+    assert f'BUFFSIZE = "16MiB"  # pid {process.pid}' in text
+    assert f'CUDA_VISIBLE_DEVICES = "0,1"  # pid {process.pid}' in text
 
     out = tmp_path / "again.json"
     env = {"PYTHONPATH": str(STANDIN), "STANDIN_RECORD": str(out)}
@@ -378,7 +455,7 @@ def test_convert_takes_only_the_code_that_runs(
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     profile = tomllib.loads(Path("profiles/guarded_start.toml").read_text())
-    assert profile["nccl"] == {"PROTO": "LL", "ALGO": "Ring", "MAX_NCHANNELS": "16"}
+    assert profile["nccl"] == {"PROTO": "LL", "ALGO": "Ring", "MAX_NCHANNELS": 16}
     server = profile["server"]
     prefix = f"pycache_prefix={server_env['SERVER_DIR']}/py cache"
     assert shlex.split(server["entrypoint"]) == ["-X", prefix, "-m", "sglang.launch_server"]
@@ -456,6 +533,8 @@ def test_capture_stores_what_nccl_read_with_a_note(nccl_launch: RunCli, tmp_path
     assert result.returncode == 0, result.stderr
     profile = tomllib.loads(Path("profiles/live.toml").read_text())
     assert profile["nccl"] == {"BUFFSIZE": 8, "NTHREADS": 512, "P2P_LEVEL": "PHB"}
+    text = Path("profiles/live.toml").read_text().splitlines()
+    assert f'BUFFSIZE = 8  # pid {process.pid}: "010", which NCCL reads as 8' in text
     for note in ["NCCL_BUFFSIZE=010 is read by NCCL as 8; stored 8",
                  "NCCL_NTHREADS=0x200 is read by NCCL as 512; stored 512",
                  "NCCL_P2P_LEVEL=4294967299 is read by NCCL as PHB; stored PHB"]:  # fmt: skip

@@ -58,4 +58,4 @@ def read_process(pid: int) -> StartCommand:
     notes = []
     if MARKER_PROFILE in environ:
         notes.append(f"the process was started by nccl-launch as {environ[MARKER_PROFILE]}")
-    return StartCommand(env=keep, argv=argv, cwd=cwd, notes=notes)
+    return StartCommand(env=keep, argv=argv, cwd=cwd, notes=notes, origin=f"pid {pid}")

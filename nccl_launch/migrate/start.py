@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,7 +15,7 @@ from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files import atomic_write
 from nccl_launch.migrate.server_table import server_table
 from nccl_launch.nccl import catalog, rules
-from nccl_launch.nccl.grammar import IntRule, LevelRule, SizeRule, TomlValue, Undefined
+from nccl_launch.nccl.grammar import BoolRule, IntRule, LevelRule, SizeRule, TomlValue, Undefined
 from nccl_launch.profile.load import validate_resolved
 from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.profile.model import PROFILE_SCHEMA
@@ -29,6 +32,38 @@ class StartCommand:
     cwd: str | None = None
     lines: dict[str, int] = field(default_factory=dict)  # where each variable was set
     notes: list[str] = field(default_factory=list)
+    origin: str = ""  # where every variable came from, for one without a line ("pid 42")
+
+    def where(self, key: str) -> str:
+        """Where `key` was set, as a comment in the profile says it."""
+        return f"line {self.lines[key]}" if self.lines.get(key) else self.origin
+
+
+_DECIMAL = re.compile(r"-?[0-9]+")
+_BINARY_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+
+
+def _integer(value: TomlValue) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and _DECIMAL.fullmatch(value) and str(int(value)) == value:
+        return int(value)
+    return None
+
+
+def typed(key: str, value: TomlValue) -> TomlValue:
+    """`value` as a profile reads best, meaning the same to NCCL (so the digest is the same):
+    an integer as a TOML integer, a 0/1 switch as false/true, a size in the largest binary
+    unit that divides it (16777216 is "16MiB"), other text as it is."""
+    rule, number = rules.rule_for(key), _integer(value)
+    if number is None:
+        return value
+    if isinstance(rule, BoolRule) and number in (0, 1):
+        return bool(number)
+    if isinstance(rule, SizeRule):
+        unit = next(((name, size) for name, size in _BINARY_UNITS if number % size == 0), None)
+        return f"{number // unit[1]}{unit[0]}" if unit and number else number
+    return number if isinstance(rule, IntRule) else value
 
 
 def nccl_reading(key: str, value: str, notes: list[str], where: str) -> TomlValue | None:
@@ -44,7 +79,9 @@ def nccl_reading(key: str, value: str, notes: list[str], where: str) -> TomlValu
             notes.append(f"{where}{key} is empty: NCCL keeps its default; not stored")
             return None
         if isinstance(read, int) and str(read) != value:
-            notes.append(f"{where}{key}={value} is read by NCCL as {read}; stored {read}")
+            meant = rule.ambiguity(value) if isinstance(rule, SizeRule) else None
+            also = f" ({meant})" if meant else ""
+            notes.append(f"{where}{key}={value} is read by NCCL as {read}; stored {read}{also}")
             return read
     if isinstance(rule, LevelRule) and isinstance(read, str) and read != value:
         notes.append(f"{where}{key}={value} is read by NCCL as {read}; stored {read}")
@@ -54,12 +91,14 @@ def nccl_reading(key: str, value: str, notes: list[str], where: str) -> TomlValu
 
 def build_profile(
     start: StartCommand, name: str, source: str, how: str
-) -> tuple[dict[str, Any], ProfilePlan]:
-    """The profile data for a start command, validated, and its plan; NCCL values are checked
-    with NCCL's grammar first, so that an error names the script's line."""
-    problems, nccl, env = [], {}, {}
+) -> tuple[dict[str, Any], ProfilePlan, dict[str, str]]:
+    """The profile data for a start command, validated, its plan, and a comment for each
+    variable saying where it came from; NCCL values are checked with NCCL's grammar first,
+    so that an error names the script's line."""
+    problems, nccl, env, comments = [], {}, {}, {}
     for key, value in start.env.items():
         where = f"line {start.lines[key]}: " if start.lines.get(key) else ""
+        comments[key] = start.where(key)
         if key in OWN_VARIABLES:
             continue
         if not key.startswith(catalog.PREFIX):
@@ -72,7 +111,9 @@ def build_profile(
                 stored = nccl_reading(key, value, start.notes, where)
                 if stored is not None:
                     rules.canonical(key, stored)
-                    nccl[key.removeprefix(catalog.PREFIX)] = stored
+                    nccl[key.removeprefix(catalog.PREFIX)] = typed(key, stored)
+                if stored != value and comments[key]:
+                    comments[key] += f": {json.dumps(value)}, which NCCL reads as {stored}"
             except ValueError as error:
                 read = "" if stored in (None, value) else f"{value!r} (NCCL reads {stored}): "
                 problems.append(f"{where}{key}: {read}{error}")
@@ -93,7 +134,29 @@ def build_profile(
     elif start.argv:
         notes.append(f"not an SGLang command, run it with: -- {' '.join(start.argv)}")
     data["provenance"] = {"source": source} | ({"notes": "; ".join(notes)} if notes else {})
-    return data, build_plan(validate_resolved(source, data))
+    return data, build_plan(validate_resolved(source, data)), comments
+
+
+def profile_text(data: dict[str, Any], comments: dict[str, str]) -> str:
+    """`data` as TOML, each [nccl] and [env] value followed by a comment from `comments`
+    (by full variable name). tomli-w writes no comments, so these two tables are written
+    line by line, and the whole is read back to prove it still says `data`."""
+    tables = {"nccl": catalog.PREFIX, "env": ""}
+    top = {key: value for key, value in data.items() if not isinstance(value, dict)}
+    parts = [tomli_w.dumps(top)]
+    for table, prefix in tables.items():
+        if table in data:
+            lines = [f"[{table}]"]
+            for key, value in data[table].items():
+                line = tomli_w.dumps({key: value}).rstrip("\n")
+                comment = comments.get(prefix + key)
+                lines.append(f"{line}  # {comment}" if comment else line)
+            parts.append("\n".join(lines) + "\n")
+    rest = {key: value for key, value in data.items() if key not in top and key not in tables}
+    text = "\n".join([*parts, tomli_w.dumps(rest)])
+    if tomllib.loads(text) != data:  # a bug here must not write a profile that says otherwise
+        raise RuntimeError("the profile written with comments does not read back as built")
+    return text
 
 
 def _holds_secret(start: StartCommand) -> bool:
@@ -111,11 +174,11 @@ def save_profile(
     never replacing a file without `force`; where it went and its plan. A profile holding
     a secret (a credential-looking variable or flag, a password in a URL) is readable by its
     owner only."""
-    data, plan = build_profile(start, name, source, how)
+    data, plan, comments = build_profile(start, name, source, how)
     path = output or Path("profiles") / f"{name}.toml"
     mode = 0o600 if _holds_secret(start) else None
     try:
-        atomic_write(path, tomli_w.dumps(data), replace=force, mode=mode)
+        atomic_write(path, profile_text(data, comments), replace=force, mode=mode)
     except FileExistsError:
         raise UsageError(f"{path} exists; pass --force to replace it") from None
     return path, plan
