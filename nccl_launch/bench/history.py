@@ -35,7 +35,7 @@ def default_path() -> Path:
 def _open_append(path: Path) -> int:
     """A descriptor to append to `path`, a regular file (created if absent), never through a
     symlink (as root, one planted there would aim the write elsewhere), never blocking."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, flags, 0o644)

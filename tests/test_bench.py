@@ -1,0 +1,583 @@
+"""`bench` against the stand-in SGLang server (a real process tree streaming real HTTP on
+loopback): the measured rate, the checks before and after, the stamp, the history, the
+baseline, the errors; the pieces (GPU facts, history lines, the verdict) on plain data."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+
+from nccl_launch.bench.gpus import parse_gpus
+from nccl_launch.bench.history import opened, read_history
+from nccl_launch.bench.result import BenchReport, Method, RunFigure, judge
+from nccl_launch.profile.baseline import Baseline
+from nccl_launch.report import SCHEMA_VERSION
+from tests.conftest import RunCli, WriteProfile, console_script
+from tests.helpers import STANDIN, free_port
+from tests.test_live import Server
+
+PROFILE = """
+schema = 1
+name = "standin"
+version = {version}
+[nccl]
+PROTO = "LL"
+ALGO = "Ring"
+[server]
+python = "{python}"
+model_path = "/models/m"
+tp_size = 2
+port = {port}
+"""
+FAST = ("--max-tokens", "60", "--runs", "2", "--warmup", "1")
+RUN_LINE = re.compile(r"Run (\d+)/(\d+): (\d+) tokens in \d+\.\d\d s = (\d+\.\d) tok/s")
+MEAN = re.compile(r"^mean (\d+\.\d) tok/s over", re.MULTILINE)
+# What nvidia-smi printed on an H200 host (see tests/standin/bin/nvidia-smi).
+H200 = "0, NVIDIA H200, 143771 MiB, 580.159.04, 00000000:00:06.0\n"
+
+
+class Started(Protocol):
+    def __call__(
+        self,
+        *,
+        launcher: bool = True,
+        baseline: str = "",
+        rate: int = 300,
+        env: dict[str, str] | None = None,
+    ) -> Server: ...
+
+
+@pytest.fixture(autouse=True)
+def state_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The conftest isolation leaves XDG_STATE_HOME to the host: the history must not go there."""
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+
+
+@pytest.fixture
+def start(write_profile: WriteProfile) -> Iterator[Started]:
+    """A stand-in server started by `nccl-launch run` (or raw), its profile as `standin`."""
+    servers: list[Server] = []
+
+    def start_server(
+        *,
+        launcher: bool = True,
+        baseline: str = "",
+        rate: int = 300,
+        env: dict[str, str] | None = None,
+    ) -> Server:
+        port = free_port()
+        text = PROFILE.format(version=1, python=sys.executable, port=port) + baseline
+        write_profile("standin", text)
+        if launcher:
+            argv = [console_script(), "run", "standin"]
+        else:  # the old way: the raw line, no NCCL values at all
+            argv = [
+                sys.executable,
+                "-m",
+                "sglang.launch_server",
+                "--model-path",
+                "/models/m",
+                "--tp",
+                "2",
+                "--port",
+                str(port),
+            ]
+        server = Server(argv, {"STANDIN_TOKEN_RATE": str(rate), **(env or {})}, port)
+        servers.append(server)
+        return server
+
+    yield start_server
+    for server in servers:
+        server.stop()
+
+
+def url(server: Server) -> str:
+    return f"http://127.0.0.1:{server.port}"
+
+
+def default_history(home: Path) -> Path:
+    return home / ".local" / "state" / "nccl-launch" / "bench.jsonl"
+
+
+def nothing_recorded(tmp_path: Path) -> bool:
+    """The history was opened before measuring (so it may exist), but holds no line."""
+    path = default_history(tmp_path / "home")
+    return not path.exists() or path.read_bytes() == b""
+
+
+def history_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("rate", [200, 400])
+def test_bench_reports_the_rate_the_server_streams_within_15_percent(
+    rate: int, start: Started, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    server = start(rate=rate)
+    result = nccl_launch("bench", "standin", "--url", url(server), *FAST)
+    assert result.returncode == 0, result.stdout + result.stderr
+    runs = RUN_LINE.findall(result.stdout)
+    assert [(number, total, tokens) for number, total, tokens, _ in runs] == [
+        ("1", "2", "60"),
+        ("2", "2", "60"),
+    ]
+    found = MEAN.search(result.stdout)
+    assert found is not None, result.stdout
+    assert abs(float(found.group(1)) - rate) / rate < 0.15
+    assert "Warmup 1/1: 60 tokens in " in result.stdout
+    assert "(not counted)" in result.stdout
+    assert "checked before: pid " in result.stdout
+    assert "checked after: pid " in result.stdout
+    assert "SGLang 0.5.23, model /models/m" in result.stdout
+    recorded = history_lines(default_history(tmp_path / "home"))
+    assert len(recorded) == 1
+    assert recorded[0]["mean_tok_s"] == pytest.approx(float(found.group(1)), abs=0.05)
+
+
+def test_a_raw_started_server_is_refused_without_any_figure(
+    start: Started, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    server = start(launcher=False)
+    result = nccl_launch("bench", "standin", "--url", url(server), *FAST)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "refusing to measure: the server does not run standin@1 as declared" in result.stdout
+    assert "- NCCL_PROTO" in result.stdout  # the drift report says why
+    assert "tok/s" not in result.stdout
+    assert nothing_recorded(tmp_path)
+
+
+def test_a_worker_drifting_during_the_runs_discards_them(
+    start: Started, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    # The second request (the first measured run) starts a scheduler with NCCL_PROTO=Simple.
+    server = start(env={"STANDIN_DRIFT_AT_REQUEST": "2", "STANDIN_LATE_DRIFT": "NCCL_PROTO=Simple"})
+    result = nccl_launch("bench", "standin", "--url", url(server), *FAST)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "checked before: pid " in result.stdout
+    assert "Run 2/2: " in result.stdout  # measured, then thrown away
+    assert '~ NCCL_PROTO  "LL" -> "Simple"' in result.stdout
+    assert "discarding 2 runs: the server drifted from standin@1 while measured" in result.stdout
+    assert "mean" not in result.stdout
+    assert nothing_recorded(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("decode_tok_s", "code", "verdict"),
+    [
+        (250, 0, "baseline 250.0 tok/s less 5% = 237.5 tok/s: met"),
+        (600, 1, "baseline 600.0 tok/s less 5% = 570.0 tok/s: missed"),
+    ],
+)
+def test_the_baseline_passes_above_and_fails_below(
+    decode_tok_s: int,
+    code: int,
+    verdict: str,
+    start: Started,
+    nccl_launch: RunCli,
+    tmp_path: Path,
+) -> None:
+    server = start(baseline=f"[baseline]\ndecode_tok_s = {decode_tok_s}\n")  # streams 300 tok/s
+    state = tmp_path / "state"
+    result = nccl_launch(
+        "bench", "standin", "--url", url(server), *FAST, env={"XDG_STATE_HOME": str(state)}
+    )
+    assert result.returncode == code, result.stdout + result.stderr
+    assert verdict in result.stdout
+    assert ("below the baseline: mean " in result.stdout) == bool(code)
+    recorded = history_lines(state / "nccl-launch" / "bench.jsonl")  # a miss is kept too
+    assert recorded[0]["baseline"]["met"] is (not code)
+
+
+def test_the_verdict_is_on_the_right_side_of_the_floor() -> None:
+    baseline = Baseline(decode_tok_s=100.0, tolerance=0.1)
+    method = Method(max_tokens=500, runs=5, warmup=1, prompt="p")
+    assert judge(baseline, 90.0, method).met is True  # exactly the floor
+    assert judge(baseline, 89.99, method).met is False
+    assert judge(Baseline(decode_tok_s=100.0, tolerance=0), 100.0, method).met is True
+    other = Baseline(decode_tok_s=100.0, max_tokens=200)
+    assert judge(other, 1.0, method).met is None  # another method: not compared
+    assert "max_tokens=200 (this bench: 500)" in str(judge(other, 1.0, method).note)
+
+
+def test_the_baselines_method_is_the_default_and_another_is_not_compared(
+    start: Started, nccl_launch: RunCli
+) -> None:
+    server = start(baseline="[baseline]\ndecode_tok_s = 600\nmax_tokens = 30\nruns = 1\n")
+    same = nccl_launch("bench", "standin", "--url", url(server), "--warmup", "0")
+    assert same.returncode == 1, same.stdout + same.stderr  # 300 tok/s: below 600
+    assert RUN_LINE.findall(same.stdout) == [("1", "1", "30", RUN_LINE.findall(same.stdout)[0][3])]
+    other = nccl_launch("bench", "standin", "--url", url(server), "--max-tokens", "20")
+    assert other.returncode == 0, other.stdout + other.stderr
+    assert "not compared: the baseline was measured with max_tokens=30 (this bench: 20)" in (
+        other.stdout
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "options", "message"),
+    [
+        ({"STANDIN_COMPLETIONS_STATUS": "500"}, (), "/v1/completions answered HTTP 500: "),
+        ({"STANDIN_EMPTY_STREAM": "1"}, (), "/v1/completions streamed no tokens"),
+        ({"STANDIN_STALL": "1"}, ("--timeout", "0.5"), "no answer within 0.5 s (--timeout)"),
+    ],
+    ids=["http-500", "empty-stream", "timeout"],
+)
+def test_server_errors_exit_3_with_one_line(
+    env: dict[str, str],
+    options: tuple[str, ...],
+    message: str,
+    start: Started,
+    nccl_launch: RunCli,
+    tmp_path: Path,
+) -> None:
+    server = start(env=env)
+    result = nccl_launch("bench", "standin", "--url", url(server), *FAST, *options)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.startswith(f"nccl-launch: http://127.0.0.1:{server.port}")
+    assert message in result.stderr
+    assert nothing_recorded(tmp_path)
+
+
+def test_a_refused_connection_exits_3_with_one_line(start: Started, nccl_launch: RunCli) -> None:
+    server = start()
+    nobody = f"http://127.0.0.1:{free_port()}"
+    pid = str(server.process.pid)
+    result = nccl_launch("bench", "standin", "--url", nobody, "--pid", pid, *FAST)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert result.stderr.splitlines() == [
+        f"nccl-launch: {nobody}/server_info: cannot connect: [Errno 111] Connection refused"
+    ]
+
+
+def test_no_server_on_the_urls_port_exits_3(nccl_launch: RunCli, write_profile: Any) -> None:
+    write_profile("standin", PROFILE.format(version=1, python=sys.executable, port=1))
+    port = free_port()
+    result = nccl_launch("bench", "standin", "--url", f"http://127.0.0.1:{port}")
+    assert result.returncode == 3
+    assert result.stderr == f"nccl-launch: no process listens on port {port}\n"
+
+
+def test_ctrl_c_prints_the_runs_so_far_and_records_nothing(start: Started, tmp_path: Path) -> None:
+    server = start(rate=200)
+    process = subprocess.Popen(
+        [
+            console_script(),
+            "bench",
+            "standin",
+            "--url",
+            url(server),
+            "--max-tokens",
+            "40",
+            "--runs",
+            "50",
+            "--warmup",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    seen = []
+    for line in process.stdout:  # wait for the first run to end, then press Ctrl-C
+        seen.append(line)
+        if line.startswith("Run 1/50: "):
+            break
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=30)
+    assert process.returncode == 130, "".join(seen) + out + err
+    summary = re.search(r"interrupted after (\d+) of 50 runs: mean \d+\.\d tok/s", out)
+    assert summary is not None, out
+    assert int(summary.group(1)) == len(RUN_LINE.findall("".join(seen) + out))
+    assert out.rstrip().endswith("nothing recorded")
+    assert "Traceback" not in err
+    assert nothing_recorded(tmp_path)
+
+
+JSON_KEYS = {
+    "schema_version",
+    "status",
+    "profile",
+    "digest",
+    "profile_path",
+    "url",
+    "host",
+    "time",
+    "sglang_version",
+    "model",
+    "gpus",
+    "gpus_note",
+    "method",
+    "runs",
+    "mean_tok_s",
+    "min_tok_s",
+    "max_tok_s",
+    "ttft_s",
+    "baseline",
+    "drift",
+}
+
+
+def test_json_is_a_versioned_document_stamped_with_profile_server_and_gpus(
+    start: Started, nccl_launch: RunCli
+) -> None:
+    server = start(baseline="[baseline]\ndecode_tok_s = 250\n")
+    path = f"{STANDIN / 'bin'}{os.pathsep}{os.environ['PATH']}"  # nvidia-smi's real answer
+    result = nccl_launch(
+        "bench", "standin", "--url", url(server), *FAST, "--format", "json", env={"PATH": path}
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads(result.stdout)
+    assert set(document) == JSON_KEYS
+    assert document["schema_version"] == SCHEMA_VERSION
+    assert document["status"] == "measured"
+    assert document["profile"] == "standin@1"
+    assert document["digest"].startswith("sha256:")
+    assert (document["sglang_version"], document["model"]) == ("0.5.23", "/models/m")
+    assert document["gpus"] == [
+        {
+            "index": 0,
+            "name": "NVIDIA H200",
+            "memory_total": "143771 MiB",
+            "driver_version": "580.159.04",
+            "pci_bus_id": "00000000:00:06.0",
+        }
+    ]
+    assert document["method"] == {
+        "max_tokens": 60,
+        "runs": 2,
+        "warmup": 1,
+        "prompt": document["method"]["prompt"],
+    }
+    assert [set(run) for run in document["runs"]] == [{"tokens", "seconds", "ttft_s", "tok_s"}] * 2
+    assert set(document["baseline"]) == {"decode_tok_s", "tolerance", "floor", "met", "note"}
+    assert document["drift"] is None
+    assert "Run 1/2: " in result.stderr  # progress beside JSON goes to stderr
+    assert "recorded in " in result.stderr
+
+
+def test_without_nvidia_smi_the_gpus_are_empty_and_say_why(
+    start: Started, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    server = start()
+    (tmp_path / "no-tools").mkdir()
+    result = nccl_launch(
+        "bench",
+        "standin",
+        "--url",
+        url(server),
+        *FAST,
+        "--format",
+        "json",
+        env={"PATH": str(tmp_path / "no-tools")},
+    )
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert (document["gpus"], document["gpus_note"]) == ([], "no nvidia-smi on PATH")
+
+
+def test_nvidia_smis_lines_are_read_and_a_name_may_hold_a_comma() -> None:
+    (gpu,) = parse_gpus(H200)
+    assert (gpu.index, gpu.name, gpu.memory_total) == (0, "NVIDIA H200", "143771 MiB")
+    assert (gpu.driver_version, gpu.pci_bus_id) == ("580.159.04", "00000000:00:06.0")
+    (odd,) = parse_gpus("3, Vendor GPU, rev 2, 80 MiB, 1.0, 0000:01:00.0\n")
+    assert (odd.index, odd.name) == (3, "Vendor GPU, rev 2")
+    with pytest.raises(ValueError, match="not a line of"):
+        parse_gpus("No devices were found\n")
+
+
+def test_history_prints_a_table_per_profile_and_digest(
+    start: Started, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    server = start()
+    for _ in range(2):
+        assert nccl_launch("bench", "standin", "--url", url(server), *FAST).returncode == 0
+    record = default_history(tmp_path / "home")
+    older = json.loads(record.read_text().splitlines()[0])  # as version 0 of another digest
+    older |= {"profile": "standin@0", "digest": "sha256:" + "0" * 64}
+    with record.open("a") as history:
+        history.write(json.dumps(older) + "\n")
+    shown = nccl_launch("bench", "--history")
+    assert shown.returncode == 0, shown.stderr
+    tables = shown.stdout.split("\n\n")
+    assert [table.splitlines()[0] for table in tables] == [
+        f"standin@1 {json.loads(record.read_text().splitlines()[0])['digest'][:15]}: 2 results",
+        "standin@0 sha256:00000000: 1 result",
+    ]
+    header = tables[0].splitlines()[1].split()
+    assert header[:4] == ["WHEN", "RUNS", "MEAN", "TOK/S"]
+    assert tables[0].splitlines()[2].split()[1] == "2x60"
+    one = nccl_launch("bench", "--history", "standin@0")
+    assert one.stdout.startswith("standin@0 ") and "standin@1" not in one.stdout
+    by_name = nccl_launch("bench", "--history", "standin")
+    assert by_name.stdout.count("standin@") == 2
+    none = nccl_launch("bench", "--history", "other")
+    assert none.stdout == f"no results of other in {record}\n"
+
+
+def test_a_bad_history_line_is_named_with_its_number_and_skipped(
+    start: Started, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    server = start()
+    record = tmp_path / "h.jsonl"
+    record.write_text('{"not": "a result"}\n')
+    with record.open("ab") as history:
+        history.write(b"\xff garbage without a newline")  # a line torn by a crash
+    result = nccl_launch("bench", "standin", "--url", url(server), *FAST, "--record", str(record))
+    assert result.returncode == 0, result.stderr
+    assert len(record.read_bytes().splitlines()) == 3  # the torn line stays a line of its own
+    shown = nccl_launch("bench", "--history", "--record", str(record), "--format", "json")
+    assert shown.returncode == 0
+    assert [line.split(" (")[0] for line in shown.stderr.splitlines()] == [
+        f"nccl-launch: warning: {record}:1: not a bench result",
+        f"nccl-launch: warning: {record}:2: not a bench result",
+    ]
+    document = json.loads(shown.stdout)
+    assert [result["profile"] for result in document["results"]] == ["standin@1"]
+    assert len(document["problems"]) == 2
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _symlink(path: Path) -> None:
+    path.symlink_to(path.with_name("target.jsonl"))
+
+
+def _directory(path: Path) -> None:
+    path.mkdir()
+
+
+@pytest.mark.parametrize(
+    ("make", "kind"),
+    [(_fifo, "a FIFO"), (_symlink, "a symlink"), (_directory, "a directory")],
+    ids=["fifo", "symlink", "directory"],
+)
+def test_a_history_that_is_no_regular_file_is_refused_before_measuring(
+    make: Any, kind: str, nccl_launch: RunCli, write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    write_profile("standin", PROFILE.format(version=1, python=sys.executable, port=1))
+    record = tmp_path / "history.jsonl"
+    make(record)
+    args = ("bench", "standin", "--url", "http://127.0.0.1:1", "--record", str(record))
+    result = nccl_launch(*args)  # nothing listens on port 1: the record is refused first
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"nccl-launch: bench history {record}: {kind}")
+    assert len(result.stderr.splitlines()) == 1
+    assert not record.with_name("target.jsonl").exists()
+
+
+def test_a_line_is_appended_whole_after_a_torn_one(tmp_path: Path) -> None:
+    record = tmp_path / "h.jsonl"
+    record.write_bytes(b'{"torn')
+    report = BenchReport(
+        status="measured",
+        profile="p@1",
+        digest="sha256:x",
+        profile_path="/p.toml",
+        url="http://127.0.0.1:1",
+        host="h",
+        time="t",
+        method=Method(max_tokens=1, runs=1, warmup=0, prompt="p"),
+        runs=[RunFigure(tokens=1, seconds=0.5, ttft_s=0.1)],
+    )
+    with opened(record) as recorder:
+        recorder.append(report)
+    lines = record.read_bytes().split(b"\n")
+    assert lines[0] == b'{"torn'
+    assert json.loads(lines[1])["runs"][0]["tok_s"] == 2.0
+    assert lines[2] == b""
+    found = read_history(record)
+    assert [result.profile for result in found.results] == ["p@1"]
+    assert found.problems[0].startswith(f"{record}:1: not a bench result")
+
+
+def test_history_goes_under_xdg_state_home_when_it_is_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nccl_launch.bench.history import default_path
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert default_path() == tmp_path / "state" / "nccl-launch" / "bench.jsonl"
+    monkeypatch.setenv("XDG_STATE_HOME", "relative")  # the spec says to ignore it
+    assert default_path() == Path.home() / ".local" / "state" / "nccl-launch" / "bench.jsonl"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("standin",), "name the PROFILE and the server's --url (or use --history)"),
+        (("--url", "http://127.0.0.1:1"), "name the PROFILE and the server's --url"),
+        (("standin", "--url", "ftp://127.0.0.1:1"), "not an http:// or https:// URL"),
+        (("standin", "--url", "http://127.0.0.1:99999"), "not a valid port"),
+        (("standin", "--url", "http://192.0.2.1:30000"), "192.0.2.1 is not this host"),
+        (("--history", "--url", "http://127.0.0.1:1"), "--history reads the record only"),
+        (("standin", "--url", "http://127.0.0.1:1", "--runs", "0"), "Invalid value for '--runs'"),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(
+    args: tuple[str, ...], message: str, nccl_launch: RunCli, write_profile: WriteProfile
+) -> None:
+    write_profile("standin", PROFILE.format(version=1, python=sys.executable, port=1))
+    result = nccl_launch("bench", *args)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+BASELINE_PROFILE = 'schema = 1\nname = "b"\nversion = 1\n[nccl]\nPROTO = "LL"\n'
+
+
+@pytest.mark.parametrize(
+    ("table", "problem"),
+    [
+        ("decode_tok_s = 0", "baseline.decode_tok_s: Input should be greater than 0"),
+        ("decode_tok_s = nan", "baseline.decode_tok_s: Input should be a finite number"),
+        ("decode_tok_s = 88.8\ntolerance = 1", "baseline.tolerance: Input should be less than 1"),
+        ("decode_tok_s = 88.8\nruns = 0", "baseline.runs: Input should be greater than or equal"),
+        ("tolerance = 0.1", "baseline.decode_tok_s: required key is missing"),
+        (
+            "decode_tok_s = 88.8\ntok_s = 1",
+            "baseline.tok_s: unknown key; valid in [baseline]: decode_tok_s, tolerance, "
+            "max_tokens, runs",
+        ),
+    ],
+)
+def test_validate_refuses_a_bad_baseline_naming_the_key(
+    table: str, problem: str, nccl_launch: RunCli, write_profile: WriteProfile
+) -> None:
+    path = write_profile("b", BASELINE_PROFILE + "[baseline]\n" + table + "\n")
+    result = nccl_launch("validate", str(path))
+    assert result.returncode == 2
+    assert f"{path}: {problem}" in result.stderr
+
+
+def test_show_includes_the_baseline_and_the_digest_ignores_it(
+    nccl_launch: RunCli, write_profile: WriteProfile
+) -> None:
+    plain = write_profile("plain", BASELINE_PROFILE)
+    kept = write_profile("kept", BASELINE_PROFILE + "[baseline]\ndecode_tok_s = 88.8\n")
+    shown = nccl_launch("show", str(kept))
+    assert "[baseline]\ndecode_tok_s = 88.8\ntolerance = 0.05\n" in shown.stdout
+    digests = [
+        json.loads(nccl_launch("show", str(path), "--format", "json").stdout)["digest"]
+        for path in (plain, kept)
+    ]
+    assert digests[0] == digests[1]
+
+
+def test_the_shipped_kimi_profile_records_its_tuned_figure(nccl_launch: RunCli) -> None:
+    kimi = Path(__file__).parent.parent / "profiles" / "kimi-k25-rtx6000bw-tp8-eagle3.toml"
+    shown = json.loads(nccl_launch("show", str(kimi), "--format", "json").stdout)
+    assert shown["resolved"]["baseline"] == {"decode_tok_s": 88.8, "tolerance": 0.05}
