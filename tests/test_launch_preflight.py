@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
 
-from tests.conftest import Isolation, RunCli, WriteProfile
-from tests.helpers import free_port
+from tests.conftest import Isolation, RunCli, WriteProfile, console_script
+from tests.helpers import STANDIN, free_port
 
 REPO_PROFILES = Path(__file__).parent.parent / "profiles"
 SHIPPED_SERVERS = [
@@ -342,3 +344,50 @@ def test_a_broken_interpreter_is_a_failed_check_not_a_crash(
     assert "Traceback" not in result.stderr
     [line] = [line for line in result.stdout.splitlines() if line.startswith("fail  sglang")]
     assert f"{fake} answered " in line or f"{fake} did not answer" in line
+
+
+def run_with_stderr_on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    """The installed script with stderr on a real pseudo-terminal, stdout on a pipe."""
+    controller, terminal = os.openpty()
+    try:
+        process = subprocess.Popen(
+            [console_script(), *args], stdout=subprocess.PIPE, stderr=terminal, env=env
+        )
+    finally:
+        os.close(terminal)
+    seen = b""
+    try:
+        while select.select([controller], [], [], 60)[0]:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # EIO: the last process holding the terminal is gone
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(controller)
+    stdout, _ = process.communicate(timeout=60)
+    return process.returncode, stdout.decode(), seen.decode()
+
+
+STATUS = "imports SGLang and parses the argv..."
+
+
+def test_preflight_shows_what_it_waits_for_on_a_terminal_only(
+    write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    """The stand-in SGLang (no parser: the check fails) is imported in its own interpreter."""
+    with_python(write_profile, SHIPPED_SERVERS[0], sys.executable)
+    env = {**os.environ, "PYTHONPATH": str(STANDIN)}
+    args = ["preflight", *SKIP_HOST, "under-test"]
+    code, stdout, terminal = run_with_stderr_on_a_terminal(args, env)
+    assert code == 3
+    assert f"preflight: {sys.executable} {STATUS}\r\x1b[K" in terminal  # shown, then erased
+    assert STATUS not in stdout
+    assert "fail  sglang       cannot import SGLang" in stdout
+    piped = nccl_launch(*args, env={"PYTHONPATH": str(STANDIN)})
+    assert piped.returncode == 3
+    assert piped.stdout == stdout
+    assert "preflight:" not in piped.stderr
+    assert "\x1b" not in piped.stderr

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from nccl_launch.launch.host import (
@@ -20,12 +22,29 @@ from nccl_launch.profile.load import validate_chain
 from nccl_launch.sglang.server import Server
 
 
+@contextmanager
+def waiting_for(what: str) -> Iterator[None]:
+    """On a terminal, one status line on stderr saying what preflight waits for, erased when
+    the wait ends; nothing where stderr is a file or a pipe (a log, systemd's journal)."""
+    shown = sys.stderr.isatty()
+    if shown:
+        sys.stderr.write(f"preflight: {what}...")
+        sys.stderr.flush()
+    try:
+        yield
+    finally:
+        if shown:
+            sys.stderr.write("\r\x1b[K")  # back to the line's start, erase to its end
+            sys.stderr.flush()
+
+
 def sglang_checks(server: Server, argv: list[str]) -> tuple[list[Check], dict[str, Any]]:
     """The installed SGLang's version and its parser's verdict on the argv."""
     from nccl_launch.sglang.parser import expected_values, probe_sglang  # not on `run`'s path
 
     server_args = argv[1 + len(shlex.split(server.entrypoint)) :]
-    result = probe_sglang(server, server_args)
+    with waiting_for(f"{server.python} imports SGLang and parses the argv"):
+        result = probe_sglang(server, server_args)
     stage = result.get("stage")
     if stage == "interpreter":
         return [Check(name="sglang", status="fail", message=result["error"])], result
