@@ -91,6 +91,13 @@ def test_an_accept_entry_that_matches_no_warning_is_a_warning_with_the_closest_i
         f"nccl-launch: warning: {path}: policy.accept: 'NCCL_MAX_NCHANNEL deprecated' matches "
         'no warning of this profile; did you mean "NCCL_MAX_NCHANNELS deprecated"?',
     ]
+    both = kimi_accepting(
+        write_profile, "NCCL_MAX_NCHANNELS deprecated", "NCCL_MIN_NCHANNELS deprecated"
+    )
+    assert nccl_launch("validate", both).stderr == (
+        f"nccl-launch: warning: {both}: policy.accept: 'NCCL_MIN_NCHANNELS deprecated' matches "
+        "no warning of this profile; drop it\n"
+    )
     stale = kimi_accepting(write_profile, "env.HF_TOKEN secret")
     result = nccl_launch("validate", stale)
     assert (

@@ -92,9 +92,10 @@ def review(profile: Profile) -> Review:
     accepted = set(profile.policy.accept)
     warnings = [note for note in found if note.id not in accepted]
     ids = [note.id for note in found]
+    open_ids = [note.id for note in warnings]
     for entry in profile.policy.accept:
         if entry not in ids:
-            close = difflib.get_close_matches(entry, ids, n=1, cutoff=0.6)
+            close = difflib.get_close_matches(entry, open_ids, n=1, cutoff=0.6)
             hint = f'; did you mean "{close[0]}"?' if close else "; drop it"
             message = f"policy.accept: {entry!r} matches no warning of this profile{hint}"
             warnings.append(Note("", message, every_start=False))
