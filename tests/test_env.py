@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from nccl_launch.env.drift import DriftReport
@@ -160,7 +161,7 @@ def test_secrets_are_masked_in_reports() -> None:
     assert "hf_secret" not in text
     assert "hf_other" not in text
     assert '"***" -> "***"' in text
-    dumped = result.report.model_dump_json()
+    dumped = json.dumps(result.report.as_json())
     assert "hf_secret" not in dumped
     assert "hf_other" not in dumped
     assert result.report.entries[0].actual == "hf_secret"  # masked on output only

@@ -52,16 +52,18 @@ def test_version_and_help_import_no_command(flag: str) -> None:
     assert not {name for name in modules if name.startswith(HEAVY)}
 
 
-def test_run_imports_neither_psutil_nor_dotenv_nor_the_sglang_probe(
+def test_a_cached_run_imports_neither_pydantic_nor_psutil_nor_dotenv(
     tmp_path: Path,
 ) -> None:
     (tmp_path / "profiles").mkdir(exist_ok=True)
     (tmp_path / "profiles" / "p.toml").write_text(
         'schema = 1\nname = "p"\nversion = 1\n\n[nccl]\nPROTO = "LL"\n', encoding="utf-8"
     )
+    first = imported("run", "--dry-run", "p", "--", "true", cwd=tmp_path)
+    assert "pydantic" in first  # a miss validates the profile
     modules = imported("run", "--dry-run", "p", "--", "true", cwd=tmp_path)
     assert "nccl_launch.commands.launching" in modules  # the report was read
-    unwanted = ("psutil", "dotenv", "traceback", "nccl_launch.sglang.parser")
+    unwanted = ("pydantic", "psutil", "dotenv", "traceback", "nccl_launch.sglang.parser")
     assert not {name for name in modules if name.startswith(unwanted)}
     assert "nccl_launch.commands.watching" not in modules
 

@@ -18,7 +18,7 @@ from nccl_launch.commands.options import (
 )
 from nccl_launch.errors import EXIT_OK
 from nccl_launch.launch.execute import exec_command
-from nccl_launch.launch.preflight import SKIPPABLE, run_preflight
+from nccl_launch.launch.prepare import SKIPPABLE
 from nccl_launch.render.drift import drift_lines, dry_run_lines, refusal_text
 
 
@@ -71,7 +71,8 @@ def preflight(fmt: str, skip: tuple[str, ...], **options: Any) -> int:
     ExecStartPre=. Exit 0 when every check passes, 1 when the environment drifts, 3 when a
     host or SGLang check fails.
     """
-    from nccl_launch.render.reports import preflight_lines  # not on `run`'s path
+    from nccl_launch.launch.preflight import run_preflight  # not on `run`'s path
+    from nccl_launch.render.reports import preflight_lines
 
     report = run_preflight(prepare(**options), frozenset(skip))
     if fmt == "json":

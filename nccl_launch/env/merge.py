@@ -6,10 +6,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from nccl_launch.env.drift import DriftReport, diff_env
+from nccl_launch.env.drift import DriftPolicy, DriftReport, diff_env
 from nccl_launch.nccl.conf import ConfEntry, applied
 from nccl_launch.profile.markers import MARKER_PROFILE_FILE
-from nccl_launch.profile.model import Policy
 from nccl_launch.profile.plan import ProfilePlan
 
 CALLING_ENV = "calling environment"
@@ -49,7 +48,7 @@ def merge_environment(
     calling: Mapping[str, str],
     layers: Sequence[EnvLayer],
     plan: ProfilePlan,
-    policy: Policy,
+    policy: DriftPolicy,
     origins: Mapping[str, str],
     conf: Sequence[ConfEntry] = (),
     profile_file: Path | None = None,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import json
 import re
 import shutil
 import socket
@@ -12,7 +11,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from nccl_launch.errors import HostError
-from nccl_launch.files import FileError, read_text
 from nccl_launch.launch.preflight_report import Check
 from nccl_launch.nccl.conf import ConfEntry, applied, conf_paths
 from nccl_launch.sglang.server import Server
@@ -173,13 +171,3 @@ def path_checks(server: Server) -> list[Check]:
                 Check(name="paths", status="fail", message=f"{key} {value} does not exist")
             )
     return checks
-
-
-def model_architecture(model_path: str) -> str | None:
-    """`architectures[0]` from the model's config.json, when it is readable on this machine."""
-    try:
-        config = json.loads(read_text(Path(model_path) / "config.json", "model config"))
-        architecture = config["architectures"][0]
-    except (FileError, ValueError, KeyError, IndexError, TypeError, RecursionError):
-        return None  # a regular file of at most 1 MiB, or unknown
-    return architecture if isinstance(architecture, str) else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import stat
 from collections.abc import Mapping, Sequence
@@ -14,31 +15,43 @@ from nccl_launch.env.merge import MergeResult, inherited_environment, merge_envi
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files import FileError, check_trusted, read_text
 from nccl_launch.launch.env_files import read_env_file
-from nccl_launch.launch.host import model_architecture
 from nccl_launch.launch.placement import Placement, placement_args
 from nccl_launch.nccl.conf import ConfEntry, conf_paths, parse
-from nccl_launch.profile.lint import lint
-from nccl_launch.profile.load import LoadedProfile, load_profile
+from nccl_launch.profile.cache import RunSpec, spec_for
+from nccl_launch.profile.chain import ProfileChain, read_chain
 from nccl_launch.profile.markers import MARKER_NCCL_DEBUG, NCCL_DEBUG_ENV
-from nccl_launch.profile.plan import ProfilePlan, build_plan
+from nccl_launch.profile.plan import ProfilePlan
+from nccl_launch.profile.search import find_profile
 from nccl_launch.sglang.argv import duplicated_flags
 from nccl_launch.sglang.rules import mtp_problem
+
+# The checks `preflight --skip` can leave out; named here, on `run`'s light import path, because
+# the command line lists them for both commands.
+SKIPPABLE = ("nccl.conf", "env-plugin", "gpus", "port", "paths", "sglang")
 
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    """The launch: the profile, what it declares, the merged env and the final argv."""
+    """The launch: the profile's files, what it declares, the merged env and the final argv."""
 
-    loaded: LoadedProfile
-    plan: ProfilePlan
+    chain: ProfileChain
+    spec: RunSpec
     merged: MergeResult
     argv: list[str]
     conf: list[ConfEntry]
     unreadable_conf: list[str]
 
     @property
+    def plan(self) -> ProfilePlan:
+        return self.spec.plan
+
+    @property
+    def path(self) -> Path:
+        return self.chain.path
+
+    @property
     def cwd(self) -> str | None:
-        server = self.loaded.profile.server
+        server = self.spec.server
         return server.cwd if server is not None else None
 
     def command(self) -> list[str]:
@@ -46,7 +59,7 @@ class LaunchPlan:
         if not self.argv:
             raise UsageError(
                 f"profile {self.plan.label} has no [server] table; give the command after "
-                f"'--': nccl-launch run {self.loaded.path} -- COMMAND..."
+                f"'--': nccl-launch run {self.path} -- COMMAND..."
             )
         if not self.argv[0]:  # exec cannot run a program without a name
             raise UsageError("the command after '--' is an empty word; give the program to run")
@@ -64,7 +77,7 @@ class LaunchPlan:
 
     def warnings(self) -> list[str]:
         """The profile's lint notes and the nccl.conf files that could not be read."""
-        return [*lint(self.loaded.profile), *self.unreadable_conf]
+        return [*self.spec.notes, *self.unreadable_conf]
 
 
 def read_conf(env: Mapping[str, str]) -> tuple[list[ConfEntry], list[str]]:
@@ -104,14 +117,14 @@ def prepare_launch(
 ) -> LaunchPlan:
     """Resolve the profile, build the argv and merge the env; drift is in `merged.report`."""
     placement = placement or Placement()
-    loaded = load_profile(ref)
-    plan = build_plan(loaded.profile)
-    server = loaded.profile.server
+    chain = read_chain(find_profile(ref))
+    spec = spec_for(chain, calling)
+    plan, server = spec.plan, spec.server
     if server is not None:
-        mtp = mtp_problem(server, model_architecture(server.model_path or ""))
+        mtp = mtp_problem(server.mtp_algorithm, model_architecture(server.model_path))
         if mtp is not None:
-            raise ProfileError([f"{loaded.path}: server.{mtp[0]}: {mtp[1]}"])
-        repeated = duplicated_flags(list(extra), server)
+            raise ProfileError([f"{chain.path}: server.{mtp[0]}: {mtp[1]}"])
+        repeated = duplicated_flags(list(extra), server.extra_settings)
         if repeated:
             raise UsageError(f"extra argument {repeated[0]}")
         argv = plan.argv + placement_args(server, placement, calling) + list(extra)
@@ -120,19 +133,28 @@ def prepare_launch(
     else:
         argv = list(extra)  # empty when there is nothing to run: `run` refuses, `preflight` not
     layers = [read_env_file(path) for path in env_files]
-    origins = {key: str(path) for key, path in loaded.origins.items()}
+    origins = {key: str(path) for key, path in chain.origins().items()}
     inherited, _ = inherited_environment(calling, layers)
     # Enough of the child's env to know which nccl.conf files NCCL will read.
     conf, unreadable = read_conf(inherited | plan.env)
-    policy = loaded.profile.policy
     merged = merge_environment(
-        calling, layers, plan, policy, origins, conf, profile_file=loaded.path
+        calling, layers, plan, spec.policy, origins, conf, profile_file=chain.path
     )
     if nccl_debug:
         merged = _with_nccl_debug(merged, plan)
     return LaunchPlan(
-        loaded=loaded, plan=plan, merged=merged, argv=argv, conf=conf, unreadable_conf=unreadable
+        chain=chain, spec=spec, merged=merged, argv=argv, conf=conf, unreadable_conf=unreadable
     )
+
+
+def model_architecture(model_path: str) -> str | None:
+    """`architectures[0]` from the model's config.json, when it is readable on this machine."""
+    try:
+        config = json.loads(read_text(Path(model_path) / "config.json", "model config"))
+        architecture = config["architectures"][0]
+    except (FileError, ValueError, KeyError, IndexError, TypeError, RecursionError):
+        return None  # a regular file of at most 1 MiB, or unknown
+    return architecture if isinstance(architecture, str) else None
 
 
 def _with_nccl_debug(merged: MergeResult, plan: ProfilePlan) -> MergeResult:

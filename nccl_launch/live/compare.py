@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated
 
-from pydantic import BaseModel
+from pydantic import BaseModel, PlainSerializer
 
 from nccl_launch.env.drift import DriftEntry, diff_env
 from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK
@@ -26,6 +27,12 @@ class ProcessSnapshot:
     unreadable: str | None = None
 
 
+# Drift entries are dataclasses (`run` imports no pydantic); JSON gets them as they say.
+Entries = Annotated[
+    list[DriftEntry], PlainSerializer(lambda entries: [entry.as_json() for entry in entries])
+]
+
+
 class ProcessReport(BaseModel):
     """The comparison for one process of the tree."""
 
@@ -33,7 +40,7 @@ class ProcessReport(BaseModel):
     title: str
     readable: bool
     reason: str | None = None
-    entries: list[DriftEntry] = []
+    entries: Entries = []
     matched: list[str] = []
 
     @property

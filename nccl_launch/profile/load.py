@@ -9,17 +9,15 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from nccl_launch.errors import ProfileError, UsageError
-from nccl_launch.nccl import catalog
+from nccl_launch.errors import ProfileError
 from nccl_launch.profile.baseline import Baseline
+from nccl_launch.profile.chain import ProfileChain, read_chain
 from nccl_launch.profile.model import Policy, Profile, Provenance
-from nccl_launch.profile.search import find_profile, read_profile_toml
+from nccl_launch.profile.search import find_profile
 from nccl_launch.secrets import MASK, is_secret, mask_argv, mask_credentials
 from nccl_launch.sglang.rules import server_problems
 from nccl_launch.sglang.server import Server, Speculative
 
-# Longer `extends` chains are a mistake; the cap also bounds the files a lookup reads.
-MAX_EXTENDS = 64
 # The keys each table accepts, to tell the user what would be valid instead of an unknown key.
 _TABLES: dict[str, type[BaseModel]] = {
     "": Profile,
@@ -111,61 +109,19 @@ def validate_resolved(source: Path | str, data: dict[str, Any]) -> Profile:
     return profile
 
 
-def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
-def _origins(path: Path, data: dict[str, Any]) -> dict[str, Path]:
-    nccl = {catalog.PREFIX + key: path for key in data.get("nccl", {})}
-    return {**nccl, **dict.fromkeys(data.get("env", {}), path)}
-
-
-def _chain(path: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """`path` and every file it extends, child first, each read and validated alone; a loop,
-    not recursion, and at most MAX_EXTENDS files."""
-    chain: list[tuple[Path, dict[str, Any]]] = []
-    while True:
-        data = read_profile_toml(path)
-        own = _validate(path, data)
-        chain.append((path, data))
-        if own.extends is None:
-            return chain
-        if len(chain) == MAX_EXTENDS:
-            raise ProfileError(
-                [f"{path}: extends: a chain of more than {MAX_EXTENDS} files from {chain[0][0]}"]
-            )
-        try:
-            parent = find_profile(own.extends, near=path.parent)
-        except UsageError as error:
-            raise ProfileError([f"{path}: extends: {error}"]) from None
-        files = [file for file, _ in chain]
-        if parent.resolve() in [file.resolve() for file in files]:
-            cycle = " -> ".join(str(file) for file in (*files, parent))
-            raise ProfileError([f"{path}: extends: cycle {cycle}"])
-        path = parent
-
-
-def _resolve(path: Path) -> tuple[dict[str, Any], dict[str, Path], tuple[Path, ...]]:
-    """The data of `path` merged over everything it extends, who declared each variable, and
-    the chain, root first."""
-    merged: dict[str, Any] = {}
-    origins: dict[str, Path] = {}
-    chain = _chain(path)[::-1]
-    for file, data in chain:
-        merged = _deep_merge(merged, data)
-        origins |= _origins(file, data)
-    return merged, origins, tuple(file for file, _ in chain)
+def validate_chain(chain: ProfileChain) -> LoadedProfile:
+    """The resolved profile of a chain read by `read_chain`: each file validated alone, child
+    first, then why the walk stopped (if it did), then the whole."""
+    for file in chain.files:
+        _validate(file.path, file.data)
+    if chain.pending is not None:
+        raise chain.pending
+    profile = validate_resolved(chain.path, chain.merged())
+    return LoadedProfile(
+        profile=profile, path=chain.path, chain=chain.paths, origins=chain.origins()
+    )
 
 
 def load_profile(ref: str) -> LoadedProfile:
     """Find, read, validate and resolve a profile with everything it extends."""
-    path = find_profile(ref)
-    data, origins, chain = _resolve(path)
-    profile = validate_resolved(path, data)
-    return LoadedProfile(profile=profile, path=path, chain=chain, origins=origins)
+    return validate_chain(read_chain(find_profile(ref)))

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from nccl_launch.sglang.facts import FLAGS, Flag, extra_flag, flag_for
-from nccl_launch.sglang.server import Server
+from nccl_launch.sglang.facts import FLAGS, Flag, Scalar, extra_flag, flag_for
+
+if TYPE_CHECKING:  # the model is pydantic, which `run` does not import
+    from nccl_launch.sglang.server import Server
 
 # Emitted only when they differ from SGLang's default, so that simple profiles stay short.
 _OMITTED_DEFAULTS = {"pp_size": 1, "nnodes": 1}
@@ -24,13 +28,12 @@ def structured_values(server: Server) -> dict[str, object]:
 def server_argv(server: Server) -> list[str]:
     """The SGLang command line of a `[server]` table, every flag spelled canonically."""
     values = structured_values(server)
-    spec = server.speculative
     argv = [server.python, *shlex.split(server.entrypoint)]
     for flag in FLAGS:
         value = values[flag.field]
         if value is not None and _OMITTED_DEFAULTS.get(flag.field) != value:
             argv += [flag.canonical, str(value)]
-    for key, setting in (spec.extra_settings() if spec is not None else {}).items():
+    for key, setting in extra_settings(server).items():
         if setting is True:
             argv.append(extra_flag(key))
         elif setting is not False:
@@ -38,13 +41,15 @@ def server_argv(server: Server) -> list[str]:
     return argv + list(server.args)
 
 
-def duplicated_flags(args: list[str], server: Server) -> list[str]:
-    """Options in `args` that repeat a structured field (any spelling or unique prefix)."""
-    spec = server.speculative
-    extras = tuple(
-        Flag(f"speculative.{key}", extra_flag(key))
-        for key in (spec.extra_settings() if spec is not None else {})
-    )
+def extra_settings(server: Server) -> dict[str, Scalar]:
+    """The pass-through `[server.speculative]` settings, in file order."""
+    return server.speculative.extra_settings() if server.speculative is not None else {}
+
+
+def duplicated_flags(args: list[str], settings: Iterable[str] = ()) -> list[str]:
+    """Options in `args` that repeat a structured field or one of the pass-through speculative
+    `settings` (any spelling or unique prefix)."""
+    extras = tuple(Flag(f"speculative.{key}", extra_flag(key)) for key in settings)
     problems = []
     for option in args:
         if not option.startswith("--"):

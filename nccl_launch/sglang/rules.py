@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from nccl_launch.sglang.argv import duplicated_flags
+from typing import TYPE_CHECKING
+
+from nccl_launch.sglang.argv import duplicated_flags, extra_settings
 from nccl_launch.sglang.facts import MTP_ARCHITECTURES
-from nccl_launch.sglang.server import Server
+
+if TYPE_CHECKING:  # the model is pydantic, which `run` does not import
+    from nccl_launch.sglang.server import Server
 
 # The algorithms that run without a draft model only on a model with built-in MTP layers.
 _MTP_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
@@ -41,18 +45,21 @@ def speculative_problems(server: Server) -> list[tuple[str, str]]:
     return problems
 
 
-def needs_mtp_layers(server: Server) -> bool:
-    """EAGLE without a draft model: valid only if the model itself has MTP layers, which the
-    model's config.json on the serving host tells, not the profile."""
+def mtp_algorithm(server: Server) -> str | None:
+    """The speculative algorithm that needs the model's own MTP layers, if any: EAGLE without
+    a draft model is valid only if the model has them, which the model's config.json on the
+    serving host tells, not the profile."""
     spec = server.speculative
-    return spec is not None and spec.algorithm in _MTP_ALGORITHMS and spec.draft_model_path is None
-
-
-def mtp_problem(server: Server, architecture: str | None) -> tuple[str, str] | None:
-    """Why the model (of `architecture`, None when unknown) cannot draft for itself, if so."""
-    if not needs_mtp_layers(server) or architecture in MTP_ARCHITECTURES:
+    if spec is None or spec.algorithm not in _MTP_ALGORITHMS or spec.draft_model_path:
         return None
-    algorithm = server.speculative.algorithm if server.speculative is not None else ""
+    return spec.algorithm
+
+
+def mtp_problem(algorithm: str | None, architecture: str | None) -> tuple[str, str] | None:
+    """Why the model (of `architecture`, None when unknown) cannot draft for itself under
+    `algorithm` (from `mtp_algorithm`), if so."""
+    if algorithm is None or architecture in MTP_ARCHITECTURES:
+        return None
     found = architecture or "unknown (no readable config.json)"
     message = (
         f"{algorithm} needs a draft model unless the model has built-in MTP layers "
@@ -76,14 +83,16 @@ def server_problems(server: Server) -> list[tuple[str, str]]:
         )
     if server.node_rank is not None and server.node_rank >= server.nnodes:
         problems.append(("node_rank", f"{server.node_rank} is not below nnodes = {server.nnodes}"))
-    problems += [("args", problem) for problem in duplicated_flags(server.args, server)]
+    problems += [
+        ("args", problem) for problem in duplicated_flags(server.args, extra_settings(server))
+    ]
     return problems + speculative_problems(server)
 
 
 def server_warnings(server: Server, env: dict[str, str]) -> list[str]:
     """Where SGLang will not honour what the profile declares, and what only the host decides."""
     warnings = []
-    if needs_mtp_layers(server):
+    if mtp_algorithm(server) is not None:
         warnings.append(
             "server.speculative.draft_model_path: none given, so the model must have built-in "
             "MTP layers (DeepSeek-V3 style); preflight and run check its config.json"

@@ -1,0 +1,108 @@
+"""A profile file and every file it `extends`, read once as TOML and not yet validated: the
+text a launch acts on, merged root first, and which file declared each variable."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nccl_launch.errors import ProfileError, UsageError
+from nccl_launch.files import read_text
+from nccl_launch.nccl.catalog import PREFIX
+from nccl_launch.profile.search import find_profile, parse_profile_toml
+
+# Longer `extends` chains are a mistake; the cap also bounds the files a lookup reads.
+MAX_EXTENDS = 64
+
+
+@dataclass(frozen=True)
+class ChainFile:
+    """One file of the chain: where it is, its text and its TOML."""
+
+    path: Path
+    text: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ProfileChain:
+    """The files of a chain, child first. `pending` is why the walk stopped before the root
+    (a parent not found or unreadable, a loop): raised once the files read are found valid,
+    so that a file's own mistakes are reported before what it points at."""
+
+    files: tuple[ChainFile, ...]
+    pending: UsageError | ProfileError | None = None
+
+    @property
+    def path(self) -> Path:
+        return self.files[0].path
+
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        """The files, root first."""
+        return tuple(file.path for file in reversed(self.files))
+
+    def merged(self) -> dict[str, Any]:
+        """The data of every file merged over what it extends, tables key by key."""
+        merged: dict[str, Any] = {}
+        for file in reversed(self.files):
+            merged = _deep_merge(merged, file.data)
+        return merged
+
+    def origins(self) -> dict[str, Path]:
+        """The file that declared each variable the profile sets (the child wins)."""
+        origins: dict[str, Path] = {}
+        for file in reversed(self.files):
+            nccl, env = file.data.get("nccl"), file.data.get("env")
+            for table, prefix in ((nccl, PREFIX), (env, "")):
+                if isinstance(table, dict):
+                    origins |= {prefix + key: file.path for key in table}
+        return origins
+
+
+def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _read(path: Path) -> ChainFile:
+    text = read_text(path, "profile", trusted=True)
+    return ChainFile(path, text, parse_profile_toml(path, text))
+
+
+def _parent(files: list[ChainFile], extends: str) -> Path:
+    """The file `extends` names, seen from the last file read; ProfileError for a loop."""
+    path = files[-1].path
+    if len(files) == MAX_EXTENDS:
+        raise ProfileError(
+            [f"{path}: extends: a chain of more than {MAX_EXTENDS} files from {files[0].path}"]
+        )
+    try:
+        parent = find_profile(extends, near=path.parent)
+    except UsageError as error:
+        raise ProfileError([f"{path}: extends: {error}"]) from None
+    seen = [file.path for file in files]
+    if parent.resolve() in [file.resolve() for file in seen]:
+        cycle = " -> ".join(str(file) for file in (*seen, parent))
+        raise ProfileError([f"{path}: extends: cycle {cycle}"])
+    return parent
+
+
+def read_chain(path: Path) -> ProfileChain:
+    """`path` and every file it extends, child first; a loop, not recursion. An `extends`
+    that is not text stops the walk: validating the file reports it."""
+    files = [_read(path)]
+    while True:
+        extends = files[-1].data.get("extends")
+        if not isinstance(extends, str) or "\x00" in extends:
+            return ProfileChain(tuple(files))
+        try:
+            files.append(_read(_parent(files, extends)))
+        except (UsageError, ProfileError) as error:
+            return ProfileChain(tuple(files), pending=error)
