@@ -7,8 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from nccl_launch.profile.lint import review, run_notes
 from nccl_launch.profile.model import Profile
 from tests.conftest import RunCli, WriteProfile
@@ -52,11 +50,6 @@ def test_preflight_names_the_deprecation_too(nccl_launch: RunCli) -> None:
     assert f"warn  profile      {DEPRECATED} {ACCEPT_HINT}" in result.stdout.splitlines()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the run path to call lint.run_notes (launch/prepare.py, LaunchPlan.warnings); "
-    "see the issue 13 report",
-)
 def test_run_of_the_shipped_profile_says_nothing_about_deprecation(nccl_launch: RunCli) -> None:
     result = nccl_launch("run", "--dry-run", str(KIMI))
     assert result.returncode == 0

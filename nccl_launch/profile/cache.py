@@ -58,7 +58,8 @@ class RunServer:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """A valid profile as `run` uses it: the plan, the policy, the server, the lint notes."""
+    """A valid profile as `run` uses it: the plan, the policy, the server, and the warnings
+    worth saying on every start (`lint.run_notes`)."""
 
     plan: ProfilePlan
     policy: RunPolicy
@@ -99,7 +100,7 @@ def run_server(server: Server) -> RunServer:
 
 def run_spec(profile: Profile) -> RunSpec:
     """What `run` needs of a resolved, valid profile."""
-    from nccl_launch.profile.lint import lint
+    from nccl_launch.profile.lint import run_notes
     from nccl_launch.profile.plan import build_plan
 
     policy = profile.policy
@@ -107,7 +108,7 @@ def run_spec(profile: Profile) -> RunSpec:
         plan=build_plan(profile),
         policy=RunPolicy(policy.conflict, policy.undeclared_nccl, tuple(policy.server_owned)),
         server=run_server(profile.server) if profile.server is not None else None,
-        notes=tuple(lint(profile)),
+        notes=tuple(run_notes(profile)),
     )
 
 
