@@ -152,6 +152,11 @@ def test_a_raw_started_server_is_refused_without_any_figure(
     assert "refusing to measure: the server does not run standin@1 as declared" in result.stdout
     assert "- NCCL_PROTO" in result.stdout  # the drift report says why
     assert "tok/s" not in result.stdout
+    as_json = nccl_launch("bench", "standin", "--url", url(server), *FAST, "--format", "json")
+    assert as_json.returncode == 1
+    document = json.loads(as_json.stdout)
+    assert (document["status"], document["runs"], document["mean_tok_s"]) == ("refused", [], None)
+    assert document["drift"]["main_pid"] == server.process.pid  # check's own JSON report
     assert nothing_recorded(tmp_path)
 
 
@@ -343,6 +348,7 @@ def test_json_is_a_versioned_document_stamped_with_profile_server_and_gpus(
     assert document["status"] == "measured"
     assert document["profile"] == "standin@1"
     assert document["digest"].startswith("sha256:")
+    assert document["profile_path"] == str(Path.cwd() / "profiles" / "standin.toml")
     assert (document["sglang_version"], document["model"]) == ("0.5.23", "/models/m")
     assert document["gpus"] == [
         {

@@ -104,7 +104,7 @@ def bench(
     stamp: dict[str, Any] = {
         "profile": plan.label,
         "digest": plan.digest,
-        "profile_path": str(loaded.path),
+        "profile_path": str(loaded.path.absolute()),  # read back from anywhere
         "url": mask_credentials(server.url),
         "host": socket.gethostname(),
         "time": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -74,7 +74,8 @@ def summary_lines(report: BenchReport) -> list[str]:
     if report.mean_tok_s is None:
         return [f"interrupted before the first of {total} runs ended; nothing recorded"]
     figures = (
-        f"mean {report.mean_tok_s:.1f} tok/s over {done} runs of {report.method.max_tokens} "
+        f"mean {report.mean_tok_s:.1f} tok/s over {done} run{'' if done == 1 else 's'} of "
+        f"{report.method.max_tokens} "
         f"tokens, spread {_spread(report)}, time to first token {report.ttft_s:.3f} s (mean)"
     )
     if report.status == "interrupted":
