@@ -3,7 +3,6 @@ secrets written into the file; each with an id that `[policy] accept` can acknow
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -95,6 +94,8 @@ def review(profile: Profile) -> Review:
     open_ids = [note.id for note in warnings]
     for entry in profile.policy.accept:
         if entry not in ids:
+            import difflib  # only for an entry that matches nothing: rare, off the usual path
+
             close = difflib.get_close_matches(entry, open_ids, n=1, cutoff=0.6)
             hint = f'; did you mean "{close[0]}"?' if close else "; drop it"
             message = f"policy.accept: {entry!r} matches no warning of this profile{hint}"
