@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import os
 import sys
 from collections.abc import Iterator, MutableMapping
 from typing import Any
@@ -69,6 +70,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "inspecting",
         "schema",
         "Print the profile format as JSON Schema, for editors.",
+    ),
+    "new": (
+        "authoring",
+        "new",
+        "Write a new profile NAME.toml: a copy of a profile on the search path (a shipped one) "
+        "with its `extends` resolved, or a commented template to fill in.",
     ),
     "convert": (
         "migrating",
@@ -153,6 +160,8 @@ def _debug_requested(args: list[str]) -> bool:
 def main(args: list[str] | None = None) -> int:
     """Run the CLI and map every outcome to a documented exit code, in this one place."""
     args = sys.argv[1:] if args is None else args
+    if "_NCCL_LAUNCH_COMPLETE" in os.environ:  # a shell asking for completions (click's var)
+        importlib.import_module("nccl_launch.commands.completion")  # bash's reads the line
     gc.disable()  # imports allocate much and free little: collections would find nothing
     try:
         code = cli.main(args, prog_name="nccl-launch", standalone_mode=False)

@@ -392,6 +392,16 @@ def test_without_nvidia_smi_the_gpus_are_empty_and_say_why(
     assert (document["gpus"], document["gpus_note"]) == ([], "no nvidia-smi on PATH")
 
 
+def test_a_server_with_only_get_server_info_is_stamped_from_it(
+    start: Started, nccl_launch: RunCli
+) -> None:
+    server = start(env={"STANDIN_OLD_INFO": "1"})
+    result = nccl_launch("bench", "standin", "--url", url(server), *FAST, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert (document["sglang_version"], document["model"]) == ("0.5.23", "/models/m")
+
+
 def test_nvidia_smis_lines_are_read_and_a_name_may_hold_a_comma() -> None:
     (gpu,) = parse_gpus(H200)
     assert (gpu.index, gpu.name, gpu.memory_total) == (0, "NVIDIA H200", "143771 MiB")

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import os
+import pty
+import re
+import select
 import shutil
-import subprocess
+import signal
+import time
 from pathlib import Path
 
 import pytest
 
+from nccl_launch.commands.completion import DEFAULT_WORDBREAKS, replaced_part
 from tests.conftest import RunCli, WriteProfile, console_script
 
 KIMI = "kimi-k25-rtx6000bw-tp8-eagle3"
@@ -104,19 +109,70 @@ def test_other_arguments_keep_clicks_completion(nccl_launch: RunCli, tuned: dict
     assert complete(nccl_launch, "nccl-launch new ", tuned) == []  # NAME is new: nothing to offer
 
 
-def test_bash_completes_with_the_script_click_prints(
+def test_with_the_line_bash_gets_the_part_after_its_word_break(
     nccl_launch: RunCli, tuned: dict[str, str]
 ) -> None:
-    """The real bash function `eval "$(_NCCL_LAUNCH_COMPLETE=bash_source nccl-launch)"`
-    defines; a file item must not wipe the names bash was given."""
+    """Real bash splits `tuned@` at '@' (COMP_WORDBREAKS) and replaces only the '@' onwards;
+    the script nccl-launch prints passes the line, and gets `@1` for `tuned@1`."""
+    line = {"COMP_LINE": "nccl-launch run tuned@", "COMP_WORDBREAKS": "@:="}
+    broken = "nccl-launch run tuned @"  # COMP_WORDS as bash fills it
+    assert complete(nccl_launch, broken, tuned | line) == ["file,tuned@", "plain,@1", "plain,@2"]
+    option = {"COMP_LINE": "nccl-launch new x --from=tu", "COMP_WORDBREAKS": "@:="}
+    assert complete(nccl_launch, "nccl-launch new x --from = tu", tuned | option) == [
+        "file,tu",
+        "plain,tuned",
+        "plain,tuned@1",
+        "plain,tuned@2",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "word", "replaced"),
+    [
+        ("tuned@1", "tuned@", "@1"),  # bash replaces from the '@'
+        ("tuned@12", "tuned@1", "@12"),
+        ("a:b", "a:", "b"),  # and after a ':'
+        ("tuned@1", "tu", "tuned@1"),
+        ("tuned", "--from=tu", "tuned"),  # click completed the option's value alone
+        ("tuned@1", "--from=tuned@", "@1"),
+        ("--from", "--fr", "--from"),
+    ],
+)
+def test_the_part_bash_replaces(value: str, word: str, replaced: str) -> None:
+    assert replaced_part(value, word, DEFAULT_WORDBREAKS) == replaced
+
+
+def test_interactive_bash_completes_name_at_version(
+    nccl_launch: RunCli, tuned: dict[str, str]
+) -> None:
+    """bash -i on a pty, with the script from `eval "$(_NCCL_LAUNCH_COMPLETE=bash_source
+    nccl-launch)"`: TAB after `other@` gives `other@1`."""
     bash = shutil.which("bash")
     assert bash is not None
     source = nccl_launch(env={"_NCCL_LAUNCH_COMPLETE": "bash_source"}).stdout
-    script = (
-        f"{source}\nCOMP_WORDS=(nccl-launch run tuned@); COMP_CWORD=2\n"
-        '_nccl_launch_completion nccl-launch 2>/dev/null; printf "%s\\n" "${COMPREPLY[@]}"'
-    )
-    path = str(Path(console_script()).parent)
-    env = os.environ | tuned | {"PATH": f"{path}:{os.environ['PATH']}"}
-    done = subprocess.run([bash, "-c", script], capture_output=True, text=True, env=env, check=True)
-    assert done.stdout.splitlines() == ["tuned@1", "tuned@2"]
+    script = Path("complete.bash")
+    script.write_text(source)
+    bin_dir = str(Path(console_script()).parent)
+    env = os.environ | tuned | {"PATH": f"{bin_dir}:{os.environ['PATH']}", "TERM": "dumb"}
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: an interactive bash without the host's rc files
+        os.execve(bash, [bash, "--norc", "--noprofile", "-i"], env | {"PS1": "$ "})
+    try:
+        os.write(fd, f"source {script}\nnccl-launch run other@\t".encode())
+        os.write(fd, b"\x01echo completed: \n")  # to the line's start (^A), print it
+        read_until(fd, "\ncompleted: nccl-launch run other@1\r\n")
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(fd)
+
+
+def read_until(fd: int, text: str, timeout: float = 30) -> str:
+    """What the terminal shows (escape sequences dropped) once `text` appears in it."""
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while text not in seen:
+        ready, _, _ = select.select([fd], [], [], deadline - time.monotonic())
+        assert ready, f"waited {timeout}s for {text!r}; the terminal shows: {seen!r}"
+        seen += re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", os.read(fd, 4096).decode(errors="replace"))
+    return seen

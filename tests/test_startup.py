@@ -77,7 +77,7 @@ def test_the_help_table_says_what_each_command_says(name: str, limit: int) -> No
 
 
 def test_every_command_is_in_the_table() -> None:
-    modules = ("benching", "inspecting", "launching", "migrating", "watching")
+    modules = ("authoring", "benching", "inspecting", "launching", "migrating", "watching")
     found = set()
     for module in modules:
         loaded = importlib.import_module(f"nccl_launch.commands.{module}")

@@ -21,6 +21,7 @@ Knobs, for tests:
 - STANDIN_TOKEN_RATE (tokens per second, default 200) paces the stream: token i leaves at
   STANDIN_TTFT (seconds, default 0) + (i + 1) / rate after the request, on a deadline so
   that sleeps do not add up;
+- STANDIN_OLD_INFO=1 answers only the older `/get_server_info` (404 for `/server_info`);
 - STANDIN_COMPLETIONS_STATUS=500 answers /v1/completions with that status, STANDIN_EMPTY_STREAM=1
   streams only `data: [DONE]`, STANDIN_STALL=1 sends the headers and then nothing;
 - STANDIN_DRIFT_AT_REQUEST=N: the Nth /v1/completions request first starts the late
@@ -178,7 +179,9 @@ def handler(server: Server) -> type[BaseHTTPRequestHandler]:
             if self.path in ("/health", "/health_generate"):
                 self.send_response(200 if server.ready else 503)
                 self.end_headers()
-            elif self.path in ("/server_info", "/get_server_info"):
+            elif self.path == "/get_server_info" or (
+                self.path == "/server_info" and not os.environ.get("STANDIN_OLD_INFO")
+            ):
                 body = json.dumps({**vars(server.args), "version": "0.5.23"}).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")

@@ -1,0 +1,64 @@
+"""Bash completion that survives `NAME@VERSION`: click's, reading the line bash was given."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from click.shell_completion import (
+    BashComplete,
+    CompletionItem,
+    add_completion_class,
+    split_arg_string,
+)
+
+# Bash's default: '@' and ':' end a word for completion, so `tuned@` reaches click as two words.
+DEFAULT_WORDBREAKS = " \t\n\"'@><=;|&(:"
+# Readline's special prefixes in bash (for $VAR and @host): word breaks that bash then keeps at
+# the start of the text it replaces (`@` of `tuned@`), where after ':' or '=' it replaces less.
+SPECIAL_PREFIXES = "$@"
+
+
+def replaced_part(value: str, word: str, breaks: str) -> str:
+    """What bash should put in place of the part of `word` from its last word-break character
+    for the completion `value` (`@1` for `tuned@1` when `word` is `tuned@`: bash keeps `tuned`)."""
+    last = max((word.rfind(char) for char in breaks), default=-1)
+    cut = last if last >= 0 and word[last] in SPECIAL_PREFIXES else last + 1
+    # click completes `--from=tu` as `tuned`: the longest end of word[:cut] that value starts
+    # with is what value repeats of the text bash keeps.
+    kept = next(word[start:cut] for start in range(cut + 1) if value.startswith(word[start:cut]))
+    return value[len(kept) :]
+
+
+class LineBashComplete(BashComplete):
+    """click's bash completion, given the line up to the cursor as well as COMP_WORDS: bash
+    splits words at COMP_WORDBREAKS, so COMP_WORDS cannot tell `tuned@` from `tuned @`."""
+
+    source_template = BashComplete.source_template.replace(
+        "COMP_CWORD=$COMP_CWORD",
+        'COMP_CWORD=$COMP_CWORD COMP_LINE="${COMP_LINE:0:COMP_POINT}" '
+        'COMP_WORDBREAKS="$COMP_WORDBREAKS"',
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.word = ""
+
+    def get_completion_args(self) -> tuple[list[str], str]:
+        line = os.environ.get("COMP_LINE")
+        if line is None:  # click's protocol alone: COMP_WORDS and COMP_CWORD
+            args, self.word = super().get_completion_args()
+            return args, self.word
+        words = split_arg_string(line)
+        self.word = words.pop() if words and line[-1:] not in ("", " ", "\t") else ""
+        return words[1:], self.word
+
+    def format_completion(self, item: CompletionItem) -> str:
+        breaks = os.environ.get("COMP_WORDBREAKS", DEFAULT_WORDBREAKS)
+        if item.type == "plain" and os.environ.get("COMP_LINE") is not None:
+            value = replaced_part(str(item.value), self.word, breaks)
+            item = CompletionItem(value, help=item.help)
+        return super().format_completion(item)
+
+
+add_completion_class(LineBashComplete)

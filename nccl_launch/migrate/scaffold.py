@@ -1,0 +1,99 @@
+"""`new`: a site profile started from one on the search path (a shipped one) or from scratch.
+
+A profile started from another is a copy with its `extends` chain resolved, not a child that
+`extends` it: the site's NCCL environment must not change when nccl-launch (and so its shipped
+set) is upgraded, the file must run on a host without this install, and until it is edited
+the copy has the digest of the profile it came from, which proves it runs the same.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from nccl_launch.errors import ProfileError, UsageError
+from nccl_launch.files import FileError, atomic_write
+from nccl_launch.profile.chain import read_chain
+from nccl_launch.profile.load import validate_chain, validate_resolved
+from nccl_launch.profile.model import PROFILE_SCHEMA
+from nccl_launch.profile.plan import ProfilePlan, build_plan
+from nccl_launch.profile.search import find_profile, parse_profile_toml
+
+# NAME.toml and the temporary name atomic_write gives it (.NAME.toml.XXXXXXXX.tmp) must fit
+# in a file name (255 bytes).
+MAX_NAME = 200
+
+SCRATCH = """\
+schema = 1
+name = {name}
+version = 1  # bump on every change: run and check report the version they ran
+description = ""
+
+[nccl]  # NCCL variables without the NCCL_ prefix, read with NCCL's grammar
+# PROTO = "LL"
+# BUFFSIZE = "16MiB"
+
+# [server]  # the SGLang command line `run` builds and execs
+# python = "/opt/ml-env/bin/python3"
+# model_path = "/models/..."
+# tp_size = 8
+# port = 8000
+
+[provenance]  # why these values: what they were measured on, and what they bought
+# hardware = ""
+# measured = ""
+"""
+
+
+def check_name(name: str) -> None:
+    """UsageError, one line, unless `name` is a profile name that can name a file."""
+    if len(name) > MAX_NAME:
+        raise UsageError(f"NAME: {len(name)} characters; a profile name has at most {MAX_NAME}")
+    try:
+        validate_resolved("NAME", {"schema": PROFILE_SCHEMA, "name": name, "version": 1})
+    except ProfileError as error:
+        raise UsageError(error.problems[0]) from None
+
+
+def _copied(ref: str, name: str) -> tuple[dict[str, Any], bool]:
+    """`ref` resolved through its `extends` chain, renamed `name` at version 1, its source in
+    `provenance.source`; and whether any of its files was kept from other users' eyes."""
+    chain = read_chain(find_profile(ref))
+    loaded = validate_chain(chain)
+    plan = build_plan(loaded.profile)
+    data = chain.merged()
+    data.pop("extends", None)
+    data |= {"name": name, "version": 1}
+    source = f"nccl-launch new --from {plan.label} ({plan.short_digest}, {loaded.path})"
+    data["provenance"] = data.pop("provenance", {}) | {"source": source}  # last, as usual
+    private = any(not path.stat().st_mode & stat.S_IROTH for path in chain.paths)
+    return data, private
+
+
+def new_profile(
+    name: str, source: str | None, folder: Path, force: bool
+) -> tuple[Path, ProfilePlan]:
+    """Write `folder/NAME.toml` (a copy of `source`, or the scratch template) atomically,
+    checked as `validate` would first, never replacing a file without `force`."""
+    check_name(name)
+    path = folder / f"{name}.toml"
+    private = False
+    if source is None:
+        text = SCRATCH.format(name=json.dumps(name))  # a checked name needs no TOML escape
+    else:
+        data, private = _copied(source, name)
+        text = tomli_w.dumps(data)
+    profile = validate_resolved(path, parse_profile_toml(path, text))
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--dir {folder}: not a directory")
+    try:
+        atomic_write(path, text, replace=force, mode=0o600 if private else None)
+    except FileExistsError:
+        raise UsageError(f"{path} exists; pass --force to replace it") from None
+    except OSError as error:
+        raise FileError(f"{path}: cannot write: {error.strerror}") from None
+    return path, build_plan(profile)

@@ -1,0 +1,122 @@
+"""`new`: a site profile from a shipped one (a resolved copy) or from scratch, never clobbering."""
+
+from __future__ import annotations
+
+import json
+import stat
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import RunCli, WriteProfile
+
+KIMI = "kimi-k25-rtx6000bw-tp8-eagle3"
+
+
+def digest(nccl_launch: RunCli, ref: str) -> str:
+    shown = nccl_launch("show", ref, "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    value: str = json.loads(shown.stdout)["digest"]
+    return value
+
+
+def test_new_from_a_shipped_profile_is_a_resolved_copy_with_its_digest(
+    nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    made = nccl_launch("new", "site", "--from", KIMI)
+    assert made.returncode == 0, made.stderr
+    path = tmp_path / "profiles" / "site.toml"
+    assert made.stdout.startswith("wrote profiles/site.toml (site@1, sha256:")
+    data = tomllib.loads(path.read_text())
+    assert (data["name"], data["version"]) == ("site", 1)
+    assert "extends" not in data  # the parent's values are in the file itself
+    assert data["nccl"]["P2P_LEVEL"] == "SYS"  # from the shipped parent
+    assert data["nccl"]["MAX_NCHANNELS"] == 16  # as the shipped file writes it, not "16"
+    assert data["provenance"]["source"].startswith(f"nccl-launch new --from {KIMI}@1 (sha256:")
+    assert digest(nccl_launch, "site") == digest(nccl_launch, KIMI)
+    validated = nccl_launch("validate", "profiles/site.toml")
+    assert validated.returncode == 0, validated.stderr
+    assert sorted(path.parent.iterdir()) == [path]  # no temporary file left
+
+
+def test_new_from_scratch_is_a_valid_template(nccl_launch: RunCli, tmp_path: Path) -> None:
+    made = nccl_launch("new", "mine")
+    assert made.returncode == 0, made.stderr
+    text = (tmp_path / "profiles" / "mine.toml").read_text()
+    assert 'name = "mine"' in text
+    assert '# BUFFSIZE = "16MiB"' in text  # commented examples of what to fill in
+    assert nccl_launch("validate", "mine").returncode == 0
+    assert nccl_launch("run", "--dry-run", "mine", "--", "true").returncode == 0
+
+
+def test_new_never_replaces_a_file_without_force(
+    nccl_launch: RunCli, write_profile: WriteProfile
+) -> None:
+    path = write_profile("site", 'schema = 1\nname = "site"\nversion = 7\n')
+    before = path.read_text()
+    refused = nccl_launch("new", "site", "--from", KIMI)
+    assert refused.returncode == 2
+    assert refused.stderr == "nccl-launch: profiles/site.toml exists; pass --force to replace it\n"
+    assert path.read_text() == before
+    assert nccl_launch("new", "site", "--from", KIMI, "--force").returncode == 0
+    assert tomllib.loads(path.read_text())["version"] == 1
+
+
+def test_new_writes_where_dir_says(nccl_launch: RunCli, tmp_path: Path) -> None:
+    made = nccl_launch("new", "site", "--dir", "etc/profiles")
+    assert made.returncode == 0, made.stderr
+    assert (tmp_path / "etc" / "profiles" / "site.toml").is_file()
+    (tmp_path / "plain").write_text("")
+    refused = nccl_launch("new", "site", "--dir", "plain")
+    assert (refused.returncode, refused.stderr) == (
+        2,
+        "nccl-launch: --dir plain: not a directory\n",
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        (
+            "a b",
+            "nccl-launch: NAME: name: 'a b' is not valid; valid: letters, digits, '.', '_', '-'",
+        ),
+        ("../up", "nccl-launch: NAME: name: '../up' is not valid; valid: letters"),
+        ("line\nbreak", "nccl-launch: NAME: name: 'line\\nbreak' is not valid; valid: letters"),
+        ("x" * 300, "nccl-launch: NAME: 300 characters; a profile name has at most 200"),
+    ],
+)
+def test_new_refuses_a_bad_name_with_one_line_and_writes_nothing(
+    nccl_launch: RunCli, tmp_path: Path, name: str, message: str
+) -> None:
+    refused = nccl_launch("new", name, "--from", KIMI)
+    assert refused.returncode == 2
+    assert refused.stderr.startswith(message)
+    assert refused.stderr.count("\n") == 1
+    assert list((tmp_path / "profiles").iterdir()) == []
+    assert not (tmp_path / "up.toml").exists()
+
+
+def test_new_from_a_missing_or_invalid_profile_writes_nothing(
+    nccl_launch: RunCli, write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    missing = nccl_launch("new", "site", "--from", "nosuch")
+    assert missing.returncode == 2
+    assert missing.stderr.startswith("nccl-launch: profile 'nosuch' not found; searched profiles")
+    write_profile("bad", 'schema = 1\nname = "bad"\nversion = 1\n[nccl]\nPROTOCOL = "LL"\n')
+    invalid = nccl_launch("new", "site", "--from", "bad")
+    assert invalid.returncode == 2
+    assert "profiles/bad.toml: nccl.PROTOCOL" in invalid.stderr
+    assert sorted(path.name for path in (tmp_path / "profiles").iterdir()) == ["bad.toml"]
+
+
+def test_a_copy_of_a_private_profile_stays_private(
+    nccl_launch: RunCli, write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    secret = write_profile(
+        "secret", 'schema = 1\nname = "secret"\nversion = 1\n[env]\nHF_TOKEN = "hf_x"\n'
+    )
+    secret.chmod(0o600)
+    assert nccl_launch("new", "copy", "--from", "secret").returncode == 0
+    assert stat.S_IMODE((tmp_path / "profiles" / "copy.toml").stat().st_mode) == 0o600
