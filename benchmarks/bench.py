@@ -30,6 +30,7 @@ NCCL_LAUNCH = str(BIN / "nccl-launch")
 PYTHON = sys.executable
 SLEEP = shutil.which("sleep") or "/bin/sleep"
 PS = shutil.which("ps") or "/bin/ps"
+NO_CACHE = "XDG_CACHE_HOME=/dev/null/no-cache"
 # The six variables of the Kimi profile, the same in the profile and in the .env file.
 KIMI = {
     "PROTO": "LL",
@@ -169,15 +170,17 @@ def cpu_of(argv: Sequence[str], env: dict[str, str], cwd: Path, seconds: float |
 
 
 def watch_ticks(crowd: int, env: dict[str, str], cwd: Path, seconds: float) -> None:
-    """CPU per `check --watch 0.1` tick of an 11-process tree, beside `crowd` other processes."""
+    """CPU per `check --watch 0.1` tick of an 11-process tree, beside `crowd` other processes:
+    the CPU of a watch twice as long, less that of one as long, over the ticks between, so that
+    start-up and exit cancel out (medians of three pairs)."""
     others = [subprocess.Popen([SLEEP, "600"]) for _ in range(crowd)]
     tree = start_tree(11, env, cwd)
     try:
-        argv = [NCCL_LAUNCH, "check", "--pid", str(tree.pid), "bench"]
-        once = statistics.median(cpu_of(argv, env, cwd, None) for _ in range(3))
-        watched = cpu_of([*argv, "--watch", "0.1"], env, cwd, seconds)
-        ticks = seconds / 0.1
-        per_tick = max(watched - once, 0.0) / (ticks - 1) * 1000
+        argv = [NCCL_LAUNCH, "check", "--pid", str(tree.pid), "bench", "--watch", "0.1"]
+        extra = [
+            cpu_of(argv, env, cwd, 2 * seconds) - cpu_of(argv, env, cwd, seconds) for _ in range(3)
+        ]
+        per_tick = max(statistics.median(extra), 0.0) / (seconds / 0.1) * 1000
         print(f"  watch tick, 11-process tree beside {crowd:>4} others: {per_tick:6.2f} ms CPU")
     finally:
         stop_tree(tree)
@@ -228,9 +231,13 @@ def main() -> None:
         cwd = Path(folder)
         env = setup(cwd)
         pass_ = [PYTHON, "-c", "pass"]
+        run_ = [NCCL_LAUNCH, "run", "bench", "--", *pass_]
         env_vars = [f"NCCL_{key}={value}" for key, value in KIMI.items()]
         startup = {
-            "nccl-launch run bench -- python -c pass": [NCCL_LAUNCH, "run", "bench", "--", *pass_],
+            "nccl-launch run bench -- python -c pass": run_,
+            # No cache can be written there: every run validates with pydantic, as the first
+            # run after an edit does (`env` adds its own exec, about 1 ms).
+            "(every run a cache miss) nccl-launch run": ["env", NO_CACHE, *run_],
             "env NCCL_...=... python -c pass": ["env", *env_vars, *pass_],
             "python -c pass": pass_,
             "nccl-launch --version": [NCCL_LAUNCH, "--version"],
@@ -239,7 +246,7 @@ def main() -> None:
         }
         compare("start-up", startup, "dotenv run python -c pass", rounds, env, cwd)
         check_vs_ps(sizes, rounds, env, cwd)
-        print("\ncheck --watch 0.1, CPU per tick (one-shot check's CPU subtracted)")
+        print("\ncheck --watch 0.1, CPU per tick (a 2T watch less a T watch, over T's ticks)")
         for crowd in (0, 1000) if not args.quick else (0,):
             watch_ticks(crowd, env, cwd, 1.0 if args.quick else 3.0)
         rss = max_rss_kib([NCCL_LAUNCH, "run", "--dry-run", "bench", "--", *pass_], env, cwd)

@@ -7,7 +7,6 @@ import contextlib
 import os
 import stat
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
@@ -141,6 +140,8 @@ def atomic_write(path: Path, text: str, *, replace: bool, mode: int | None = Non
             os.umask(umask)
             mode = 0o666 & ~umask
     path.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile  # not on a read-only path such as `run`'s
+
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     temporary = Path(name)
     try:

@@ -31,7 +31,7 @@ PROBE = (
 )
 
 
-def imported(*args: str, cwd: Path | None = None) -> set[str]:
+def imported(*args: str, cwd: Path | None = None, **env: str) -> set[str]:
     """The modules `nccl-launch ARGS` has imported by the time it returns."""
     result = subprocess.run(
         [sys.executable, "-c", PROBE, *args],
@@ -39,7 +39,7 @@ def imported(*args: str, cwd: Path | None = None) -> set[str]:
         text=True,
         check=False,
         cwd=cwd,
-        env={**os.environ, "COLUMNS": "80"},
+        env={**os.environ, "COLUMNS": "80", **env},
     )
     assert result.returncode == 0, result.stderr[-2000:]
     return set(result.stderr.splitlines())
@@ -65,6 +65,10 @@ def test_a_cached_run_imports_neither_pydantic_nor_psutil_nor_dotenv(
     assert "nccl_launch.commands.launching" in modules  # the report was read
     unwanted = ("pydantic", "psutil", "dotenv", "traceback", "nccl_launch.sglang.parser")
     assert not {name for name in modules if name.startswith(unwanted)}
+    # No NCCL variable is inherited here, so no value is compared: NCCL's grammar stays out.
+    assert "nccl_launch.nccl.grammar" not in modules
+    inherited = imported("run", "--dry-run", "p", "--", "true", cwd=tmp_path, NCCL_PROTO="LL")
+    assert "nccl_launch.nccl.grammar" in inherited
     assert "nccl_launch.commands.watching" not in modules
 
 

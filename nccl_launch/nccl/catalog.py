@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import csv
-import difflib
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Literal
 
 Kind = Literal["int", "size", "bool", "enum", "list", "string", "level"]
@@ -39,6 +36,9 @@ class NcclVar:
 
 
 def _rows(filename: str) -> list[dict[str, str]]:
+    import csv  # these three only when the catalog is read: a clean `run` never reads it
+    from importlib import resources
+
     text = (
         resources.files("nccl_launch.nccl").joinpath("data", filename).read_text(encoding="utf-8")
     )
@@ -95,6 +95,8 @@ def lookup(name: str) -> NcclVar | None:
 
 def did_you_mean(name: str) -> str | None:
     """The closest known NCCL name to a misspelled one, if any is close enough."""
+    import difflib
+
     matches = difflib.get_close_matches(name.upper(), catalog(), n=1, cutoff=0.7)
     return matches[0] if matches else None
 
