@@ -4,12 +4,18 @@ every start, and `[policy] accept` for the warnings a profile has decided to liv
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 from nccl_launch.profile.lint import review, run_notes
 from nccl_launch.profile.model import Profile
-from tests.conftest import RunCli, WriteProfile
+from tests.conftest import RunCli, WriteProfile, console_script
+from tests.helpers import STANDIN, free_port, wait_for
 
 KIMI = Path(__file__).parent.parent / "profiles" / "kimi-k25-rtx6000bw-tp8-eagle3.toml"
 DEPRECATED = (
@@ -55,6 +61,50 @@ def test_run_of_the_shipped_profile_says_nothing_about_deprecation(nccl_launch: 
     assert result.returncode == 0
     assert "deprecated" not in result.stderr
     assert "MAX_NCHANNELS" not in result.stderr
+
+
+def answers(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def test_a_real_start_and_check_of_the_shipped_profile_say_nothing_about_it(
+    write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    """The shipped Kimi profile, run for real (the stand-in SGLang in its place), then checked:
+    the server's log and the check's output are where a note on every start would be read."""
+    port = free_port()
+    write_profile(
+        "kimi-standin",
+        f"""
+        schema = 1
+        name = "kimi-standin"
+        version = 1
+        extends = "{KIMI}"
+        [server]
+        python = "{sys.executable}"
+        port = {port}
+        """,
+    )
+    env = {**os.environ, "PYTHONPATH": str(STANDIN)}
+    argv = [console_script(), "run", "kimi-standin"]
+    process = subprocess.Popen(
+        argv, env=env, start_new_session=True, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_for(lambda: answers(port), "the stand-in to answer /health", process=process)
+        checked = nccl_launch("check", "kimi-standin", "--port", str(port))
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        _, log = process.communicate(timeout=10)
+    assert checked.returncode == 0, checked.stdout
+    assert checked.stdout.splitlines()[-1] == "no drift in 11 processes"
+    for said in (log, checked.stdout, checked.stderr):
+        assert "deprecated" not in said
+        assert "MAX_CTAS" not in said
 
 
 def test_an_accepted_warning_is_listed_as_acknowledged_and_not_warned(
