@@ -297,3 +297,18 @@ def test_a_spec_survives_its_json_unchanged(
     spec = cache.run_spec(load_profile(str(path)).profile)
     assert (spec.notes and spec.server is not None) or source != "rich"  # the sample is rich
     assert cache.RunSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
+
+
+def test_root_creates_no_cache_in_another_users_home(
+    nccl_launch: RunCli, write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    # `sudo -E nccl-launch run ...` keeps the user's $HOME: root must leave nothing there.
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run with another user's home")
+    write_profile("base", BASE)
+    home = tmp_path / "user-home"
+    home.mkdir()
+    os.chown(home, 65534, 65534)
+    for _ in range(2):
+        assert declared(dry_run(nccl_launch, "base", HOME=str(home)))["NCCL_PROTO"] == "LL"
+    assert list(home.iterdir()) == []

@@ -119,15 +119,16 @@ def _code_fingerprint() -> list[tuple[str, int, int]]:
         dirs[:] = sorted(name for name in dirs if name != "__pycache__")
         for name in sorted(files):
             if name.endswith((".py", ".tsv")):
-                status = Path(folder, name).stat()
-                found.append((name, status.st_size, status.st_mtime_ns))
+                path = Path(folder, name)
+                status = path.stat()
+                found.append((str(path), status.st_size, status.st_mtime_ns))
     return found
 
 
 def cache_key(chain: ProfileChain) -> str:
     texts = [file.text for file in chain.files]
     canonical = json.dumps([__version__, _code_fingerprint(), texts], separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+    return hashlib.sha256(canonical.encode()).hexdigest()  # json.dumps wrote ASCII
 
 
 def cache_dir(environ: Mapping[str, str]) -> Path | None:
@@ -179,11 +180,14 @@ def _lookup(folder: Path, chain: ProfileChain, key: str) -> RunSpec | None:
         fd = os.open(_entry_path(folder, chain), flags)
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as stream:
-        status = os.fstat(fd)
-        if not (stat.S_ISREG(status.st_mode) and _ours(status)):
-            return None
-        raw = stream.read(_ENTRY_LIMIT + 1)
+    try:
+        with os.fdopen(fd, "rb") as stream:
+            status = os.fstat(fd)
+            if not (stat.S_ISREG(status.st_mode) and _ours(status)):
+                return None
+            raw = stream.read(_ENTRY_LIMIT + 1)
+    except OSError:
+        return None
     check, _, body = raw.partition(b"\n")
     if len(raw) > _ENTRY_LIMIT or check.decode("ascii", "replace") != _checksum(body):
         return None  # torn, truncated or altered
@@ -198,6 +202,9 @@ def _store(folder: Path, chain: ProfileChain, key: str, spec: RunSpec) -> None:
     """Keep `spec` for `key`; a cache that cannot be written is skipped silently."""
     body = json.dumps({"key": key, "spec": spec.to_json()}, separators=(",", ":"))
     try:
+        existing = next(parent for parent in folder.parents if parent.exists())
+        if existing.stat().st_uid != os.geteuid():
+            return  # never create directories in another user's home (`sudo -E` keeps $HOME)
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         status = os.lstat(folder)
         if stat.S_ISDIR(status.st_mode) and _ours(status):
