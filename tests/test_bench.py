@@ -208,6 +208,7 @@ def test_the_verdict_is_on_the_right_side_of_the_floor() -> None:
     assert judge(baseline, 90.0, method).met is True  # exactly the floor
     assert judge(baseline, 89.99, method).met is False
     assert judge(Baseline(decode_tok_s=100.0, tolerance=0), 100.0, method).met is True
+    assert judge(Baseline(decode_tok_s=100.0, tolerance=0), 99.99, method).met is False
     other = Baseline(decode_tok_s=100.0, max_tokens=200)
     assert judge(other, 1.0, method).met is None  # another method: not compared
     assert "max_tokens=200 (this bench: 500)" in str(judge(other, 1.0, method).note)
@@ -459,6 +460,7 @@ def test_a_bad_history_line_is_named_with_its_number_and_skipped(
         f"nccl-launch: warning: {record}:2: not a bench result",
     ]
     document = json.loads(shown.stdout)
+    assert set(document) == {"schema_version", "path", "results", "problems"}
     assert [result["profile"] for result in document["results"]] == ["standin@1"]
     assert len(document["problems"]) == 2
 
@@ -586,6 +588,8 @@ def test_show_includes_the_baseline_and_the_digest_ignores_it(
     kept = write_profile("kept", BASELINE_PROFILE + "[baseline]\ndecode_tok_s = 88.8\n")
     shown = nccl_launch("show", str(kept))
     assert "[baseline]\ndecode_tok_s = 88.8\ntolerance = 0.05\n" in shown.stdout
+    assert nccl_launch("validate", str(kept)).stdout.endswith(", baseline 88.8 tok/s)\n")
+    assert "baseline" not in nccl_launch("validate", str(plain)).stdout
     digests = [
         json.loads(nccl_launch("show", str(path), "--format", "json").stdout)["digest"]
         for path in (plain, kept)

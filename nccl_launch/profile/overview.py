@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from nccl_launch.errors import EXIT_OK, EXIT_USAGE, NcclLaunchError
+from nccl_launch.profile.baseline import Baseline
 from nccl_launch.profile.lint import lint, review
 from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.profile.plan import build_plan
@@ -25,6 +26,7 @@ class Validated:
     warnings: tuple[str, ...] = ()
     error: NcclLaunchError | None = None
     acknowledged: tuple[str, ...] = ()
+    baseline: Baseline | None = None
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,12 @@ def validate(refs: tuple[str, ...]) -> Validation:
         acknowledged = tuple(note.id for note in found.acknowledged)
         results.append(
             Validated(
-                str(loaded.path), plan.label, plan.short_digest, warnings, acknowledged=acknowledged
+                str(loaded.path),
+                plan.label,
+                plan.short_digest,
+                warnings,
+                acknowledged=acknowledged,
+                baseline=loaded.profile.baseline,
             )
         )
     return Validation(results)

@@ -32,7 +32,7 @@ def _spread(report: BenchReport) -> str:
 
 def _verdict_line(verdict: Verdict) -> str:
     rule = (
-        f"baseline {verdict.decode_tok_s:.1f} tok/s less {verdict.tolerance:.0%} = "
+        f"baseline {verdict.decode_tok_s:.1f} tok/s less {verdict.tolerance * 100:g}% = "
         f"{verdict.floor:.1f} tok/s"
     )
     if verdict.met is None:

@@ -111,7 +111,9 @@ def validate_lines(validation: Validation) -> tuple[list[str], list[str]]:
             continue
         err += [f"{WARNING_PREFIX}{result.path}: {note}" for note in result.warnings]
         accepted = "".join(f'; accepts "{id_}"' for id_ in result.acknowledged)
-        out.append(f"{result.path}: ok ({result.label}, {result.short_digest}{accepted})")
+        baseline = result.baseline
+        reaches = "" if baseline is None else f", baseline {baseline.decode_tok_s:g} tok/s"
+        out.append(f"{result.path}: ok ({result.label}, {result.short_digest}{reaches}{accepted})")
     count, invalid = len(validation.results), validation.invalid
     if count > 1:
         out.append(f"{count - invalid} valid, {invalid} invalid")
