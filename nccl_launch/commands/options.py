@@ -89,7 +89,8 @@ def complete_profiles(
 
     from nccl_launch.profile.search import declared_identity, profile_files, search_path
 
-    found = [declared_identity(path) for path in profile_files([f for f, _ in search_path()])]
+    files = profile_files([folder for folder, _ in search_path()])
+    found = [declared_identity(path) for path in files]  # an unusable file is skipped
     identities = [identity for identity in found if isinstance(identity, tuple)]
     refs = {name for name, _ in identities} | {f"{name}@{version}" for name, version in identities}
     matching = sorted(ref for ref in refs if ref.startswith(incomplete))
