@@ -601,3 +601,14 @@ def test_the_shipped_kimi_profile_records_its_tuned_figure(nccl_launch: RunCli) 
     kimi = Path(__file__).parent.parent / "profiles" / "kimi-k25-rtx6000bw-tp8-eagle3.toml"
     shown = json.loads(nccl_launch("show", str(kimi), "--format", "json").stdout)
     assert shown["resolved"]["baseline"] == {"decode_tok_s": 88.8, "tolerance": 0.05}
+
+
+def test_history_of_a_fifo_is_refused_without_blocking(nccl_launch: RunCli, tmp_path: Path) -> None:
+    record = tmp_path / "history.jsonl"
+    os.mkfifo(record)  # no writer: an open that blocked would hang until the timeout
+    result = nccl_launch("bench", "--history", "--record", str(record))
+    assert result.returncode == 2
+    assert (
+        result.stderr
+        == f"nccl-launch: bench history {record}: a FIFO; only regular files are read\n"
+    )
