@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tomllib
 from pathlib import Path
 
@@ -63,25 +64,25 @@ def test_a_shipped_child_extends_its_shipped_parent_whatever_is_local(
     assert shown["env"]["NCCL_P2P_LEVEL"] == "SYS"
 
 
-# SLOW (about 15 s with a warm pip cache): builds the wheel from a copy of the source tree and
-# installs it, with its dependencies from the package registry, into a fresh venv.
+# SLOW (about 15 s here): in a fresh venv, `python -m build` makes the sdist
+# from a copy of the source tree and the wheel from that sdist (both from the package registry:
+# `build`, setuptools, the dependencies); the wheel is installed there and run outside the tree.
 def test_the_wheel_installed_in_a_fresh_venv_carries_its_profiles(tmp_path: Path) -> None:
     source = tmp_path / "source"
     junk = shutil.ignore_patterns(".*", "build", "dist", "*.egg-info", "__pycache__")
     shutil.copytree(REPO, source, ignore=junk)
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
-    subprocess.run(
-        [*pip, "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"), str(source)], check=True
-    )
-    (wheel,) = (tmp_path / "dist").glob("nccl_launch-*.whl")
     subprocess.run([sys.executable, "-m", "venv", tmp_path / "venv"], check=True)
-    venv_pip = [
-        str(tmp_path / "venv" / "bin" / "python"),
-        "-m",
-        "pip",
-        "--disable-pip-version-check",
-    ]
-    subprocess.run([*venv_pip, "install", "-q", str(wheel)], check=True)
+    python = str(tmp_path / "venv" / "bin" / "python")
+    pip = [python, "-m", "pip", "--disable-pip-version-check", "install", "-q"]
+    subprocess.run([*pip, "build"], check=True)
+    dist = tmp_path / "dist"
+    subprocess.run([python, "-m", "build", "-q", "-o", str(dist), str(source)], check=True)
+    (sdist,) = dist.glob("nccl_launch-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        shipped = {name.split("/", 1)[1] for name in archive.getnames() if "/profiles/" in name}
+    assert {f"profiles/{KIMI}.toml", "profiles/nccl-launch.schema.json"} <= shipped
+    (wheel,) = dist.glob("nccl_launch-*.whl")  # built from the sdist
+    subprocess.run([*pip, str(wheel)], check=True)
     empty = tmp_path / "empty"
     empty.mkdir()
 
