@@ -120,3 +120,14 @@ def test_a_copy_of_a_private_profile_stays_private(
     secret.chmod(0o600)
     assert nccl_launch("new", "copy", "--from", "secret").returncode == 0
     assert stat.S_IMODE((tmp_path / "profiles" / "copy.toml").stat().st_mode) == 0o600
+
+
+def test_a_copy_keeps_the_source_of_what_it_copies(
+    nccl_launch: RunCli, write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    body = 'schema = 1\nname = "conv"\nversion = 3\n[provenance]\nsource = "converted from a.sh"\n'
+    write_profile("conv", body)
+    assert nccl_launch("new", "copy", "--from", "conv").returncode == 0
+    source = tomllib.loads((tmp_path / "profiles" / "copy.toml").read_text())["provenance"]
+    assert source["source"].startswith("nccl-launch new --from conv@3 (sha256:")
+    assert source["source"].endswith(", profiles/conv.toml); its source: converted from a.sh")

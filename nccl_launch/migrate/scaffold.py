@@ -69,7 +69,10 @@ def _copied(ref: str, name: str) -> tuple[dict[str, Any], bool]:
     data.pop("extends", None)
     data |= {"name": name, "version": 1}
     source = f"nccl-launch new --from {plan.label} ({plan.short_digest}, {loaded.path})"
-    data["provenance"] = data.pop("provenance", {}) | {"source": source}  # last, as usual
+    provenance = data.pop("provenance", {})
+    if "source" in provenance:  # where the copied profile came from stays said
+        source += f"; its source: {provenance['source']}"
+    data["provenance"] = provenance | {"source": source}  # last, as in the shipped files
     private = any(not path.stat().st_mode & stat.S_IROTH for path in chain.paths)
     return data, private
 
