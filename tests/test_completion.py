@@ -85,6 +85,7 @@ def test_shipped_profiles_complete_too(nccl_launch: RunCli) -> None:
         "nccl-launch validate tuned ot",
         "nccl-launch verify-log ot",
         "nccl-launch systemd ot",
+        "nccl-launch bench ot",
     ],
 )
 def test_every_profile_argument_completes(

@@ -10,7 +10,7 @@ from nccl_launch.bench import history
 from nccl_launch.bench.measure import bench as measure
 from nccl_launch.bench.measure import locate
 from nccl_launch.bench.result import Method, RunFigure
-from nccl_launch.commands.options import echo_lines, format_option, warn
+from nccl_launch.commands.options import echo_lines, format_option, profile_argument, warn
 from nccl_launch.errors import UsageError
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.profile.load import load_profile
@@ -50,7 +50,7 @@ def _history(profile: str | None, record: Path, fmt: str) -> int:
 
 
 @click.command()
-@click.argument("profile", required=False)
+@profile_argument(required=False)
 @click.option("--url", help="The server's base URL, e.g. http://127.0.0.1:30000.")
 @click.option(
     "--pid",
