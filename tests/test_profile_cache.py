@@ -8,8 +8,10 @@ something, and reads what the dry run (or the child itself) says.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
+import pwd
 import stat
 from pathlib import Path
 
@@ -170,6 +172,21 @@ def test_another_version_of_nccl_launch_has_other_keys(
     assert cache.cache_key(chain) != key
 
 
+def test_another_pydantic_has_other_keys(warmed: Path) -> None:
+    chain = read_chain(warmed)
+    key = cache.cache_key(chain)
+    spec = importlib.util.find_spec("pydantic_core")
+    assert spec is not None and spec.origin is not None
+    module = Path(spec.origin)
+    status = module.stat()
+    try:
+        os.utime(module, ns=(status.st_atime_ns, status.st_mtime_ns + 1))  # as an upgrade would
+        assert cache.cache_key(chain) != key
+    finally:
+        os.utime(module, ns=(status.st_atime_ns, status.st_mtime_ns))
+    assert cache.cache_key(chain) == key
+
+
 def test_an_edited_module_of_nccl_launch_changes_the_keys(
     warmed: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -308,3 +325,11 @@ def test_root_creates_no_cache_in_another_users_home(
     for _ in range(2):
         assert declared(dry_run(nccl_launch, "base", HOME=str(home)))["NCCL_PROTO"] == "LL"
     assert list(home.iterdir()) == []
+
+
+@pytest.mark.parametrize("home", [None, "", "relative/home", "."])
+def test_without_a_usable_home_the_cache_is_under_the_users_own(home: str | None) -> None:
+    environ = {"XDG_CACHE_HOME": "relative/cache"} | ({} if home is None else {"HOME": home})
+    own = Path(pwd.getpwuid(os.geteuid()).pw_dir)
+    assert cache.cache_dir(environ) == own / ".cache" / "nccl-launch" / "plans"
+    assert cache.cache_dir({"HOME": "/srv/h"}) == Path("/srv/h/.cache/nccl-launch/plans")

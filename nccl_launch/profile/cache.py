@@ -13,9 +13,12 @@ cache that cannot be written costs only speed.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
+import pwd
 import stat
+import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -113,35 +116,47 @@ def run_spec(profile: Profile) -> RunSpec:
 
 
 def _code_fingerprint() -> list[tuple[str, int, int]]:
-    """Each module and data file of this installation: an upgrade or an edit changes it."""
-    found = []
-    for folder, dirs, files in os.walk(_PACKAGE):
+    """Each module and data file of this installation, and the validator's own (pydantic):
+    an upgrade or an edit of either changes it."""
+    files = []
+    for folder, dirs, names in os.walk(_PACKAGE):
         dirs[:] = sorted(name for name in dirs if name != "__pycache__")
-        for name in sorted(files):
-            if name.endswith((".py", ".tsv")):
-                path = Path(folder, name)
-                status = path.stat()
-                found.append((str(path), status.st_size, status.st_mtime_ns))
+        files += [Path(folder, name) for name in sorted(names) if name.endswith((".py", ".tsv"))]
+    for package in ("pydantic", "pydantic_core"):  # found, not imported
+        spec = importlib.util.find_spec(package)
+        files.append(Path(spec.origin if spec is not None and spec.origin else package))
+    found = []
+    for path in files:
+        try:
+            status = path.stat()
+        except OSError:
+            found.append((str(path), -1, -1))
+        else:
+            found.append((str(path), status.st_size, status.st_mtime_ns))
     return found
 
 
 def cache_key(chain: ProfileChain) -> str:
     texts = [file.text for file in chain.files]
-    canonical = json.dumps([__version__, _code_fingerprint(), texts], separators=(",", ":"))
+    code = [__version__, sys.version, _code_fingerprint()]
+    canonical = json.dumps([code, texts], separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()  # json.dumps wrote ASCII
 
 
 def cache_dir(environ: Mapping[str, str]) -> Path | None:
-    """`$XDG_CACHE_HOME/nccl-launch/plans`, by default under the home directory's `.cache`
-    (from $HOME, else the user database: a systemd service may have no $HOME)."""
+    """`$XDG_CACHE_HOME/nccl-launch/plans`, by default under the home directory's `.cache`:
+    $HOME's, or the user database's when $HOME is unset, empty or relative (a systemd service
+    may have none); None when neither is an absolute path."""
     base = Path(environ.get("XDG_CACHE_HOME", ""))
     if not base.is_absolute():  # the XDG spec: a relative path is invalid, ignore it
         home = Path(environ.get("HOME", ""))
         if not home.is_absolute():
             try:
-                home = Path.home()
-            except RuntimeError:
+                home = Path(pwd.getpwuid(os.geteuid()).pw_dir)
+            except KeyError:
                 return None
+        if not home.is_absolute():
+            return None
         base = home / ".cache"
     return base / "nccl-launch" / "plans"
 
