@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+import psutil
 import pytest
 
 from nccl_launch.bench.gpus import parse_gpus
@@ -22,7 +23,7 @@ from nccl_launch.bench.result import BenchReport, Method, RunFigure, judge
 from nccl_launch.profile.baseline import Baseline
 from nccl_launch.report import SCHEMA_VERSION
 from tests.conftest import RunCli, WriteProfile, console_script
-from tests.helpers import STANDIN, free_port
+from tests.helpers import STANDIN, free_port, wait_for
 from tests.test_live import Server
 
 PROFILE = """
@@ -41,6 +42,8 @@ port = {port}
 FAST = ("--max-tokens", "60", "--runs", "2", "--warmup", "1")
 RUN_LINE = re.compile(r"Run (\d+)/(\d+): (\d+) tokens in \d+\.\d\d s = (\d+\.\d) tok/s")
 MEAN = re.compile(r"^mean (\d+\.\d) tok/s over", re.MULTILINE)
+IMPOSSIBLE = "/v1/completions: the server reported an impossible token count"
+DEEP = "[" * 5000 + "]" * 5000  # deeper than Python's recursion limit
 # What nvidia-smi printed on an H200 host (see tests/standin/bin/nvidia-smi).
 H200 = "0, NVIDIA H200, 143771 MiB, 580.159.04, 00000000:00:06.0\n"
 
@@ -234,8 +237,49 @@ def test_the_baselines_method_is_the_default_and_another_is_not_compared(
         ({"STANDIN_COMPLETIONS_STATUS": "500"}, (), "/v1/completions answered HTTP 500: "),
         ({"STANDIN_EMPTY_STREAM": "1"}, (), "/v1/completions streamed no tokens"),
         ({"STANDIN_STALL": "1"}, ("--timeout", "0.5"), "no answer within 0.5 s (--timeout)"),
+        *[
+            ({"STANDIN_USAGE_TOKENS": count}, (), IMPOSSIBLE)
+            for count in ("-60", "true", "1" + "0" * 400, "1" + "0" * 320, "1e300", "61", "0")
+        ],
+        ({"STANDIN_EVENT": DEEP}, (), "/v1/completions streamed an event that is not JSON"),
+        ({"STANDIN_INFO": DEEP}, (), "/server_info answered something not JSON"),
+        ({"STANDIN_INFO_ENDLESS": "1"}, (), "/server_info answered more than 1 MiB"),
+        (
+            {"STANDIN_INFO_ENDLESS": "1", "STANDIN_INFO_STATUS": "500"},
+            (),
+            '/server_info answered HTTP 500: {"version": "aaaa',
+        ),
+        ({"STANDIN_LONG_LINE": "1"}, (), "/v1/completions streamed a line longer than 1 MiB"),
+        (
+            {"STANDIN_ENDLESS": "1"},
+            ("--timeout", "0.5", "--max-tokens", "1"),  # 0.5 s + 1 token at 1 tok/s
+            "/v1/completions: answer not complete within 1.5 s",
+        ),
+        (
+            {"STANDIN_CLOSE_BEFORE_DONE": "1"},
+            (),
+            "/v1/completions: the server closed the stream before [DONE]",
+        ),
     ],
-    ids=["http-500", "empty-stream", "timeout"],
+    ids=[
+        "http-500",
+        "empty-stream",
+        "timeout",
+        "negative-tokens",
+        "boolean-tokens",
+        "10**400-tokens",
+        "10**320-tokens",
+        "float-tokens",
+        "more-tokens-than-asked",
+        "zero-tokens",
+        "deep-event",
+        "deep-info",
+        "endless-info",
+        "endless-error-body",
+        "endless-line",
+        "endless-stream",
+        "close-before-done",
+    ],
 )
 def test_server_errors_exit_3_with_one_line(
     env: dict[str, str],
@@ -254,23 +298,16 @@ def test_server_errors_exit_3_with_one_line(
     assert nothing_recorded(tmp_path)
 
 
-def test_a_refused_connection_exits_3_with_one_line(start: Started, nccl_launch: RunCli) -> None:
-    server = start()
-    nobody = f"http://127.0.0.1:{free_port()}"
-    pid = str(server.process.pid)
-    result = nccl_launch("bench", "standin", "--url", nobody, "--pid", pid, *FAST)
+@pytest.mark.parametrize("with_pid", [False, True], ids=["port", "pid"])
+def test_no_server_on_the_urls_address_exits_3(
+    with_pid: bool, start: Started, nccl_launch: RunCli
+) -> None:
+    server = start()  # a server, on another port: --pid names it, yet the URL is not its
+    nobody = f"127.0.0.1:{free_port()}"
+    pid = ("--pid", str(server.process.pid)) if with_pid else ()
+    result = nccl_launch("bench", "standin", "--url", f"http://{nobody}", *pid, *FAST)
     assert result.returncode == 3, result.stdout + result.stderr
-    assert result.stderr.splitlines() == [
-        f"nccl-launch: {nobody}/server_info: cannot connect: [Errno 111] Connection refused"
-    ]
-
-
-def test_no_server_on_the_urls_port_exits_3(nccl_launch: RunCli, write_profile: Any) -> None:
-    write_profile("standin", PROFILE.format(version=1, python=sys.executable, port=1))
-    port = free_port()
-    result = nccl_launch("bench", "standin", "--url", f"http://127.0.0.1:{port}")
-    assert result.returncode == 3
-    assert result.stderr == f"nccl-launch: no process listens on port {port}\n"
+    assert result.stderr == f"nccl-launch: no process listens on {nobody}\n"
 
 
 def test_ctrl_c_prints_the_runs_so_far_and_records_nothing(start: Started, tmp_path: Path) -> None:
@@ -612,3 +649,203 @@ def test_history_of_a_fifo_is_refused_without_blocking(nccl_launch: RunCli, tmp_
         result.stderr
         == f"nccl-launch: bench history {record}: a FIFO; only regular files are read\n"
     )
+
+
+def test_a_server_that_stops_short_is_named_and_never_judged(
+    start: Started, nccl_launch: RunCli
+) -> None:
+    server = start(baseline="[baseline]\ndecode_tok_s = 250\n", env={"STANDIN_TOKENS": "20"})
+    result = nccl_launch("bench", "standin", "--url", url(server), *FAST)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stderr.splitlines()[0] == (
+        "nccl-launch: warning: the server returned 20 tokens of the 60 asked (it ignores "
+        "ignore_eos): a figure of shorter runs, not comparable with runs of 60"
+    )
+    assert "over 2 runs of 20 tokens (60 asked)" in result.stdout
+    assert "runs of 60" not in result.stdout
+    assert (
+        "not compared: the baseline was measured with max_tokens=60 (the server stopped at 20)"
+        in (result.stdout)
+    )
+    table = nccl_launch("bench", "--history").stdout
+    assert table.splitlines()[2].split()[1] == "2x20"
+
+
+LEAKY = "s3cr/et#?x"  # a password with what ends a URL's authority, unencoded
+
+
+@pytest.mark.parametrize(
+    ("address", "message"),
+    [
+        (f"http://user:{LEAKY}@127.0.0.1:1", "--url http://***@127.0.0.1:1: not a valid port"),
+        ("http://127.0.0.1:1/\n\x1b[31mFAKE", "--url http://127.0.0.1:1/\\n\\x1b[31mFAKE: holds a"),
+        ("http://127.0.0.1:1/" + "a" * 70_000, "characters"),
+        ("http://127.0.0.1:1/\udcff", "--url http://127.0.0.1:1/\\udcff: holds a"),
+        ("http://u:s3cret@[::1:18081", "--url http://***@[::1:18081: not a valid URL"),
+        ("ftp://127.0.0.1:1/?token=s3cret", "--url ftp://127.0.0.1:1/?token=***: not an http"),
+    ],
+    ids=["password", "control", "long", "not-utf-8", "bad-ipv6", "token"],
+)
+def test_a_bad_url_exits_2_with_one_masked_line(
+    address: str, message: str, nccl_launch: RunCli, write_profile: WriteProfile
+) -> None:
+    write_profile("standin", PROFILE.format(version=1, python=sys.executable, port=1))
+    result = nccl_launch("bench", "standin", "--url", address)
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert message in result.stderr
+    assert "s3cr" not in result.stderr
+    assert len(result.stderr) < 300
+
+
+def test_secrets_in_the_url_are_masked_in_output_and_history(
+    start: Started, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    server = start()
+    address = f"http://user:s3cret@127.0.0.1:{server.port}"
+    result = nccl_launch("bench", "standin", "--url", address, *FAST)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"server  http://***@127.0.0.1:{server.port}: SGLang" in result.stdout
+    assert "s3cr" not in default_history(tmp_path / "home").read_text() + result.stdout
+    query = f"http://127.0.0.1:{server.port}/?api_key=s3cret"
+    result = nccl_launch("bench", "standin", "--url", query, *FAST)
+    assert result.returncode == 3, result.stdout + result.stderr  # no such path there
+    assert f"http://127.0.0.1:{server.port}/?api_key=***" in result.stderr
+    assert "s3cr" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (("--timeout", "nan"), "--timeout nan: valid: 0 < SECONDS <= 86400"),
+        (("--timeout", "inf"), "--timeout inf: valid: 0 < SECONDS <= 86400"),
+        (("--timeout", "0"), "--timeout 0: valid: 0 < SECONDS <= 86400"),
+        (("--prompt", "a\udcffb"), "--prompt: holds a byte that is not UTF-8"),
+    ],
+    ids=["nan", "inf", "zero", "prompt"],
+)
+def test_bad_numbers_and_bytes_exit_2_before_any_request(
+    option: tuple[str, ...], message: str, start: Started, nccl_launch: RunCli
+) -> None:
+    server = start(env={"STANDIN_COMPLETIONS_STATUS": "500"})  # a request would exit 3
+    result = nccl_launch("bench", "standin", "--url", url(server), *FAST, *option)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert message in result.stderr
+
+
+def _result_line(**runs: object) -> str:
+    report = BenchReport(
+        status="measured",
+        profile="p@1",
+        digest="sha256:x",
+        profile_path="/p.toml",
+        url="http://127.0.0.1:1",
+        host="h",
+        time="t",
+        method=Method(max_tokens=1, runs=1, warmup=0, prompt="p"),
+        runs=[RunFigure(tokens=1, seconds=0.5, ttft_s=0.1)],
+    )
+    document = json.loads(report.model_dump_json())
+    document["runs"][0] |= runs
+    return json.dumps(document) + "\n"
+
+
+def test_a_history_line_whose_rate_cannot_be_computed_is_a_bad_line(
+    nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    record = tmp_path / "h.jsonl"
+    lines = [_result_line(seconds=0), _result_line(tokens=10**400), _result_line()]
+    record.write_text("".join(lines))
+    for fmt in ("json", "text"):
+        shown = nccl_launch("bench", "--history", "--record", str(record), "--format", fmt)
+        assert shown.returncode == 0, shown.stderr
+        assert [line.split(" (")[0] for line in shown.stderr.splitlines()] == [
+            f"nccl-launch: warning: {record}:1: not a bench result",
+            f"nccl-launch: warning: {record}:2: not a bench result",
+        ]
+    assert len(json.loads(shown.stdout if fmt == "json" else "{}").get("results", [])) == 0
+    document = json.loads(
+        nccl_launch("bench", "--history", "--record", str(record), "--format", "json").stdout
+    )
+    assert [run["tok_s"] for run in document["results"][0]["runs"]] == [2.0]
+
+
+INJECTED = {"version": "0.5\nFAKE: all good", "model_path": "m\rX\x1b[31m"}
+
+
+def test_what_a_server_or_history_says_cannot_forge_a_line(
+    start: Started, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    server = start(env={"STANDIN_INFO": json.dumps(INJECTED)})
+    result = nccl_launch("bench", "standin", "--url", url(server), *FAST)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SGLang 0.5\\nFAKE: all good, model m\\rX\\x1b[31m" in result.stdout
+    assert not [line for line in result.stdout.splitlines() if line.startswith("FAKE")]
+    record = default_history(tmp_path / "home")
+    kept = json.loads(record.read_text())
+    assert (kept["sglang_version"], kept["model"]) == (INJECTED["version"], INJECTED["model_path"])
+    with record.open("a") as history:
+        history.write(json.dumps(kept | {"host": "x\nFAKE ROW", "time": "\x1b[2J"}) + "\n")
+    table = nccl_launch("bench", "--history")
+    assert table.returncode == 0, table.stderr
+    assert not [line for line in table.stdout.splitlines() if line.startswith("FAKE")]
+    assert "\x1b" not in table.stdout and "\r" not in table.stdout
+    assert table.stdout.count("0.5\\nFAKE: all good") == 2
+    assert "x\\nFAKE ROW" in table.stdout
+
+
+def test_nvidia_smi_bytes_that_are_not_utf_8_are_replaced(
+    start: Started, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    server = start()
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    smi = tools / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\nprintf '0, NVIDIA \\377 H200, {H200.split(', ', 2)[2]}'\n")
+    smi.chmod(0o755)
+    path = f"{tools}{os.pathsep}{os.environ['PATH']}"
+    result = nccl_launch(
+        "bench", "standin", "--url", url(server), *FAST, "--format", "json", env={"PATH": path}
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["gpus"][0]["name"] == "NVIDIA \ufffd H200"
+
+
+@pytest.fixture
+def raw_on_ipv6(start: Started) -> Iterator[tuple[Server, int]]:
+    """The checked server on 127.0.0.1:PORT, and a raw process on [::1]:PORT, another tree."""
+    server = start()
+    raw = subprocess.Popen(
+        [sys.executable, "-m", "http.server", "--bind", "::1", str(server.port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def listening() -> bool:
+        return any(c.status == "LISTEN" for c in psutil.Process(raw.pid).net_connections())
+
+    wait_for(listening, "a raw server on [::1]", process=raw)
+    yield server, raw.pid
+    raw.kill()
+    raw.wait()
+
+
+def test_the_process_checked_is_the_one_listening_where_bench_connects(
+    raw_on_ipv6: tuple[Server, int], nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    server, raw = raw_on_ipv6
+    ipv6 = f"http://[::1]:{server.port}"
+    result = nccl_launch("bench", "standin", "--url", ipv6, *FAST, "--format", "json")
+    assert result.returncode == 1, result.stdout + result.stderr  # the raw one: refused
+    assert json.loads(result.stdout)["drift"]["main_pid"] == raw
+    pid = str(server.process.pid)
+    named = nccl_launch("bench", "standin", "--url", ipv6, "--pid", pid, *FAST)
+    assert named.returncode == 3, named.stdout + named.stderr
+    assert named.stderr == (
+        f"nccl-launch: --pid {pid}: pid {raw} listens on [::1]:{server.port}, and it is not in "
+        f"pid {pid}'s tree; the server measured must be the one checked\n"
+    )
+    checked = nccl_launch("bench", "standin", "--url", url(server), "--pid", pid, *FAST)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert nothing_recorded(tmp_path) is False

@@ -1,41 +1,73 @@
 """The HTTP edge of `bench`: SGLang's `/server_info` and one streamed `/v1/completions`.
 
-httpx, for its timeout on every wait (connect, and between two events of a stream), its
-line iterator over a chunked response, and one exception family to turn into exit 3.
+httpx, for its timeout on every wait (connect, and between two events of a stream) and one
+exception family to turn into exit 3. What a server sends is bounded: a body or a line of
+at most 1 MiB, a whole answer within its deadline (SIGALRM, which also cuts a trickle).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import time
-from types import TracebackType
+from collections.abc import Iterator
+from types import FrameType, TracebackType
 from typing import Any
 
 import httpx
 
 from nccl_launch.bench.result import RunFigure
+from nccl_launch.bench.url import escaped, shown
 from nccl_launch.errors import HostError
-from nccl_launch.secrets import mask_credentials
 
 SHOWN_BODY = 200  # of an error answer, enough for a reason, not a page of HTML
 INFO_PATHS = ("/server_info", "/get_server_info")  # the second before SGLang 0.5
+BODY_LIMIT = 1 << 20  # an info or error body: SGLang's is a few KiB
+LINE_LIMIT = 1 << 20  # one line of the stream: one token's event is some 200 bytes
+MIN_RATE = 1.0  # tok/s: a request lasts at most --timeout + max_tokens / MIN_RATE seconds
 
 
 class ServerFacts(dict[str, Any]):
     """What `/server_info` answered (empty where the server has neither path)."""
 
+    def _text(self, key: str) -> str | None:
+        value = self.get(key)
+        return value if isinstance(value, str) and value else None
+
     @property
     def version(self) -> str | None:
-        value = self.get("version")
-        return value if isinstance(value, str) else None
+        return self._text("version")
 
     @property
     def model(self) -> str | None:
-        for key in ("served_model_name", "model_path"):
-            value = self.get(key)
-            if isinstance(value, str) and value:
-                return value
-        return None
+        return self._text("served_model_name") or self._text("model_path")
+
+    @property
+    def served_model(self) -> str:
+        """The name a request asks for."""
+        return self._text("served_model_name") or "default"
+
+
+class _Overdue(Exception):
+    """The whole answer took longer than its deadline."""
+
+
+def _overdue(_signal: int, _frame: FrameType | None) -> None:
+    raise _Overdue
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """SIGALRM after `seconds`: httpx's timeouts bound each wait, not a server that keeps
+    sending (an endless stream, a byte a minute)."""
+    previous = signal.signal(signal.SIGALRM, _overdue)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 class Client:
@@ -43,10 +75,13 @@ class Client:
 
     def __init__(self, url: str, timeout: float) -> None:
         self.url = url.rstrip("/")
-        self.shown = mask_credentials(self.url)
+        self.shown = shown(self.url)
         self.timeout = timeout
-        # trust_env=False: the figure is the server's, never a proxy's from the environment.
-        self._http = httpx.Client(timeout=timeout, trust_env=False)
+        # trust_env=False: the figure is the server's, never a proxy's from the environment;
+        # identity: a compressed body could inflate far beyond the limits.
+        self._http = httpx.Client(
+            timeout=timeout, trust_env=False, headers={"Accept-Encoding": "identity"}
+        )
 
     def __enter__(self) -> Client:
         return self
@@ -54,33 +89,41 @@ class Client:
     def __exit__(self, *_: type[BaseException] | BaseException | TracebackType | None) -> None:
         self._http.close()
 
-    def _failure(self, path: str, error: httpx.HTTPError) -> HostError:
+    @contextlib.contextmanager
+    def _request(
+        self, method: str, path: str, seconds: float, **more: Any
+    ) -> Iterator[httpx.Response]:
+        """The response to one request whose answer must end within `seconds`."""
         where = f"{self.shown}{path}"
-        if isinstance(error, httpx.TimeoutException):
-            return HostError(f"{where}: no answer within {self.timeout:g} s (--timeout)")
-        if isinstance(error, httpx.ConnectError):
-            return HostError(f"{where}: cannot connect: {error}")
-        return HostError(f"{where}: {type(error).__name__}: {error}")
+        try:
+            with _deadline(seconds), self._http.stream(method, self.url + path, **more) as answer:
+                yield answer
+        except _Overdue:
+            raise HostError(f"{where}: answer not complete within {seconds:g} s") from None
+        except httpx.TimeoutException:
+            raise HostError(f"{where}: no answer within {self.timeout:g} s (--timeout)") from None
+        except httpx.ConnectError as error:
+            raise HostError(f"{where}: cannot connect: {escaped(str(error))}") from None
+        except httpx.HTTPError as error:
+            raise HostError(f"{where}: {type(error).__name__}: {escaped(str(error))}") from None
 
     def _status(self, path: str, response: httpx.Response) -> HostError:
-        body = " ".join(response.read().decode(errors="replace").split())[:SHOWN_BODY]
-        return HostError(f"{self.shown}{path} answered HTTP {response.status_code}: {body}")
+        body = _body(response, SHOWN_BODY * 4).decode(errors="replace")
+        said = escaped(" ".join(body.split())[:SHOWN_BODY])
+        return HostError(f"{self.shown}{path} answered HTTP {response.status_code}: {said}")
 
     def server_info(self) -> ServerFacts:
         """The server's version and model; empty when it has no info path (not SGLang)."""
         for path in INFO_PATHS:
-            try:
-                response = self._http.get(self.url + path)
-            except httpx.HTTPError as error:
-                raise self._failure(path, error) from None
-            if response.status_code == httpx.codes.NOT_FOUND:
-                continue
-            if response.status_code != httpx.codes.OK:
-                raise self._status(path, response)
-            try:
-                answer = response.json()
-            except ValueError:
-                raise HostError(f"{self.shown}{path} answered something not JSON") from None
+            with self._request("GET", path, self.timeout) as response:
+                if response.status_code == httpx.codes.NOT_FOUND:
+                    continue
+                if response.status_code != httpx.codes.OK:
+                    raise self._status(path, response)
+                body = _body(response, BODY_LIMIT)
+            if len(body) > BODY_LIMIT:
+                raise HostError(f"{self.shown}{path} answered more than {BODY_LIMIT >> 20} MiB")
+            answer = _json(body, f"{self.shown}{path} answered something not JSON")
             return ServerFacts(answer if isinstance(answer, dict) else {})
         return ServerFacts()
 
@@ -88,26 +131,29 @@ class Client:
         """One streamed completion, timed from the request to `[DONE]`; tokens from the
         usage figures of its last event."""
         path = "/v1/completions"
+        asked = int(body["max_tokens"])
         start = time.perf_counter()
-        try:
-            with self._http.stream("POST", self.url + path, json=body) as response:
-                if response.status_code != httpx.codes.OK:
-                    raise self._status(path, response)
-                first, tokens = self._read_events(path, response, start)
-        except httpx.HTTPError as error:
-            raise self._failure(path, error) from None
+        with self._request("POST", path, self.timeout + asked / MIN_RATE, json=body) as response:
+            if response.status_code != httpx.codes.OK:
+                raise self._status(path, response)
+            first, tokens = self._read_events(path, response, start)
         seconds = time.perf_counter() - start
-        if first is None or not tokens:
+        if first is None:
             raise HostError(f"{self.shown}{path} streamed no tokens")
+        if type(tokens) is not int or not 0 < tokens <= asked:  # True is an int, 1e3 is none
+            raise HostError(
+                f"{self.shown}{path}: the server reported an impossible token count "
+                f"(usage.completion_tokens must be a whole number from 1 to max_tokens {asked})"
+            )
         return RunFigure(tokens=tokens, seconds=seconds, ttft_s=first)
 
     def _read_events(
         self, path: str, response: httpx.Response, start: float
-    ) -> tuple[float | None, int | None]:
+    ) -> tuple[float | None, object]:
         """Seconds to the first text, and the usage's completion_tokens, from the SSE lines."""
         first: float | None = None
-        tokens: int | None = None
-        for line in response.iter_lines():
+        tokens: object = None
+        for line in self._lines(path, response):
             if not line.startswith("data:"):
                 continue  # blank separators, comments, `event:` lines
             data = line.removeprefix("data:").strip()
@@ -120,11 +166,13 @@ class Client:
                 if isinstance(choices, list)
                 else []
             )
-            if first is None and any(texts):
+            if first is None and any(isinstance(text, str) and text for text in texts):
                 first = time.perf_counter() - start
             usage = event.get("usage")
-            if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            if isinstance(usage, dict) and "completion_tokens" in usage:
                 tokens = usage["completion_tokens"]
+        else:
+            raise HostError(f"{self.shown}{path}: the server closed the stream before [DONE]")
         if first is not None and tokens is None:
             raise HostError(
                 f"{self.shown}{path} streamed no usage figures "
@@ -132,14 +180,54 @@ class Client:
             )
         return first, tokens
 
+    def _lines(self, path: str, response: httpx.Response) -> Iterator[str]:
+        """The stream's lines, none longer than LINE_LIMIT (a line is held whole in memory)."""
+        pending = bytearray()
+        for chunk in response.iter_raw():
+            *ended, rest = chunk.split(b"\n")
+            for part in ended:
+                pending += part
+                yield pending.rstrip(b"\r").decode(errors="replace")
+                pending.clear()
+            pending += rest
+            if len(pending) > LINE_LIMIT:
+                raise HostError(
+                    f"{self.shown}{path} streamed a line longer than {LINE_LIMIT >> 20} MiB"
+                )
+        if pending:
+            yield pending.decode(errors="replace")
+
     def _event(self, path: str, data: str) -> dict[str, Any]:
-        try:
-            event = json.loads(data)
-        except ValueError:
-            raise HostError(f"{self.shown}{path} streamed an event that is not JSON") from None
+        event = _json(data, f"{self.shown}{path} streamed an event that is not JSON")
         if not isinstance(event, dict):
             raise HostError(f"{self.shown}{path} streamed an event that is not an object")
         if "error" in event or event.get("object") == "error":
-            message = " ".join(json.dumps(event.get("error", event)).split())[:SHOWN_BODY]
-            raise HostError(f"{self.shown}{path} streamed an error: {message}")
+            said = _json_text(event.get("error", event))
+            raise HostError(f"{self.shown}{path} streamed an error: {said[:SHOWN_BODY]}")
         return event
+
+
+def _body(response: httpx.Response, limit: int) -> bytes:
+    """The body, read up to just past `limit` bytes (a longer one is cut there)."""
+    data = bytearray()
+    for chunk in response.iter_raw():
+        data += chunk
+        if len(data) > limit:
+            break
+    return bytes(data[: limit + 1])
+
+
+def _json(data: str | bytes, failure: str) -> Any:
+    """The JSON in `data`; HostError(`failure`) where it is none (too deep to parse too)."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        raise HostError(failure) from None
+
+
+def _json_text(value: object) -> str:
+    """`value` as one line of JSON (which escapes every control character)."""
+    try:
+        return " ".join(json.dumps(value).split())
+    except (ValueError, RecursionError):
+        return "(too deeply nested to show)"

@@ -43,7 +43,9 @@ def query_gpus() -> tuple[list[Gpu], str | None]:
         return [], "no nvidia-smi on PATH"
     command = [program, f"--query-gpu={QUERY}", "--format=csv,noheader"]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+        done = subprocess.run(
+            command, capture_output=True, text=True, errors="replace", timeout=TIMEOUT, check=False
+        )  # a byte that is not UTF-8 is shown as U+FFFD, never a crash
     except (OSError, subprocess.TimeoutExpired) as error:
         return [], f"nvidia-smi failed: {error}"
     if done.returncode != 0:

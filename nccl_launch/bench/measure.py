@@ -7,18 +7,17 @@ import socket
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 from nccl_launch.bench.client import Client, ServerFacts
 from nccl_launch.bench.gpus import query_gpus
 from nccl_launch.bench.result import BenchReport, Method, RunFigure, Status, judge, summarize
+from nccl_launch.bench.url import checked, escaped, shown
 from nccl_launch.errors import HostError, UsageError
 from nccl_launch.live.compare import LiveReport
-from nccl_launch.live.processes import Target, main_pid, snapshot_tree
+from nccl_launch.live.processes import Target, descendants, main_pid, snapshot_tree
 from nccl_launch.live.watch import compare_tree
 from nccl_launch.profile.load import LoadedProfile
 from nccl_launch.profile.plan import build_plan
-from nccl_launch.secrets import mask_credentials
 
 
 class Progress(Protocol):
@@ -37,44 +36,106 @@ class Server:
     target: Target
 
 
-def _local_addresses() -> set[str]:
-    import psutil  # only where the URL names a host to look for
-
-    return {address.address for found in psutil.net_if_addrs().values() for address in found}
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-def _is_here(host: str, port: int) -> bool:
+def _ip(address: str) -> IPAddress:
+    """An address as the kernel lists it; IPv4 mapped into IPv6 as IPv4, a zone dropped."""
+    ip = ipaddress.ip_address(address.split("%")[0])
+    return (ip.ipv4_mapped or ip) if isinstance(ip, ipaddress.IPv6Address) else ip
+
+
+def _resolved(host: str, port: int) -> set[IPAddress]:
+    """The addresses a connection to `host` may go to (httpx tries each in turn)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as error:
-        raise HostError(f"--url: cannot resolve {host}: {error}") from None
-    found = {str(info[4][0]) for info in infos}
-    local = _local_addresses()
-    return any(
-        ipaddress.ip_address(address.split("%")[0]).is_loopback or address in local
-        for address in found
-    )
+        raise HostError(f"--url: cannot resolve {escaped(host)}: {error}") from None
+    return {_ip(str(info[4][0])) for info in infos}
+
+
+def _serves(listener: IPAddress, address: IPAddress) -> bool:
+    """Whether a socket listening on `listener` takes a connection to `address`: its own
+    address, or the wildcard of its family (`::` takes IPv4 too, unless IPV6_V6ONLY)."""
+    if listener.is_unspecified:
+        return listener.version == 6 or address.version == 4
+    return listener == address
+
+
+def _owners(addresses: set[IPAddress], port: int, where: str) -> set[int]:
+    """The PIDs listening where a connection to `addresses` on `port` lands."""
+    import psutil  # only where the URL names a host to look for
+
+    try:
+        connections = psutil.net_connections(kind="inet")
+    except psutil.AccessDenied:
+        raise HostError(f"permission denied listing sockets to find {where}") from None
+    pids = {
+        connection.pid
+        for connection in connections
+        if connection.status == psutil.CONN_LISTEN
+        and connection.laddr
+        and connection.laddr.port == port
+        and any(_serves(_ip(connection.laddr.ip), address) for address in addresses)
+    }
+    if not pids:
+        raise HostError(f"no process listens on {where}")
+    if None in pids:
+        raise HostError(f"the process listening on {where} is not visible; run as its user")
+    return {pid for pid in pids if pid is not None}
+
+
+def _tree(pid: int) -> set[int]:
+    import psutil
+
+    try:
+        return {pid} | {child.pid for child in descendants(psutil.Process(pid))}
+    except psutil.Error:
+        return {pid}
+
+
+def _is_here(addresses: set[IPAddress]) -> bool:
+    import psutil
+
+    local = {
+        _ip(found.address)
+        for nic in psutil.net_if_addrs().values()
+        for found in nic
+        if found.family in (socket.AF_INET, socket.AF_INET6)
+    }
+    return any(address.is_loopback or address in local for address in addresses)
 
 
 def locate(url: str, pid: int | None) -> Server:
-    """The server of `url`: its tree is the process listening on the URL's port (which must
-    be on this host), or `pid`'s."""
-    parts = urlsplit(url)
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        raise UsageError(f"--url {mask_credentials(url)}: not a valid port") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(
-            f"--url {mask_credentials(url)}: not an http:// or https:// URL with a host; "
-            "valid: http://127.0.0.1:30000"
+    """The server of `url`: its tree is the process listening on the address and port a
+    connection to the URL lands on (which must be on this host), or `pid`'s, which must own
+    that listener when the URL is local. Listeners of several trees there are refused: the
+    one measured might not be the one checked."""
+    host, port = checked(url)
+    addresses = _resolved(host, port)
+    if not _is_here(addresses):
+        if pid is None:
+            raise UsageError(
+                f"--url {shown(url)}: {escaped(host)} is not this host, whose processes "
+                "bench checks; run bench on the server's host, or name its process with --pid"
+            )
+        return Server(url=url, target=Target(pid=pid))
+    where = f"[{host}]:{port}" if ":" in host else f"{escaped(host)}:{port}"
+    owners = _owners(addresses, port, where)
+    main = pid if pid is not None else min(owners)
+    strangers = sorted(owners - _tree(main))
+    if strangers and pid is not None:
+        raise HostError(
+            f"--pid {pid}: pid {strangers[0]} listens on {where}, and it is not in pid "
+            f"{pid}'s tree; the server measured must be the one checked"
         )
-    if pid is None and not _is_here(parts.hostname, port):
-        raise UsageError(
-            f"--url {mask_credentials(url)}: {parts.hostname} is not this host, whose processes "
-            "bench checks; run bench on the server's host, or name its process with --pid"
+    if strangers:
+        pids = ", ".join(map(str, sorted(owners)))
+        raise HostError(
+            f"processes of different trees listen on {where} (pids {pids}): name one "
+            "address in --url (e.g. 127.0.0.1), or the server with --pid"
         )
-    return Server(url=url, target=Target(pid=pid) if pid is not None else Target(port=port))
+    return Server(url=url, target=Target(pid=main))
 
 
 def verify(server: Server, loaded: LoadedProfile) -> LiveReport:
@@ -85,7 +146,7 @@ def verify(server: Server, loaded: LoadedProfile) -> LiveReport:
 def request_body(facts: ServerFacts, method: Method) -> dict[str, Any]:
     """One greedy completion of exactly max_tokens (ignore_eos), usage in its last event."""
     return {
-        "model": facts.get("served_model_name") or "default",
+        "model": facts.served_model,
         "prompt": method.prompt,
         "max_tokens": method.max_tokens,
         "temperature": 0,
@@ -105,7 +166,7 @@ def bench(
         "profile": plan.label,
         "digest": plan.digest,
         "profile_path": str(loaded.path.absolute()),  # read back from anywhere
-        "url": mask_credentials(server.url),
+        "url": shown(server.url),
         "host": socket.gethostname(),
         "time": datetime.now(UTC).isoformat(timespec="seconds"),
         "method": method,
@@ -142,4 +203,6 @@ def bench(
     measured = report("measured", runs)
     if baseline is None or measured.mean_tok_s is None:
         return measured
-    return measured.model_copy(update={"baseline": judge(baseline, measured.mean_tok_s, method)})
+    fewest = min(run.tokens for run in runs)
+    verdict = judge(baseline, measured.mean_tok_s, method, fewest)
+    return measured.model_copy(update={"baseline": verdict})

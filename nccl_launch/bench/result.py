@@ -15,12 +15,16 @@ from nccl_launch.report import Report
 Status = Literal["measured", "refused", "discarded", "interrupted"]
 
 
-class RunFigure(BaseModel):
-    """One streamed request: tokens from the server's usage figures, its whole duration."""
+TOKEN_LIMIT = 2**31 - 1  # a history line claiming more is no measurement (nor is 10**400)
 
-    tokens: int
-    seconds: float
-    ttft_s: float
+
+class RunFigure(BaseModel):
+    """One streamed request: tokens from the server's usage figures, its whole duration.
+    Bounded so that a history line cannot hold a rate that fails to compute."""
+
+    tokens: int = Field(strict=True, ge=0, le=TOKEN_LIMIT)
+    seconds: float = Field(gt=0, allow_inf_nan=False)
+    ttft_s: float = Field(ge=0, allow_inf_nan=False)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -103,9 +107,10 @@ def summarize(runs: list[RunFigure]) -> dict[str, float | None]:
     }
 
 
-def judge(baseline: Baseline, mean: float, method: Method) -> Verdict:
+def judge(baseline: Baseline, mean: float, method: Method, fewest: int | None = None) -> Verdict:
     """Met when the mean is at least the baseline less its tolerance; not compared when the
-    baseline records another method (max_tokens, runs) than this measurement used."""
+    baseline records another method (max_tokens, runs) than this measurement used, or when
+    the server stopped a run short of max_tokens (`fewest`, it ignored ignore_eos)."""
     differs = [
         f"{key}={recorded} (this bench: {used})"
         for key, recorded, used in (
@@ -114,6 +119,8 @@ def judge(baseline: Baseline, mean: float, method: Method) -> Verdict:
         )
         if recorded is not None and recorded != used
     ]
+    if fewest is not None and fewest < method.max_tokens:
+        differs.append(f"max_tokens={method.max_tokens} (the server stopped at {fewest})")
     verdict = Verdict(
         decode_tok_s=baseline.decode_tok_s,
         tolerance=baseline.tolerance,

@@ -10,6 +10,7 @@ from nccl_launch.bench import history
 from nccl_launch.bench.measure import bench as measure
 from nccl_launch.bench.measure import locate
 from nccl_launch.bench.result import Method, RunFigure
+from nccl_launch.bench.url import checked
 from nccl_launch.commands.options import echo_lines, format_option, profile_argument, warn
 from nccl_launch.errors import UsageError
 from nccl_launch.live.compare import LiveReport
@@ -18,14 +19,17 @@ from nccl_launch.render.bench import checked_line, history_lines, run_line, summ
 
 DEFAULT_MAX_TOKENS = 500
 DEFAULT_RUNS = 5
+MAX_TIMEOUT = 86400.0  # a day
 DEFAULT_PROMPT = "Write a long story about a lighthouse keeper who finds a message in a bottle."
 
 
 class Echo:
     """Progress as it comes: on stdout with the text report, on stderr beside JSON."""
 
-    def __init__(self, err: bool) -> None:
+    def __init__(self, err: bool, asked: int) -> None:
         self.err = err
+        self.asked = asked
+        self.short = False
 
     def checked(self, when: str, report: LiveReport) -> None:
         line = checked_line(when, report)
@@ -34,6 +38,13 @@ class Echo:
 
     def ran(self, kind: str, number: int, total: int, figure: RunFigure) -> None:
         click.echo(run_line(kind, number, total, figure), err=self.err)
+        if figure.tokens < self.asked and not self.short:
+            self.short = True  # once: every run of such a server stops short
+            warn(
+                f"the server returned {figure.tokens} tokens of the {self.asked} asked "
+                "(it ignores ignore_eos): a figure of shorter runs, not comparable with "
+                f"runs of {self.asked}"
+            )
 
 
 def _history(profile: str | None, record: Path, fmt: str) -> int:
@@ -71,7 +82,7 @@ def _history(profile: str | None, record: Path, fmt: str) -> int:
 @click.option("--prompt", default=DEFAULT_PROMPT, help="The prompt of every request.")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=float,
     default=60.0,
     show_default=True,
     help="Seconds to wait for the connection, and between two streamed events.",
@@ -104,6 +115,12 @@ def bench(
     Exit 0 measured, 1 drift or below the profile's [baseline], 2 bad options or profile,
     3 no such server, or a connection, timeout, HTTP error or empty stream.
     """
+    if not 0 < timeout <= MAX_TIMEOUT:  # also refuses nan and inf, which FloatRange takes
+        raise UsageError(f"--timeout {timeout:g}: valid: 0 < SECONDS <= {MAX_TIMEOUT:g}")
+    try:
+        prompt.encode()
+    except UnicodeEncodeError:  # argv bytes that were not UTF-8 (surrogateescape)
+        raise UsageError("--prompt: holds a byte that is not UTF-8; write it in UTF-8") from None
     record = record if record is not None else history.default_path()
     if show_history:
         if url is not None or pid is not None:
@@ -112,7 +129,7 @@ def bench(
     if profile is None or url is None:
         raise UsageError("name the PROFILE and the server's --url (or use --history)")
     loaded = load_profile(profile)
-    server = locate(url, pid)
+    checked(url)  # a malformed URL is refused before any file is touched
     baseline = loaded.profile.baseline
     method = Method(
         max_tokens=max_tokens or (baseline and baseline.max_tokens) or DEFAULT_MAX_TOKENS,
@@ -121,7 +138,9 @@ def bench(
         prompt=prompt,
     )
     with history.opened(record) as recorder:
-        report = measure(loaded, server, method, timeout, Echo(err=fmt == "json"))
+        server = locate(url, pid)  # after the history: a file that cannot take it fails first
+        echo = Echo(err=fmt == "json", asked=method.max_tokens)
+        report = measure(loaded, server, method, timeout, echo)
         if report.status == "measured":
             recorder.append(report)
     if fmt == "json":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nccl_launch.bench.result import BenchReport, RunFigure, Verdict
+from nccl_launch.bench.url import escaped
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.render.reports import live_text
 
@@ -48,13 +49,20 @@ def _stamp(report: BenchReport) -> list[str]:
         )
     else:
         gpus = f"none recorded ({report.gpus_note})"
-    return [
+    lines = [
         f"profile {report.profile} {report.digest}",
         f"server  {report.url}: SGLang {report.sglang_version or 'unknown'}, "
         f"model {report.model or 'unknown'}",
         f"GPUs    {gpus}",
         f"host    {report.host} at {report.time}",
     ]
+    return [escaped(line) for line in lines]  # the server's and the history's words
+
+
+def _returned(report: BenchReport) -> str:
+    """The tokens each run returned: max_tokens, unless the server stopped short."""
+    counts = sorted({run.tokens for run in report.runs}) or [report.method.max_tokens]
+    return "-".join(str(count) for count in dict.fromkeys((counts[0], counts[-1])))
 
 
 def summary_lines(report: BenchReport) -> list[str]:
@@ -73,16 +81,17 @@ def summary_lines(report: BenchReport) -> list[str]:
         ]
     if report.mean_tok_s is None:
         return [f"interrupted before the first of {total} runs ended; nothing recorded"]
+    returned, asked = _returned(report), report.method.max_tokens
     figures = (
         f"mean {report.mean_tok_s:.1f} tok/s over {done} run{'' if done == 1 else 's'} of "
-        f"{report.method.max_tokens} "
-        f"tokens, spread {_spread(report)}, time to first token {report.ttft_s:.3f} s (mean)"
+        f"{returned} tokens{'' if returned == str(asked) else f' ({asked} asked)'}, "
+        f"spread {_spread(report)}, time to first token {report.ttft_s:.3f} s (mean)"
     )
     if report.status == "interrupted":
         return [f"interrupted after {done} of {total} runs: {figures}; nothing recorded"]
     lines = [figures, *_stamp(report)]
     if report.baseline is not None:
-        lines.append(_verdict_line(report.baseline))
+        lines.append(escaped(_verdict_line(report.baseline)))
         if report.baseline.met is False:
             lines.append(
                 f"below the baseline: mean {report.mean_tok_s:.1f} tok/s < "
@@ -94,9 +103,9 @@ def summary_lines(report: BenchReport) -> list[str]:
 def _history_row(report: BenchReport) -> tuple[str, ...]:
     verdict = report.baseline
     met = "-" if verdict is None or verdict.met is None else ("met" if verdict.met else "missed")
-    return (
+    row = (
         report.time,
-        f"{len(report.runs)}x{report.method.max_tokens}",
+        f"{len(report.runs)}x{_returned(report)}",
         f"{report.mean_tok_s or 0:.1f}",
         f"{report.min_tok_s or 0:.1f}-{report.max_tok_s or 0:.1f}",
         f"{report.ttft_s or 0:.3f}",
@@ -104,6 +113,7 @@ def _history_row(report: BenchReport) -> tuple[str, ...]:
         met,
         report.host,
     )
+    return tuple(map(escaped, row))  # a history line's words cannot forge a row
 
 
 HISTORY_HEADER = ("WHEN", "RUNS", "MEAN TOK/S", "SPREAD", "TTFT S", "SGLANG", "BASELINE", "HOST")
@@ -120,7 +130,7 @@ def history_lines(results: list[BenchReport]) -> list[str]:
         widths = [max(len(row[i]) for row in rows) for i in range(len(HISTORY_HEADER))]
         count = len(group)
         lines += [""] if lines else []  # a blank line between two tables
-        lines.append(f"{profile} {digest[:15]}: {count} result{'' if count == 1 else 's'}")
+        lines.append(escaped(f"{profile} {digest[:15]}: {count} result{'' if count == 1 else 's'}"))
         lines += [
             "  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
             for row in rows

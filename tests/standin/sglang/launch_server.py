@@ -24,6 +24,13 @@ Knobs, for tests:
 - STANDIN_OLD_INFO=1 answers only the older `/get_server_info` (404 for `/server_info`);
 - STANDIN_COMPLETIONS_STATUS=500 answers /v1/completions with that status, STANDIN_EMPTY_STREAM=1
   streams only `data: [DONE]`, STANDIN_STALL=1 sends the headers and then nothing;
+- a misbehaving server, for bench's limits: STANDIN_INFO=TEXT answers /server_info with that
+  body, STANDIN_INFO_ENDLESS=1 with one that never ends (status STANDIN_INFO_STATUS, default
+  200); STANDIN_TOKENS=N streams N tokens whatever max_tokens asks (as if ignore_eos were
+  ignored), STANDIN_USAGE_TOKENS=TEXT puts TEXT (raw JSON) as the usage's completion_tokens,
+  STANDIN_EVENT=TEXT streams `data: TEXT` first, STANDIN_ENDLESS=1 streams tokens without
+  end, STANDIN_LONG_LINE=1 a `data:` line without end, STANDIN_CLOSE_BEFORE_DONE=1 closes the
+  stream after the usage event, before `data: [DONE]`;
 - STANDIN_DRIFT_AT_REQUEST=N: the Nth /v1/completions request first starts the late
   scheduler of SIGUSR1 (so a worker drifts while a benchmark runs) and streams once it is up;
 - STANDIN_RECORD=FILE records instead of serving: it writes {"pid", "argv", "cwd", "env"} as
@@ -47,6 +54,7 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from io import BufferedIOBase
 from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -173,6 +181,41 @@ class Server:
         sys.exit(0)
 
 
+def endless(wfile: BufferedIOBase, start: bytes, filler: bytes) -> None:
+    """`start`, then `filler` until the client leaves."""
+    with contextlib.suppress(OSError):
+        wfile.write(start)
+        while True:
+            wfile.write(filler * 65536)
+
+
+def prelude(body: dict[str, Any], wfile: BufferedIOBase) -> int:
+    """What a misbehaving server streams before its tokens; how many tokens it streams."""
+    if os.environ.get("STANDIN_EVENT"):
+        wfile.write(f"data: {os.environ['STANDIN_EVENT']}\n\n".encode())
+    if os.environ.get("STANDIN_LONG_LINE"):
+        endless(wfile, b"data: ", b"x")
+    if os.environ.get("STANDIN_ENDLESS"):
+        return sys.maxsize
+    asked = os.environ.get("STANDIN_TOKENS", body["max_tokens"])
+    return 0 if os.environ.get("STANDIN_EMPTY_STREAM") else int(asked)
+
+
+def info_body(server: Server, wfile: BufferedIOBase) -> None:
+    if os.environ.get("STANDIN_INFO_ENDLESS"):
+        endless(wfile, b'{"version": "', b"a")
+        return
+    info = json.dumps({**vars(server.args), "version": "0.5.23"})
+    wfile.write(os.environ.get("STANDIN_INFO", info).encode())
+
+
+def usage_event(chunk: dict[str, Any], tokens: int) -> str:
+    """The last event's text, its completion_tokens STANDIN_USAGE_TOKENS (raw JSON) if set."""
+    usage = {"prompt_tokens": 5, "completion_tokens": "COUNT", "total_tokens": tokens + 5}
+    count = os.environ.get("STANDIN_USAGE_TOKENS", str(tokens))
+    return json.dumps({**chunk, "choices": [], "usage": usage}).replace('"COUNT"', count)
+
+
 def handler(server: Server) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -182,11 +225,10 @@ def handler(server: Server) -> type[BaseHTTPRequestHandler]:
             elif self.path == "/get_server_info" or (
                 self.path == "/server_info" and not os.environ.get("STANDIN_OLD_INFO")
             ):
-                body = json.dumps({**vars(server.args), "version": "0.5.23"}).encode()
-                self.send_response(200)
+                self.send_response(int(os.environ.get("STANDIN_INFO_STATUS", 200)))
                 self.send_header("Content-Type", "application/json")
                 self.end_headers()
-                self.wfile.write(body)
+                info_body(server, self.wfile)
             else:
                 self.send_response(404)
                 self.end_headers()
@@ -217,7 +259,7 @@ def handler(server: Server) -> type[BaseHTTPRequestHandler]:
             self.wfile.flush()
 
         def stream(self, body: dict[str, Any]) -> None:
-            tokens = 0 if os.environ.get("STANDIN_EMPTY_STREAM") else int(body["max_tokens"])
+            tokens = prelude(body, self.wfile)
             rate = float(os.environ.get("STANDIN_TOKEN_RATE", 200))
             start = time.monotonic() + float(os.environ.get("STANDIN_TTFT", 0))
             chunk = {"id": "standin", "object": "text_completion", "model": body.get("model")}
@@ -228,9 +270,9 @@ def handler(server: Server) -> type[BaseHTTPRequestHandler]:
                 self.event({**chunk, "choices": [choice], "usage": None})
             options = body.get("stream_options")
             if tokens and isinstance(options, dict) and options.get("include_usage"):
-                usage = {"prompt_tokens": 5, "completion_tokens": tokens}
-                self.event({**chunk, "choices": [], "usage": usage | {"total_tokens": tokens + 5}})
-            self.event("[DONE]")
+                self.event(usage_event(chunk, tokens))
+            if not os.environ.get("STANDIN_CLOSE_BEFORE_DONE"):
+                self.event("[DONE]")
 
         def log_message(self, *_: object) -> None:
             pass

@@ -1,0 +1,71 @@
+"""The server's `--url`: checked before any request, and shown with its secrets masked and its
+control characters escaped (a URL, a server's answer and a history line are read in logs)."""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+from urllib.parse import unquote, urlsplit
+
+from nccl_launch.errors import UsageError
+from nccl_launch.secrets import MASK, is_secret
+
+URL_LIMIT = 4096  # far beyond any server's base URL; a longer one is a mistake or an attack
+SHOWN_LIMIT = 200  # of a URL refused for its length
+# `name=value` in a query, a fragment or a path parameter: `?token=x`, `#access_token=x`.
+_PAIR = re.compile(r"(?P<name>[^?&#;=/]+)=(?P<value>[^&#;]*)")
+EXAMPLE = "valid: http://127.0.0.1:30000"
+
+
+def escaped(text: str) -> str:
+    """`text` with each control character (newline, carriage return, ESC) and each byte that
+    was not UTF-8 written as its Python escape (`\\n`, `\\x1b`, `\\udcff`), so that what a
+    server or a history file holds cannot forge a line or a colour on the terminal."""
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
+def _masked_pair(found: re.Match[str]) -> str:
+    secret = is_secret(unquote(found["name"]))
+    return f"{found['name']}={MASK}" if secret else found[0]
+
+
+def shown(url: str) -> str:
+    """`url` as people see it: the user info up to the last `@` masked whole (a password may
+    hold an unencoded `/`, `?` or `#`, so the authority cannot be trusted to end before it),
+    the values of secret-looking names (`token=`, `api_key=`) masked, controls escaped."""
+    scheme, separator, rest = url.partition("://")
+    if separator and "@" in rest:
+        rest = f"{MASK}@{rest.rpartition('@')[2]}"
+    end = re.search(r"[/?#]", rest)
+    cut = end.start() if end else len(rest)
+    return escaped(f"{scheme}{separator}{rest[:cut]}{_PAIR.sub(_masked_pair, rest[cut:])}")
+
+
+class Address(NamedTuple):
+    host: str
+    port: int
+
+
+def checked(url: str) -> Address:
+    """The host and port of `url`, an http(s) URL; anything else is a usage error that shows
+    the URL masked."""
+    if len(url) > URL_LIMIT:
+        raise UsageError(f"--url {shown(url)[:SHOWN_LIMIT]}...: longer than {URL_LIMIT} characters")
+    if not url.isprintable() or " " in url:
+        raise UsageError(
+            f"--url {shown(url)}: holds a space, a control character or a byte that is not "
+            f"UTF-8; {EXAMPLE}"
+        )
+    try:
+        parts = urlsplit(url)
+    except ValueError as error:
+        raise UsageError(f"--url {shown(url)}: not a valid URL ({error}); {EXAMPLE}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(
+            f"--url {shown(url)}: not an http:// or https:// URL with a host; {EXAMPLE}"
+        )
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise UsageError(f"--url {shown(url)}: not a valid port; {EXAMPLE}") from None
+    return Address(parts.hostname, port)
