@@ -849,3 +849,49 @@ def test_the_process_checked_is_the_one_listening_where_bench_connects(
     checked = nccl_launch("bench", "standin", "--url", url(server), "--pid", pid, *FAST)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert nothing_recorded(tmp_path) is False
+
+
+def test_a_history_under_a_file_or_near_its_cap_is_refused_before_measuring(
+    nccl_launch: RunCli, write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    write_profile("standin", PROFILE.format(version=1, python=sys.executable, port=1))
+    good = tmp_path / "good.jsonl"
+    good.write_text("")
+    full = tmp_path / "full.jsonl"
+    with full.open("wb") as history:
+        history.truncate((63 << 20) + 1)  # sparse: 1 MiB and 1 byte short of the cap
+    for record, why in [
+        (good / "x", "cannot append: a folder on its path is a file, not a directory"),
+        (full, f"{(63 << 20) + 1} bytes, near the 64 MiB --history reads; keep it aside"),
+    ]:
+        args = ("bench", "standin", "--url", "http://127.0.0.1:1", "--record", str(record))
+        result = nccl_launch(*args)  # nothing listens on port 1: the record is refused first
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith(f"nccl-launch: bench history {record}: {why}")
+        assert len(result.stderr.splitlines()) == 1
+
+
+def test_listeners_of_two_trees_where_bench_connects_are_refused(
+    start: Started, nccl_launch: RunCli
+) -> None:
+    server = start()
+    # An IPv6-only socket on the wildcard, in a process of another tree: bench cannot see
+    # the V6ONLY flag, so it counts this listener as taking 127.0.0.1 too, and refuses.
+    script = (
+        "import socket, sys\n"
+        "s = socket.socket(socket.AF_INET6)\n"
+        "s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)\n"
+        f"s.bind(('::', {server.port})); s.listen(); print(flush=True); sys.stdin.read()\n"
+    )
+    other = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert other.stdout is not None and other.stdout.readline() == b"\n"  # listening
+    result = nccl_launch("bench", "standin", "--url", url(server), *FAST)
+    other.communicate()
+    assert result.returncode == 3, result.stdout + result.stderr
+    pids = ", ".join(map(str, sorted([server.process.pid, other.pid])))
+    assert result.stderr == (
+        f"nccl-launch: processes of different trees listen on 127.0.0.1:{server.port} "
+        f"(pids {pids}): name one address in --url (e.g. 127.0.0.1), or the server with --pid\n"
+    )

@@ -22,6 +22,7 @@ from nccl_launch.report import Report
 
 FILE_NAME = "bench.jsonl"
 HISTORY_LIMIT = 64 << 20  # some 40,000 results; a larger file is not this history
+ROOM = 1 << 20  # kept free by appending: a result line is a few KiB (its prompt included)
 _KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket"}
 
 
@@ -42,14 +43,27 @@ def _open_append(path: Path) -> int:
     except OSError as error:
         with contextlib.suppress(OSError):
             _refuse_kind(path, os.lstat(path).st_mode)  # why, if it is no regular file
-        raise FileError(f"bench history {path}: cannot append: {error.strerror}") from None
+        why = error.strerror
+        if isinstance(error, (FileExistsError, NotADirectoryError)):  # mkdir met a file
+            why = "a folder on its path is a file, not a directory"
+        raise FileError(f"bench history {path}: cannot append: {why}") from None
     try:
         _refuse_kind(path, os.fstat(fd).st_mode)
+        _refuse_full(path, os.fstat(fd).st_size)
     except FileError:
         os.close(fd)
         raise
     os.set_blocking(fd, True)
     return fd
+
+
+def _refuse_full(path: Path, size: int) -> None:
+    """A history `--history` could no longer read whole is not appended to."""
+    if size + ROOM > HISTORY_LIMIT:
+        raise FileError(
+            f"bench history {path}: {size} bytes, near the {HISTORY_LIMIT >> 20} MiB --history "
+            "reads; keep it aside and start another (--record FILE)"
+        )
 
 
 def _refuse_kind(path: Path, mode: int) -> None:
