@@ -62,7 +62,7 @@ def _deadline(seconds: float) -> Iterator[None]:
     """SIGALRM after `seconds`: httpx's timeouts bound each wait, not a server that keeps
     sending (an endless stream, a byte a minute)."""
     previous = signal.signal(signal.SIGALRM, _overdue)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, min(seconds, 2.0**31))  # beyond: time_t overflows
     try:
         yield
     finally:
@@ -91,15 +91,18 @@ class Client:
 
     @contextlib.contextmanager
     def _request(
-        self, method: str, path: str, seconds: float, **more: Any
+        self, method: str, path: str, seconds: float, deadline: str, **more: Any
     ) -> Iterator[httpx.Response]:
-        """The response to one request whose answer must end within `seconds`."""
+        """The response to one request whose answer must end within `seconds` (`deadline`
+        says how they were reckoned)."""
         where = f"{self.shown}{path}"
         try:
             with _deadline(seconds), self._http.stream(method, self.url + path, **more) as answer:
                 yield answer
         except _Overdue:
-            raise HostError(f"{where}: answer not complete within {seconds:g} s") from None
+            raise HostError(
+                f"{where}: answer not complete within {seconds:g} s ({deadline})"
+            ) from None
         except httpx.TimeoutException:
             raise HostError(f"{where}: no answer within {self.timeout:g} s (--timeout)") from None
         except httpx.ConnectError as error:
@@ -115,7 +118,7 @@ class Client:
     def server_info(self) -> ServerFacts:
         """The server's version and model; empty when it has no info path (not SGLang)."""
         for path in INFO_PATHS:
-            with self._request("GET", path, self.timeout) as response:
+            with self._request("GET", path, self.timeout, "--timeout") as response:
                 if response.status_code == httpx.codes.NOT_FOUND:
                     continue
                 if response.status_code != httpx.codes.OK:
@@ -133,7 +136,9 @@ class Client:
         path = "/v1/completions"
         asked = int(body["max_tokens"])
         start = time.perf_counter()
-        with self._request("POST", path, self.timeout + asked / MIN_RATE, json=body) as response:
+        limit = self.timeout + asked / MIN_RATE
+        deadline = f"--timeout + max_tokens at {MIN_RATE:g} tok/s"
+        with self._request("POST", path, limit, deadline, json=body) as response:
             if response.status_code != httpx.codes.OK:
                 raise self._status(path, response)
             first, tokens = self._read_events(path, response, start)

@@ -67,5 +67,6 @@ def checked(url: str) -> Address:
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
-        raise UsageError(f"--url {shown(url)}: not a valid port; {EXAMPLE}") from None
+        hint = " (percent-encode a / ? # in the password)" if "@" in url else ""
+        raise UsageError(f"--url {shown(url)}: not a valid port{hint}; {EXAMPLE}") from None
     return Address(parts.hostname, port)

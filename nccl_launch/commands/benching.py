@@ -9,7 +9,7 @@ import click
 from nccl_launch.bench import history
 from nccl_launch.bench.measure import bench as measure
 from nccl_launch.bench.measure import locate
-from nccl_launch.bench.result import Method, RunFigure
+from nccl_launch.bench.result import TOKEN_LIMIT, Method, RunFigure
 from nccl_launch.bench.url import checked
 from nccl_launch.commands.options import echo_lines, format_option, profile_argument, warn
 from nccl_launch.errors import UsageError
@@ -70,7 +70,7 @@ def _history(profile: str | None, record: Path, fmt: str) -> int:
 )
 @click.option(
     "--max-tokens",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=TOKEN_LIMIT),
     help=f"Tokens per request  [default: the baseline's, else {DEFAULT_MAX_TOKENS}]",
 )
 @click.option(
