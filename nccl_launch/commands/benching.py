@@ -66,7 +66,8 @@ def _history(profile: str | None, record: Path, fmt: str) -> int:
 @click.option(
     "--pid",
     type=click.IntRange(min=1),
-    help="The server's main process  [default: the one listening on the URL's port]",
+    help="The server's main process; it must own the URL's listener  [default: the one "
+    "listening on the URL's address and port]",
 )
 @click.option(
     "--max-tokens",
@@ -85,7 +86,8 @@ def _history(profile: str | None, record: Path, fmt: str) -> int:
     type=float,
     default=60.0,
     show_default=True,
-    help="Seconds to wait for the connection, and between two streamed events.",
+    help="Seconds to wait for the connection and between two streamed events (at most "
+    f"{MAX_TIMEOUT:g}); a request must end within TIMEOUT + max_tokens seconds.",
 )
 @click.option(
     "--record",
@@ -113,7 +115,7 @@ def bench(
     figures. The result is stamped with the profile's name@version and digest and appended
     to the history; --history [PROFILE] prints it as a table per profile and digest.
     Exit 0 measured, 1 drift or below the profile's [baseline], 2 bad options or profile,
-    3 no such server, or a connection, timeout, HTTP error or empty stream.
+    3 no such server, or a connection, timeout, HTTP error, empty or malformed stream.
     """
     if not 0 < timeout <= MAX_TIMEOUT:  # also refuses nan and inf, which FloatRange takes
         raise UsageError(f"--timeout {timeout:g}: valid: 0 < SECONDS <= {MAX_TIMEOUT:g}")
