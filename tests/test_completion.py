@@ -148,24 +148,32 @@ def test_interactive_bash_completes_name_at_version(
 ) -> None:
     """bash -i on a pty, with the script from `eval "$(_NCCL_LAUNCH_COMPLETE=bash_source
     nccl-launch)"`: TAB after `other@` gives `other@1`."""
-    bash = shutil.which("bash")
-    assert bash is not None
-    source = nccl_launch(env={"_NCCL_LAUNCH_COMPLETE": "bash_source"}).stdout
-    script = Path("complete.bash")
-    script.write_text(source)
-    bin_dir = str(Path(console_script()).parent)
-    env = os.environ | tuned | {"PATH": f"{bin_dir}:{os.environ['PATH']}", "TERM": "dumb"}
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: an interactive bash without the host's rc files
-        os.execve(bash, [bash, "--norc", "--noprofile", "-i"], env | {"PS1": "$ "})
+    pid, fd = interactive_bash(nccl_launch, tuned)
     try:
-        os.write(fd, f"source {script}\nnccl-launch run other@\t".encode())
+        os.write(fd, b"nccl-launch run other@\t")
         os.write(fd, b"\x01echo completed: \n")  # to the line's start (^A), print it
         read_until(fd, "\ncompleted: nccl-launch run other@1\r\n")
     finally:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         os.close(fd)
+
+
+def interactive_bash(nccl_launch: RunCli, env: dict[str, str]) -> tuple[int, int]:
+    """An interactive bash on a pty (pid, terminal fd), without the host's rc files, that has
+    sourced the script from `eval "$(_NCCL_LAUNCH_COMPLETE=bash_source nccl-launch)"`."""
+    bash = shutil.which("bash")
+    assert bash is not None
+    source = nccl_launch(env={"_NCCL_LAUNCH_COMPLETE": "bash_source"}).stdout
+    script = Path("complete.bash")
+    script.write_text(source)
+    bin_dir = str(Path(console_script()).parent)
+    path = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "TERM": "dumb", "PS1": "$ "}
+    pid, fd = pty.fork()
+    if pid == 0:  # the child
+        os.execve(bash, [bash, "--norc", "--noprofile", "-i"], os.environ | env | path)
+    os.write(fd, f"source {script}\n".encode())
+    return pid, fd
 
 
 def read_until(fd: int, text: str, timeout: float = 30) -> str:
@@ -177,3 +185,49 @@ def read_until(fd: int, text: str, timeout: float = 30) -> str:
         assert ready, f"waited {timeout}s for {text!r}; the terminal shows: {seen!r}"
         seen += re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", os.read(fd, 4096).decode(errors="replace"))
     return seen
+
+
+def hostile(write_profile: WriteProfile, target: Path) -> None:
+    """Files on the search path whose name or version no profile could have, each made to
+    harm a shell that is offered it: a command, a forged completion line, an escape
+    sequence, a glob, versions that are not positive integers."""
+    write_profile("inject", f'schema = 1\nname = "x;touch${{IFS}}{target}"\nversion = 1\n')
+    write_profile("forge", 'schema = 1\nname = "a\\nfile,zzz"\nversion = 1\n')
+    write_profile("escape", 'schema = 1\nname = "e\\u001b]0;owned\\u0007"\nversion = 1\n')
+    write_profile("glob", 'schema = 1\nname = "st*r"\nversion = 1\n')
+    write_profile("flag", 'schema = 1\nname = "z"\nversion = true\n')
+    write_profile("negative", 'schema = 1\nname = "y"\nversion = -3\n')
+
+
+def test_names_and_versions_no_profile_can_have_are_not_offered(
+    nccl_launch: RunCli, write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    hostile(write_profile, tmp_path / "PWNED")
+    write_profile("fine", 'schema = 1\nname = "fine"\nversion = 3\n')
+    offered = complete(nccl_launch, "nccl-launch run ")
+    assert [item for item in offered if KIMI not in item and "rtx6000bw-pcie" not in item] == [
+        "file,",
+        "plain,fine",
+        "plain,fine@3",
+    ]
+    for prefix in ("x", "a", "e", "st", "z", "y"):
+        assert complete(nccl_launch, f"nccl-launch run {prefix}") == [f"file,{prefix}"]
+
+
+def test_interactive_bash_runs_nothing_a_profile_name_holds(
+    nccl_launch: RunCli, write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    """bash -i on a pty: TAB after `run x`, then Enter, with a file on the search path named
+    `x;touch${IFS}PATH`. Offered, bash would insert it as it is and run the `touch`."""
+    target = tmp_path / "PWNED"
+    hostile(write_profile, target)
+    pid, fd = interactive_bash(nccl_launch, {})
+    try:
+        os.write(fd, b"nccl-launch run x\t\n")
+        os.write(fd, b"echo $((6 * 7))done\n")  # printed once the line before has run
+        read_until(fd, "42done")
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(fd)
+    assert not target.exists()

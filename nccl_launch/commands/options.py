@@ -87,11 +87,17 @@ def complete_profiles(
     # Imported here: completion is rare, and `run` imports this module on every start.
     from click.shell_completion import CompletionItem
 
-    from nccl_launch.profile.search import declared_identity, profile_files, search_path
+    from nccl_launch.profile.search import (
+        declared_identity,
+        is_reference,
+        profile_files,
+        search_path,
+    )
 
     files = profile_files([folder for folder, _ in search_path()])
     found = [declared_identity(path) for path in files]  # an unusable file is skipped
-    identities = [identity for identity in found if isinstance(identity, tuple)]
+    # Only what a profile could be named: bash evaluates what it is offered (`x;touch y`).
+    identities = [item for item in found if isinstance(item, tuple) and is_reference(*item)]
     refs = {name for name, _ in identities} | {f"{name}@{version}" for name, version in identities}
     matching = sorted(ref for ref in refs if ref.startswith(incomplete))
     # First: bash's script forgets the names it was given before a file item.

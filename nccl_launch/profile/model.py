@@ -11,13 +11,13 @@ from pydantic import BaseModel, Field, field_validator
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.profile.baseline import Baseline
 from nccl_launch.profile.markers import OWN_VARIABLES
+from nccl_launch.profile.search import PROFILE_NAME
 from nccl_launch.sglang import facts
 from nccl_launch.sglang.server import NUL_PROBLEM, STRICT, Server, Text
 
 PROFILE_SCHEMA = 1  # the `schema` key of a profile file; JSON output has its own (report.py)
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 class StrictModel(BaseModel):
@@ -122,8 +122,11 @@ class Profile(StrictModel):
     @field_validator("name")
     @classmethod
     def _name(cls, name: str) -> str:
-        if not _PROFILE_NAME.fullmatch(name):
-            raise ValueError(f"{name!r} is not valid; valid: letters, digits, '.', '_', '-'")
+        if not PROFILE_NAME.fullmatch(name):
+            raise ValueError(
+                f"{name!r} is not valid; valid: letters, digits, '.', '_', '-', starting with a"
+                " letter or digit"
+            )
         return name
 
     @field_validator("nccl", mode="before")

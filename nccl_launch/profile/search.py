@@ -5,6 +5,7 @@ each file's name and version)."""
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,6 +23,9 @@ SHIPPED_PACKAGE = "nccl_launch.shipped"
 # and would exhaust Python's recursion in the TOML parser or the code after it.
 MAX_NESTING = 16
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # TOML integers are 64-bit signed
+# A profile's name (the model checks it; completion offers only such names): it names a file,
+# and a shell reads it, so nothing that a file name or a shell word treats specially.
+PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def search_dirs(environ: Mapping[str, str] = os.environ) -> list[Path]:
@@ -122,6 +126,12 @@ def declared_identity(path: Path) -> tuple[str, int] | UsageError | None:
         return UsageError(error.problems[0])
     name, version = data.get("name"), data.get("version")
     return (name, version) if isinstance(name, str) and isinstance(version, int) else None
+
+
+def is_reference(name: str, version: int) -> bool:
+    """Whether `name` and `version` make a valid `NAME@VERSION` (a version is a positive int,
+    not a bool)."""
+    return bool(PROFILE_NAME.fullmatch(name)) and type(version) is int and version >= 1
 
 
 def find_profile(ref: str, near: Path | None = None) -> Path:
