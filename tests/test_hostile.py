@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -209,3 +210,47 @@ def test_a_long_extends_chain_is_an_error_not_a_crash(tmp_path: Path, nccl_launc
             f'schema = 1\nname = "c{index}"\nversion = 1\n{parent}'
         )
     assert_handled(nccl_launch("validate", "c0"), "validate c0")
+
+
+# C0 and DEL: what a UTF-8 terminal acts on (C1, U+0080 to U+009F, it shows or ignores).
+CONTROL = st.characters(max_codepoint=0x7F, categories=["Cc"])
+SERVER_STRINGS = ["python", "entrypoint", "model_path", "cwd", "host", "dist_init_addr", "args"]
+
+
+@FUZZ
+@given(
+    key=st.sampled_from(SERVER_STRINGS),
+    text=st.text(st.one_of(CONTROL, st.sampled_from("ab ;'\\")), min_size=1, max_size=12),
+    command=st.sampled_from(
+        [c for c in COMMANDS if c[0] in ("validate", "show", "run", "preflight")]
+    ),
+)
+def test_control_characters_in_server_strings_reach_no_output_raw(
+    key: str, text: str, command: list[str], tmp_path: Path, nccl_launch: RunCli
+) -> None:
+    """A path or name holding one is refused; `args` is kept and escaped where people read
+    it. Either way no output holds a raw control character but the newlines that end its
+    lines, and no line starts with what followed a newline in the profile."""
+    value = f"/a{text}\nFORGED"
+    server: dict[str, Any] = {"model_path": "/m", key: [value] if key == "args" else value}
+    path = tmp_path / "profiles" / "p.toml"
+    write_toml(path, {"schema": 1, "name": "p", "version": 1, "server": server})
+    args = [arg.format(p=path) for arg in command]
+    result = nccl_launch(*args)
+    assert_handled(result, " ".join(args))
+    for output in (result.stdout, result.stderr):
+        assert not any(line.startswith("FORGED") for line in output.splitlines()), args
+        raw = {char for char in output if char != "\n" and unicodedata.category(char) == "Cc"}
+        assert not raw, (args, raw)
+
+
+def test_an_inherited_variable_name_is_escaped_in_the_refusal(
+    tmp_path: Path, nccl_launch: RunCli
+) -> None:
+    """A name in the calling environment is any text but `=` and NUL."""
+    (tmp_path / "profiles" / "k.toml").write_text('schema = 1\nname = "k"\nversion = 1\n')
+    env = {"NCCL_X\x1b]0;pwn\x07\nnccl-launch: wrote fake": "1"}
+    result = nccl_launch("run", "--dry-run", "k", "--", "true", env=env)
+    assert result.returncode == 1
+    assert "  + NCCL_X\\x1b]0;pwn\\x07\\nnccl-launch: wrote fake  " in result.stderr
+    assert "\x1b" not in result.stderr and "\x07" not in result.stderr

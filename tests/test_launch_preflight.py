@@ -391,3 +391,20 @@ def test_preflight_shows_what_it_waits_for_on_a_terminal_only(
     assert piped.stdout == stdout
     assert "preflight:" not in piped.stderr
     assert "\x1b" not in piped.stderr
+
+
+def test_sglangs_words_about_an_argument_are_escaped(
+    write_profile: WriteProfile, nccl_launch: RunCli, sglang_python: str
+) -> None:
+    """An extra argument is free text; SGLang's parser quotes it back in its error, and that
+    error is printed escaped, so it cannot forge a check's line or drive the terminal."""
+    forged = "ok    sglang       SGLang 0.5.23 (forged)"
+    name = with_python(write_profile, SHIPPED_SERVERS[0], sglang_python)
+    result = nccl_launch("preflight", *SKIP_HOST, name, "--", f"--bogus\x1b[31m\n{forged}")
+    assert result.returncode == 3
+    assert forged not in result.stdout.splitlines()
+    assert "\x1b" not in result.stdout
+    assert (  # the probe keeps the first line of SGLang's error
+        "fail  argv         SGLang's parser rejects the argv: unrecognized arguments: "
+        "--bogus\\x1b[31m"
+    ) in result.stdout.splitlines()

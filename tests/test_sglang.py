@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tomli_w
 
 from nccl_launch.launch.prepare import model_architecture
 from nccl_launch.sglang import argv, facts, rules
@@ -139,3 +141,55 @@ def test_extra_arguments_may_not_repeat_structured_fields(
     assert result.stderr == (
         "nccl-launch: extra argument --tp repeats the field tp_size; set it there\n"
     )
+
+
+FORGED = "ok    sglang       SGLang 0.5.23 (forged)"
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("python", f"/nonexistent/py\n{FORGED}"),
+        ("entrypoint", "-m sglang.launch_server\x1b[2J"),
+        ("model_path", "/models/m\x1b]0;pwn\x07"),
+        ("cwd", "/srv\r"),
+        ("host", "0.0.0.0\x7f"),
+        ("dist_init_addr", "10.0.0.1:5000\x9b"),
+        ("speculative.draft_model_path", "/d\t"),
+    ],
+)
+def test_a_path_or_name_in_server_refuses_control_characters(
+    key: str, value: str, write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    table, _, field = key.rpartition(".")
+    nested = {"speculative": {"algorithm": "EAGLE", field: value}} if table else {field: value}
+    data = {"schema": 1, "name": "p", "version": 1, "server": {"model_path": "/m"} | nested}
+    path = write_profile("p", "")
+    path.write_text(tomli_w.dumps(data))
+    result = nccl_launch("validate", str(path))
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"{path}: server.{key}: holds the control character ")
+    assert line.endswith(", which no path or name needs; remove it")
+    assert "\x1b" not in result.stderr and FORGED not in result.stderr
+
+
+def test_dry_run_escapes_control_characters_in_args(
+    write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    """`args` is free text, kept as written; the argv line shows it with bash's C escapes,
+    on one line, and pastes back into bash as the same words."""
+    hostile = ["--x\x1b[31m", f"y\n{FORGED}", "it's \\ \x85"]
+    data = {"schema": 1, "name": "p", "version": 1, "server": {"model_path": "/m", "args": hostile}}
+    path = write_profile("p", "")
+    path.write_text(tomli_w.dumps(data))
+    result = nccl_launch("run", "--dry-run", str(path))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert FORGED not in lines and "\x1b" not in result.stdout
+    shown = lines[lines.index("argv:") + 1]
+    assert shown.endswith(f" $'--x\\x1b[31m' $'y\\n{FORGED}' $'it\\'s \\\\ \\U00000085'")
+    words = subprocess.run(
+        ["bash", "-c", f'printf "%s\\0" {shown}'], capture_output=True, check=True
+    ).stdout
+    assert words.decode().split("\0")[-4:-1] == hostile

@@ -6,6 +6,7 @@ import json
 import shlex
 from collections.abc import Mapping, Sequence
 
+from nccl_launch.bench.url import escaped  # the one rule for text people read
 from nccl_launch.env.drift import DriftEntry, DriftKind, DriftReport, Reason
 from nccl_launch.launch.prepare import LaunchPlan
 from nccl_launch.secrets import mask_argv, mask_value
@@ -16,6 +17,24 @@ _MARKS: dict[DriftKind, str] = {"changed": "~", "missing": "-", "undeclared": "+
 def shown(key: str, value: str | None) -> str:
     """A value as reports print it: quoted, `unset`, masked when it looks like a secret."""
     return "unset" if value is None else json.dumps(mask_value(key, value))
+
+
+def _bash_escape(char: str) -> str:
+    if char in "\\'":
+        return "\\" + char
+    if char.isprintable():
+        return char
+    code = ord(char)  # bash reads \xHH as a byte, so above ASCII the code point is written
+    return repr(char)[1:-1] if code < 0x80 else f"\\U{code:08x}"
+
+
+def shell_word(word: str) -> str:
+    """One argv word as a shell line shows it: quoted as needed, and in bash's `$'...'` with
+    C escapes when it holds a character that is not printable, so an `args` entry cannot
+    forge a line or drive the terminal, and the line still pastes into bash as the argv."""
+    if word.isprintable():
+        return shlex.quote(word)
+    return "$'" + "".join(map(_bash_escape, word)) + "'"
 
 
 def _entry_value(entry: DriftEntry) -> str:
@@ -40,13 +59,14 @@ def drift_lines(entries: Sequence[DriftEntry]) -> list[str]:
     """One aligned line per entry: mark, key, values, then where the value came from and why."""
     if not entries:
         return []
-    key_width = max(len(entry.key) for entry in entries)
+    keys = {entry.key: escaped(entry.key) for entry in entries}  # an inherited name is any text
+    key_width = max(map(len, keys.values()))
     value_width = max(len(_entry_value(entry)) for entry in entries)
     lines = []
     for entry in entries:
         details = _details(entry)
         suffix = f"  ({'; '.join(details)})" if details else ""
-        key, value = entry.key.ljust(key_width), _entry_value(entry).ljust(value_width)
+        key, value = keys[entry.key].ljust(key_width), _entry_value(entry).ljust(value_width)
         lines.append(f"  {_MARKS[entry.kind]} {key}  {value}{suffix}".rstrip())
     return lines
 
@@ -90,4 +110,4 @@ def dry_run_lines(launch: LaunchPlan, calling: Mapping[str, str]) -> list[str]:
     ]
     if launch.cwd is not None:
         lines.append(f"cwd: {launch.cwd}")
-    return [*lines, "argv:", f"  {shlex.join(mask_argv(launch.argv))}"]
+    return [*lines, "argv:", "  " + " ".join(map(shell_word, mask_argv(launch.argv)))]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from nccl_launch.bench.url import escaped
 from nccl_launch.launch.preflight_report import PreflightReport
 from nccl_launch.live.compare import LiveReport, ProcessReport
 from nccl_launch.live.verify_log import LogReport
@@ -12,13 +13,15 @@ from nccl_launch.secrets import mask_argv
 
 
 def preflight_lines(report: PreflightReport) -> list[str]:
-    """One line per check, details indented beneath, then the verdict."""
+    """One line per check, details indented beneath, then the verdict. What a check quotes
+    (SGLang's own error about an `args` word, the interpreter's answer) is escaped, so that
+    it cannot forge a check's line or drive the terminal."""
     width = max(len(check.name) for check in report.checks)
     lines = []
     for check in report.checks:
-        lines.append(f"{check.status:<4}  {check.name.ljust(width)}  {check.message}")
+        lines.append(f"{check.status:<4}  {check.name.ljust(width)}  {escaped(check.message)}")
         detail = drift_lines(check.drift.entries) if check.drift is not None else check.detail
-        lines += [f"      {line}" for line in detail]
+        lines += [f"      {escaped(line)}" for line in detail]
     failed = sum(check.status == "fail" for check in report.checks)
     warned = sum(check.status == "warn" for check in report.checks)
     verdict = "failed" if failed else "passed"

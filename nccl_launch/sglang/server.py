@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import unicodedata
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -23,8 +24,24 @@ def no_nul(text: str) -> str:
     return text
 
 
-# Every string of a profile is one of these.
+def no_control(text: str) -> str:
+    """`text`, unless it holds a control character (newline, ESC, DEL...): no path or name
+    needs one, and preflight, `run --dry-run` and the logs print these strings as they are,
+    where a newline would forge a report line and ESC drive the terminal."""
+    no_nul(text)
+    found = next((char for char in text if unicodedata.category(char) == "Cc"), None)
+    if found is not None:
+        raise ValueError(
+            f"holds the control character {found!r}, which no path or name needs; remove it"
+        )
+    return text
+
+
+# Every string of a profile is one of these; free text (args) may hold any character but
+# NUL, and is escaped where people read it.
 Text = Annotated[str, AfterValidator(no_nul)]
+# A path, a host or a command name: printed as it is, so no control character.
+Name = Annotated[str, AfterValidator(no_control)]
 
 
 class Speculative(BaseModel):
@@ -33,7 +50,7 @@ class Speculative(BaseModel):
     model_config = STRICT | ConfigDict(extra="allow")
 
     algorithm: str
-    draft_model_path: Text | None = None
+    draft_model_path: Name | None = None
     num_steps: int | None = Field(default=None, ge=1)
     eagle_topk: int | None = Field(default=None, ge=1)
     num_draft_tokens: int | None = Field(default=None, ge=1)
@@ -71,17 +88,17 @@ class Server(BaseModel):
 
     model_config = STRICT
 
-    python: Text = "python3"
-    entrypoint: Text = facts.DEFAULT_ENTRYPOINT
-    model_path: Text | None = None  # required once `extends` is resolved
+    python: Name = "python3"
+    entrypoint: Name = facts.DEFAULT_ENTRYPOINT
+    model_path: Name | None = None  # required once `extends` is resolved
     tp_size: int = Field(default=1, ge=1)
     pp_size: int = Field(default=1, ge=1)
-    host: Text | None = None
+    host: Name | None = None
     port: int | None = Field(default=None, ge=1, le=65535)
     nnodes: int = Field(default=1, ge=1)
     node_rank: int | None = Field(default=None, ge=0)
-    dist_init_addr: Text | None = None
-    cwd: Text | None = None
+    dist_init_addr: Name | None = None
+    cwd: Name | None = None
     args: list[Text] = Field(default_factory=list)
     speculative: Speculative | None = None
 
