@@ -6,12 +6,15 @@ stand-in `nvidia-smi`, as no GPU exists here.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import select
 import socket
+import struct
 import subprocess
 import sys
+import termios
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -346,9 +349,14 @@ def test_a_broken_interpreter_is_a_failed_check_not_a_crash(
     assert f"{fake} answered " in line or f"{fake} did not answer" in line
 
 
-def run_with_stderr_on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
-    """The installed script with stderr on a real pseudo-terminal, stdout on a pipe."""
+def run_with_stderr_on_a_terminal(
+    args: list[str], env: dict[str, str], columns: int = 0
+) -> tuple[int, str, str]:
+    """The installed script with stderr on a real pseudo-terminal (`columns` wide where
+    given), stdout on a pipe."""
     controller, terminal = os.openpty()
+    if columns:
+        fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
     try:
         process = subprocess.Popen(
             [console_script(), *args], stdout=subprocess.PIPE, stderr=terminal, env=env
@@ -408,3 +416,15 @@ def test_sglangs_words_about_an_argument_are_escaped(
         "fail  argv         SGLang's parser rejects the argv: unrecognized arguments: "
         "--bogus\\x1b[31m"
     ) in result.stdout.splitlines()
+
+
+def test_the_status_line_is_cut_to_the_terminal_width(write_profile: WriteProfile) -> None:
+    """A line wider than the terminal wraps, and `\\r\\x1b[K` would erase only its last row."""
+    python = "/opt/" + "long-directory-name/" * 8 + "python3"
+    with_python(write_profile, SHIPPED_SERVERS[0], python)
+    args = ["preflight", *SKIP_HOST, "under-test"]
+    code, stdout, terminal = run_with_stderr_on_a_terminal(args, dict(os.environ), columns=40)
+    assert code == 3
+    assert f"cannot run {python}" in stdout
+    shown, erase, rest = terminal.partition("\r\x1b[K")
+    assert (shown, erase, rest) == (f"preflight: {python}"[:39], "\r\x1b[K", "")

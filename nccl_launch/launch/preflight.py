@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from collections.abc import Callable, Iterator
@@ -25,10 +26,16 @@ from nccl_launch.sglang.server import Server
 @contextmanager
 def waiting_for(what: str) -> Iterator[None]:
     """On a terminal, one status line on stderr saying what preflight waits for, erased when
-    the wait ends; nothing where stderr is a file or a pipe (a log, systemd's journal)."""
+    the wait ends; nothing where stderr is a file or a pipe (a log, systemd's journal).
+    The line is cut to the terminal's width less one: `\\x1b[K` erases only the row the
+    cursor is on, so a line that wrapped would leave its first rows behind."""
     shown = sys.stderr.isatty()
     if shown:
-        sys.stderr.write(f"preflight: {what}...")
+        try:
+            width = os.get_terminal_size(sys.stderr.fileno()).columns or 80
+        except OSError:
+            width = 80
+        sys.stderr.write(f"preflight: {what}..."[: max(width - 1, 1)])
         sys.stderr.flush()
     try:
         yield
