@@ -16,6 +16,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from nccl_launch.bench.result import BenchReport
+from nccl_launch.bench.url import escaped
 from nccl_launch.errors import EXIT_OK
 from nccl_launch.files import FileError, read_text
 from nccl_launch.report import Report
@@ -140,7 +141,7 @@ def read_history(path: Path, ref: str | None = None) -> History:
             first = error.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
             why = f"{where}: {first['msg']}" if where else first["msg"]
-            problems.append(f"{path}:{number}: not a bench result ({why}); skipped")
+            problems.append(escaped(f"{path}:{number}: not a bench result ({why}); skipped"))
             continue
         if ref is None or _matches(result, ref):
             results.append(result)

@@ -120,7 +120,7 @@ def locate(url: str, pid: int | None) -> Server:
                 "bench checks; run bench on the server's host, or name its process with --pid"
             )
         return Server(url=url, target=Target(pid=pid))
-    where = f"[{host}]:{port}" if ":" in host else f"{escaped(host)}:{port}"
+    where = escaped(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
     owners = _owners(addresses, port, where)
     main = pid if pid is not None else min(owners)
     strangers = sorted(owners - _tree(main))
