@@ -53,6 +53,49 @@ def test_shipped_profiles_are_found_last_and_list_says_where_each_comes_from(
     assert shown["path"] == f"profiles/{KIMI}.toml"
 
 
+def test_a_local_profile_wins_whatever_its_file_is_named(
+    nccl_launch: RunCli, write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    """The search order decides across both ways of matching: a folder's NAME.toml first, then
+    any file there declaring NAME; the first folder with a match wins."""
+    write_profile("my-kimi", f'schema = 1\nname = "{KIMI}"\nversion = 5\n')
+    dry = nccl_launch("run", "--dry-run", KIMI, "--", "true")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.startswith(f"profile {KIMI}@5 (sha256:")
+    assert dry.stdout.splitlines()[0].endswith(" from profiles/my-kimi.toml")
+    shown = json.loads(nccl_launch("show", KIMI, "--format", "json").stdout)
+    assert (shown["profile"], shown["path"]) == (f"{KIMI}@5", "profiles/my-kimi.toml")
+    at_one = json.loads(nccl_launch("show", f"{KIMI}@1", "--format", "json").stdout)
+    assert at_one["path"] == str(REPO / "profiles" / f"{KIMI}.toml")  # still reached by version
+    rows = _rows(nccl_launch("list").stdout)
+    assert [row[1] + " " + row[3] for row in rows if row[0] == KIMI] == ["5 local", "1 shipped"]
+    # A version 1 in an archive on the path: the shipped one is now picked by no lookup.
+    archive = f'schema = 1\nname = "{KIMI}"\nversion = 1\n'
+    write_profile("kimi-v1", archive, folder="archive")
+    env = {"NCCL_LAUNCH_PATH": f"{tmp_path / 'archive'}:archive:{tmp_path / 'archive'}"}
+    listed = nccl_launch("list", env=env)
+    assert [row[1:] for row in _rows(listed.stdout) if row[0] == KIMI] == [
+        ["5", shown["digest"][:15], "local", "profiles/my-kimi.toml"],
+        [
+            "1",
+            json.loads(nccl_launch("show", "archive/kimi-v1.toml", "--format", "json").stdout)[
+                "digest"
+            ][:15],
+            "NCCL_LAUNCH_PATH",
+            str(tmp_path / "archive" / "kimi-v1.toml"),
+        ],
+        [
+            "1",
+            at_one["digest"][:15],
+            "shipped",
+            "(shadowed)",
+            str(REPO / "profiles" / f"{KIMI}.toml"),
+        ],
+    ]  # the archive named three times is listed once
+    found = json.loads(nccl_launch("show", f"{KIMI}@1", "--format", "json", env=env).stdout)
+    assert found["path"] == str(tmp_path / "archive" / "kimi-v1.toml")
+
+
 def test_a_shipped_child_extends_its_shipped_parent_whatever_is_local(
     nccl_launch: RunCli, write_profile: WriteProfile
 ) -> None:

@@ -164,6 +164,19 @@ def test_list_shows_the_search_path(
     assert any(row[0] == "(invalid)" and row[-1] == "profiles/broken.toml" for row in rows)
 
 
+def test_list_escapes_control_characters_in_paths(
+    write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    """A file name holding ESC and a newline cannot colour the terminal or forge a row."""
+    write_profile("ev\x1b[31mil\nfake  9  sha256:0  local", 'schema = 1\nname = "x"\nversion = 1\n')
+    listed = nccl_launch("list")
+    assert listed.returncode == 0, listed.stderr
+    local = [line for line in listed.stdout.splitlines() if " local " in line]
+    assert len(local) == 1
+    assert local[0].endswith("profiles/ev\\x1b[31mil\\nfake  9  sha256:0  local.toml")
+    assert "\x1b" not in listed.stdout
+
+
 def test_list_with_nothing_says_where_it_looked(isolated: Isolation) -> None:
     labelled = [(Path("profiles"), "local"), (isolated.system_dir, "system")]
     assert list_lines([], labelled) == [f"no profiles in profiles, {isolated.system_dir}"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +60,18 @@ def _looks_like_path(ref: str) -> bool:
     return "/" in ref or ref.endswith(".toml")
 
 
+def unique_dirs(dirs: list[Path]) -> list[Path]:
+    """`dirs` without a folder named again (`a:./a`, or a link to one before), first kept."""
+    kept: dict[str, Path] = {}
+    for folder in dirs:
+        kept.setdefault(os.path.realpath(folder), folder)
+    return list(kept.values())
+
+
 def profile_files(dirs: list[Path]) -> list[Path]:
-    """Every `*.toml` file in the given directories, in search order."""
+    """Every `*.toml` file in the given directories, in search order, each folder once."""
     # os.path.isdir: False, not an error, for a name too long or otherwise unusable
-    found = [folder for folder in dirs if os.path.isdir(folder)]  # noqa: PTH112
+    found = [folder for folder in unique_dirs(dirs) if os.path.isdir(folder)]  # noqa: PTH112
     return [path for folder in found for path in sorted(folder.glob("*.toml"))]
 
 
@@ -134,8 +142,35 @@ def is_reference(name: str, version: int) -> bool:
     return bool(PROFILE_NAME.fullmatch(name)) and type(version) is int and version >= 1
 
 
+Identity = tuple[str, int] | UsageError | None
+
+
+def pick(
+    name: str, version: int | None, files: list[Path], identity: Callable[[Path], Identity]
+) -> Path | None:
+    """The file a lookup of `name` (or `name@version`) takes from `files`, in search order:
+    folder by folder, `name.toml` (bare name only), else the newest file declaring the name
+    (the one of that version); the first folder with a match wins, so an earlier folder's
+    profile hides a later one's whatever their file names."""
+    for folder in dict.fromkeys(path.parent for path in files):
+        in_folder = [path for path in files if path.parent == folder]
+        if version is None and folder / f"{name}.toml" in in_folder:
+            return folder / f"{name}.toml"
+        best: tuple[int, Path] | None = None
+        for path in in_folder:
+            found = identity(path)
+            if not isinstance(found, tuple) or found[0] != name:
+                continue
+            if (version is None or found[1] == version) and (best is None or found[1] > best[0]):
+                best = (found[1], path)
+        if best is not None:
+            return best[1]
+    return None
+
+
 def find_profile(ref: str, near: Path | None = None) -> Path:
-    """A profile file from a path, `NAME` or `NAME@VERSION` (searched near a file first)."""
+    """A profile file from a path, `NAME` or `NAME@VERSION` (searched near a file first, then
+    as `pick` says)."""
     if _looks_like_path(ref):
         path = Path(os.path.normpath(near / ref if near is not None else ref))
         if not os.path.exists(path):  # noqa: PTH110 (False, not an error, for a name too long)
@@ -145,24 +180,18 @@ def find_profile(ref: str, near: Path | None = None) -> Path:
     # ASCII digits only ('٣' is not 3), and few enough for a 64-bit version.
     if version and not (version.isascii() and version.isdigit() and len(version) <= 19):
         raise UsageError(f"{ref!r}: a version after '@' is a positive integer, as in {name}@4")
-    dirs = ([near] if near is not None else []) + [folder for folder, _ in search_path()]
-    if not version:
-        for folder in dirs:
-            if os.path.exists(folder / f"{name}.toml"):  # noqa: PTH110 (as above)
-                return folder / f"{name}.toml"
-    best: tuple[int, Path] | None = None
+    dirs = unique_dirs(([near] if near is not None else []) + [dir_ for dir_, _ in search_path()])
     skipped: list[str] = []
-    for path in profile_files(dirs):
-        identity = declared_identity(path)
-        if isinstance(identity, UsageError):
-            skipped.append(str(identity))
-            continue
-        if identity is None or identity[0] != name or (version and identity[1] != int(version)):
-            continue
-        if best is None or identity[1] > best[0]:
-            best = (identity[1], path)
-    if best is None:
+
+    def identity(path: Path) -> Identity:  # an unusable file is skipped, and said why if none
+        found = declared_identity(path)
+        if isinstance(found, UsageError):
+            skipped.append(str(found))
+        return found
+
+    picked = pick(name, int(version) if version else None, profile_files(dirs), identity)
+    if picked is None:
         where = ", ".join(str(folder) for folder in dirs)
         unread = f"; skipped {len(skipped)} unusable, first: {skipped[0]}" if skipped else ""
         raise UsageError(f"profile {ref!r} not found; searched {where}{unread}")
-    return best[1]
+    return picked

@@ -9,10 +9,12 @@ from typing import Any
 
 import tomli_w
 
+from nccl_launch.bench.url import escaped
 from nccl_launch.errors import WARNING_PREFIX
 from nccl_launch.profile.diff import ProfileDiff
 from nccl_launch.profile.overview import ListedProfile, ShownProfile, Validation
 from nccl_launch.profile.plan import build_plan
+from nccl_launch.profile.search import pick
 from nccl_launch.render.drift import shown
 from nccl_launch.secrets import mask_argv, mask_value
 
@@ -53,27 +55,37 @@ def _shown_change(key: str, value: str | None) -> str:
     return shown(key, value)
 
 
-def _source(path: Path, search_path: list[tuple[Path, str]], seen: set[str]) -> str:
-    """Where the file comes from; `(shadowed)` when an earlier folder has a file of the same
-    name, which a lookup by bare NAME finds instead."""
-    source = next((label for folder, label in search_path if path.parent == folder), "")
-    shadowed = path.name in seen
-    seen.add(path.name)
-    return f"{source} (shadowed)" if shadowed else source
+def _shadowed(rows: list[ListedProfile]) -> set[Path]:
+    """The files no lookup picks, as `search.pick` decides: not by the file's stem, its NAME
+    or its NAME@VERSION (a profile of that name or version in an earlier folder hides it)."""
+    files = [row.path for row in rows]
+    identities = {row.path: (row.name, row.version) for row in rows if row.version is not None}
+    shadowed = set()
+    for row in rows:
+        refs: list[tuple[str, int | None]] = [(row.path.stem, None)]
+        if row.version is not None:
+            refs += [(row.name, None), (row.name, row.version)]
+        if all(pick(name, version, files, identities.get) != row.path for name, version in refs):
+            shadowed.add(row.path)
+    return shadowed
 
 
 def list_lines(rows: list[ListedProfile], search_path: list[tuple[Path, str]]) -> list[str]:
-    """NAME, VERSION, DIGEST, SOURCE and PATH columns; an invalid file shows its first problem."""
+    """NAME, VERSION, DIGEST, SOURCE and PATH columns; an invalid file shows its first problem;
+    `(shadowed)` after the source of a file no lookup by name picks. Paths and problems are
+    printed with control characters escaped, so that a file name cannot forge a row."""
     if not rows:
         return [f"no profiles in {', '.join(str(folder) for folder, _ in search_path)}"]
     cells = [("NAME", "VERSION", "DIGEST", "SOURCE", "PATH")]
-    seen: set[str] = set()
+    shadowed = _shadowed(rows)
     for row in rows:
-        source = _source(row.path, search_path, seen)
+        source = next((label for folder, label in search_path if row.path.parent == folder), "")
+        source += " (shadowed)" if row.path in shadowed else ""
+        path = escaped(str(row.path))
         if row.problem is not None:
-            cells.append(("(invalid)", "", row.problem, source, str(row.path)))
+            cells.append(("(invalid)", "", escaped(row.problem), source, path))
         else:
-            cells.append((row.name, str(row.version), row.short_digest, source, str(row.path)))
+            cells.append((row.name, str(row.version), row.short_digest, source, path))
     widths = [max(len(cell[i]) for cell in cells) for i in range(4)]
     return [
         "  ".join(
