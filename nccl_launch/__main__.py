@@ -1,5 +1,3 @@
-import sys
+from nccl_launch.cli import console
 
-from nccl_launch.cli import main
-
-sys.exit(main())
+console()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import importlib
 import os
+import signal
 import sys
 from collections.abc import Iterator, MutableMapping
 from typing import Any
@@ -160,10 +161,11 @@ def _debug_requested(args: list[str]) -> bool:
 def main(args: list[str] | None = None) -> int:
     """Run the CLI and map every outcome to a documented exit code, in this one place."""
     args = sys.argv[1:] if args is None else args
-    if "_NCCL_LAUNCH_COMPLETE" in os.environ:  # a shell asking for completions (click's var)
-        importlib.import_module("nccl_launch.commands.completion")  # bash's reads the line
     gc.disable()  # imports allocate much and free little: collections would find nothing
     try:
+        if "_NCCL_LAUNCH_COMPLETE" in os.environ:  # a shell asking for completions (click's var)
+            completion = importlib.import_module("nccl_launch.commands.completion")
+            completion.check_request(os.environ)  # bash's reads the line; garbage is refused
         code = cli.main(args, prog_name="nccl-launch", standalone_mode=False)
     except click.exceptions.Exit as done:
         code = done.exit_code
@@ -189,3 +191,10 @@ def main(args: list[str] | None = None) -> int:
     finally:
         gc.enable()  # for callers in-process, and where no command was looked up
     return code if isinstance(code, int) else EXIT_OK
+
+
+def console() -> None:
+    """The `nccl-launch` command. A reader that goes away (`| head`, `| grep -q`) ends it
+    quietly, by SIGPIPE, as it ends `ps` or `grep`: not with exit 1, which means drift."""
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    sys.exit(main())

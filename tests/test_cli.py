@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +13,7 @@ from pydantic import BaseModel
 
 from nccl_launch import cli
 from nccl_launch.profile import overview
-from tests.conftest import RunCli
+from tests.conftest import RunCli, console_script
 
 COMMANDS = sorted(cli.cli.commands)
 
@@ -90,3 +92,18 @@ def test_json_outputs_keep_their_keys() -> None:
     assert list(entry.as_json()) == [
         "key", "kind", "expected", "actual", "source", "note", "reason", "tolerated"
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("entry", [["nccl-launch"], [sys.executable, "-m", "nccl_launch"]])
+def test_a_reader_that_goes_away_ends_it_by_sigpipe_not_exit_1(entry: list[str]) -> None:
+    # `nccl-launch check ... | grep -q X` closes the pipe early; exit 1 would read as drift.
+    if entry == ["nccl-launch"]:
+        entry = [console_script()]
+    reader, writer = os.pipe()
+    os.close(reader)  # gone before the first write
+    done = subprocess.run(
+        [*entry, "schema"], stdout=writer, stderr=subprocess.PIPE, text=True, check=False
+    )
+    os.close(writer)
+    assert done.returncode == -signal.SIGPIPE
+    assert done.stderr == ""
