@@ -231,3 +231,54 @@ def test_interactive_bash_runs_nothing_a_profile_name_holds(
         os.waitpid(pid, 0)
         os.close(fd)
     assert not target.exists()
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"COMP_WORDS": "nccl-launch run "}, "COMP_CWORD not set; the completion script sets"),
+        ({}, "COMP_WORDS and COMP_CWORD not set"),
+        ({"COMP_WORDS": "nccl-launch run ", "COMP_CWORD": "abc"}, "COMP_CWORD='abc': the index"),
+        ({"COMP_WORDS": "nccl-launch run ", "COMP_CWORD": "-1"}, "COMP_CWORD='-1': the index"),
+        ({"_NCCL_LAUNCH_COMPLETE": "zsh_complete"}, "COMP_WORDS and COMP_CWORD not set"),
+        (
+            {"_NCCL_LAUNCH_COMPLETE": "fish_complete", "COMP_WORDS": "nccl-launch run"},
+            "COMP_CWORD not set",
+        ),
+        (
+            {"_NCCL_LAUNCH_COMPLETE": "fish_complete", "COMP_WORDS": "x", "COMP_CWORD": " "},
+            "COMP_CWORD=' ': the word completed, or nothing",
+        ),
+        (
+            {"_NCCL_LAUNCH_COMPLETE": "zsh_complete", "COMP_WORDS": "x", "COMP_CWORD": "sh"},
+            "COMP_CWORD='sh': the index of the word completed",
+        ),
+        (
+            {"_NCCL_LAUNCH_COMPLETE": "bogus_source"},
+            "_NCCL_LAUNCH_COMPLETE='bogus_source': valid: bash_source, bash_complete, zsh_source",
+        ),
+        ({"_NCCL_LAUNCH_COMPLETE": "bash_"}, "_NCCL_LAUNCH_COMPLETE='bash_': valid: "),
+    ],
+)
+def test_a_completion_request_no_script_makes_is_refused_with_one_line(
+    nccl_launch: RunCli, env: dict[str, str], message: str
+) -> None:
+    """Only a hand-made environment gets here; it is told what is wrong (exit 2), where click
+    alone raised KeyError or ValueError (exit 4) or exited 1 without a word."""
+    done = nccl_launch(env={"_NCCL_LAUNCH_COMPLETE": "bash_complete"} | env)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("nccl-launch: ")
+    assert message in done.stderr
+    assert done.stderr.count("\n") == 1
+
+
+def test_the_scripts_requests_still_work(nccl_launch: RunCli) -> None:
+    for shell in ("bash", "zsh", "fish"):
+        source = nccl_launch(env={"_NCCL_LAUNCH_COMPLETE": f"{shell}_source"})
+        assert (source.returncode, source.stderr) == (0, ""), shell
+        assert "_NCCL_LAUNCH_COMPLETE" in source.stdout
+    words = {"COMP_WORDS": "nccl-launch sh"}
+    zsh = nccl_launch(env=words | {"_NCCL_LAUNCH_COMPLETE": "zsh_complete", "COMP_CWORD": "1"})
+    assert (zsh.returncode, zsh.stdout.splitlines()[:2]) == (0, ["plain", "show"])
+    fish = nccl_launch(env=words | {"_NCCL_LAUNCH_COMPLETE": "fish_complete", "COMP_CWORD": "sh"})
+    assert (fish.returncode, fish.stdout.split("\t")[0]) == (0, "plain,show")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from click.shell_completion import (
@@ -12,11 +13,42 @@ from click.shell_completion import (
     split_arg_string,
 )
 
+from nccl_launch.errors import UsageError
+
+COMPLETE_VAR = "_NCCL_LAUNCH_COMPLETE"
+REQUESTS = [
+    f"{shell}_{action}" for shell in ("bash", "zsh", "fish") for action in ("source", "complete")
+]
+
 # Bash's default: '@' and ':' end a word for completion, so `tuned@` reaches click as two words.
 DEFAULT_WORDBREAKS = " \t\n\"'@><=;|&(:"
 # Readline's special prefixes in bash (for $VAR and @host): word breaks that bash then keeps at
 # the start of the text it replaces (`@` of `tuned@`), where after ':' or '=' it replaces less.
 SPECIAL_PREFIXES = "$@"
+
+
+def check_request(environ: Mapping[str, str]) -> None:
+    """UsageError, one line, unless `environ` holds a request the completion scripts make:
+    a shell and an action click knows, and for `complete` the variables it reads (click would
+    fail on their absence with a KeyError, an internal error, or exit 1 without a word)."""
+    request = environ.get(COMPLETE_VAR, "")
+    if not request:  # click runs the command as if it were unset
+        return
+    if request not in REQUESTS:
+        raise UsageError(f"{COMPLETE_VAR}={request!r}: valid: {', '.join(REQUESTS)}")
+    if request.endswith("_source"):
+        return
+    missing = [name for name in ("COMP_WORDS", "COMP_CWORD") if name not in environ]
+    if missing:
+        raise UsageError(
+            f"{COMPLETE_VAR}={request}: {' and '.join(missing)} not set; "
+            "the completion script sets them"
+        )
+    word = environ["COMP_CWORD"]  # bash and zsh: the index of the word; fish: the word
+    if request != "fish_complete" and not (word.isascii() and word.isdigit()):
+        raise UsageError(f"COMP_CWORD={word!r}: the index of the word completed, as in 2")
+    if request == "fish_complete" and word and not split_arg_string(word):
+        raise UsageError(f"COMP_CWORD={word!r}: the word completed, or nothing")
 
 
 def replaced_part(value: str, word: str, breaks: str) -> str:
