@@ -131,3 +131,108 @@ def test_a_copy_keeps_the_source_of_what_it_copies(
     source = tomllib.loads((tmp_path / "profiles" / "copy.toml").read_text())["provenance"]
     assert source["source"].startswith("nccl-launch new --from conv@3 (sha256:")
     assert source["source"].endswith(", profiles/conv.toml); its source: converted from a.sh")
+
+
+def test_new_refuses_a_folder_run_would_refuse_as_root(nccl_launch: RunCli, tmp_path: Path) -> None:
+    """We run as root here: `run` refuses a profile in a directory others may write to, so
+    `new` refuses to write one there, with check_trusted's reason and fix."""
+    shared = tmp_path / "ww"
+    shared.mkdir()
+    shared.chmod(0o777)
+    refused = nccl_launch("new", "p1", "--dir", "ww")
+    assert refused.returncode == 2
+    assert refused.stderr == (
+        f"nccl-launch: profile ww/p1.toml: its directory {shared} (uid 0, mode 0777) lets other"
+        " users replace it; chown root and chmod go-w, or move it out of reach of other users;"
+        " run refuses it as root, so nothing is written\n"
+    )
+    assert list(shared.iterdir()) == []
+    shared.chmod(0o755)
+    assert nccl_launch("new", "p1", "--dir", "ww").returncode == 0
+    assert nccl_launch("run", "--dry-run", "ww/p1.toml", "--", "true").returncode == 0
+
+
+def test_new_over_a_symlink_writes_a_file_of_its_own_mode(
+    nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    """--force replaces the link, not its target, and does not take the target's mode (0666
+    here, which `run` refuses as root)."""
+    target = tmp_path / "target"
+    target.write_text("")
+    target.chmod(0o666)
+    (tmp_path / "s.toml").symlink_to(target)
+    made = nccl_launch("new", "s", "--dir", ".", "--force")
+    assert made.returncode == 0, made.stderr
+    written = (tmp_path / "s.toml").lstat()
+    assert stat.S_ISREG(written.st_mode)
+    assert stat.S_IMODE(written.st_mode) == 0o644  # the umask the tests run with: 022
+    assert (target.read_text(), stat.S_IMODE(target.stat().st_mode)) == ("", 0o666)
+    assert nccl_launch("run", "--dry-run", "s.toml", "--", "true").returncode == 0
+
+
+def test_new_will_not_replace_a_file_others_may_write_as_one_run_refuses(
+    nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    old = tmp_path / "profiles" / "o.toml"
+    old.write_text("old")
+    old.chmod(0o666)
+    refused = nccl_launch("new", "o", "--force")
+    assert refused.returncode == 2
+    assert refused.stderr.startswith(
+        "nccl-launch: profile profiles/o.toml: writable by group or others (mode 0666)"
+    )
+    assert refused.stderr.count("\n") == 1
+    assert old.read_text() == "old"
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("foo.toml", "nccl-launch: NAME: 'foo.toml': give the name without .toml, as in 'foo'\n"),
+        ("-x", "is not valid; valid: letters, digits, '.', '_', '-', starting with a letter or"),
+    ],
+)
+def test_new_explains_a_name_it_cannot_take(
+    nccl_launch: RunCli, tmp_path: Path, name: str, message: str
+) -> None:
+    refused = nccl_launch("new", "--", name)
+    assert refused.returncode == 2
+    assert message in refused.stderr
+    assert refused.stderr.count("\n") == 1
+    assert list((tmp_path / "profiles").iterdir()) == []
+
+
+def test_new_says_up_front_that_its_file_is_a_directory(
+    nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    (tmp_path / "profiles" / "dir.toml").mkdir(parents=True)
+    for force in ([], ["--force"]):
+        refused = nccl_launch("new", "dir", *force)
+        assert (refused.returncode, refused.stderr) == (
+            2,
+            "nccl-launch: profiles/dir.toml is a directory; give another NAME or --dir\n",
+        )
+
+
+def test_new_from_a_profile_whose_parent_is_missing_names_each_folder_once(
+    nccl_launch: RunCli, write_profile: WriteProfile
+) -> None:
+    write_profile("orphan", 'schema = 1\nname = "orphan"\nversion = 1\nextends = "gone"\n')
+    refused = nccl_launch("new", "n", "--from", "orphan")
+    assert refused.returncode == 2
+    searched = refused.stderr.split("searched ")[1].rstrip("\n").split(", ")
+    assert searched[0] == "profiles"
+    assert len(searched) == len(set(searched))
+
+
+def test_a_copy_holding_a_secret_is_written_0600_whatever_its_source(
+    nccl_launch: RunCli, write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    """As `convert` writes what it would mask: a credential-looking [env] key, from a 0644 file."""
+    body = 'schema = 1\nname = "open"\nversion = 1\n[env]\nHF_TOKEN = "hf_x"\n'
+    write_profile("open", body).chmod(0o644)
+    assert nccl_launch("new", "copy", "--from", "open").returncode == 0
+    assert stat.S_IMODE((tmp_path / "profiles" / "copy.toml").stat().st_mode) == 0o600
+    write_profile("plain", 'schema = 1\nname = "plain"\nversion = 1\n[env]\nHF_HOME = "/x"\n')
+    assert nccl_launch("new", "copy2", "--from", "plain").returncode == 0
+    assert stat.S_IMODE((tmp_path / "profiles" / "copy2.toml").stat().st_mode) == 0o644

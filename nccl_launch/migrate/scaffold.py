@@ -9,6 +9,7 @@ the copy has the digest of the profile it came from, which proves it runs the sa
 from __future__ import annotations
 
 import json
+import os
 import stat
 from pathlib import Path
 from typing import Any
@@ -16,12 +17,13 @@ from typing import Any
 import tomli_w
 
 from nccl_launch.errors import ProfileError, UsageError
-from nccl_launch.files import FileError, atomic_write
+from nccl_launch.files import FileError, atomic_write, check_trusted
 from nccl_launch.profile.chain import read_chain
 from nccl_launch.profile.load import validate_chain, validate_resolved
 from nccl_launch.profile.model import PROFILE_SCHEMA
 from nccl_launch.profile.plan import ProfilePlan, build_plan
 from nccl_launch.profile.search import find_profile, parse_profile_toml
+from nccl_launch.secrets import mask_argv, mask_value
 
 # NAME.toml and the temporary name atomic_write gives it (.NAME.toml.XXXXXXXX.tmp) must fit
 # in a file name (255 bytes).
@@ -53,6 +55,8 @@ def check_name(name: str) -> None:
     """UsageError, one line, unless `name` is a profile name that can name a file."""
     if len(name) > MAX_NAME:
         raise UsageError(f"NAME: {len(name)} characters; a profile name has at most {MAX_NAME}")
+    if name.endswith(".toml"):  # `run x.toml` reads a path: such a name could not be looked up
+        raise UsageError(f"NAME: {name!r}: give the name without .toml, as in {name[:-5]!r}")
     try:
         validate_resolved("NAME", {"schema": PROFILE_SCHEMA, "name": name, "version": 1})
     except ProfileError as error:
@@ -73,8 +77,12 @@ def _copied(ref: str, name: str) -> tuple[dict[str, Any], bool]:
     if "source" in provenance:  # where the copied profile came from stays said
         source += f"; its source: {provenance['source']}"
     data["provenance"] = provenance | {"source": source}  # last, as in the shipped files
+    # Kept from other users' eyes like its source, or like `convert` keeps what it would mask.
     private = any(not path.stat().st_mode & stat.S_IROTH for path in chain.paths)
-    return data, private
+    masked = plan.argv != mask_argv(plan.argv) or any(
+        mask_value(key, value) != value for key, value in plan.env.items()
+    )
+    return data, private or masked
 
 
 def new_profile(
@@ -93,10 +101,37 @@ def new_profile(
     profile = validate_resolved(path, parse_profile_toml(path, text))
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--dir {folder}: not a directory")
+    if path.is_dir():
+        raise UsageError(f"{path} is a directory; give another NAME or --dir")
+    mode = _mode(path, private)
+    _check_runnable(path, mode)
     try:
-        atomic_write(path, text, replace=force, mode=0o600 if private else None)
+        atomic_write(path, text, replace=force, mode=mode)
     except FileExistsError:
         raise UsageError(f"{path} exists; pass --force to replace it") from None
     except OSError as error:
         raise FileError(f"{path}: cannot write: {error.strerror}") from None
     return path, build_plan(profile)
+
+
+def _mode(path: Path, private: bool) -> int:
+    """0600 for a private copy; else that of the regular file replaced, else 0666 less the
+    umask: never that of a symlink's target, which is not the file replaced."""
+    if private:
+        return 0o600
+    if path.is_file() and not path.is_symlink():
+        return stat.S_IMODE(path.stat().st_mode)
+    umask = os.umask(0)  # the only way to read it
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _check_runnable(path: Path, mode: int) -> None:
+    """UsageError unless `run`, as root, would read `path` written with `mode` by this user:
+    files.check_trusted's judgement of the file to be, so a directory others may write to
+    (`--dir` 0777) or a mode others may write is refused before anything is written."""
+    to_be = os.stat_result((stat.S_IFREG | mode, 0, 0, 1, os.geteuid(), os.getegid(), 0, 0, 0, 0))
+    try:
+        check_trusted(path, to_be, "profile")
+    except FileError as error:
+        raise UsageError(f"{error}; run refuses it as root, so nothing is written") from None
