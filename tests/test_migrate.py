@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shlex
 import signal
 import subprocess
@@ -216,6 +217,9 @@ def test_slurm_script_leaves_placement_to_run_time(
     assert canonical_flags(read_record(out)["argv"]) == canonical_flags(original["argv"])
 
 
+BAD = "nccl-launch: bad.sh: "  # a script's error names it
+
+
 @pytest.mark.parametrize(
     ("script", "message"),
     [
@@ -229,43 +233,43 @@ def test_slurm_script_leaves_placement_to_run_time(
          "bad.sh: line 1: NCCL_P2P_LEVEL: '2147483648': NCCL reads it as the legacy level "
          "-2147483648 (strtol truncated to an int), outside its table: undefined behaviour"),
         ("HOST=$(hostname)\npython3 -m sglang.launch_server --model-path /m\n",
-         "nccl-launch: line 1: command substitution is not supported"),
-        ("echo hello\n", "nccl-launch: no `python -m sglang.launch_server` (or `sglang serve`)"),
+         BAD + "line 1: command substitution is not supported"),
+        ("echo hello\n", BAD + "no `python -m sglang.launch_server` (or `sglang serve`)"),
         ("python3 -m sglang.launch_server --model-path $MODEL_DIR\n",
-         "nccl-launch: $MODEL_DIR is not set in the script or this environment"),
+         BAD + "$MODEL_DIR is not set in the script or this environment"),
         ("python3 -m sglang.launch_server --model-path /m --speculative-num-steps 2\n",
          "bad.sh: server.speculative.algorithm: required key is missing"),
         ('python3 -m sglang.launch_server --model-path "/m\n',
-         'nccl-launch: line 1: unterminated "'),
+         BAD + 'line 1: unterminated "'),
         ("python3 -m sglang.launch_server --model-path /m\npython3 -m sglang.launch_server\n",
-         "nccl-launch: line 2: a second server command (first on 1)"),
+         BAD + "line 2: a second server command (first on 1)"),
         ("set -e\nif [ -d /opt/ib ]; then\n  export NCCL_IB_DISABLE=0\nfi\n" + SERVE,
-         "nccl-launch: line 2: `if` is not followed; convert the branch that runs, or write the "
+         BAD + "line 2: `if` is not followed; convert the branch that runs, or write the "
          "profile by hand\n"),
-        ("for i in 1 2; do\n  echo $i\ndone\n" + SERVE, "nccl-launch: line 1: `for` is not "
+        ("for i in 1 2; do\n  echo $i\ndone\n" + SERVE, BAD + "line 1: `for` is not "
          "followed"),
-        ("while true; do sleep 1; done\n" + SERVE, "nccl-launch: line 1: `while` is not followed"),
-        ('case "$1" in\n  *) ;;\nesac\n' + SERVE, "nccl-launch: line 1: `case` is not followed"),
-        ("(\n  cd /srv && " + SERVE + ")\n", "nccl-launch: line 1: a subshell `( ... )` is not "
+        ("while true; do sleep 1; done\n" + SERVE, BAD + "line 1: `while` is not followed"),
+        ('case "$1" in\n  *) ;;\nesac\n' + SERVE, BAD + "line 1: `case` is not followed"),
+        ("(\n  cd /srv && " + SERVE + ")\n", BAD + "line 1: a subshell `( ... )` is not "
          "followed"),
-        ("cd /srv && (\n  export NCCL_PROTO=LL\n)\n" + SERVE, "nccl-launch: line 1: a subshell "
+        ("cd /srv && (\n  export NCCL_PROTO=LL\n)\n" + SERVE, BAD + "line 1: a subshell "
          "`( ... )` is not followed"),
-        ("true || if true; then :; fi\n" + SERVE, "nccl-launch: line 1: `if` is not followed"),
+        ("true || if true; then :; fi\n" + SERVE, BAD + "line 1: `if` is not followed"),
         ("tune() {\n  export NCCL_PROTO=LL\n}\n\ntune\n" + SERVE,
-         "nccl-launch: line 5: `tune` calls the function defined on line 1, which is not "
+         BAD + "line 5: `tune` calls the function defined on line 1, which is not "
          "followed; put what it does in the script, or write the profile by hand\n"),
         ('[ -n "${IB:-}" ] && export NCCL_IB_HCA=mlx5_0\n' + SERVE,
-         "nccl-launch: line 1: whether this runs depends on how the command before `&&` ends; "
+         BAD + "line 1: whether this runs depends on how the command before `&&` ends; "
          "convert the branch that runs, or write the profile by hand\n"),
         ("export NCCL_NTHREADS=$((2 ** 9))\n" + SERVE,
-         "nccl-launch: line 1: $((2 ** 9)): only + - * / % ( ), decimal numbers and variables "
+         BAD + "line 1: $((2 ** 9)): only + - * / % ( ), decimal numbers and variables "
          "are evaluated; write the value\n"),
         ("export NCCL_NTHREADS=$((512 / 0))\n" + SERVE,
-         "nccl-launch: line 1: $((512 / 0)): division by 0\n"),
-        ("cd /srv\n" + SERVE.replace("/m", "/m\x00x"), "nccl-launch: line 2: a NUL byte; a start "
+         BAD + "line 1: $((512 / 0)): division by 0\n"),
+        ("cd /srv\n" + SERVE.replace("/m", "/m\x00x"), BAD + "line 2: a NUL byte; a start "
          "script is text\n"),
         ('NAME="my model"\npython3 -m sglang.launch_server --served-model-name $NAME\n',
-         "nccl-launch: line 2: $NAME holds blanks and is not quoted, so bash splits it into "
+         BAD + "line 2: $NAME holds blanks and is not quoted, so bash splits it into "
          'several arguments; quote it ("$NAME") or write the words out\n'),
     ],
 )  # fmt: skip
@@ -540,3 +544,84 @@ def test_capture_stores_what_nccl_read_with_a_note(nccl_launch: RunCli, tmp_path
                  "NCCL_P2P_LEVEL=4294967299 is read by NCCL as PHB; stored PHB"]:  # fmt: skip
         assert note in result.stderr
         assert note in profile["provenance"]["notes"]
+
+
+def no_space_left(limit: int) -> None:
+    """In the child: writes past `limit` bytes fail with EFBIG, as a full disk fails them."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+
+
+@pytest.mark.parametrize(
+    ("output", "force", "cause"),
+    [
+        ("/proc/self/x.toml", True, "No such file or directory"),
+        ("adir", True, "Is a directory"),
+        ("realfile/x.toml", True, "realfile is not a directory"),
+        ("realfile/x.toml", False, "realfile is not a directory"),
+        ("full.toml", False, "File too large"),
+    ],
+)
+def test_convert_and_capture_say_why_the_output_cannot_be_written(
+    output: str, force: bool, cause: str, tmp_path: Path
+) -> None:
+    Path("adir").mkdir()
+    Path("realfile").write_text("a file\n")
+    Path("start.sh").write_text(f"export NCCL_PROTO=LL\n{SERVE}")
+    process = start_standin(tmp_path, {"NCCL_PROTO": "LL"}, [])
+    limit = 64 if output == "full.toml" else resource.RLIM_INFINITY
+    try:
+        for source in (["convert", "start.sh"], ["capture", "--pid", str(process.pid)]):
+            argv = [console_script(), *source, "-o", output, *(["--force"] if force else [])]
+            result = subprocess.run(
+                argv, capture_output=True, text=True, check=False, timeout=60,
+                preexec_fn=lambda: no_space_left(limit),
+            )  # fmt: skip
+            assert result.returncode == 2, result.stderr
+            assert result.stderr == f"nccl-launch: {output}: cannot write: {cause}\n"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=10)
+    assert Path("realfile").read_text() == "a file\n"
+    assert list(Path("adir").iterdir()) == []
+    assert not Path("full.toml").exists()
+    assert [p.name for p in Path().iterdir() if p.name.startswith(".")] == []
+
+
+def test_capture_escapes_the_names_it_quotes(nccl_launch: RunCli, tmp_path: Path) -> None:
+    """A process's variable names are any text but `=` and NUL; a profile cannot hold one
+    with a control character, and the line that says so shows it escaped."""
+    forged = "NCCL_X\x1b]0;pwn\x07\nnccl-launch: wrote fake"
+    process = start_standin(tmp_path, {forged: "1", "SGLANG_Y\r": "2"}, [])
+    try:
+        result = nccl_launch("capture", "--pid", str(process.pid))
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=10)
+    assert result.returncode == 3
+    assert result.stderr.startswith(
+        f"nccl-launch: process {process.pid}: $NCCL_X\\x1b]0;pwn\\x07\\nnccl-launch: wrote fake: "
+        "a variable's name holds a control character"
+    ), result.stderr
+    assert result.stderr.count("\n") == 1 and "\x1b" not in result.stderr
+    assert list(Path("profiles").iterdir()) == []
+
+
+def test_convert_names_the_script_and_escapes_it(nccl_launch: RunCli) -> None:
+    name = "start\x1b[2J\nok.sh"
+    Path(name).write_text(f"X=$(id)\n{SERVE}")
+    result = nccl_launch("convert", name)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "nccl-launch: start\\x1b[2J\\nok.sh: line 1: command substitution is not supported\n"
+    )
+    Path(name).write_text(f"export NCCL_BUFFSIZE=0x400000\n{SERVE}")
+    result = nccl_launch("convert", name, "-o", "out\x1b.toml")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == (
+        "nccl-launch: warning: line 1: NCCL_BUFFSIZE=0x400000 is read by NCCL as 4194304; "
+        "stored 4194304\n"
+    )
+    assert result.stdout.splitlines()[0].startswith("wrote out\\x1b.toml (")
+    assert result.stdout.splitlines()[1] == "  nccl-launch run --dry-run $'out\\x1b.toml'"
+    assert "\x1b" not in result.stdout

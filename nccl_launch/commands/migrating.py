@@ -8,22 +8,24 @@ from pathlib import Path
 
 import click
 
+from nccl_launch.bench.url import escaped
 from nccl_launch.commands.options import output_options, profile_argument, warn
 from nccl_launch.deploy.systemd import write_unit
-from nccl_launch.errors import EXIT_OK
+from nccl_launch.errors import EXIT_OK, UsageError
 from nccl_launch.migrate.capture import read_process
 from nccl_launch.migrate.script import read_script, read_script_file
 from nccl_launch.migrate.start import StartCommand, save_profile
+from nccl_launch.render.drift import shell_word
 
 
 def _saved(
     start: StartCommand, name: str, source: str, how: str, output: Path | None, force: bool
 ) -> int:
     path, plan = save_profile(start, name, source, how, output, force)
-    for note in start.notes:
-        warn(note)
-    click.echo(f"wrote {path} ({plan.label}, {plan.short_digest}); check it with:")
-    click.echo(f"  nccl-launch run --dry-run {path}")
+    for note in start.notes:  # they quote the script's or the process's words
+        warn(escaped(note))
+    click.echo(f"wrote {escaped(str(path))} ({plan.label}, {plan.short_digest}); check it with:")
+    click.echo(f"  nccl-launch run --dry-run {shell_word(str(path))}")
     return EXIT_OK
 
 
@@ -48,7 +50,11 @@ def convert(script: str, name: str | None, output: Path | None, force: bool) -> 
     what came before, `if` and loops are refused with their line, `exit` ends the script.
     """
     source = "stdin" if script == "-" else script
-    start = read_script(read_script_file(script), os.environ)
+    text = read_script_file(script)
+    try:
+        start = read_script(text, os.environ)
+    except UsageError as error:  # `line 20: ...`, of which file
+        raise UsageError(escaped(f"{source}: {error}")) from None
     default = "converted" if source == "stdin" else Path(source).stem
     return _saved(start, name or _profile_name(default), source, "converted", output, force)
 

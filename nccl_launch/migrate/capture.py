@@ -6,6 +6,7 @@ import shutil
 
 import psutil
 
+from nccl_launch.bench.url import escaped
 from nccl_launch.errors import HostError
 from nccl_launch.migrate.start import StartCommand
 from nccl_launch.nccl import catalog
@@ -51,7 +52,12 @@ def read_process(pid: int) -> StartCommand:
     wanted = (catalog.PREFIX, *CAPTURED_PREFIXES)
     keep = {k: v for k, v in environ.items() if k.startswith(wanted) and k not in OWN_VARIABLES}
     for key, value in keep.items():
-        _check_text(pid, f"${key}" if _utf8(key) else "a variable's name", key + value)
+        _check_text(pid, f"${escaped(key)}" if _utf8(key) else "a variable's name", key + value)
+        if not key.isprintable():  # nor a name a profile's [env] can hold
+            raise HostError(
+                f"process {pid}: ${escaped(key)}: a variable's name holds a control character, "
+                "which a profile cannot hold; write the profile by hand"
+            )
     for index, word in enumerate(argv):
         _check_text(pid, f"argument {index} of its command line", word)
     _check_text(pid, "its working directory", cwd)

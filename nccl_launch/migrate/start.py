@@ -11,8 +11,9 @@ from typing import Any
 
 import tomli_w
 
+from nccl_launch.bench.url import escaped
 from nccl_launch.errors import ProfileError, UsageError
-from nccl_launch.files import atomic_write
+from nccl_launch.files import FileError, atomic_write
 from nccl_launch.migrate.server_table import server_table
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.nccl.grammar import BoolRule, IntRule, LevelRule, SizeRule, TomlValue, Undefined
@@ -117,8 +118,8 @@ def build_profile(
             except ValueError as error:
                 read = "" if stored in (None, value) else f"{value!r} (NCCL reads {stored}): "
                 problems.append(f"{where}{key}: {read}{error}")
-    if problems:
-        raise ProfileError([f"{source}: {problem}" for problem in problems])
+    if problems:  # a name or a value read from a process or a script may hold anything
+        raise ProfileError([escaped(f"{source}: {problem}") for problem in problems])
     notes = start.notes
     data: dict[str, Any] = {
         "schema": PROFILE_SCHEMA,
@@ -128,13 +129,20 @@ def build_profile(
     }
     data |= {"nccl": nccl} if nccl else {}
     data |= {"env": env} if env else {}
-    server = server_table(start.argv, notes)
+    try:
+        server = server_table(start.argv, notes)
+    except UsageError as error:  # `$MODEL_DIR is not set`: in which script
+        raise UsageError(escaped(f"{source}: {error}")) from None
     if server is not None:
         data["server"] = server | ({"cwd": start.cwd} if start.cwd else {})
     elif start.argv:
         notes.append(f"not an SGLang command, run it with: -- {' '.join(start.argv)}")
     data["provenance"] = {"source": source} | ({"notes": "; ".join(notes)} if notes else {})
-    return data, build_plan(validate_resolved(source, data)), comments
+    try:
+        profile = validate_resolved(source, data)
+    except ProfileError as error:  # its lines quote the names of the script's variables
+        raise ProfileError([escaped(problem) for problem in error.problems]) from None
+    return data, build_plan(profile), comments
 
 
 def profile_text(data: dict[str, Any], comments: dict[str, str]) -> str:
@@ -179,6 +187,11 @@ def save_profile(
     mode = 0o600 if _holds_secret(start) else None
     try:
         atomic_write(path, profile_text(data, comments), replace=force, mode=mode)
-    except FileExistsError:
-        raise UsageError(f"{path} exists; pass --force to replace it") from None
+    except FileExistsError as error:
+        if error.errno is None or error.filename2 is not None:  # the file, not a folder
+            raise UsageError(f"{escaped(str(path))} exists; pass --force to replace it") from None
+        where = escaped(str(error.filename))
+        raise FileError(f"{escaped(str(path))}: cannot write: {where} is not a directory") from None
+    except OSError as error:  # a directory, a folder that cannot hold files, a full disk
+        raise FileError(f"{escaped(str(path))}: cannot write: {error.strerror}") from None
     return path, plan
