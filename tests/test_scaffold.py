@@ -176,6 +176,8 @@ def test_new_will_not_replace_a_file_others_may_write_as_one_run_refuses(
     old = tmp_path / "profiles" / "o.toml"
     old.write_text("old")
     old.chmod(0o666)
+    exists = nccl_launch("new", "o")  # first what a --force would change
+    assert exists.stderr == "nccl-launch: profiles/o.toml exists; pass --force to replace it\n"
     refused = nccl_launch("new", "o", "--force")
     assert refused.returncode == 2
     assert refused.stderr.startswith(

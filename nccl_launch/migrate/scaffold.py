@@ -103,12 +103,15 @@ def new_profile(
         raise UsageError(f"--dir {folder}: not a directory")
     if path.is_dir():
         raise UsageError(f"{path} is a directory; give another NAME or --dir")
+    exists = UsageError(f"{path} exists; pass --force to replace it")
+    if not force and os.path.lexists(path):  # said before what --force would still meet
+        raise exists
     mode = _mode(path, private)
     _check_runnable(path, mode)
     try:
         atomic_write(path, text, replace=force, mode=mode)
     except FileExistsError:
-        raise UsageError(f"{path} exists; pass --force to replace it") from None
+        raise exists from None
     except OSError as error:
         raise FileError(f"{path}: cannot write: {error.strerror}") from None
     return path, build_plan(profile)
