@@ -96,6 +96,14 @@ def test_a_local_profile_wins_whatever_its_file_is_named(
     assert found["path"] == str(tmp_path / "archive" / "kimi-v1.toml")
 
 
+def test_a_dangling_link_named_like_a_profile_hides_nothing(
+    nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    (tmp_path / "profiles" / f"{KIMI}.toml").symlink_to(tmp_path / "gone.toml")
+    shown = nccl_launch("show", KIMI, "--format", "json")
+    assert json.loads(shown.stdout)["path"] == str(REPO / "profiles" / f"{KIMI}.toml")
+
+
 def test_a_shipped_child_extends_its_shipped_parent_whatever_is_local(
     nccl_launch: RunCli, write_profile: WriteProfile
 ) -> None:

@@ -154,8 +154,9 @@ def pick(
     profile hides a later one's whatever their file names."""
     for folder in dict.fromkeys(path.parent for path in files):
         in_folder = [path for path in files if path.parent == folder]
-        if version is None and folder / f"{name}.toml" in in_folder:
-            return folder / f"{name}.toml"
+        named = folder / f"{name}.toml"  # a dangling link is no match, as it never was
+        if version is None and named in in_folder and os.path.exists(named):  # noqa: PTH110
+            return named
         best: tuple[int, Path] | None = None
         for path in in_folder:
             found = identity(path)
