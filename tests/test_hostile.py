@@ -254,3 +254,44 @@ def test_an_inherited_variable_name_is_escaped_in_the_refusal(
     assert result.returncode == 1
     assert "  + NCCL_X\\x1b]0;pwn\\x07\\nnccl-launch: wrote fake  " in result.stderr
     assert "\x1b" not in result.stderr and "\x07" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "read"),
+    [
+        ("99999999999999999999MB", "NCCL keeps its default: strtoll overflows"),
+        ("4096MB", "NCCL would read it as 4096"),
+        ("16GB", "NCCL would read it as 16"),
+    ],
+)
+def test_a_huge_decimal_size_says_what_nccl_does_and_the_valid_units_once(
+    value: str, read: str, tmp_path: Path, nccl_launch: RunCli
+) -> None:
+    path = tmp_path / "b.toml"
+    path.write_text(f'schema = 1\nname = "b"\nversion = 1\n[nccl]\nBUFFSIZE = "{value}"\n')
+    result = nccl_launch("validate", str(path))
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"{path}: nccl.BUFFSIZE: '{value}' is not a size ({read}); ")
+    assert line.count("valid: bytes as an integer or with a unit K, KiB, M, MiB, G, GiB") == 1
+    assert line.count("nothing: it is out of range") == 2
+
+
+@pytest.mark.parametrize(
+    ("toml", "key", "shown"),
+    [
+        ("[provenance]\ndate = 2025-01-02T03:04:05", "provenance.date", "2025-01-02T03:04:05"),
+        ("[provenance]\nsource = 2025-01-02", "provenance.source", "2025-01-02"),
+        ('[server]\nmodel_path = "/m"\ncwd = 03:04:05', "server.cwd", "03:04:05"),
+    ],
+)
+def test_an_unquoted_date_is_named_not_shown_as_python(
+    toml: str, key: str, shown: str, tmp_path: Path, nccl_launch: RunCli
+) -> None:
+    path = tmp_path / "d.toml"
+    path.write_text(f'schema = 1\nname = "d"\nversion = 1\n{toml}\n')
+    result = nccl_launch("validate", str(path))
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"{path}: {key}: {shown} is a TOML date/time; quote it to keep it as text\n"
+    )

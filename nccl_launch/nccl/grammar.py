@@ -155,9 +155,13 @@ class SizeRule:
             match = _SIZE.fullmatch(value)
             if not match or match.group(2) not in _UNITS:
                 answer = self.ambiguity(value) or f"valid: {self.describe()}"
-                raise ValueError(
-                    f"{value!r} is not a size (NCCL would read it as {strtoll(value)}); {answer}"
+                read = strtoll(value)  # None: ncclLoadParam sees errno and keeps the default
+                nccl = (
+                    f"would read it as {read}"
+                    if read is not None
+                    else "keeps its default: strtoll overflows"
                 )
+                raise ValueError(f"{value!r} is not a size (NCCL {nccl}); {answer}")
             number = int(match.group(1)) * _UNITS[match.group(2)]
         else:
             number = _as_int(value, "a size")
@@ -178,12 +182,14 @@ class SizeRule:
             self._reading(usual, binary, f'"{count}{unit}" or '),
             self._reading(f"{decimal} bytes", decimal, ""),
         ]
-        return f"{match.group(2)} is ambiguous: for {'; for '.join(readings)}"
+        fits = all(self.low <= number <= self.high for number in (binary, decimal))
+        valid = "" if fits else f" (valid: {self.describe()})"  # said once for both
+        return f"{match.group(2)} is ambiguous: for {'; for '.join(readings)}{valid}"
 
     def _reading(self, what: str, number: int, spelling: str) -> str:
         if self.low <= number <= self.high:
             return f"{what} write {spelling}{number}"
-        return f"{what}, nothing: it is out of range ({self.describe()})"
+        return f"{what}, nothing: it is out of range"
 
     def meaning(self, raw: str) -> object:
         return load_param(raw)

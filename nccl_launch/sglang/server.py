@@ -5,9 +5,18 @@ from __future__ import annotations
 import re
 import shlex
 import unicodedata
-from typing import Annotated
+from datetime import date, time
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from nccl_launch.sglang import facts
 
@@ -37,11 +46,18 @@ def no_control(text: str) -> str:
     return text
 
 
+def not_a_date(value: Any) -> Any:
+    """`value`, unless TOML read it as a date or a time (`date = 2025-01-02`, unquoted)."""
+    if isinstance(value, date | time):  # datetime is a date
+        raise ValueError(f"{value.isoformat()} is a TOML date/time; quote it to keep it as text")
+    return value
+
+
 # Every string of a profile is one of these; free text (args) may hold any character but
 # NUL, and is escaped where people read it.
-Text = Annotated[str, AfterValidator(no_nul)]
+Text = Annotated[str, BeforeValidator(not_a_date), AfterValidator(no_nul)]
 # A path, a host or a command name: printed as it is, so no control character.
-Name = Annotated[str, AfterValidator(no_control)]
+Name = Annotated[str, BeforeValidator(not_a_date), AfterValidator(no_control)]
 
 
 class Speculative(BaseModel):
