@@ -23,6 +23,20 @@ from nccl_launch.profile.load import validate_chain
 from nccl_launch.sglang.server import Server
 
 
+def _cut(text: str, columns: int) -> str:
+    """The start of `text` that fits in `columns` terminal cells: a wide character (CJK)
+    takes two, a combining mark none."""
+    import unicodedata  # only on a terminal
+
+    used = 0
+    for index, char in enumerate(text):
+        wide = unicodedata.east_asian_width(char) in "WF"
+        used += 0 if unicodedata.combining(char) else 2 if wide else 1
+        if used > columns:
+            return text[:index]
+    return text
+
+
 @contextmanager
 def waiting_for(what: str) -> Iterator[None]:
     """On a terminal, one status line on stderr saying what preflight waits for, erased when
@@ -35,7 +49,7 @@ def waiting_for(what: str) -> Iterator[None]:
             width = os.get_terminal_size(sys.stderr.fileno()).columns or 80
         except OSError:
             width = 80
-        sys.stderr.write(f"preflight: {what}..."[: max(width - 1, 1)])
+        sys.stderr.write(_cut(f"preflight: {what}...", max(width - 1, 1)))
         sys.stderr.flush()
     try:
         yield
