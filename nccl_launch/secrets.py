@@ -1,5 +1,6 @@
-"""Secrets kept out of what people read: values of credential-looking names, passwords in
-URLs, and the values of credential flags in an argv. Machine outputs keep the real values."""
+"""Kept out of what people read: values of credential-looking names, passwords in URLs, the
+values of credential flags in an argv, and raw control characters. Machine outputs keep the
+real values."""
 
 from __future__ import annotations
 
@@ -81,3 +82,11 @@ def mask_argv(argv: Sequence[str]) -> list[str]:
         else:
             masked.append(mask_credentials(word))
     return masked
+
+
+def escaped(text: str) -> str:
+    """`text` with each control character (newline, carriage return, ESC) and each byte that
+    was not UTF-8 written as its Python escape (`\\n`, `\\x1b`, `\\udcff`), so that what a
+    profile, a process, a server or a file holds cannot forge a line or a colour in a terminal
+    or a log."""
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)

@@ -18,8 +18,9 @@ from typing import Any
 import httpx
 
 from nccl_launch.bench.result import RunFigure
-from nccl_launch.bench.url import escaped, shown
+from nccl_launch.bench.url import shown
 from nccl_launch.errors import HostError
+from nccl_launch.secrets import escaped
 
 SHOWN_BODY = 200  # of an error answer, enough for a reason, not a page of HTML
 INFO_PATHS = ("/server_info", "/get_server_info")  # the second before SGLang 0.5

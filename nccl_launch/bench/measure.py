@@ -11,13 +11,14 @@ from typing import Any, Protocol
 from nccl_launch.bench.client import Client, ServerFacts
 from nccl_launch.bench.gpus import query_gpus
 from nccl_launch.bench.result import BenchReport, Method, RunFigure, Status, judge, summarize
-from nccl_launch.bench.url import checked, escaped, shown
+from nccl_launch.bench.url import checked, shown
 from nccl_launch.errors import HostError, UsageError
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.live.processes import Target, descendants, main_pid, snapshot_tree
 from nccl_launch.live.watch import compare_tree
 from nccl_launch.profile.load import LoadedProfile
 from nccl_launch.profile.plan import build_plan
+from nccl_launch.secrets import escaped
 
 
 class Progress(Protocol):

@@ -8,20 +8,13 @@ from typing import NamedTuple
 from urllib.parse import unquote, urlsplit
 
 from nccl_launch.errors import UsageError
-from nccl_launch.secrets import MASK, is_secret
+from nccl_launch.secrets import MASK, escaped, is_secret
 
 URL_LIMIT = 4096  # far beyond any server's base URL; a longer one is a mistake or an attack
 SHOWN_LIMIT = 200  # of a URL refused for its length
 # `name=value` in a query, a fragment or a path parameter: `?token=x`, `#access_token=x`.
 _PAIR = re.compile(r"(?P<name>[^?&#;=/]+)=(?P<value>[^&#;]*)")
 EXAMPLE = "valid: http://127.0.0.1:30000"
-
-
-def escaped(text: str) -> str:
-    """`text` with each control character (newline, carriage return, ESC) and each byte that
-    was not UTF-8 written as its Python escape (`\\n`, `\\x1b`, `\\udcff`), so that what a
-    server or a history file holds cannot forge a line or a colour on the terminal."""
-    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
 
 def _masked_pair(found: re.Match[str]) -> str:

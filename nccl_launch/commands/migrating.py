@@ -8,7 +8,6 @@ from pathlib import Path
 
 import click
 
-from nccl_launch.bench.url import escaped
 from nccl_launch.commands.options import output_options, profile_argument, warn
 from nccl_launch.deploy.systemd import write_unit
 from nccl_launch.errors import EXIT_OK, UsageError
@@ -16,6 +15,7 @@ from nccl_launch.migrate.capture import read_process
 from nccl_launch.migrate.script import read_script, read_script_file
 from nccl_launch.migrate.start import StartCommand, save_profile
 from nccl_launch.render.drift import shell_word
+from nccl_launch.secrets import escaped
 
 
 def _saved(

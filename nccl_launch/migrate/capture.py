@@ -6,11 +6,11 @@ import shutil
 
 import psutil
 
-from nccl_launch.bench.url import escaped
 from nccl_launch.errors import HostError
 from nccl_launch.migrate.start import StartCommand
 from nccl_launch.nccl import catalog
 from nccl_launch.profile.markers import MARKER_PROFILE, OWN_VARIABLES
+from nccl_launch.secrets import escaped
 
 # Variables worth keeping from a running server's environment besides NCCL_*.
 CAPTURED_PREFIXES = (

@@ -11,7 +11,6 @@ from typing import Any
 
 import tomli_w
 
-from nccl_launch.bench.url import escaped
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files import FileError, atomic_write
 from nccl_launch.migrate.server_table import server_table
@@ -21,7 +20,7 @@ from nccl_launch.profile.load import validate_resolved
 from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.profile.model import PROFILE_SCHEMA
 from nccl_launch.profile.plan import ProfilePlan, build_plan
-from nccl_launch.secrets import mask_argv, mask_value
+from nccl_launch.secrets import escaped, mask_argv, mask_value
 
 
 @dataclass

@@ -6,10 +6,9 @@ import json
 import shlex
 from collections.abc import Mapping, Sequence
 
-from nccl_launch.bench.url import escaped  # the one rule for text people read
 from nccl_launch.env.drift import DriftEntry, DriftKind, DriftReport, Reason
 from nccl_launch.launch.prepare import LaunchPlan
-from nccl_launch.secrets import mask_argv, mask_value
+from nccl_launch.secrets import escaped, mask_argv, mask_value
 
 _MARKS: dict[DriftKind, str] = {"changed": "~", "missing": "-", "undeclared": "+"}
 

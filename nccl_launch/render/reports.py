@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 
-from nccl_launch.bench.url import escaped
 from nccl_launch.launch.preflight_report import PreflightReport
 from nccl_launch.live.compare import LiveReport, ProcessReport
 from nccl_launch.live.verify_log import LogReport
 from nccl_launch.render.drift import drift_lines
-from nccl_launch.secrets import mask_argv
+from nccl_launch.secrets import escaped, mask_argv
 
 
 def preflight_lines(report: PreflightReport) -> list[str]:
@@ -32,7 +31,7 @@ def preflight_lines(report: PreflightReport) -> list[str]:
 
 
 def _process_lines(process: ProcessReport) -> list[str]:
-    lines = [f"pid {process.pid}  {' '.join(mask_argv(process.title.split(' ')))}"]
+    lines = [f"pid {process.pid}  {escaped(' '.join(mask_argv(process.title.split(' '))))}"]
     if not process.readable:
         return [*lines, f"  unreadable: {process.reason}"]
     lines += drift_lines(process.drifted)
