@@ -116,6 +116,7 @@ INVALID: list[tuple[str, TomlValue, str]] = [
     ("MAX_NCHANNELS", 0, "from 1 to 64"),
     ("MAX_NCHANNELS", 65, "from 1 to 64"),
     ("MIN_NCHANNELS", "0x10", "NCCL would read it as 16"),
+    ("NTHREADS", "0x99999999999999999999", "(NCCL keeps its default: strtoll overflows)"),
     ("MAX_CTAS", 128, "from 1 to 64"),
     ("MIN_CTAS", -1, "from 1 to 64"),
     ("BUFFSIZE", "16MB", "NCCL would read it as 16"),

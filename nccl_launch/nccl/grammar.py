@@ -87,8 +87,17 @@ def _as_int(value: TomlValue, expected: str) -> int:
         return value
     if isinstance(value, str) and _DECIMAL.fullmatch(value):
         return int(value)
-    read = f" (NCCL would read it as {strtoll(value)})" if isinstance(value, str) else ""
+    read = f" ({_nccl_reads(value)})" if isinstance(value, str) else ""
     raise ValueError(f"{value!r} is not valid{read}; valid: {expected}")
+
+
+def _nccl_reads(raw: str) -> str:
+    """What NCCL makes of a value it reads with strtoll (ncclLoadParam sees errno set on an
+    overflow and keeps its default)."""
+    read = strtoll(raw)
+    if read is None:
+        return "NCCL keeps its default: strtoll overflows"
+    return f"NCCL would read it as {read}"
 
 
 def as_str(value: TomlValue, expected: str) -> str:
@@ -155,13 +164,7 @@ class SizeRule:
             match = _SIZE.fullmatch(value)
             if not match or match.group(2) not in _UNITS:
                 answer = self.ambiguity(value) or f"valid: {self.describe()}"
-                read = strtoll(value)  # None: ncclLoadParam sees errno and keeps the default
-                nccl = (
-                    f"would read it as {read}"
-                    if read is not None
-                    else "keeps its default: strtoll overflows"
-                )
-                raise ValueError(f"{value!r} is not a size (NCCL {nccl}); {answer}")
+                raise ValueError(f"{value!r} is not a size ({_nccl_reads(value)}); {answer}")
             number = int(match.group(1)) * _UNITS[match.group(2)]
         else:
             number = _as_int(value, "a size")
