@@ -5,7 +5,7 @@ real values."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 MASK = "***"
 # A word of a name (split at `_` or `-`) that ends in one of these names a credential:
@@ -90,3 +90,11 @@ def escaped(text: str) -> str:
     profile, a process, a server or a file holds cannot forge a line or a colour in a terminal
     or a log."""
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
+def holds_secret(argv: Sequence[str], env: Mapping[str, str]) -> bool:
+    """A credential-looking variable or flag (`HF_TOKEN`, `--api-key`), or a password in a
+    value (`postgres://u:pw@db`): whatever people would see masked."""
+    return list(argv) != mask_argv(argv) or any(
+        mask_value(key, value) != value for key, value in env.items()
+    )

@@ -24,21 +24,10 @@ from nccl_launch.profile.baseline import Baseline
 from nccl_launch.report import SCHEMA_VERSION
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import STANDIN, free_port, wait_for
+from tests.test_live import PROFILE as LIVE_PROFILE
 from tests.test_live import Server
 
-PROFILE = """
-schema = 1
-name = "standin"
-version = {version}
-[nccl]
-PROTO = "LL"
-ALGO = "Ring"
-[server]
-python = "{python}"
-model_path = "/models/m"
-tp_size = 2
-port = {port}
-"""
+PROFILE = LIVE_PROFILE.replace('BUFFSIZE = "{buffsize}"\n', "")  # test_live's, less BUFFSIZE
 FAST = ("--max-tokens", "60", "--runs", "2", "--warmup", "1")
 RUN_LINE = re.compile(r"Run (\d+)/(\d+): (\d+) tokens in \d+\.\d\d s = (\d+\.\d) tok/s")
 MEAN = re.compile(r"^mean (\d+\.\d) tok/s over", re.MULTILINE)
@@ -533,10 +522,9 @@ def test_a_history_that_is_no_regular_file_is_refused_before_measuring(
     assert not record.with_name("target.jsonl").exists()
 
 
-def test_a_line_is_appended_whole_after_a_torn_one(tmp_path: Path) -> None:
-    record = tmp_path / "h.jsonl"
-    record.write_bytes(b'{"torn')
-    report = BenchReport(
+def measured() -> BenchReport:
+    """A result of one run: 1 token in 0.5 s."""
+    return BenchReport(
         status="measured",
         profile="p@1",
         digest="sha256:x",
@@ -547,6 +535,12 @@ def test_a_line_is_appended_whole_after_a_torn_one(tmp_path: Path) -> None:
         method=Method(max_tokens=1, runs=1, warmup=0, prompt="p"),
         runs=[RunFigure(tokens=1, seconds=0.5, ttft_s=0.1)],
     )
+
+
+def test_a_line_is_appended_whole_after_a_torn_one(tmp_path: Path) -> None:
+    record = tmp_path / "h.jsonl"
+    record.write_bytes(b'{"torn')
+    report = measured()
     with opened(record) as recorder:
         recorder.append(report)
     lines = record.read_bytes().split(b"\n")
@@ -736,17 +730,7 @@ def test_bad_numbers_and_bytes_exit_2_before_any_request(
 
 
 def _result_line(**runs: object) -> str:
-    report = BenchReport(
-        status="measured",
-        profile="p@1",
-        digest="sha256:x",
-        profile_path="/p.toml",
-        url="http://127.0.0.1:1",
-        host="h",
-        time="t",
-        method=Method(max_tokens=1, runs=1, warmup=0, prompt="p"),
-        runs=[RunFigure(tokens=1, seconds=0.5, ttft_s=0.1)],
-    )
+    report = measured()
     document = json.loads(report.model_dump_json())
     document["runs"][0] |= runs
     return json.dumps(document) + "\n"

@@ -23,7 +23,7 @@ from nccl_launch.profile.load import validate_chain, validate_resolved
 from nccl_launch.profile.model import PROFILE_SCHEMA
 from nccl_launch.profile.plan import ProfilePlan, build_plan
 from nccl_launch.profile.search import find_profile, parse_profile_toml
-from nccl_launch.secrets import mask_argv, mask_value
+from nccl_launch.secrets import holds_secret
 
 # NAME.toml and the temporary name atomic_write gives it (.NAME.toml.XXXXXXXX.tmp) must fit
 # in a file name (255 bytes).
@@ -79,10 +79,7 @@ def _copied(ref: str, name: str) -> tuple[dict[str, Any], bool]:
     data["provenance"] = provenance | {"source": source}  # last, as in the shipped files
     # Kept from other users' eyes like its source, or like `convert` keeps what it would mask.
     private = any(not path.stat().st_mode & stat.S_IROTH for path in chain.paths)
-    masked = plan.argv != mask_argv(plan.argv) or any(
-        mask_value(key, value) != value for key, value in plan.env.items()
-    )
-    return data, private or masked
+    return data, private or holds_secret(plan.argv, plan.env)
 
 
 def new_profile(

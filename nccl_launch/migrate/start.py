@@ -20,7 +20,7 @@ from nccl_launch.profile.load import validate_resolved
 from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.profile.model import PROFILE_SCHEMA
 from nccl_launch.profile.plan import ProfilePlan, build_plan
-from nccl_launch.secrets import escaped, mask_argv, mask_value
+from nccl_launch.secrets import escaped, holds_secret
 
 
 @dataclass
@@ -166,14 +166,6 @@ def profile_text(data: dict[str, Any], comments: dict[str, str]) -> str:
     return text
 
 
-def _holds_secret(start: StartCommand) -> bool:
-    """A credential-looking variable or flag (`HF_TOKEN`, `--api-key`), or a password in a
-    value (`postgres://u:pw@db`): whatever people would see masked."""
-    return start.argv != mask_argv(start.argv) or any(
-        mask_value(key, value) != value for key, value in start.env.items()
-    )
-
-
 def save_profile(
     start: StartCommand, name: str, source: str, how: str, output: Path | None, force: bool
 ) -> tuple[Path, ProfilePlan]:
@@ -183,7 +175,7 @@ def save_profile(
     owner only."""
     data, plan, comments = build_profile(start, name, source, how)
     path = output or Path("profiles") / f"{name}.toml"
-    mode = 0o600 if _holds_secret(start) else None
+    mode = 0o600 if holds_secret(start.argv, start.env) else None
     try:
         atomic_write(path, profile_text(data, comments), replace=force, mode=mode)
     except FileExistsError as error:
