@@ -317,16 +317,17 @@ def test_ctrl_c_prints_the_runs_so_far_and_records_nothing(start: Started, tmp_p
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
+        bufsize=0,  # unbuffered: a line read ahead here would be lost to communicate()'s os.read
     )
     assert process.stdout is not None
     seen = []
-    for line in process.stdout:  # wait for the first run to end, then press Ctrl-C
-        seen.append(line)
-        if line.startswith("Run 1/50: "):
+    for raw in process.stdout:  # wait for the first run to end, then press Ctrl-C
+        seen.append(raw.decode())
+        if raw.startswith(b"Run 1/50: "):
             break
     process.send_signal(signal.SIGINT)
-    out, err = process.communicate(timeout=30)
+    out_bytes, err_bytes = process.communicate(timeout=30)
+    out, err = out_bytes.decode(), err_bytes.decode()
     assert process.returncode == 130, "".join(seen) + out + err
     summary = re.search(r"interrupted after (\d+) of 50 runs: mean \d+\.\d tok/s", out)
     assert summary is not None, out
