@@ -14,6 +14,7 @@ import click
 
 from nccl_launch import __version__
 from nccl_launch.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, NcclLaunchError
+from nccl_launch.secrets import escaped
 
 # name -> (module under nccl_launch.commands, attribute, the first paragraph of its help).
 # Importing a command's module costs tens of ms (pydantic models, psutil), so only the command
@@ -175,7 +176,7 @@ def main(args: list[str] | None = None) -> int:
     except (click.Abort, KeyboardInterrupt):
         code = EXIT_INTERRUPTED
     except NcclLaunchError as error:
-        click.echo(error.message(), err=True)
+        click.echo("\n".join(map(escaped, error.lines())), err=True)
         code = error.exit_code
     except Exception as error:
         if _debug_requested(args):

@@ -12,13 +12,14 @@ WARNING_PREFIX = "nccl-launch: warning: "
 
 
 class NcclLaunchError(Exception):
-    """Root of every error a user can cause; `message()` is what they see."""
+    """Root of every error a user can cause; `lines()` is what they see, one line each once
+    escaped (a path or a key may hold a newline)."""
 
     exit_code = EXIT_INTERNAL
     prefix = "nccl-launch: "
 
-    def message(self) -> str:
-        return f"{self.prefix}{self}"
+    def lines(self) -> list[str]:
+        return [f"{self.prefix}{self}"]
 
 
 class UsageError(NcclLaunchError):
@@ -34,6 +35,9 @@ class ProfileError(NcclLaunchError):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("\n".join(problems))
         self.problems = problems
+
+    def lines(self) -> list[str]:
+        return self.problems
 
 
 class HostError(NcclLaunchError):

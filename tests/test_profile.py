@@ -88,6 +88,23 @@ def test_show_toml_is_the_resolved_profile_and_reads_back(
     assert again.stdout.split()[2] == digest
 
 
+def test_show_toml_escapes_what_a_terminal_would_obey_and_reads_back(
+    write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    """tomli-w writes C1 controls (U+009B is CSI to an 8-bit terminal), U+2028 and format
+    characters raw; show writes them as TOML escapes, and a path in its header escaped."""
+    text = "a\u009b31mb\u2028c\U000e0041d"
+    path = write_profile(
+        "odd\nname = 'forged'", f'schema = 1\nname = "x"\nversion = 1\ndescription = "{text}"\n'
+    )
+    result = nccl_launch("show", str(path))
+    assert result.returncode == 0, result.stderr
+    assert '\ndescription = "a\\u009b31mb\\u2028c\\U000e0041d"\n' in result.stdout
+    assert all(char.isprintable() for char in result.stdout.replace("\n", ""))
+    assert f"# resolved from {path.parent}/odd\\nname = 'forged'.toml\n" in result.stdout
+    assert tomllib.loads(result.stdout)["description"] == text
+
+
 def test_show_env_is_what_the_child_gets(versions: None, nccl_launch: RunCli) -> None:
     result = nccl_launch("show", "tuned", "--format", "env")
     lines = result.stdout.splitlines()
@@ -175,6 +192,34 @@ def test_list_escapes_control_characters_in_paths(
     assert len(local) == 1
     assert local[0].endswith("profiles/ev\\x1b[31mil\\nfake  9  sha256:0  local.toml")
     assert "\x1b" not in listed.stdout
+
+
+FORGED = "ev\x1b[31mil\nforged.toml: ok (x@9"  # a file name that would colour and forge a line
+SHOWN = "ev\\x1b[31mil\\nforged.toml: ok (x@9"
+
+
+def test_a_profiles_path_is_escaped_in_every_line_that_names_it(
+    write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    """validate's ok line, its warning and its error, run --dry-run's header and diff's name
+    the file on one line each, its newline and ESC written as escapes."""
+    good = write_profile(FORGED, 'schema = 1\nname = "x"\nversion = 1\n[nccl]\nMAX_NCHANNELS = 4\n')
+    bad = write_profile(FORGED + "2", 'schema = 1\nname = "x"\nversion = 1\n[nccl]\nPROTO = "X"\n')
+    validated = nccl_launch("validate", str(good), str(bad))
+    assert validated.returncode == 2
+    assert validated.stdout.startswith(f"{good.parent}/{SHOWN}.toml: ok (x@1, sha256:")
+    err = validated.stderr.splitlines()
+    assert len(err) == 2, validated.stderr
+    assert err[0].startswith(f"nccl-launch: warning: {good.parent}/{SHOWN}.toml: NCCL_MAX_NCH")
+    assert err[1].startswith(f"{bad.parent}/{SHOWN}2.toml: nccl.PROTO: ")
+    dry = nccl_launch("run", "--dry-run", str(good), "--", "true")
+    assert dry.stdout.splitlines()[0].endswith(f"from {good.parent}/{SHOWN}.toml"), dry.stdout
+    diffed = nccl_launch("diff", str(good), str(good))
+    assert [line.split(" ", 3)[3] for line in diffed.stdout.splitlines()[:2]] == [
+        f"{good.parent}/{SHOWN}.toml"
+    ] * 2
+    for result in (validated, dry, diffed):
+        assert "\x1b" not in result.stdout + result.stderr
 
 
 def test_list_with_nothing_says_where_it_looked(isolated: Isolation) -> None:

@@ -23,7 +23,7 @@ def _saved(
 ) -> int:
     path, plan = save_profile(start, name, source, how, output, force)
     for note in start.notes:  # they quote the script's or the process's words
-        warn(escaped(note))
+        warn(note)
     click.echo(f"wrote {escaped(str(path))} ({plan.label}, {plan.short_digest}); check it with:")
     click.echo(f"  nccl-launch run --dry-run {shell_word(str(path))}")
     return EXIT_OK

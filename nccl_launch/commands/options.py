@@ -12,6 +12,7 @@ import click
 from nccl_launch.errors import WARNING_PREFIX
 from nccl_launch.launch.placement import Placement
 from nccl_launch.launch.prepare import LaunchPlan, prepare_launch
+from nccl_launch.secrets import escaped
 
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
@@ -45,7 +46,8 @@ class LaunchCommand(click.Command):
 
 
 def warn(message: str) -> None:
-    click.echo(f"{WARNING_PREFIX}{message}", err=True)
+    """One line on stderr, escaped: a note may quote a path, a key or a value."""
+    click.echo(escaped(f"{WARNING_PREFIX}{message}"), err=True)
 
 
 def echo_lines(lines: list[str], err: bool = False) -> None:

@@ -100,7 +100,7 @@ def _reread(
     except (ProfileError, UsageError) as error:
         if good is None:
             raise
-        return good, "; ".join(str(error).splitlines())
+        return good, "; ".join(error.lines())
 
 
 def watch(

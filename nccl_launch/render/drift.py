@@ -102,7 +102,7 @@ def env_changes(
 def dry_run_lines(launch: LaunchPlan, calling: Mapping[str, str]) -> list[str]:
     """What `run --dry-run` prints: the profile, the env changes, the cwd, the argv."""
     plan = launch.plan
-    lines = [f"profile {plan.label} ({plan.short_digest}) from {launch.path}"]
+    lines = [f"profile {plan.label} ({plan.short_digest}) from {escaped(str(launch.path))}"]
     lines += [
         "environment changes:",
         *env_changes(calling, launch.merged.env, launch.merged.sources),

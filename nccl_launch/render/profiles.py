@@ -36,15 +36,22 @@ def _masked(table: dict[str, Any], path: str = "") -> dict[str, Any]:
     return masked
 
 
+def _toml_escape(char: str) -> str:
+    return f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}"
+
+
 def show_toml(shown: ShownProfile) -> str:
     """The resolved profile as TOML, under a comment naming its digest and its files; secrets
-    are masked, and a comment says so."""
-    chain = ", ".join(shown.chain)
+    are masked, and a comment says so. tomli-w escapes C0 controls but writes the rest of
+    what is not printable (C1's CSI, U+2028) raw; they can only stand in its quoted strings,
+    where TOML's `\\uXXXX` reads them back unchanged."""
+    chain = ", ".join(map(escaped, shown.chain))
     header = f"# {shown.profile} {shown.digest}\n# resolved from {chain}\n"
     masked = _masked(shown.resolved)
     if masked != shown.resolved:
         header += "# secrets masked as ***: --format json or an export format prints them\n"
-    return header + tomli_w.dumps(masked)
+    body = tomli_w.dumps(masked)
+    return header + "".join(c if c.isprintable() or c == "\n" else _toml_escape(c) for c in body)
 
 
 def _shown_change(key: str, value: str | None) -> str:
@@ -99,7 +106,7 @@ def diff_lines(diff: ProfileDiff) -> list[str]:
     lines = []
     for sign, loaded in (("---", diff.old), ("+++", diff.new)):
         plan = build_plan(loaded.profile)
-        lines.append(f"{sign} {plan.label} ({plan.short_digest}) {loaded.path}")
+        lines.append(f"{sign} {plan.label} ({plan.short_digest}) {escaped(str(loaded.path))}")
     width = max((len(key) for key, _, _ in diff.changes), default=0)
     for key, old, new in diff.changes:
         if old is None:
@@ -115,16 +122,18 @@ def diff_lines(diff: ProfileDiff) -> list[str]:
 
 def validate_lines(validation: Validation) -> tuple[list[str], list[str]]:
     """What `validate` prints: an ok line per valid file (stdout); problems, warnings (stderr)."""
-    out, err = [], []
+    out: list[str] = []
+    err: list[str] = []
     for result in validation.results:
         if result.error is not None:
-            err.append(result.error.message())
+            err += map(escaped, result.error.lines())
             continue
-        err += [f"{WARNING_PREFIX}{result.path}: {note}" for note in result.warnings]
+        path = escaped(str(result.path))
+        err += [escaped(f"{WARNING_PREFIX}{path}: {note}") for note in result.warnings]
         accepted = "".join(f'; accepts "{id_}"' for id_ in result.acknowledged)
         baseline = result.baseline
         reaches = "" if baseline is None else f", baseline {baseline.decode_tok_s:g} tok/s"
-        out.append(f"{result.path}: ok ({result.label}, {result.short_digest}{reaches}{accepted})")
+        out.append(f"{path}: ok ({result.label}, {result.short_digest}{reaches}{accepted})")
     count, invalid = len(validation.results), validation.invalid
     if count > 1:
         out.append(f"{count - invalid} valid, {invalid} invalid")

@@ -43,9 +43,9 @@ def _process_lines(process: ProcessReport) -> list[str]:
 
 def live_text(report: LiveReport) -> str:
     """The text form of `check`: a header, each process with its entries, a verdict."""
-    lines = [f"check {report.profile} ({report.digest[:15]}) from {report.path}"]
+    lines = [f"check {report.profile} ({report.digest[:15]}) from {escaped(report.path)}"]
     if report.profile_error is not None:
-        why = report.profile_error
+        why = escaped(report.profile_error)
         lines.append(f"profile invalid now, checked against this last good version: {why}")
     if report.running_profile is None:
         lines.append(f"pid {report.main_pid} was not started by nccl-launch")
