@@ -563,8 +563,8 @@ def test_nccl_debug_variables_are_tolerated_when_run_added_them(
 @contextlib.contextmanager
 def sleeper(env: dict[bytes, bytes], *title: bytes) -> Iterator[int]:
     """A real process with exactly `env` (bytes: it may hold what is not UTF-8); its PID."""
-    argv = [sys.executable.encode(), b"-c", b"import time; time.sleep(60)", *title]
-    process = subprocess.Popen(argv, env=env)  # returns once the exec has succeeded
+    argv = [b"python", b"-c", b"import time; time.sleep(60)", *title]  # a title of any checkout
+    process = subprocess.Popen(argv, executable=sys.executable, env=env)  # once exec succeeded
     try:
         yield process.pid
     finally:

@@ -64,12 +64,6 @@ def _secret(key: str, what: str) -> Note:
     return Note(f"{key} secret", f"{key}: {what}; {_ELSEWHERE}", every_start=True)
 
 
-def _sglang(message: str) -> Note:
-    """SGLang's notes start with what they are about: a key (`env.X:`) or a flag."""
-    subject = message.split(" ", 1)[0].removesuffix(":")
-    return Note(f"{subject} sglang", message, every_start=True)
-
-
 def notes(profile: Profile) -> list[Note]:
     """Every warning about the profile, judged from the profile alone, acknowledged or not."""
     found = []
@@ -80,7 +74,8 @@ def notes(profile: Profile) -> list[Note]:
             name = catalog.PREFIX + key
             found.append(Note(f"{name} {kind}", message, kind in _EVERY_START_KINDS))
     if profile.server is not None:
-        found += [_sglang(text) for text in server_warnings(profile.server, profile.declared_env())]
+        warnings = server_warnings(profile.server, profile.declared_env())
+        found += [Note(f"{subject} sglang", text, every_start=True) for subject, text in warnings]
     return found + secret_notes(profile)
 
 

@@ -89,29 +89,27 @@ def server_problems(server: Server) -> list[tuple[str, str]]:
     return problems + speculative_problems(server)
 
 
-def server_warnings(server: Server, env: dict[str, str]) -> list[str]:
-    """Where SGLang will not honour what the profile declares, and what only the host decides."""
+def server_warnings(server: Server, env: dict[str, str]) -> list[tuple[str, str]]:
+    """Where SGLang will not honour what the profile declares, and what only the host decides:
+    (subject, message) pairs, the subject a key (`env.X`) or a flag the message starts with."""
     warnings = []
     if mtp_algorithm(server) is not None:
-        warnings.append(
-            "server.speculative.draft_model_path: none given, so the model must have built-in "
-            "MTP layers (DeepSeek-V3 style); preflight and run check its config.json"
-        )
+        subject = "server.speculative.draft_model_path"
+        why = "built-in MTP layers (DeepSeek-V3 style); preflight and run check its config.json"
+        warnings.append((subject, f"{subject}: none given, so the model must have {why}"))
     args = set(server.args)
     if "CUDA_DEVICE_MAX_CONNECTIONS" in env:
-        warnings.append(
-            "env.CUDA_DEVICE_MAX_CONNECTIONS: SGLang always sets it to 8 in its workers"
-        )
+        subject = "env.CUDA_DEVICE_MAX_CONNECTIONS"
+        warnings.append((subject, f"{subject}: SGLang always sets it to 8 in its workers"))
     tuned = [key for key in ("NCCL_ALGO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS") if key in env]
-    if "--enable-deterministic-inference" in args and server.tp_size > 1 and tuned:
-        warnings.append(
-            f"--enable-deterministic-inference makes SGLang override {', '.join(tuned)} "
-            "(NCCL_ALGO=allreduce:tree, 8 channels)"
-        )
+    subject = "--enable-deterministic-inference"
+    if subject in args and server.tp_size > 1 and tuned:
+        overridden = f"{', '.join(tuned)} (NCCL_ALGO=allreduce:tree, 8 channels)"
+        warnings.append((subject, f"{subject} makes SGLang override {overridden}"))
     for option, key in (
         ("--enable-symm-mem", "NCCL_CUMEM_ENABLE"),
         ("--enable-nccl-nvls", "NCCL_NVLS_ENABLE"),
     ):
         if option in args and key in env:
-            warnings.append(f"{option} makes SGLang override {key} = {env[key]!r}")
+            warnings.append((option, f"{option} makes SGLang override {key} = {env[key]!r}"))
     return warnings
