@@ -139,7 +139,9 @@ def atomic_write(path: Path, text: str, *, replace: bool, mode: int | None = Non
             umask = os.umask(0)
             os.umask(umask)
             mode = 0o666 & ~umask
-    path.parent.mkdir(parents=True, exist_ok=True)
+    missing = [folder for folder in (path.parent, *path.parent.parents) if not folder.exists()]
+    for folder in reversed(missing):  # never writable by others, whatever the umask: as root,
+        folder.mkdir(mode=0o755, exist_ok=True)  # `run` would refuse what lies in them
     import tempfile  # not on a read-only path such as `run`'s
 
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

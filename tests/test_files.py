@@ -112,6 +112,19 @@ def test_root_checks_the_directories_a_symlink_leads_through(tmp_path: Path) -> 
         read_text(link, "profile", trusted=True)
 
 
+def test_atomic_write_makes_folders_no_other_user_may_write(tmp_path: Path) -> None:
+    """Under umask 0 a plain `mkdir -p` makes 0777 folders, and a root `run` refuses every
+    profile in them: the folders atomic_write makes are 0755 less the umask."""
+    path = tmp_path / "a" / "b" / "p.toml"
+    old = os.umask(0)
+    try:
+        atomic_write(path, "one\n", replace=False, mode=0o644)
+    finally:
+        os.umask(old)
+    modes = [stat.S_IMODE(folder.stat().st_mode) for folder in (path.parent, path.parent.parent)]
+    assert modes == [0o755, 0o755]
+
+
 def test_atomic_write_respects_the_umask_and_keeps_a_replaced_mode(tmp_path: Path) -> None:
     path = tmp_path / "out" / "unit.service"
     old = os.umask(0o027)
