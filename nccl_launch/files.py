@@ -4,6 +4,7 @@ ones; writes are atomic, respect the umask and keep the mode of the file they re
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import stat
 import sys
@@ -139,7 +140,7 @@ def atomic_write(path: Path, text: str, *, replace: bool, mode: int | None = Non
             umask = os.umask(0)
             os.umask(umask)
             mode = 0o666 & ~umask
-    missing = [folder for folder in (path.parent, *path.parent.parents) if not folder.exists()]
+    missing = list(itertools.takewhile(lambda folder: not folder.is_dir(), path.parents))
     for folder in reversed(missing):  # never writable by others, whatever the umask: as root,
         folder.mkdir(mode=0o755, exist_ok=True)  # `run` would refuse what lies in them
     import tempfile  # not on a read-only path such as `run`'s
