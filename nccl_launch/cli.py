@@ -184,7 +184,7 @@ def main(args: list[str] | None = None) -> int:
 
             traceback.print_exc()
         click.echo(
-            f"nccl-launch: internal error: {type(error).__name__}: {error} "
+            f"nccl-launch: internal error: {type(error).__name__}: {escaped(str(error))} "
             f"(a bug; rerun with --debug for the traceback)",
             err=True,
         )

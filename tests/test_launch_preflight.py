@@ -437,3 +437,14 @@ def test_the_status_line_is_cut_to_the_terminal_width(
     assert code == 3
     assert f"cannot run {python}" in stdout
     assert terminal.partition("\r\x1b[K") == (shown, "\r\x1b[K", "")
+
+
+def test_the_status_line_escapes_what_a_terminal_would_obey(write_profile: WriteProfile) -> None:
+    """server.python refuses control characters, not U+2028 or U+202E (which reverses what
+    follows on screen): the status line shows them escaped."""
+    with_python(write_profile, SHIPPED_SERVERS[0], "/opt/a\u2028\u202eb/python3")
+    args = ["preflight", *SKIP_HOST, "under-test"]
+    code, _, terminal = run_with_stderr_on_a_terminal(args, dict(os.environ), columns=200)
+    assert code == 3
+    shown = "preflight: /opt/a\\u2028\\u202eb/python3 imports SGLang and parses the argv..."
+    assert terminal == f"{shown}\r\x1b[K"

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import click
 
-from nccl_launch.commands.options import profile_option
+from nccl_launch.commands.options import echo_lines, profile_option
 from nccl_launch.errors import EXIT_OK
 from nccl_launch.migrate.scaffold import new_profile
+from nccl_launch.render.drift import shell_word
 
 
 @click.command()
@@ -32,6 +33,6 @@ def new(name: str, source: str | None, folder: Path, force: bool) -> int:
     upgraded.
     """
     path, plan = new_profile(name, source, folder, force)
-    click.echo(f"wrote {path} ({plan.label}, {plan.short_digest}); check it with:")
-    click.echo(f"  nccl-launch run --dry-run {path}")
+    wrote = f"wrote {path} ({plan.label}, {plan.short_digest}); check it with:"
+    echo_lines([wrote, f"  nccl-launch run --dry-run {shell_word(str(path))}"])
     return EXIT_OK

@@ -34,10 +34,10 @@ class Echo:
     def checked(self, when: str, report: LiveReport) -> None:
         line = checked_line(when, report)
         if line is not None:
-            click.echo(line, err=self.err)
+            echo_lines([line], err=self.err)
 
     def ran(self, kind: str, number: int, total: int, figure: RunFigure) -> None:
-        click.echo(run_line(kind, number, total, figure), err=self.err)
+        echo_lines([run_line(kind, number, total, figure)], err=self.err)
         if figure.tokens < self.asked and not self.short:
             self.short = True  # once: every run of such a server stops short
             warn(
@@ -54,7 +54,7 @@ def _history(profile: str | None, record: Path, fmt: str) -> int:
     if fmt == "json":
         click.echo(found.model_dump_json(indent=2))
     elif not found.results:
-        click.echo(f"no results{f' of {profile}' if profile else ''} in {record}")
+        echo_lines([f"no results{f' of {profile}' if profile else ''} in {record}"])
     else:
         echo_lines(history_lines(found.results))
     return found.exit_code
@@ -150,5 +150,5 @@ def bench(
     else:
         echo_lines(summary_lines(report))
     if report.status == "measured":
-        click.echo(f"recorded in {record}", err=fmt == "json")
+        echo_lines([f"recorded in {record}"], err=fmt == "json")
     return report.exit_code

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from nccl_launch.commands.options import output_options, profile_argument, warn
+from nccl_launch.commands.options import echo_lines, output_options, profile_argument, warn
 from nccl_launch.deploy.systemd import write_unit
 from nccl_launch.errors import EXIT_OK, UsageError
 from nccl_launch.migrate.capture import read_process
@@ -24,8 +24,8 @@ def _saved(
     path, plan = save_profile(start, name, source, how, output, force)
     for note in start.notes:  # they quote the script's or the process's words
         warn(note)
-    click.echo(f"wrote {escaped(str(path))} ({plan.label}, {plan.short_digest}); check it with:")
-    click.echo(f"  nccl-launch run --dry-run {shell_word(str(path))}")
+    wrote = f"wrote {path} ({plan.label}, {plan.short_digest}); check it with:"
+    echo_lines([wrote, f"  nccl-launch run --dry-run {shell_word(str(path))}"])
     return EXIT_OK
 
 
@@ -89,7 +89,6 @@ def systemd(profile: str, user: str | None, output: Path | None, force: bool) ->
     if output is None:
         click.echo(text, nl=False)
     else:
-        click.echo(
-            f"wrote {output}; then: systemctl daemon-reload && systemctl enable --now {output.name}"
-        )
+        then = f"systemctl daemon-reload && systemctl enable --now {shell_word(output.name)}"
+        echo_lines([f"wrote {output}; then: {then}"])
     return EXIT_OK

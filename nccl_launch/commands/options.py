@@ -12,6 +12,7 @@ import click
 from nccl_launch.errors import WARNING_PREFIX
 from nccl_launch.launch.placement import Placement
 from nccl_launch.launch.prepare import LaunchPlan, prepare_launch
+from nccl_launch.render.drift import shell_word
 from nccl_launch.secrets import escaped
 
 if TYPE_CHECKING:
@@ -35,9 +36,11 @@ class LaunchCommand(click.Command):
         except click.NoSuchOption as error:
             message = error.format_message()
             stop = "" if message.endswith((".", "?")) else "."
-            raise click.UsageError(f"{message}{stop} {hint} {error.option_name}", ctx) from None
+            word = shell_word(error.option_name)
+            raise click.UsageError(f"{escaped(message)}{stop} {hint} {word}", ctx) from None
         if extra:
-            raise click.UsageError(f"Unexpected argument {extra[0]!r}. {hint} {extra[0]}", ctx)
+            word = shell_word(extra[0])
+            raise click.UsageError(f"Unexpected argument {extra[0]!r}. {hint} {word}", ctx)
         ctx.params["command"] = tuple(after)
         return []
 
@@ -51,8 +54,10 @@ def warn(message: str) -> None:
 
 
 def echo_lines(lines: list[str], err: bool = False) -> None:
+    """Lines for people, each escaped: a path, a name, a value or a log's text they quote
+    cannot forge a line or drive the terminal. Machine formats are printed as they are."""
     for line in lines:
-        click.echo(line, err=err)
+        click.echo(escaped(line), err=err)
 
 
 def _bundle(command: F, decorators: Sequence[Callable[[Any], Any]]) -> F:

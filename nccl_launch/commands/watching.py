@@ -90,7 +90,8 @@ def check(
         report = live.check(target, profile)
         emit(report)
         return report.exit_code
-    return live.watch(target, profile, watch, on_drift, grace, emit, say=click.echo, warn=warn)
+    say = lambda line: echo_lines([line])  # noqa: E731
+    return live.watch(target, profile, watch, on_drift, grace, emit, say=say, warn=warn)
 
 
 @click.command(name="verify-log")

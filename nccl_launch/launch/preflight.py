@@ -20,6 +20,7 @@ from nccl_launch.launch.preflight_report import Check, PreflightReport
 from nccl_launch.launch.prepare import LaunchPlan
 from nccl_launch.profile.lint import review
 from nccl_launch.profile.load import validate_chain
+from nccl_launch.secrets import escaped
 from nccl_launch.sglang.server import Server
 
 
@@ -49,7 +50,7 @@ def waiting_for(what: str) -> Iterator[None]:
             width = os.get_terminal_size(sys.stderr.fileno()).columns or 80
         except OSError:
             width = 80
-        sys.stderr.write(_cut(f"preflight: {what}...", max(width - 1, 1)))
+        sys.stderr.write(_cut(escaped(f"preflight: {what}..."), max(width - 1, 1)))
         sys.stderr.flush()
     try:
         yield

@@ -74,7 +74,7 @@ def refusal_text(launch: LaunchPlan, report: DriftReport) -> str:
     """Why `run` will not start: the diff of DESIGN.md, a header, one line per entry, a summary."""
     plan = launch.plan
     header = f"refusing to start: environment drifts from {plan.label} ({plan.short_digest})"
-    return "\n".join([header, *drift_lines(report.entries), report.summary()])
+    return "\n".join(map(escaped, [header, *drift_lines(report.entries), report.summary()]))
 
 
 def env_changes(
@@ -102,7 +102,7 @@ def env_changes(
 def dry_run_lines(launch: LaunchPlan, calling: Mapping[str, str]) -> list[str]:
     """What `run --dry-run` prints: the profile, the env changes, the cwd, the argv."""
     plan = launch.plan
-    lines = [f"profile {plan.label} ({plan.short_digest}) from {escaped(str(launch.path))}"]
+    lines = [f"profile {plan.label} ({plan.short_digest}) from {launch.path}"]
     lines += [
         "environment changes:",
         *env_changes(calling, launch.merged.env, launch.merged.sources),

@@ -106,7 +106,7 @@ def diff_lines(diff: ProfileDiff) -> list[str]:
     lines = []
     for sign, loaded in (("---", diff.old), ("+++", diff.new)):
         plan = build_plan(loaded.profile)
-        lines.append(f"{sign} {plan.label} ({plan.short_digest}) {escaped(str(loaded.path))}")
+        lines.append(f"{sign} {plan.label} ({plan.short_digest}) {loaded.path}")
     width = max((len(key) for key, _, _ in diff.changes), default=0)
     for key, old, new in diff.changes:
         if old is None:
@@ -121,19 +121,19 @@ def diff_lines(diff: ProfileDiff) -> list[str]:
 
 
 def validate_lines(validation: Validation) -> tuple[list[str], list[str]]:
-    """What `validate` prints: an ok line per valid file (stdout); problems, warnings (stderr)."""
+    """What `validate` prints: an ok line per valid file (stdout); problems, warnings (stderr);
+    unescaped, as every list of lines for people until `echo_lines` prints it."""
     out: list[str] = []
     err: list[str] = []
     for result in validation.results:
         if result.error is not None:
-            err += map(escaped, result.error.lines())
+            err += result.error.lines()
             continue
-        path = escaped(str(result.path))
-        err += [escaped(f"{WARNING_PREFIX}{path}: {note}") for note in result.warnings]
+        err += [f"{WARNING_PREFIX}{result.path}: {note}" for note in result.warnings]
         accepted = "".join(f'; accepts "{id_}"' for id_ in result.acknowledged)
         baseline = result.baseline
         reaches = "" if baseline is None else f", baseline {baseline.decode_tok_s:g} tok/s"
-        out.append(f"{path}: ok ({result.label}, {result.short_digest}{reaches}{accepted})")
+        out.append(f"{result.path}: ok ({result.label}, {result.short_digest}{reaches}{accepted})")
     count, invalid = len(validation.results), validation.invalid
     if count > 1:
         out.append(f"{count - invalid} valid, {invalid} invalid")

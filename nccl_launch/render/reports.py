@@ -42,10 +42,11 @@ def _process_lines(process: ProcessReport) -> list[str]:
 
 
 def live_text(report: LiveReport) -> str:
-    """The text form of `check`: a header, each process with its entries, a verdict."""
-    lines = [f"check {report.profile} ({report.digest[:15]}) from {escaped(report.path)}"]
+    """The text form of `check`: a header, each process with its entries, a verdict; each
+    line escaped, for a terminal or the file of `-o`."""
+    lines = [f"check {report.profile} ({report.digest[:15]}) from {report.path}"]
     if report.profile_error is not None:
-        why = escaped(report.profile_error)
+        why = report.profile_error
         lines.append(f"profile invalid now, checked against this last good version: {why}")
     if report.running_profile is None:
         lines.append(f"pid {report.main_pid} was not started by nccl-launch")
@@ -65,7 +66,7 @@ def live_text(report: LiveReport) -> str:
         parts += [f"{unreadable} unreadable"] if unreadable else []
         parts += ["another digest running"] if report.digest_differs else []
         lines.append(f"drift: {', '.join(parts)}, of {total}")
-    return "\n".join(lines)
+    return "\n".join(map(escaped, lines))
 
 
 _LOG_STATUS = {"ok": "ok", "mismatch": "fail", "unconfirmed": "fail", "not-logged": "note"}
