@@ -142,7 +142,8 @@ def test_a_raw_started_server_is_refused_without_any_figure(
     result = nccl_launch("bench", "standin", "--url", url(server), *FAST)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "refusing to measure: the server does not run standin@1 as declared" in result.stdout
-    assert "- NCCL_PROTO" in result.stdout  # the drift report says why
+    assert "- NCCL_PROTO" in result.stdout  # the drift report says why, a line per line
+    assert result.stdout.startswith("check standin@1 (") and "\\n" not in result.stdout
     assert "tok/s" not in result.stdout
     as_json = nccl_launch("bench", "standin", "--url", url(server), *FAST, "--format", "json")
     assert as_json.returncode == 1
@@ -162,6 +163,7 @@ def test_a_worker_drifting_during_the_runs_discards_them(
     assert "checked before: pid " in result.stdout
     assert "Run 2/2: " in result.stdout  # measured, then thrown away
     assert '~ NCCL_PROTO  "LL" -> "Simple"' in result.stdout
+    assert "\\n" not in result.stdout  # check's report printed line by line, not escaped whole
     assert "discarding 2 runs: the server drifted from standin@1 while measured" in result.stdout
     assert "mean" not in result.stdout
     assert nothing_recorded(tmp_path)

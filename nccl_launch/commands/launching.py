@@ -19,7 +19,7 @@ from nccl_launch.commands.options import (
 from nccl_launch.errors import EXIT_OK
 from nccl_launch.launch.execute import exec_command
 from nccl_launch.launch.prepare import SKIPPABLE
-from nccl_launch.render.drift import drift_lines, dry_run_lines, refusal_text
+from nccl_launch.render.drift import drift_lines, dry_run_lines, refusal_lines
 
 
 @click.command(cls=LaunchCommand)
@@ -41,7 +41,7 @@ def run(dry_run: bool, **options: Any) -> int:
     argv = launch.command()
     refusal = launch.refusal()
     if refusal is not None:
-        click.echo(refusal_text(launch, refusal), err=True)
+        echo_lines(refusal_lines(launch, refusal), err=True)
         return refusal.exit_code
     for note in launch.warnings():
         warn(note)

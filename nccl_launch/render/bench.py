@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from nccl_launch.bench.result import BenchReport, RunFigure, Verdict
 from nccl_launch.live.compare import LiveReport
-from nccl_launch.render.reports import live_text
+from nccl_launch.render.reports import live_lines
 from nccl_launch.secrets import escaped
 
 
@@ -70,13 +70,13 @@ def summary_lines(report: BenchReport) -> list[str]:
     done, total = len(report.runs), report.method.runs
     if report.status == "refused" and report.drift is not None:
         return [
-            live_text(report.drift),
+            *live_lines(report.drift),
             f"refusing to measure: the server does not run {report.profile} as declared; "
             "no figure taken",
         ]
     if report.status == "discarded" and report.drift is not None:
         return [
-            live_text(report.drift),
+            *live_lines(report.drift),
             f"discarding {done} runs: the server drifted from {report.profile} while measured",
         ]
     if report.mean_tok_s is None:

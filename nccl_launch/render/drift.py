@@ -70,11 +70,11 @@ def drift_lines(entries: Sequence[DriftEntry]) -> list[str]:
     return lines
 
 
-def refusal_text(launch: LaunchPlan, report: DriftReport) -> str:
+def refusal_lines(launch: LaunchPlan, report: DriftReport) -> list[str]:
     """Why `run` will not start: the diff of DESIGN.md, a header, one line per entry, a summary."""
     plan = launch.plan
     header = f"refusing to start: environment drifts from {plan.label} ({plan.short_digest})"
-    return "\n".join(map(escaped, [header, *drift_lines(report.entries), report.summary()]))
+    return [header, *drift_lines(report.entries), report.summary()]
 
 
 def env_changes(

@@ -42,8 +42,12 @@ def _process_lines(process: ProcessReport) -> list[str]:
 
 
 def live_text(report: LiveReport) -> str:
-    """The text form of `check`: a header, each process with its entries, a verdict; each
-    line escaped, for a terminal or the file of `-o`."""
+    """The text form of `check`, each line escaped, for a terminal or the file of `-o`."""
+    return "\n".join(map(escaped, live_lines(report)))
+
+
+def live_lines(report: LiveReport) -> list[str]:
+    """A header, each process with its entries, a verdict."""
     lines = [f"check {report.profile} ({report.digest[:15]}) from {report.path}"]
     if report.profile_error is not None:
         why = report.profile_error
@@ -66,7 +70,7 @@ def live_text(report: LiveReport) -> str:
         parts += [f"{unreadable} unreadable"] if unreadable else []
         parts += ["another digest running"] if report.digest_differs else []
         lines.append(f"drift: {', '.join(parts)}, of {total}")
-    return "\n".join(map(escaped, lines))
+    return lines
 
 
 _LOG_STATUS = {"ok": "ok", "mismatch": "fail", "unconfirmed": "fail", "not-logged": "note"}
