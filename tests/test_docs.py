@@ -1,0 +1,53 @@
+"""The docs show real output: the examples that need nothing but the shipped profiles and the
+test corpus are run from the source tree and compared with what the docs print, line for line
+and exit code for exit code. Examples that need a server, a host or files set up in prose are
+checked by the tests of their command."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Isolation, console_script
+
+REPO = Path(__file__).parent.parent
+# Where the docs' dry run was taken: the absolute path of the profile's file differs by clone.
+DOC_CHECKOUT = "/srv/nccl-launch"
+PRINTS_THE_VARIABLE = """python3 -c 'import os; print(os.environ["NCCL_P2P_LEVEL"])'"""
+INVALID = " ".join(
+    f"tests/corpus/invalid/{name}.toml"
+    for name in ("buffsize-decimal-megabytes", "unknown-nccl-name")
+)
+EXAMPLES = [  # of docs/commands.md
+    "nccl-launch run --dry-run kimi-k25-rtx6000bw-tp8-eagle3",
+    f"nccl-launch run rtx6000bw-pcie-tp8 -- {PRINTS_THE_VARIABLE}",
+    f"nccl-launch validate profiles/*.toml {INVALID}",
+    "nccl-launch show kimi-k25-rtx6000bw-tp8-eagle3 --format env",
+    "nccl-launch show rtx6000bw-pcie-tp8 --format systemd-env",
+    "nccl-launch show rtx6000bw-pcie-tp8 --format json",
+]
+
+
+def documented(command: str) -> tuple[list[str], int]:
+    """The lines the doc prints after `$ command` up to the next prompt or the block's end,
+    and the exit code its `$ echo $?` shows (0 when it shows none)."""
+    after = (REPO / "docs" / "commands.md").read_text().split(f"$ {command}\n", 1)[1]
+    block = after.split("```", 1)[0]
+    output, *prompts = re.split(r"^\$ ", block, flags=re.MULTILINE)
+    shown = prompts[0].splitlines() if prompts else []
+    code = int(shown[1]) if shown and shown[0] == "echo $?" else 0
+    return output.splitlines(), code
+
+
+@pytest.mark.parametrize("command", EXAMPLES, ids=[command[:40] for command in EXAMPLES])
+def test_a_docs_example_prints_what_the_docs_show(command: str, isolated: Isolation) -> None:
+    expected, code = documented(command)
+    script = command.replace("nccl-launch", console_script(), 1)
+    result = subprocess.run(
+        ["bash", "-c", f"{script} 2>&1"], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    assert result.stdout.replace(str(REPO), DOC_CHECKOUT).splitlines() == expected
+    assert result.returncode == code
