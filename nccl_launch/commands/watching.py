@@ -90,7 +90,10 @@ def check(
         report = live.check(target, profile)
         emit(report)
         return report.exit_code
-    say = lambda line: echo_lines([line])  # noqa: E731
+
+    def say(line: str) -> None:
+        echo_lines([line])
+
     return live.watch(target, profile, watch, on_drift, grace, emit, say=say, warn=warn)
 
 
