@@ -92,3 +92,18 @@ def test_what_a_process_holds_is_escaped_in_checks_report(
     assert printed.returncode == saved.returncode == 0, printed.stdout + printed.stderr
     assert_escaped(printed, "check")
     assert written.read_text() == printed.stdout
+
+
+def test_the_command_new_suggests_pastes_back_into_bash_as_the_same_path(
+    tmp_path: Path, nccl_launch: RunCli
+) -> None:
+    """A byte that is not UTF-8 (0xff) is shown as bash's `\\xff`, not as the code point
+    Python decodes it to, so the suggested command names the file that was written."""
+    folder = "d\udcff\x1b"  # the argv bytes b"d\xff\x1b"
+    result = nccl_launch("new", "n", "--dir", folder)
+    assert result.returncode == 0, result.stderr
+    hint = result.stdout.splitlines()[1].removeprefix("  nccl-launch run --dry-run ")
+    assert hint == "$'d\\xff\\x1b/n.toml'"
+    pasted = subprocess.run(["bash", "-c", f'printf "%s" {hint}'], capture_output=True, check=True)
+    assert pasted.stdout == os.fsencode(f"{folder}/n.toml")
+    assert (tmp_path / folder / "n.toml").is_file()

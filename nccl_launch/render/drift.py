@@ -23,7 +23,9 @@ def _bash_escape(char: str) -> str:
         return "\\" + char
     if char.isprintable():
         return char
-    code = ord(char)  # bash reads \xHH as a byte, so above ASCII the code point is written
+    code = ord(char)  # bash reads \xHH as a byte, so above ASCII the code point is written,
+    if 0xDC80 <= code <= 0xDCFF:  # but a byte that was not UTF-8 (surrogateescape) is the byte
+        return f"\\x{code - 0xDC00:02x}"
     return repr(char)[1:-1] if code < 0x80 else f"\\U{code:08x}"
 
 
