@@ -14,7 +14,6 @@ import click
 
 from nccl_launch import __version__
 from nccl_launch.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, NcclLaunchError
-from nccl_launch.secrets import escaped
 
 # name -> (module under nccl_launch.commands, attribute, the first paragraph of its help).
 # Importing a command's module costs tens of ms (pydantic models, psutil), so only the command
@@ -159,6 +158,13 @@ def _debug_requested(args: list[str]) -> bool:
     return "--debug" in own
 
 
+def _complain(lines: list[str]) -> None:
+    """An error's lines on stderr, each escaped: a path or a key may hold a newline."""
+    from nccl_launch.secrets import escaped  # only on an error: not on --version's path
+
+    click.echo("\n".join(map(escaped, lines)), err=True)
+
+
 def main(args: list[str] | None = None) -> int:
     """Run the CLI and map every outcome to a documented exit code, in this one place."""
     args = sys.argv[1:] if args is None else args
@@ -176,17 +182,18 @@ def main(args: list[str] | None = None) -> int:
     except (click.Abort, KeyboardInterrupt):
         code = EXIT_INTERRUPTED
     except NcclLaunchError as error:
-        click.echo("\n".join(map(escaped, error.lines())), err=True)
+        _complain(error.lines())
         code = error.exit_code
     except Exception as error:
         if _debug_requested(args):
             import traceback  # only for a bug, shown on request
 
             traceback.print_exc()
-        click.echo(
-            f"nccl-launch: internal error: {type(error).__name__}: {escaped(str(error))} "
-            f"(a bug; rerun with --debug for the traceback)",
-            err=True,
+        _complain(
+            [
+                f"nccl-launch: internal error: {type(error).__name__}: {error} "
+                "(a bug; rerun with --debug for the traceback)"
+            ]
         )
         code = EXIT_INTERNAL
     finally:

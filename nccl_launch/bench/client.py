@@ -20,7 +20,6 @@ import httpx
 from nccl_launch.bench.result import RunFigure
 from nccl_launch.bench.url import shown
 from nccl_launch.errors import HostError
-from nccl_launch.secrets import escaped
 
 SHOWN_BODY = 200  # of an error answer, enough for a reason, not a page of HTML
 INFO_PATHS = ("/server_info", "/get_server_info")  # the second before SGLang 0.5
@@ -107,13 +106,13 @@ class Client:
         except httpx.TimeoutException:
             raise HostError(f"{where}: no answer within {self.timeout:g} s (--timeout)") from None
         except httpx.ConnectError as error:
-            raise HostError(f"{where}: cannot connect: {escaped(str(error))}") from None
+            raise HostError(f"{where}: cannot connect: {error}") from None
         except httpx.HTTPError as error:
-            raise HostError(f"{where}: {type(error).__name__}: {escaped(str(error))}") from None
+            raise HostError(f"{where}: {type(error).__name__}: {error}") from None
 
     def _status(self, path: str, response: httpx.Response) -> HostError:
         body = _body(response, SHOWN_BODY * 4).decode(errors="replace")
-        said = escaped(" ".join(body.split())[:SHOWN_BODY])
+        said = " ".join(body.split())[:SHOWN_BODY]
         return HostError(f"{self.shown}{path} answered HTTP {response.status_code}: {said}")
 
     def server_info(self) -> ServerFacts:

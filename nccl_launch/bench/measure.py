@@ -18,7 +18,6 @@ from nccl_launch.live.processes import Target, descendants, main_pid, snapshot_t
 from nccl_launch.live.watch import compare_tree
 from nccl_launch.profile.load import LoadedProfile
 from nccl_launch.profile.plan import build_plan
-from nccl_launch.secrets import escaped
 
 
 class Progress(Protocol):
@@ -51,7 +50,7 @@ def _resolved(host: str, port: int) -> set[IPAddress]:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as error:
-        raise HostError(f"--url: cannot resolve {escaped(host)}: {error}") from None
+        raise HostError(f"--url: cannot resolve {host}: {error}") from None
     return {_ip(str(info[4][0])) for info in infos}
 
 
@@ -117,11 +116,11 @@ def locate(url: str, pid: int | None) -> Server:
     if not _is_here(addresses):
         if pid is None:
             raise UsageError(
-                f"--url {shown(url)}: {escaped(host)} is not this host, whose processes "
+                f"--url {shown(url)}: {host} is not this host, whose processes "
                 "bench checks; run bench on the server's host, or name its process with --pid"
             )
         return Server(url=url, target=Target(pid=pid))
-    where = escaped(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     owners = _owners(addresses, port, where)
     main = pid if pid is not None else min(owners)
     strangers = sorted(owners - _tree(main))

@@ -15,7 +15,6 @@ from nccl_launch.migrate.capture import read_process
 from nccl_launch.migrate.script import read_script, read_script_file
 from nccl_launch.migrate.start import StartCommand, save_profile
 from nccl_launch.render.drift import shell_word
-from nccl_launch.secrets import escaped
 
 
 def _saved(
@@ -54,7 +53,7 @@ def convert(script: str, name: str | None, output: Path | None, force: bool) -> 
     try:
         start = read_script(text, os.environ)
     except UsageError as error:  # `line 20: ...`, of which file
-        raise UsageError(escaped(f"{source}: {error}")) from None
+        raise UsageError(f"{source}: {error}") from None
     default = "converted" if source == "stdin" else Path(source).stem
     return _saved(start, name or _profile_name(default), source, "converted", output, force)
 

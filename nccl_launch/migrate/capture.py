@@ -10,7 +10,6 @@ from nccl_launch.errors import HostError
 from nccl_launch.migrate.start import StartCommand
 from nccl_launch.nccl import catalog
 from nccl_launch.profile.markers import MARKER_PROFILE, OWN_VARIABLES
-from nccl_launch.secrets import escaped
 
 # Variables worth keeping from a running server's environment besides NCCL_*.
 CAPTURED_PREFIXES = (
@@ -52,10 +51,10 @@ def read_process(pid: int) -> StartCommand:
     wanted = (catalog.PREFIX, *CAPTURED_PREFIXES)
     keep = {k: v for k, v in environ.items() if k.startswith(wanted) and k not in OWN_VARIABLES}
     for key, value in keep.items():
-        _check_text(pid, f"${escaped(key)}" if _utf8(key) else "a variable's name", key + value)
+        _check_text(pid, f"${key}" if _utf8(key) else "a variable's name", key + value)
         if not key.isprintable():  # nor a name a profile's [env] can hold
             raise HostError(
-                f"process {pid}: ${escaped(key)}: a variable's name holds a control character, "
+                f"process {pid}: ${key}: a variable's name holds a control character, "
                 "which a profile cannot hold; write the profile by hand"
             )
     for index, word in enumerate(argv):

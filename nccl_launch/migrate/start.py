@@ -20,7 +20,7 @@ from nccl_launch.profile.load import validate_resolved
 from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.profile.model import PROFILE_SCHEMA
 from nccl_launch.profile.plan import ProfilePlan, build_plan
-from nccl_launch.secrets import escaped, holds_secret
+from nccl_launch.secrets import holds_secret
 
 
 @dataclass
@@ -118,7 +118,7 @@ def build_profile(
                 read = "" if stored in (None, value) else f"{value!r} (NCCL reads {stored}): "
                 problems.append(f"{where}{key}: {read}{error}")
     if problems:  # a name or a value read from a process or a script may hold anything
-        raise ProfileError([escaped(f"{source}: {problem}") for problem in problems])
+        raise ProfileError([f"{source}: {problem}" for problem in problems])
     notes = start.notes
     data: dict[str, Any] = {
         "schema": PROFILE_SCHEMA,
@@ -131,17 +131,13 @@ def build_profile(
     try:
         server = server_table(start.argv, notes)
     except UsageError as error:  # `$MODEL_DIR is not set`: in which script
-        raise UsageError(escaped(f"{source}: {error}")) from None
+        raise UsageError(f"{source}: {error}") from None
     if server is not None:
         data["server"] = server | ({"cwd": start.cwd} if start.cwd else {})
     elif start.argv:
         notes.append(f"not an SGLang command, run it with: -- {' '.join(start.argv)}")
     data["provenance"] = {"source": source} | ({"notes": "; ".join(notes)} if notes else {})
-    try:
-        profile = validate_resolved(source, data)
-    except ProfileError as error:  # its lines quote the names of the script's variables
-        raise ProfileError([escaped(problem) for problem in error.problems]) from None
-    return data, build_plan(profile), comments
+    return data, build_plan(validate_resolved(source, data)), comments
 
 
 def profile_text(data: dict[str, Any], comments: dict[str, str]) -> str:
@@ -180,9 +176,8 @@ def save_profile(
         atomic_write(path, profile_text(data, comments), replace=force, mode=mode)
     except FileExistsError as error:
         if error.errno is None or error.filename2 is not None:  # the file, not a folder
-            raise UsageError(f"{escaped(str(path))} exists; pass --force to replace it") from None
-        where = escaped(str(error.filename))
-        raise FileError(f"{escaped(str(path))}: cannot write: {where} is not a directory") from None
+            raise UsageError(f"{path} exists; pass --force to replace it") from None
+        raise FileError(f"{path}: cannot write: {error.filename} is not a directory") from None
     except OSError as error:  # a directory, a folder that cannot hold files, a full disk
-        raise FileError(f"{escaped(str(path))}: cannot write: {error.strerror}") from None
+        raise FileError(f"{path}: cannot write: {error.strerror}") from None
     return path, plan

@@ -49,14 +49,13 @@ def _stamp(report: BenchReport) -> list[str]:
         )
     else:
         gpus = f"none recorded ({report.gpus_note})"
-    lines = [
+    return [
         f"profile {report.profile} {report.digest}",
         f"server  {report.url}: SGLang {report.sglang_version or 'unknown'}, "
         f"model {report.model or 'unknown'}",
         f"GPUs    {gpus}",
         f"host    {report.host} at {report.time}",
     ]
-    return [escaped(line) for line in lines]  # the server's and the history's words
 
 
 def _returned(report: BenchReport) -> str:
@@ -91,7 +90,7 @@ def summary_lines(report: BenchReport) -> list[str]:
         return [f"interrupted after {done} of {total} runs: {figures}; nothing recorded"]
     lines = [figures, *_stamp(report)]
     if report.baseline is not None:
-        lines.append(escaped(_verdict_line(report.baseline)))
+        lines.append(_verdict_line(report.baseline))
         if report.baseline.met is False:
             lines.append(
                 f"below the baseline: mean {report.mean_tok_s:.1f} tok/s < "
@@ -130,7 +129,7 @@ def history_lines(results: list[BenchReport]) -> list[str]:
         widths = [max(len(row[i]) for row in rows) for i in range(len(HISTORY_HEADER))]
         count = len(group)
         lines += [""] if lines else []  # a blank line between two tables
-        lines.append(escaped(f"{profile} {digest[:15]}: {count} result{'' if count == 1 else 's'}"))
+        lines.append(f"{profile} {digest[:15]}: {count} result{'' if count == 1 else 's'}")
         lines += [
             "  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
             for row in rows

@@ -18,9 +18,9 @@ def preflight_lines(report: PreflightReport) -> list[str]:
     width = max(len(check.name) for check in report.checks)
     lines = []
     for check in report.checks:
-        lines.append(f"{check.status:<4}  {check.name.ljust(width)}  {escaped(check.message)}")
+        lines.append(f"{check.status:<4}  {check.name.ljust(width)}  {check.message}")
         detail = drift_lines(check.drift.entries) if check.drift is not None else check.detail
-        lines += [f"      {escaped(line)}" for line in detail]
+        lines += [f"      {line}" for line in detail]
     failed = sum(check.status == "fail" for check in report.checks)
     warned = sum(check.status == "warn" for check in report.checks)
     verdict = "failed" if failed else "passed"
@@ -31,7 +31,7 @@ def preflight_lines(report: PreflightReport) -> list[str]:
 
 
 def _process_lines(process: ProcessReport) -> list[str]:
-    lines = [f"pid {process.pid}  {escaped(' '.join(mask_argv(process.title.split(' '))))}"]
+    lines = [f"pid {process.pid}  {' '.join(mask_argv(process.title.split(' ')))}"]
     if not process.readable:
         return [*lines, f"  unreadable: {process.reason}"]
     lines += drift_lines(process.drifted)
