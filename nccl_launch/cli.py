@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Check everything `run` would, then the host and SGLang's own parser on the argv.",
     ),
     "check": (
-        "watching",
+        "checking",
         "check",
         "Compare a running server's whole process tree with PROFILE.",
     ),
@@ -41,7 +41,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Measure decode tok/s of the server at URL, checked against PROFILE before and after.",
     ),
     "verify-log": (
-        "watching",
+        "verifying",
         "verify_log",
         "Confirm from NCCL's NCCL_DEBUG=INFO output (LOG, or stdin) that every rank applied "
         "each declared value; exit 1 on a value applied differently or never confirmed.",
@@ -89,7 +89,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Write a profile from a running server: its NCCL env, its command line and directory.",
     ),
     "systemd": (
-        "migrating",
+        "deploying",
         "systemd",
         "Print a systemd service unit that runs PROFILE's server through nccl-launch.",
     ),
@@ -160,7 +160,7 @@ def _debug_requested(args: list[str]) -> bool:
 
 def _complain(lines: list[str]) -> None:
     """An error's lines on stderr, each escaped: a path or a key may hold a newline."""
-    from nccl_launch.secrets import escaped  # only on an error: not on --version's path
+    from nccl_launch.escaping import escaped  # only on an error: not on --version's path
 
     click.echo("\n".join(map(escaped, lines)), err=True)
 

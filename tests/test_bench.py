@@ -20,7 +20,7 @@ import pytest
 from nccl_launch.bench.gpus import parse_gpus
 from nccl_launch.bench.history import opened, read_history
 from nccl_launch.bench.result import BenchReport, Method, RunFigure, judge
-from nccl_launch.profile.baseline import Baseline
+from nccl_launch.profile.model import Baseline
 from nccl_launch.report import SCHEMA_VERSION
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import STANDIN, free_port, wait_for

@@ -25,7 +25,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nccl_launch.env.merge import merge_environment
-from nccl_launch.live.compare import ProcessSnapshot, evaluate
+from nccl_launch.live.compare import evaluate
+from nccl_launch.live.processes import ProcessSnapshot
 from nccl_launch.profile.load import load_profile
 from nccl_launch.profile.model import Policy, Profile
 from nccl_launch.profile.plan import ProfilePlan, build_plan

@@ -17,9 +17,9 @@ from pydantic import ValidationError
 
 from nccl_launch.bench.result import BenchReport
 from nccl_launch.errors import EXIT_OK
+from nccl_launch.escaping import escaped
 from nccl_launch.files import FileError, read_text
 from nccl_launch.report import Report
-from nccl_launch.secrets import escaped
 
 FILE_NAME = "bench.jsonl"
 HISTORY_LIMIT = 64 << 20  # some 40,000 results; a larger file is not this history

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field, computed_field
 
 from nccl_launch.errors import EXIT_DRIFT, EXIT_INTERRUPTED, EXIT_OK
 from nccl_launch.live.compare import LiveReport
-from nccl_launch.profile.baseline import Baseline
+from nccl_launch.profile.model import Baseline
 from nccl_launch.report import Report
 
 Status = Literal["measured", "refused", "discarded", "interrupted"]

@@ -8,7 +8,8 @@ from typing import NamedTuple
 from urllib.parse import unquote, urlsplit
 
 from nccl_launch.errors import UsageError
-from nccl_launch.secrets import MASK, escaped, is_secret
+from nccl_launch.escaping import escaped
+from nccl_launch.masking import MASK, is_secret
 
 URL_LIMIT = 4096  # far beyond any server's base URL; a longer one is a mistake or an attack
 SHOWN_LIMIT = 200  # of a URL refused for its length

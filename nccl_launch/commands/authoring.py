@@ -6,10 +6,9 @@ from pathlib import Path
 
 import click
 
-from nccl_launch.commands.options import echo_lines, profile_option
+from nccl_launch.commands.options import profile_option, say_wrote_profile
 from nccl_launch.errors import EXIT_OK
-from nccl_launch.migrate.scaffold import new_profile
-from nccl_launch.render.drift import shell_word
+from nccl_launch.profile.new import new_profile
 
 
 @click.command()
@@ -33,6 +32,5 @@ def new(name: str, source: str | None, folder: Path, force: bool) -> int:
     upgraded.
     """
     path, plan = new_profile(name, source, folder, force)
-    wrote = f"wrote {path} ({plan.label}, {plan.short_digest}); check it with:"
-    echo_lines([wrote, f"  nccl-launch run --dry-run {shell_word(str(path))}"])
+    say_wrote_profile(path, plan.label, plan.short_digest)
     return EXIT_OK

@@ -1,4 +1,4 @@
-"""Writing profiles and units: `convert`, `capture`, `systemd`."""
+"""Writing a profile from what runs today: `convert` (a start script), `capture` (a process)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,11 @@ from pathlib import Path
 
 import click
 
-from nccl_launch.commands.options import echo_lines, output_options, profile_argument, warn
-from nccl_launch.deploy.systemd import write_unit
+from nccl_launch.commands.options import output_options, say_wrote_profile, warn
 from nccl_launch.errors import EXIT_OK, UsageError
 from nccl_launch.migrate.capture import read_process
 from nccl_launch.migrate.script import read_script, read_script_file
 from nccl_launch.migrate.start import StartCommand, save_profile
-from nccl_launch.render.drift import shell_word
 
 
 def _saved(
@@ -23,8 +21,7 @@ def _saved(
     path, plan = save_profile(start, name, source, how, output, force)
     for note in start.notes:  # they quote the script's or the process's words
         warn(note)
-    wrote = f"wrote {path} ({plan.label}, {plan.short_digest}); check it with:"
-    echo_lines([wrote, f"  nccl-launch run --dry-run {shell_word(str(path))}"])
+    say_wrote_profile(path, plan.label, plan.short_digest)
     return EXIT_OK
 
 
@@ -72,22 +69,3 @@ def capture(pid: int, name: str | None, output: Path | None, force: bool) -> int
     """Write a profile from a running server: its NCCL env, its command line and directory."""
     start = read_process(pid)
     return _saved(start, name or f"captured-{pid}", f"pid {pid}", "captured", output, force)
-
-
-@click.command()
-@profile_argument()
-@click.option("--user", help="User= of the service (default: root).")
-@output_options("Write the unit to FILE (atomically) instead of printing it.")
-def systemd(profile: str, user: str | None, output: Path | None, force: bool) -> int:
-    """Print a systemd service unit that runs PROFILE's server through nccl-launch.
-
-    Type=exec (MainPID is the server), preflight as ExecStartPre=, run as ExecStart=, a long
-    TimeoutStartSec for model load, Restart=on-failure, KillMode=mixed.
-    """
-    text = write_unit(profile, user, output, force)
-    if output is None:
-        click.echo(text, nl=False)
-    else:
-        then = f"systemctl daemon-reload && systemctl enable --now {shell_word(output.name)}"
-        echo_lines([f"wrote {output}; then: {then}"])
-    return EXIT_OK

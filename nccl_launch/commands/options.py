@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from nccl_launch.errors import WARNING_PREFIX
+from nccl_launch.escaping import escaped
 from nccl_launch.launch.placement import Placement
 from nccl_launch.launch.prepare import LaunchPlan, prepare_launch
 from nccl_launch.render.drift import shell_word
-from nccl_launch.secrets import escaped
 
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
@@ -51,6 +51,12 @@ class LaunchCommand(click.Command):
 def warn(message: str) -> None:
     """One line on stderr, escaped: a note may quote a path, a key or a value."""
     click.echo(escaped(f"{WARNING_PREFIX}{message}"), err=True)
+
+
+def say_wrote_profile(path: Path, label: str, short_digest: str) -> None:
+    """The line after writing a profile (`new`, `convert`, `capture`), and how to check it."""
+    wrote = f"wrote {path} ({label}, {short_digest}); check it with:"
+    echo_lines([wrote, f"  nccl-launch run --dry-run {shell_word(str(path))}"])
 
 
 def echo_lines(lines: list[str], err: bool = False) -> None:

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, get_args
 
 from nccl_launch.errors import EXIT_DRIFT, EXIT_OK
+from nccl_launch.masking import mask_value
 from nccl_launch.nccl import catalog
 from nccl_launch.profile.markers import NCCL_DEBUG_ENV, OWN_VARIABLES
-from nccl_launch.secrets import mask_value
 
 DriftKind = Literal["changed", "missing", "undeclared"]
 DRIFT_KINDS: tuple[DriftKind, ...] = get_args(DriftKind)

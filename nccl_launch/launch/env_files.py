@@ -8,7 +8,7 @@ from pathlib import Path
 from nccl_launch.env.merge import EnvLayer
 from nccl_launch.errors import UsageError
 from nccl_launch.files import read_text
-from nccl_launch.secrets import is_secret, mask_credentials
+from nccl_launch.masking import is_secret, mask_credentials
 
 
 def _name_problem(name: str) -> str | None:

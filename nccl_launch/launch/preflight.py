@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from nccl_launch.escaping import escaped
 from nccl_launch.launch.host import (
     conf_checks,
     env_plugin_check,
@@ -20,7 +21,6 @@ from nccl_launch.launch.preflight_report import Check, PreflightReport
 from nccl_launch.launch.prepare import LaunchPlan
 from nccl_launch.profile.lint import review
 from nccl_launch.profile.load import validate_chain
-from nccl_launch.secrets import escaped
 from nccl_launch.sglang.server import Server
 
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, PlainSerializer
 
@@ -15,16 +14,8 @@ from nccl_launch.profile.model import Policy
 from nccl_launch.profile.plan import ProfilePlan
 from nccl_launch.report import Report
 
-
-@dataclass(frozen=True)
-class ProcessSnapshot:
-    """One process as read from /proc: its environment, or why it could not be read."""
-
-    pid: int
-    create_time: float
-    title: str
-    env: dict[str, str] | None
-    unreadable: str | None = None
+if TYPE_CHECKING:  # read from /proc by live/processes.py, which imports psutil
+    from nccl_launch.live.processes import ProcessSnapshot
 
 
 # Drift entries are dataclasses (`run` imports no pydantic); JSON gets them as they say.

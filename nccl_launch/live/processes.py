@@ -12,7 +12,6 @@ import psutil
 
 from nccl_launch.errors import HostError, UsageError
 from nccl_launch.files import FileError, read_text
-from nccl_launch.live.compare import ProcessSnapshot
 
 TITLE_WIDTH = 100
 PIDFILE_LIMIT = 64  # a PID and a newline; anything longer is not a pidfile
@@ -21,6 +20,17 @@ OVERWRITTEN = (
     "environment overwritten by setproctitle; start the server with SPT_NOENV=1 "
     "(nccl-launch run sets it)"
 )
+
+
+@dataclass(frozen=True)
+class ProcessSnapshot:
+    """One process as read from /proc: its environment, or why it could not be read."""
+
+    pid: int
+    create_time: float
+    title: str
+    env: dict[str, str] | None
+    unreadable: str | None = None
 
 
 @dataclass(frozen=True)

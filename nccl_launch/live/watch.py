@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Literal
 
 from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK, HostError, ProfileError, UsageError
-from nccl_launch.live.compare import LiveReport, ProcessSnapshot, evaluate
-from nccl_launch.live.processes import Target, main_pid, snapshot_tree, stop_tree
+from nccl_launch.live.compare import LiveReport, evaluate
+from nccl_launch.live.processes import ProcessSnapshot, Target, main_pid, snapshot_tree, stop_tree
 from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.profile.markers import MARKER_PROFILE, MARKER_PROFILE_FILE
 from nccl_launch.profile.plan import build_plan

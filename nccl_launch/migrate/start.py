@@ -13,6 +13,7 @@ import tomli_w
 
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files import FileError, atomic_write
+from nccl_launch.masking import holds_secret
 from nccl_launch.migrate.server_table import server_table
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.nccl.grammar import BoolRule, IntRule, LevelRule, SizeRule, TomlValue, Undefined
@@ -20,7 +21,6 @@ from nccl_launch.profile.load import validate_resolved
 from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.profile.model import PROFILE_SCHEMA
 from nccl_launch.profile.plan import ProfilePlan, build_plan
-from nccl_launch.secrets import holds_secret
 
 
 @dataclass

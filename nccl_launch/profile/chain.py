@@ -10,7 +10,8 @@ from typing import Any
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files import read_text
 from nccl_launch.nccl.catalog import PREFIX
-from nccl_launch.profile.search import find_profile, parse_profile_toml
+from nccl_launch.profile.document import parse_profile_toml
+from nccl_launch.profile.search import find_profile
 
 # Longer `extends` chains are a mistake; the cap also bounds the files a lookup reads.
 MAX_EXTENDS = 64

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from nccl_launch.masking import is_secret, mask_argv, mask_credentials
 from nccl_launch.nccl import catalog
-from nccl_launch.secrets import is_secret, mask_argv, mask_credentials
 from nccl_launch.sglang.argv import server_argv
 from nccl_launch.sglang.rules import server_warnings
 

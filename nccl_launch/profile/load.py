@@ -10,11 +10,10 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from nccl_launch.errors import ProfileError
-from nccl_launch.profile.baseline import Baseline
+from nccl_launch.masking import MASK, is_secret, mask_argv, mask_credentials
 from nccl_launch.profile.chain import ProfileChain, read_chain
-from nccl_launch.profile.model import Policy, Profile, Provenance
+from nccl_launch.profile.model import Baseline, Policy, Profile, Provenance
 from nccl_launch.profile.search import find_profile
-from nccl_launch.secrets import MASK, is_secret, mask_argv, mask_credentials
 from nccl_launch.sglang.rules import server_problems
 from nccl_launch.sglang.server import Server, Speculative
 

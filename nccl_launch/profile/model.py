@@ -9,7 +9,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator
 
 from nccl_launch.nccl import catalog, rules
-from nccl_launch.profile.baseline import Baseline
 from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.profile.search import PROFILE_NAME
 from nccl_launch.sglang import facts
@@ -18,6 +17,29 @@ from nccl_launch.sglang.server import NUL_PROBLEM, STRICT, Server, Text
 PROFILE_SCHEMA = 1  # the `schema` key of a profile file; JSON output has its own (report.py)
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+DEFAULT_TOLERANCE = 0.05  # [baseline]: how far below its figure a mean may fall
+
+
+class Baseline(BaseModel):
+    """What `bench` holds the server to: the mean may fall at most `tolerance` below.
+
+    `max_tokens` and `runs` record the method the figure was measured with; `bench` uses
+    them as its defaults and compares only a measurement made the same way.
+    """
+
+    model_config = STRICT
+
+    decode_tok_s: float = Field(gt=0, allow_inf_nan=False)
+    tolerance: float = Field(default=DEFAULT_TOLERANCE, ge=0, lt=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    runs: int | None = Field(default=None, ge=1)
+
+    @property
+    def floor(self) -> float:
+        """The lowest mean that still meets the baseline."""
+        return self.decode_tok_s * (1 - self.tolerance)
 
 
 class StrictModel(BaseModel):

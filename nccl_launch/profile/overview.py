@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from nccl_launch.errors import EXIT_OK, EXIT_USAGE, NcclLaunchError
-from nccl_launch.profile.baseline import Baseline
 from nccl_launch.profile.lint import lint, review
 from nccl_launch.profile.load import LoadedProfile, load_profile
+from nccl_launch.profile.model import Baseline
 from nccl_launch.profile.plan import build_plan
 from nccl_launch.profile.search import profile_files
 from nccl_launch.report import Report

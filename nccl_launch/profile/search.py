@@ -1,28 +1,22 @@
 """The profile search path: `./profiles`, `$NCCL_LAUNCH_PATH`, the system directory, then the
-profiles shipped with nccl-launch; lookups, and reading a profile file's TOML (a lookup peeks at
+profiles shipped with nccl-launch; lookups by path, `NAME` and `NAME@VERSION` (a lookup peeks at
 each file's name and version)."""
 
 from __future__ import annotations
 
 import os
 import re
-import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from nccl_launch.errors import ProfileError, UsageError
-from nccl_launch.files import read_text
+from nccl_launch.profile.document import read_profile_toml
 from nccl_launch.profile.markers import SEARCH_PATH_VAR, SYSTEM_DIR_VAR
 
 SYSTEM_DIR = "/etc/nccl-launch/profiles"
 # pyproject.toml installs the source tree's profiles/ as this package's data (an editable
 # install maps the name onto profiles/ itself), so the import system knows where they are.
 SHIPPED_PACKAGE = "nccl_launch.shipped"
-# A profile's tables go three deep ([server.speculative] KEY); deeper is a mistake or an attack,
-# and would exhaust Python's recursion in the TOML parser or the code after it.
-MAX_NESTING = 16
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # TOML integers are 64-bit signed
 # A profile's name (the model checks it; completion offers only such names): it names a file,
 # and a shell reads it, so nothing that a file name or a shell word treats specially.
 PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -73,54 +67,6 @@ def profile_files(dirs: list[Path]) -> list[Path]:
     # os.path.isdir: False, not an error, for a name too long or otherwise unusable
     found = [folder for folder in unique_dirs(dirs) if os.path.isdir(folder)]  # noqa: PTH112
     return [path for folder in found for path in sorted(folder.glob("*.toml"))]
-
-
-def _shape_problems(path: Path, data: dict[str, Any]) -> list[str]:
-    """What TOML allows but no profile can mean: nesting deeper than MAX_NESTING, an integer
-    beyond 64 bits (tomllib reads any size), a key holding a control character."""
-    problems = []
-    pending: list[tuple[str, object, int]] = [("", data, 0)]
-    while pending:  # iterative: the point is not to recurse on what the file nests
-        key, value, depth = pending.pop()
-        where = key or "the document"
-        if depth > MAX_NESTING:
-            problems.append(f"{path}: {where}: nested deeper than {MAX_NESTING} levels")
-        elif isinstance(value, dict):
-            for name, item in value.items():
-                if not name.isprintable():
-                    dotted = f"{key}.{name!r}" if key else repr(name)
-                    problems.append(f"{path}: {dotted}: a key cannot hold a control character")
-                else:
-                    pending.append((f"{key}.{name}" if key else name, item, depth + 1))
-        elif isinstance(value, list):
-            pending += [(f"{key}.{index}", item, depth + 1) for index, item in enumerate(value)]
-        elif isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
-            problems.append(f"{path}: {where}: integer out of range; TOML integers are 64-bit")
-    return problems
-
-
-def read_profile_toml(path: Path) -> dict[str, Any]:
-    """A profile file's TOML as data. FileError when it cannot be read (as root, also when
-    others could have written it); ProfileError when it is not TOML or no profile's shape."""
-    return parse_profile_toml(path, read_text(path, "profile", trusted=True))
-
-
-def parse_profile_toml(path: Path, text: str) -> dict[str, Any]:
-    """The TOML `text` of the profile file `path` as data, or ProfileError."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        problem = str(error)
-    except ValueError:  # Python's limit on the digits of an int
-        problem = "an integer with thousands of digits"
-    except RecursionError:
-        problem = "nested deeper than Python can read"
-    else:
-        problems = _shape_problems(path, data)
-        if problems:
-            raise ProfileError(problems)
-        return data
-    raise ProfileError([f"{path}: not valid TOML: {problem}"])
 
 
 def declared_identity(path: Path) -> tuple[str, int] | UsageError | None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from nccl_launch.bench.result import BenchReport, RunFigure, Verdict
+from nccl_launch.escaping import escaped
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.render.reports import live_lines
-from nccl_launch.secrets import escaped
 
 
 def run_line(kind: str, number: int, total: int, figure: RunFigure) -> str:

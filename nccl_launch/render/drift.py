@@ -7,8 +7,9 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 from nccl_launch.env.drift import DriftEntry, DriftKind, DriftReport, Reason
+from nccl_launch.escaping import escaped
 from nccl_launch.launch.prepare import LaunchPlan
-from nccl_launch.secrets import escaped, mask_argv, mask_value
+from nccl_launch.masking import mask_argv, mask_value
 
 _MARKS: dict[DriftKind, str] = {"changed": "~", "missing": "-", "undeclared": "+"}
 

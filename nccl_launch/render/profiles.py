@@ -10,12 +10,13 @@ from typing import Any
 import tomli_w
 
 from nccl_launch.errors import WARNING_PREFIX
+from nccl_launch.escaping import escaped
+from nccl_launch.masking import mask_argv, mask_value
 from nccl_launch.profile.diff import ProfileDiff
 from nccl_launch.profile.overview import ListedProfile, ShownProfile, Validation
 from nccl_launch.profile.plan import build_plan
 from nccl_launch.profile.search import pick
 from nccl_launch.render.drift import shown
-from nccl_launch.secrets import escaped, mask_argv, mask_value
 
 
 def _masked(table: dict[str, Any], path: str = "") -> dict[str, Any]:

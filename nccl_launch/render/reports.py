@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 
+from nccl_launch.escaping import escaped
 from nccl_launch.launch.preflight_report import PreflightReport
 from nccl_launch.live.compare import LiveReport, ProcessReport
 from nccl_launch.live.verify_log import LogReport
+from nccl_launch.masking import mask_argv
 from nccl_launch.render.drift import drift_lines
-from nccl_launch.secrets import escaped, mask_argv
 
 
 def preflight_lines(report: PreflightReport) -> list[str]:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from nccl_launch.secrets import is_secret, mask_argv, mask_credentials, mask_value
+from nccl_launch.masking import is_secret, mask_argv, mask_credentials, mask_value
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import free_port
 from tests.test_live import Server

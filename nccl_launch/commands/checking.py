@@ -1,4 +1,4 @@
-"""After start: `check` the live process tree, `verify-log` NCCL's own log."""
+"""After start: `check` the live process tree, once or `--watch`."""
 
 from __future__ import annotations
 
@@ -16,14 +16,13 @@ from nccl_launch.commands.options import (
     warn,
 )
 from nccl_launch.errors import UsageError
-from nccl_launch.files import atomic_write, open_stream
+from nccl_launch.files import atomic_write
 from nccl_launch.live import watch as live
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.live.processes import Target
-from nccl_launch.live.verify_log import verify_profile
 from nccl_launch.live.watch import OnDrift
 from nccl_launch.render.prometheus import metrics
-from nccl_launch.render.reports import live_text, log_lines
+from nccl_launch.render.reports import live_text
 
 LIVE_FORMATS: dict[str, Callable[[LiveReport], str]] = {
     "text": lambda report: live_text(report) + "\n",
@@ -95,22 +94,3 @@ def check(
         echo_lines([line])
 
     return live.watch(target, profile, watch, on_drift, grace, emit, say=say, warn=warn)
-
-
-@click.command(name="verify-log")
-@profile_argument()
-@click.argument("log", default="-")
-@format_option("text", "json", default="text")
-def verify_log(profile: str, log: str, fmt: str) -> int:
-    """Confirm from NCCL's NCCL_DEBUG=INFO output (LOG, or stdin) that every rank applied
-    each declared value; exit 1 on a value applied differently or never confirmed.
-
-    journalctl -u sglang | nccl-launch verify-log PROFILE
-    """
-    with open_stream(log, "log") as lines:
-        report = verify_profile(profile, lines, "stdin" if log == "-" else log)
-    if fmt == "json":
-        click.echo(report.model_dump_json(indent=2))
-    else:
-        echo_lines(log_lines(report))
-    return report.exit_code

@@ -1,6 +1,5 @@
-"""Kept out of what people read: values of credential-looking names, passwords in URLs, the
-values of credential flags in an argv, and raw control characters. Machine outputs keep the
-real values."""
+"""Credentials kept out of what people read: values of credential-looking names, passwords in
+URLs, the values of credential flags in an argv. Machine outputs keep the real values."""
 
 from __future__ import annotations
 
@@ -82,14 +81,6 @@ def mask_argv(argv: Sequence[str]) -> list[str]:
         else:
             masked.append(mask_credentials(word))
     return masked
-
-
-def escaped(text: str) -> str:
-    """`text` with each control character (newline, carriage return, ESC) and each byte that
-    was not UTF-8 written as its Python escape (`\\n`, `\\x1b`, `\\udcff`), so that what a
-    profile, a process, a server or a file holds cannot forge a line or a colour in a terminal
-    or a log."""
-    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
 
 def holds_secret(argv: Sequence[str], env: Mapping[str, str]) -> bool:

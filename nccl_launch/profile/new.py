@@ -18,12 +18,13 @@ import tomli_w
 
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files import FileError, atomic_write, check_trusted
+from nccl_launch.masking import holds_secret
 from nccl_launch.profile.chain import read_chain
+from nccl_launch.profile.document import parse_profile_toml
 from nccl_launch.profile.load import validate_chain, validate_resolved
 from nccl_launch.profile.model import PROFILE_SCHEMA
 from nccl_launch.profile.plan import ProfilePlan, build_plan
-from nccl_launch.profile.search import find_profile, parse_profile_toml
-from nccl_launch.secrets import holds_secret
+from nccl_launch.profile.search import find_profile
 
 # NAME.toml and the temporary name atomic_write gives it (.NAME.toml.XXXXXXXX.tmp) must fit
 # in a file name (255 bytes).

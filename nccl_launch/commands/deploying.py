@@ -1,0 +1,31 @@
+"""Deploying a profile: `systemd`, the service unit that runs its server through nccl-launch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from nccl_launch.commands.options import echo_lines, output_options, profile_argument
+from nccl_launch.deploy.systemd import write_unit
+from nccl_launch.errors import EXIT_OK
+from nccl_launch.render.drift import shell_word
+
+
+@click.command()
+@profile_argument()
+@click.option("--user", help="User= of the service (default: root).")
+@output_options("Write the unit to FILE (atomically) instead of printing it.")
+def systemd(profile: str, user: str | None, output: Path | None, force: bool) -> int:
+    """Print a systemd service unit that runs PROFILE's server through nccl-launch.
+
+    Type=exec (MainPID is the server), preflight as ExecStartPre=, run as ExecStart=, a long
+    TimeoutStartSec for model load, Restart=on-failure, KillMode=mixed.
+    """
+    text = write_unit(profile, user, output, force)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        then = f"systemctl daemon-reload && systemctl enable --now {shell_word(output.name)}"
+        echo_lines([f"wrote {output}; then: {then}"])
+    return EXIT_OK

@@ -1,0 +1,29 @@
+"""Proof from NCCL itself: `verify-log` reads NCCL's NCCL_DEBUG=INFO lines."""
+
+from __future__ import annotations
+
+import click
+
+from nccl_launch.commands.options import echo_lines, format_option, profile_argument
+from nccl_launch.files import open_stream
+from nccl_launch.live.verify_log import verify_profile
+from nccl_launch.render.reports import log_lines
+
+
+@click.command(name="verify-log")
+@profile_argument()
+@click.argument("log", default="-")
+@format_option("text", "json", default="text")
+def verify_log(profile: str, log: str, fmt: str) -> int:
+    """Confirm from NCCL's NCCL_DEBUG=INFO output (LOG, or stdin) that every rank applied
+    each declared value; exit 1 on a value applied differently or never confirmed.
+
+    journalctl -u sglang | nccl-launch verify-log PROFILE
+    """
+    with open_stream(log, "log") as lines:
+        report = verify_profile(profile, lines, "stdin" if log == "-" else log)
+    if fmt == "json":
+        click.echo(report.model_dump_json(indent=2))
+    else:
+        echo_lines(log_lines(report))
+    return report.exit_code

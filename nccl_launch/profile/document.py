@@ -1,0 +1,65 @@
+"""A profile file's text read as TOML: the parse, and the shape checks for what TOML allows but
+no profile can mean. Reading the `extends` chain and peeking at a file during a lookup both
+start here."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from nccl_launch.errors import ProfileError
+from nccl_launch.files import read_text
+from nccl_launch.nccl.grammar import INT64_MAX, INT64_MIN  # TOML integers are 64-bit too
+
+# A profile's tables go three deep ([server.speculative] KEY); deeper is a mistake or an attack,
+# and would exhaust Python's recursion in the TOML parser or the code after it.
+MAX_NESTING = 16
+
+
+def _shape_problems(path: Path, data: dict[str, Any]) -> list[str]:
+    """What TOML allows but no profile can mean: nesting deeper than MAX_NESTING, an integer
+    beyond 64 bits (tomllib reads any size), a key holding a control character."""
+    problems = []
+    pending: list[tuple[str, object, int]] = [("", data, 0)]
+    while pending:  # iterative: the point is not to recurse on what the file nests
+        key, value, depth = pending.pop()
+        where = key or "the document"
+        if depth > MAX_NESTING:
+            problems.append(f"{path}: {where}: nested deeper than {MAX_NESTING} levels")
+        elif isinstance(value, dict):
+            for name, item in value.items():
+                if not name.isprintable():
+                    dotted = f"{key}.{name!r}" if key else repr(name)
+                    problems.append(f"{path}: {dotted}: a key cannot hold a control character")
+                else:
+                    pending.append((f"{key}.{name}" if key else name, item, depth + 1))
+        elif isinstance(value, list):
+            pending += [(f"{key}.{index}", item, depth + 1) for index, item in enumerate(value)]
+        elif isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+            problems.append(f"{path}: {where}: integer out of range; TOML integers are 64-bit")
+    return problems
+
+
+def read_profile_toml(path: Path) -> dict[str, Any]:
+    """A profile file's TOML as data. FileError when it cannot be read (as root, also when
+    others could have written it); ProfileError when it is not TOML or no profile's shape."""
+    return parse_profile_toml(path, read_text(path, "profile", trusted=True))
+
+
+def parse_profile_toml(path: Path, text: str) -> dict[str, Any]:
+    """The TOML `text` of the profile file `path` as data, or ProfileError."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        problem = str(error)
+    except ValueError:  # Python's limit on the digits of an int
+        problem = "an integer with thousands of digits"
+    except RecursionError:
+        problem = "nested deeper than Python can read"
+    else:
+        problems = _shape_problems(path, data)
+        if problems:
+            raise ProfileError(problems)
+        return data
+    raise ProfileError([f"{path}: not valid TOML: {problem}"])
