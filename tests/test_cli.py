@@ -71,7 +71,7 @@ def test_internal_error_exits_4_with_a_short_message(
 
 def test_json_outputs_keep_their_keys() -> None:
     """The versioned JSON contracts: changing a key must change this test (and the version)."""
-    from nccl_launch.env.drift import DriftEntry
+    from nccl_launch.env.drift import DriftEntry, DriftReport
     from nccl_launch.launch.preflight_report import Check, PreflightReport
     from nccl_launch.live.compare import LiveReport, ProcessReport
     from nccl_launch.live.verify_log import KeyReport, LogReport
@@ -85,13 +85,14 @@ def test_json_outputs_keep_their_keys() -> None:
         LogReport: ["schema_version", "profile", "digest", "source", "processes", "keys",
                     "undeclared"],
         KeyReport: ["key", "expected", "verdict", "detail"],
+        DriftReport: ["profile", "digest", "entries", "matched"],
+        DriftEntry: ["key", "kind", "expected", "actual", "source", "note", "reason",
+                     "tolerated"],
     }  # fmt: skip
     for model, keys in contracts.items():
         assert [*model.model_fields, *model.model_computed_fields] == keys, model.__name__
     entry = DriftEntry(key="NCCL_PROTO", kind="changed", expected="LL", actual="Simple")
-    assert list(entry.as_json()) == [
-        "key", "kind", "expected", "actual", "source", "note", "reason", "tolerated"
-    ]  # fmt: skip
+    assert list(entry.model_dump(mode="json")) == contracts[DriftEntry]
 
 
 @pytest.mark.parametrize("entry", [["nccl-launch"], [sys.executable, "-m", "nccl_launch"]])

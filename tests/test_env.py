@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from nccl_launch.env.drift import DriftReport
-from nccl_launch.env.merge import CALLING_ENV, EnvLayer, MergeResult, merge_environment
+from nccl_launch.env.merge import (
+    CALLING_ENV,
+    EnvLayer,
+    MergeResult,
+    inherited_environment,
+    merge_environment,
+)
 from nccl_launch.profile.model import Policy, Profile
 from nccl_launch.profile.plan import build_plan, digest
 from nccl_launch.render.drift import drift_lines
@@ -31,7 +36,9 @@ def merge(
     calling: dict[str, str], layers: list[EnvLayer] | None = None, **fields: Any
 ) -> MergeResult:
     resolved = profile(**fields)
-    return merge_environment(calling, layers or [], build_plan(resolved), resolved.policy, {})
+    return merge_environment(
+        inherited_environment(calling, layers or []), build_plan(resolved), resolved.policy, {}
+    )
 
 
 def test_declared_values_reach_the_child_canonically_with_markers() -> None:
@@ -123,7 +130,9 @@ def test_env_table_conflicts_are_compared_literally() -> None:
 def test_origins_name_the_declaring_file() -> None:
     resolved = profile()
     origins = {"NCCL_PROTO": "profiles/tuned.toml"}
-    result = merge_environment({}, [], build_plan(resolved), resolved.policy, origins)
+    result = merge_environment(
+        inherited_environment({}, []), build_plan(resolved), resolved.policy, origins
+    )
     assert result.sources["NCCL_PROTO"] == "profiles/tuned.toml"
     assert result.sources["NCCL_ALGO"] == "tuned@3"
 
@@ -131,7 +140,12 @@ def test_origins_name_the_declaring_file() -> None:
 def test_merge_does_not_modify_its_inputs() -> None:
     calling = {"NCCL_IB_HCA": "x"}
     resolved = profile(policy={"undeclared_nccl": "strip"})
-    merge_environment(calling, [], build_plan(resolved), Policy(undeclared_nccl="strip"), {})
+    merge_environment(
+        inherited_environment(calling, []),
+        build_plan(resolved),
+        Policy(undeclared_nccl="strip"),
+        {},
+    )
     assert calling == {"NCCL_IB_HCA": "x"}
 
 
@@ -161,7 +175,7 @@ def test_secrets_are_masked_in_reports() -> None:
     assert "hf_secret" not in text
     assert "hf_other" not in text
     assert '"***" -> "***"' in text
-    dumped = json.dumps(result.report.as_json())
+    dumped = result.report.model_dump_json()
     assert "hf_secret" not in dumped
     assert "hf_other" not in dumped
     assert result.report.entries[0].actual == "hf_secret"  # masked on output only
@@ -183,7 +197,9 @@ def test_nccl_conf_values_the_environment_lacks_count_as_inherited() -> None:
 
     conf = parse("NCCL_PROTO=Simple\nNCCL_IB_HCA=mlx5_0\nNCCL_CUMEM_ENABLE=1\n", "/etc/nccl.conf")
     resolved = profile()
-    result = merge_environment({}, [], build_plan(resolved), resolved.policy, {}, conf)
+    result = merge_environment(
+        inherited_environment({}, []), build_plan(resolved), resolved.policy, {}, conf
+    )
     by_key = {entry.key: entry for entry in result.report.entries}
     assert "NCCL_PROTO" not in by_key  # declared: the environment wins over the file
     assert by_key["NCCL_IB_HCA"].source == "/etc/nccl.conf:2"
@@ -194,6 +210,6 @@ def test_nccl_conf_values_the_environment_lacks_count_as_inherited() -> None:
     for policy, tolerated in (("warn", True), ("strip", False)):
         lenient = profile(policy={"undeclared_nccl": policy})
         plan = build_plan(lenient)
-        merged = merge_environment({}, [], plan, lenient.policy, {}, conf)
+        merged = merge_environment(inherited_environment({}, []), plan, lenient.policy, {}, conf)
         [entry] = [e for e in merged.report.entries if e.key == "NCCL_IB_HCA"]
         assert entry.tolerated is tolerated, policy

@@ -10,14 +10,13 @@ import pytest
 
 from nccl_launch.errors import UsageError
 from nccl_launch.launch.placement import Placement, placement_args
-from nccl_launch.profile.cache import RunServer, run_server
 from nccl_launch.sglang.server import Server
 from tests.conftest import RunCli, WriteProfile
 from tests.helpers import STANDIN, read_record
 
 
-def server(**fields: Any) -> RunServer:
-    return run_server(Server.model_validate({"model_path": "/models/m", **fields}))
+def server(**fields: Any) -> Server:
+    return Server.model_validate({"model_path": "/models/m", **fields})
 
 
 MULTI = {"tp_size": 16, "nnodes": 2, "dist_init_addr": "10.0.0.1:5000"}

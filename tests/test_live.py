@@ -24,7 +24,7 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from nccl_launch.env.merge import merge_environment
+from nccl_launch.env.merge import inherited_environment, merge_environment
 from nccl_launch.live.compare import evaluate
 from nccl_launch.live.processes import ProcessSnapshot
 from nccl_launch.profile.load import load_profile
@@ -628,7 +628,9 @@ def test_a_profile_file_marker_that_is_no_profile_path_is_refused(
 
 def test_the_launch_records_the_absolute_profile_file_outside_the_digest() -> None:
     plan, policy = plan_and_policy()
-    result = merge_environment({}, [], plan, policy, {}, profile_file=Path("profiles/p.toml"))
+    result = merge_environment(
+        inherited_environment({}, []), plan, policy, {}, profile_file=Path("profiles/p.toml")
+    )
     assert result.env["NCCL_LAUNCH_PROFILE_FILE"] == str(Path.cwd() / "profiles" / "p.toml")
     assert result.sources["NCCL_LAUNCH_PROFILE_FILE"] == "nccl-launch"
     assert result.report.digest == plan.digest == plan_and_policy()[0].digest

@@ -17,7 +17,6 @@ from nccl_launch.live.compare import LiveReport
 from nccl_launch.live.processes import Target, descendants, main_pid, snapshot_tree
 from nccl_launch.live.watch import compare_tree
 from nccl_launch.profile.load import LoadedProfile
-from nccl_launch.profile.plan import build_plan
 
 
 class Progress(Protocol):
@@ -161,7 +160,7 @@ def bench(
 ) -> BenchReport:
     """Measure on a server proved to run `loaded` before and after; the report says whether
     it was measured, refused, discarded or interrupted (Ctrl-C: the runs so far)."""
-    plan = build_plan(loaded.profile)
+    plan = loaded.plan
     stamp: dict[str, Any] = {
         "profile": plan.label,
         "digest": plan.digest,

@@ -65,7 +65,7 @@ def diff(old: str, new: str) -> int:
 def list_command() -> int:
     """List the profiles on the search path with name, version, digest and source."""
     labelled = search_path()
-    rows = list_profiles([folder for folder, _ in labelled])
+    rows = list_profiles(labelled)
     echo_lines(list_lines(rows, labelled))
     return EXIT_OK
 

@@ -6,16 +6,17 @@ alike; an entry carries the answer as a typed reason, and a report knows its exi
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal, Protocol, get_args
+from collections.abc import Mapping
+from typing import Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, computed_field, field_serializer
 
 from nccl_launch.errors import EXIT_DRIFT, EXIT_OK
 from nccl_launch.masking import mask_value
 from nccl_launch.nccl import catalog
 from nccl_launch.profile.markers import NCCL_DEBUG_ENV, OWN_VARIABLES
+from nccl_launch.profile.model import Policy
 
 DriftKind = Literal["changed", "missing", "undeclared"]
 DRIFT_KINDS: tuple[DriftKind, ...] = get_args(DriftKind)
@@ -26,20 +27,11 @@ Reason = Literal["drift", "server-owned", "policy", "stripped", "nccl-debug"]
 Stage = Literal["start", "nccl.conf", "live"]
 
 
-class DriftPolicy(Protocol):
-    """What `classify` reads of a profile's `[policy]`: the model, or a cached plan's copy."""
+class DriftEntry(BaseModel):
+    """One variable that differs: `expected` is the profile's value, `actual` the one found.
+    JSON masks secret-looking values and passwords in URLs, as the text does."""
 
-    @property
-    def conflict(self) -> str: ...
-    @property
-    def undeclared_nccl(self) -> str: ...
-    @property
-    def server_owned(self) -> Sequence[str]: ...
-
-
-@dataclass(frozen=True)
-class DriftEntry:
-    """One variable that differs: `expected` is the profile's value, `actual` the one found."""
+    model_config = ConfigDict(frozen=True)
 
     key: str
     kind: DriftKind
@@ -49,24 +41,18 @@ class DriftEntry:
     note: str | None = None
     reason: Reason = "drift"
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def tolerated(self) -> bool:
         """Shown but not failed."""
         return self.reason != "drift"
 
-    def as_json(self) -> dict[str, object]:
-        """The entry for JSON output: secret-looking values and passwords in URLs masked, as
-        the text does."""
-        fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
-        masked = {
-            name: None if value is None else mask_value(self.key, value)
-            for name, value in (("expected", self.expected), ("actual", self.actual))
-        }
-        return fields | masked | {"tolerated": self.tolerated}
+    @field_serializer("expected", "actual")
+    def _masked(self, value: str | None) -> str | None:
+        return None if value is None else mask_value(self.key, value)
 
 
-@dataclass(frozen=True)
-class DriftReport:
+class DriftReport(BaseModel):
     """Every difference between a profile and one environment, plus the keys that matched."""
 
     profile: str
@@ -82,14 +68,6 @@ class DriftReport:
     def exit_code(self) -> int:
         return EXIT_DRIFT if self.drifted else EXIT_OK
 
-    def as_json(self) -> dict[str, object]:
-        return {
-            "profile": self.profile,
-            "digest": self.digest,
-            "entries": [entry.as_json() for entry in self.entries],
-            "matched": self.matched,
-        }
-
     def summary(self) -> str:
         """`3 drift (1 changed, 2 undeclared), 1 tolerated, 4 match`: only the kinds present."""
         drifted = self.drifted
@@ -103,7 +81,7 @@ class DriftReport:
 
 
 def classify(
-    key: str, kind: DriftKind, policy: DriftPolicy, stage: Stage, *, nccl_debug: bool = False
+    key: str, kind: DriftKind, policy: Policy, stage: Stage, *, nccl_debug: bool = False
 ) -> Reason:
     """Whether a difference fails, and if not, why.
 
@@ -171,7 +149,7 @@ def diff_env(
     expected: Mapping[str, str],
     actual: Mapping[str, str],
     sources: Mapping[str, str],
-    policy: DriftPolicy,
+    policy: Policy,
     stage: Stage,
     *,
     nccl_debug: bool = False,

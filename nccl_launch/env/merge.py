@@ -6,9 +6,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from nccl_launch.env.drift import DriftPolicy, DriftReport, diff_env
+from nccl_launch.env.drift import DriftReport, diff_env
 from nccl_launch.nccl.conf import ConfEntry, applied
 from nccl_launch.profile.markers import MARKER_PROFILE_FILE
+from nccl_launch.profile.model import Policy
 from nccl_launch.profile.plan import ProfilePlan
 
 CALLING_ENV = "calling environment"
@@ -32,28 +33,35 @@ class MergeResult:
     report: DriftReport
 
 
-def inherited_environment(
-    calling: Mapping[str, str], layers: Sequence[EnvLayer]
-) -> tuple[dict[str, str], dict[str, str]]:
+@dataclass(frozen=True)
+class Inherited:
+    """What the server would inherit before the profile: the calling env with the env files
+    applied in order, and where each value came from."""
+
+    env: dict[str, str]
+    sources: dict[str, str]
+
+
+def inherited_environment(calling: Mapping[str, str], layers: Sequence[EnvLayer]) -> Inherited:
     """The calling env with the env files applied in order, and where each value came from."""
     inherited = dict(calling)
     sources = dict.fromkeys(calling, CALLING_ENV)
     for layer in layers:
         inherited.update(layer.values)
         sources.update(dict.fromkeys(layer.values, layer.source))
-    return inherited, sources
+    return Inherited(inherited, sources)
 
 
 def merge_environment(
-    calling: Mapping[str, str],
-    layers: Sequence[EnvLayer],
+    inherited: Inherited,
     plan: ProfilePlan,
-    policy: DriftPolicy,
+    policy: Policy,
     origins: Mapping[str, str],
     conf: Sequence[ConfEntry] = (),
     profile_file: Path | None = None,
 ) -> MergeResult:
-    """Merge the inherited env with the profile; pure, so it is tested on plain dicts.
+    """Merge the inherited env (`inherited_environment`) with the profile; pure, so it is
+    tested on plain dicts.
 
     `origins` names where the profile declared each key. Declared values always win in the
     child; the report says which inherited values disagreed and whether that is tolerated.
@@ -62,9 +70,9 @@ def merge_environment(
     that nothing can strip it: only `warn` tolerates it). `profile_file` is recorded in the
     child, absolute, so that `check` finds it from any directory (the digest ignores it).
     """
-    inherited, sources = inherited_environment(calling, layers)
-    entries, matched = diff_env(plan.env, inherited, sources, policy, "start")
-    env = dict(inherited)
+    sources = dict(inherited.sources)
+    entries, matched = diff_env(plan.env, inherited.env, sources, policy, "start")
+    env = dict(inherited.env)
     for entry in entries:
         if entry.reason == "stripped":
             del env[entry.key]

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from nccl_launch.errors import UsageError
-
-if TYPE_CHECKING:
-    from nccl_launch.profile.cache import RunServer
+from nccl_launch.sglang.server import Server
 
 
 @dataclass(frozen=True)
@@ -20,7 +17,7 @@ class Placement:
     dist_init_addr: str | None = None
 
 
-def placement_args(server: RunServer, given: Placement, environ: Mapping[str, str]) -> list[str]:
+def placement_args(server: Server, given: Placement, environ: Mapping[str, str]) -> list[str]:
     """`--node-rank` / `--dist-init-addr` for this node, from flags, then the cluster engine.
 
     Order for the rank: `--node-rank`, `[server] node_rank`, Slurm's `SLURM_NODEID`, then

@@ -20,7 +20,6 @@ from nccl_launch.launch.host import (
 from nccl_launch.launch.preflight_report import Check, PreflightReport
 from nccl_launch.launch.prepare import LaunchPlan
 from nccl_launch.profile.lint import review
-from nccl_launch.profile.load import validate_chain
 from nccl_launch.sglang.server import Server
 
 
@@ -96,7 +95,7 @@ def sglang_checks(server: Server, argv: list[str]) -> tuple[list[Check], dict[st
 def run_preflight(launch: LaunchPlan, skip: frozenset[str] = frozenset()) -> PreflightReport:
     """The profile and the environment, then the host and SGLang, less the `skip`ped checks."""
     plan, env = launch.plan, launch.merged.env
-    profile = validate_chain(launch.chain).profile  # the pydantic model, of the same text
+    profile = launch.loaded.profile
     valid = f"{plan.label} ({plan.short_digest}) from {launch.path} is valid"
     checks = [Check(name="profile", status="ok", message=valid)]
     notes = review(profile).warnings

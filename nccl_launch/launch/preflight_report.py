@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, PlainSerializer
+from pydantic import BaseModel
 
 from nccl_launch.env.drift import DriftReport
 from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK
@@ -20,11 +20,7 @@ class Check(BaseModel):
     status: Status
     message: str
     detail: list[str] = []
-    # A dataclass (`run` imports no pydantic): JSON gets it as it says.
-    drift: Annotated[
-        DriftReport | None,
-        PlainSerializer(lambda report: None if report is None else report.as_json()),
-    ] = None
+    drift: DriftReport | None = None
 
 
 class PreflightReport(Report):

@@ -17,25 +17,23 @@ from nccl_launch.files import FileError, check_trusted, read_text
 from nccl_launch.launch.env_files import read_env_file
 from nccl_launch.launch.placement import Placement, placement_args
 from nccl_launch.nccl.conf import ConfEntry, conf_paths, parse
-from nccl_launch.profile.cache import RunSpec, spec_for
-from nccl_launch.profile.chain import ProfileChain, read_chain
+from nccl_launch.profile.lint import run_notes
+from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.profile.markers import MARKER_NCCL_DEBUG, NCCL_DEBUG_ENV
 from nccl_launch.profile.plan import ProfilePlan
-from nccl_launch.profile.search import find_profile
-from nccl_launch.sglang.argv import duplicated_flags
-from nccl_launch.sglang.rules import mtp_problem
+from nccl_launch.sglang.argv import duplicated_flags, extra_settings
+from nccl_launch.sglang.rules import mtp_algorithm, mtp_problem
 
-# The checks `preflight --skip` can leave out; named here, on `run`'s light import path, because
-# the command line lists them for both commands.
+# The checks `preflight --skip` can leave out; named here because the command line lists them
+# for both `run` and `preflight`.
 SKIPPABLE = ("nccl.conf", "env-plugin", "gpus", "port", "paths", "sglang")
 
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    """The launch: the profile's files, what it declares, the merged env and the final argv."""
+    """The launch: the loaded profile, the merged env and the final argv."""
 
-    chain: ProfileChain
-    spec: RunSpec
+    loaded: LoadedProfile
     merged: MergeResult
     argv: list[str]
     conf: list[ConfEntry]
@@ -43,15 +41,15 @@ class LaunchPlan:
 
     @property
     def plan(self) -> ProfilePlan:
-        return self.spec.plan
+        return self.loaded.plan
 
     @property
     def path(self) -> Path:
-        return self.chain.path
+        return self.loaded.path
 
     @property
     def cwd(self) -> str | None:
-        server = self.spec.server
+        server = self.loaded.profile.server
         return server.cwd if server is not None else None
 
     def command(self) -> list[str]:
@@ -76,8 +74,9 @@ class LaunchPlan:
         return [entry for entry in entries if entry.reason in ("policy", "stripped")]
 
     def warnings(self) -> list[str]:
-        """The profile's lint notes and the nccl.conf files that could not be read."""
-        return [*self.spec.notes, *self.unreadable_conf]
+        """The profile's notes worth saying on every start, and the nccl.conf files that could
+        not be read."""
+        return [*run_notes(self.loaded.profile), *self.unreadable_conf]
 
 
 def read_conf(env: Mapping[str, str]) -> tuple[list[ConfEntry], list[str]]:
@@ -117,14 +116,13 @@ def prepare_launch(
 ) -> LaunchPlan:
     """Resolve the profile, build the argv and merge the env; drift is in `merged.report`."""
     placement = placement or Placement()
-    chain = read_chain(find_profile(ref))
-    spec = spec_for(chain, calling)
-    plan, server = spec.plan, spec.server
+    loaded = load_profile(ref)
+    plan, server = loaded.plan, loaded.profile.server
     if server is not None:
-        mtp = mtp_problem(server.mtp_algorithm, model_architecture(server.model_path))
+        mtp = mtp_problem(mtp_algorithm(server), model_architecture(server.model_path or ""))
         if mtp is not None:
-            raise ProfileError([f"{chain.path}: server.{mtp[0]}: {mtp[1]}"])
-        repeated = duplicated_flags(list(extra), server.extra_settings)
+            raise ProfileError([f"{loaded.path}: server.{mtp[0]}: {mtp[1]}"])
+        repeated = duplicated_flags(list(extra), extra_settings(server))
         if repeated:
             raise UsageError(f"extra argument {repeated[0]}")
         argv = plan.argv + placement_args(server, placement, calling) + list(extra)
@@ -132,18 +130,17 @@ def prepare_launch(
         raise UsageError(f"profile {plan.label} has no [server] table to place on a node")
     else:
         argv = list(extra)  # empty when there is nothing to run: `run` refuses, `preflight` not
-    layers = [read_env_file(path) for path in env_files]
-    origins = {key: str(path) for key, path in chain.origins().items()}
-    inherited, _ = inherited_environment(calling, layers)
+    inherited = inherited_environment(calling, [read_env_file(path) for path in env_files])
+    origins = {key: str(path) for key, path in loaded.origins.items()}
     # Enough of the child's env to know which nccl.conf files NCCL will read.
-    conf, unreadable = read_conf(inherited | plan.env)
+    conf, unreadable = read_conf(inherited.env | plan.env)
     merged = merge_environment(
-        calling, layers, plan, spec.policy, origins, conf, profile_file=chain.path
+        inherited, plan, loaded.profile.policy, origins, conf, profile_file=loaded.path
     )
     if nccl_debug:
         merged = _with_nccl_debug(merged, plan)
     return LaunchPlan(
-        chain=chain, spec=spec, merged=merged, argv=argv, conf=conf, unreadable_conf=unreadable
+        loaded=loaded, merged=merged, argv=argv, conf=conf, unreadable_conf=unreadable
     )
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, PlainSerializer
+from pydantic import BaseModel
 
 from nccl_launch.env.drift import DriftEntry, diff_env
 from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK
@@ -18,12 +18,6 @@ if TYPE_CHECKING:  # read from /proc by live/processes.py, which imports psutil
     from nccl_launch.live.processes import ProcessSnapshot
 
 
-# Drift entries are dataclasses (`run` imports no pydantic); JSON gets them as they say.
-Entries = Annotated[
-    list[DriftEntry], PlainSerializer(lambda entries: [entry.as_json() for entry in entries])
-]
-
-
 class ProcessReport(BaseModel):
     """The comparison for one process of the tree."""
 
@@ -31,7 +25,7 @@ class ProcessReport(BaseModel):
     title: str
     readable: bool
     reason: str | None = None
-    entries: Entries = []
+    entries: list[DriftEntry] = []
     matched: list[str] = []
 
     @property

@@ -11,7 +11,7 @@ from nccl_launch.errors import EXIT_DRIFT, EXIT_OK
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.nccl.log import read_log
 from nccl_launch.profile.load import load_profile
-from nccl_launch.profile.plan import ProfilePlan, build_plan
+from nccl_launch.profile.plan import ProfilePlan
 from nccl_launch.report import Report
 
 Verdict = Literal["ok", "mismatch", "unconfirmed", "not-logged"]
@@ -103,4 +103,4 @@ def verify(plan: ProfilePlan, lines: Iterable[str], source: str) -> LogReport:
 
 def verify_profile(ref: str, lines: Iterable[str], source: str) -> LogReport:
     """`verify` against the profile `ref` names."""
-    return verify(build_plan(load_profile(ref).profile), lines, source)
+    return verify(load_profile(ref).plan, lines, source)

@@ -15,7 +15,6 @@ from nccl_launch.live.compare import LiveReport, evaluate
 from nccl_launch.live.processes import ProcessSnapshot, Target, main_pid, snapshot_tree, stop_tree
 from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.profile.markers import MARKER_PROFILE, MARKER_PROFILE_FILE
-from nccl_launch.profile.plan import build_plan
 
 OnDrift = Literal["warn", "stop"]
 # NAME@VERSION with a name as profile/model.py allows it; never a path (`.toml` is one to
@@ -79,9 +78,8 @@ def compare_tree(
     snapshots: list[ProcessSnapshot], loaded: LoadedProfile, profile_error: str | None = None
 ) -> LiveReport:
     """A tree's snapshots compared with a profile; `profile_error` says why it is an older one."""
-    plan = build_plan(loaded.profile)
     policy = loaded.profile.policy
-    return evaluate(plan, policy, str(loaded.path), snapshots, profile_error=profile_error)
+    return evaluate(loaded.plan, policy, str(loaded.path), snapshots, profile_error=profile_error)
 
 
 def check(target: Target, ref: str | None) -> LiveReport:

@@ -8,15 +8,13 @@ from dataclasses import dataclass
 from nccl_launch.errors import EXIT_DRIFT, EXIT_OK
 from nccl_launch.nccl import rules
 from nccl_launch.profile.load import LoadedProfile, load_profile
-from nccl_launch.profile.model import Profile
-from nccl_launch.profile.plan import build_plan
 
 Change = tuple[str, str | None, str | None]
 
 
-def profile_changes(old: Profile, new: Profile) -> list[Change]:
+def profile_changes(old: LoadedProfile, new: LoadedProfile) -> list[Change]:
     """What changes in the env, the command and the policy between two resolved profiles."""
-    old_plan, new_plan = build_plan(old), build_plan(new)
+    old_plan, new_plan = old.plan, new.plan
     changes: list[Change] = []
     for key in sorted(old_plan.env.keys() | new_plan.env.keys()):
         before, after = old_plan.env.get(key), new_plan.env.get(key)
@@ -27,7 +25,7 @@ def profile_changes(old: Profile, new: Profile) -> list[Change]:
             shlex.join(p.argv) if p.argv else None for p in (old_plan, new_plan)
         )
         changes.append(("argv", before_argv, after_argv))
-    old_policy, new_policy = old.policy.model_dump(), new.policy.model_dump()
+    old_policy, new_policy = old.profile.policy.model_dump(), new.profile.policy.model_dump()
     for field, before_value in old_policy.items():
         if before_value != new_policy[field]:
             changes.append((f"policy.{field}", str(before_value), str(new_policy[field])))
@@ -50,4 +48,4 @@ class ProfileDiff:
 def diff_profiles(old: str, new: str) -> ProfileDiff:
     """Load both profiles (paths, NAME or NAME@VERSION) and compare them."""
     before, after = load_profile(old), load_profile(new)
-    return ProfileDiff(before, after, profile_changes(before.profile, after.profile))
+    return ProfileDiff(before, after, profile_changes(before, after))

@@ -13,6 +13,7 @@ from nccl_launch.errors import ProfileError
 from nccl_launch.masking import MASK, is_secret, mask_argv, mask_credentials
 from nccl_launch.profile.chain import ProfileChain, read_chain
 from nccl_launch.profile.model import Baseline, Policy, Profile, Provenance
+from nccl_launch.profile.plan import ProfilePlan, build_plan
 from nccl_launch.profile.search import find_profile
 from nccl_launch.sglang.rules import server_problems
 from nccl_launch.sglang.server import Server, Speculative
@@ -30,9 +31,11 @@ _TABLES: dict[str, type[BaseModel]] = {
 
 @dataclass(frozen=True)
 class LoadedProfile:
-    """A resolved profile, the files it came from, and which file declared each variable."""
+    """A resolved, valid profile, its plan (computed once, here), the files it came from, and
+    which file declared each variable."""
 
     profile: Profile
+    plan: ProfilePlan
     path: Path
     chain: tuple[Path, ...]
     origins: Mapping[str, Path]
@@ -117,7 +120,11 @@ def validate_chain(chain: ProfileChain) -> LoadedProfile:
         raise chain.pending
     profile = validate_resolved(chain.path, chain.merged())
     return LoadedProfile(
-        profile=profile, path=chain.path, chain=chain.paths, origins=chain.origins()
+        profile=profile,
+        plan=build_plan(profile),
+        path=chain.path,
+        chain=chain.paths,
+        origins=chain.origins(),
     )
 
 

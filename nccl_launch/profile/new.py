@@ -69,7 +69,7 @@ def _copied(ref: str, name: str) -> tuple[dict[str, Any], bool]:
     `provenance.source`; and whether any of its files was kept from other users' eyes."""
     chain = read_chain(find_profile(ref))
     loaded = validate_chain(chain)
-    plan = build_plan(loaded.profile)
+    plan = loaded.plan
     data = chain.merged()
     data.pop("extends", None)
     data |= {"name": name, "version": 1}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,8 +11,7 @@ from nccl_launch.errors import EXIT_OK, EXIT_USAGE, NcclLaunchError
 from nccl_launch.profile.lint import lint, review
 from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.profile.model import Baseline
-from nccl_launch.profile.plan import build_plan
-from nccl_launch.profile.search import profile_files
+from nccl_launch.profile.search import pick, profile_files
 from nccl_launch.report import Report
 
 
@@ -53,7 +53,7 @@ def validate(refs: tuple[str, ...]) -> Validation:
         except NcclLaunchError as error:
             results.append(Validated(ref, error=error))
             continue
-        plan = build_plan(loaded.profile)
+        plan = loaded.plan
         found = review(loaded.profile)
         warnings = tuple(note.line() for note in found.warnings)
         acknowledged = tuple(note.id for note in found.acknowledged)
@@ -91,7 +91,7 @@ class ShownProfile(Report):
 
 def show(loaded: LoadedProfile) -> ShownProfile:
     """Everything `show` prints about a loaded profile."""
-    plan = build_plan(loaded.profile)
+    plan = loaded.plan
     dumped = loaded.profile.model_dump(by_alias=True, exclude_none=True)
     return ShownProfile(
         profile=plan.label,
@@ -109,24 +109,45 @@ def show(loaded: LoadedProfile) -> ShownProfile:
 
 @dataclass(frozen=True)
 class ListedProfile:
-    """One file on the search path: its name, version and digest, or why it is invalid."""
+    """One file on the search path: its name, version and digest, or why it is invalid; the
+    label of its folder, and whether it is shadowed (no lookup by name picks it)."""
 
     path: Path
+    source: str
     name: str = ""
     version: int | None = None
     short_digest: str = ""
     problem: str | None = None
+    shadowed: bool = False
 
 
-def list_profiles(dirs: list[Path]) -> list[ListedProfile]:
-    """Every profile file in `dirs`, in search order; an invalid one is listed, not fatal."""
+def _shadowed(rows: list[ListedProfile]) -> set[Path]:
+    """The files no lookup picks, as `search.pick` decides: not by the file's stem, its NAME
+    or its NAME@VERSION (a profile of that name or version in an earlier folder hides it)."""
+    files = [row.path for row in rows]
+    identities = {row.path: (row.name, row.version) for row in rows if row.version is not None}
+    shadowed = set()
+    for row in rows:
+        refs: list[tuple[str, int | None]] = [(row.path.stem, None)]
+        if row.version is not None:
+            refs += [(row.name, None), (row.name, row.version)]
+        if all(pick(name, version, files, identities.get) != row.path for name, version in refs):
+            shadowed.add(row.path)
+    return shadowed
+
+
+def list_profiles(search_path: list[tuple[Path, str]]) -> list[ListedProfile]:
+    """Every profile file on the labelled `search_path`, in search order; an invalid one is
+    listed, not fatal."""
     rows = []
-    for path in profile_files(dirs):
+    for path in profile_files([folder for folder, _ in search_path]):
+        source = next((label for folder, label in search_path if path.parent == folder), "")
         try:
-            profile = load_profile(str(path)).profile
+            loaded = load_profile(str(path))
         except NcclLaunchError as error:
-            rows.append(ListedProfile(path, problem=str(error).splitlines()[0]))
+            rows.append(ListedProfile(path, source, problem=str(error).splitlines()[0]))
             continue
-        plan = build_plan(profile)
-        rows.append(ListedProfile(path, profile.name, profile.version, plan.short_digest))
-    return rows
+        profile, digest = loaded.profile, loaded.plan.short_digest
+        rows.append(ListedProfile(path, source, profile.name, profile.version, digest))
+    shadowed = _shadowed(rows)
+    return [dataclasses.replace(row, shadowed=row.path in shadowed) for row in rows]

@@ -5,13 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from nccl_launch.profile.markers import MARKER_DIGEST, MARKER_PROFILE
+from nccl_launch.profile.model import Profile
 from nccl_launch.sglang.argv import server_argv
-
-if TYPE_CHECKING:  # the model is pydantic; `run` reads a cached plan without it
-    from nccl_launch.profile.model import Profile
 
 
 @dataclass(frozen=True)

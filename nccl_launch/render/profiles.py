@@ -14,8 +14,6 @@ from nccl_launch.escaping import escaped
 from nccl_launch.masking import mask_argv, mask_value
 from nccl_launch.profile.diff import ProfileDiff
 from nccl_launch.profile.overview import ListedProfile, ShownProfile, Validation
-from nccl_launch.profile.plan import build_plan
-from nccl_launch.profile.search import pick
 from nccl_launch.render.drift import shown
 
 
@@ -62,21 +60,6 @@ def _shown_change(key: str, value: str | None) -> str:
     return shown(key, value)
 
 
-def _shadowed(rows: list[ListedProfile]) -> set[Path]:
-    """The files no lookup picks, as `search.pick` decides: not by the file's stem, its NAME
-    or its NAME@VERSION (a profile of that name or version in an earlier folder hides it)."""
-    files = [row.path for row in rows]
-    identities = {row.path: (row.name, row.version) for row in rows if row.version is not None}
-    shadowed = set()
-    for row in rows:
-        refs: list[tuple[str, int | None]] = [(row.path.stem, None)]
-        if row.version is not None:
-            refs += [(row.name, None), (row.name, row.version)]
-        if all(pick(name, version, files, identities.get) != row.path for name, version in refs):
-            shadowed.add(row.path)
-    return shadowed
-
-
 def list_lines(rows: list[ListedProfile], search_path: list[tuple[Path, str]]) -> list[str]:
     """NAME, VERSION, DIGEST, SOURCE and PATH columns; an invalid file shows its first problem;
     `(shadowed)` after the source of a file no lookup by name picks. Paths and problems are
@@ -84,10 +67,8 @@ def list_lines(rows: list[ListedProfile], search_path: list[tuple[Path, str]]) -
     if not rows:
         return [f"no profiles in {', '.join(str(folder) for folder, _ in search_path)}"]
     cells = [("NAME", "VERSION", "DIGEST", "SOURCE", "PATH")]
-    shadowed = _shadowed(rows)
     for row in rows:
-        source = next((label for folder, label in search_path if row.path.parent == folder), "")
-        source += " (shadowed)" if row.path in shadowed else ""
+        source = row.source + (" (shadowed)" if row.shadowed else "")
         path = escaped(str(row.path))
         if row.problem is not None:
             cells.append(("(invalid)", "", escaped(row.problem), source, path))
@@ -106,7 +87,7 @@ def diff_lines(diff: ProfileDiff) -> list[str]:
     """A header per profile, `~` changed, `-` only in the old one, `+` only in the new, a count."""
     lines = []
     for sign, loaded in (("---", diff.old), ("+++", diff.new)):
-        plan = build_plan(loaded.profile)
+        plan = loaded.plan
         lines.append(f"{sign} {plan.label} ({plan.short_digest}) {loaded.path}")
     width = max((len(key) for key, _, _ in diff.changes), default=0)
     for key, old, new in diff.changes:
