@@ -1,4 +1,5 @@
-"""Start-up, check and memory figures of nccl-launch beside its alternatives (issue 11).
+"""Start-up, check and memory figures of nccl-launch beside its alternatives
+(docs/performance.md).
 
 Run: .venv/bin/python benchmarks/bench.py [--quick] [--rounds N] [--sizes 11,100,1000]
 
@@ -30,7 +31,9 @@ NCCL_LAUNCH = str(BIN / "nccl-launch")
 PYTHON = sys.executable
 SLEEP = shutil.which("sleep") or "/bin/sleep"
 PS = shutil.which("ps") or "/bin/ps"
-NO_CACHE = "XDG_CACHE_HOME=/dev/null/no-cache"
+# The start-up guard: `run` (which validates the profile every time) costs at most this many
+# times `dotenv run`, measured in the same interleaved rounds.
+RUN_GUARD = 3.0
 # The six variables of the Kimi profile, the same in the profile and in the .env file.
 KIMI = {
     "PROTO": "LL",
@@ -83,8 +86,9 @@ def compare(
     rounds: int,
     env: dict[str, str],
     cwd: Path,
-) -> None:
-    """Interleaved rounds of `group`; print median ms and the paired ratio to `base`."""
+) -> dict[str, float]:
+    """Interleaved rounds of `group`; print median ms and the paired ratio to `base`, and
+    return each command's median ratio."""
     times: dict[str, list[float]] = {name: [] for name in group}
     for argv in group.values():  # one warm-up each: page cache, .pyc files
         wall(argv, env, cwd)
@@ -95,10 +99,13 @@ def compare(
             times[name].append(wall(group[name], env, cwd))
     print(f"\n{title} ({rounds} interleaved rounds)")
     print(f"  {'command':<44} {'median ms':>10} {'vs ' + base:>16}")
+    found = {}
     for name in group:
         ratios = [a / b for a, b in zip(times[name], times[base], strict=True)]
+        found[name] = statistics.median(ratios)
         median = statistics.median(times[name]) * 1000
-        print(f"  {name:<44} {median:>10.1f} {statistics.median(ratios):>15.2f}x")
+        print(f"  {name:<44} {median:>10.1f} {found[name]:>15.2f}x")
+    return found
 
 
 def start_tree(size: int, env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
@@ -235,22 +242,24 @@ def main() -> None:
         env_vars = [f"NCCL_{key}={value}" for key, value in KIMI.items()]
         startup = {
             "nccl-launch run bench -- python -c pass": run_,
-            # No cache can be written there: every run validates with pydantic, as the first
-            # run after an edit does (`env` adds its own exec, about 1 ms).
-            "(every run a cache miss) nccl-launch run": ["env", NO_CACHE, *run_],
             "env NCCL_...=... python -c pass": ["env", *env_vars, *pass_],
             "python -c pass": pass_,
             "nccl-launch --version": [NCCL_LAUNCH, "--version"],
             "nccl-launch --help": [NCCL_LAUNCH, "--help"],
             "dotenv run python -c pass": [dotenv, "-f", str(cwd / ".env"), "run", *pass_],
         }
-        compare("start-up", startup, "dotenv run python -c pass", rounds, env, cwd)
+        ratios = compare("start-up", startup, "dotenv run python -c pass", rounds, env, cwd)
+        run_ratio = ratios["nccl-launch run bench -- python -c pass"]
+        verdict = "within" if run_ratio <= RUN_GUARD else "OVER"
+        print(f"  guard: run is {run_ratio:.2f}x dotenv run, {verdict} the {RUN_GUARD:g}x guard")
         check_vs_ps(sizes, rounds, env, cwd)
         print("\ncheck --watch 0.1, CPU per tick (a 2T watch less a T watch, over T's ticks)")
         for crowd in (0, 1000) if not args.quick else (0,):
             watch_ticks(crowd, env, cwd, 1.0 if args.quick else 3.0)
         rss = max_rss_kib([NCCL_LAUNCH, "run", "--dry-run", "bench", "--", *pass_], env, cwd)
         print(f"\nmemory: max RSS of `run --dry-run` {rss / 1024:.1f} MiB")
+    if run_ratio > RUN_GUARD:
+        sys.exit(f"bench: run costs {run_ratio:.2f}x dotenv run, over the {RUN_GUARD:g}x guard")
 
 
 if __name__ == "__main__":

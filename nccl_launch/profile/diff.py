@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+
+from pydantic import BaseModel
 
 from nccl_launch.errors import EXIT_DRIFT, EXIT_OK
 from nccl_launch.nccl import rules
@@ -32,12 +33,24 @@ def profile_changes(old: LoadedProfile, new: LoadedProfile) -> list[Change]:
     return changes
 
 
-@dataclass(frozen=True)
-class ProfileDiff:
-    """Two loaded profiles and what changes between them; exit 1 when anything does."""
+class DiffSide(BaseModel):
+    """One of the two profiles compared: its label, short digest and file."""
 
-    old: LoadedProfile
-    new: LoadedProfile
+    label: str
+    short_digest: str
+    path: str
+
+    @classmethod
+    def of(cls, loaded: LoadedProfile) -> DiffSide:
+        plan = loaded.plan
+        return cls(label=plan.label, short_digest=plan.short_digest, path=str(loaded.path))
+
+
+class ProfileDiff(BaseModel):
+    """Two profiles and what changes between them; exit 1 when anything does."""
+
+    old: DiffSide
+    new: DiffSide
     changes: list[Change]
 
     @property
@@ -48,4 +61,5 @@ class ProfileDiff:
 def diff_profiles(old: str, new: str) -> ProfileDiff:
     """Load both profiles (paths, NAME or NAME@VERSION) and compare them."""
     before, after = load_profile(old), load_profile(new)
-    return ProfileDiff(before, after, profile_changes(before, after))
+    changes = profile_changes(before, after)
+    return ProfileDiff(old=DiffSide.of(before), new=DiffSide.of(after), changes=changes)

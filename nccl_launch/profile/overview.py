@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel
 
 from nccl_launch.errors import EXIT_OK, EXIT_USAGE, NcclLaunchError
 from nccl_launch.profile.lint import lint, review
@@ -15,29 +15,27 @@ from nccl_launch.profile.search import pick, profile_files
 from nccl_launch.report import Report
 
 
-@dataclass(frozen=True)
-class Validated:
+class Validated(BaseModel):
     """One file given to `validate`: its label, digest, warnings and the ids of the warnings
-    it acknowledges, or the error it raised."""
+    it acknowledges, or the lines of the error it raised."""
 
     path: str
     label: str = ""
     short_digest: str = ""
-    warnings: tuple[str, ...] = ()
-    error: NcclLaunchError | None = None
-    acknowledged: tuple[str, ...] = ()
+    warnings: list[str] = []
+    problems: list[str] = []
+    acknowledged: list[str] = []
     baseline: Baseline | None = None
 
 
-@dataclass(frozen=True)
-class Validation:
+class Validation(BaseModel):
     """`validate`'s result: exit 2 if any file is invalid."""
 
     results: list[Validated]
 
     @property
     def invalid(self) -> int:
-        return sum(result.error is not None for result in self.results)
+        return sum(bool(result.problems) for result in self.results)
 
     @property
     def exit_code(self) -> int:
@@ -51,23 +49,21 @@ def validate(refs: tuple[str, ...]) -> Validation:
         try:
             loaded = load_profile(ref)
         except NcclLaunchError as error:
-            results.append(Validated(ref, error=error))
+            results.append(Validated(path=ref, problems=error.lines()))
             continue
         plan = loaded.plan
         found = review(loaded.profile)
-        warnings = tuple(note.line() for note in found.warnings)
-        acknowledged = tuple(note.id for note in found.acknowledged)
         results.append(
             Validated(
-                str(loaded.path),
-                plan.label,
-                plan.short_digest,
-                warnings,
-                acknowledged=acknowledged,
+                path=str(loaded.path),
+                label=plan.label,
+                short_digest=plan.short_digest,
+                warnings=[note.line() for note in found.warnings],
+                acknowledged=[note.id for note in found.acknowledged],
                 baseline=loaded.profile.baseline,
             )
         )
-    return Validation(results)
+    return Validation(results=results)
 
 
 class ShownProfile(Report):
@@ -107,8 +103,7 @@ def show(loaded: LoadedProfile) -> ShownProfile:
     )
 
 
-@dataclass(frozen=True)
-class ListedProfile:
+class ListedProfile(BaseModel):
     """One file on the search path: its name, version and digest, or why it is invalid; the
     label of its folder, and whether it is shadowed (no lookup by name picks it)."""
 
@@ -145,9 +140,18 @@ def list_profiles(search_path: list[tuple[Path, str]]) -> list[ListedProfile]:
         try:
             loaded = load_profile(str(path))
         except NcclLaunchError as error:
-            rows.append(ListedProfile(path, source, problem=str(error).splitlines()[0]))
+            problem = str(error).splitlines()[0]
+            rows.append(ListedProfile(path=path, source=source, problem=problem))
             continue
         profile, digest = loaded.profile, loaded.plan.short_digest
-        rows.append(ListedProfile(path, source, profile.name, profile.version, digest))
+        rows.append(
+            ListedProfile(
+                path=path,
+                source=source,
+                name=profile.name,
+                version=profile.version,
+                short_digest=digest,
+            )
+        )
     shadowed = _shadowed(rows)
-    return [dataclasses.replace(row, shadowed=row.path in shadowed) for row in rows]
+    return [row.model_copy(update={"shadowed": row.path in shadowed}) for row in rows]

@@ -86,9 +86,8 @@ def list_lines(rows: list[ListedProfile], search_path: list[tuple[Path, str]]) -
 def diff_lines(diff: ProfileDiff) -> list[str]:
     """A header per profile, `~` changed, `-` only in the old one, `+` only in the new, a count."""
     lines = []
-    for sign, loaded in (("---", diff.old), ("+++", diff.new)):
-        plan = loaded.plan
-        lines.append(f"{sign} {plan.label} ({plan.short_digest}) {loaded.path}")
+    for sign, side in (("---", diff.old), ("+++", diff.new)):
+        lines.append(f"{sign} {side.label} ({side.short_digest}) {side.path}")
     width = max((len(key) for key, _, _ in diff.changes), default=0)
     for key, old, new in diff.changes:
         if old is None:
@@ -108,8 +107,8 @@ def validate_lines(validation: Validation) -> tuple[list[str], list[str]]:
     out: list[str] = []
     err: list[str] = []
     for result in validation.results:
-        if result.error is not None:
-            err += result.error.lines()
+        if result.problems:
+            err += result.problems
             continue
         err += [f"{WARNING_PREFIX}{result.path}: {note}" for note in result.warnings]
         accepted = "".join(f'; accepts "{id_}"' for id_ in result.acknowledged)
