@@ -68,6 +68,20 @@ def test_run_validates_with_pydantic_and_imports_no_psutil_nor_dotenv(tmp_path: 
     assert list(Path(os.environ["HOME"]).rglob("*")) == []
 
 
+def test_validate_and_check_write_nothing_under_the_cache_or_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    profile = tmp_path / "profiles" / "p.toml"
+    profile.write_text('schema = 1\nname = "p"\nversion = 1\n\n[nccl]\nPROTO = "LL"\n')
+    cache = tmp_path / "xdg-cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    assert cli.main(["validate", str(profile)]) == 0
+    # This test's own process was not started with the profile: drift, read all the same.
+    assert cli.main(["check", "--pid", str(os.getpid()), str(profile)]) == 1
+    assert not cache.exists()
+    assert list(Path(os.environ["HOME"]).rglob("*")) == []
+
+
 @pytest.mark.parametrize("name", sorted(cli.COMMANDS))
 @pytest.mark.parametrize("limit", [20, 45, 74, 200])
 def test_the_help_table_says_what_each_command_says(name: str, limit: int) -> None:
