@@ -14,7 +14,7 @@ from nccl_launch.bench.result import BenchReport, Method, RunFigure, Status, jud
 from nccl_launch.bench.url import checked, shown
 from nccl_launch.errors import HostError, UsageError
 from nccl_launch.live.compare import LiveReport
-from nccl_launch.live.processes import Target, descendants, main_pid, snapshot_tree
+from nccl_launch.live.processes import Target, descendants, listening_pids, main_pid, snapshot_tree
 from nccl_launch.live.watch import compare_tree
 from nccl_launch.profile.load import LoadedProfile
 from nccl_launch.profile.plan import build_plan
@@ -62,29 +62,6 @@ def _serves(listener: IPAddress, address: IPAddress) -> bool:
     return listener == address
 
 
-def _owners(addresses: set[IPAddress], port: int, where: str) -> set[int]:
-    """The PIDs listening where a connection to `addresses` on `port` lands."""
-    import psutil  # only where the URL names a host to look for
-
-    try:
-        connections = psutil.net_connections(kind="inet")
-    except psutil.AccessDenied:
-        raise HostError(f"permission denied listing sockets to find {where}") from None
-    pids = {
-        connection.pid
-        for connection in connections
-        if connection.status == psutil.CONN_LISTEN
-        and connection.laddr
-        and connection.laddr.port == port
-        and any(_serves(_ip(connection.laddr.ip), address) for address in addresses)
-    }
-    if not pids:
-        raise HostError(f"no process listens on {where}")
-    if None in pids:
-        raise HostError(f"the process listening on {where} is not visible; run as its user")
-    return {pid for pid in pids if pid is not None}
-
-
 def _tree(pid: int) -> set[int]:
     import psutil
 
@@ -121,7 +98,9 @@ def locate(url: str, pid: int | None) -> Server:
             )
         return Server(url=url, target=Target(pid=pid))
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    owners = _owners(addresses, port, where)
+    owners = listening_pids(
+        port, where, lambda ip: any(_serves(_ip(ip), address) for address in addresses)
+    )
     main = pid if pid is not None else min(owners)
     strangers = sorted(owners - _tree(main))
     if strangers and pid is not None:

@@ -145,9 +145,9 @@ def _owner(port: int) -> str:
     from nccl_launch.live.processes import listening_pids
 
     try:
-        pid = min(pid for pid in listening_pids(port) if pid is not None)
+        pid = min(listening_pids(port, f"port {port}"))
         return f" by pid {pid} ({' '.join(psutil.Process(pid).cmdline())[:80]})"
-    except (ValueError, HostError, psutil.Error):
+    except (HostError, psutil.Error):
         return ""  # the port is taken; who holds it is a courtesy
 
 

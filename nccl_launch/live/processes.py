@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,27 +44,28 @@ class Target:
     unit: str | None = None
 
 
-def listening_pids(port: int) -> set[int | None]:
-    """PIDs with a listening socket on `port` (None for one this user may not see)."""
+def listening_pids(
+    port: int, where: str, accepts: Callable[[str], bool] = lambda address: True
+) -> set[int]:
+    """The PIDs listening on `port` at an address `accepts` takes; `where` names the place in
+    the error raised when none listens there or a listener is not this user's to see."""
     try:
         connections = psutil.net_connections(kind="inet")
     except psutil.AccessDenied:
-        raise HostError(f"permission denied listing sockets to find port {port}") from None
-    return {
+        raise HostError(f"permission denied listing sockets to find {where}") from None
+    pids = {
         connection.pid
         for connection in connections
         if connection.status == psutil.CONN_LISTEN
-        and getattr(connection.laddr, "port", None) == port
+        and connection.laddr
+        and connection.laddr.port == port
+        and accepts(connection.laddr.ip)
     }
-
-
-def _listening_pid(port: int) -> int:
-    pids = listening_pids(port)
     if not pids:
-        raise HostError(f"no process listens on port {port}")
+        raise HostError(f"no process listens on {where}")
     if None in pids:
-        raise HostError(f"the process listening on port {port} is not visible; run as its user")
-    return min(pid for pid in pids if pid is not None)
+        raise HostError(f"the process listening on {where} is not visible; run as its user")
+    return {pid for pid in pids if pid is not None}
 
 
 def _unit_pid(unit: str) -> int:
@@ -103,7 +105,7 @@ def main_pid(target: Target) -> int:
     if target.pid is not None:
         return target.pid
     if target.port is not None:
-        return _listening_pid(target.port)
+        return min(listening_pids(target.port, f"port {target.port}"))
     if target.unit is not None:
         return _unit_pid(target.unit)
     if target.pidfile is not None:
