@@ -14,7 +14,8 @@ from nccl_launch.masking import MASK, is_secret
 URL_LIMIT = 4096  # far beyond any server's base URL; a longer one is a mistake or an attack
 SHOWN_LIMIT = 200  # of a URL refused for its length
 # `name=value` in a query, a fragment or a path parameter: `?token=x`, `#access_token=x`.
-_PAIR = re.compile(r"(?P<name>[^?&#;=/]+)=(?P<value>[^&#;]*)")
+# A name starts only after a separator: tried at every letter, a long path took quadratic time.
+_PAIR = re.compile(r"(?<![^?&#;=/])(?P<name>[^?&#;=/]+)=(?P<value>[^&#;]*)")
 EXAMPLE = "valid: http://127.0.0.1:30000"
 
 
