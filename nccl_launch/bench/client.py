@@ -2,17 +2,17 @@
 
 httpx, for its timeout on every wait (connect, and between two events of a stream) and one
 exception family to turn into exit 3. What a server sends is bounded: a body or a line of
-at most 1 MiB, a whole answer within its deadline (SIGALRM, which also cuts a trickle).
+at most 1 MiB, a whole answer within its deadline (checked at each chunk that arrives, so a
+server that keeps sending, however slowly, is cut too).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import signal
 import time
 from collections.abc import Iterator
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any
 
 import httpx
@@ -53,21 +53,14 @@ class _Overdue(Exception):
     """The whole answer took longer than its deadline."""
 
 
-def _overdue(_signal: int, _frame: FrameType | None) -> None:
-    raise _Overdue
-
-
-@contextlib.contextmanager
-def _deadline(seconds: float) -> Iterator[None]:
-    """SIGALRM after `seconds`: httpx's timeouts bound each wait, not a server that keeps
-    sending (an endless stream, a byte a minute)."""
-    previous = signal.signal(signal.SIGALRM, _overdue)
-    signal.setitimer(signal.ITIMER_REAL, min(seconds, 2.0**31))  # beyond: time_t overflows
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+def _chunks(response: httpx.Response, end: float) -> Iterator[bytes]:
+    """The body's chunks as they arrive; _Overdue at the first that arrives after `end` (a
+    time.monotonic()). httpx's timeouts bound each wait, this a server that keeps sending:
+    an endless stream, a byte a minute."""
+    for chunk in response.iter_raw():
+        if time.monotonic() > end:
+            raise _Overdue
+        yield chunk
 
 
 class Client:
@@ -92,13 +85,14 @@ class Client:
     @contextlib.contextmanager
     def _request(
         self, method: str, path: str, seconds: float, deadline: str, **more: Any
-    ) -> Iterator[httpx.Response]:
-        """The response to one request whose answer must end within `seconds` (`deadline`
-        says how they were reckoned)."""
+    ) -> Iterator[tuple[httpx.Response, Iterator[bytes]]]:
+        """The response to one request and its body's chunks; the answer must end within
+        `seconds` (`deadline` says how they were reckoned)."""
         where = f"{self.shown}{path}"
+        end = time.monotonic() + seconds
         try:
-            with _deadline(seconds), self._http.stream(method, self.url + path, **more) as answer:
-                yield answer
+            with self._http.stream(method, self.url + path, **more) as answer:
+                yield answer, _chunks(answer, end)
         except _Overdue:
             raise HostError(
                 f"{where}: answer not complete within {seconds:g} s ({deadline})"
@@ -110,20 +104,21 @@ class Client:
         except httpx.HTTPError as error:
             raise HostError(f"{where}: {type(error).__name__}: {error}") from None
 
-    def _status(self, path: str, response: httpx.Response) -> HostError:
-        body = _body(response, SHOWN_BODY * 4).decode(errors="replace")
+    def _status(self, path: str, response: httpx.Response, chunks: Iterator[bytes]) -> HostError:
+        """The error for an answer that is not 200, quoting the start of its body."""
+        body = _body(chunks, SHOWN_BODY * 4).decode(errors="replace")
         said = " ".join(body.split())[:SHOWN_BODY]
         return HostError(f"{self.shown}{path} answered HTTP {response.status_code}: {said}")
 
     def server_info(self) -> ServerFacts:
         """The server's version and model; empty when it has no info path (not SGLang)."""
         for path in INFO_PATHS:
-            with self._request("GET", path, self.timeout, "--timeout") as response:
+            with self._request("GET", path, self.timeout, "--timeout") as (response, chunks):
                 if response.status_code == httpx.codes.NOT_FOUND:
                     continue
                 if response.status_code != httpx.codes.OK:
-                    raise self._status(path, response)
-                body = _body(response, BODY_LIMIT)
+                    raise self._status(path, response, chunks)
+                body = _body(chunks, BODY_LIMIT)
             if len(body) > BODY_LIMIT:
                 raise HostError(f"{self.shown}{path} answered more than {BODY_LIMIT >> 20} MiB")
             answer = _json(body, f"{self.shown}{path} answered something not JSON")
@@ -138,10 +133,10 @@ class Client:
         start = time.perf_counter()
         limit = self.timeout + asked / MIN_RATE
         deadline = f"--timeout + max_tokens at {MIN_RATE:g} tok/s"
-        with self._request("POST", path, limit, deadline, json=body) as response:
+        with self._request("POST", path, limit, deadline, json=body) as (response, chunks):
             if response.status_code != httpx.codes.OK:
-                raise self._status(path, response)
-            first, tokens = self._read_events(path, response, start)
+                raise self._status(path, response, chunks)
+            first, tokens = self._read_events(path, chunks, start)
         seconds = time.perf_counter() - start
         if first is None:
             raise HostError(f"{self.shown}{path} streamed no tokens")
@@ -153,12 +148,12 @@ class Client:
         return RunFigure(tokens=tokens, seconds=seconds, ttft_s=first)
 
     def _read_events(
-        self, path: str, response: httpx.Response, start: float
+        self, path: str, chunks: Iterator[bytes], start: float
     ) -> tuple[float | None, object]:
         """Seconds to the first text, and the usage's completion_tokens, from the SSE lines."""
         first: float | None = None
         tokens: object = None
-        for line in self._lines(path, response):
+        for line in self._lines(path, chunks):
             if not line.startswith("data:"):
                 continue  # blank separators, comments, `event:` lines
             data = line.removeprefix("data:").strip()
@@ -185,10 +180,10 @@ class Client:
             )
         return first, tokens
 
-    def _lines(self, path: str, response: httpx.Response) -> Iterator[str]:
+    def _lines(self, path: str, chunks: Iterator[bytes]) -> Iterator[str]:
         """The stream's lines, none longer than LINE_LIMIT (a line is held whole in memory)."""
         pending = bytearray()
-        for chunk in response.iter_raw():
+        for chunk in chunks:
             *ended, rest = chunk.split(b"\n")
             for part in ended:
                 pending += part
@@ -212,10 +207,10 @@ class Client:
         return event
 
 
-def _body(response: httpx.Response, limit: int) -> bytes:
+def _body(chunks: Iterator[bytes], limit: int) -> bytes:
     """The body, read up to just past `limit` bytes (a longer one is cut there)."""
     data = bytearray()
-    for chunk in response.iter_raw():
+    for chunk in chunks:
         data += chunk
         if len(data) > limit:
             break
