@@ -10,6 +10,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import HostError
 from nccl_launch.launch.preflight_report import Check
 from nccl_launch.nccl.conf import ConfEntry, applied, conf_paths
@@ -89,7 +90,9 @@ def _visible(devices: str, installed: int) -> int:
     count = 0
     for entry in devices.split(","):
         entry = entry.strip()
-        valid = entry.startswith(("GPU-", "MIG-")) or (entry.isdigit() and int(entry) < installed)
+        valid = entry.startswith(("GPU-", "MIG-")) or (
+            is_ascii_digits(entry) and int(entry) < installed
+        )
         if not valid:
             break
         count += 1

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import psutil
 
+from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import HostError, UsageError
 from nccl_launch.files import FileError, read_text
 
@@ -75,16 +76,11 @@ def _unit_pid(unit: str) -> int:
     except (OSError, subprocess.TimeoutExpired) as error:
         raise HostError(f"cannot ask systemd for {unit}: {error}") from None
     value = done.stdout.strip()
-    if done.returncode != 0 or not _is_number(value):
+    if done.returncode != 0 or not is_ascii_digits(value):
         raise HostError(f"systemctl show {unit} failed: {done.stderr.strip() or value}")
     if value == "0":
         raise HostError(f"unit {unit} has no running main process")
     return int(value)
-
-
-def _is_number(text: str) -> bool:
-    """ASCII digits only: str.isdigit() also takes '٣', which int() reads as 3."""
-    return text.isascii() and text.isdigit()
 
 
 def _pidfile_pid(path: Path) -> int:
@@ -92,7 +88,7 @@ def _pidfile_pid(path: Path) -> int:
         text = read_text(path, "pidfile", limit=PIDFILE_LIMIT).strip()
     except FileError as error:  # the server's file, not the user's input: a target problem
         raise HostError(str(error)) from None
-    if not _is_number(text) or int(text) == 0:
+    if not is_ascii_digits(text) or int(text) == 0:
         raise HostError(f"pidfile {path} holds {text!r}, not a PID")
     return int(text)
 

@@ -7,6 +7,7 @@ import shlex
 from pathlib import PurePosixPath
 from typing import Any
 
+from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import UsageError
 from nccl_launch.sglang.facts import SPECULATIVE_PREFIX, flag_for
 
@@ -39,7 +40,7 @@ def known(word: str) -> str:
 
 
 def _number(flag: str, value: str) -> int:
-    if not value.isdigit():
+    if not is_ascii_digits(value):
         raise UsageError(f"{flag} {value!r} is not an integer")
     return int(value)
 
