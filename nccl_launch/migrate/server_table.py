@@ -51,11 +51,13 @@ _INTEGERS = {
 }  # fmt: skip
 
 
-def server_table(argv: list[str], notes: list[str]) -> dict[str, Any] | None:
-    """The `[server]` table reproducing an SGLang argv; None when it is not one."""
+def server_table(argv: list[str]) -> tuple[dict[str, Any] | None, list[str]]:
+    """The `[server]` table reproducing an SGLang argv (None when it is not one), and notes on
+    what it leaves out."""
     split = server_split(argv)
     if split is None:
-        return None
+        return None, []
+    notes: list[str] = []
     python, entrypoint, flags = split
     table: dict[str, Any] = {"python": python, "entrypoint": entrypoint}
     speculative: dict[str, Any] = {}
@@ -85,4 +87,4 @@ def server_table(argv: list[str], notes: list[str]) -> dict[str, Any] | None:
         index += consumed
     if speculative:
         table["speculative"] = speculative
-    return table | {"args": args} if args else table
+    return (table | {"args": args} if args else table), notes
