@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from nccl_launch.bench.result import RunFigure
-from nccl_launch.bench.url import shown
+from nccl_launch.bench.url import masked_url
 from nccl_launch.errors import HostError
 
 SHOWN_BODY = 200  # of an error answer, enough for a reason, not a page of HTML
@@ -28,7 +28,7 @@ LINE_LIMIT = 1 << 20  # one line of the stream: one token's event is some 200 by
 MIN_RATE = 1.0  # tok/s: a request lasts at most --timeout + max_tokens / MIN_RATE seconds
 
 
-class ServerFacts(dict[str, Any]):
+class InfoAnswer(dict[str, Any]):
     """What `/server_info` answered (empty where the server has neither path)."""
 
     def _text(self, key: str) -> str | None:
@@ -68,7 +68,7 @@ class Client:
 
     def __init__(self, url: str, timeout: float) -> None:
         self.url = url.rstrip("/")
-        self.shown = shown(self.url)
+        self.masked_url = masked_url(self.url)
         self.timeout = timeout
         # trust_env=False: the figure is the server's, never a proxy's from the environment;
         # identity: a compressed body could inflate far beyond the limits.
@@ -88,7 +88,7 @@ class Client:
     ) -> Iterator[tuple[httpx.Response, Iterator[bytes]]]:
         """The response to one request and its body's chunks; the answer must end within
         `seconds` (`deadline` says how they were reckoned)."""
-        where = f"{self.shown}{path}"
+        where = f"{self.masked_url}{path}"
         end = time.monotonic() + seconds
         try:
             with self._http.stream(method, self.url + path, **more) as answer:
@@ -108,9 +108,9 @@ class Client:
         """The error for an answer that is not 200, quoting the start of its body."""
         body = _body(chunks, SHOWN_BODY * 4).decode(errors="replace")
         said = " ".join(body.split())[:SHOWN_BODY]
-        return HostError(f"{self.shown}{path} answered HTTP {response.status_code}: {said}")
+        return HostError(f"{self.masked_url}{path} answered HTTP {response.status_code}: {said}")
 
-    def server_info(self) -> ServerFacts:
+    def server_info(self) -> InfoAnswer:
         """The server's version and model; empty when it has no info path (not SGLang)."""
         for path in INFO_PATHS:
             with self._request("GET", path, self.timeout, "--timeout") as (response, chunks):
@@ -120,10 +120,12 @@ class Client:
                     raise self._status(path, response, chunks)
                 body = _body(chunks, BODY_LIMIT)
             if len(body) > BODY_LIMIT:
-                raise HostError(f"{self.shown}{path} answered more than {BODY_LIMIT >> 20} MiB")
-            answer = _json(body, f"{self.shown}{path} answered something not JSON")
-            return ServerFacts(answer if isinstance(answer, dict) else {})
-        return ServerFacts()
+                raise HostError(
+                    f"{self.masked_url}{path} answered more than {BODY_LIMIT >> 20} MiB"
+                )
+            answer = _json(body, f"{self.masked_url}{path} answered something not JSON")
+            return InfoAnswer(answer if isinstance(answer, dict) else {})
+        return InfoAnswer()
 
     def complete(self, body: dict[str, Any]) -> RunFigure:
         """One streamed completion, timed from the request to `[DONE]`; tokens from the
@@ -139,10 +141,10 @@ class Client:
             first, tokens = self._read_events(path, chunks, start)
         seconds = time.perf_counter() - start
         if first is None:
-            raise HostError(f"{self.shown}{path} streamed no tokens")
+            raise HostError(f"{self.masked_url}{path} streamed no tokens")
         if type(tokens) is not int or not 0 < tokens <= asked:  # True is an int, 1e3 is none
             raise HostError(
-                f"{self.shown}{path}: the server reported an impossible token count "
+                f"{self.masked_url}{path}: the server reported an impossible token count "
                 f"(usage.completion_tokens must be a whole number from 1 to max_tokens {asked})"
             )
         return RunFigure(tokens=tokens, seconds=seconds, ttft_s=first)
@@ -172,10 +174,10 @@ class Client:
             if isinstance(usage, dict) and "completion_tokens" in usage:
                 tokens = usage["completion_tokens"]
         else:
-            raise HostError(f"{self.shown}{path}: the server closed the stream before [DONE]")
+            raise HostError(f"{self.masked_url}{path}: the server closed the stream before [DONE]")
         if first is not None and tokens is None:
             raise HostError(
-                f"{self.shown}{path} streamed no usage figures "
+                f"{self.masked_url}{path} streamed no usage figures "
                 "(SGLang sends them with stream_options.include_usage)"
             )
         return first, tokens
@@ -192,18 +194,18 @@ class Client:
             pending += rest
             if len(pending) > LINE_LIMIT:
                 raise HostError(
-                    f"{self.shown}{path} streamed a line longer than {LINE_LIMIT >> 20} MiB"
+                    f"{self.masked_url}{path} streamed a line longer than {LINE_LIMIT >> 20} MiB"
                 )
         if pending:
             yield pending.decode(errors="replace")
 
     def _event(self, path: str, data: str) -> dict[str, Any]:
-        event = _json(data, f"{self.shown}{path} streamed an event that is not JSON")
+        event = _json(data, f"{self.masked_url}{path} streamed an event that is not JSON")
         if not isinstance(event, dict):
-            raise HostError(f"{self.shown}{path} streamed an event that is not an object")
+            raise HostError(f"{self.masked_url}{path} streamed an event that is not an object")
         if "error" in event or event.get("object") == "error":
             said = _json_text(event.get("error", event))
-            raise HostError(f"{self.shown}{path} streamed an error: {said[:SHOWN_BODY]}")
+            raise HostError(f"{self.masked_url}{path} streamed an error: {said[:SHOWN_BODY]}")
         return event
 
 
