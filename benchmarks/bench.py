@@ -1,4 +1,4 @@
-"""Start-up, check and memory figures of nccl-launch beside its alternatives (issue 11).
+"""Start-up, check and memory figures of nccl-launch beside its alternatives (docs/performance.md).
 
 Run: .venv/bin/python benchmarks/bench.py [--quick] [--rounds N] [--sizes 11,100,1000]
 

@@ -1,4 +1,4 @@
-"""Start-up cost (issue 11): which modules each command imports, and the lazy group's help table.
+"""Start-up cost (docs/performance.md): which modules each command imports, the help table.
 
 No timing here (CI times nothing; benchmarks/bench.py does): these tests pin *which* modules a
 command loads, which is what decides its start-up time.

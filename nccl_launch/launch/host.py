@@ -142,7 +142,7 @@ def port_check(server: Server) -> Check:
 
 
 def _owner(port: int) -> str:
-    # Imported here: only a taken port needs psutil, and `run` never asks (issue 11).
+    # Imported here: only a taken port needs psutil, and `run` never asks (docs/performance.md).
     import psutil
 
     from nccl_launch.live.processes import listening_pids
