@@ -106,10 +106,6 @@ class LazyCommands(MutableMapping[str, click.Command]):
         if name not in self._loaded:
             module, attribute, _ = COMMANDS[name]  # KeyError: no such command, as for a dict
             loaded = importlib.import_module(f"nccl_launch.commands.{module}")
-            # Start-up is over: what it built lives as long as the process, so the collector
-            # (off since main began) need not scan it again, in a watch loop or at exit.
-            gc.freeze()
-            gc.enable()
             self._loaded[name] = getattr(loaded, attribute)
         return self._loaded[name]
 
@@ -137,6 +133,17 @@ class LazyGroup(click.Group):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.commands = LazyCommands()
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """click's (name, command, rest of the args); the command's module is imported now."""
+        found = super().resolve_command(ctx, args)
+        # Start-up is over: what it built lives as long as the process, so the collector
+        # (off since main began) need not scan it again, in a watch loop or at exit.
+        gc.freeze()
+        gc.enable()
+        return found
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         names = self.list_commands(ctx)

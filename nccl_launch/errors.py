@@ -1,4 +1,4 @@
-"""One exception root; each subclass carries the exit code DESIGN.md documents."""
+"""One exception root; each subclass carries its exit code (docs/commands.md, "Exit codes")."""
 
 from __future__ import annotations
 

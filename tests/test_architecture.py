@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).parent.parent / "nccl_launch"
 # Keep in step with the picture in docs/architecture.md.
 LAYERS = (
     ("nccl_launch", "errors"),
-    ("report", "files", "masking", "escaping"),
+    ("report", "files", "masking", "escaping", "digits"),
     ("nccl",),
     ("sglang",),
     ("profile",),
@@ -33,7 +33,7 @@ LAYERS = (
 LEAVES = {
     "nccl_launch.sglang.facts": set(),
     "nccl_launch.nccl.catalog": set(),
-    "nccl_launch.nccl.grammar": set(),
+    "nccl_launch.nccl.grammar": {"nccl_launch.digits"},
     "nccl_launch.nccl.conf": set(),
     "nccl_launch.profile.markers": {"nccl_launch.nccl.conf"},
 }

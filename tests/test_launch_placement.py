@@ -50,6 +50,7 @@ def test_node_rank_order_flag_profile_slurm_lws(
         (MULTI, Placement(), {}, "nnodes = 2 but no node rank: pass --node-rank"),
         (MULTI, Placement(node_rank=2), {}, "node rank 2 is not below nnodes = 2"),
         (MULTI, Placement(), {"SLURM_NODEID": "5"}, "node rank 5 is not below nnodes = 2"),
+        (MULTI, Placement(), {"SLURM_NODEID": "٣"}, "nnodes = 2 but no node rank"),  # not 3
         ({**MULTI, "node_rank": 1}, Placement(node_rank=0), {}, "fixes node_rank = 1"),
         (MULTI, Placement(0, "other:1"), {}, "fixes dist_init_addr = '10.0.0.1:5000'"),
         ({"tp_size": 16, "nnodes": 2}, Placement(node_rank=0), {}, "needs --dist-init-addr"),

@@ -244,6 +244,11 @@ def test_cuda_visible_devices_limits_the_gpus(host: Preflight) -> None:
     )
 
 
+def test_cuda_visible_devices_counts_only_ascii_digits(host: Preflight) -> None:
+    _, checks = host(gpus=8, env={"CUDA_VISIBLE_DEVICES": "0,٣,1"})  # CUDA stops at '٣'
+    assert checks["gpus"][0]["message"].startswith("1 GPUs visible (8 installed")
+
+
 def test_no_gpu_found_by_the_driver_fails_with_its_words(host: Preflight) -> None:
     code, checks = host(gpus=0)
     assert code == 3

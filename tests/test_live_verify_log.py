@@ -1,6 +1,6 @@
 """`verify-log` on multi-rank NCCL_DEBUG=INFO logs, and `run --nccl-debug` that produces them.
 
-tests/logs/ holds an 8-rank TP server's log in the line formats of reference/NCCL.md: one
+tests/logs/ holds an 8-rank TP server's log in the line formats of nccl/log.py: one
 where every rank applied the tuned values (also as journalctl prints it), and one where
 rank 3 took an old BUFFSIZE, rank 5 never logged NTHREADS and rank 6 rejected 500 threads.
 """

@@ -268,6 +268,8 @@ BAD = "nccl-launch: bad.sh: "  # a script's error names it
          BAD + "line 1: $((512 / 0)): division by 0\n"),
         ("cd /srv\n" + SERVE.replace("/m", "/m\x00x"), BAD + "line 2: a NUL byte; a start "
          "script is text\n"),
+        # An Arabic-Indic 3: str.isdigit() and int() take it, SGLang's argparse does not.
+        (SERVE.replace("\n", " --tp-size ٣\n"), BAD + "--tp-size '٣' is not an integer\n"),
         ('NAME="my model"\npython3 -m sglang.launch_server --served-model-name $NAME\n',
          BAD + "line 2: $NAME holds blanks and is not quoted, so bash splits it into "
          'several arguments; quote it ("$NAME") or write the words out\n'),

@@ -148,6 +148,10 @@ INVALID: list[tuple[str, TomlValue, str]] = [
     ("TOPO_FILE", "a\nb", "one line"),
     ("IB_GID_INDEX", "abc", "NCCL would read it as 0"),
     ("IB_GID_INDEX", 2**63, "decimal integer"),
+    # Arabic-Indic digits (64, 3): int() reads them, NCCL's strtoll does not.
+    ("NTHREADS", "٦٤", "NCCL would read it as 0"),
+    ("BUFFSIZE", "٣K", "NCCL would read it as 0"),
+    ("NETDEVS_POLICY", "MAX:1٣", "AUTO, ALL or MAX:N"),
 ]
 
 

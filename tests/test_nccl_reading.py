@@ -1,4 +1,4 @@
-"""NCCL's own reading of levels, integers and empty values (issue 10), modelled independently
+"""NCCL's own reading of levels, integers and empty values, modelled independently
 here from NCCL 2.30's C code, and checked through `nccl-launch run` and `convert`.
 
 The models below are a direct transcription of the cited code, written apart from

@@ -1,4 +1,4 @@
-"""NCCL_PROTO / NCCL_ALGO compared by the enable table NCCL's parseList builds (issue 10).
+"""NCCL_PROTO / NCCL_ALGO compared by the enable table NCCL's parseList builds.
 
 The reference model below is written from tuning.cc's C code (parseList and the enable block of
 ncclTopoTuneModel, cited in docs/explanation.md), walking the string with a strtok_r of its own
@@ -24,7 +24,7 @@ ALGO = RULES["ALGO"]
 assert isinstance(PROTO, SelectionRule) and isinstance(ALGO, SelectionRule)
 PROTOCOLS = ("LL", "LL128", "Simple")
 ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
-CORPUS = 300  # generated values per variable; the issue asks for at least 200
+CORPUS = 300  # generated values per variable
 
 
 # --- the reference model: tuning.cc's C, step by step ------------------------------------

@@ -2,23 +2,23 @@
 
 httpx, for its timeout on every wait (connect, and between two events of a stream) and one
 exception family to turn into exit 3. What a server sends is bounded: a body or a line of
-at most 1 MiB, a whole answer within its deadline (SIGALRM, which also cuts a trickle).
+at most 1 MiB, a whole answer within its deadline (checked at each chunk that arrives, so a
+server that keeps sending, however slowly, is cut too).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import signal
 import time
 from collections.abc import Iterator
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any
 
 import httpx
 
 from nccl_launch.bench.result import RunFigure
-from nccl_launch.bench.url import shown
+from nccl_launch.bench.url import masked_url
 from nccl_launch.errors import HostError
 
 SHOWN_BODY = 200  # of an error answer, enough for a reason, not a page of HTML
@@ -28,7 +28,7 @@ LINE_LIMIT = 1 << 20  # one line of the stream: one token's event is some 200 by
 MIN_RATE = 1.0  # tok/s: a request lasts at most --timeout + max_tokens / MIN_RATE seconds
 
 
-class ServerFacts(dict[str, Any]):
+class InfoAnswer(dict[str, Any]):
     """What `/server_info` answered (empty where the server has neither path)."""
 
     def _text(self, key: str) -> str | None:
@@ -53,21 +53,14 @@ class _Overdue(Exception):
     """The whole answer took longer than its deadline."""
 
 
-def _overdue(_signal: int, _frame: FrameType | None) -> None:
-    raise _Overdue
-
-
-@contextlib.contextmanager
-def _deadline(seconds: float) -> Iterator[None]:
-    """SIGALRM after `seconds`: httpx's timeouts bound each wait, not a server that keeps
-    sending (an endless stream, a byte a minute)."""
-    previous = signal.signal(signal.SIGALRM, _overdue)
-    signal.setitimer(signal.ITIMER_REAL, min(seconds, 2.0**31))  # beyond: time_t overflows
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+def _chunks(response: httpx.Response, end: float) -> Iterator[bytes]:
+    """The body's chunks as they arrive; _Overdue at the first that arrives after `end` (a
+    time.monotonic()). httpx's timeouts bound each wait, this a server that keeps sending:
+    an endless stream, a byte a minute."""
+    for chunk in response.iter_raw():
+        if time.monotonic() > end:
+            raise _Overdue
+        yield chunk
 
 
 class Client:
@@ -75,7 +68,7 @@ class Client:
 
     def __init__(self, url: str, timeout: float) -> None:
         self.url = url.rstrip("/")
-        self.shown = shown(self.url)
+        self.masked_url = masked_url(self.url)
         self.timeout = timeout
         # trust_env=False: the figure is the server's, never a proxy's from the environment;
         # identity: a compressed body could inflate far beyond the limits.
@@ -92,13 +85,14 @@ class Client:
     @contextlib.contextmanager
     def _request(
         self, method: str, path: str, seconds: float, deadline: str, **more: Any
-    ) -> Iterator[httpx.Response]:
-        """The response to one request whose answer must end within `seconds` (`deadline`
-        says how they were reckoned)."""
-        where = f"{self.shown}{path}"
+    ) -> Iterator[tuple[httpx.Response, Iterator[bytes]]]:
+        """The response to one request and its body's chunks; the answer must end within
+        `seconds` (`deadline` says how they were reckoned)."""
+        where = f"{self.masked_url}{path}"
+        end = time.monotonic() + seconds
         try:
-            with _deadline(seconds), self._http.stream(method, self.url + path, **more) as answer:
-                yield answer
+            with self._http.stream(method, self.url + path, **more) as answer:
+                yield answer, _chunks(answer, end)
         except _Overdue:
             raise HostError(
                 f"{where}: answer not complete within {seconds:g} s ({deadline})"
@@ -110,25 +104,28 @@ class Client:
         except httpx.HTTPError as error:
             raise HostError(f"{where}: {type(error).__name__}: {error}") from None
 
-    def _status(self, path: str, response: httpx.Response) -> HostError:
-        body = _body(response, SHOWN_BODY * 4).decode(errors="replace")
+    def _status(self, path: str, response: httpx.Response, chunks: Iterator[bytes]) -> HostError:
+        """The error for an answer that is not 200, quoting the start of its body."""
+        body = _body(chunks, SHOWN_BODY * 4).decode(errors="replace")
         said = " ".join(body.split())[:SHOWN_BODY]
-        return HostError(f"{self.shown}{path} answered HTTP {response.status_code}: {said}")
+        return HostError(f"{self.masked_url}{path} answered HTTP {response.status_code}: {said}")
 
-    def server_info(self) -> ServerFacts:
+    def server_info(self) -> InfoAnswer:
         """The server's version and model; empty when it has no info path (not SGLang)."""
         for path in INFO_PATHS:
-            with self._request("GET", path, self.timeout, "--timeout") as response:
+            with self._request("GET", path, self.timeout, "--timeout") as (response, chunks):
                 if response.status_code == httpx.codes.NOT_FOUND:
                     continue
                 if response.status_code != httpx.codes.OK:
-                    raise self._status(path, response)
-                body = _body(response, BODY_LIMIT)
+                    raise self._status(path, response, chunks)
+                body = _body(chunks, BODY_LIMIT)
             if len(body) > BODY_LIMIT:
-                raise HostError(f"{self.shown}{path} answered more than {BODY_LIMIT >> 20} MiB")
-            answer = _json(body, f"{self.shown}{path} answered something not JSON")
-            return ServerFacts(answer if isinstance(answer, dict) else {})
-        return ServerFacts()
+                raise HostError(
+                    f"{self.masked_url}{path} answered more than {BODY_LIMIT >> 20} MiB"
+                )
+            answer = _json(body, f"{self.masked_url}{path} answered something not JSON")
+            return InfoAnswer(answer if isinstance(answer, dict) else {})
+        return InfoAnswer()
 
     def complete(self, body: dict[str, Any]) -> RunFigure:
         """One streamed completion, timed from the request to `[DONE]`; tokens from the
@@ -138,27 +135,27 @@ class Client:
         start = time.perf_counter()
         limit = self.timeout + asked / MIN_RATE
         deadline = f"--timeout + max_tokens at {MIN_RATE:g} tok/s"
-        with self._request("POST", path, limit, deadline, json=body) as response:
+        with self._request("POST", path, limit, deadline, json=body) as (response, chunks):
             if response.status_code != httpx.codes.OK:
-                raise self._status(path, response)
-            first, tokens = self._read_events(path, response, start)
+                raise self._status(path, response, chunks)
+            first, tokens = self._read_events(path, chunks, start)
         seconds = time.perf_counter() - start
         if first is None:
-            raise HostError(f"{self.shown}{path} streamed no tokens")
+            raise HostError(f"{self.masked_url}{path} streamed no tokens")
         if type(tokens) is not int or not 0 < tokens <= asked:  # True is an int, 1e3 is none
             raise HostError(
-                f"{self.shown}{path}: the server reported an impossible token count "
+                f"{self.masked_url}{path}: the server reported an impossible token count "
                 f"(usage.completion_tokens must be a whole number from 1 to max_tokens {asked})"
             )
         return RunFigure(tokens=tokens, seconds=seconds, ttft_s=first)
 
     def _read_events(
-        self, path: str, response: httpx.Response, start: float
+        self, path: str, chunks: Iterator[bytes], start: float
     ) -> tuple[float | None, object]:
         """Seconds to the first text, and the usage's completion_tokens, from the SSE lines."""
         first: float | None = None
         tokens: object = None
-        for line in self._lines(path, response):
+        for line in self._lines(path, chunks):
             if not line.startswith("data:"):
                 continue  # blank separators, comments, `event:` lines
             data = line.removeprefix("data:").strip()
@@ -177,18 +174,18 @@ class Client:
             if isinstance(usage, dict) and "completion_tokens" in usage:
                 tokens = usage["completion_tokens"]
         else:
-            raise HostError(f"{self.shown}{path}: the server closed the stream before [DONE]")
+            raise HostError(f"{self.masked_url}{path}: the server closed the stream before [DONE]")
         if first is not None and tokens is None:
             raise HostError(
-                f"{self.shown}{path} streamed no usage figures "
+                f"{self.masked_url}{path} streamed no usage figures "
                 "(SGLang sends them with stream_options.include_usage)"
             )
         return first, tokens
 
-    def _lines(self, path: str, response: httpx.Response) -> Iterator[str]:
+    def _lines(self, path: str, chunks: Iterator[bytes]) -> Iterator[str]:
         """The stream's lines, none longer than LINE_LIMIT (a line is held whole in memory)."""
         pending = bytearray()
-        for chunk in response.iter_raw():
+        for chunk in chunks:
             *ended, rest = chunk.split(b"\n")
             for part in ended:
                 pending += part
@@ -197,25 +194,25 @@ class Client:
             pending += rest
             if len(pending) > LINE_LIMIT:
                 raise HostError(
-                    f"{self.shown}{path} streamed a line longer than {LINE_LIMIT >> 20} MiB"
+                    f"{self.masked_url}{path} streamed a line longer than {LINE_LIMIT >> 20} MiB"
                 )
         if pending:
             yield pending.decode(errors="replace")
 
     def _event(self, path: str, data: str) -> dict[str, Any]:
-        event = _json(data, f"{self.shown}{path} streamed an event that is not JSON")
+        event = _json(data, f"{self.masked_url}{path} streamed an event that is not JSON")
         if not isinstance(event, dict):
-            raise HostError(f"{self.shown}{path} streamed an event that is not an object")
+            raise HostError(f"{self.masked_url}{path} streamed an event that is not an object")
         if "error" in event or event.get("object") == "error":
             said = _json_text(event.get("error", event))
-            raise HostError(f"{self.shown}{path} streamed an error: {said[:SHOWN_BODY]}")
+            raise HostError(f"{self.masked_url}{path} streamed an error: {said[:SHOWN_BODY]}")
         return event
 
 
-def _body(response: httpx.Response, limit: int) -> bytes:
+def _body(chunks: Iterator[bytes], limit: int) -> bytes:
     """The body, read up to just past `limit` bytes (a longer one is cut there)."""
     data = bytearray()
-    for chunk in response.iter_raw():
+    for chunk in chunks:
         data += chunk
         if len(data) > limit:
             break

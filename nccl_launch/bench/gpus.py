@@ -6,6 +6,7 @@ import shutil
 import subprocess
 
 from nccl_launch.bench.result import Gpu
+from nccl_launch.digits import is_ascii_digits
 
 QUERY = "index,name,memory.total,driver_version,pci.bus_id"
 TIMEOUT = 10  # seconds: a wedged driver must not hang the benchmark
@@ -20,7 +21,7 @@ def parse_gpus(text: str) -> list[Gpu]:
         if not line.strip():
             continue
         parts = line.strip().split(", ")
-        if len(parts) < FIELDS or not parts[0].isascii() or not parts[0].isdigit():
+        if len(parts) < FIELDS or not is_ascii_digits(parts[0]):
             raise ValueError(f"not a line of {QUERY}: {line.strip()[:100]!r}")
         memory, driver, bus = parts[-3:]
         name = ", ".join(parts[1:-3])

@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from nccl_launch.bench.client import Client, ServerFacts
+from nccl_launch.bench.client import Client, InfoAnswer
 from nccl_launch.bench.gpus import query_gpus
 from nccl_launch.bench.result import BenchReport, Method, RunFigure, Status, judge, summarize
-from nccl_launch.bench.url import checked, shown
+from nccl_launch.bench.url import masked_url, url_address
 from nccl_launch.errors import HostError, UsageError
 from nccl_launch.live.compare import LiveReport
-from nccl_launch.live.processes import Target, descendants, main_pid, snapshot_tree
+from nccl_launch.live.processes import Target, descendants, listening_pids, main_pid, snapshot_tree
 from nccl_launch.live.watch import compare_tree
 from nccl_launch.profile.load import LoadedProfile
 
@@ -22,14 +22,14 @@ from nccl_launch.profile.load import LoadedProfile
 class Progress(Protocol):
     """Told as the benchmark goes, so a long one is not silent."""
 
-    def checked(self, when: str, report: LiveReport) -> None: ...
+    def verified(self, when: str, report: LiveReport) -> None: ...
 
     def ran(self, kind: str, number: int, total: int, figure: RunFigure) -> None: ...
 
 
 @dataclass(frozen=True)
-class Server:
-    """Where to send the requests, and which process tree to check."""
+class Endpoint:
+    """Where to send the requests (`url`), and which process tree to check (`target`)."""
 
     url: str
     target: Target
@@ -61,29 +61,6 @@ def _serves(listener: IPAddress, address: IPAddress) -> bool:
     return listener == address
 
 
-def _owners(addresses: set[IPAddress], port: int, where: str) -> set[int]:
-    """The PIDs listening where a connection to `addresses` on `port` lands."""
-    import psutil  # only where the URL names a host to look for
-
-    try:
-        connections = psutil.net_connections(kind="inet")
-    except psutil.AccessDenied:
-        raise HostError(f"permission denied listing sockets to find {where}") from None
-    pids = {
-        connection.pid
-        for connection in connections
-        if connection.status == psutil.CONN_LISTEN
-        and connection.laddr
-        and connection.laddr.port == port
-        and any(_serves(_ip(connection.laddr.ip), address) for address in addresses)
-    }
-    if not pids:
-        raise HostError(f"no process listens on {where}")
-    if None in pids:
-        raise HostError(f"the process listening on {where} is not visible; run as its user")
-    return {pid for pid in pids if pid is not None}
-
-
 def _tree(pid: int) -> set[int]:
     import psutil
 
@@ -105,22 +82,24 @@ def _is_here(addresses: set[IPAddress]) -> bool:
     return any(address.is_loopback or address in local for address in addresses)
 
 
-def locate(url: str, pid: int | None) -> Server:
+def locate(url: str, pid: int | None) -> Endpoint:
     """The server of `url`: its tree is the process listening on the address and port a
     connection to the URL lands on (which must be on this host), or `pid`'s, which must own
     that listener when the URL is local. Listeners of several trees there are refused: the
     one measured might not be the one checked."""
-    host, port = checked(url)
+    host, port = url_address(url)
     addresses = _resolved(host, port)
     if not _is_here(addresses):
         if pid is None:
             raise UsageError(
-                f"--url {shown(url)}: {host} is not this host, whose processes "
+                f"--url {masked_url(url)}: {host} is not this host, whose processes "
                 "bench checks; run bench on the server's host, or name its process with --pid"
             )
-        return Server(url=url, target=Target(pid=pid))
+        return Endpoint(url=url, target=Target(pid=pid))
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    owners = _owners(addresses, port, where)
+    owners = listening_pids(
+        port, where, lambda ip: any(_serves(_ip(ip), address) for address in addresses)
+    )
     main = pid if pid is not None else min(owners)
     strangers = sorted(owners - _tree(main))
     if strangers and pid is not None:
@@ -134,15 +113,15 @@ def locate(url: str, pid: int | None) -> Server:
             f"processes of different trees listen on {where} (pids {pids}): name one "
             "address in --url (e.g. 127.0.0.1), or the server with --pid"
         )
-    return Server(url=url, target=Target(pid=main))
+    return Endpoint(url=url, target=Target(pid=main))
 
 
-def verify(server: Server, loaded: LoadedProfile) -> LiveReport:
+def verify(endpoint: Endpoint, loaded: LoadedProfile) -> LiveReport:
     """`check`'s comparison of the server's whole tree with the profile."""
-    return compare_tree(snapshot_tree(main_pid(server.target)), loaded)
+    return compare_tree(snapshot_tree(main_pid(endpoint.target)), loaded)
 
 
-def request_body(facts: ServerFacts, method: Method) -> dict[str, Any]:
+def request_body(facts: InfoAnswer, method: Method) -> dict[str, Any]:
     """One greedy completion of exactly max_tokens (ignore_eos), usage in its last event."""
     return {
         "model": facts.served_model,
@@ -155,8 +134,8 @@ def request_body(facts: ServerFacts, method: Method) -> dict[str, Any]:
     }
 
 
-def bench(
-    loaded: LoadedProfile, server: Server, method: Method, timeout: float, progress: Progress
+def measure_decode(
+    loaded: LoadedProfile, endpoint: Endpoint, method: Method, timeout: float, progress: Progress
 ) -> BenchReport:
     """Measure on a server proved to run `loaded` before and after; the report says whether
     it was measured, refused, discarded or interrupted (Ctrl-C: the runs so far)."""
@@ -165,7 +144,7 @@ def bench(
         "profile": plan.label,
         "digest": plan.digest,
         "profile_path": str(loaded.path.absolute()),  # read back from anywhere
-        "url": shown(server.url),
+        "url": masked_url(endpoint.url),
         "host": socket.gethostname(),
         "time": datetime.now(UTC).isoformat(timespec="seconds"),
         "method": method,
@@ -175,12 +154,12 @@ def bench(
         fields = {"status": status, "runs": runs, **stamp, **summarize(runs), **more}
         return BenchReport.model_validate(fields)
 
-    before = verify(server, loaded)
-    progress.checked("before", before)
+    before = verify(endpoint, loaded)
+    progress.verified("before", before)
     if not before.ok:
         return report("refused", [], drift=before)
     runs: list[RunFigure] = []
-    with Client(server.url, timeout) as client:
+    with Client(endpoint.url, timeout) as client:
         facts = client.server_info()
         gpus, gpus_note = query_gpus()
         stamp |= {"sglang_version": facts.version, "model": facts.model, "gpus": gpus}
@@ -194,8 +173,8 @@ def bench(
                 progress.ran("run", number, method.runs, runs[-1])
         except KeyboardInterrupt:
             return report("interrupted", runs)
-    after = verify(server, loaded)
-    progress.checked("after", after)
+    after = verify(endpoint, loaded)
+    progress.verified("after", after)
     if not after.ok:
         return report("discarded", runs, drift=after)
     baseline = loaded.profile.baseline

@@ -14,7 +14,8 @@ from nccl_launch.masking import MASK, is_secret
 URL_LIMIT = 4096  # far beyond any server's base URL; a longer one is a mistake or an attack
 SHOWN_LIMIT = 200  # of a URL refused for its length
 # `name=value` in a query, a fragment or a path parameter: `?token=x`, `#access_token=x`.
-_PAIR = re.compile(r"(?P<name>[^?&#;=/]+)=(?P<value>[^&#;]*)")
+# A name starts only after a separator: tried at every letter, a long path took quadratic time.
+_PAIR = re.compile(r"(?<![^?&#;=/])(?P<name>[^?&#;=/]+)=(?P<value>[^&#;]*)")
 EXAMPLE = "valid: http://127.0.0.1:30000"
 
 
@@ -23,7 +24,7 @@ def _masked_pair(found: re.Match[str]) -> str:
     return f"{found['name']}={MASK}" if secret else found[0]
 
 
-def shown(url: str) -> str:
+def masked_url(url: str) -> str:
     """`url` as people see it: the user info up to the last `@` masked whole (a password may
     hold an unencoded `/`, `?` or `#`, so the authority cannot be trusted to end before it),
     the values of secret-looking names (`token=`, `api_key=`) masked, controls escaped."""
@@ -40,27 +41,29 @@ class Address(NamedTuple):
     port: int
 
 
-def checked(url: str) -> Address:
+def url_address(url: str) -> Address:
     """The host and port of `url`, an http(s) URL; anything else is a usage error that shows
     the URL masked."""
     if len(url) > URL_LIMIT:
-        raise UsageError(f"--url {shown(url)[:SHOWN_LIMIT]}...: longer than {URL_LIMIT} characters")
+        raise UsageError(
+            f"--url {masked_url(url)[:SHOWN_LIMIT]}...: longer than {URL_LIMIT} characters"
+        )
     if not url.isprintable() or " " in url:
         raise UsageError(
-            f"--url {shown(url)}: holds a space, a control character or a byte that is not "
+            f"--url {masked_url(url)}: holds a space, a control character or a byte that is not "
             f"UTF-8; {EXAMPLE}"
         )
     try:
         parts = urlsplit(url)
     except ValueError as error:
-        raise UsageError(f"--url {shown(url)}: not a valid URL ({error}); {EXAMPLE}") from None
+        raise UsageError(f"--url {masked_url(url)}: not a valid URL ({error}); {EXAMPLE}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(
-            f"--url {shown(url)}: not an http:// or https:// URL with a host; {EXAMPLE}"
+            f"--url {masked_url(url)}: not an http:// or https:// URL with a host; {EXAMPLE}"
         )
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
         hint = " (percent-encode a / ? # in the password)" if "@" in url else ""
-        raise UsageError(f"--url {shown(url)}: not a valid port{hint}; {EXAMPLE}") from None
+        raise UsageError(f"--url {masked_url(url)}: not a valid port{hint}; {EXAMPLE}") from None
     return Address(parts.hostname, port)

@@ -7,10 +7,9 @@ from pathlib import Path
 import click
 
 from nccl_launch.bench import history
-from nccl_launch.bench.measure import bench as measure
-from nccl_launch.bench.measure import locate
+from nccl_launch.bench.measure import locate, measure_decode
 from nccl_launch.bench.result import TOKEN_LIMIT, Method, RunFigure
-from nccl_launch.bench.url import checked
+from nccl_launch.bench.url import url_address
 from nccl_launch.commands.options import echo_lines, format_option, profile_argument, warn
 from nccl_launch.errors import UsageError
 from nccl_launch.live.compare import LiveReport
@@ -31,7 +30,7 @@ class Echo:
         self.asked = asked
         self.short = False
 
-    def checked(self, when: str, report: LiveReport) -> None:
+    def verified(self, when: str, report: LiveReport) -> None:
         line = checked_line(when, report)
         if line is not None:
             echo_lines([line], err=self.err)
@@ -131,7 +130,7 @@ def bench(
     if profile is None or url is None:
         raise UsageError("name the PROFILE and the server's --url (or use --history)")
     loaded = load_profile(profile)
-    checked(url)  # a malformed URL is refused before any file is touched
+    url_address(url)  # a malformed URL is refused before any file is touched
     baseline = loaded.profile.baseline
     method = Method(
         max_tokens=max_tokens or (baseline and baseline.max_tokens) or DEFAULT_MAX_TOKENS,
@@ -140,9 +139,9 @@ def bench(
         prompt=prompt,
     )
     with history.opened(record) as recorder:
-        server = locate(url, pid)  # after the history: a file that cannot take it fails first
+        endpoint = locate(url, pid)  # after the history: a file that cannot take it fails first
         echo = Echo(err=fmt == "json", asked=method.max_tokens)
-        report = measure(loaded, server, method, timeout, echo)
+        report = measure_decode(loaded, endpoint, method, timeout, echo)
         if report.status == "measured":
             recorder.append(report)
     if fmt == "json":

@@ -13,6 +13,7 @@ from click.shell_completion import (
     split_arg_string,
 )
 
+from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import UsageError
 
 COMPLETE_VAR = "_NCCL_LAUNCH_COMPLETE"
@@ -45,7 +46,7 @@ def check_request(environ: Mapping[str, str]) -> None:
             "the completion script sets them"
         )
     word = environ["COMP_CWORD"]  # bash and zsh: the index of the word; fish: the word
-    if request != "fish_complete" and not (word.isascii() and word.isdigit()):
+    if request != "fish_complete" and not is_ascii_digits(word):
         raise UsageError(f"COMP_CWORD={word!r}: the index of the word completed, as in 2")
     if request == "fish_complete" and word and not split_arg_string(word):
         raise UsageError(f"COMP_CWORD={word!r}: the word completed, or nothing")

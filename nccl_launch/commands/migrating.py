@@ -18,8 +18,8 @@ from nccl_launch.migrate.start import StartCommand, save_profile
 def _saved(
     start: StartCommand, name: str, source: str, how: str, output: Path | None, force: bool
 ) -> int:
-    path, plan = save_profile(start, name, source, how, output, force)
-    for note in start.notes:  # they quote the script's or the process's words
+    path, plan, notes = save_profile(start, name, source, how, output, force)
+    for note in notes:  # they quote the script's or the process's words
         warn(note)
     say_wrote_profile(path, plan.label, plan.short_digest)
     return EXIT_OK

@@ -14,7 +14,8 @@ from nccl_launch.errors import UsageError
 
 Env = Mapping[str, str]
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# The ASCII control characters (C0 and DEL): what ends or bends a line in every format here.
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _NUL = re.compile(r"\x00")
 # python-dotenv decodes these escapes in double quotes; other control characters it cannot.
 _DOTENV_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\a": "\\a", "\b": "\\b",
@@ -42,7 +43,7 @@ def _refuse_nul(env: Env, fmt: str) -> None:
 
 def plain(env: Env) -> str:
     """`KEY=value`, unquoted: for eyes and grep, so one line per variable or an error."""
-    _refuse(env, _CONTROL, "env", "use --format shell, dotenv, systemd-env, k8s or json")
+    _refuse(env, CONTROL, "env", "use --format shell, dotenv, systemd-env, k8s or json")
     return "".join(f"{key}={value}\n" for key, value in env.items())
 
 
@@ -88,7 +89,7 @@ def _systemd_quoted(text: str) -> str:
     """C escapes systemd decodes in a quoted `Environment=` word; every control character
     escaped, since systemd ends a line at `\\n`, `\\r` and NUL; `%` doubled (specifiers)."""
     escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
-    return _CONTROL.sub(
+    return CONTROL.sub(
         lambda found: _SYSTEMD_ESCAPES.get(found[0], f"\\x{ord(found[0]):02x}"), escaped
     )
 

@@ -6,6 +6,7 @@ import re
 import sys
 from pathlib import Path
 
+from nccl_launch.deploy.exports import CONTROL
 from nccl_launch.errors import UsageError
 from nccl_launch.files import atomic_write
 from nccl_launch.profile.load import LoadedProfile, load_profile
@@ -13,7 +14,6 @@ from nccl_launch.profile.load import LoadedProfile, load_profile
 START_TIMEOUT_S = 1800  # model load and CUDA-graph capture take minutes on 8 GPUs
 STOP_TIMEOUT_S = 120
 _PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # A name or a numeric uid, as useradd and systemd's User= read it; nothing systemd expands.
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]*\$?")
 
@@ -35,7 +35,7 @@ def exec_word(argument: str) -> str:
 def _one_line(where: str, text: str) -> str:
     """`text` when it can be the value of a unit line: systemd ends a line at a newline, CR or
     NUL, and joins the next one to a line ending in a backslash; so those are refused."""
-    found = _CONTROL.search(text)
+    found = CONTROL.search(text)
     if found is not None:
         raise UsageError(
             f"{where}: holds the control character {found[0]!r}, which would end the unit's "

@@ -10,6 +10,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import HostError
 from nccl_launch.launch.preflight_report import Check
 from nccl_launch.nccl.conf import ConfEntry, applied, conf_paths
@@ -89,7 +90,9 @@ def _visible(devices: str, installed: int) -> int:
     count = 0
     for entry in devices.split(","):
         entry = entry.strip()
-        valid = entry.startswith(("GPU-", "MIG-")) or (entry.isdigit() and int(entry) < installed)
+        valid = entry.startswith(("GPU-", "MIG-")) or (
+            is_ascii_digits(entry) and int(entry) < installed
+        )
         if not valid:
             break
         count += 1
@@ -139,15 +142,15 @@ def port_check(server: Server) -> Check:
 
 
 def _owner(port: int) -> str:
-    # Imported here: only a taken port needs psutil, and `run` never asks (issue 11).
+    # Imported here: only a taken port needs psutil, and `run` never asks (docs/performance.md).
     import psutil
 
     from nccl_launch.live.processes import listening_pids
 
     try:
-        pid = min(pid for pid in listening_pids(port) if pid is not None)
+        pid = min(listening_pids(port, f"port {port}"))
         return f" by pid {pid} ({' '.join(psutil.Process(pid).cmdline())[:80]})"
-    except (ValueError, HostError, psutil.Error):
+    except (HostError, psutil.Error):
         return ""  # the port is taken; who holds it is a courtesy
 
 

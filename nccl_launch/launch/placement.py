@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import UsageError
 from nccl_launch.sglang.server import Server
 
@@ -51,6 +52,6 @@ def node_rank_from(environ: Mapping[str, str]) -> int | None:
     """The node rank a cluster engine gives this process: Slurm, then Kubernetes LWS."""
     for variable in ("SLURM_NODEID", "LWS_WORKER_INDEX"):
         value = environ.get(variable, "")
-        if value.isdigit():
+        if is_ascii_digits(value):
             return int(value)
     return None

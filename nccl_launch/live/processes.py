@@ -5,11 +5,13 @@ from __future__ import annotations
 import shlex
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
+from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import HostError, UsageError
 from nccl_launch.files import FileError, read_text
 
@@ -43,27 +45,28 @@ class Target:
     unit: str | None = None
 
 
-def listening_pids(port: int) -> set[int | None]:
-    """PIDs with a listening socket on `port` (None for one this user may not see)."""
+def listening_pids(
+    port: int, where: str, accepts: Callable[[str], bool] = lambda address: True
+) -> set[int]:
+    """The PIDs listening on `port` at an address `accepts` takes; `where` names the place in
+    the error raised when none listens there or a listener is not this user's to see."""
     try:
         connections = psutil.net_connections(kind="inet")
     except psutil.AccessDenied:
-        raise HostError(f"permission denied listing sockets to find port {port}") from None
-    return {
+        raise HostError(f"permission denied listing sockets to find {where}") from None
+    pids = {
         connection.pid
         for connection in connections
         if connection.status == psutil.CONN_LISTEN
-        and getattr(connection.laddr, "port", None) == port
+        and connection.laddr
+        and connection.laddr.port == port
+        and accepts(connection.laddr.ip)
     }
-
-
-def _listening_pid(port: int) -> int:
-    pids = listening_pids(port)
     if not pids:
-        raise HostError(f"no process listens on port {port}")
+        raise HostError(f"no process listens on {where}")
     if None in pids:
-        raise HostError(f"the process listening on port {port} is not visible; run as its user")
-    return min(pid for pid in pids if pid is not None)
+        raise HostError(f"the process listening on {where} is not visible; run as its user")
+    return {pid for pid in pids if pid is not None}
 
 
 def _unit_pid(unit: str) -> int:
@@ -73,16 +76,11 @@ def _unit_pid(unit: str) -> int:
     except (OSError, subprocess.TimeoutExpired) as error:
         raise HostError(f"cannot ask systemd for {unit}: {error}") from None
     value = done.stdout.strip()
-    if done.returncode != 0 or not _is_number(value):
+    if done.returncode != 0 or not is_ascii_digits(value):
         raise HostError(f"systemctl show {unit} failed: {done.stderr.strip() or value}")
     if value == "0":
         raise HostError(f"unit {unit} has no running main process")
     return int(value)
-
-
-def _is_number(text: str) -> bool:
-    """ASCII digits only: str.isdigit() also takes '٣', which int() reads as 3."""
-    return text.isascii() and text.isdigit()
 
 
 def _pidfile_pid(path: Path) -> int:
@@ -90,7 +88,7 @@ def _pidfile_pid(path: Path) -> int:
         text = read_text(path, "pidfile", limit=PIDFILE_LIMIT).strip()
     except FileError as error:  # the server's file, not the user's input: a target problem
         raise HostError(str(error)) from None
-    if not _is_number(text) or int(text) == 0:
+    if not is_ascii_digits(text) or int(text) == 0:
         raise HostError(f"pidfile {path} holds {text!r}, not a PID")
     return int(text)
 
@@ -103,7 +101,7 @@ def main_pid(target: Target) -> int:
     if target.pid is not None:
         return target.pid
     if target.port is not None:
-        return _listening_pid(target.port)
+        return min(listening_pids(target.port, f"port {target.port}"))
     if target.unit is not None:
         return _unit_pid(target.unit)
     if target.pidfile is not None:

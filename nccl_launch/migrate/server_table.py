@@ -7,6 +7,7 @@ import shlex
 from pathlib import PurePosixPath
 from typing import Any
 
+from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import UsageError
 from nccl_launch.sglang.facts import SPECULATIVE_PREFIX, flag_for
 
@@ -39,7 +40,7 @@ def known(word: str) -> str:
 
 
 def _number(flag: str, value: str) -> int:
-    if not value.isdigit():
+    if not is_ascii_digits(value):
         raise UsageError(f"{flag} {value!r} is not an integer")
     return int(value)
 
@@ -50,11 +51,13 @@ _INTEGERS = {
 }  # fmt: skip
 
 
-def server_table(argv: list[str], notes: list[str]) -> dict[str, Any] | None:
-    """The `[server]` table reproducing an SGLang argv; None when it is not one."""
+def server_table(argv: list[str]) -> tuple[dict[str, Any] | None, list[str]]:
+    """The `[server]` table reproducing an SGLang argv (None when it is not one), and notes on
+    what it leaves out."""
     split = server_split(argv)
     if split is None:
-        return None
+        return None, []
+    notes: list[str] = []
     python, entrypoint, flags = split
     table: dict[str, Any] = {"python": python, "entrypoint": entrypoint}
     speculative: dict[str, Any] = {}
@@ -84,4 +87,4 @@ def server_table(argv: list[str], notes: list[str]) -> dict[str, Any] | None:
         index += consumed
     if speculative:
         table["speculative"] = speculative
-    return table | {"args": args} if args else table
+    return (table | {"args": args} if args else table), notes

@@ -7,7 +7,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import tomli_w
 
@@ -66,7 +66,7 @@ def typed(key: str, value: TomlValue) -> TomlValue:
     return number if isinstance(rule, IntRule) else value
 
 
-def nccl_reading(key: str, value: str, notes: list[str], where: str) -> TomlValue | None:
+def nccl_reading(key: str, value: str, where: str) -> tuple[TomlValue | None, str | None]:
     """The value to store for `key=value`: what NCCL read, so the profile keeps its meaning
     (`010` is 8, octal; `0x200` is 512; `16MB` is 16), with a note when that differs from the
     spelling; None (and a note) for an empty integer, which leaves NCCL's default."""
@@ -76,26 +76,31 @@ def nccl_reading(key: str, value: str, notes: list[str], where: str) -> TomlValu
         raise ValueError(f"{value!r}: {read.why}; write the level NCCL should use")
     if isinstance(rule, IntRule | SizeRule):
         if read is None and not value:
-            notes.append(f"{where}{key} is empty: NCCL keeps its default; not stored")
-            return None
+            return None, f"{where}{key} is empty: NCCL keeps its default; not stored"
         if isinstance(read, int) and str(read) != value:
             meant = rule.ambiguity(value) if isinstance(rule, SizeRule) else None
             also = f" ({meant})" if meant else ""
-            notes.append(f"{where}{key}={value} is read by NCCL as {read}; stored {read}{also}")
-            return read
+            return read, f"{where}{key}={value} is read by NCCL as {read}; stored {read}{also}"
     if isinstance(rule, LevelRule) and isinstance(read, str) and read != value:
-        notes.append(f"{where}{key}={value} is read by NCCL as {read}; stored {read}")
-        return read
-    return value
+        return read, f"{where}{key}={value} is read by NCCL as {read}; stored {read}"
+    return value, None
 
 
-def build_profile(
-    start: StartCommand, name: str, source: str, how: str
-) -> tuple[dict[str, Any], ProfilePlan, dict[str, str]]:
-    """The profile data for a start command, validated, its plan, and a comment for each
-    variable saying where it came from; NCCL values are checked with NCCL's grammar first,
-    so that an error names the script's line."""
+class BuiltProfile(NamedTuple):
+    """A start command's profile: its data, validated, and its plan; a comment for each
+    variable saying where it came from; the notes on what was read differently or left out."""
+
+    data: dict[str, Any]
+    plan: ProfilePlan
+    comments: dict[str, str]
+    notes: list[str]
+
+
+def build_profile(start: StartCommand, name: str, source: str, how: str) -> BuiltProfile:
+    """The profile of a start command, with the start command's notes and its own; NCCL
+    values are checked with NCCL's grammar first, so that an error names the script's line."""
     problems, nccl, env, comments = [], {}, {}, {}
+    notes = list(start.notes)
     for key, value in start.env.items():
         where = f"line {start.lines[key]}: " if start.lines.get(key) else ""
         comments[key] = start.where(key)
@@ -108,7 +113,9 @@ def build_profile(
         else:
             stored: TomlValue | None = None
             try:
-                stored = nccl_reading(key, value, start.notes, where)
+                stored, note = nccl_reading(key, value, where)
+                if note is not None:
+                    notes.append(note)
                 if stored is not None:
                     rules.canonical(key, stored)
                     nccl[key.removeprefix(catalog.PREFIX)] = typed(key, stored)
@@ -119,7 +126,6 @@ def build_profile(
                 problems.append(f"{where}{key}: {read}{error}")
     if problems:  # a name or a value read from a process or a script may hold anything
         raise ProfileError([f"{source}: {problem}" for problem in problems])
-    notes = start.notes
     data: dict[str, Any] = {
         "schema": PROFILE_SCHEMA,
         "name": name,
@@ -129,15 +135,17 @@ def build_profile(
     data |= {"nccl": nccl} if nccl else {}
     data |= {"env": env} if env else {}
     try:
-        server = server_table(start.argv, notes)
+        server, server_notes = server_table(start.argv)
     except UsageError as error:  # `$MODEL_DIR is not set`: in which script
         raise UsageError(f"{source}: {error}") from None
+    notes += server_notes
     if server is not None:
         data["server"] = server | ({"cwd": start.cwd} if start.cwd else {})
     elif start.argv:
         notes.append(f"not an SGLang command, run it with: -- {' '.join(start.argv)}")
     data["provenance"] = {"source": source} | ({"notes": "; ".join(notes)} if notes else {})
-    return data, build_plan(validate_resolved(source, data)), comments
+    plan = build_plan(validate_resolved(source, data))
+    return BuiltProfile(data, plan, comments, notes)
 
 
 def profile_text(data: dict[str, Any], comments: dict[str, str]) -> str:
@@ -164,12 +172,12 @@ def profile_text(data: dict[str, Any], comments: dict[str, str]) -> str:
 
 def save_profile(
     start: StartCommand, name: str, source: str, how: str, output: Path | None, force: bool
-) -> tuple[Path, ProfilePlan]:
+) -> tuple[Path, ProfilePlan, list[str]]:
     """Write the profile of `start` to `output` (default `profiles/NAME.toml`) atomically,
-    never replacing a file without `force`; where it went and its plan. A profile holding
-    a secret (a credential-looking variable or flag, a password in a URL) is readable by its
-    owner only."""
-    data, plan, comments = build_profile(start, name, source, how)
+    never replacing a file without `force`; where it went, its plan and the notes to tell.
+    A profile holding a secret (a credential-looking variable or flag, a password in a URL)
+    is readable by its owner only."""
+    data, plan, comments, notes = build_profile(start, name, source, how)
     path = output or Path("profiles") / f"{name}.toml"
     mode = 0o600 if holds_secret(start.argv, start.env) else None
     try:
@@ -180,4 +188,4 @@ def save_profile(
         raise FileError(f"{path}: cannot write: {error.filename} is not a directory") from None
     except OSError as error:  # a directory, a folder that cannot hold files, a full disk
         raise FileError(f"{path}: cannot write: {error.strerror}") from None
-    return path, plan
+    return path, plan, notes

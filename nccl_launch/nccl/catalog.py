@@ -50,7 +50,7 @@ def _source_kind(reader: str) -> Kind:
     return _SOURCE_KINDS.get(first, "string")
 
 
-# Besides every integer parameter (NCCL_PARAM), these are logged when set (reference/NCCL.md).
+# Besides every integer parameter (NCCL_PARAM), these are logged when set.
 LOGGED_STRINGS = frozenset({"NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL"})
 
 

@@ -11,17 +11,19 @@ import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from nccl_launch.digits import is_ascii_digits
+
 TomlValue = str | int | float | bool
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INT32_LIMIT = 2**31
 
 _UNITS = {"": 1, "K": 2**10, "KiB": 2**10, "M": 2**20, "MiB": 2**20, "G": 2**30, "GiB": 2**30}
-_SIZE = re.compile(r"(\d+)([A-Za-z]*)")
+_SIZE = re.compile(r"([0-9]+)([A-Za-z]*)")
 # Decimal units people write for binary ones (`16MB` in tuning notes means 16MiB): refused as
 # ambiguous, with both readings to copy.
 _DECIMAL_UNITS = {"KB": 1, "MB": 2, "GB": 3}
-_DECIMAL = re.compile(r"-?\d+")
+_DECIMAL = re.compile(r"-?[0-9]+")
 
 
 def _any_case(words: tuple[str, ...]) -> str:
@@ -326,7 +328,7 @@ class LevelRule:
         valid = f"one of {', '.join(LEVELS)} (exact case) or a legacy integer 0-5"
         if isinstance(value, bool) or not isinstance(value, int | str):
             raise ValueError(f"{value!r} is not valid; valid: {valid}")
-        if isinstance(value, str) and not (value.isascii() and value.isdigit()):
+        if isinstance(value, str) and not is_ascii_digits(value):
             hint = f" (NCCL treats {value!r} as unset)"
             raise ValueError(f"{value!r} is not valid{hint}; valid: {valid}")
         number = int(value)

@@ -64,7 +64,7 @@ RULES: dict[str, Rule] = {
     "LAUNCH_MODE": ChoiceRule(("PARALLEL", "GROUP")),
     "NET_MERGE_POLICY": ChoiceRule(("ALL", "RAIL")),
     "CTA_POLICY": TokenListRule(("DEFAULT", "EFFICIENCY", "ZERO", "0", "1", "2"), "|", False),
-    "NETDEVS_POLICY": PatternRule(r"AUTO|ALL|MAX:[1-9]\d*", "AUTO, ALL or MAX:N"),
+    "NETDEVS_POLICY": PatternRule(r"AUTO|ALL|MAX:[1-9][0-9]*", "AUTO, ALL or MAX:N"),
     "CROSS_NIC": IntRule(0, 2),
     "IB_PCI_RELAXED_ORDERING": IntRule(0, 2),
     "MEM_SYNC_DOMAIN": IntRule(0, 1),

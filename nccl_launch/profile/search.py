@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.profile.document import read_profile_toml
 from nccl_launch.profile.markers import SEARCH_PATH_VAR, SYSTEM_DIR_VAR
@@ -124,8 +125,8 @@ def find_profile(ref: str, near: Path | None = None) -> Path:
             raise UsageError(f"profile file not found: {path}")
         return path  # reading it says what else may be wrong (a FIFO, a device, untrusted)
     name, _, version = ref.partition("@")
-    # ASCII digits only ('٣' is not 3), and few enough for a 64-bit version.
-    if version and not (version.isascii() and version.isdigit() and len(version) <= 19):
+    # Few enough digits for a 64-bit version.
+    if version and not (is_ascii_digits(version) and len(version) <= 19):
         raise UsageError(f"{ref!r}: a version after '@' is a positive integer, as in {name}@4")
     dirs = unique_dirs(([near] if near is not None else []) + [dir_ for dir_, _ in search_path()])
     skipped: list[str] = []

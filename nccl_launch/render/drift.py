@@ -1,4 +1,4 @@
-"""Drift as text: the aligned diff of DESIGN.md and the env changes of a dry run."""
+"""Drift as text: the aligned diff `run` refuses with, and the env changes of a dry run."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def drift_lines(entries: Sequence[DriftEntry]) -> list[str]:
 
 
 def refusal_lines(launch: LaunchPlan, report: DriftReport) -> list[str]:
-    """Why `run` will not start: the diff of DESIGN.md, a header, one line per entry, a summary."""
+    """Why `run` will not start: a header, one aligned line per entry, a summary."""
     plan = launch.plan
     header = f"refusing to start: environment drifts from {plan.label} ({plan.short_digest})"
     return [header, *drift_lines(report.entries), report.summary()]

@@ -12,10 +12,10 @@ Samples = list[tuple[dict[str, str], float]]
 
 
 def _labels(labels: dict[str, str]) -> str:
-    def escaped(value: str) -> str:
+    def label_value(value: str) -> str:
         return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
-    return "{" + ",".join(f'{key}="{escaped(value)}"' for key, value in labels.items()) + "}"
+    return "{" + ",".join(f'{key}="{label_value(value)}"' for key, value in labels.items()) + "}"
 
 
 def _number(value: float) -> str:

@@ -12,7 +12,8 @@ ALGORITHMS = (
 )  # fmt: skip
 DEFAULT_ENTRYPOINT = "-m sglang.launch_server"
 
-# What SGLang adds to its workers' environment when unset (reference/SGLANG.md).
+# What SGLang adds to its workers' environment when unset (`_set_envs_and_config` in
+# entrypoints/engine.py; NCCL_GRAPH_REGISTER in parallel_hook.py).
 OWNED_ENV = ("NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "NCCL_GRAPH_REGISTER")
 
 

@@ -1,6 +1,6 @@
 """`python -m sglang.launch_server` as SGLang 0.5.23 behaves, minus the GPU work.
 
-What it reproduces, because `nccl-launch check` depends on it (see reference/SGLANG.md):
+What it reproduces, because `nccl-launch check` depends on it:
 - the core flags, parsed strictly (unknown flags exit 2, prefixes are accepted);
 - the environment changes of `entrypoints/engine.py::_set_envs_and_config` (and the
   NCCL_GRAPH_REGISTER default of `parallel_hook.py`), made before any worker is spawned;
