@@ -8,6 +8,7 @@ import itertools
 import os
 import stat
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
@@ -143,8 +144,6 @@ def atomic_write(path: Path, text: str, *, replace: bool, mode: int | None = Non
     missing = list(itertools.takewhile(lambda folder: not folder.is_dir(), path.parents))
     for folder in reversed(missing):  # never writable by others, whatever the umask: as root,
         folder.mkdir(mode=0o755, exist_ok=True)  # `run` would refuse what lies in them
-    import tempfile  # not on a read-only path such as `run`'s
-
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     temporary = Path(name)
     try:

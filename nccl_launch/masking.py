@@ -1,5 +1,6 @@
 """Credentials kept out of what people read: values of credential-looking names, passwords in
-URLs, the values of credential flags in an argv. Machine outputs keep the real values."""
+URLs, the values of credential flags in an argv. What is meant for the server keeps the real
+values (`show`'s export formats and its JSON)."""
 
 from __future__ import annotations
 

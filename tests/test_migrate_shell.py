@@ -34,6 +34,7 @@ def words(text: str, variables: dict[str, str] | None = None) -> list[list[str]]
         ("a; b && c || d", [["a"], ["b"], ["c"], ["d"]]),
         ("a > log 2>&1", [["a"]]),
         ("a 2>err.log >>out.log", [["a"]]),
+        ("a \u0663>log", [["a", "\u0663"]]),  # an Arabic-Indic 3 is a word, not a descriptor
         ("a &> all.log", [["a"]]),
         ("a < input", [["a"]]),
         ("a --port 8000 >log", [["a", "--port", "8000"]]),

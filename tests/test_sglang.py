@@ -82,15 +82,14 @@ def test_eagle_without_draft_is_fine_for_a_model_with_builtin_mtp(tmp_path: Path
     spec = {"algorithm": "EAGLE", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
     eagle = server(model_path=str(model), speculative=spec)
     assert rules.server_problems(eagle) == []  # the profile alone is valid either way
-    algorithm = rules.mtp_algorithm(eagle)
-    assert rules.mtp_problem(algorithm, model_architecture(str(model))) is None
+    assert rules.mtp_problem(eagle, model_architecture(str(model))) is None
     (model / "config.json").write_text(json.dumps({"architectures": ["KimiK25ForCausalLM"]}))
-    assert rules.mtp_problem(algorithm, model_architecture(str(model))) == (
+    assert rules.mtp_problem(eagle, model_architecture(str(model))) == (
         "speculative.draft_model_path",
         "EAGLE needs a draft model unless the model has built-in MTP layers (DeepSeek-V3 "
         "style); the model's architecture is KimiK25ForCausalLM",
     )
-    assert rules.mtp_problem(algorithm, model_architecture(str(tmp_path / "absent"))) == (
+    assert rules.mtp_problem(eagle, model_architecture(str(tmp_path / "absent"))) == (
         "speculative.draft_model_path",
         "EAGLE needs a draft model unless the model has built-in MTP layers (DeepSeek-V3 "
         "style); the model's architecture is unknown (no readable config.json)",

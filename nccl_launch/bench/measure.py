@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+import psutil
+
 from nccl_launch.bench.client import Client, InfoAnswer
 from nccl_launch.bench.gpus import query_gpus
 from nccl_launch.bench.result import BenchReport, Method, RunFigure, Status, judge, summarize
@@ -62,8 +64,6 @@ def _serves(listener: IPAddress, address: IPAddress) -> bool:
 
 
 def _tree(pid: int) -> set[int]:
-    import psutil
-
     try:
         return {pid} | {child.pid for child in descendants(psutil.Process(pid))}
     except psutil.Error:
@@ -71,8 +71,6 @@ def _tree(pid: int) -> set[int]:
 
 
 def _is_here(addresses: set[IPAddress]) -> bool:
-    import psutil
-
     local = {
         _ip(found.address)
         for nic in psutil.net_if_addrs().values()
@@ -116,7 +114,7 @@ def locate(url: str, pid: int | None) -> Endpoint:
     return Endpoint(url=url, target=Target(pid=main))
 
 
-def verify(endpoint: Endpoint, loaded: LoadedProfile) -> LiveReport:
+def check_endpoint(endpoint: Endpoint, loaded: LoadedProfile) -> LiveReport:
     """`check`'s comparison of the server's whole tree with the profile."""
     return compare_tree(snapshot_tree(main_pid(endpoint.target)), loaded)
 
@@ -154,7 +152,7 @@ def measure_decode(
         fields = {"status": status, "runs": runs, **stamp, **summarize(runs), **more}
         return BenchReport.model_validate(fields)
 
-    before = verify(endpoint, loaded)
+    before = check_endpoint(endpoint, loaded)
     progress.verified("before", before)
     if not before.ok:
         return report("refused", [], drift=before)
@@ -173,7 +171,7 @@ def measure_decode(
                 progress.ran("run", number, method.runs, runs[-1])
         except KeyboardInterrupt:
             return report("interrupted", runs)
-    after = verify(endpoint, loaded)
+    after = check_endpoint(endpoint, loaded)
     progress.verified("after", after)
     if not after.ok:
         return report("discarded", runs, drift=after)

@@ -14,7 +14,7 @@ from nccl_launch.commands.options import echo_lines, format_option, profile_argu
 from nccl_launch.errors import UsageError
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.profile.load import load_profile
-from nccl_launch.render.bench import checked_line, history_lines, run_line, summary_lines
+from nccl_launch.render.bench import history_lines, run_line, summary_lines, verified_line
 
 DEFAULT_MAX_TOKENS = 500
 DEFAULT_RUNS = 5
@@ -31,7 +31,7 @@ class Echo:
         self.short = False
 
     def verified(self, when: str, report: LiveReport) -> None:
-        line = checked_line(when, report)
+        line = verified_line(when, report)
         if line is not None:
             echo_lines([line], err=self.err)
 

@@ -14,7 +14,9 @@ from pydantic import BaseModel, ConfigDict, computed_field, field_serializer
 
 from nccl_launch.errors import EXIT_DRIFT, EXIT_OK
 from nccl_launch.masking import mask_value
-from nccl_launch.nccl import catalog
+from nccl_launch.nccl import catalog, rules
+from nccl_launch.nccl.grammar import IntRule, SizeRule, Undefined
+from nccl_launch.nccl.selection import Rejected
 from nccl_launch.profile.markers import NCCL_DEBUG_ENV, OWN_VARIABLES
 from nccl_launch.profile.model import Policy
 
@@ -116,10 +118,6 @@ def undeclared_note(key: str) -> str:
 
 def changed_note(key: str, actual: str) -> str | None:
     """What NCCL really makes of a value, when that is not what it looks like."""
-    from nccl_launch.nccl import rules  # NCCL's grammar: only where a value is compared
-    from nccl_launch.nccl.grammar import IntRule, SizeRule, Undefined
-    from nccl_launch.nccl.selection import Rejected
-
     rule = rules.rule_for(key)
     if rule is None:
         return None
@@ -136,13 +134,6 @@ def changed_note(key: str, actual: str) -> str | None:
     if read is None:
         return "NCCL treats it as unset"
     return None
-
-
-def _same_meaning(key: str, declared: str, found: str) -> bool:
-    # NCCL's grammar is loaded only when a value is compared: a clean environment never is.
-    from nccl_launch.nccl import rules
-
-    return rules.same_meaning(key, declared, found)
 
 
 def diff_env(
@@ -174,7 +165,7 @@ def diff_env(
         if key not in actual:
             if stage == "live":  # at start the profile supplies it
                 entries.append(entry(key, "missing", None))
-        elif _same_meaning(key, value, actual[key]):
+        elif rules.same_meaning(key, value, actual[key]):
             matched.append(key)
         else:
             entries.append(entry(key, "changed", changed_note(key, actual[key])))

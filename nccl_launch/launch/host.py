@@ -22,7 +22,7 @@ LIBRARY_DIRS = (
     "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
 )  # fmt: skip
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 30000  # SGLang's defaults
-_GPU_LINE = re.compile(r"^GPU \d+: ", re.MULTILINE)
+_GPU_LINE = re.compile(r"^GPU [0-9]+: ", re.MULTILINE)
 _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
 
 
@@ -142,7 +142,7 @@ def port_check(server: Server) -> Check:
 
 
 def _owner(port: int) -> str:
-    # Imported here: only a taken port needs psutil, and `run` never asks (docs/performance.md).
+    # Imported here: only a taken port needs psutil.
     import psutil
 
     from nccl_launch.live.processes import listening_pids

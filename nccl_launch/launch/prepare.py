@@ -22,7 +22,7 @@ from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.profile.markers import MARKER_NCCL_DEBUG, NCCL_DEBUG_ENV
 from nccl_launch.profile.plan import ProfilePlan
 from nccl_launch.sglang.argv import duplicated_flags, extra_settings
-from nccl_launch.sglang.rules import mtp_algorithm, mtp_problem
+from nccl_launch.sglang.rules import mtp_problem
 
 # The checks `preflight --skip` can leave out; named here because the command line lists them
 # for both `run` and `preflight`.
@@ -119,7 +119,7 @@ def prepare_launch(
     loaded = load_profile(ref)
     plan, server = loaded.plan, loaded.profile.server
     if server is not None:
-        mtp = mtp_problem(mtp_algorithm(server), model_architecture(server.model_path or ""))
+        mtp = mtp_problem(server, model_architecture(server.model_path or ""))
         if mtp is not None:
             raise ProfileError([f"{loaded.path}: server.{mtp[0]}: {mtp[1]}"])
         repeated = duplicated_flags(list(extra), extra_settings(server))

@@ -1,4 +1,5 @@
-"""The edge of `check`: find the server's process, read its tree, stop it when asked."""
+"""The edge of `check` and `bench`: find the server's process (by PID, pidfile, unit or the
+socket it listens on), read its tree, stop it when asked."""
 
 from __future__ import annotations
 

@@ -13,6 +13,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from nccl_launch.digits import is_ascii_digits
+
 # Segment kinds: what expansion does to the text.
 LITERAL = "'"  # single-quoted or escaped: as is
 PLAIN = ""  # unquoted: variables expand, and bash would split their values
@@ -165,7 +167,7 @@ class _Lexer:
         text, start = self.text, self.pos
         redirection = _REDIRECTION.match(text, start) if char in "<>&" else None
         descriptor = self.parts is not None and len(self.parts) == 1 and self.parts[0][1] == PLAIN
-        if redirection and descriptor and self.parts[0][0].isdigit():  # type: ignore[index]
+        if redirection and descriptor and is_ascii_digits(self.parts[0][0]):  # type: ignore[index]
             self.parts = None  # the `2` of `2>`
         word = self.finish_word()
         if word is not None:

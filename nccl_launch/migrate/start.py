@@ -7,7 +7,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import tomli_w
 
@@ -86,7 +86,8 @@ def nccl_reading(key: str, value: str, where: str) -> tuple[TomlValue | None, st
     return value, None
 
 
-class BuiltProfile(NamedTuple):
+@dataclass(frozen=True)
+class BuiltProfile:
     """A start command's profile: its data, validated, and its plan; a comment for each
     variable saying where it came from; the notes on what was read differently or left out."""
 
@@ -177,15 +178,15 @@ def save_profile(
     never replacing a file without `force`; where it went, its plan and the notes to tell.
     A profile holding a secret (a credential-looking variable or flag, a password in a URL)
     is readable by its owner only."""
-    data, plan, comments, notes = build_profile(start, name, source, how)
+    built = build_profile(start, name, source, how)
     path = output or Path("profiles") / f"{name}.toml"
     mode = 0o600 if holds_secret(start.argv, start.env) else None
     try:
-        atomic_write(path, profile_text(data, comments), replace=force, mode=mode)
+        atomic_write(path, profile_text(built.data, built.comments), replace=force, mode=mode)
     except FileExistsError as error:
         if error.errno is None or error.filename2 is not None:  # the file, not a folder
             raise UsageError(f"{path} exists; pass --force to replace it") from None
         raise FileError(f"{path}: cannot write: {error.filename} is not a directory") from None
     except OSError as error:  # a directory, a folder that cannot hold files, a full disk
         raise FileError(f"{path}: cannot write: {error.strerror}") from None
-    return path, plan, notes
+    return path, built.plan, built.notes

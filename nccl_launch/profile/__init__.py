@@ -1,1 +1,1 @@
-"""Profiles: the TOML format, finding and resolving files, what they declare, comparing two."""
+"""Profiles: the TOML format, finding and resolving files, what they declare, comparing, new."""

@@ -19,10 +19,9 @@ MAX_EXTENDS = 64
 
 @dataclass(frozen=True)
 class ChainFile:
-    """One file of the chain: where it is, its text and its TOML."""
+    """One file of the chain: where it is and its TOML."""
 
     path: Path
-    text: str
     data: dict[str, Any]
 
 
@@ -74,7 +73,7 @@ def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any
 
 def _read(path: Path) -> ChainFile:
     text = read_text(path, "profile", trusted=True)
-    return ChainFile(path, text, parse_profile_toml(path, text))
+    return ChainFile(path, parse_profile_toml(path, text))
 
 
 def _parent(files: list[ChainFile], extends: str) -> Path:

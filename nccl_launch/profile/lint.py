@@ -4,15 +4,12 @@ secrets written into the file; each with an id that `[policy] accept` can acknow
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from nccl_launch.masking import is_secret, mask_argv, mask_credentials
 from nccl_launch.nccl import catalog
+from nccl_launch.profile.model import Profile
 from nccl_launch.sglang.argv import server_argv
 from nccl_launch.sglang.rules import server_warnings
-
-if TYPE_CHECKING:  # the model is pydantic, which `run` does not import
-    from nccl_launch.profile.model import Profile
 
 _ELSEWHERE = "it belongs in an --env-file (mode 0600) or the calling environment"
 # Name notes said on every start: the value does nothing. A deprecated or undocumented name

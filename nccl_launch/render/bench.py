@@ -16,7 +16,7 @@ def run_line(kind: str, number: int, total: int, figure: RunFigure) -> str:
     return f"Run {number}/{total}: {line}"
 
 
-def checked_line(when: str, report: LiveReport) -> str | None:
+def verified_line(when: str, report: LiveReport) -> str | None:
     """The check before or after, when it passed (a failed one is printed whole instead)."""
     if not report.ok:
         return None

@@ -14,7 +14,7 @@ from nccl_launch.masking import mask_argv, mask_value
 _MARKS: dict[DriftKind, str] = {"changed": "~", "missing": "-", "undeclared": "+"}
 
 
-def shown(key: str, value: str | None) -> str:
+def quoted_value(key: str, value: str | None) -> str:
     """A value as reports print it: quoted, `unset`, masked when it looks like a secret."""
     return "unset" if value is None else json.dumps(mask_value(key, value))
 
@@ -41,8 +41,8 @@ def shell_word(word: str) -> str:
 
 def _entry_value(entry: DriftEntry) -> str:
     if entry.kind == "undeclared":
-        return shown(entry.key, entry.actual)
-    return f"{shown(entry.key, entry.expected)} -> {shown(entry.key, entry.actual)}"
+        return quoted_value(entry.key, entry.actual)
+    return f"{quoted_value(entry.key, entry.expected)} -> {quoted_value(entry.key, entry.actual)}"
 
 
 def _details(entry: DriftEntry) -> list[str]:
@@ -87,12 +87,12 @@ def env_changes(
     rows = []
     for key in sorted(set(calling) | set(env)):
         if key not in env:
-            rows.append(("-", key, "", f"was {shown(key, calling[key])}"))
+            rows.append(("-", key, "", f"was {quoted_value(key, calling[key])}"))
         elif key not in calling:
-            rows.append(("+", key, shown(key, env[key]), sources[key]))
+            rows.append(("+", key, quoted_value(key, env[key]), sources[key]))
         elif calling[key] != env[key]:
-            was = shown(key, calling[key])
-            rows.append(("~", key, shown(key, env[key]), f"was {was}; {sources[key]}"))
+            was = quoted_value(key, calling[key])
+            rows.append(("~", key, quoted_value(key, env[key]), f"was {was}; {sources[key]}"))
     key_width = max((len(key) for _, key, _, _ in rows), default=0)
     # Long values (the digest) are left to overhang rather than push every column right.
     value_width = max((len(value) for _, _, value, _ in rows if len(value) <= 24), default=0)

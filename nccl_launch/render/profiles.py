@@ -14,7 +14,7 @@ from nccl_launch.escaping import escaped
 from nccl_launch.masking import mask_argv, mask_value
 from nccl_launch.profile.diff import ProfileDiff
 from nccl_launch.profile.overview import ListedProfile, ShownProfile, Validation
-from nccl_launch.render.drift import shown
+from nccl_launch.render.drift import quoted_value
 
 
 def _masked(table: dict[str, Any], path: str = "") -> dict[str, Any]:
@@ -39,25 +39,25 @@ def _toml_escape(char: str) -> str:
     return f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}"
 
 
-def show_toml(shown: ShownProfile) -> str:
+def show_toml(profile: ShownProfile) -> str:
     """The resolved profile as TOML, under a comment naming its digest and its files; secrets
     are masked, and a comment says so. tomli-w escapes C0 controls but writes the rest of
     what is not printable (C1's CSI, U+2028) raw; they can only stand in its quoted strings,
     where TOML's `\\uXXXX` reads them back unchanged."""
-    chain = ", ".join(map(escaped, shown.chain))
-    header = f"# {shown.profile} {shown.digest}\n# resolved from {chain}\n"
-    masked = _masked(shown.resolved)
-    if masked != shown.resolved:
+    chain = ", ".join(map(escaped, profile.chain))
+    header = f"# {profile.profile} {profile.digest}\n# resolved from {chain}\n"
+    masked = _masked(profile.resolved)
+    if masked != profile.resolved:
         header += "# secrets masked as ***: --format json or an export format prints them\n"
     body = tomli_w.dumps(masked)
     return header + "".join(c if c.isprintable() or c == "\n" else _toml_escape(c) for c in body)
 
 
-def _shown_change(key: str, value: str | None) -> str:
-    """A diff value: an argv (joined) with its credential flags masked, else as `shown`."""
+def _change_text(key: str, value: str | None) -> str:
+    """A diff value: an argv (joined) with its credential flags masked, else as `quoted_value`."""
     if key == "argv" and value is not None:
         return json.dumps(shlex.join(mask_argv(shlex.split(value))))
-    return shown(key, value)
+    return quoted_value(key, value)
 
 
 def list_lines(rows: list[ListedProfile], search_path: list[tuple[Path, str]]) -> list[str]:
@@ -91,11 +91,11 @@ def diff_lines(diff: ProfileDiff) -> list[str]:
     width = max((len(key) for key, _, _ in diff.changes), default=0)
     for key, old, new in diff.changes:
         if old is None:
-            lines.append(f"  + {key.ljust(width)}  {_shown_change(key, new)}")
+            lines.append(f"  + {key.ljust(width)}  {_change_text(key, new)}")
         elif new is None:
-            lines.append(f"  - {key.ljust(width)}  {_shown_change(key, old)}")
+            lines.append(f"  - {key.ljust(width)}  {_change_text(key, old)}")
         else:
-            old_text, new_text = _shown_change(key, old), _shown_change(key, new)
+            old_text, new_text = _change_text(key, old), _change_text(key, new)
             lines.append(f"  ~ {key.ljust(width)}  {old_text} -> {new_text}")
     count = len(diff.changes)
     return [*lines, f"{count} difference{'' if count == 1 else 's'}"]

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from nccl_launch.sglang.facts import FLAGS, Flag, Scalar, extra_flag, flag_for
-
-if TYPE_CHECKING:  # the model is pydantic, which `run` does not import
-    from nccl_launch.sglang.server import Server
+from nccl_launch.sglang.server import Server
 
 # Emitted only when they differ from SGLang's default, so that simple profiles stay short.
 _OMITTED_DEFAULTS = {"pp_size": 1, "nnodes": 1}

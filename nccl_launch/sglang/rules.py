@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from nccl_launch.sglang.argv import duplicated_flags, extra_settings
 from nccl_launch.sglang.facts import MTP_ARCHITECTURES
-
-if TYPE_CHECKING:  # the model is pydantic, which `run` does not import
-    from nccl_launch.sglang.server import Server
+from nccl_launch.sglang.server import Server
 
 # The algorithms that run without a draft model only on a model with built-in MTP layers.
 _MTP_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
@@ -55,9 +51,10 @@ def mtp_algorithm(server: Server) -> str | None:
     return spec.algorithm
 
 
-def mtp_problem(algorithm: str | None, architecture: str | None) -> tuple[str, str] | None:
-    """Why the model (of `architecture`, None when unknown) cannot draft for itself under
-    `algorithm` (from `mtp_algorithm`), if so."""
+def mtp_problem(server: Server, architecture: str | None) -> tuple[str, str] | None:
+    """Why the model (of `architecture`, None when unknown) cannot draft for itself under the
+    server's speculative algorithm, if it must (`mtp_algorithm`)."""
+    algorithm = mtp_algorithm(server)
     if algorithm is None or architecture in MTP_ARCHITECTURES:
         return None
     found = architecture or "unknown (no readable config.json)"
