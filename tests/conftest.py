@@ -1,19 +1,24 @@
-"""Isolation for every test, and helpers to run the installed console script for real."""
+"""Isolation for every test, and helpers to run the CLI: in this process (most tests), or the
+installed console script for real (where the process itself is what a test is about)."""
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 import pytest
+from hypothesis import settings
 
+from nccl_launch.cli import main
 from nccl_launch.nccl.conf import SYSTEM_CONF_VAR
 from nccl_launch.profile.markers import SYSTEM_DIR_VAR
 
@@ -32,6 +37,11 @@ HOST_NAMES = frozenset(
         "XDG_STATE_HOME",  # bench's history too
     }
 )
+
+# CI (.ci/run exports CI=true): the same examples on every run, and none replayed from a database.
+settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("CI") == "true":
+    settings.load_profile("ci")
 
 # A venv with the real SGLang 0.5.23 (made by .ci/sglang-venv); read before isolation clears it.
 SGLANG_PYTHON = os.environ.get("NCCL_LAUNCH_TEST_SGLANG_PYTHON")
@@ -161,3 +171,70 @@ def nccl_launch() -> RunCli:
         )
 
     return run
+
+
+class Exec(BaseException):
+    """An exec from `run_cli`: it would replace pytest. Not an Exception: main() maps those."""
+
+
+def _no_exec(file: str, argv: list[str], env: Mapping[str, str]) -> NoReturn:
+    raise Exec(f"the command would exec {argv!r}: run it with the nccl_launch fixture")
+
+
+@pytest.fixture
+def run_cli(monkeypatch: pytest.MonkeyPatch) -> RunCli:
+    """Run the CLI in this process, as the console script would run it, and return what it
+    would: its exit code, stdout and stderr (decoded as `subprocess.run(text=True)` does).
+
+    For the tests that need only a command's exit code and output; `nccl_launch` (a real
+    process) stays for exec, /proc, process trees, signals, start-up and the entry point.
+    The streams are the console script's under this locale (C.UTF-8: surrogateescape on
+    stdin and stdout, backslashreplace on stderr, no tty), stdin empty without `stdin_path`.
+    The environment, cwd and signal handlers are restored after each call, and an exec fails
+    the test instead of replacing pytest."""
+
+    def run(
+        *args: str, env: dict[str, str] | None = None, stdin_path: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        data = stdin_path.read_text().encode() if stdin_path else b""
+        out, err = io.BytesIO(), io.BytesIO()
+        streams = (sys.stdin, sys.stdout, sys.stderr)
+        environ, cwd = dict(os.environ), Path.cwd()
+        handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+        # Held here: a wrapper that is collected closes its buffer before it can be read.
+        wrappers = (
+            io.TextIOWrapper(io.BytesIO(data), "utf-8", "surrogateescape"),
+            io.TextIOWrapper(out, "utf-8", "surrogateescape", write_through=True),
+            io.TextIOWrapper(err, "utf-8", "backslashreplace", write_through=True),
+        )
+        sys.stdin, sys.stdout, sys.stderr = wrappers
+        os.environ.update(env or {})
+        try:
+            with monkeypatch.context() as patch:
+                patch.setattr(os, "execvpe", _no_exec)
+                code = main(list(args))
+        except SystemExit as done:  # as the interpreter maps it: click's completion exits
+            code = done.code if isinstance(done.code, int) else 0 if done.code is None else 1
+            if not isinstance(done.code, int | None):
+                print(done.code, file=sys.stderr)
+        except Exec as exec_:
+            pytest.fail(str(exec_))
+        finally:
+            for wrapper in wrappers[1:]:
+                wrapper.flush()
+            sys.stdin, sys.stdout, sys.stderr = streams
+            os.environ.clear()
+            os.environ.update(environ)
+            os.chdir(cwd)
+            for number, handler in handlers.items():
+                signal.signal(number, handler)
+        result = subprocess.CompletedProcess(list(args), code, _text(out), _text(err))
+        del wrappers
+        return result
+
+    return run
+
+
+def _text(stream: io.BytesIO) -> str:
+    """Bytes as `subprocess.run(text=True)` decodes them: UTF-8, universal newlines."""
+    return stream.getvalue().decode().replace("\r\n", "\n").replace("\r", "\n")
