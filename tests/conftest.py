@@ -155,7 +155,8 @@ class RunCli(Protocol):
 
 @pytest.fixture
 def nccl_launch() -> RunCli:
-    """Run the console script with the (isolated) environment plus `env` overrides."""
+    """Run the console script with the (isolated) environment plus `env` overrides: for what
+    needs a real process (an exec, /proc, signals, the entry point), and a test per command."""
 
     def run(
         *args: str, env: dict[str, str] | None = None, stdin_path: Path | None = None

@@ -139,9 +139,9 @@ def test_show_json_has_versioned_keys(versions: None, run_cli: RunCli) -> None:
     ]
 
 
-def test_diff_two_versions_by_name(versions: None, run_cli: RunCli, tmp_path: Path) -> None:
+def test_diff_two_versions_by_name(versions: None, nccl_launch: RunCli, tmp_path: Path) -> None:
     env = {"NCCL_LAUNCH_PATH": str(tmp_path / "archive")}
-    result = run_cli("diff", "tuned@1", "tuned@2", env=env)
+    result = nccl_launch("diff", "tuned@1", "tuned@2", env=env)
     assert result.returncode == 1
     lines = result.stdout.splitlines()
     assert lines[0].startswith("--- tuned@1 (sha256:")
@@ -241,9 +241,9 @@ def test_name_lookup_finds_a_declared_name_in_another_file(
 REPO = Path(__file__).parent.parent
 
 
-def test_shipped_schema_is_the_current_one(run_cli: RunCli) -> None:
+def test_shipped_schema_is_the_current_one(nccl_launch: RunCli) -> None:
     shipped = (REPO / "profiles" / "nccl-launch.schema.json").read_text()
-    assert run_cli("schema").stdout == shipped, (
+    assert nccl_launch("schema").stdout == shipped, (
         "run: nccl-launch schema > profiles/nccl-launch.schema.json"
     )
 

@@ -40,14 +40,14 @@ def test_new_from_a_shipped_profile_is_a_resolved_copy_with_its_digest(
     assert sorted(path.parent.iterdir()) == [path]  # no temporary file left
 
 
-def test_new_from_scratch_is_a_valid_template(run_cli: RunCli, tmp_path: Path) -> None:
-    made = run_cli("new", "mine")
+def test_new_from_scratch_is_a_valid_template(nccl_launch: RunCli, tmp_path: Path) -> None:
+    made = nccl_launch("new", "mine")
     assert made.returncode == 0, made.stderr
     text = (tmp_path / "profiles" / "mine.toml").read_text()
     assert 'name = "mine"' in text
     assert '# BUFFSIZE = "16MiB"' in text  # commented examples of what to fill in
-    assert run_cli("validate", "mine").returncode == 0
-    assert run_cli("run", "--dry-run", "mine", "--", "true").returncode == 0
+    assert nccl_launch("validate", "mine").returncode == 0
+    assert nccl_launch("run", "--dry-run", "mine", "--", "true").returncode == 0
 
 
 def test_new_never_replaces_a_file_without_force(
