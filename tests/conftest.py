@@ -182,8 +182,9 @@ def _no_exec(file: str, argv: list[str], env: Mapping[str, str]) -> NoReturn:
     raise Exec(f"the command would exec {argv!r}: run it with the nccl_launch fixture")
 
 
-@pytest.fixture
-def run_cli(monkeypatch: pytest.MonkeyPatch) -> RunCli:
+def run_in_process(
+    *args: str, env: dict[str, str] | None = None, stdin_path: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run the CLI in this process, as the console script would run it, and return what it
     would: its exit code, stdout and stderr (decoded as `subprocess.run(text=True)` does).
 
@@ -193,47 +194,48 @@ def run_cli(monkeypatch: pytest.MonkeyPatch) -> RunCli:
     stdin and stdout, backslashreplace on stderr, no tty), stdin empty without `stdin_path`.
     The environment, cwd and signal handlers are restored after each call, and an exec fails
     the test instead of replacing pytest."""
+    data = stdin_path.read_text().encode() if stdin_path else b""
+    out, err = io.BytesIO(), io.BytesIO()
+    streams = (sys.stdin, sys.stdout, sys.stderr)
+    environ, cwd = dict(os.environ), Path.cwd()
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    # Held here: a wrapper that is collected closes its buffer before it can be read.
+    wrappers = (
+        io.TextIOWrapper(io.BytesIO(data), "utf-8", "surrogateescape"),
+        io.TextIOWrapper(out, "utf-8", "surrogateescape", write_through=True),
+        io.TextIOWrapper(err, "utf-8", "backslashreplace", write_through=True),
+    )
+    sys.stdin, sys.stdout, sys.stderr = wrappers
+    os.environ.update(env or {})
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(os, "execvpe", _no_exec)
+            code = main(list(args))
+    except SystemExit as done:  # as the interpreter maps it: click's completion exits
+        code = done.code if isinstance(done.code, int) else 0 if done.code is None else 1
+        if not isinstance(done.code, int | None):
+            print(done.code, file=sys.stderr)
+    except Exec as exec_:
+        pytest.fail(str(exec_))
+    finally:
+        for wrapper in wrappers[1:]:
+            wrapper.flush()
+        sys.stdin, sys.stdout, sys.stderr = streams
+        os.environ.clear()
+        os.environ.update(environ)
+        os.chdir(cwd)
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+    result = subprocess.CompletedProcess(list(args), code, _text(out), _text(err))
+    del wrappers
+    return result
 
-    def run(
-        *args: str, env: dict[str, str] | None = None, stdin_path: Path | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        data = stdin_path.read_text().encode() if stdin_path else b""
-        out, err = io.BytesIO(), io.BytesIO()
-        streams = (sys.stdin, sys.stdout, sys.stderr)
-        environ, cwd = dict(os.environ), Path.cwd()
-        handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
-        # Held here: a wrapper that is collected closes its buffer before it can be read.
-        wrappers = (
-            io.TextIOWrapper(io.BytesIO(data), "utf-8", "surrogateescape"),
-            io.TextIOWrapper(out, "utf-8", "surrogateescape", write_through=True),
-            io.TextIOWrapper(err, "utf-8", "backslashreplace", write_through=True),
-        )
-        sys.stdin, sys.stdout, sys.stderr = wrappers
-        os.environ.update(env or {})
-        try:
-            with monkeypatch.context() as patch:
-                patch.setattr(os, "execvpe", _no_exec)
-                code = main(list(args))
-        except SystemExit as done:  # as the interpreter maps it: click's completion exits
-            code = done.code if isinstance(done.code, int) else 0 if done.code is None else 1
-            if not isinstance(done.code, int | None):
-                print(done.code, file=sys.stderr)
-        except Exec as exec_:
-            pytest.fail(str(exec_))
-        finally:
-            for wrapper in wrappers[1:]:
-                wrapper.flush()
-            sys.stdin, sys.stdout, sys.stderr = streams
-            os.environ.clear()
-            os.environ.update(environ)
-            os.chdir(cwd)
-            for number, handler in handlers.items():
-                signal.signal(number, handler)
-        result = subprocess.CompletedProcess(list(args), code, _text(out), _text(err))
-        del wrappers
-        return result
 
-    return run
+@pytest.fixture
+def run_cli() -> RunCli:
+    """`run_in_process`; hypothesis tests call it directly (a fixture is not reset between
+    examples)."""
+    return run_in_process
 
 
 def _text(stream: io.BytesIO) -> str:

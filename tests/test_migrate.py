@@ -171,10 +171,12 @@ def test_every_buffsize_keeps_its_bytes_when_typed(number: int) -> None:
     assert rules.canonical("NCCL_BUFFSIZE", typed("NCCL_BUFFSIZE", str(number))) == str(number)
 
 
-def test_convert_a_raw_line_from_stdin() -> None:
-    line = "NCCL_PROTO=ll NCCL_BUFFSIZE=4M python -m sglang.launch_server --model /m --tp-size=2\n"
-    result = subprocess.run([console_script(), "convert", "-", "--name", "raw", "-o", "raw.toml"],
-                            input=line, capture_output=True, text=True, check=False)  # fmt: skip
+def test_convert_a_raw_line_from_stdin(run_cli: RunCli) -> None:
+    line = Path("line.sh")
+    line.write_text(
+        "NCCL_PROTO=ll NCCL_BUFFSIZE=4M python -m sglang.launch_server --model /m --tp-size=2\n"
+    )
+    result = run_cli("convert", "-", "--name", "raw", "-o", "raw.toml", stdin_path=line)
     assert result.returncode == 0, result.stderr
     profile = tomllib.loads(Path("raw.toml").read_text())
     # NCCL reads `4M` as 4 (strtoll stops at the M): the profile keeps that, and says so.
@@ -184,10 +186,10 @@ def test_convert_a_raw_line_from_stdin() -> None:
     assert profile["provenance"]["source"] == "stdin"
 
 
-def test_convert_of_16mb_says_what_nccl_read_and_what_was_probably_meant() -> None:
-    line = "NCCL_BUFFSIZE=16MB python -m sglang.launch_server --model /m\n"
-    result = subprocess.run([console_script(), "convert", "-", "--name", "mb", "-o", "mb.toml"],
-                            input=line, capture_output=True, text=True, check=False)  # fmt: skip
+def test_convert_of_16mb_says_what_nccl_read_and_what_was_probably_meant(run_cli: RunCli) -> None:
+    line = Path("line.sh")
+    line.write_text("NCCL_BUFFSIZE=16MB python -m sglang.launch_server --model /m\n")
+    result = run_cli("convert", "-", "--name", "mb", "-o", "mb.toml", stdin_path=line)
     assert result.returncode == 0, result.stderr
     assert tomllib.loads(Path("mb.toml").read_text())["nccl"] == {"BUFFSIZE": 16}
     assert result.stderr == (

@@ -10,6 +10,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from nccl_launch.profile.chain import MAX_EXTENDS
 from nccl_launch.render.profiles import list_lines
 from tests.conftest import Isolation, RunCli, WriteProfile
 
@@ -346,12 +347,15 @@ def test_a_version_or_name_of_thousands_of_characters_is_a_usage_error(
 def test_extends_chains_are_followed_without_recursion_up_to_64_files(
     write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
-    for index in range(1500):
-        parent = f'extends = "c{index + 1}"\n' if index < 1499 else ""
+    length = MAX_EXTENDS + 2  # one past the limit, and one more
+    for index in range(length):
+        parent = f'extends = "c{index + 1}"\n' if index < length - 1 else ""
         write_profile(f"c{index}", f'schema = 1\nname = "c{index}"\nversion = 1\n{parent}')
     result = run_cli("validate", "profiles/c0.toml")
     assert result.returncode == 2
     assert result.stderr == (
-        "profiles/c63.toml: extends: a chain of more than 64 files from profiles/c0.toml\n"
+        f"profiles/c{MAX_EXTENDS - 1}.toml: extends: a chain of more than {MAX_EXTENDS} files "
+        "from profiles/c0.toml\n"
     )
-    assert run_cli("validate", "profiles/c1436.toml").returncode == 0  # 64 files
+    last = length - MAX_EXTENDS  # the first of the last MAX_EXTENDS files
+    assert run_cli("validate", f"profiles/c{last}.toml").returncode == 0  # 64 files
