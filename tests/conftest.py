@@ -47,6 +47,8 @@ if os.environ.get("CI") == "true":
 SGLANG_PYTHON = os.environ.get("NCCL_LAUNCH_TEST_SGLANG_PYTHON")
 # Set by CI and the README's test command: a missing tool is then a failure, not a skip.
 REQUIRE_TOOLS = os.environ.get("NCCL_LAUNCH_REQUIRE_TOOLS") == "1"
+# Set by .ci/run as root: the suite runs in a mount namespace with a hostile /etc/nccl.conf.
+HOSTILE_ETC = os.environ.get("NCCL_LAUNCH_TEST_HOSTILE_ETC") == "1"
 
 
 @dataclass(frozen=True)
