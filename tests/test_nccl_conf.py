@@ -164,7 +164,7 @@ def test_a_device_or_fifo_as_nccl_conf_is_a_warning_not_a_hang(
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="trust is checked for root only")
 def test_root_refuses_an_nccl_conf_others_could_replace(
-    write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
+    write_profile: WriteProfile, run_cli: RunCli, nccl_launch: RunCli, tmp_path: Path
 ) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -173,14 +173,14 @@ def test_root_refuses_an_nccl_conf_others_could_replace(
     conf.write_text("NCCL_PROTO=Simple\n")
     _declaring(write_profile, conf)
     ran = tmp_path / "ran"
-    result = nccl_launch("run", "conf", "--", "touch", str(ran))
+    result = run_cli("run", "conf", "--", "touch", str(ran))
     assert result.returncode == 2
     assert result.stderr.startswith(
         f"nccl-launch: nccl.conf {conf}: its directory {shared} (uid 0, mode 0777) lets other "
         "users replace it; chown root and chmod go-w"
     )
     assert not ran.exists()
-    assert nccl_launch("preflight", "conf").returncode == 2
+    assert run_cli("preflight", "conf").returncode == 2
     conf.unlink()  # absent is the usual case, not a refusal
     assert nccl_launch("run", "conf", "--", "touch", str(ran)).returncode == 0
     assert ran.exists()
