@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,6 +181,15 @@ class Exec(BaseException):
     """An exec from `run_cli`: it would replace pytest. Not an Exception: main() maps those."""
 
 
+class Hang(BaseException):
+    """`run_cli` past its timeout, raised in the main thread from SIGUSR1 (which interrupts a
+    blocking call, an open() of a FIFO): the test fails, as the console script's would."""
+
+
+# What the nccl_launch fixture allows a command, and so run_cli too.
+TIMEOUT = 60
+
+
 def _no_exec(file: str, argv: list[str], env: Mapping[str, str]) -> NoReturn:
     raise Exec(f"the command would exec {argv!r}: run it with the nccl_launch fixture")
 
@@ -195,12 +205,25 @@ def run_in_process(
     The streams are the console script's under this locale (C.UTF-8: surrogateescape on
     stdin and stdout, backslashreplace on stderr, no tty), stdin empty without `stdin_path`.
     The environment, cwd and signal handlers are restored after each call, and an exec fails
-    the test instead of replacing pytest."""
+    the test instead of replacing pytest. A command still running after TIMEOUT seconds
+    fails the test, as `nccl_launch`'s subprocess timeout does."""
     data = stdin_path.read_text().encode() if stdin_path else b""
     out, err = io.BytesIO(), io.BytesIO()
     streams = (sys.stdin, sys.stdout, sys.stderr)
     environ, cwd = dict(os.environ), Path.cwd()
-    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    numbers = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+    handlers = {number: signal.getsignal(number) for number in numbers}
+    running = [True]
+
+    def hang(number: int, frame: object) -> None:
+        if running[0]:
+            raise Hang(f"{args!r} still ran after {TIMEOUT} s")
+
+    signal.signal(signal.SIGUSR1, hang)
+    main_thread = threading.main_thread().ident
+    assert main_thread is not None
+    alarm = threading.Timer(TIMEOUT, signal.pthread_kill, (main_thread, signal.SIGUSR1))
+    alarm.daemon = True
     # Held here: a wrapper that is collected closes its buffer before it can be read.
     wrappers = (
         io.TextIOWrapper(io.BytesIO(data), "utf-8", "surrogateescape"),
@@ -212,14 +235,17 @@ def run_in_process(
     try:
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(os, "execvpe", _no_exec)
+            alarm.start()
             code = main(list(args))
     except SystemExit as done:  # as the interpreter maps it: click's completion exits
         code = done.code if isinstance(done.code, int) else 0 if done.code is None else 1
         if not isinstance(done.code, int | None):
             print(done.code, file=sys.stderr)
-    except Exec as exec_:
-        pytest.fail(str(exec_))
+    except (Exec, Hang) as stopped:
+        pytest.fail(str(stopped))
     finally:
+        running[0] = False
+        alarm.cancel()
         for wrapper in wrappers[1:]:
             wrapper.flush()
         sys.stdin, sys.stdout, sys.stderr = streams
