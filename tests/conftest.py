@@ -1,19 +1,25 @@
-"""Isolation for every test, and helpers to run the installed console script for real."""
+"""Isolation for every test, and helpers to run the CLI: in this process (most tests), or the
+installed console script for real (where the process itself is what a test is about)."""
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 import pytest
+from hypothesis import settings
 
+from nccl_launch.cli import main
 from nccl_launch.nccl.conf import SYSTEM_CONF_VAR
 from nccl_launch.profile.markers import SYSTEM_DIR_VAR
 
@@ -33,10 +39,17 @@ HOST_NAMES = frozenset(
     }
 )
 
+# CI (.ci/run exports CI=true): the same examples on every run, and none replayed from a database.
+settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("CI") == "true":
+    settings.load_profile("ci")
+
 # A venv with the real SGLang 0.5.23 (made by .ci/sglang-venv); read before isolation clears it.
 SGLANG_PYTHON = os.environ.get("NCCL_LAUNCH_TEST_SGLANG_PYTHON")
 # Set by CI and the README's test command: a missing tool is then a failure, not a skip.
 REQUIRE_TOOLS = os.environ.get("NCCL_LAUNCH_REQUIRE_TOOLS") == "1"
+# Set by .ci/run as root: the suite runs in a mount namespace with a hostile /etc/nccl.conf.
+HOSTILE_ETC = os.environ.get("NCCL_LAUNCH_TEST_HOSTILE_ETC") == "1"
 
 
 @dataclass(frozen=True)
@@ -145,7 +158,8 @@ class RunCli(Protocol):
 
 @pytest.fixture
 def nccl_launch() -> RunCli:
-    """Run the console script with the (isolated) environment plus `env` overrides."""
+    """Run the console script with the (isolated) environment plus `env` overrides: for what
+    needs a real process (an exec, /proc, signals, the entry point), and a test per command."""
 
     def run(
         *args: str, env: dict[str, str] | None = None, stdin_path: Path | None = None
@@ -161,3 +175,97 @@ def nccl_launch() -> RunCli:
         )
 
     return run
+
+
+class Exec(BaseException):
+    """An exec from `run_cli`: it would replace pytest. Not an Exception: main() maps those."""
+
+
+class Hang(BaseException):
+    """`run_cli` past its timeout, raised in the main thread from SIGUSR1 (which interrupts a
+    blocking call, an open() of a FIFO): the test fails, as the console script's would."""
+
+
+# What the nccl_launch fixture allows a command, and so run_cli too.
+TIMEOUT = 60
+
+
+def _no_exec(file: str, argv: list[str], env: Mapping[str, str]) -> NoReturn:
+    raise Exec(f"the command would exec {argv!r}: run it with the nccl_launch fixture")
+
+
+def run_in_process(
+    *args: str, env: dict[str, str] | None = None, stdin_path: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the CLI in this process, as the console script would run it, and return what it
+    would: its exit code, stdout and stderr (decoded as `subprocess.run(text=True)` does).
+
+    For the tests that need only a command's exit code and output; `nccl_launch` (a real
+    process) stays for exec, /proc, process trees, signals, start-up and the entry point.
+    The streams are the console script's under this locale (C.UTF-8: surrogateescape on
+    stdin and stdout, backslashreplace on stderr, no tty), stdin empty without `stdin_path`.
+    The environment, cwd and signal handlers are restored after each call, and an exec fails
+    the test instead of replacing pytest. A command still running after TIMEOUT seconds
+    fails the test, as `nccl_launch`'s subprocess timeout does."""
+    data = stdin_path.read_text().encode() if stdin_path else b""
+    out, err = io.BytesIO(), io.BytesIO()
+    streams = (sys.stdin, sys.stdout, sys.stderr)
+    environ, cwd = dict(os.environ), Path.cwd()
+    numbers = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+    handlers = {number: signal.getsignal(number) for number in numbers}
+    running = [True]
+
+    def hang(number: int, frame: object) -> None:
+        if running[0]:
+            raise Hang(f"{args!r} still ran after {TIMEOUT} s")
+
+    signal.signal(signal.SIGUSR1, hang)
+    main_thread = threading.main_thread().ident
+    assert main_thread is not None
+    alarm = threading.Timer(TIMEOUT, signal.pthread_kill, (main_thread, signal.SIGUSR1))
+    alarm.daemon = True
+    # Held here: a wrapper that is collected closes its buffer before it can be read.
+    wrappers = (
+        io.TextIOWrapper(io.BytesIO(data), "utf-8", "surrogateescape"),
+        io.TextIOWrapper(out, "utf-8", "surrogateescape", write_through=True),
+        io.TextIOWrapper(err, "utf-8", "backslashreplace", write_through=True),
+    )
+    sys.stdin, sys.stdout, sys.stderr = wrappers
+    os.environ.update(env or {})
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(os, "execvpe", _no_exec)
+            alarm.start()
+            code = main(list(args))
+    except SystemExit as done:  # as the interpreter maps it: click's completion exits
+        code = done.code if isinstance(done.code, int) else 0 if done.code is None else 1
+        if not isinstance(done.code, int | None):
+            print(done.code, file=sys.stderr)
+    except (Exec, Hang) as stopped:
+        pytest.fail(str(stopped))
+    finally:
+        running[0] = False
+        alarm.cancel()
+        for wrapper in wrappers[1:]:
+            wrapper.flush()
+        sys.stdin, sys.stdout, sys.stderr = streams
+        os.environ.clear()
+        os.environ.update(environ)
+        os.chdir(cwd)
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+    result = subprocess.CompletedProcess(list(args), code, _text(out), _text(err))
+    del wrappers
+    return result
+
+
+@pytest.fixture
+def run_cli() -> RunCli:
+    """`run_in_process`; hypothesis tests call it directly (a fixture is not reset between
+    examples)."""
+    return run_in_process
+
+
+def _text(stream: io.BytesIO) -> str:
+    """Bytes as `subprocess.run(text=True)` decodes them: UTF-8, universal newlines."""
+    return stream.getvalue().decode().replace("\r\n", "\n").replace("\r", "\n")

@@ -112,10 +112,10 @@ def history_lines(path: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("rate", [200, 400])
 def test_bench_reports_the_rate_the_server_streams_within_15_percent(
-    rate: int, start: Started, nccl_launch: RunCli, tmp_path: Path
+    rate: int, start: Started, run_cli: RunCli, tmp_path: Path
 ) -> None:
     server = start(rate=rate)
-    result = nccl_launch("bench", "standin", "--url", url(server), *FAST)
+    result = run_cli("bench", "standin", "--url", url(server), *FAST)
     assert result.returncode == 0, result.stdout + result.stderr
     runs = RUN_LINE.findall(result.stdout)
     assert [(number, total, tokens) for number, total, tokens, _ in runs] == [
@@ -136,16 +136,16 @@ def test_bench_reports_the_rate_the_server_streams_within_15_percent(
 
 
 def test_a_raw_started_server_is_refused_without_any_figure(
-    start: Started, nccl_launch: RunCli, tmp_path: Path
+    start: Started, run_cli: RunCli, tmp_path: Path
 ) -> None:
     server = start(launcher=False)
-    result = nccl_launch("bench", "standin", "--url", url(server), *FAST)
+    result = run_cli("bench", "standin", "--url", url(server), *FAST)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "refusing to measure: the server does not run standin@1 as declared" in result.stdout
     assert "- NCCL_PROTO" in result.stdout  # the drift report says why, a line per line
     assert result.stdout.startswith("check standin@1 (") and "\\n" not in result.stdout
     assert "tok/s" not in result.stdout
-    as_json = nccl_launch("bench", "standin", "--url", url(server), *FAST, "--format", "json")
+    as_json = run_cli("bench", "standin", "--url", url(server), *FAST, "--format", "json")
     assert as_json.returncode == 1
     document = json.loads(as_json.stdout)
     assert (document["status"], document["runs"], document["mean_tok_s"]) == ("refused", [], None)
@@ -154,11 +154,11 @@ def test_a_raw_started_server_is_refused_without_any_figure(
 
 
 def test_a_worker_drifting_during_the_runs_discards_them(
-    start: Started, nccl_launch: RunCli, tmp_path: Path
+    start: Started, run_cli: RunCli, tmp_path: Path
 ) -> None:
     # The second request (the first measured run) starts a scheduler with NCCL_PROTO=Simple.
     server = start(env={"STANDIN_DRIFT_AT_REQUEST": "2", "STANDIN_LATE_DRIFT": "NCCL_PROTO=Simple"})
-    result = nccl_launch("bench", "standin", "--url", url(server), *FAST)
+    result = run_cli("bench", "standin", "--url", url(server), *FAST)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "checked before: pid " in result.stdout
     assert "Run 2/2: " in result.stdout  # measured, then thrown away
@@ -181,12 +181,12 @@ def test_the_baseline_passes_above_and_fails_below(
     code: int,
     verdict: str,
     start: Started,
-    nccl_launch: RunCli,
+    run_cli: RunCli,
     tmp_path: Path,
 ) -> None:
     server = start(baseline=f"[baseline]\ndecode_tok_s = {decode_tok_s}\n")  # streams 300 tok/s
     state = tmp_path / "state"
-    result = nccl_launch(
+    result = run_cli(
         "bench", "standin", "--url", url(server), *FAST, env={"XDG_STATE_HOME": str(state)}
     )
     assert result.returncode == code, result.stdout + result.stderr
@@ -209,13 +209,13 @@ def test_the_verdict_is_on_the_right_side_of_the_floor() -> None:
 
 
 def test_the_baselines_method_is_the_default_and_another_is_not_compared(
-    start: Started, nccl_launch: RunCli
+    start: Started, run_cli: RunCli
 ) -> None:
     server = start(baseline="[baseline]\ndecode_tok_s = 600\nmax_tokens = 30\nruns = 1\n")
-    same = nccl_launch("bench", "standin", "--url", url(server), "--warmup", "0")
+    same = run_cli("bench", "standin", "--url", url(server), "--warmup", "0")
     assert same.returncode == 1, same.stdout + same.stderr  # 300 tok/s: below 600
     assert RUN_LINE.findall(same.stdout) == [("1", "1", "30", RUN_LINE.findall(same.stdout)[0][3])]
-    other = nccl_launch("bench", "standin", "--url", url(server), "--max-tokens", "20")
+    other = run_cli("bench", "standin", "--url", url(server), "--max-tokens", "20")
     assert other.returncode == 0, other.stdout + other.stderr
     assert "not compared: the baseline was measured with max_tokens=30 (this bench: 20)" in (
         other.stdout
@@ -277,11 +277,11 @@ def test_server_errors_exit_3_with_one_line(
     options: tuple[str, ...],
     message: str,
     start: Started,
-    nccl_launch: RunCli,
+    run_cli: RunCli,
     tmp_path: Path,
 ) -> None:
     server = start(env=env)
-    result = nccl_launch("bench", "standin", "--url", url(server), *FAST, *options)
+    result = run_cli("bench", "standin", "--url", url(server), *FAST, *options)
     assert result.returncode == 3, result.stdout + result.stderr
     assert len(result.stderr.splitlines()) == 1, result.stderr
     assert result.stderr.startswith(f"nccl-launch: http://127.0.0.1:{server.port}")
@@ -291,12 +291,12 @@ def test_server_errors_exit_3_with_one_line(
 
 @pytest.mark.parametrize("with_pid", [False, True], ids=["port", "pid"])
 def test_no_server_on_the_urls_address_exits_3(
-    with_pid: bool, start: Started, nccl_launch: RunCli
+    with_pid: bool, start: Started, run_cli: RunCli
 ) -> None:
     server = start()  # a server, on another port: --pid names it, yet the URL is not its
     nobody = f"127.0.0.1:{free_port()}"
     pid = ("--pid", str(server.process.pid)) if with_pid else ()
-    result = nccl_launch("bench", "standin", "--url", f"http://{nobody}", *pid, *FAST)
+    result = run_cli("bench", "standin", "--url", f"http://{nobody}", *pid, *FAST)
     assert result.returncode == 3, result.stdout + result.stderr
     assert result.stderr == f"nccl-launch: no process listens on {nobody}\n"
 
@@ -364,11 +364,11 @@ JSON_KEYS = {
 
 
 def test_json_is_a_versioned_document_stamped_with_profile_server_and_gpus(
-    start: Started, nccl_launch: RunCli
+    start: Started, run_cli: RunCli
 ) -> None:
     server = start(baseline="[baseline]\ndecode_tok_s = 250\n")
     path = f"{STANDIN / 'bin'}{os.pathsep}{os.environ['PATH']}"  # nvidia-smi's real answer
-    result = nccl_launch(
+    result = run_cli(
         "bench", "standin", "--url", url(server), *FAST, "--format", "json", env={"PATH": path}
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -403,11 +403,11 @@ def test_json_is_a_versioned_document_stamped_with_profile_server_and_gpus(
 
 
 def test_without_nvidia_smi_the_gpus_are_empty_and_say_why(
-    start: Started, nccl_launch: RunCli, tmp_path: Path
+    start: Started, run_cli: RunCli, tmp_path: Path
 ) -> None:
     server = start()
     (tmp_path / "no-tools").mkdir()
-    result = nccl_launch(
+    result = run_cli(
         "bench",
         "standin",
         "--url",
@@ -423,10 +423,10 @@ def test_without_nvidia_smi_the_gpus_are_empty_and_say_why(
 
 
 def test_a_server_with_only_get_server_info_is_stamped_from_it(
-    start: Started, nccl_launch: RunCli
+    start: Started, run_cli: RunCli
 ) -> None:
     server = start(env={"STANDIN_OLD_INFO": "1"})
-    result = nccl_launch("bench", "standin", "--url", url(server), *FAST, "--format", "json")
+    result = run_cli("bench", "standin", "--url", url(server), *FAST, "--format", "json")
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     assert (document["sglang_version"], document["model"]) == ("0.5.23", "/models/m")
@@ -443,17 +443,17 @@ def test_nvidia_smis_lines_are_read_and_a_name_may_hold_a_comma() -> None:
 
 
 def test_history_prints_a_table_per_profile_and_digest(
-    start: Started, nccl_launch: RunCli, tmp_path: Path
+    start: Started, run_cli: RunCli, tmp_path: Path
 ) -> None:
     server = start()
     for _ in range(2):
-        assert nccl_launch("bench", "standin", "--url", url(server), *FAST).returncode == 0
+        assert run_cli("bench", "standin", "--url", url(server), *FAST).returncode == 0
     record = default_history(tmp_path / "home")
     older = json.loads(record.read_text().splitlines()[0])  # as version 0 of another digest
     older |= {"profile": "standin@0", "digest": "sha256:" + "0" * 64}
     with record.open("a") as history:
         history.write(json.dumps(older) + "\n")
-    shown = nccl_launch("bench", "--history")
+    shown = run_cli("bench", "--history")
     assert shown.returncode == 0, shown.stderr
     tables = shown.stdout.split("\n\n")
     assert [table.splitlines()[0] for table in tables] == [
@@ -463,26 +463,26 @@ def test_history_prints_a_table_per_profile_and_digest(
     header = tables[0].splitlines()[1].split()
     assert header[:4] == ["WHEN", "RUNS", "MEAN", "TOK/S"]
     assert tables[0].splitlines()[2].split()[1] == "2x60"
-    one = nccl_launch("bench", "--history", "standin@0")
+    one = run_cli("bench", "--history", "standin@0")
     assert one.stdout.startswith("standin@0 ") and "standin@1" not in one.stdout
-    by_name = nccl_launch("bench", "--history", "standin")
+    by_name = run_cli("bench", "--history", "standin")
     assert by_name.stdout.count("standin@") == 2
-    none = nccl_launch("bench", "--history", "other")
+    none = run_cli("bench", "--history", "other")
     assert none.stdout == f"no results of other in {record}\n"
 
 
 def test_a_bad_history_line_is_named_with_its_number_and_skipped(
-    start: Started, nccl_launch: RunCli, tmp_path: Path
+    start: Started, run_cli: RunCli, tmp_path: Path
 ) -> None:
     server = start()
     record = tmp_path / "h.jsonl"
     record.write_text('{"not": "a result"}\n')
     with record.open("ab") as history:
         history.write(b"\xff garbage without a newline")  # a line torn by a crash
-    result = nccl_launch("bench", "standin", "--url", url(server), *FAST, "--record", str(record))
+    result = run_cli("bench", "standin", "--url", url(server), *FAST, "--record", str(record))
     assert result.returncode == 0, result.stderr
     assert len(record.read_bytes().splitlines()) == 3  # the torn line stays a line of its own
-    shown = nccl_launch("bench", "--history", "--record", str(record), "--format", "json")
+    shown = run_cli("bench", "--history", "--record", str(record), "--format", "json")
     assert shown.returncode == 0
     assert [line.split(" (")[0] for line in shown.stderr.splitlines()] == [
         f"nccl-launch: warning: {record}:1: not a bench result",
@@ -512,13 +512,13 @@ def _directory(path: Path) -> None:
     ids=["fifo", "symlink", "directory"],
 )
 def test_a_history_that_is_no_regular_file_is_refused_before_measuring(
-    make: Any, kind: str, nccl_launch: RunCli, write_profile: WriteProfile, tmp_path: Path
+    make: Any, kind: str, run_cli: RunCli, write_profile: WriteProfile, tmp_path: Path
 ) -> None:
     write_profile("standin", PROFILE.format(version=1, python=sys.executable, port=1))
     record = tmp_path / "history.jsonl"
     make(record)
     args = ("bench", "standin", "--url", "http://127.0.0.1:1", "--record", str(record))
-    result = nccl_launch(*args)  # nothing listens on port 1: the record is refused first
+    result = run_cli(*args)  # nothing listens on port 1: the record is refused first
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith(f"nccl-launch: bench history {record}: {kind}")
     assert len(result.stderr.splitlines()) == 1
@@ -579,10 +579,10 @@ def test_history_goes_under_xdg_state_home_when_it_is_absolute(
     ],
 )
 def test_bad_options_exit_2_with_one_line(
-    args: tuple[str, ...], message: str, nccl_launch: RunCli, write_profile: WriteProfile
+    args: tuple[str, ...], message: str, run_cli: RunCli, write_profile: WriteProfile
 ) -> None:
     write_profile("standin", PROFILE.format(version=1, python=sys.executable, port=1))
-    result = nccl_launch("bench", *args)
+    result = run_cli("bench", *args)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr
@@ -607,40 +607,40 @@ BASELINE_PROFILE = 'schema = 1\nname = "b"\nversion = 1\n[nccl]\nPROTO = "LL"\n'
     ],
 )
 def test_validate_refuses_a_bad_baseline_naming_the_key(
-    table: str, problem: str, nccl_launch: RunCli, write_profile: WriteProfile
+    table: str, problem: str, run_cli: RunCli, write_profile: WriteProfile
 ) -> None:
     path = write_profile("b", BASELINE_PROFILE + "[baseline]\n" + table + "\n")
-    result = nccl_launch("validate", str(path))
+    result = run_cli("validate", str(path))
     assert result.returncode == 2
     assert f"{path}: {problem}" in result.stderr
 
 
 def test_show_includes_the_baseline_and_the_digest_ignores_it(
-    nccl_launch: RunCli, write_profile: WriteProfile
+    run_cli: RunCli, write_profile: WriteProfile
 ) -> None:
     plain = write_profile("plain", BASELINE_PROFILE)
     kept = write_profile("kept", BASELINE_PROFILE + "[baseline]\ndecode_tok_s = 88.8\n")
-    shown = nccl_launch("show", str(kept))
+    shown = run_cli("show", str(kept))
     assert "[baseline]\ndecode_tok_s = 88.8\ntolerance = 0.05\n" in shown.stdout
-    assert nccl_launch("validate", str(kept)).stdout.endswith(", baseline 88.8 tok/s)\n")
-    assert "baseline" not in nccl_launch("validate", str(plain)).stdout
+    assert run_cli("validate", str(kept)).stdout.endswith(", baseline 88.8 tok/s)\n")
+    assert "baseline" not in run_cli("validate", str(plain)).stdout
     digests = [
-        json.loads(nccl_launch("show", str(path), "--format", "json").stdout)["digest"]
+        json.loads(run_cli("show", str(path), "--format", "json").stdout)["digest"]
         for path in (plain, kept)
     ]
     assert digests[0] == digests[1]
 
 
-def test_the_shipped_kimi_profile_records_its_tuned_figure(nccl_launch: RunCli) -> None:
+def test_the_shipped_kimi_profile_records_its_tuned_figure(run_cli: RunCli) -> None:
     kimi = Path(__file__).parent.parent / "profiles" / "kimi-k25-rtx6000bw-tp8-eagle3.toml"
-    shown = json.loads(nccl_launch("show", str(kimi), "--format", "json").stdout)
+    shown = json.loads(run_cli("show", str(kimi), "--format", "json").stdout)
     assert shown["resolved"]["baseline"] == {"decode_tok_s": 88.8, "tolerance": 0.05}
 
 
-def test_history_of_a_fifo_is_refused_without_blocking(nccl_launch: RunCli, tmp_path: Path) -> None:
+def test_history_of_a_fifo_is_refused_without_blocking(run_cli: RunCli, tmp_path: Path) -> None:
     record = tmp_path / "history.jsonl"
     os.mkfifo(record)  # no writer: an open that blocked would hang until the timeout
-    result = nccl_launch("bench", "--history", "--record", str(record))
+    result = run_cli("bench", "--history", "--record", str(record))
     assert result.returncode == 2
     assert (
         result.stderr
@@ -649,10 +649,10 @@ def test_history_of_a_fifo_is_refused_without_blocking(nccl_launch: RunCli, tmp_
 
 
 def test_a_server_that_stops_short_is_named_and_never_judged(
-    start: Started, nccl_launch: RunCli
+    start: Started, run_cli: RunCli
 ) -> None:
     server = start(baseline="[baseline]\ndecode_tok_s = 250\n", env={"STANDIN_TOKENS": "20"})
-    result = nccl_launch("bench", "standin", "--url", url(server), *FAST)
+    result = run_cli("bench", "standin", "--url", url(server), *FAST)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stderr.splitlines()[0] == (
         "nccl-launch: warning: the server returned 20 tokens of the 60 asked (it ignores "
@@ -664,7 +664,7 @@ def test_a_server_that_stops_short_is_named_and_never_judged(
         "not compared: the baseline was measured with max_tokens=60 (the server stopped at 20)"
         in (result.stdout)
     )
-    table = nccl_launch("bench", "--history").stdout
+    table = run_cli("bench", "--history").stdout
     assert table.splitlines()[2].split()[1] == "2x20"
 
 
@@ -684,10 +684,10 @@ LEAKY = "s3cr/et#?x"  # a password with what ends a URL's authority, unencoded
     ids=["password", "control", "long", "not-utf-8", "bad-ipv6", "token"],
 )
 def test_a_bad_url_exits_2_with_one_masked_line(
-    address: str, message: str, nccl_launch: RunCli, write_profile: WriteProfile
+    address: str, message: str, run_cli: RunCli, write_profile: WriteProfile
 ) -> None:
     write_profile("standin", PROFILE.format(version=1, python=sys.executable, port=1))
-    result = nccl_launch("bench", "standin", "--url", address)
+    result = run_cli("bench", "standin", "--url", address)
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.splitlines()) == 1, result.stderr
     assert message in result.stderr
@@ -696,16 +696,16 @@ def test_a_bad_url_exits_2_with_one_masked_line(
 
 
 def test_secrets_in_the_url_are_masked_in_output_and_history(
-    start: Started, nccl_launch: RunCli, tmp_path: Path
+    start: Started, run_cli: RunCli, tmp_path: Path
 ) -> None:
     server = start()
     address = f"http://user:s3cret@127.0.0.1:{server.port}"
-    result = nccl_launch("bench", "standin", "--url", address, *FAST)
+    result = run_cli("bench", "standin", "--url", address, *FAST)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"server  http://***@127.0.0.1:{server.port}: SGLang" in result.stdout
     assert "s3cr" not in default_history(tmp_path / "home").read_text() + result.stdout
     query = f"http://127.0.0.1:{server.port}/?api_key=s3cret"
-    result = nccl_launch("bench", "standin", "--url", query, *FAST)
+    result = run_cli("bench", "standin", "--url", query, *FAST)
     assert result.returncode == 3, result.stdout + result.stderr  # no such path there
     assert f"http://127.0.0.1:{server.port}/?api_key=***" in result.stderr
     assert "s3cr" not in result.stderr
@@ -723,10 +723,10 @@ def test_secrets_in_the_url_are_masked_in_output_and_history(
     ids=["nan", "inf", "zero", "prompt", "max-tokens"],
 )
 def test_bad_numbers_and_bytes_exit_2_before_any_request(
-    option: tuple[str, ...], message: str, start: Started, nccl_launch: RunCli
+    option: tuple[str, ...], message: str, start: Started, run_cli: RunCli
 ) -> None:
     server = start(env={"STANDIN_COMPLETIONS_STATUS": "500"})  # a request would exit 3
-    result = nccl_launch("bench", "standin", "--url", url(server), *FAST, *option)
+    result = run_cli("bench", "standin", "--url", url(server), *FAST, *option)
     assert result.returncode == 2, result.stdout + result.stderr
     assert len(result.stderr.splitlines()) == 1 or "Invalid value" in message, result.stderr
     assert message in result.stderr
@@ -740,13 +740,13 @@ def _result_line(**runs: object) -> str:
 
 
 def test_a_history_line_whose_rate_cannot_be_computed_is_a_bad_line(
-    nccl_launch: RunCli, tmp_path: Path
+    run_cli: RunCli, tmp_path: Path
 ) -> None:
     record = tmp_path / "h.jsonl"
     lines = [_result_line(seconds=0), _result_line(tokens=10**400), _result_line()]
     record.write_text("".join(lines))
     for fmt in ("json", "text"):
-        shown = nccl_launch("bench", "--history", "--record", str(record), "--format", fmt)
+        shown = run_cli("bench", "--history", "--record", str(record), "--format", fmt)
         assert shown.returncode == 0, shown.stderr
         assert [line.split(" (")[0] for line in shown.stderr.splitlines()] == [
             f"nccl-launch: warning: {record}:1: not a bench result",
@@ -754,7 +754,7 @@ def test_a_history_line_whose_rate_cannot_be_computed_is_a_bad_line(
         ]
     assert len(json.loads(shown.stdout if fmt == "json" else "{}").get("results", [])) == 0
     document = json.loads(
-        nccl_launch("bench", "--history", "--record", str(record), "--format", "json").stdout
+        run_cli("bench", "--history", "--record", str(record), "--format", "json").stdout
     )
     assert [run["tok_s"] for run in document["results"][0]["runs"]] == [2.0]
 
@@ -763,10 +763,10 @@ INJECTED = {"version": "0.5\nFAKE: all good", "model_path": "m\rX\x1b[31m"}
 
 
 def test_what_a_server_or_history_says_cannot_forge_a_line(
-    start: Started, nccl_launch: RunCli, tmp_path: Path
+    start: Started, run_cli: RunCli, tmp_path: Path
 ) -> None:
     server = start(env={"STANDIN_INFO": json.dumps(INJECTED)})
-    result = nccl_launch("bench", "standin", "--url", url(server), *FAST)
+    result = run_cli("bench", "standin", "--url", url(server), *FAST)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SGLang 0.5\\nFAKE: all good, model m\\rX\\x1b[31m" in result.stdout
     assert not [line for line in result.stdout.splitlines() if line.startswith("FAKE")]
@@ -775,7 +775,7 @@ def test_what_a_server_or_history_says_cannot_forge_a_line(
     assert (kept["sglang_version"], kept["model"]) == (INJECTED["version"], INJECTED["model_path"])
     with record.open("a") as history:
         history.write(json.dumps(kept | {"host": "x\nFAKE ROW", "time": "\x1b[2J"}) + "\n")
-    table = nccl_launch("bench", "--history")
+    table = run_cli("bench", "--history")
     assert table.returncode == 0, table.stderr
     assert not [line for line in table.stdout.splitlines() if line.startswith("FAKE")]
     assert "\x1b" not in table.stdout and "\r" not in table.stdout
@@ -784,7 +784,7 @@ def test_what_a_server_or_history_says_cannot_forge_a_line(
 
 
 def test_nvidia_smi_bytes_that_are_not_utf_8_are_replaced(
-    start: Started, nccl_launch: RunCli, tmp_path: Path
+    start: Started, run_cli: RunCli, tmp_path: Path
 ) -> None:
     server = start()
     tools = tmp_path / "tools"
@@ -793,7 +793,7 @@ def test_nvidia_smi_bytes_that_are_not_utf_8_are_replaced(
     smi.write_text(f"#!/bin/sh\nprintf '0, NVIDIA \\377 H200, {H200.split(', ', 2)[2]}'\n")
     smi.chmod(0o755)
     path = f"{tools}{os.pathsep}{os.environ['PATH']}"
-    result = nccl_launch(
+    result = run_cli(
         "bench", "standin", "--url", url(server), *FAST, "--format", "json", env={"PATH": path}
     )
     assert result.returncode == 0, result.stderr
@@ -820,27 +820,27 @@ def raw_on_ipv6(start: Started) -> Iterator[tuple[Server, int]]:
 
 
 def test_the_process_checked_is_the_one_listening_where_bench_connects(
-    raw_on_ipv6: tuple[Server, int], nccl_launch: RunCli, tmp_path: Path
+    raw_on_ipv6: tuple[Server, int], run_cli: RunCli, tmp_path: Path
 ) -> None:
     server, raw = raw_on_ipv6
     ipv6 = f"http://[::1]:{server.port}"
-    result = nccl_launch("bench", "standin", "--url", ipv6, *FAST, "--format", "json")
+    result = run_cli("bench", "standin", "--url", ipv6, *FAST, "--format", "json")
     assert result.returncode == 1, result.stdout + result.stderr  # the raw one: refused
     assert json.loads(result.stdout)["drift"]["main_pid"] == raw
     pid = str(server.process.pid)
-    named = nccl_launch("bench", "standin", "--url", ipv6, "--pid", pid, *FAST)
+    named = run_cli("bench", "standin", "--url", ipv6, "--pid", pid, *FAST)
     assert named.returncode == 3, named.stdout + named.stderr
     assert named.stderr == (
         f"nccl-launch: --pid {pid}: pid {raw} listens on [::1]:{server.port}, and it is not in "
         f"pid {pid}'s tree; the server measured must be the one checked\n"
     )
-    checked = nccl_launch("bench", "standin", "--url", url(server), "--pid", pid, *FAST)
+    checked = run_cli("bench", "standin", "--url", url(server), "--pid", pid, *FAST)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert nothing_recorded(tmp_path) is False
 
 
 def test_a_history_under_a_file_or_near_its_cap_is_refused_before_measuring(
-    nccl_launch: RunCli, write_profile: WriteProfile, tmp_path: Path
+    run_cli: RunCli, write_profile: WriteProfile, tmp_path: Path
 ) -> None:
     write_profile("standin", PROFILE.format(version=1, python=sys.executable, port=1))
     good = tmp_path / "good.jsonl"
@@ -853,14 +853,14 @@ def test_a_history_under_a_file_or_near_its_cap_is_refused_before_measuring(
         (full, f"{(63 << 20) + 1} bytes, near the 64 MiB --history reads; keep it aside"),
     ]:
         args = ("bench", "standin", "--url", "http://127.0.0.1:1", "--record", str(record))
-        result = nccl_launch(*args)  # nothing listens on port 1: the record is refused first
+        result = run_cli(*args)  # nothing listens on port 1: the record is refused first
         assert result.returncode == 2, result.stderr
         assert result.stderr.startswith(f"nccl-launch: bench history {record}: {why}")
         assert len(result.stderr.splitlines()) == 1
 
 
 def test_listeners_of_two_trees_where_bench_connects_are_refused(
-    start: Started, nccl_launch: RunCli
+    start: Started, run_cli: RunCli
 ) -> None:
     server = start()
     # An IPv6-only socket on the wildcard, in a process of another tree: bench cannot see
@@ -875,7 +875,7 @@ def test_listeners_of_two_trees_where_bench_connects_are_refused(
         [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
     assert other.stdout is not None and other.stdout.readline() == b"\n"  # listening
-    result = nccl_launch("bench", "standin", "--url", url(server), *FAST)
+    result = run_cli("bench", "standin", "--url", url(server), *FAST)
     other.communicate()
     assert result.returncode == 3, result.stdout + result.stderr
     pids = ", ".join(map(str, sorted([server.process.pid, other.pid])))

@@ -19,28 +19,26 @@ COMMANDS = sorted(cli.cli.commands)
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_every_command_has_help(command: str, nccl_launch: RunCli) -> None:
-    result = nccl_launch(command, "--help")
+def test_every_command_has_help(command: str, run_cli: RunCli) -> None:
+    result = run_cli(command, "--help")
     assert result.returncode == 0
     assert result.stdout.startswith(f"Usage: nccl-launch {command}")
     assert cli.cli.commands[command].help
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_every_command_is_documented_with_its_current_help(
-    command: str, nccl_launch: RunCli
-) -> None:
+def test_every_command_is_documented_with_its_current_help(command: str, run_cli: RunCli) -> None:
     reference = (Path(__file__).parent.parent / "docs" / "commands.md").read_text(encoding="utf-8")
     assert f"## `nccl-launch {command}`" in reference
-    help_text = nccl_launch(command, "--help", env={"COLUMNS": "80"}).stdout
+    help_text = run_cli(command, "--help", env={"COLUMNS": "80"}).stdout
     assert help_text in reference, f"docs/commands.md has stale help for {command}"
 
 
-def test_usage_errors_exit_2(nccl_launch: RunCli) -> None:
-    result = nccl_launch("frobnicate")
+def test_usage_errors_exit_2(run_cli: RunCli) -> None:
+    result = run_cli("frobnicate")
     assert result.returncode == 2
     assert "No such command 'frobnicate'" in result.stderr
-    assert nccl_launch("--version").stdout.startswith("nccl-launch, version ")
+    assert run_cli("--version").stdout.startswith("nccl-launch, version ")
 
 
 def test_python_dash_m_runs_the_same_cli() -> None:

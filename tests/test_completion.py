@@ -19,7 +19,7 @@ from tests.conftest import RunCli, WriteProfile, console_script
 KIMI = "kimi-k25-rtx6000bw-tp8-eagle3"
 
 
-def complete(nccl_launch: RunCli, line: str, env: dict[str, str] | None = None) -> list[str]:
+def complete(run_cli: RunCli, line: str, env: dict[str, str] | None = None) -> list[str]:
     """What bash gets for the last word of `line` (empty after a trailing space): each
     completion as `type,value`, as click's bash script reads them."""
     words = line.split(" ")
@@ -28,7 +28,7 @@ def complete(nccl_launch: RunCli, line: str, env: dict[str, str] | None = None) 
         "COMP_WORDS": line,
         "COMP_CWORD": str(len(words) - 1),
     }
-    done = nccl_launch(env=protocol | (env or {}))
+    done = run_cli(env=protocol | (env or {}))
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     return [item for item in done.stdout.splitlines() if item]
@@ -45,9 +45,9 @@ def tuned(write_profile: WriteProfile, tmp_path: Path) -> dict[str, str]:
 
 
 def test_a_profile_name_completes_to_names_and_versions(
-    nccl_launch: RunCli, tuned: dict[str, str]
+    run_cli: RunCli, tuned: dict[str, str]
 ) -> None:
-    assert complete(nccl_launch, "nccl-launch run tu", tuned) == [
+    assert complete(run_cli, "nccl-launch run tu", tuned) == [
         "file,tu",
         "plain,tuned",
         "plain,tuned@1",
@@ -56,17 +56,17 @@ def test_a_profile_name_completes_to_names_and_versions(
 
 
 def test_name_at_completes_the_versions_on_the_search_path(
-    nccl_launch: RunCli, tuned: dict[str, str]
+    run_cli: RunCli, tuned: dict[str, str]
 ) -> None:
-    assert complete(nccl_launch, "nccl-launch run tuned@", tuned) == [
+    assert complete(run_cli, "nccl-launch run tuned@", tuned) == [
         "file,tuned@",
         "plain,tuned@1",
         "plain,tuned@2",
     ]
 
 
-def test_shipped_profiles_complete_too(nccl_launch: RunCli) -> None:
-    assert complete(nccl_launch, "nccl-launch show kimi") == [
+def test_shipped_profiles_complete_too(run_cli: RunCli) -> None:
+    assert complete(run_cli, "nccl-launch show kimi") == [
         "file,kimi",
         f"plain,{KIMI}",
         f"plain,{KIMI}@1",
@@ -89,37 +89,37 @@ def test_shipped_profiles_complete_too(nccl_launch: RunCli) -> None:
     ],
 )
 def test_every_profile_argument_completes(
-    nccl_launch: RunCli, tuned: dict[str, str], line: str
+    run_cli: RunCli, tuned: dict[str, str], line: str
 ) -> None:
-    assert complete(nccl_launch, line, tuned) == ["file,ot", "plain,other", "plain,other@1"]
+    assert complete(run_cli, line, tuned) == ["file,ot", "plain,other", "plain,other@1"]
 
 
 def test_an_unusable_file_breaks_no_completion(
-    nccl_launch: RunCli, tuned: dict[str, str], tmp_path: Path
+    run_cli: RunCli, tuned: dict[str, str], tmp_path: Path
 ) -> None:
     os.mkfifo(tmp_path / "profiles" / "fifo.toml")  # opened plainly, it would block forever
     (tmp_path / "profiles" / "broken.toml").write_text("schema = 1\nname = ")
-    assert complete(nccl_launch, "nccl-launch run tuned@", tuned)[1:] == [
+    assert complete(run_cli, "nccl-launch run tuned@", tuned)[1:] == [
         "plain,tuned@1",
         "plain,tuned@2",
     ]
 
 
-def test_other_arguments_keep_clicks_completion(nccl_launch: RunCli, tuned: dict[str, str]) -> None:
-    assert complete(nccl_launch, "nccl-launch sh", tuned) == ["plain,show"]
-    assert complete(nccl_launch, "nccl-launch new ", tuned) == []  # NAME is new: nothing to offer
+def test_other_arguments_keep_clicks_completion(run_cli: RunCli, tuned: dict[str, str]) -> None:
+    assert complete(run_cli, "nccl-launch sh", tuned) == ["plain,show"]
+    assert complete(run_cli, "nccl-launch new ", tuned) == []  # NAME is new: nothing to offer
 
 
 def test_with_the_line_bash_gets_the_part_after_its_word_break(
-    nccl_launch: RunCli, tuned: dict[str, str]
+    run_cli: RunCli, tuned: dict[str, str]
 ) -> None:
     """Real bash splits `tuned@` at '@' (COMP_WORDBREAKS) and replaces only the '@' onwards;
     the script nccl-launch prints passes the line, and gets `@1` for `tuned@1`."""
     line = {"COMP_LINE": "nccl-launch run tuned@", "COMP_WORDBREAKS": "@:="}
     broken = "nccl-launch run tuned @"  # COMP_WORDS as bash fills it
-    assert complete(nccl_launch, broken, tuned | line) == ["file,tuned@", "plain,@1", "plain,@2"]
+    assert complete(run_cli, broken, tuned | line) == ["file,tuned@", "plain,@1", "plain,@2"]
     option = {"COMP_LINE": "nccl-launch new x --from=tu", "COMP_WORDBREAKS": "@:="}
-    assert complete(nccl_launch, "nccl-launch new x --from = tu", tuned | option) == [
+    assert complete(run_cli, "nccl-launch new x --from = tu", tuned | option) == [
         "file,tu",
         "plain,tuned",
         "plain,tuned@1",
@@ -143,12 +143,10 @@ def test_the_part_bash_replaces(value: str, word: str, replaced: str) -> None:
     assert replaced_part(value, word, DEFAULT_WORDBREAKS) == replaced
 
 
-def test_interactive_bash_completes_name_at_version(
-    nccl_launch: RunCli, tuned: dict[str, str]
-) -> None:
+def test_interactive_bash_completes_name_at_version(run_cli: RunCli, tuned: dict[str, str]) -> None:
     """bash -i on a pty, with the script from `eval "$(_NCCL_LAUNCH_COMPLETE=bash_source
     nccl-launch)"`: TAB after `other@` gives `other@1`."""
-    pid, fd = interactive_bash(nccl_launch, tuned)
+    pid, fd = interactive_bash(run_cli, tuned)
     try:
         os.write(fd, b"nccl-launch run other@\t")
         os.write(fd, b"\x01echo completed: \n")  # to the line's start (^A), print it
@@ -159,12 +157,12 @@ def test_interactive_bash_completes_name_at_version(
         os.close(fd)
 
 
-def interactive_bash(nccl_launch: RunCli, env: dict[str, str]) -> tuple[int, int]:
+def interactive_bash(run_cli: RunCli, env: dict[str, str]) -> tuple[int, int]:
     """An interactive bash on a pty (pid, terminal fd), without the host's rc files, that has
     sourced the script from `eval "$(_NCCL_LAUNCH_COMPLETE=bash_source nccl-launch)"`."""
     bash = shutil.which("bash")
     assert bash is not None
-    source = nccl_launch(env={"_NCCL_LAUNCH_COMPLETE": "bash_source"}).stdout
+    source = run_cli(env={"_NCCL_LAUNCH_COMPLETE": "bash_source"}).stdout
     script = Path("complete.bash")
     script.write_text(source)
     bin_dir = str(Path(console_script()).parent)
@@ -200,28 +198,28 @@ def hostile(write_profile: WriteProfile, target: Path) -> None:
 
 
 def test_names_and_versions_no_profile_can_have_are_not_offered(
-    nccl_launch: RunCli, write_profile: WriteProfile, tmp_path: Path
+    run_cli: RunCli, write_profile: WriteProfile, tmp_path: Path
 ) -> None:
     hostile(write_profile, tmp_path / "PWNED")
     write_profile("fine", 'schema = 1\nname = "fine"\nversion = 3\n')
-    offered = complete(nccl_launch, "nccl-launch run ")
+    offered = complete(run_cli, "nccl-launch run ")
     assert [item for item in offered if KIMI not in item and "rtx6000bw-pcie" not in item] == [
         "file,",
         "plain,fine",
         "plain,fine@3",
     ]
     for prefix in ("x", "a", "e", "st", "z", "y"):
-        assert complete(nccl_launch, f"nccl-launch run {prefix}") == [f"file,{prefix}"]
+        assert complete(run_cli, f"nccl-launch run {prefix}") == [f"file,{prefix}"]
 
 
 def test_interactive_bash_runs_nothing_a_profile_name_holds(
-    nccl_launch: RunCli, write_profile: WriteProfile, tmp_path: Path
+    run_cli: RunCli, write_profile: WriteProfile, tmp_path: Path
 ) -> None:
     """bash -i on a pty: TAB after `run x`, then Enter, with a file on the search path named
     `x;touch${IFS}PATH`. Offered, bash would insert it as it is and run the `touch`."""
     target = tmp_path / "PWNED"
     hostile(write_profile, target)
-    pid, fd = interactive_bash(nccl_launch, {})
+    pid, fd = interactive_bash(run_cli, {})
     try:
         os.write(fd, b"nccl-launch run x\t\n")
         os.write(fd, b"echo $((6 * 7))done\n")  # printed once the line before has run
@@ -261,24 +259,24 @@ def test_interactive_bash_runs_nothing_a_profile_name_holds(
     ],
 )
 def test_a_completion_request_no_script_makes_is_refused_with_one_line(
-    nccl_launch: RunCli, env: dict[str, str], message: str
+    run_cli: RunCli, env: dict[str, str], message: str
 ) -> None:
     """Only a hand-made environment gets here; it is told what is wrong (exit 2), where click
     alone raised KeyError or ValueError (exit 4) or exited 1 without a word."""
-    done = nccl_launch(env={"_NCCL_LAUNCH_COMPLETE": "bash_complete"} | env)
+    done = run_cli(env={"_NCCL_LAUNCH_COMPLETE": "bash_complete"} | env)
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.startswith("nccl-launch: ")
     assert message in done.stderr
     assert done.stderr.count("\n") == 1
 
 
-def test_the_scripts_requests_still_work(nccl_launch: RunCli) -> None:
+def test_the_scripts_requests_still_work(run_cli: RunCli) -> None:
     for shell in ("bash", "zsh", "fish"):
-        source = nccl_launch(env={"_NCCL_LAUNCH_COMPLETE": f"{shell}_source"})
+        source = run_cli(env={"_NCCL_LAUNCH_COMPLETE": f"{shell}_source"})
         assert (source.returncode, source.stderr) == (0, ""), shell
         assert "_NCCL_LAUNCH_COMPLETE" in source.stdout
     words = {"COMP_WORDS": "nccl-launch sh"}
-    zsh = nccl_launch(env=words | {"_NCCL_LAUNCH_COMPLETE": "zsh_complete", "COMP_CWORD": "1"})
+    zsh = run_cli(env=words | {"_NCCL_LAUNCH_COMPLETE": "zsh_complete", "COMP_CWORD": "1"})
     assert (zsh.returncode, zsh.stdout.splitlines()[:2]) == (0, ["plain", "show"])
-    fish = nccl_launch(env=words | {"_NCCL_LAUNCH_COMPLETE": "fish_complete", "COMP_CWORD": "sh"})
+    fish = run_cli(env=words | {"_NCCL_LAUNCH_COMPLETE": "fish_complete", "COMP_CWORD": "sh"})
     assert (fish.returncode, fish.stdout.split("\t")[0]) == (0, "plain,show")

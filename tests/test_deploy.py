@@ -34,40 +34,40 @@ BUFFSIZE = "16MiB"
 
 
 @pytest.fixture
-def expected(write_profile: WriteProfile, nccl_launch: RunCli) -> dict[str, str]:
+def expected(write_profile: WriteProfile, run_cli: RunCli) -> dict[str, str]:
     write_profile("tricky", PROFILE)
-    shown = json.loads(nccl_launch("show", "tricky", "--format", "json").stdout)
+    shown = json.loads(run_cli("show", "tricky", "--format", "json").stdout)
     env: dict[str, str] = shown["env"] | shown["markers"]
     assert env["NCCL_PROTO"] == "LL"
     assert env["NCCL_BUFFSIZE"] == "16777216"
     return env
 
 
-def show(nccl_launch: RunCli, fmt: str) -> str:
-    result = nccl_launch("show", "tricky", "--format", fmt)
+def show(run_cli: RunCli, fmt: str) -> str:
+    result = run_cli("show", "tricky", "--format", fmt)
     assert result.returncode == 0, result.stderr
     return result.stdout
 
 
-def test_dotenv_reads_back_the_same_values(expected: dict[str, str], nccl_launch: RunCli) -> None:
-    text = show(nccl_launch, "dotenv")
+def test_dotenv_reads_back_the_same_values(expected: dict[str, str], run_cli: RunCli) -> None:
+    text = show(run_cli, "dotenv")
     assert dict(dotenv_values(stream=io.StringIO(text))) == expected
 
 
 def test_dotenv_refuses_what_dotenv_readers_would_expand(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     write_profile("tricky", PROFILE + 'TEMPLATE = "${HOME}/x"\n')
-    result = nccl_launch("show", "tricky", "--format", "dotenv")
+    result = run_cli("show", "tricky", "--format", "dotenv")
     assert result.returncode == 2
     assert "TEMPLATE: '${HOME}/x' holds '${', which dotenv readers expand" in result.stderr
 
 
 def test_bash_sources_the_shell_form(
-    expected: dict[str, str], nccl_launch: RunCli, tmp_path: Path
+    expected: dict[str, str], run_cli: RunCli, tmp_path: Path
 ) -> None:
     exports = tmp_path / "profile.sh"
-    exports.write_text(show(nccl_launch, "shell"))
+    exports.write_text(show(run_cli, "shell"))
     dump = f'{sys.executable} -c "import json, os; print(json.dumps(dict(os.environ)))"'
     done = subprocess.run(["bash", "-c", f". {exports} && {dump}"], env={"PATH": "/usr/bin:/bin"},
                           capture_output=True, text=True, check=True)  # fmt: skip
@@ -76,9 +76,9 @@ def test_bash_sources_the_shell_form(
 
 
 def test_systemd_parses_the_environment_lines(
-    expected: dict[str, str], nccl_launch: RunCli, tmp_path: Path, systemd_analyze: str
+    expected: dict[str, str], run_cli: RunCli, tmp_path: Path, systemd_analyze: str
 ) -> None:
-    lines = show(nccl_launch, "systemd-env")
+    lines = show(run_cli, "systemd-env")
     assert 'Environment="QUOTES=it\'s \\"quoted\\""' in lines.splitlines()
     assert 'Environment="DOLLAR=$HOME and 100%%"' in lines.splitlines()
     unit = tmp_path / "tricky.service"
@@ -92,14 +92,14 @@ def test_systemd_parses_the_environment_lines(
     assert "Invalid syntax" in done.stderr
 
 
-def test_k8s_env_list_is_json_and_yaml(expected: dict[str, str], nccl_launch: RunCli) -> None:
-    items = json.loads(show(nccl_launch, "k8s"))
+def test_k8s_env_list_is_json_and_yaml(expected: dict[str, str], run_cli: RunCli) -> None:
+    items = json.loads(show(run_cli, "k8s"))
     assert items == [{"name": key, "value": value} for key, value in expected.items()]
 
 
-def test_plain_env_lists_every_variable(write_profile: WriteProfile, nccl_launch: RunCli) -> None:
+def test_plain_env_lists_every_variable(write_profile: WriteProfile, run_cli: RunCli) -> None:
     write_profile("tricky", PROFILE.replace('NEWLINE = "line one\\nline two"\n', ""))
-    text = show(nccl_launch, "env")
+    text = show(run_cli, "env")
     assert text.startswith("NCCL_PROTO=LL\nNCCL_BUFFSIZE=16777216\nSPACES=two words\n")
     assert len(text.splitlines()) == len(TRICKY) - 1 + 2 + 3  # [env], [nccl], the markers
 
@@ -130,26 +130,26 @@ def hostile_profile(values: dict[str, str]) -> str:
 
 
 def read_back_hostile(
-    write_profile: WriteProfile, nccl_launch: RunCli, values: dict[str, str]
+    write_profile: WriteProfile, run_cli: RunCli, values: dict[str, str]
 ) -> dict[str, str]:
     """Write the hostile profile with `values`; the env (with markers) `show` says it sets."""
     write_profile("hostile", hostile_profile(values))
-    shown = json.loads(nccl_launch("show", "hostile", "--format", "json").stdout)
+    shown = json.loads(run_cli("show", "hostile", "--format", "json").stdout)
     env: dict[str, str] = shown["env"] | shown["markers"]
     assert {key: env[key] for key in values} == values
     return env
 
 
 @pytest.fixture
-def hostile(write_profile: WriteProfile, nccl_launch: RunCli) -> dict[str, str]:
-    return read_back_hostile(write_profile, nccl_launch, HOSTILE)
+def hostile(write_profile: WriteProfile, run_cli: RunCli) -> dict[str, str]:
+    return read_back_hostile(write_profile, run_cli, HOSTILE)
 
 
 @pytest.fixture
-def dotenv_hostile(write_profile: WriteProfile, nccl_launch: RunCli) -> dict[str, str]:
+def dotenv_hostile(write_profile: WriteProfile, run_cli: RunCli) -> dict[str, str]:
     """The hostile values dotenv can hold."""
     values = {key: value for key, value in HOSTILE.items() if key not in DOTENV_REFUSED}
-    return read_back_hostile(write_profile, nccl_launch, values)
+    return read_back_hostile(write_profile, run_cli, values)
 
 
 def export(fmt: str, tmp_path: Path) -> Path:
@@ -163,9 +163,9 @@ def export(fmt: str, tmp_path: Path) -> Path:
 
 
 def test_plain_env_refuses_a_value_that_would_add_a_line(
-    hostile: dict[str, str], nccl_launch: RunCli
+    hostile: dict[str, str], run_cli: RunCli
 ) -> None:
-    result = nccl_launch("show", "hostile", "--format", "env")
+    result = run_cli("show", "hostile", "--format", "env")
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr == (
         "nccl-launch: NEWLINE_INJECT: the value holds the control character '\\n', which "
@@ -183,9 +183,9 @@ def test_dotenv_reads_back_hostile_values_one_line_each(
 
 
 def test_dotenv_refuses_control_characters_it_cannot_escape(
-    hostile: dict[str, str], nccl_launch: RunCli
+    hostile: dict[str, str], run_cli: RunCli
 ) -> None:
-    result = nccl_launch("show", "hostile", "--format", "dotenv")
+    result = run_cli("show", "hostile", "--format", "dotenv")
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr == (
         "nccl-launch: ESCAPES: the value holds the control character '\\x1b', which "
@@ -208,7 +208,7 @@ def test_run_env_file_reads_the_dotenv_export_back(
 
 @pytest.mark.parametrize("sh", ["bash", "dash"])
 def test_shells_source_hostile_values_exactly(
-    hostile: dict[str, str], nccl_launch: RunCli, tmp_path: Path, sh: str
+    hostile: dict[str, str], run_cli: RunCli, tmp_path: Path, sh: str
 ) -> None:
     path = export("shell", tmp_path)
     done = subprocess.run([sh, "-c", f". {path} && env -0"], env={"PATH": "/usr/bin:/bin"},
@@ -219,7 +219,7 @@ def test_shells_source_hostile_values_exactly(
 
 
 def test_systemd_reads_hostile_environment_lines_as_one_assignment_each(
-    hostile: dict[str, str], nccl_launch: RunCli, tmp_path: Path, systemd_analyze: str
+    hostile: dict[str, str], run_cli: RunCli, tmp_path: Path, systemd_analyze: str
 ) -> None:
     lines = export("systemd-env", tmp_path).read_text().removesuffix("\n").split("\n")
     assert len(lines) == len(hostile)
@@ -240,7 +240,7 @@ def test_systemd_reads_hostile_environment_lines_as_one_assignment_each(
 
 
 def test_k8s_reads_back_hostile_values_as_json_and_printable_yaml(
-    hostile: dict[str, str], nccl_launch: RunCli, tmp_path: Path
+    hostile: dict[str, str], run_cli: RunCli, tmp_path: Path
 ) -> None:
     text = export("k8s", tmp_path).read_text()
     assert json.loads(text) == [{"name": key, "value": value} for key, value in hostile.items()]
@@ -249,11 +249,9 @@ def test_k8s_reads_back_hostile_values_as_json_and_printable_yaml(
 
 
 @pytest.mark.parametrize("fmt", ["env", "dotenv", "shell", "systemd-env", "k8s"])
-def test_every_format_refuses_a_nul(
-    write_profile: WriteProfile, nccl_launch: RunCli, fmt: str
-) -> None:
+def test_every_format_refuses_a_nul(write_profile: WriteProfile, run_cli: RunCli, fmt: str) -> None:
     write_profile("nul", 'schema = 1\nname = "nul"\nversion = 1\n[env]\nWITH_NUL = "a\\u0000b"\n')
-    result = nccl_launch("show", "nul", "--format", fmt)
+    result = run_cli("show", "nul", "--format", fmt)
     assert (result.returncode, result.stdout) == (2, "")
     assert "WITH_NUL" in result.stderr
     assert "Traceback" not in result.stderr
@@ -275,10 +273,10 @@ cwd = "/srv/my models"
 
 
 def test_systemd_unit_passes_systemd_analyze(
-    write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path, systemd_analyze: str
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path, systemd_analyze: str
 ) -> None:
     path = write_profile("served", SERVER.format(python=sys.executable))
-    result = nccl_launch("systemd", "served", "--user", "root")
+    result = run_cli("systemd", "served", "--user", "root")
     assert result.returncode == 0, result.stderr
     unit = result.stdout
     lines = unit.splitlines()
@@ -292,20 +290,20 @@ def test_systemd_unit_passes_systemd_analyze(
     assert "Description=Kimi-K2.5 at 100%% on 8 GPUs (served@2)" in lines
     assert {"TimeoutStartSec=1800", "Restart=on-failure", "KillMode=mixed"} <= set(lines)
     target = tmp_path / "units" / "sglang-served.service"
-    written = nccl_launch("systemd", "served", "--output", str(target))
+    written = run_cli("systemd", "served", "--output", str(target))
     assert written.returncode == 0
     done = subprocess.run([systemd_analyze, "verify", str(target)], capture_output=True, text=True)
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
-    again = nccl_launch("systemd", "served", "--output", str(target))
+    again = run_cli("systemd", "served", "--output", str(target))
     assert (again.returncode, again.stderr) == (
         2,
         f"nccl-launch: {target} exists; pass --force to replace it\n",
     )
 
 
-def test_systemd_needs_a_server_table(write_profile: WriteProfile, nccl_launch: RunCli) -> None:
+def test_systemd_needs_a_server_table(write_profile: WriteProfile, run_cli: RunCli) -> None:
     write_profile("env-only", 'schema = 1\nname = "env-only"\nversion = 1\n')
-    result = nccl_launch("systemd", "env-only")
+    result = run_cli("systemd", "env-only")
     assert result.returncode == 2
     assert "no [server] table, so no server to run as a service" in result.stderr
 
@@ -326,12 +324,12 @@ HOSTILE_UNIT = {
 
 @pytest.mark.parametrize("case", HOSTILE_UNIT)
 def test_systemd_refuses_what_would_become_unit_structure(
-    write_profile: WriteProfile, nccl_launch: RunCli, case: str
+    write_profile: WriteProfile, run_cli: RunCli, case: str
 ) -> None:
     line, hostile_line, message = HOSTILE_UNIT[case]
     text = SERVER.format(python=sys.executable).replace(line, hostile_line)
     write_profile("served", text)
-    result = nccl_launch("systemd", "served")
+    result = run_cli("systemd", "served")
     assert (result.returncode, result.stdout) == (2, "")
     # The profile's validation refuses control characters in `cwd` before the unit is built
     # (a line of its own, no prefix); the unit writer refuses the rest (prefixed).
@@ -340,33 +338,33 @@ def test_systemd_refuses_what_would_become_unit_structure(
 
 @pytest.mark.parametrize("user", ["root\nExecStartPre=/nonexistent/evil", "", "-root", "a b", "%i"])
 def test_systemd_refuses_a_user_that_is_no_user_name(
-    write_profile: WriteProfile, nccl_launch: RunCli, user: str
+    write_profile: WriteProfile, run_cli: RunCli, user: str
 ) -> None:
     write_profile("served", SERVER.format(python=sys.executable))
-    result = nccl_launch("systemd", "served", "--user", user)
+    result = run_cli("systemd", "served", "--user", user)
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr.startswith(f"nccl-launch: --user: {user!r} is not a user name; valid:")
 
 
 def test_systemd_refuses_a_profile_path_with_a_line_break(
-    write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
 ) -> None:
     path = write_profile("served", SERVER.format(python=sys.executable),
                          folder="units\nExecStartPre=/nonexistent")  # fmt: skip
-    result = nccl_launch("systemd", str(path))
+    result = run_cli("systemd", str(path))
     assert (result.returncode, result.stdout) == (2, "")
     assert "the profile's path: holds the control character '\\n'" in result.stderr
 
 
 def test_systemd_keeps_a_hostile_but_printable_description_on_its_line(
-    write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path, systemd_analyze: str
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path, systemd_analyze: str
 ) -> None:
     description = 'Kimi "quoted" $HOME ${X} `id` %n \\\\n [Service] ExecStartPre=/bin/true \u00e9'
     text = SERVER.format(python=sys.executable)
     text = text.replace(DESCRIPTION, f"description = {json.dumps(description)}")
     write_profile("served", text)
     target = tmp_path / "served.service"
-    result = nccl_launch("systemd", "served", "--user", "sglang-1", "--output", str(target))
+    result = run_cli("systemd", "served", "--user", "sglang-1", "--output", str(target))
     assert result.returncode == 0, result.stderr
     lines = target.read_text().split("\n")
     assert f"Description={description.replace('%', '%%')} (served@2)" in lines

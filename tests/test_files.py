@@ -186,7 +186,7 @@ def test_a_reader_never_sees_half_a_file(tmp_path: Path) -> None:
 
 
 def test_written_files_follow_the_umask_and_keep_a_replaced_mode(
-    tmp_path: Path, nccl_launch: RunCli
+    tmp_path: Path, run_cli: RunCli
 ) -> None:
     """convert, systemd -o and check -o write through atomic_write: no fixed 0644."""
     (tmp_path / "profiles" / "srv.toml").write_text(
@@ -207,6 +207,6 @@ def test_written_files_follow_the_umask_and_keep_a_replaced_mode(
     assert stat.S_IMODE(converted.stat().st_mode) == 0o640
     assert stat.S_IMODE(unit.stat().st_mode) == 0o640
     unit.chmod(0o600)
-    assert nccl_launch("systemd", "srv", "-o", str(unit), "--force").returncode == 0
+    assert run_cli("systemd", "srv", "-o", str(unit), "--force").returncode == 0
     assert stat.S_IMODE(unit.stat().st_mode) == 0o600
     assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith(".")) == []

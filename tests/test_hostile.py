@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 import unicodedata
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import tomli_w
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import RunCli
+from nccl_launch.profile.chain import MAX_EXTENDS
+from tests.conftest import RunCli, run_in_process
 
 EXPECTED = {0, 1, 2, 3}
 KEYS = ["schema", "name", "version", "description", "extends", "nccl", "env", "policy",
@@ -74,9 +78,20 @@ COMMANDS = [
     ["list"],
     ["verify-log", "{p}", "{p}"],
 ]
-FUZZ = settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+FUZZ = settings(max_examples=25, deadline=None)
+
+
+@contextmanager
+def fresh() -> Iterator[Path]:
+    """A folder of one example's own, as the test's tmp_path is to a test: the working
+    directory, with an empty ./profiles, and HOME (the plan cache) under it."""
+    with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
+        root = Path(folder)
+        (root / "profiles").mkdir()
+        (root / "home").mkdir()
+        patch.chdir(root)
+        patch.setenv("HOME", str(root / "home"))
+        yield root
 
 
 def assert_handled(result: subprocess.CompletedProcess[str], what: str) -> None:
@@ -95,38 +110,35 @@ def write_toml(path: Path, data: dict[str, Any]) -> bool:
 
 @FUZZ
 @given(data=PROFILES, command=st.sampled_from(COMMANDS))
-def test_hostile_profiles(
-    data: dict[str, Any], command: list[str], tmp_path: Path, nccl_launch: RunCli
-) -> None:
-    path = tmp_path / "profiles" / "p.toml"
-    if write_toml(path, data):
-        args = [arg.format(p=path) for arg in command]
-        assert_handled(nccl_launch(*args), " ".join(args))
+def test_hostile_profiles(data: dict[str, Any], command: list[str]) -> None:
+    with fresh() as tmp_path:
+        path = tmp_path / "profiles" / "p.toml"
+        if write_toml(path, data):
+            args = [arg.format(p=path) for arg in command]
+            assert_handled(run_in_process(*args), " ".join(args))
 
 
 @FUZZ
 @given(raw=st.binary(max_size=300), command=st.sampled_from(COMMANDS))
-def test_hostile_bytes_as_profile_and_log(
-    raw: bytes, command: list[str], tmp_path: Path, nccl_launch: RunCli
-) -> None:
-    path = tmp_path / "profiles" / "p.toml"
-    path.write_bytes(raw)
-    args = [arg.format(p=path) for arg in command]
-    assert_handled(nccl_launch(*args), " ".join(args))
+def test_hostile_bytes_as_profile_and_log(raw: bytes, command: list[str]) -> None:
+    with fresh() as tmp_path:
+        path = tmp_path / "profiles" / "p.toml"
+        path.write_bytes(raw)
+        args = [arg.format(p=path) for arg in command]
+        assert_handled(run_in_process(*args), " ".join(args))
 
 
 @FUZZ
 @given(raw=st.binary(max_size=300), value=st.sampled_from(["", "9" * 5000, "LL;", "\xff"]))
-def test_hostile_scripts_and_environments(
-    raw: bytes, value: str, tmp_path: Path, nccl_launch: RunCli
-) -> None:
-    script = tmp_path / "start.sh"
-    script.write_bytes(raw)
-    assert_handled(nccl_launch("convert", str(script), "--force"), "convert")
-    profile = tmp_path / "profiles" / "p.toml"
-    profile.write_text('schema = 1\nname = "p"\nversion = 1\n[nccl]\nBUFFSIZE = 4096\n')
-    env = {"NCCL_BUFFSIZE": value, "NCCL_PROTO": value, "NCCL_P2P_LEVEL": value}
-    assert_handled(nccl_launch("run", "--dry-run", "p", "--", "true", env=env), "run")
+def test_hostile_scripts_and_environments(raw: bytes, value: str) -> None:
+    with fresh() as tmp_path:
+        script = tmp_path / "start.sh"
+        script.write_bytes(raw)
+        assert_handled(run_in_process("convert", str(script), "--force"), "convert")
+        profile = tmp_path / "profiles" / "p.toml"
+        profile.write_text('schema = 1\nname = "p"\nversion = 1\n[nccl]\nBUFFSIZE = 4096\n')
+        env = {"NCCL_BUFFSIZE": value, "NCCL_PROTO": value, "NCCL_P2P_LEVEL": value}
+        assert_handled(run_in_process("run", "--dry-run", "p", "--", "true", env=env), "run")
 
 
 @pytest.mark.parametrize("kind", ["fifo", "zero", "directory", "missing", "null"])
@@ -144,7 +156,7 @@ def test_hostile_scripts_and_environments(
     ],
 )
 def test_special_files_anywhere(
-    kind: str, command: list[str], tmp_path: Path, nccl_launch: RunCli
+    kind: str, command: list[str], tmp_path: Path, run_cli: RunCli
 ) -> None:
     """Nothing hangs on a FIFO, reads /dev/zero forever or crashes on a directory: the
     special file is both the argument and a file on the search path."""
@@ -159,7 +171,7 @@ def test_special_files_anywhere(
     elif kind == "null":
         special.symlink_to("/dev/null")
     args = [arg.format(p=special) for arg in command]
-    result = nccl_launch(*args)  # the fixture's timeout turns a hang into a failure
+    result = run_cli(*args)  # the fixture's timeout turns a hang into a failure
     assert_handled(result, " ".join(args))
 
 
@@ -177,9 +189,9 @@ def test_special_files_anywhere(
         ["show", "ok@-1"],
     ],
 )
-def test_hostile_numbers_and_words(args: list[str], tmp_path: Path, nccl_launch: RunCli) -> None:
+def test_hostile_numbers_and_words(args: list[str], tmp_path: Path, run_cli: RunCli) -> None:
     (tmp_path / "profiles" / "ok.toml").write_text('schema = 1\nname = "ok"\nversion = 1\n')
-    assert_handled(nccl_launch(*args), " ".join(args))
+    assert_handled(run_cli(*args), " ".join(args))
 
 
 @pytest.mark.parametrize(
@@ -195,21 +207,22 @@ def test_hostile_numbers_and_words(args: list[str], tmp_path: Path, nccl_launch:
 )
 @pytest.mark.parametrize("command", [["validate", "{p}"], ["show", "p@1"], ["list"]])
 def test_one_bad_file_never_crashes_a_command(
-    text: str, command: list[str], tmp_path: Path, nccl_launch: RunCli
+    text: str, command: list[str], tmp_path: Path, run_cli: RunCli
 ) -> None:
     path = tmp_path / "profiles" / "p.toml"
     path.write_text(text)
     args = [arg.format(p=path) for arg in command]
-    assert_handled(nccl_launch(*args), " ".join(args))
+    assert_handled(run_cli(*args), " ".join(args))
 
 
-def test_a_long_extends_chain_is_an_error_not_a_crash(tmp_path: Path, nccl_launch: RunCli) -> None:
-    for index in range(1500):
-        parent = f'extends = "c{index + 1}"\n' if index < 1499 else ""
+def test_a_long_extends_chain_is_an_error_not_a_crash(tmp_path: Path, run_cli: RunCli) -> None:
+    length = MAX_EXTENDS + 2  # one past the limit, and one more
+    for index in range(length):
+        parent = f'extends = "c{index + 1}"\n' if index < length - 1 else ""
         (tmp_path / "profiles" / f"c{index}.toml").write_text(
             f'schema = 1\nname = "c{index}"\nversion = 1\n{parent}'
         )
-    assert_handled(nccl_launch("validate", "c0"), "validate c0")
+    assert_handled(run_cli("validate", "c0"), "validate c0")
 
 
 # C0 and DEL: what a UTF-8 terminal acts on (C1, U+0080 to U+009F, it shows or ignores).
@@ -227,7 +240,7 @@ SERVER_STRINGS = ["python", "entrypoint", "model_path", "cwd", "host", "dist_ini
     ),
 )
 def test_control_characters_in_server_strings_reach_no_output_raw(
-    key: str, text: str, command: list[str], tmp_path: Path, nccl_launch: RunCli
+    key: str, text: str, command: list[str]
 ) -> None:
     """A path or name holding one is refused; `args` is kept and escaped where people read
     it. Either way no output holds a raw control character but the newlines that end its
@@ -236,10 +249,11 @@ def test_control_characters_in_server_strings_reach_no_output_raw(
     server: dict[str, Any] = {"model_path": "/m", key: [value] if key == "args" else value}
     if key in ("draft_model_path", "pass_through"):  # [server.speculative]
         server = {"model_path": "/m", "speculative": {"algorithm": "NGRAM", key: value}}
-    path = tmp_path / "profiles" / "p.toml"
-    write_toml(path, {"schema": 1, "name": "p", "version": 1, "server": server})
-    args = [arg.format(p=path) for arg in command]
-    result = nccl_launch(*args)
+    with fresh() as tmp_path:
+        path = tmp_path / "profiles" / "p.toml"
+        write_toml(path, {"schema": 1, "name": "p", "version": 1, "server": server})
+        args = [arg.format(p=path) for arg in command]
+        result = run_in_process(*args)
     assert_handled(result, " ".join(args))
     for output in (result.stdout, result.stderr):
         assert not any(line.startswith("FORGED") for line in output.splitlines()), args
@@ -250,12 +264,12 @@ def test_control_characters_in_server_strings_reach_no_output_raw(
 
 
 def test_an_inherited_variable_name_is_escaped_in_the_refusal(
-    tmp_path: Path, nccl_launch: RunCli
+    tmp_path: Path, run_cli: RunCli
 ) -> None:
     """A name in the calling environment is any text but `=` and NUL."""
     (tmp_path / "profiles" / "k.toml").write_text('schema = 1\nname = "k"\nversion = 1\n')
     env = {"NCCL_X\x1b]0;pwn\x07\nnccl-launch: wrote fake": "1"}
-    result = nccl_launch("run", "--dry-run", "k", "--", "true", env=env)
+    result = run_cli("run", "--dry-run", "k", "--", "true", env=env)
     assert result.returncode == 1
     assert "  + NCCL_X\\x1b]0;pwn\\x07\\nnccl-launch: wrote fake  " in result.stderr
     assert "\x1b" not in result.stderr and "\x07" not in result.stderr
@@ -270,11 +284,11 @@ def test_an_inherited_variable_name_is_escaped_in_the_refusal(
     ],
 )
 def test_a_huge_decimal_size_says_what_nccl_does_and_the_valid_units_once(
-    value: str, read: str, tmp_path: Path, nccl_launch: RunCli
+    value: str, read: str, tmp_path: Path, run_cli: RunCli
 ) -> None:
     path = tmp_path / "b.toml"
     path.write_text(f'schema = 1\nname = "b"\nversion = 1\n[nccl]\nBUFFSIZE = "{value}"\n')
-    result = nccl_launch("validate", str(path))
+    result = run_cli("validate", str(path))
     assert result.returncode == 2
     [line] = result.stderr.splitlines()
     assert line.startswith(f"{path}: nccl.BUFFSIZE: '{value}' is not a size ({read}); ")
@@ -291,11 +305,11 @@ def test_a_huge_decimal_size_says_what_nccl_does_and_the_valid_units_once(
     ],
 )
 def test_an_unquoted_date_is_named_not_shown_as_python(
-    toml: str, key: str, shown: str, tmp_path: Path, nccl_launch: RunCli
+    toml: str, key: str, shown: str, tmp_path: Path, run_cli: RunCli
 ) -> None:
     path = tmp_path / "d.toml"
     path.write_text(f'schema = 1\nname = "d"\nversion = 1\n{toml}\n')
-    result = nccl_launch("validate", str(path))
+    result = run_cli("validate", str(path))
     assert result.returncode == 2
     assert result.stderr == (
         f"{path}: {key}: {shown} is a TOML date/time; quote it to keep it as text\n"

@@ -8,9 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from nccl_launch.nccl.conf import conf_paths
 from nccl_launch.profile.search import search_dirs
-from tests.conftest import HOST_NAMES, HOST_PREFIXES, Isolation
+from tests.conftest import HOST_NAMES, HOST_PREFIXES, HOSTILE_ETC, Isolation, RunCli
 
 
 def test_the_host_files_are_not_where_nccl_launch_looks(isolated: Isolation) -> None:
@@ -46,3 +48,13 @@ def test_a_subprocess_inherits_the_isolated_environment(isolated: Isolation) -> 
     assert seen["NCCL_LAUNCH_SYSTEM_DIR"] == str(isolated.system_dir)
     host = [key for key in seen if key.startswith(HOST_PREFIXES) or key in HOST_NAMES]
     assert sorted(host) == ["NCCL_LAUNCH_SYSTEM_CONF", "NCCL_LAUNCH_SYSTEM_DIR"]
+
+
+@pytest.mark.skipif(not HOSTILE_ETC, reason="only .ci/run (as root) puts an /etc/nccl.conf here")
+def test_the_hostile_etc_nccl_conf_of_ci_is_there_and_ignored(nccl_launch: RunCli) -> None:
+    """.ci/run's /etc/nccl.conf sets NCCL_ALGO, which a profile that does not declare it
+    would be refused for (an undeclared value from an nccl.conf): a real process ignores it."""
+    assert "NCCL_ALGO=Tree" in Path("/etc/nccl.conf").read_text().splitlines()
+    Path("profiles/plain.toml").write_text('schema = 1\nname = "plain"\nversion = 1\n')
+    result = nccl_launch("run", "--dry-run", "plain", "--", "true")
+    assert (result.returncode, result.stderr) == (0, "")

@@ -88,11 +88,11 @@ def test_exit_code_belongs_to_the_command(tuned: Path, nccl_launch: RunCli) -> N
 
 
 def test_drift_refuses_and_the_command_never_runs(
-    tuned: Path, tmp_path: Path, nccl_launch: RunCli
+    tuned: Path, tmp_path: Path, run_cli: RunCli
 ) -> None:
     out = tmp_path / "child.json"
     env = {"STANDIN_RECORD": str(out), "NCCL_PROTO": "Simple", "NCCL_PROTOCOL": "LL"}
-    result = nccl_launch("run", "tuned", *CHILD_ARGS, env=env)
+    result = run_cli("run", "tuned", *CHILD_ARGS, env=env)
     assert result.returncode == 1
     assert not out.exists()
     lines = result.stderr.splitlines()
@@ -157,11 +157,11 @@ NOT_A_NAME = "(no '=', spaces or control characters)"
     ],
 )
 def test_bad_env_file_is_a_usage_error_naming_the_line(
-    tuned: Path, nccl_launch: RunCli, content: str | None, message: str
+    tuned: Path, run_cli: RunCli, content: str | None, message: str
 ) -> None:
     if content is not None:
         Path("bad.env").write_text(content)
-    result = nccl_launch("run", "--env-file", "bad.env", "tuned", "--", "true")
+    result = run_cli("run", "--env-file", "bad.env", "tuned", "--", "true")
     assert result.returncode == 2
     assert result.stderr == f"nccl-launch: {message}\n"
 
@@ -234,11 +234,11 @@ def test_server_profile_builds_the_sglang_command(
 
 
 def test_dry_run_prints_changes_and_argv_without_running(
-    tuned: Path, tmp_path: Path, nccl_launch: RunCli
+    tuned: Path, tmp_path: Path, run_cli: RunCli
 ) -> None:
     out = tmp_path / "child.json"
     env = {"STANDIN_RECORD": str(out), "NCCL_BUFFSIZE": "16777216", "API_TOKEN": "hunter2"}
-    result = nccl_launch("run", "--dry-run", "tuned", *CHILD_ARGS, env=env)
+    result = run_cli("run", "--dry-run", "tuned", *CHILD_ARGS, env=env)
     assert result.returncode == 0, result.stderr
     assert not out.exists()
     lines = result.stdout.splitlines()
@@ -254,14 +254,14 @@ def test_dry_run_prints_changes_and_argv_without_running(
 
 @pytest.mark.parametrize("command", ["run", "preflight"])
 def test_own_options_count_anywhere_before_the_dashes(
-    command: str, tuned: Path, tmp_path: Path, nccl_launch: RunCli
+    command: str, tuned: Path, tmp_path: Path, run_cli: RunCli
 ) -> None:
     """`run PROFILE --dry-run` must dry-run, never hand `--dry-run` to the server."""
     out = tmp_path / "child.json"
     env_file = tmp_path / "site.env"
     env_file.write_text("HF_HOME=/cache\n")
     own = ["--dry-run"] if command == "run" else ["--format", "json"]
-    result = nccl_launch(
+    result = run_cli(
         command, "tuned", *own, "--env-file", str(env_file), *CHILD_ARGS,
         env={"STANDIN_RECORD": str(out)},
     )  # fmt: skip
@@ -285,12 +285,12 @@ def test_own_options_count_anywhere_before_the_dashes(
     ],
 )
 def test_server_arguments_before_the_dashes_are_a_usage_error(
-    command: str, args: list[str], message: str, tuned: Path, tmp_path: Path, nccl_launch: RunCli
+    command: str, args: list[str], message: str, tuned: Path, tmp_path: Path, run_cli: RunCli
 ) -> None:
     if command == "preflight" and args == ["--dryrun"]:
         message = "No such option '--dryrun'."
     out = tmp_path / "child.json"
-    result = nccl_launch(command, "tuned", *args, env={"STANDIN_RECORD": str(out)})
+    result = run_cli(command, "tuned", *args, env={"STANDIN_RECORD": str(out)})
     assert result.returncode == 2
     assert not out.exists()
     error = result.stderr.splitlines()[-1]
@@ -309,14 +309,14 @@ def test_everything_after_the_dashes_is_the_servers(
     assert read_record(out)["argv"][1:] == ["--dry-run", "--", "--env-file", "x"]
 
 
-def test_dry_run_refuses_like_run(tuned: Path, nccl_launch: RunCli) -> None:
-    result = nccl_launch("run", "--dry-run", "tuned", "--", "true", env={"NCCL_ALGO": "Tree"})
+def test_dry_run_refuses_like_run(tuned: Path, run_cli: RunCli) -> None:
+    result = run_cli("run", "--dry-run", "tuned", "--", "true", env={"NCCL_ALGO": "Tree"})
     assert result.returncode == 1
     assert "~ NCCL_ALGO" in result.stderr
 
 
-def test_profile_without_server_needs_a_command(tuned: Path, nccl_launch: RunCli) -> None:
-    result = nccl_launch("run", "tuned")
+def test_profile_without_server_needs_a_command(tuned: Path, run_cli: RunCli) -> None:
+    result = run_cli("run", "tuned")
     assert result.returncode == 2
     assert "has no [server] table; give the command after '--'" in result.stderr
 
@@ -353,23 +353,23 @@ def test_run_warns_where_the_server_will_not_honour_the_profile(
     )
 
 
-def test_unknown_profile_lists_where_it_looked(nccl_launch: RunCli, tmp_path: Path) -> None:
-    result = nccl_launch("run", "nope", "--", "true", env={"NCCL_LAUNCH_PATH": str(tmp_path / "x")})
+def test_unknown_profile_lists_where_it_looked(run_cli: RunCli, tmp_path: Path) -> None:
+    result = run_cli("run", "nope", "--", "true", env={"NCCL_LAUNCH_PATH": str(tmp_path / "x")})
     assert result.returncode == 2
     assert "profile 'nope' not found; searched profiles, " in result.stderr
     assert str(tmp_path / "x") in result.stderr
 
 
-def test_invalid_profile_refuses_to_run(write_profile: WriteProfile, nccl_launch: RunCli) -> None:
+def test_invalid_profile_refuses_to_run(write_profile: WriteProfile, run_cli: RunCli) -> None:
     write_profile("bad", 'schema = 1\nname = "bad"\nversion = 1\n[nccl]\nBUFFSIZE = "16MB"\n')
-    result = nccl_launch("run", "bad", "--", "true")
+    result = run_cli("run", "bad", "--", "true")
     assert result.returncode == 2
     assert result.stderr.startswith("profiles/bad.toml: nccl.BUFFSIZE: '16MB' is not a size")
     assert "Traceback" not in result.stderr
 
 
 def test_eagle_without_draft_is_judged_by_the_host_not_by_validate(
-    write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
 ) -> None:
     """validate reads the file alone (a profiles repo's CI has no model); run reads config.json."""
     model = tmp_path / "model"
@@ -387,10 +387,10 @@ def test_eagle_without_draft_is_judged_by_the_host_not_by_validate(
         algorithm = "eagle3"
         """,
     )
-    validated = nccl_launch("validate", str(path))
+    validated = run_cli("validate", str(path))
     assert validated.returncode == 0, validated.stderr
     assert "the model must have built-in MTP layers" in validated.stderr
-    refused = nccl_launch("run", "--dry-run", "mtp")
+    refused = run_cli("run", "--dry-run", "mtp")
     assert refused.returncode == 2
     assert refused.stderr == (
         "profiles/mtp.toml: server.speculative.draft_model_path: EAGLE3 needs a draft model "
@@ -398,28 +398,28 @@ def test_eagle_without_draft_is_judged_by_the_host_not_by_validate(
         "is unknown (no readable config.json)\n"
     )
     (model / "config.json").write_text('{"architectures": ["DeepseekV3ForCausalLM"]}')
-    assert nccl_launch("run", "--dry-run", "mtp").returncode == 0
+    assert run_cli("run", "--dry-run", "mtp").returncode == 0
 
 
 def test_a_fifo_or_device_as_env_file_is_refused_without_blocking(
-    tuned: Path, nccl_launch: RunCli, tmp_path: Path
+    tuned: Path, run_cli: RunCli, tmp_path: Path
 ) -> None:
     os.mkfifo(tmp_path / "fifo.env")
-    result = nccl_launch("run", "--env-file", "fifo.env", "tuned", "--", "true")
+    result = run_cli("run", "--env-file", "fifo.env", "tuned", "--", "true")
     assert (result.returncode, result.stderr) == (
         2,
         "nccl-launch: env file fifo.env: a FIFO; only regular files are read\n",
     )
-    result = nccl_launch("run", "--env-file", "/dev/zero", "tuned", "--", "true")
+    result = run_cli("run", "--env-file", "/dev/zero", "tuned", "--", "true")
     assert result.returncode == 2
     assert "a character device; only regular files are read" in result.stderr
 
 
 @pytest.mark.parametrize("dry_run", [(), ("--dry-run",)])
 def test_an_empty_command_word_is_a_usage_error(
-    tuned: Path, nccl_launch: RunCli, dry_run: tuple[str, ...]
+    tuned: Path, run_cli: RunCli, dry_run: tuple[str, ...]
 ) -> None:
-    result = nccl_launch("run", *dry_run, "tuned", "--", "", "x")
+    result = run_cli("run", *dry_run, "tuned", "--", "", "x")
     assert (result.returncode, result.stderr) == (
         2,
         "nccl-launch: the command after '--' is an empty word; give the program to run\n",
@@ -427,21 +427,21 @@ def test_an_empty_command_word_is_a_usage_error(
 
 
 def test_an_empty_server_python_is_refused_before_exec(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     body = 'schema = 1\nname = "empty"\nversion = 1\n[server]\npython = ""\nmodel_path = "/m"\n'
     write_profile("empty", body)
     for command in ("run", "preflight", "validate"):
-        result = nccl_launch(command, "empty" if command != "validate" else "profiles/empty.toml")
+        result = run_cli(command, "empty" if command != "validate" else "profiles/empty.toml")
         assert result.returncode == 2, (command, result.stderr)
         assert "server.python: empty; valid: the server's Python" in result.stderr
 
 
 def test_a_nul_in_a_profile_value_never_reaches_exec(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     write_profile("nul", 'schema = 1\nname = "nul"\nversion = 1\n[env]\nHF_HOME = "/c\\u0000"\n')
-    result = nccl_launch("run", "nul", "--", "true")
+    result = run_cli("run", "nul", "--", "true")
     assert (result.returncode, result.stderr) == (
         2,
         "profiles/nul.toml: env.HF_HOME: holds a NUL byte, which no argument, path or "
@@ -451,9 +451,9 @@ def test_a_nul_in_a_profile_value_never_reaches_exec(
 
 @pytest.mark.parametrize("name", ["NCCL_NTHREADS", "NCCL_BUFFSIZE", "NCCL_P2P_LEVEL", "NCCL_NET"])
 def test_a_value_of_thousands_of_digits_in_the_calling_env_is_drift(
-    tuned: Path, nccl_launch: RunCli, name: str
+    tuned: Path, run_cli: RunCli, name: str
 ) -> None:
-    result = nccl_launch("run", "tuned", "--", "true", env={name: "9" * 5000})
+    result = run_cli("run", "tuned", "--", "true", env={name: "9" * 5000})
     assert result.returncode == 1, result.stderr
     assert result.stderr.startswith("refusing to start: environment drifts from tuned@2")
     assert "Traceback" not in result.stderr
@@ -475,20 +475,20 @@ def _shared_folder(tmp_path: Path) -> Path:
 
 
 @AS_ROOT
-def test_root_refuses_a_profile_others_could_write(tmp_path: Path, nccl_launch: RunCli) -> None:
+def test_root_refuses_a_profile_others_could_write(tmp_path: Path, run_cli: RunCli) -> None:
     profile = _shared_folder(tmp_path) / "evil.toml"
     profile.write_text(PRELOAD.format(name="evil", extends=""))
     profile.chmod(0o666)
     os.chown(profile, NOBODY, NOBODY)
     ran = tmp_path / "ran"
-    result = nccl_launch("run", str(profile), "--", "touch", str(ran))
+    result = run_cli("run", str(profile), "--", "touch", str(ran))
     assert result.returncode == 2
     assert result.stderr.startswith(f"nccl-launch: profile {profile}: owned by uid {NOBODY}")
     assert "chown root and chmod go-w" in result.stderr
     assert not ran.exists()
     # Found by name on the search path, it is skipped, never used.
     env = {"NCCL_LAUNCH_PATH": str(profile.parent)}
-    result = nccl_launch("run", "evil@1", "--", "touch", str(ran), env=env)
+    result = run_cli("run", "evil@1", "--", "touch", str(ran), env=env)
     assert result.returncode == 2
     assert "profile 'evil@1' not found" in result.stderr
     assert f"first: profile {profile}: owned by uid {NOBODY}" in result.stderr
@@ -497,13 +497,13 @@ def test_root_refuses_a_profile_others_could_write(tmp_path: Path, nccl_launch: 
 
 @AS_ROOT
 def test_root_refuses_an_extends_parent_others_could_write(
-    write_profile: WriteProfile, tmp_path: Path, nccl_launch: RunCli
+    write_profile: WriteProfile, tmp_path: Path, run_cli: RunCli
 ) -> None:
     parent = write_profile("parent", PRELOAD.format(name="parent", extends=""))
     parent.chmod(0o666)
     write_profile("child", PRELOAD.format(name="child", extends='extends = "parent"\n'))
     ran = tmp_path / "ran"
-    result = nccl_launch("run", "child", "--", "touch", str(ran))
+    result = run_cli("run", "child", "--", "touch", str(ran))
     assert result.returncode == 2
     assert result.stderr.startswith(
         "nccl-launch: profile profiles/parent.toml: writable by group or others (mode 0666)"
@@ -513,20 +513,20 @@ def test_root_refuses_an_extends_parent_others_could_write(
 
 @AS_ROOT
 def test_root_refuses_an_env_file_others_could_write(
-    tuned: Path, tmp_path: Path, nccl_launch: RunCli
+    tuned: Path, tmp_path: Path, run_cli: RunCli
 ) -> None:
     env_file = tmp_path / "site.env"
     env_file.write_text("LD_PRELOAD=/tmp/evil.so\n")
     os.chown(env_file, NOBODY, NOBODY)
     ran = tmp_path / "ran"
-    result = nccl_launch("run", "--env-file", str(env_file), "tuned", "--", "touch", str(ran))
+    result = run_cli("run", "--env-file", str(env_file), "tuned", "--", "touch", str(ran))
     assert result.returncode == 2
     assert result.stderr.startswith(f"nccl-launch: env file {env_file}: owned by uid {NOBODY}")
     assert not ran.exists()
 
 
 def test_a_bad_env_file_line_never_shows_a_secret(
-    tuned: Path, tmp_path: Path, nccl_launch: RunCli
+    tuned: Path, tmp_path: Path, run_cli: RunCli
 ) -> None:
     env_file = tmp_path / "site.env"
     for line, shown in [
@@ -534,13 +534,13 @@ def test_a_bad_env_file_line_never_shows_a_secret(
         ("DB postgres://u:pw123@db/x", ": 'DB postgres://u:***@db/x\\n'"),
     ]:
         env_file.write_text(f"{line}\n")
-        result = nccl_launch("run", "tuned", "--env-file", str(env_file), *CHILD_ARGS)
+        result = run_cli("run", "tuned", "--env-file", str(env_file), *CHILD_ARGS)
         assert result.returncode == 2
         assert result.stderr == f"nccl-launch: {env_file}:1: not a KEY=VALUE line{shown}\n"
 
 
 def test_a_model_config_that_is_no_regular_file_is_unknown(
-    write_profile: WriteProfile, tmp_path: Path, nccl_launch: RunCli
+    write_profile: WriteProfile, tmp_path: Path, run_cli: RunCli
 ) -> None:
     model = tmp_path / "model"
     model.mkdir()
@@ -557,6 +557,6 @@ def test_a_model_config_that_is_no_regular_file_is_unknown(
         algorithm = "EAGLE"
         """,
     )
-    result = nccl_launch("run", "--dry-run", "mtp")
+    result = run_cli("run", "--dry-run", "mtp")
     assert result.returncode == 2
     assert "the model's architecture is unknown (no readable config.json)" in result.stderr

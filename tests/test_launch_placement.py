@@ -103,10 +103,8 @@ def test_slurm_ranks_reach_the_server_and_every_node_runs_one_digest(
     assert records[0]["env"]["NCCL_LAUNCH_DIGEST"] == records[1]["env"]["NCCL_LAUNCH_DIGEST"]
 
 
-def test_multi_node_without_a_rank_is_refused(
-    write_profile: WriteProfile, nccl_launch: RunCli
-) -> None:
+def test_multi_node_without_a_rank_is_refused(write_profile: WriteProfile, run_cli: RunCli) -> None:
     multi_node_profile(write_profile)
-    result = nccl_launch("run", "--dist-init-addr", "10.0.0.1:5000", "two-nodes")
+    result = run_cli("run", "--dist-init-addr", "10.0.0.1:5000", "two-nodes")
     assert result.returncode == 2
     assert "nnodes = 2 but no node rank" in result.stderr

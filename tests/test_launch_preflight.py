@@ -50,8 +50,8 @@ def with_python(write_profile: WriteProfile, shipped: Path, python: str) -> str:
 SKIP_HOST = ("--skip", "gpus", "--skip", "paths", "--skip", "port")
 
 
-def preflight_json(nccl_launch: RunCli, *args: str) -> tuple[int, dict[str, Any]]:
-    result = nccl_launch("preflight", "--format", "json", *SKIP_HOST, *args)
+def preflight_json(run_cli: RunCli, *args: str) -> tuple[int, dict[str, Any]]:
+    result = run_cli("preflight", "--format", "json", *SKIP_HOST, *args)
     return result.returncode, json.loads(result.stdout)
 
 
@@ -61,10 +61,10 @@ def test_there_is_a_shipped_server_profile() -> None:
 
 @pytest.mark.parametrize("shipped", SHIPPED_SERVERS, ids=[p.stem for p in SHIPPED_SERVERS])
 def test_sglang_accepts_the_argv_of_every_shipped_profile(
-    shipped: Path, write_profile: WriteProfile, nccl_launch: RunCli, sglang_python: str
+    shipped: Path, write_profile: WriteProfile, run_cli: RunCli, sglang_python: str
 ) -> None:
     name = with_python(write_profile, shipped, sglang_python)
-    code, report = preflight_json(nccl_launch, name)
+    code, report = preflight_json(run_cli, name)
     assert code == 0, report
     assert report["sglang"]["version"] == "0.5.23"
     parsed = report["sglang"]["parsed"]
@@ -77,10 +77,10 @@ def test_sglang_accepts_the_argv_of_every_shipped_profile(
 
 
 def test_a_stale_flag_fails_with_sglangs_own_message(
-    write_profile: WriteProfile, nccl_launch: RunCli, sglang_python: str
+    write_profile: WriteProfile, run_cli: RunCli, sglang_python: str
 ) -> None:
     name = with_python(write_profile, SHIPPED_SERVERS[0], sglang_python)
-    result = nccl_launch("preflight", *SKIP_HOST, name, "--", "--cuda-graph-max-bs", "8")
+    result = run_cli("preflight", *SKIP_HOST, name, "--", "--cuda-graph-max-bs", "8")
     assert result.returncode == 3
     assert (
         "fail  argv         SGLang's parser rejects the argv: ambiguous option: "
@@ -90,7 +90,7 @@ def test_a_stale_flag_fails_with_sglangs_own_message(
 
 
 def test_a_pass_through_speculative_setting_reaches_sglangs_parser(
-    write_profile: WriteProfile, nccl_launch: RunCli, sglang_python: str
+    write_profile: WriteProfile, run_cli: RunCli, sglang_python: str
 ) -> None:
     write_profile(
         "ngram",
@@ -107,7 +107,7 @@ def test_a_pass_through_speculative_setting_reaches_sglangs_parser(
         typo_setting = 1
         """,
     )
-    code, report = preflight_json(nccl_launch, "ngram")
+    code, report = preflight_json(run_cli, "ngram")
     assert code == 3
     argv_check = next(check for check in report["checks"] if check["name"] == "argv")
     assert argv_check["message"] == (
@@ -116,10 +116,10 @@ def test_a_pass_through_speculative_setting_reaches_sglangs_parser(
 
 
 def test_no_sglang_in_the_server_interpreter_fails_clearly(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     name = with_python(write_profile, SHIPPED_SERVERS[0], sys.executable)
-    code, report = preflight_json(nccl_launch, name)
+    code, report = preflight_json(run_cli, name)
     assert code == 3
     sglang_check = next(check for check in report["checks"] if check["name"] == "sglang")
     assert sglang_check["status"] == "fail"
@@ -128,18 +128,16 @@ def test_no_sglang_in_the_server_interpreter_fails_clearly(
     )
 
 
-def test_missing_server_interpreter_fails(write_profile: WriteProfile, nccl_launch: RunCli) -> None:
+def test_missing_server_interpreter_fails(write_profile: WriteProfile, run_cli: RunCli) -> None:
     name = with_python(write_profile, SHIPPED_SERVERS[0], "/nonexistent/bin/python3")
-    result = nccl_launch("preflight", *SKIP_HOST, name)
+    result = run_cli("preflight", *SKIP_HOST, name)
     assert result.returncode == 3
     assert "fail  sglang       cannot run /nonexistent/bin/python3: [Errno 2]" in result.stdout
 
 
-def test_drift_fails_preflight_with_exit_1(
-    write_profile: WriteProfile, nccl_launch: RunCli
-) -> None:
+def test_drift_fails_preflight_with_exit_1(write_profile: WriteProfile, run_cli: RunCli) -> None:
     write_profile("env-only", 'schema = 1\nname = "env-only"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
-    result = nccl_launch("preflight", "env-only", env={"NCCL_PROTO": "Simple"})
+    result = run_cli("preflight", "env-only", env={"NCCL_PROTO": "Simple"})
     assert result.returncode == 1
     lines = result.stdout.splitlines()
     assert lines[1] == "fail  environment  1 drift (1 changed), 0 match"
@@ -148,10 +146,10 @@ def test_drift_fails_preflight_with_exit_1(
 
 
 def test_invalid_profile_is_exit_2_before_any_check(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     write_profile("bad", 'schema = 1\nname = "bad"\nversion = 1\n[nccl]\nNTHREADS = 1000\n')
-    result = nccl_launch("preflight", "bad")
+    result = run_cli("preflight", "bad")
     assert result.returncode == 2
     assert result.stdout == ""
     assert "nccl.NTHREADS: 1000 is not valid" in result.stderr
@@ -196,7 +194,7 @@ class Preflight(Protocol):
 
 
 @pytest.fixture
-def host(write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path) -> Preflight:
+def host(write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path) -> Preflight:
     """`preflight` of a TP server profile, with `gpus` GPUs behind a stand-in nvidia-smi."""
 
     def preflight(
@@ -213,7 +211,7 @@ def host(write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path) -> Pr
             fake_nvidia_smi(bin_dir, gpus)
         # Only the stand-in: a GPU host's own nvidia-smi in /usr/bin must not answer.
         path = str(bin_dir)
-        result = nccl_launch("preflight", "--skip", "sglang", "--format", "json", "host",
+        result = run_cli("preflight", "--skip", "sglang", "--format", "json", "host",
                              env={"PATH": path, **(env or {})})  # fmt: skip
         checks: Checks = {}
         for check in json.loads(result.stdout)["checks"]:
@@ -339,7 +337,7 @@ def test_nccl_conf_lines_name_what_applies(host: Preflight, isolated: Isolation)
     ids=["not-json", "a-list", "no-keys", "no-parsed-fields", "deep", "bytes"],
 )
 def test_a_broken_interpreter_is_a_failed_check_not_a_crash(
-    answer: str, write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
+    answer: str, write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
 ) -> None:
     """The server's python is whatever the profile names: its answer is checked, not trusted."""
     fake = tmp_path / "python3"
@@ -347,7 +345,7 @@ def test_a_broken_interpreter_is_a_failed_check_not_a_crash(
     fake.chmod(0o755)
     with_python(write_profile, SHIPPED_SERVERS[0], str(fake))
     env = {"ANSWER": answer}  # a lone surrogate reaches the child as the byte 0xff
-    result = nccl_launch("preflight", *SKIP_HOST, "under-test", env=env)
+    result = run_cli("preflight", *SKIP_HOST, "under-test", env=env)
     assert result.returncode == 3, result.stderr
     assert "Traceback" not in result.stderr
     [line] = [line for line in result.stdout.splitlines() if line.startswith("fail  sglang")]
@@ -388,7 +386,7 @@ STATUS = "imports SGLang and parses the argv..."
 
 
 def test_preflight_shows_what_it_waits_for_on_a_terminal_only(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     """The stand-in SGLang (no parser: the check fails) is imported in its own interpreter."""
     with_python(write_profile, SHIPPED_SERVERS[0], sys.executable)
@@ -399,7 +397,7 @@ def test_preflight_shows_what_it_waits_for_on_a_terminal_only(
     assert f"preflight: {sys.executable} {STATUS}\r\x1b[K" in terminal  # shown, then erased
     assert STATUS not in stdout
     assert "fail  sglang       cannot import SGLang" in stdout
-    piped = nccl_launch(*args, env={"PYTHONPATH": str(STANDIN)})
+    piped = run_cli(*args, env={"PYTHONPATH": str(STANDIN)})
     assert piped.returncode == 3
     assert piped.stdout == stdout
     assert "preflight:" not in piped.stderr
@@ -407,13 +405,13 @@ def test_preflight_shows_what_it_waits_for_on_a_terminal_only(
 
 
 def test_sglangs_words_about_an_argument_are_escaped(
-    write_profile: WriteProfile, nccl_launch: RunCli, sglang_python: str
+    write_profile: WriteProfile, run_cli: RunCli, sglang_python: str
 ) -> None:
     """An extra argument is free text; SGLang's parser quotes it back in its error, and that
     error is printed escaped, so it cannot forge a check's line or drive the terminal."""
     forged = "ok    sglang       SGLang 0.5.23 (forged)"
     name = with_python(write_profile, SHIPPED_SERVERS[0], sglang_python)
-    result = nccl_launch("preflight", *SKIP_HOST, name, "--", f"--bogus\x1b[31m\n{forged}")
+    result = run_cli("preflight", *SKIP_HOST, name, "--", f"--bogus\x1b[31m\n{forged}")
     assert result.returncode == 3
     assert forged not in result.stdout.splitlines()
     assert "\x1b" not in result.stdout

@@ -114,10 +114,10 @@ def start(write_profile: WriteProfile) -> Iterator[StartServer]:
 
 
 def test_a_server_started_by_run_has_no_drift_in_any_process(
-    start: StartServer, nccl_launch: RunCli
+    start: StartServer, run_cli: RunCli
 ) -> None:
     server = start()
-    result = nccl_launch("check", "standin", "--port", str(server.port))
+    result = run_cli("check", "standin", "--port", str(server.port))
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].startswith("check standin@1 (sha256:")
@@ -129,10 +129,10 @@ def test_a_server_started_by_run_has_no_drift_in_any_process(
 
 
 def test_without_profile_the_servers_own_marker_names_it(
-    start: StartServer, nccl_launch: RunCli
+    start: StartServer, run_cli: RunCli
 ) -> None:
     server = start()
-    result = nccl_launch("check", "--pid", str(server.process.pid), "--format", "json")
+    result = run_cli("check", "--pid", str(server.process.pid), "--format", "json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["schema_version"] == 1
@@ -147,10 +147,10 @@ def test_without_profile_the_servers_own_marker_names_it(
 
 
 def test_the_old_way_names_missing_keys_and_unreadable_workers(
-    start: StartServer, nccl_launch: RunCli
+    start: StartServer, run_cli: RunCli
 ) -> None:
     server = start(launcher=False, NCCL_PROTO="LL")
-    result = nccl_launch("check", "standin", "--port", str(server.port))
+    result = run_cli("check", "standin", "--port", str(server.port))
     assert result.returncode == 1
     text = result.stdout
     assert f"pid {server.process.pid} was not started by nccl-launch" in text
@@ -161,9 +161,9 @@ def test_the_old_way_names_missing_keys_and_unreadable_workers(
     assert text.splitlines()[-1] == "drift: 2 drift, 3 unreadable, of 5 processes"
 
 
-def test_one_drifted_worker_is_named(start: StartServer, nccl_launch: RunCli) -> None:
+def test_one_drifted_worker_is_named(start: StartServer, run_cli: RunCli) -> None:
     server = start(STANDIN_DRIFT_RANK="1", STANDIN_DRIFT="NCCL_PROTO=Simple")
-    result = nccl_launch("check", "--port", str(server.port))
+    result = run_cli("check", "--port", str(server.port))
     assert result.returncode == 1
     lines = result.stdout.splitlines()
     worker = next(i for i, line in enumerate(lines) if line.endswith("sglang::scheduler_TP1"))
@@ -172,11 +172,11 @@ def test_one_drifted_worker_is_named(start: StartServer, nccl_launch: RunCli) ->
 
 
 def test_prometheus_textfile_parses_and_says_drift(
-    start: StartServer, nccl_launch: RunCli, tmp_path: Path
+    start: StartServer, run_cli: RunCli, tmp_path: Path
 ) -> None:
     server = start(STANDIN_DRIFT_RANK="0", STANDIN_DRIFT="NCCL_ALGO=")
     textfile = tmp_path / "textfile" / "nccl_launch.prom"
-    result = nccl_launch("check", "--port", str(server.port), "--format", "prometheus",
+    result = run_cli("check", "--port", str(server.port), "--format", "prometheus",
                          "--output", str(textfile))  # fmt: skip
     assert result.returncode == 1
     assert result.stdout == ""
@@ -204,12 +204,12 @@ def test_prometheus_textfile_parses_and_says_drift(
 
 
 def test_a_newer_profile_file_than_the_server_runs_is_reported(
-    start: StartServer, write_profile: WriteProfile, nccl_launch: RunCli
+    start: StartServer, write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     server = start()
     write_profile("standin", PROFILE.format(version=2, buffsize="32MiB", python=sys.executable,
                                             port=server.port))  # fmt: skip
-    result = nccl_launch("check", "--pid", str(server.process.pid))
+    result = run_cli("check", "--pid", str(server.process.pid))
     assert result.returncode == 1
     lines = result.stdout.splitlines()
     assert lines[0].startswith("check standin@2 (sha256:")
@@ -423,17 +423,17 @@ def test_watch_text_says_which_version_it_checks_while_the_file_is_invalid(
 
 
 def test_a_profile_invalid_at_the_first_look_is_an_error_even_watching(
-    start: StartServer, nccl_launch: RunCli
+    start: StartServer, run_cli: RunCli
 ) -> None:
     server = start()
     Path("profiles/standin.toml").write_text(BROKEN)
-    result = nccl_launch("check", "--pid", str(server.process.pid), "--watch", "0.2")
+    result = run_cli("check", "--pid", str(server.process.pid), "--watch", "0.2")
     assert result.returncode == 2
     assert result.stderr.startswith(f"{Path.cwd()}/profiles/standin.toml: not valid TOML: ")
 
 
-def test_on_drift_stop_needs_watch(nccl_launch: RunCli) -> None:
-    result = nccl_launch("check", "--pid", "1", "--on-drift", "stop")
+def test_on_drift_stop_needs_watch(run_cli: RunCli) -> None:
+    result = run_cli("check", "--pid", "1", "--on-drift", "stop")
     assert (result.returncode, result.stderr) == (
         2,
         "nccl-launch: --on-drift stop needs --watch SECONDS: one check never stops a server\n",
@@ -453,14 +453,14 @@ ONE_TARGET = "nccl-launch: name the server with exactly one of --pid, --port, --
         (["--pid", "1", "--port", "1"], 2, ONE_TARGET),
     ],
 )  # fmt: skip
-def test_target_errors(args: list[str], code: int, message: str, nccl_launch: RunCli) -> None:
-    result = nccl_launch("check", *args)
+def test_target_errors(args: list[str], code: int, message: str, run_cli: RunCli) -> None:
+    result = run_cli("check", *args)
     assert (result.returncode, result.stderr) == (code, message)
 
 
-def test_port_nobody_listens_on_is_a_target_error(nccl_launch: RunCli) -> None:
+def test_port_nobody_listens_on_is_a_target_error(run_cli: RunCli) -> None:
     port = free_port()
-    result = nccl_launch("check", "--port", str(port))
+    result = run_cli("check", "--port", str(port))
     assert (result.returncode, result.stderr) == (
         3,
         f"nccl-launch: no process listens on port {port}\n",
@@ -468,11 +468,11 @@ def test_port_nobody_listens_on_is_a_target_error(nccl_launch: RunCli) -> None:
 
 
 def test_pidfile_and_systemd_unit_targets(
-    start: StartServer, nccl_launch: RunCli, tmp_path: Path
+    start: StartServer, run_cli: RunCli, tmp_path: Path
 ) -> None:
     server = start()
     Path("server.pid").write_text(f"{server.process.pid}\n")
-    assert nccl_launch("check", "--pidfile", "server.pid").returncode == 0
+    assert run_cli("check", "--pidfile", "server.pid").returncode == 0
     # No systemd runs here, so `systemctl` is a stand-in that answers like `systemctl show`.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -486,8 +486,8 @@ def test_pidfile_and_systemd_unit_targets(
     )
     systemctl.chmod(0o755)
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    assert nccl_launch("check", "--unit", "sglang.service", env=env).returncode == 0
-    stopped = nccl_launch("check", "--unit", "stopped.service", env=env)
+    assert run_cli("check", "--unit", "sglang.service", env=env).returncode == 0
+    stopped = run_cli("check", "--unit", "stopped.service", env=env)
     assert (stopped.returncode, stopped.stderr) == (
         3, "nccl-launch: unit stopped.service has no running main process\n")  # fmt: skip
 
@@ -516,7 +516,7 @@ def test_unreadable_is_never_reported_as_missing_keys() -> None:
 
 
 def test_an_empty_environment_is_read_not_called_overwritten(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     write_profile("empty", 'schema = 1\nname = "empty"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
     process = subprocess.Popen(["/usr/bin/env", "-i", "/bin/sleep", "30"])
@@ -524,7 +524,7 @@ def test_an_empty_environment_is_read_not_called_overwritten(
         # Once `env` has exec'd sleep, the process holds the empty environment it was given.
         wait_for(lambda: psutil.Process(process.pid).cmdline()[:1] == ["/bin/sleep"],
                  "env -i to exec sleep", process=process)  # fmt: skip
-        result = nccl_launch("check", "empty", "--pid", str(process.pid))
+        result = run_cli("check", "empty", "--pid", str(process.pid))
     finally:
         process.kill()
         process.wait()
@@ -550,10 +550,10 @@ def test_server_owned_and_undeclared_in_a_worker() -> None:
 
 
 def test_nccl_debug_variables_are_tolerated_when_run_added_them(
-    start: StartServer, nccl_launch: RunCli
+    start: StartServer, run_cli: RunCli
 ) -> None:
     server = start(nccl_debug=True)
-    result = nccl_launch("check", "--port", str(server.port))
+    result = run_cli("check", "--port", str(server.port))
     assert result.returncode == 0, result.stdout
     assert "no drift, 3 match, tolerated: NCCL_DEBUG, NCCL_DEBUG_SUBSYS" in result.stdout
 
@@ -580,30 +580,30 @@ EVIL = 'schema = 1\nname = "evil"\nversion = 1\n[nccl]\nPROTO = "LL"\n'
     "label", ["{path}@1", "../elsewhere/evil@1", "evil.toml@1", "evil", "evil@", "evil@1@2"]
 )
 def test_the_servers_marker_is_a_name_never_a_path(
-    write_profile: WriteProfile, nccl_launch: RunCli, label: str
+    write_profile: WriteProfile, run_cli: RunCli, label: str
 ) -> None:
     path = write_profile("evil", EVIL, folder="elsewhere")
     label = label.format(path=path)
     with sleeper({b"NCCL_LAUNCH_PROFILE": label.encode(), b"NCCL_PROTO": b"LL"}) as pid:
-        result = nccl_launch("check", "--pid", str(pid))
+        result = run_cli("check", "--pid", str(pid))
     assert (result.returncode, result.stderr) == (2, (
         f"nccl-launch: pid {pid}: NCCL_LAUNCH_PROFILE is {label!r}, not NAME@VERSION of a "
         "profile; name the PROFILE to check it against\n"))  # fmt: skip
 
 
 def test_check_finds_the_file_the_server_was_started_from_in_any_directory(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     path = write_profile("moved", EVIL.replace('"evil"', '"moved"'), folder="deploy")
     digest = build_plan(load_profile(str(path)).profile).digest
     env = {b"NCCL_LAUNCH_PROFILE": b"moved@1", b"NCCL_LAUNCH_DIGEST": digest.encode(),
            b"NCCL_LAUNCH_PROFILE_FILE": bytes(path), b"NCCL_PROTO": b"LL"}  # fmt: skip
     with sleeper(env) as pid:
-        found = nccl_launch("check", "--pid", str(pid), "--format", "json")
+        found = run_cli("check", "--pid", str(pid), "--format", "json")
         path.write_text(EVIL.replace('"evil"', '"moved"').replace('"LL"', '"Simple"'))
-        changed = nccl_launch("check", "--pid", str(pid))
+        changed = run_cli("check", "--pid", str(pid))
         path.write_text(EVIL)
-        renamed = nccl_launch("check", "--pid", str(pid))
+        renamed = run_cli("check", "--pid", str(pid))
     assert found.returncode == 0, found.stderr  # ./profiles has no moved.toml: the marker
     assert json.loads(found.stdout)["path"] == str(path)
     assert changed.returncode == 1  # the same file, edited since: the digest tells
@@ -615,12 +615,12 @@ def test_check_finds_the_file_the_server_was_started_from_in_any_directory(
 
 @pytest.mark.parametrize("file", ["/etc/passwd", "profiles/moved.toml"])
 def test_a_profile_file_marker_that_is_no_profile_path_is_refused(
-    write_profile: WriteProfile, nccl_launch: RunCli, file: str
+    write_profile: WriteProfile, run_cli: RunCli, file: str
 ) -> None:
     write_profile("moved", EVIL.replace('"evil"', '"moved"'))
     env = {b"NCCL_LAUNCH_PROFILE": b"moved@1", b"NCCL_LAUNCH_PROFILE_FILE": file.encode()}
     with sleeper(env) as pid:
-        result = nccl_launch("check", "--pid", str(pid))
+        result = run_cli("check", "--pid", str(pid))
     assert (result.returncode, result.stderr) == (2, (
         f"nccl-launch: pid {pid}: NCCL_LAUNCH_PROFILE_FILE is {file!r}, not the absolute path "
         "of a .toml file; name the PROFILE to check it against\n"))  # fmt: skip
@@ -647,7 +647,7 @@ def test_the_launch_records_the_absolute_profile_file_outside_the_digest() -> No
     ],
 )
 def test_a_pidfile_holds_ascii_digits_in_a_small_regular_file(
-    nccl_launch: RunCli, content: Any, message: str
+    run_cli: RunCli, content: Any, message: str
 ) -> None:
     pidfile = Path("server.pid")
     if isinstance(content, bytes):
@@ -656,25 +656,25 @@ def test_a_pidfile_holds_ascii_digits_in_a_small_regular_file(
         pidfile.write_text(content)
     else:
         content(pidfile)
-    result = nccl_launch("check", "--pidfile", "server.pid")
+    result = run_cli("check", "--pidfile", "server.pid")
     assert (result.returncode, result.stderr) == (3, f"nccl-launch: {message}\n")
 
 
 @pytest.mark.parametrize("pid", ["-5", "0"])
-def test_a_pid_below_one_is_a_usage_error(nccl_launch: RunCli, pid: str) -> None:
-    result = nccl_launch("check", "--pid", pid)
+def test_a_pid_below_one_is_a_usage_error(run_cli: RunCli, pid: str) -> None:
+    result = run_cli("check", "--pid", pid)
     assert result.returncode == 2
     assert f"Invalid value for '--pid': {pid} is not in the range x>=1." in result.stderr
 
 
 def test_bytes_that_are_not_utf8_are_shown_escaped_in_every_format(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     write_profile("raw", EVIL.replace('"evil"', '"raw"') + 'BUFFSIZE = "16MiB"\n')
     env = {b"NCCL_LAUNCH_PROFILE": b"raw@1", b"NCCL_PROTO": b"L\xffL",
            b"NCCL_BUFFSIZE": b"16777216\xfe", b"NCCL_\xfd": b"1", b"X\xfc": b"\xfb"}  # fmt: skip
     with sleeper(env, b"ti\xfatle") as pid:
-        results = {fmt: nccl_launch("check", "--pid", str(pid), "--format", fmt)
+        results = {fmt: run_cli("check", "--pid", str(pid), "--format", fmt)
                    for fmt in ("text", "json", "prometheus")}  # fmt: skip
     for fmt, result in results.items():
         assert (fmt, result.returncode, result.stderr) == (fmt, 1, "")
@@ -704,13 +704,13 @@ def test_a_report_against_the_last_good_version_says_so_in_every_format() -> Non
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="trust is checked only as root")
 def test_the_recorded_profile_file_is_read_through_the_trusting_loader(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     path = write_profile("moved", EVIL.replace('"evil"', '"moved"'), folder="deploy")
     os.chown(path, 65534, 65534)  # nobody's file: as root, never read
     env = {b"NCCL_LAUNCH_PROFILE": b"moved@1", b"NCCL_LAUNCH_PROFILE_FILE": bytes(path)}
     with sleeper(env) as pid:
-        result = nccl_launch("check", "--pid", str(pid))
+        result = run_cli("check", "--pid", str(pid))
     assert result.returncode == 2
     assert result.stderr.startswith(f"nccl-launch: profile {path}: owned by uid 65534, not root")
 

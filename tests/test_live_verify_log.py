@@ -41,10 +41,8 @@ def tuned(write_profile: WriteProfile) -> None:
 
 
 @pytest.mark.parametrize("log", ["tp8-applied.log", "tp8-journal.log"])
-def test_every_rank_confirms_every_loggable_value(
-    tuned: None, nccl_launch: RunCli, log: str
-) -> None:
-    result = nccl_launch("verify-log", "tuned", str(LOGS / log))
+def test_every_rank_confirms_every_loggable_value(tuned: None, run_cli: RunCli, log: str) -> None:
+    result = run_cli("verify-log", "tuned", str(LOGS / log))
     assert result.returncode == 0, result.stdout
     lines = result.stdout.splitlines()
     assert lines[0].startswith("verify-log tuned@4 (sha256:")
@@ -61,8 +59,8 @@ def test_every_rank_confirms_every_loggable_value(
     ]
 
 
-def test_values_applied_differently_or_never_are_failures(tuned: None, nccl_launch: RunCli) -> None:
-    result = nccl_launch(
+def test_values_applied_differently_or_never_are_failures(tuned: None, run_cli: RunCli) -> None:
+    result = run_cli(
         "verify-log", "tuned", "-", "--format", "json", stdin_path=LOGS / "tp8-drifted.log"
     )
     assert result.returncode == 1
@@ -81,12 +79,12 @@ def test_values_applied_differently_or_never_are_failures(tuned: None, nccl_laun
 
 
 def test_a_rank_that_never_logged_a_value_is_unconfirmed(
-    tuned: None, nccl_launch: RunCli, tmp_path: Path
+    tuned: None, run_cli: RunCli, tmp_path: Path
 ) -> None:
     lines = (LOGS / "tp8-drifted.log").read_text().splitlines()
     log = tmp_path / "partial.log"
     log.write_text("\n".join(line for line in lines if "Invalid" not in line) + "\n")
-    result = nccl_launch("verify-log", "tuned", str(log))
+    result = run_cli("verify-log", "tuned", str(log))
     assert result.returncode == 1
     assert (
         'fail  NCCL_NTHREADS       "512": never reported by gpu-node-7:48306 [5], '
@@ -96,11 +94,11 @@ def test_a_rank_that_never_logged_a_value_is_unconfirmed(
 
 
 def test_a_log_without_nccl_lines_says_how_to_get_them(
-    tuned: None, nccl_launch: RunCli, tmp_path: Path
+    tuned: None, run_cli: RunCli, tmp_path: Path
 ) -> None:
     log = tmp_path / "quiet.log"
     log.write_text("[2026-11-29 09:14:02] INFO The server is fired up and ready to roll!\n")
-    result = nccl_launch("verify-log", "tuned", str(log))
+    result = run_cli("verify-log", "tuned", str(log))
     assert result.returncode == 1
     lines = result.stdout.splitlines()
     assert (
@@ -123,10 +121,10 @@ def test_run_nccl_debug_adds_the_logging_verify_log_needs(
 
 
 def test_nccl_debug_will_not_override_a_declared_debug_setting(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     write_profile("tuned", TUNED + 'DEBUG = "WARN"\n')
-    result = nccl_launch("run", "--nccl-debug", "tuned", "--", "true")
+    result = run_cli("run", "--nccl-debug", "tuned", "--", "true")
     assert (result.returncode, result.stderr) == (
         2, "nccl-launch: the profile declares NCCL_DEBUG; drop it or --nccl-debug\n")  # fmt: skip
 
@@ -145,12 +143,12 @@ HOSTILE_LINES = [
 
 
 def test_megabyte_lines_are_read_in_linear_time(
-    tuned: None, nccl_launch: RunCli, tmp_path: Path
+    tuned: None, run_cli: RunCli, tmp_path: Path
 ) -> None:
     lines = (LOGS / "tp8-applied.log").read_text().splitlines()
     log = tmp_path / "hostile.log"
     log.write_text("\n".join(lines[:40] + HOSTILE_LINES + lines[40:]) + "\n")
-    result = nccl_launch("verify-log", "tuned", str(log))  # the fixture's timeout: 60 s
+    result = run_cli("verify-log", "tuned", str(log))  # the fixture's timeout: 60 s
     assert result.returncode == 1, result.stderr
     out = result.stdout.splitlines()
     assert out[0].endswith(": 9 NCCL processes")  # the 8 ranks, and the long PID's
@@ -162,23 +160,23 @@ def test_megabyte_lines_are_read_in_linear_time(
 
 @pytest.mark.parametrize(("kind", "make"), [("a FIFO", os.mkfifo), ("a character device", None)])
 def test_a_log_is_a_regular_file_or_stdin(
-    tuned: None, nccl_launch: RunCli, tmp_path: Path, kind: str, make: Any
+    tuned: None, run_cli: RunCli, tmp_path: Path, kind: str, make: Any
 ) -> None:
     path = tmp_path / "log" if make else Path("/dev/zero")
     if make:
         make(path)
-    result = nccl_launch("verify-log", "tuned", str(path))
+    result = run_cli("verify-log", "tuned", str(path))
     assert (result.returncode, result.stderr) == (
         2, f"nccl-launch: log {path}: {kind}; only regular files are read\n")  # fmt: skip
 
 
 def test_a_profile_without_nccl_keys_against_a_log_without_nccl_lines(
-    write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
 ) -> None:
     write_profile("bare", 'schema = 1\nname = "bare"\nversion = 1\n')
     log = tmp_path / "empty.log"
     log.write_text("")
-    result = nccl_launch("verify-log", "bare", str(log))
+    result = run_cli("verify-log", "bare", str(log))
     assert (result.returncode, result.stderr) == (1, "")
     assert result.stdout.splitlines()[1:] == [
         "no NCCL INFO lines: start the server with nccl-launch run --nccl-debug",

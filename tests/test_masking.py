@@ -124,8 +124,8 @@ def test_credential_flags_have_their_values_masked() -> None:
 # Human outputs, through the console script.
 
 
-def test_dry_run_masks_env_changes_and_argv(secretive: None, nccl_launch: RunCli) -> None:
-    result = nccl_launch("run", "--dry-run", "secretive")
+def test_dry_run_masks_env_changes_and_argv(secretive: None, run_cli: RunCli) -> None:
+    result = run_cli("run", "--dry-run", "secretive")
     assert result.returncode == 0, result.stderr
     assert_hidden(result.stdout + result.stderr)
     lines = result.stdout.splitlines()
@@ -138,9 +138,9 @@ def test_dry_run_masks_env_changes_and_argv(secretive: None, nccl_launch: RunCli
     assert "--admin-api-key '***' --max-total-tokens 4096" in argv
 
 
-def test_a_refusal_masks_what_drifts(secretive: None, nccl_launch: RunCli) -> None:
+def test_a_refusal_masks_what_drifts(secretive: None, run_cli: RunCli) -> None:
     calling = {"HF_TOKEN": "hf_other", "DATABASE_URL": "postgres://app:other-pw@db:5432/x"}
-    result = nccl_launch("run", "secretive", env=calling)
+    result = run_cli("run", "secretive", env=calling)
     assert result.returncode == 1, result.stderr
     assert_hidden(result.stderr)
     assert "hf_other" not in result.stderr
@@ -151,17 +151,17 @@ def test_a_refusal_masks_what_drifts(secretive: None, nccl_launch: RunCli) -> No
     assert any("DATABASE_URL" in line and url in line for line in lines)
 
 
-def test_preflight_masks_text_and_json_drift(secretive: None, nccl_launch: RunCli) -> None:
+def test_preflight_masks_text_and_json_drift(secretive: None, run_cli: RunCli) -> None:
     skip = [arg for name in ("nccl.conf", "env-plugin", "gpus", "port", "paths", "sglang")
             for arg in ("--skip", name)]  # fmt: skip
     calling = {"DATABASE_URL": "postgres://app:other-pw@db:5432/x", "DB_PASSWORD": "other-pa55"}
-    text = nccl_launch("preflight", "secretive", *skip, env=calling)
+    text = run_cli("preflight", "secretive", *skip, env=calling)
     assert text.returncode == 1, text.stdout + text.stderr
     assert_hidden(text.stdout + text.stderr)
     assert "other-pw" not in text.stdout
     assert "other-pa55" not in text.stdout
     assert "postgres://app:***@db:5432/x" in text.stdout
-    data = nccl_launch("preflight", "secretive", *skip, "--format", "json", env=calling).stdout
+    data = run_cli("preflight", "secretive", *skip, "--format", "json", env=calling).stdout
     drift = next(check["drift"] for check in json.loads(data)["checks"] if check["drift"])
     values = {entry["key"]: (entry["expected"], entry["actual"]) for entry in drift["entries"]}
     assert values["DB_PASSWORD"] == ("***", "***")
@@ -169,36 +169,36 @@ def test_preflight_masks_text_and_json_drift(secretive: None, nccl_launch: RunCl
 
 
 def test_show_toml_masks_and_says_so_while_machine_formats_keep_values(
-    secretive: None, nccl_launch: RunCli
+    secretive: None, run_cli: RunCli
 ) -> None:
-    shown = nccl_launch("show", "secretive")
+    shown = run_cli("show", "secretive")
     assert shown.returncode == 0, shown.stderr
     assert_hidden(shown.stdout)
     assert "# secrets masked as ***: --format json or an export format prints them" in shown.stdout
     assert 'HF_TOKEN = "***"' in shown.stdout
     assert 'TOKENIZERS_PARALLELISM = "false"' in shown.stdout
     assert 'entrypoint = "-m sglang.launch_server --api-key ***"' in shown.stdout
-    data = json.loads(nccl_launch("show", "secretive", "--format", "json").stdout)
+    data = json.loads(run_cli("show", "secretive", "--format", "json").stdout)
     assert data["env"]["HF_TOKEN"] == SECRETS["HF_TOKEN"]
     assert "sk-flag" in data["argv"]
-    exported = nccl_launch("show", "secretive", "--format", "env").stdout.splitlines()
+    exported = run_cli("show", "secretive", "--format", "env").stdout.splitlines()
     assert "OPENAI_API_KEY=sk-apikey" in exported
     assert f"DATABASE_URL=postgres://app:{URL_PW}@db:5432/x" in exported
 
 
 def test_show_toml_of_a_profile_without_secrets_has_no_mask_comment(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     write_profile("plain", 'schema = 1\nname = "plain"\nversion = 1\n[env]\nA = "b"\n')
-    assert "masked" not in nccl_launch("show", "plain").stdout
+    assert "masked" not in run_cli("show", "plain").stdout
 
 
 def test_diff_masks_env_and_argv(
-    secretive: None, write_profile: WriteProfile, nccl_launch: RunCli
+    secretive: None, write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     other = PROFILE.replace('name = "secretive"', 'name = "other"').replace("hf_tok3n", "hf_n3w")
     write_profile("other", other.replace("sk-flag", "sk-n3w").replace(URL_PW, "n3w-pw"))
-    result = nccl_launch("diff", "secretive", "other")
+    result = run_cli("diff", "secretive", "other")
     assert result.returncode == 1, result.stderr
     assert_hidden(result.stdout)
     assert "n3w" not in result.stdout
@@ -223,14 +223,14 @@ port = {port}
 """
 
 
-def test_check_masks_live_drift(write_profile: WriteProfile, nccl_launch: RunCli) -> None:
+def test_check_masks_live_drift(write_profile: WriteProfile, run_cli: RunCli) -> None:
     port = free_port()
     values = {"python": sys.executable, "port": port}
     write_profile("live", LIVE.format(version=1, hf=SECRETS["HF_TOKEN"], pw=URL_PW, **values))
     server = Server([console_script(), "run", "live"], {}, port)
     try:  # the profile edited since the start: other secrets
         write_profile("live", LIVE.format(version=2, hf="hf_n3w", pw="n3w-pw", **values))
-        result = nccl_launch("check", "live", "--port", str(port))
+        result = run_cli("check", "live", "--port", str(port))
     finally:
         server.stop()
     assert result.returncode == 1, result.stdout + result.stderr
@@ -244,7 +244,7 @@ def test_check_masks_live_drift(write_profile: WriteProfile, nccl_launch: RunCli
 
 
 def test_validation_errors_do_not_echo_secret_values(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     path = write_profile(
         "bad",
@@ -263,7 +263,7 @@ def test_validation_errors_do_not_echo_secret_values(
         api_key = ["s3cret"]
         """,
     )
-    result = nccl_launch("validate", str(path))
+    result = run_cli("validate", str(path))
     assert result.returncode == 2
     assert_hidden(result.stdout + result.stderr)
     lines = result.stderr.splitlines()
@@ -275,9 +275,9 @@ def test_validation_errors_do_not_echo_secret_values(
 
 
 def test_validate_warns_about_secrets_written_in_the_profile(
-    secretive: None, nccl_launch: RunCli
+    secretive: None, run_cli: RunCli
 ) -> None:
-    result = nccl_launch("validate", "profiles/secretive.toml")
+    result = run_cli("validate", "profiles/secretive.toml")
     assert result.returncode == 0, result.stderr
     assert_hidden(result.stdout + result.stderr)
     warnings = result.stderr.splitlines()
@@ -293,7 +293,7 @@ def test_validate_warns_about_secrets_written_in_the_profile(
 
 
 def test_validate_is_quiet_about_profiles_without_secrets(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     write_profile(
         "quiet",
@@ -306,7 +306,7 @@ def test_validate_is_quiet_about_profiles_without_secrets(
         DB_URL = "postgres://u@db/x"
         """,
     )
-    result = nccl_launch("validate", "profiles/quiet.toml")
+    result = run_cli("validate", "profiles/quiet.toml")
     assert (result.returncode, result.stderr) == (0, "")
 
 
@@ -320,13 +320,13 @@ def test_masking_takes_linear_time(word: str) -> None:
 
 
 def test_check_masks_a_credential_flag_in_a_process_title(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     from tests.test_live import sleeper
 
     write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
     with sleeper({b"NCCL_PROTO": b"LL"}, b"--api-key", b"sk-live-123") as pid:
-        result = nccl_launch("check", "p", "--pid", str(pid))
+        result = run_cli("check", "p", "--pid", str(pid))
     assert result.returncode == 0, result.stderr
     assert "sk-live-123" not in result.stdout
     assert "--api-key ***" in result.stdout

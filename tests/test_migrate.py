@@ -90,9 +90,9 @@ def test_convert_then_run_reproduces_the_scripts_env_and_argv(
 
 
 def test_convert_reads_exports_prefixes_and_flags_into_the_right_tables(
-    nccl_launch: RunCli, server_env: dict[str, str]
+    run_cli: RunCli, server_env: dict[str, str]
 ) -> None:
-    result = nccl_launch("convert", str(SCRIPTS / "start_kimi.sh"), env=server_env)
+    result = run_cli("convert", str(SCRIPTS / "start_kimi.sh"), env=server_env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("wrote profiles/start_kimi.toml (start_kimi@1, sha256:")
     assert "PATH extends the caller's value; not converted" in result.stderr
@@ -117,9 +117,9 @@ def test_convert_reads_exports_prefixes_and_flags_into_the_right_tables(
 
 
 def test_a_converted_start_script_round_trips_to_integers_and_the_same_digest(
-    nccl_launch: RunCli, server_env: dict[str, str]
+    run_cli: RunCli, server_env: dict[str, str]
 ) -> None:
-    converted = nccl_launch("convert", str(SCRIPTS / "start_kimi.sh"), env=server_env)
+    converted = run_cli("convert", str(SCRIPTS / "start_kimi.sh"), env=server_env)
     assert converted.returncode == 0, converted.stderr
     text = Path("profiles/start_kimi.toml").read_text()
     # Typed as a person writes them, each with the script line it came from.
@@ -137,7 +137,7 @@ def test_a_converted_start_script_round_trips_to_integers_and_the_same_digest(
     assert strings["nccl"]["BUFFSIZE"] == "16777216"
     Path("profiles/as-text.toml").write_text(tomli_w.dumps(strings | {"name": "as-text"}))
     digests = {
-        json.loads(nccl_launch("show", "--format", "json", name).stdout)["digest"][:15]
+        json.loads(run_cli("show", "--format", "json", name).stdout)["digest"][:15]
         for name in ("start_kimi", "as-text")
     }
     assert digests == {converted.stdout.split()[3].rstrip(");")}
@@ -171,10 +171,12 @@ def test_every_buffsize_keeps_its_bytes_when_typed(number: int) -> None:
     assert rules.canonical("NCCL_BUFFSIZE", typed("NCCL_BUFFSIZE", str(number))) == str(number)
 
 
-def test_convert_a_raw_line_from_stdin() -> None:
-    line = "NCCL_PROTO=ll NCCL_BUFFSIZE=4M python -m sglang.launch_server --model /m --tp-size=2\n"
-    result = subprocess.run([console_script(), "convert", "-", "--name", "raw", "-o", "raw.toml"],
-                            input=line, capture_output=True, text=True, check=False)  # fmt: skip
+def test_convert_a_raw_line_from_stdin(run_cli: RunCli) -> None:
+    line = Path("line.sh")
+    line.write_text(
+        "NCCL_PROTO=ll NCCL_BUFFSIZE=4M python -m sglang.launch_server --model /m --tp-size=2\n"
+    )
+    result = run_cli("convert", "-", "--name", "raw", "-o", "raw.toml", stdin_path=line)
     assert result.returncode == 0, result.stderr
     profile = tomllib.loads(Path("raw.toml").read_text())
     # NCCL reads `4M` as 4 (strtoll stops at the M): the profile keeps that, and says so.
@@ -184,10 +186,10 @@ def test_convert_a_raw_line_from_stdin() -> None:
     assert profile["provenance"]["source"] == "stdin"
 
 
-def test_convert_of_16mb_says_what_nccl_read_and_what_was_probably_meant() -> None:
-    line = "NCCL_BUFFSIZE=16MB python -m sglang.launch_server --model /m\n"
-    result = subprocess.run([console_script(), "convert", "-", "--name", "mb", "-o", "mb.toml"],
-                            input=line, capture_output=True, text=True, check=False)  # fmt: skip
+def test_convert_of_16mb_says_what_nccl_read_and_what_was_probably_meant(run_cli: RunCli) -> None:
+    line = Path("line.sh")
+    line.write_text("NCCL_BUFFSIZE=16MB python -m sglang.launch_server --model /m\n")
+    result = run_cli("convert", "-", "--name", "mb", "-o", "mb.toml", stdin_path=line)
     assert result.returncode == 0, result.stderr
     assert tomllib.loads(Path("mb.toml").read_text())["nccl"] == {"BUFFSIZE": 16}
     assert result.stderr == (
@@ -276,26 +278,26 @@ BAD = "nccl-launch: bad.sh: "  # a script's error names it
     ],
 )  # fmt: skip
 def test_convert_refuses_what_it_cannot_reproduce(
-    script: str, message: str, nccl_launch: RunCli
+    script: str, message: str, run_cli: RunCli
 ) -> None:
     Path("bad.sh").write_text(script)
-    result = nccl_launch("convert", "bad.sh")
+    result = run_cli("convert", "bad.sh")
     assert result.returncode == 2
     assert result.stderr.startswith(message), result.stderr
     assert not Path("profiles/bad.toml").exists()
 
 
 def test_convert_never_overwrites_without_force(
-    nccl_launch: RunCli, server_env: dict[str, str]
+    run_cli: RunCli, server_env: dict[str, str]
 ) -> None:
     target = Path("profiles/start_kimi.toml")
     target.write_text("# hand-edited\n")
-    result = nccl_launch("convert", str(SCRIPTS / "start_kimi.sh"), env=server_env)
+    result = run_cli("convert", str(SCRIPTS / "start_kimi.sh"), env=server_env)
     assert result.returncode == 2
     assert result.stderr.endswith("profiles/start_kimi.toml exists; pass --force to replace it\n")
     assert target.read_text() == "# hand-edited\n"
     assert list(Path("profiles").iterdir()) == [target]  # no temporary file left behind
-    forced = nccl_launch("convert", "--force", str(SCRIPTS / "start_kimi.sh"), env=server_env)
+    forced = run_cli("convert", "--force", str(SCRIPTS / "start_kimi.sh"), env=server_env)
     assert forced.returncode == 0
     assert tomllib.loads(target.read_text())["name"] == "start_kimi"
 
@@ -352,13 +354,13 @@ def test_capture_writes_the_running_servers_profile_and_it_reproduces(
     assert canonical_flags(again["argv"]) == canonical_flags(original["argv"])
 
 
-def test_capture_of_a_missing_process_is_a_target_error(nccl_launch: RunCli) -> None:
-    result = nccl_launch("capture", "--pid", "999999999")
+def test_capture_of_a_missing_process_is_a_target_error(run_cli: RunCli) -> None:
+    result = run_cli("capture", "--pid", "999999999")
     assert result.returncode == 3
     assert result.stderr == "nccl-launch: no process with pid 999999999\n"
 
 
-def test_convert_follows_unset_and_says_what_it_did_not_follow(nccl_launch: RunCli) -> None:
+def test_convert_follows_unset_and_says_what_it_did_not_follow(run_cli: RunCli) -> None:
     Path("start.sh").write_text(
         "source /etc/profile.d/cluster.sh\n"
         "export NCCL_DEBUG=INFO NCCL_PROTO=LL\n"
@@ -367,7 +369,7 @@ def test_convert_follows_unset_and_says_what_it_did_not_follow(nccl_launch: RunC
         "numactl --interleave=all true\n"
         "python3 -m sglang.launch_server --model-path /m\n"
     )
-    result = nccl_launch("convert", "start.sh")
+    result = run_cli("convert", "start.sh")
     assert result.returncode == 0, result.stderr
     assert result.stderr.splitlines() == [
         "nccl-launch: warning: line 1: source /etc/profile.d/cluster.sh is not followed; "
@@ -377,7 +379,7 @@ def test_convert_follows_unset_and_says_what_it_did_not_follow(nccl_launch: RunC
     assert tomllib.loads(Path("profiles/start.toml").read_text())["nccl"] == {"PROTO": "LL"}
 
 
-def test_convert_reads_only_a_regular_script_of_at_most_1_mib(nccl_launch: RunCli) -> None:
+def test_convert_reads_only_a_regular_script_of_at_most_1_mib(run_cli: RunCli) -> None:
     os.mkfifo("fifo.sh")  # opening it for reading would wait for a writer forever
     Path("big.sh").write_text(" " * (2 << 20) + "\n")
     refused = {
@@ -388,9 +390,9 @@ def test_convert_reads_only_a_regular_script_of_at_most_1_mib(nccl_launch: RunCl
         "script\n",
     }
     for path, message in refused.items():
-        result = nccl_launch("convert", path, "--name", "x")
+        result = run_cli("convert", path, "--name", "x")
         assert (result.returncode, result.stderr) == (2, message), path
-    piped = nccl_launch("convert", "-", "--name", "x", stdin_path=Path("big.sh"))
+    piped = run_cli("convert", "-", "--name", "x", stdin_path=Path("big.sh"))
     assert piped.returncode == 2
     assert piped.stderr == (
         "nccl-launch: stdin: longer than 1048576 characters; this is not a start script\n"
@@ -399,10 +401,8 @@ def test_convert_reads_only_a_regular_script_of_at_most_1_mib(nccl_launch: RunCl
 
 
 @pytest.mark.parametrize("pid", ["-3", "0"])
-def test_capture_of_a_pid_that_cannot_be_one_is_a_usage_error(
-    pid: str, nccl_launch: RunCli
-) -> None:
-    result = nccl_launch("capture", "--pid", pid)
+def test_capture_of_a_pid_that_cannot_be_one_is_a_usage_error(pid: str, run_cli: RunCli) -> None:
+    result = run_cli("capture", "--pid", pid)
     assert result.returncode == 2
     assert f"Invalid value for '--pid': {pid} is not in the range x>=1." in result.stderr
     assert "internal error" not in result.stderr
@@ -432,13 +432,13 @@ def start_standin(tmp_path: Path, env: dict[str, str], flags: list[str]) -> subp
     ],
 )
 def test_capture_writes_a_profile_with_secrets_readable_by_its_owner_only(
-    env: dict[str, str], flags: list[str], mode: int, nccl_launch: RunCli, tmp_path: Path
+    env: dict[str, str], flags: list[str], mode: int, run_cli: RunCli, tmp_path: Path
 ) -> None:
     process = start_standin(tmp_path, env, flags)
     try:
         old = os.umask(0o022)  # the console script inherits it
         try:
-            result = nccl_launch("capture", "--pid", str(process.pid), "--name", "live")
+            result = run_cli("capture", "--pid", str(process.pid), "--name", "live")
         finally:
             os.umask(old)
     finally:
@@ -452,12 +452,10 @@ def test_capture_writes_a_profile_with_secrets_readable_by_its_owner_only(
     }
 
 
-def test_convert_takes_only_the_code_that_runs(
-    nccl_launch: RunCli, server_env: dict[str, str]
-) -> None:
+def test_convert_takes_only_the_code_that_runs(run_cli: RunCli, server_env: dict[str, str]) -> None:
     """Here-docs are data, an uncalled function's body never runs, `cd ... || exit 1` does not
     exit, arithmetic is computed, nothing after `exec` runs; quoted words stay one word."""
-    result = nccl_launch("convert", str(SCRIPTS / "guarded_start.sh"), env=server_env)
+    result = run_cli("convert", str(SCRIPTS / "guarded_start.sh"), env=server_env)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     profile = tomllib.loads(Path("profiles/guarded_start.toml").read_text())
@@ -469,7 +467,7 @@ def test_convert_takes_only_the_code_that_runs(
     assert server["args"] == ["--served-model-name", "my model"]
 
 
-def test_convert_stops_at_exit_without_reading_further(nccl_launch: RunCli) -> None:
+def test_convert_stops_at_exit_without_reading_further(run_cli: RunCli) -> None:
     Path("start.sh").write_text(
         "export NCCL_PROTO=LL\n"
         "python3 -m sglang.launch_server --model-path /m &\n"
@@ -478,12 +476,12 @@ def test_convert_stops_at_exit_without_reading_further(nccl_launch: RunCli) -> N
         "export NCCL_PROTO=Simple\n"
         'echo "unterminated\n'
     )
-    result = nccl_launch("convert", "start.sh")
+    result = run_cli("convert", "start.sh")
     assert result.returncode == 0, result.stderr
     assert tomllib.loads(Path("profiles/start.toml").read_text())["nccl"] == {"PROTO": "LL"}
 
 
-def test_convert_takes_time_linear_in_the_script(nccl_launch: RunCli) -> None:
+def test_convert_takes_time_linear_in_the_script(run_cli: RunCli) -> None:
     """A long word and long runs of blanks, nearly 1 MiB in all (the old reader took minutes:
     it grew each word one character at a time)."""
     name, blanks = "m" * 300_000, " " * 300_000
@@ -491,7 +489,7 @@ def test_convert_takes_time_linear_in_the_script(nccl_launch: RunCli) -> None:
         f"{blanks}python3 -m sglang.launch_server --model-path /m{blanks}--served-model-name"
         f" {name}\n"
     )
-    result = nccl_launch("convert", "big.sh")
+    result = run_cli("convert", "big.sh")
     assert result.returncode == 0, result.stderr
     profile = tomllib.loads(Path("profiles/big.toml").read_text())
     assert profile["server"]["args"] == ["--served-model-name", name]
@@ -505,12 +503,12 @@ def test_convert_takes_time_linear_in_the_script(nccl_launch: RunCli) -> None:
     ],
 )
 def test_capture_refuses_what_is_not_utf8_text(
-    env: dict[str, str], flags: list[str], message: str, nccl_launch: RunCli, tmp_path: Path
+    env: dict[str, str], flags: list[str], message: str, run_cli: RunCli, tmp_path: Path
 ) -> None:
     """A byte that is not UTF-8 (os.fsencode makes `\\udcff` the byte 0xff) has no TOML form."""
     process = start_standin(tmp_path, env, flags)
     try:
-        result = nccl_launch("capture", "--pid", str(process.pid), "--name", "live")
+        result = run_cli("capture", "--pid", str(process.pid), "--name", "live")
     finally:
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=10)
@@ -522,7 +520,7 @@ def test_capture_refuses_what_is_not_utf8_text(
     assert list(Path("profiles").iterdir()) == []
 
 
-def test_capture_stores_what_nccl_read_with_a_note(nccl_launch: RunCli, tmp_path: Path) -> None:
+def test_capture_stores_what_nccl_read_with_a_note(run_cli: RunCli, tmp_path: Path) -> None:
     out = tmp_path / "server.json"
     env = {
         **os.environ, "PYTHONPATH": str(STANDIN), "STANDIN_RECORD": str(out), "STANDIN_WAIT": "1",
@@ -532,7 +530,7 @@ def test_capture_stores_what_nccl_read_with_a_note(nccl_launch: RunCli, tmp_path
     process = subprocess.Popen(argv, env=env, cwd=tmp_path, stderr=subprocess.PIPE)
     try:
         wait_for_record(out, process)
-        result = nccl_launch("capture", "--pid", str(process.pid), "--name", "live")
+        result = run_cli("capture", "--pid", str(process.pid), "--name", "live")
     finally:
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=10)
@@ -590,13 +588,13 @@ def test_convert_and_capture_say_why_the_output_cannot_be_written(
     assert [p.name for p in Path().iterdir() if p.name.startswith(".")] == []
 
 
-def test_capture_escapes_the_names_it_quotes(nccl_launch: RunCli, tmp_path: Path) -> None:
+def test_capture_escapes_the_names_it_quotes(run_cli: RunCli, tmp_path: Path) -> None:
     """A process's variable names are any text but `=` and NUL; a profile cannot hold one
     with a control character, and the line that says so shows it escaped."""
     forged = "NCCL_X\x1b]0;pwn\x07\nnccl-launch: wrote fake"
     process = start_standin(tmp_path, {forged: "1", "SGLANG_Y\r": "2"}, [])
     try:
-        result = nccl_launch("capture", "--pid", str(process.pid))
+        result = run_cli("capture", "--pid", str(process.pid))
     finally:
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=10)
@@ -609,16 +607,16 @@ def test_capture_escapes_the_names_it_quotes(nccl_launch: RunCli, tmp_path: Path
     assert list(Path("profiles").iterdir()) == []
 
 
-def test_convert_names_the_script_and_escapes_it(nccl_launch: RunCli) -> None:
+def test_convert_names_the_script_and_escapes_it(run_cli: RunCli) -> None:
     name = "start\x1b[2J\nok.sh"
     Path(name).write_text(f"X=$(id)\n{SERVE}")
-    result = nccl_launch("convert", name)
+    result = run_cli("convert", name)
     assert result.returncode == 2
     assert result.stderr == (
         "nccl-launch: start\\x1b[2J\\nok.sh: line 1: command substitution is not supported\n"
     )
     Path(name).write_text(f"export NCCL_BUFFSIZE=0x400000\n{SERVE}")
-    result = nccl_launch("convert", name, "-o", "out\x1b.toml")
+    result = run_cli("convert", name, "-o", "out\x1b.toml")
     assert result.returncode == 0, result.stderr
     assert result.stderr == (
         "nccl-launch: warning: line 1: NCCL_BUFFSIZE=0x400000 is read by NCCL as 4194304; "

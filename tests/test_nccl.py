@@ -281,10 +281,10 @@ def test_a_decimal_unit_is_refused_with_both_readings_to_copy(
 
 
 def test_the_profile_error_for_16mb_names_both_sizes(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     write_profile("bad", 'schema = 1\nname = "bad"\nversion = 1\n[nccl]\nBUFFSIZE = "16MB"\n')
-    result = nccl_launch("validate", "profiles/bad.toml")
+    result = run_cli("validate", "profiles/bad.toml")
     assert result.returncode == 2
     assert result.stderr == (
         "profiles/bad.toml: nccl.BUFFSIZE: '16MB' is not a size (NCCL would read it as 16); MB is "

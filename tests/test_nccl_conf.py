@@ -102,12 +102,12 @@ ENV_ONLY = 'schema = 1\nname = "conf"\nversion = 1\n[nccl]\nPROTO = "LL"\n{extra
 
 
 def test_run_refuses_an_undeclared_value_from_the_users_nccl_conf(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     write_profile("conf", ENV_ONLY.format(extra=""))
     conf = Path(os.environ["HOME"]) / ".nccl.conf"
     conf.write_text("# site defaults\nNCCL_PROTO=Simple\nNCCL_IB_HCA=mlx5_0\nNCCL_PROTOCOL=LL\n")
-    result = nccl_launch("run", "conf", "--", "true")
+    result = run_cli("run", "conf", "--", "true")
     assert result.returncode == 1
     lines = result.stderr.splitlines()
     assert lines[1].split()[:3] == ["+", "NCCL_IB_HCA", '"mlx5_0"']
@@ -131,12 +131,12 @@ def test_a_declared_conf_file_replaces_the_users_and_warn_tolerates(
 
 
 def test_run_reads_the_system_conf_where_the_launcher_variable_points(
-    write_profile: WriteProfile, nccl_launch: RunCli, isolated: Isolation
+    write_profile: WriteProfile, run_cli: RunCli, isolated: Isolation
 ) -> None:
     write_profile("conf", ENV_ONLY.format(extra=""))
     isolated.system_conf.parent.mkdir(parents=True)
     isolated.system_conf.write_text("NCCL_IB_HCA=mlx5_0\n")
-    result = nccl_launch("run", "conf", "--", "true")
+    result = run_cli("run", "conf", "--", "true")
     assert result.returncode == 1
     assert f'NCCL_IB_HCA  "mlx5_0"  ({isolated.system_conf}:1; undeclared)' in result.stderr
 
@@ -164,7 +164,7 @@ def test_a_device_or_fifo_as_nccl_conf_is_a_warning_not_a_hang(
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="trust is checked for root only")
 def test_root_refuses_an_nccl_conf_others_could_replace(
-    write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
+    write_profile: WriteProfile, run_cli: RunCli, nccl_launch: RunCli, tmp_path: Path
 ) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -173,14 +173,14 @@ def test_root_refuses_an_nccl_conf_others_could_replace(
     conf.write_text("NCCL_PROTO=Simple\n")
     _declaring(write_profile, conf)
     ran = tmp_path / "ran"
-    result = nccl_launch("run", "conf", "--", "touch", str(ran))
+    result = run_cli("run", "conf", "--", "touch", str(ran))
     assert result.returncode == 2
     assert result.stderr.startswith(
         f"nccl-launch: nccl.conf {conf}: its directory {shared} (uid 0, mode 0777) lets other "
         "users replace it; chown root and chmod go-w"
     )
     assert not ran.exists()
-    assert nccl_launch("preflight", "conf").returncode == 2
+    assert run_cli("preflight", "conf").returncode == 2
     conf.unlink()  # absent is the usual case, not a refusal
     assert nccl_launch("run", "conf", "--", "touch", str(ran)).returncode == 0
     assert ran.exists()
@@ -188,7 +188,7 @@ def test_root_refuses_an_nccl_conf_others_could_replace(
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="trust is checked for root only")
 def test_root_refuses_the_calling_envs_conf_file_and_a_writable_home_conf(
-    write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
 ) -> None:
     write_profile("conf", ENV_ONLY.format(extra='[policy]\nundeclared_nccl = "warn"\n'))
     conf = tmp_path / "site.conf"
@@ -196,26 +196,26 @@ def test_root_refuses_the_calling_envs_conf_file_and_a_writable_home_conf(
     conf.chmod(0o646)
     ran = tmp_path / "ran"
     env = {"NCCL_CONF_FILE": str(conf)}
-    result = nccl_launch("run", "conf", "--", "touch", str(ran), env=env)
+    result = run_cli("run", "conf", "--", "touch", str(ran), env=env)
     assert result.returncode == 2
     assert f"nccl.conf {conf}: writable by group or others (mode 0646)" in result.stderr
     home_conf = Path(os.environ["HOME"]) / ".nccl.conf"
     home_conf.write_text("NCCL_IB_HCA=mlx5_0\n")
     home_conf.chmod(0o664)
-    result = nccl_launch("run", "conf", "--", "touch", str(ran))
+    result = run_cli("run", "conf", "--", "touch", str(ran))
     assert result.returncode == 2
     assert f"nccl.conf {home_conf}: writable by group or others (mode 0664)" in result.stderr
     assert not ran.exists()
 
 
 def test_bytes_of_an_nccl_conf_that_are_not_utf8_are_kept_and_shown_in_json(
-    write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
 ) -> None:
     conf = tmp_path / "site.conf"
     conf.write_bytes(b"NCCL_SOCKET_IFNAME=e\xe9th0\n")
     _declaring(write_profile, conf)
     skip = ("--skip", "gpus", "--skip", "sglang", "--skip", "port", "--skip", "paths")
-    result = nccl_launch("preflight", "conf", "--format", "json", *skip)
+    result = run_cli("preflight", "conf", "--format", "json", *skip)
     assert result.returncode == 1, result.stderr  # undeclared: drift, not a crash
     [check] = [check for check in json.loads(result.stdout)["checks"] if check["drift"]]
     [entry] = check["drift"]["entries"]

@@ -145,10 +145,10 @@ def test_integer_corpus_agrees_with_the_c_model(name: str, raw: str) -> None:
 
 
 def test_profile_refuses_unicode_digits_as_levels(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     write_profile("p", PROFILE.format(level="\u00b2"))
-    result = nccl_launch("run", "--dry-run", "p")
+    result = run_cli("run", "--dry-run", "p")
     assert result.returncode == 2
     assert "(NCCL treats '\u00b2' as unset); valid: one of LOC" in result.stderr
     assert "P2P_LEVEL" in result.stderr and "Traceback" not in result.stderr
@@ -182,10 +182,10 @@ model_path = "/m"
 )
 def test_run_judges_drift_by_nccls_reading(
     variable: str, profile_level: str, raw: str, code: int, note: str | None,
-    write_profile: WriteProfile, nccl_launch: RunCli,
+    write_profile: WriteProfile, run_cli: RunCli,
 ) -> None:  # fmt: skip
     write_profile("p", PROFILE.format(level=profile_level))
-    result = nccl_launch("run", "--dry-run", "p", env={variable: raw})
+    result = run_cli("run", "--dry-run", "p", env={variable: raw})
     assert result.returncode == code, result.stderr
     if note:
         assert note in result.stderr
@@ -219,11 +219,11 @@ def test_convert_keeps_what_nccl_read_and_run_passes_it_on(
     ]  # fmt: skip
 
 
-def test_convert_drops_an_empty_integer_with_a_note(nccl_launch: RunCli) -> None:
+def test_convert_drops_an_empty_integer_with_a_note(run_cli: RunCli) -> None:
     Path("e.sh").write_text(
         "export NCCL_BUFFSIZE=\npython3 -m sglang.launch_server --model-path /m\n"
     )
-    converted = nccl_launch("convert", "e.sh")
+    converted = run_cli("convert", "e.sh")
     assert converted.returncode == 0, converted.stderr
     assert "NCCL_BUFFSIZE is empty: NCCL keeps its default; not stored" in converted.stderr
     assert "nccl" not in tomllib.loads(Path("profiles/e.toml").read_text())

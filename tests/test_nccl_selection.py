@@ -233,12 +233,12 @@ DRIFTS = [
 
 
 def _run(
-    write_profile: WriteProfile, nccl_launch: RunCli, key: str, declared: str, inherited: str
+    write_profile: WriteProfile, run_cli: RunCli, key: str, declared: str, inherited: str
 ) -> tuple[int, str]:
     write_profile(
         "sel", f'schema = 1\nname = "sel"\nversion = 1\n\n[nccl]\n{key} = {json.dumps(declared)}\n'
     )
-    result = nccl_launch(
+    result = run_cli(
         "run", "sel", "--", sys.executable, "-c", "pass", env={f"NCCL_{key}": inherited}
     )
     return result.returncode, result.stderr
@@ -255,13 +255,13 @@ def test_run_accepts_a_spelling_nccl_reads_the_same(
 @pytest.mark.parametrize(("key", "declared", "inherited", "note"), DRIFTS)
 def test_run_refuses_a_spelling_nccl_reads_otherwise(
     write_profile: WriteProfile,
-    nccl_launch: RunCli,
+    run_cli: RunCli,
     key: str,
     declared: str,
     inherited: str,
     note: str | None,
 ) -> None:
-    code, stderr = _run(write_profile, nccl_launch, key, declared, inherited)
+    code, stderr = _run(write_profile, run_cli, key, declared, inherited)
     assert code == 1, stderr
     assert f"NCCL_{key}" in stderr
     if note:

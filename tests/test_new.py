@@ -14,17 +14,17 @@ from tests.conftest import RunCli, WriteProfile
 KIMI = "kimi-k25-rtx6000bw-tp8-eagle3"
 
 
-def digest(nccl_launch: RunCli, ref: str) -> str:
-    shown = nccl_launch("show", ref, "--format", "json")
+def digest(run_cli: RunCli, ref: str) -> str:
+    shown = run_cli("show", ref, "--format", "json")
     assert shown.returncode == 0, shown.stderr
     value: str = json.loads(shown.stdout)["digest"]
     return value
 
 
 def test_new_from_a_shipped_profile_is_a_resolved_copy_with_its_digest(
-    nccl_launch: RunCli, tmp_path: Path
+    run_cli: RunCli, tmp_path: Path
 ) -> None:
-    made = nccl_launch("new", "site", "--from", KIMI)
+    made = run_cli("new", "site", "--from", KIMI)
     assert made.returncode == 0, made.stderr
     path = tmp_path / "profiles" / "site.toml"
     assert made.stdout.startswith("wrote profiles/site.toml (site@1, sha256:")
@@ -34,8 +34,8 @@ def test_new_from_a_shipped_profile_is_a_resolved_copy_with_its_digest(
     assert data["nccl"]["P2P_LEVEL"] == "SYS"  # from the shipped parent
     assert data["nccl"]["MAX_NCHANNELS"] == 16  # as the shipped file writes it, not "16"
     assert data["provenance"]["source"].startswith(f"nccl-launch new --from {KIMI}@1 (sha256:")
-    assert digest(nccl_launch, "site") == digest(nccl_launch, KIMI)
-    validated = nccl_launch("validate", "profiles/site.toml")
+    assert digest(run_cli, "site") == digest(run_cli, KIMI)
+    validated = run_cli("validate", "profiles/site.toml")
     assert validated.returncode == 0, validated.stderr
     assert sorted(path.parent.iterdir()) == [path]  # no temporary file left
 
@@ -51,24 +51,24 @@ def test_new_from_scratch_is_a_valid_template(nccl_launch: RunCli, tmp_path: Pat
 
 
 def test_new_never_replaces_a_file_without_force(
-    nccl_launch: RunCli, write_profile: WriteProfile
+    run_cli: RunCli, write_profile: WriteProfile
 ) -> None:
     path = write_profile("site", 'schema = 1\nname = "site"\nversion = 7\n')
     before = path.read_text()
-    refused = nccl_launch("new", "site", "--from", KIMI)
+    refused = run_cli("new", "site", "--from", KIMI)
     assert refused.returncode == 2
     assert refused.stderr == "nccl-launch: profiles/site.toml exists; pass --force to replace it\n"
     assert path.read_text() == before
-    assert nccl_launch("new", "site", "--from", KIMI, "--force").returncode == 0
+    assert run_cli("new", "site", "--from", KIMI, "--force").returncode == 0
     assert tomllib.loads(path.read_text())["version"] == 1
 
 
-def test_new_writes_where_dir_says(nccl_launch: RunCli, tmp_path: Path) -> None:
-    made = nccl_launch("new", "site", "--dir", "etc/profiles")
+def test_new_writes_where_dir_says(run_cli: RunCli, tmp_path: Path) -> None:
+    made = run_cli("new", "site", "--dir", "etc/profiles")
     assert made.returncode == 0, made.stderr
     assert (tmp_path / "etc" / "profiles" / "site.toml").is_file()
     (tmp_path / "plain").write_text("")
-    refused = nccl_launch("new", "site", "--dir", "plain")
+    refused = run_cli("new", "site", "--dir", "plain")
     assert (refused.returncode, refused.stderr) == (
         2,
         "nccl-launch: --dir plain: not a directory\n",
@@ -88,9 +88,9 @@ def test_new_writes_where_dir_says(nccl_launch: RunCli, tmp_path: Path) -> None:
     ],
 )
 def test_new_refuses_a_bad_name_with_one_line_and_writes_nothing(
-    nccl_launch: RunCli, tmp_path: Path, name: str, message: str
+    run_cli: RunCli, tmp_path: Path, name: str, message: str
 ) -> None:
-    refused = nccl_launch("new", name, "--from", KIMI)
+    refused = run_cli("new", name, "--from", KIMI)
     assert refused.returncode == 2
     assert refused.stderr.startswith(message)
     assert refused.stderr.count("\n") == 1
@@ -99,47 +99,47 @@ def test_new_refuses_a_bad_name_with_one_line_and_writes_nothing(
 
 
 def test_new_from_a_missing_or_invalid_profile_writes_nothing(
-    nccl_launch: RunCli, write_profile: WriteProfile, tmp_path: Path
+    run_cli: RunCli, write_profile: WriteProfile, tmp_path: Path
 ) -> None:
-    missing = nccl_launch("new", "site", "--from", "nosuch")
+    missing = run_cli("new", "site", "--from", "nosuch")
     assert missing.returncode == 2
     assert missing.stderr.startswith("nccl-launch: profile 'nosuch' not found; searched profiles")
     write_profile("bad", 'schema = 1\nname = "bad"\nversion = 1\n[nccl]\nPROTOCOL = "LL"\n')
-    invalid = nccl_launch("new", "site", "--from", "bad")
+    invalid = run_cli("new", "site", "--from", "bad")
     assert invalid.returncode == 2
     assert "profiles/bad.toml: nccl.PROTOCOL" in invalid.stderr
     assert sorted(path.name for path in (tmp_path / "profiles").iterdir()) == ["bad.toml"]
 
 
 def test_a_copy_of_a_private_profile_stays_private(
-    nccl_launch: RunCli, write_profile: WriteProfile, tmp_path: Path
+    run_cli: RunCli, write_profile: WriteProfile, tmp_path: Path
 ) -> None:
     secret = write_profile(
         "secret", 'schema = 1\nname = "secret"\nversion = 1\n[env]\nHF_TOKEN = "hf_x"\n'
     )
     secret.chmod(0o600)
-    assert nccl_launch("new", "copy", "--from", "secret").returncode == 0
+    assert run_cli("new", "copy", "--from", "secret").returncode == 0
     assert stat.S_IMODE((tmp_path / "profiles" / "copy.toml").stat().st_mode) == 0o600
 
 
 def test_a_copy_keeps_the_source_of_what_it_copies(
-    nccl_launch: RunCli, write_profile: WriteProfile, tmp_path: Path
+    run_cli: RunCli, write_profile: WriteProfile, tmp_path: Path
 ) -> None:
     body = 'schema = 1\nname = "conv"\nversion = 3\n[provenance]\nsource = "converted from a.sh"\n'
     write_profile("conv", body)
-    assert nccl_launch("new", "copy", "--from", "conv").returncode == 0
+    assert run_cli("new", "copy", "--from", "conv").returncode == 0
     source = tomllib.loads((tmp_path / "profiles" / "copy.toml").read_text())["provenance"]
     assert source["source"].startswith("nccl-launch new --from conv@3 (sha256:")
     assert source["source"].endswith(", profiles/conv.toml); its source: converted from a.sh")
 
 
-def test_new_refuses_a_folder_run_would_refuse_as_root(nccl_launch: RunCli, tmp_path: Path) -> None:
+def test_new_refuses_a_folder_run_would_refuse_as_root(run_cli: RunCli, tmp_path: Path) -> None:
     """We run as root here: `run` refuses a profile in a directory others may write to, so
     `new` refuses to write one there, with check_trusted's reason and fix."""
     shared = tmp_path / "ww"
     shared.mkdir()
     shared.chmod(0o777)
-    refused = nccl_launch("new", "p1", "--dir", "ww")
+    refused = run_cli("new", "p1", "--dir", "ww")
     assert refused.returncode == 2
     assert refused.stderr == (
         f"nccl-launch: profile ww/p1.toml: its directory {shared} (uid 0, mode 0777) lets other"
@@ -148,37 +148,35 @@ def test_new_refuses_a_folder_run_would_refuse_as_root(nccl_launch: RunCli, tmp_
     )
     assert list(shared.iterdir()) == []
     shared.chmod(0o755)
-    assert nccl_launch("new", "p1", "--dir", "ww").returncode == 0
-    assert nccl_launch("run", "--dry-run", "ww/p1.toml", "--", "true").returncode == 0
+    assert run_cli("new", "p1", "--dir", "ww").returncode == 0
+    assert run_cli("run", "--dry-run", "ww/p1.toml", "--", "true").returncode == 0
 
 
-def test_new_over_a_symlink_writes_a_file_of_its_own_mode(
-    nccl_launch: RunCli, tmp_path: Path
-) -> None:
+def test_new_over_a_symlink_writes_a_file_of_its_own_mode(run_cli: RunCli, tmp_path: Path) -> None:
     """--force replaces the link, not its target, and does not take the target's mode (0666
     here, which `run` refuses as root)."""
     target = tmp_path / "target"
     target.write_text("")
     target.chmod(0o666)
     (tmp_path / "s.toml").symlink_to(target)
-    made = nccl_launch("new", "s", "--dir", ".", "--force")
+    made = run_cli("new", "s", "--dir", ".", "--force")
     assert made.returncode == 0, made.stderr
     written = (tmp_path / "s.toml").lstat()
     assert stat.S_ISREG(written.st_mode)
     assert stat.S_IMODE(written.st_mode) == 0o644  # the umask the tests run with: 022
     assert (target.read_text(), stat.S_IMODE(target.stat().st_mode)) == ("", 0o666)
-    assert nccl_launch("run", "--dry-run", "s.toml", "--", "true").returncode == 0
+    assert run_cli("run", "--dry-run", "s.toml", "--", "true").returncode == 0
 
 
 def test_new_will_not_replace_a_file_others_may_write_as_one_run_refuses(
-    nccl_launch: RunCli, tmp_path: Path
+    run_cli: RunCli, tmp_path: Path
 ) -> None:
     old = tmp_path / "profiles" / "o.toml"
     old.write_text("old")
     old.chmod(0o666)
-    exists = nccl_launch("new", "o")  # first what a --force would change
+    exists = run_cli("new", "o")  # first what a --force would change
     assert exists.stderr == "nccl-launch: profiles/o.toml exists; pass --force to replace it\n"
-    refused = nccl_launch("new", "o", "--force")
+    refused = run_cli("new", "o", "--force")
     assert refused.returncode == 2
     assert refused.stderr.startswith(
         "nccl-launch: profile profiles/o.toml: writable by group or others (mode 0666)"
@@ -195,21 +193,19 @@ def test_new_will_not_replace_a_file_others_may_write_as_one_run_refuses(
     ],
 )
 def test_new_explains_a_name_it_cannot_take(
-    nccl_launch: RunCli, tmp_path: Path, name: str, message: str
+    run_cli: RunCli, tmp_path: Path, name: str, message: str
 ) -> None:
-    refused = nccl_launch("new", "--", name)
+    refused = run_cli("new", "--", name)
     assert refused.returncode == 2
     assert message in refused.stderr
     assert refused.stderr.count("\n") == 1
     assert list((tmp_path / "profiles").iterdir()) == []
 
 
-def test_new_says_up_front_that_its_file_is_a_directory(
-    nccl_launch: RunCli, tmp_path: Path
-) -> None:
+def test_new_says_up_front_that_its_file_is_a_directory(run_cli: RunCli, tmp_path: Path) -> None:
     (tmp_path / "profiles" / "dir.toml").mkdir(parents=True)
     for force in ([], ["--force"]):
-        refused = nccl_launch("new", "dir", *force)
+        refused = run_cli("new", "dir", *force)
         assert (refused.returncode, refused.stderr) == (
             2,
             "nccl-launch: profiles/dir.toml is a directory; give another NAME or --dir\n",
@@ -217,10 +213,10 @@ def test_new_says_up_front_that_its_file_is_a_directory(
 
 
 def test_new_from_a_profile_whose_parent_is_missing_names_each_folder_once(
-    nccl_launch: RunCli, write_profile: WriteProfile
+    run_cli: RunCli, write_profile: WriteProfile
 ) -> None:
     write_profile("orphan", 'schema = 1\nname = "orphan"\nversion = 1\nextends = "gone"\n')
-    refused = nccl_launch("new", "n", "--from", "orphan")
+    refused = run_cli("new", "n", "--from", "orphan")
     assert refused.returncode == 2
     searched = refused.stderr.split("searched ")[1].rstrip("\n").split(", ")
     assert searched[0] == "profiles"
@@ -228,13 +224,13 @@ def test_new_from_a_profile_whose_parent_is_missing_names_each_folder_once(
 
 
 def test_a_copy_holding_a_secret_is_written_0600_whatever_its_source(
-    nccl_launch: RunCli, write_profile: WriteProfile, tmp_path: Path
+    run_cli: RunCli, write_profile: WriteProfile, tmp_path: Path
 ) -> None:
     """As `convert` writes what it would mask: a credential-looking [env] key, from a 0644 file."""
     body = 'schema = 1\nname = "open"\nversion = 1\n[env]\nHF_TOKEN = "hf_x"\n'
     write_profile("open", body).chmod(0o644)
-    assert nccl_launch("new", "copy", "--from", "open").returncode == 0
+    assert run_cli("new", "copy", "--from", "open").returncode == 0
     assert stat.S_IMODE((tmp_path / "profiles" / "copy.toml").stat().st_mode) == 0o600
     write_profile("plain", 'schema = 1\nname = "plain"\nversion = 1\n[env]\nHF_HOME = "/x"\n')
-    assert nccl_launch("new", "copy2", "--from", "plain").returncode == 0
+    assert run_cli("new", "copy2", "--from", "plain").returncode == 0
     assert stat.S_IMODE((tmp_path / "profiles" / "copy2.toml").stat().st_mode) == 0o644

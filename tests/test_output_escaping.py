@@ -37,7 +37,7 @@ def profile(tmp_path: Path) -> Path:
 
 
 def test_files_named_by_options_are_escaped_where_they_are_named(
-    profile: Path, tmp_path: Path, nccl_launch: RunCli
+    profile: Path, tmp_path: Path, run_cli: RunCli
 ) -> None:
     (tmp_path / f"e{HOSTILE}.env").write_text("A=1\n")
     (tmp_path / f"log{HOSTILE}").write_text("")
@@ -52,55 +52,53 @@ def test_files_named_by_options_are_escaped_where_they_are_named(
         ["show", f"p{HOSTILE}"],  # no such profile
     ]
     for args in cases:
-        assert_escaped(nccl_launch(*args), args[0])
+        assert_escaped(run_cli(*args), args[0])
 
 
 def test_an_nccl_conf_path_and_a_stripped_name_are_escaped_in_run(
-    profile: Path, tmp_path: Path, nccl_launch: RunCli
+    profile: Path, tmp_path: Path, run_cli: RunCli
 ) -> None:
     conf = tmp_path / f"c{HOSTILE}.conf"
     conf.write_text("NCCL_ALGO=Tree\n")
-    refused = nccl_launch("run", "--dry-run", "p", "--", "true", env={"NCCL_CONF_FILE": str(conf)})
+    refused = run_cli("run", "--dry-run", "p", "--", "true", env={"NCCL_CONF_FILE": str(conf)})
     assert refused.returncode == 1  # undeclared_nccl = "refuse" by default
     assert_escaped(refused, "nccl.conf")
     profile.write_text(PROFILE + '[policy]\nundeclared_nccl = "strip"\n')
-    stripped = nccl_launch("run", "--dry-run", "p", "--", "true", env={f"NCCL_{HOSTILE}": "1"})
+    stripped = run_cli("run", "--dry-run", "p", "--", "true", env={f"NCCL_{HOSTILE}": "1"})
     assert stripped.returncode == 0, stripped.stderr
     assert_escaped(stripped, "stripped")
 
 
-def test_a_log_line_quoted_by_verify_log_is_escaped(profile: Path, nccl_launch: RunCli) -> None:
+def test_a_log_line_quoted_by_verify_log_is_escaped(profile: Path, run_cli: RunCli) -> None:
     log = profile.parent / "nccl.log"
     line = f"NCCL_PROTO set by environment to LL{HOSTILE.replace(chr(10), '')}"  # one line
     log.write_text(f"h:1:1 [0] NCCL INFO {line}\n")
-    result = nccl_launch("verify-log", "p", str(log))
+    result = run_cli("verify-log", "p", str(log))
     assert result.returncode == 1
     assert_escaped(result, "verify-log")
 
 
-def test_what_a_process_holds_is_escaped_in_checks_report(
-    profile: Path, nccl_launch: RunCli
-) -> None:
+def test_what_a_process_holds_is_escaped_in_checks_report(profile: Path, run_cli: RunCli) -> None:
     """The marker of the profile it runs, a tolerated variable's name, in the text report
     printed and in the one written by `-o`."""
     profile.write_text(PROFILE + '[policy]\nundeclared_nccl = "warn"\n')
     env = {"NCCL_PROTO": "LL", "NCCL_LAUNCH_PROFILE": f"q{HOSTILE}", f"NCCL_{HOSTILE}": "1"}
     written = profile.parent / "report.txt"
     with sleeper({os.fsencode(k): os.fsencode(v) for k, v in env.items()}) as pid:
-        printed = nccl_launch("check", "p", "--pid", str(pid))
-        saved = nccl_launch("check", "p", "--pid", str(pid), "-o", str(written))
+        printed = run_cli("check", "p", "--pid", str(pid))
+        saved = run_cli("check", "p", "--pid", str(pid), "-o", str(written))
     assert printed.returncode == saved.returncode == 0, printed.stdout + printed.stderr
     assert_escaped(printed, "check")
     assert written.read_text() == printed.stdout
 
 
 def test_the_command_new_suggests_pastes_back_into_bash_as_the_same_path(
-    tmp_path: Path, nccl_launch: RunCli
+    tmp_path: Path, run_cli: RunCli
 ) -> None:
     """A byte that is not UTF-8 (0xff) is shown as bash's `\\xff`, not as the code point
     Python decodes it to, so the suggested command names the file that was written."""
     folder = "d\udcff\x1b"  # the argv bytes b"d\xff\x1b"
-    result = nccl_launch("new", "n", "--dir", folder)
+    result = run_cli("new", "n", "--dir", folder)
     assert result.returncode == 0, result.stderr
     hint = result.stdout.splitlines()[1].removeprefix("  nccl-launch run --dry-run ")
     assert hint == "$'d\\xff\\x1b/n.toml'"

@@ -10,6 +10,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from nccl_launch.profile.chain import MAX_EXTENDS
 from nccl_launch.render.profiles import list_lines
 from tests.conftest import Isolation, RunCli, WriteProfile
 
@@ -65,9 +66,9 @@ def versions(write_profile: WriteProfile) -> None:
 
 
 def test_show_toml_is_the_resolved_profile_and_reads_back(
-    versions: None, nccl_launch: RunCli, tmp_path: Path
+    versions: None, run_cli: RunCli, tmp_path: Path
 ) -> None:
-    result = nccl_launch("show", "tuned")
+    result = run_cli("show", "tuned")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("# tuned@2 sha256:")
     data = tomllib.loads(result.stdout)
@@ -84,12 +85,12 @@ def test_show_toml_is_the_resolved_profile_and_reads_back(
         result.stdout.replace('extends = "base"\n', "").replace('"***"', '"hf_secret"')
     )
     digest = result.stdout.split()[2]
-    again = nccl_launch("show", "profiles/copy.toml")
+    again = run_cli("show", "profiles/copy.toml")
     assert again.stdout.split()[2] == digest
 
 
 def test_show_toml_escapes_what_a_terminal_would_obey_and_reads_back(
-    write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
 ) -> None:
     """tomli-w writes C1 controls (U+009B is CSI to an 8-bit terminal), U+2028 and format
     characters raw; show writes them as TOML escapes, and a path in its header escaped."""
@@ -97,7 +98,7 @@ def test_show_toml_escapes_what_a_terminal_would_obey_and_reads_back(
     path = write_profile(
         "odd\nname = 'forged'", f'schema = 1\nname = "x"\nversion = 1\ndescription = "{text}"\n'
     )
-    result = nccl_launch("show", str(path))
+    result = run_cli("show", str(path))
     assert result.returncode == 0, result.stderr
     assert '\ndescription = "a\\u009b31mb\\u2028c\\U000e0041d"\n' in result.stdout
     assert all(char.isprintable() for char in result.stdout.replace("\n", ""))
@@ -105,8 +106,8 @@ def test_show_toml_escapes_what_a_terminal_would_obey_and_reads_back(
     assert tomllib.loads(result.stdout)["description"] == text
 
 
-def test_show_env_is_what_the_child_gets(versions: None, nccl_launch: RunCli) -> None:
-    result = nccl_launch("show", "tuned", "--format", "env")
+def test_show_env_is_what_the_child_gets(versions: None, run_cli: RunCli) -> None:
+    result = run_cli("show", "tuned", "--format", "env")
     lines = result.stdout.splitlines()
     assert "NCCL_BUFFSIZE=16777216" in lines
     assert "NCCL_P2P_LEVEL=SYS" in lines
@@ -115,8 +116,8 @@ def test_show_env_is_what_the_child_gets(versions: None, nccl_launch: RunCli) ->
     assert "SPT_NOENV=1" in lines
 
 
-def test_show_json_has_versioned_keys(versions: None, nccl_launch: RunCli) -> None:
-    data = json.loads(nccl_launch("show", "tuned", "--format", "json").stdout)
+def test_show_json_has_versioned_keys(versions: None, run_cli: RunCli) -> None:
+    data = json.loads(run_cli("show", "tuned", "--format", "json").stdout)
     assert set(data) == {
         "schema_version", "profile", "digest", "path", "chain", "env", "sources",
         "markers", "argv", "warnings", "resolved",
@@ -155,19 +156,19 @@ def test_diff_two_versions_by_name(versions: None, nccl_launch: RunCli, tmp_path
     assert lines[-1] == "7 differences"
 
 
-def test_diff_of_equal_meaning_is_empty(write_profile: WriteProfile, nccl_launch: RunCli) -> None:
+def test_diff_of_equal_meaning_is_empty(write_profile: WriteProfile, run_cli: RunCli) -> None:
     write_profile("a", 'schema = 1\nname = "a"\nversion = 1\n[nccl]\nBUFFSIZE = "16MiB"\n')
     write_profile("b", 'schema = 1\nname = "b"\nversion = 7\n[nccl]\nBUFFSIZE = 16777216\n')
-    result = nccl_launch("diff", "a", "b")
+    result = run_cli("diff", "a", "b")
     assert result.returncode == 0
     assert result.stdout.splitlines()[-1] == "0 differences"
 
 
 def test_list_shows_the_search_path(
-    versions: None, write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
+    versions: None, write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
 ) -> None:
     write_profile("broken", "schema = 1\nname = ")
-    result = nccl_launch("list", env={"NCCL_LAUNCH_PATH": str(tmp_path / "archive")})
+    result = run_cli("list", env={"NCCL_LAUNCH_PATH": str(tmp_path / "archive")})
     assert result.returncode == 0
     rows = [line.split() for line in result.stdout.splitlines()]
     assert rows[0] == ["NAME", "VERSION", "DIGEST", "SOURCE", "PATH"]
@@ -182,11 +183,11 @@ def test_list_shows_the_search_path(
 
 
 def test_list_escapes_control_characters_in_paths(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     """A file name holding ESC and a newline cannot colour the terminal or forge a row."""
     write_profile("ev\x1b[31mil\nfake  9  sha256:0  local", 'schema = 1\nname = "x"\nversion = 1\n')
-    listed = nccl_launch("list")
+    listed = run_cli("list")
     assert listed.returncode == 0, listed.stderr
     local = [line for line in listed.stdout.splitlines() if " local " in line]
     assert len(local) == 1
@@ -199,22 +200,22 @@ SHOWN = "ev\\x1b[31mil\\nforged.toml: ok (x@9"
 
 
 def test_a_profiles_path_is_escaped_in_every_line_that_names_it(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     """validate's ok line, its warning and its error, run --dry-run's header and diff's name
     the file on one line each, its newline and ESC written as escapes."""
     good = write_profile(FORGED, 'schema = 1\nname = "x"\nversion = 1\n[nccl]\nMAX_NCHANNELS = 4\n')
     bad = write_profile(FORGED + "2", 'schema = 1\nname = "x"\nversion = 1\n[nccl]\nPROTO = "X"\n')
-    validated = nccl_launch("validate", str(good), str(bad))
+    validated = run_cli("validate", str(good), str(bad))
     assert validated.returncode == 2
     assert validated.stdout.startswith(f"{good.parent}/{SHOWN}.toml: ok (x@1, sha256:")
     err = validated.stderr.splitlines()
     assert len(err) == 2, validated.stderr
     assert err[0].startswith(f"nccl-launch: warning: {good.parent}/{SHOWN}.toml: NCCL_MAX_NCH")
     assert err[1].startswith(f"{bad.parent}/{SHOWN}2.toml: nccl.PROTO: ")
-    dry = nccl_launch("run", "--dry-run", str(good), "--", "true")
+    dry = run_cli("run", "--dry-run", str(good), "--", "true")
     assert dry.stdout.splitlines()[0].endswith(f"from {good.parent}/{SHOWN}.toml"), dry.stdout
-    diffed = nccl_launch("diff", str(good), str(good))
+    diffed = run_cli("diff", str(good), str(good))
     assert [line.split(" ", 3)[3] for line in diffed.stdout.splitlines()[:2]] == [
         f"{good.parent}/{SHOWN}.toml"
     ] * 2
@@ -228,12 +229,12 @@ def test_list_with_nothing_says_where_it_looked(isolated: Isolation) -> None:
 
 
 def test_name_lookup_finds_a_declared_name_in_another_file(
-    versions: None, nccl_launch: RunCli, tmp_path: Path
+    versions: None, run_cli: RunCli, tmp_path: Path
 ) -> None:
     env = {"NCCL_LAUNCH_PATH": str(tmp_path / "archive")}
-    assert nccl_launch("show", "tuned@1", env=env).stdout.startswith("# tuned@1 ")
-    assert nccl_launch("show", "tuned@3", env=env).returncode == 2
-    assert nccl_launch("show", "tuned@x", env=env).returncode == 2
+    assert run_cli("show", "tuned@1", env=env).stdout.startswith("# tuned@1 ")
+    assert run_cli("show", "tuned@3", env=env).returncode == 2
+    assert run_cli("show", "tuned@x", env=env).returncode == 2
 
 
 # The JSON Schema.
@@ -272,23 +273,23 @@ GOOD = 'schema = 1\nname = "good"\nversion = 1\n'
 
 
 def test_devices_and_fifos_on_the_search_path_break_no_lookup(
-    write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
 ) -> None:
     write_profile("good", GOOD)
     (tmp_path / "profiles" / "zz.toml").symlink_to("/dev/zero")  # read whole, it never ends
     os.mkfifo(tmp_path / "profiles" / "fifo.toml")  # opened plainly, it blocks forever
-    result = nccl_launch("show", "nosuch")
+    result = run_cli("show", "nosuch")
     assert result.returncode == 2
     assert "profile 'nosuch' not found; searched profiles, " in result.stderr
     assert "skipped 2 unusable, first: profile profiles/fifo.toml: a FIFO" in result.stderr
-    assert nccl_launch("show", "good@1").stdout.startswith("# good@1 ")
-    listed = nccl_launch("list")
+    assert run_cli("show", "good@1").stdout.startswith("# good@1 ")
+    listed = run_cli("list")
     assert listed.returncode == 0
     rows = {line.split()[-1]: line for line in listed.stdout.splitlines()[1:]}
     assert rows["profiles/good.toml"].startswith("good ")
     assert "a character device; only regular files are read" in rows["profiles/zz.toml"]
     assert "a FIFO; only regular files are read" in rows["profiles/fifo.toml"]
-    result = nccl_launch("validate", "profiles/zz.toml")
+    result = run_cli("validate", "profiles/zz.toml")
     assert result.returncode == 2
     assert result.stderr == (
         "nccl-launch: profile profiles/zz.toml: a character device; only regular files are read\n"
@@ -311,47 +312,50 @@ BAD_FILES = {
 
 @pytest.mark.parametrize(("body", "fragment"), BAD_FILES.values(), ids=BAD_FILES.keys())
 def test_a_bad_file_is_an_invalid_row_and_lookups_skip_it(
-    write_profile: WriteProfile, nccl_launch: RunCli, body: str, fragment: str
+    write_profile: WriteProfile, run_cli: RunCli, body: str, fragment: str
 ) -> None:
     write_profile("good", GOOD)
     header = 'schema = 1\nname = "bad"\n' + ("" if body.startswith("version") else "version = 1\n")
     write_profile("bad", header + body)
-    listed = nccl_launch("list")
+    listed = run_cli("list")
     assert listed.returncode == 0, listed.stderr
     bad_row = next(line for line in listed.stdout.splitlines() if "bad.toml" in line)
     assert bad_row.startswith("(invalid)")
     assert fragment in bad_row
     assert "good.toml" in listed.stdout
-    assert nccl_launch("show", "good@1").returncode == 0
+    assert run_cli("show", "good@1").returncode == 0
     for command in (("validate", "profiles/bad.toml"), ("show", "bad"), ("show", "bad@1")):
-        result = nccl_launch(*command)
+        result = run_cli(*command)
         assert result.returncode == 2, (command, result.stderr)
         assert "Traceback" not in result.stderr
-    assert fragment in nccl_launch("validate", "profiles/bad.toml").stderr
+    assert fragment in run_cli("validate", "profiles/bad.toml").stderr
 
 
 def test_a_version_or_name_of_thousands_of_characters_is_a_usage_error(
-    nccl_launch: RunCli,
+    run_cli: RunCli,
 ) -> None:
     for name in ("a" * 5000, "a" * 5000 + "@1", "profiles/" + "a" * 5000 + ".toml"):
-        result = nccl_launch("show", name)
+        result = run_cli("show", name)
         assert result.returncode == 2, result.stderr
         assert "not found" in result.stderr
-    result = nccl_launch("show", "good@" + "9" * 5000)
+    result = run_cli("show", "good@" + "9" * 5000)
     assert result.returncode == 2
     assert "a version after '@' is a positive integer" in result.stderr
-    assert nccl_launch("show", "good@\u0663").returncode == 2  # '٣' is no 3
+    assert run_cli("show", "good@\u0663").returncode == 2  # '٣' is no 3
 
 
 def test_extends_chains_are_followed_without_recursion_up_to_64_files(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
-    for index in range(1500):
-        parent = f'extends = "c{index + 1}"\n' if index < 1499 else ""
+    length = MAX_EXTENDS + 2  # one past the limit, and one more
+    for index in range(length):
+        parent = f'extends = "c{index + 1}"\n' if index < length - 1 else ""
         write_profile(f"c{index}", f'schema = 1\nname = "c{index}"\nversion = 1\n{parent}')
-    result = nccl_launch("validate", "profiles/c0.toml")
+    result = run_cli("validate", "profiles/c0.toml")
     assert result.returncode == 2
     assert result.stderr == (
-        "profiles/c63.toml: extends: a chain of more than 64 files from profiles/c0.toml\n"
+        f"profiles/c{MAX_EXTENDS - 1}.toml: extends: a chain of more than {MAX_EXTENDS} files "
+        "from profiles/c0.toml\n"
     )
-    assert nccl_launch("validate", "profiles/c1436.toml").returncode == 0  # 64 files
+    last = length - MAX_EXTENDS  # the first of the last MAX_EXTENDS files
+    assert run_cli("validate", f"profiles/c{last}.toml").returncode == 0  # 64 files

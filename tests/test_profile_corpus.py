@@ -91,24 +91,22 @@ def test_invalid_profile_names_file_and_key(
         assert line.startswith(f"{case.path}: {case.fragment}")
 
 
-def test_one_invalid_file_prints_nothing_on_stdout(nccl_launch: RunCli) -> None:
-    result = nccl_launch("validate", str(INVALID[0]))
+def test_one_invalid_file_prints_nothing_on_stdout(run_cli: RunCli) -> None:
+    result = run_cli("validate", str(INVALID[0]))
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr.startswith(f"{INVALID[0]}: ")
 
 
-def test_validate_reports_every_file_and_every_problem(nccl_launch: RunCli) -> None:
+def test_validate_reports_every_file_and_every_problem(run_cli: RunCli) -> None:
     bad = [CORPUS / "invalid" / "nthreads-too-large.toml", CORPUS / "invalid" / "not-toml.toml"]
-    result = nccl_launch("validate", *map(str, bad), *map(str, REPO_PROFILES))
+    result = run_cli("validate", *map(str, bad), *map(str, REPO_PROFILES))
     assert result.returncode == 2
     assert "from 64 to 512" in result.stderr
     assert "not valid TOML" in result.stderr
     assert f"{len(REPO_PROFILES)} valid, 2 invalid" in result.stdout
 
 
-def test_all_problems_of_one_file_are_listed(
-    write_profile: WriteProfile, nccl_launch: RunCli
-) -> None:
+def test_all_problems_of_one_file_are_listed(write_profile: WriteProfile, run_cli: RunCli) -> None:
     path = write_profile(
         "many",
         """
@@ -121,15 +119,15 @@ def test_all_problems_of_one_file_are_listed(
         PROTOCOL = "LL"
         """,
     )
-    result = nccl_launch("validate", str(path))
+    result = run_cli("validate", str(path))
     assert result.returncode == 2
     lines = result.stderr.splitlines()
     assert len(lines) == 3
     assert all(line.startswith(f"{path}: nccl.") for line in lines)
 
 
-def test_shipped_profiles_are_valid(nccl_launch: RunCli) -> None:
-    result = nccl_launch("validate", *map(str, REPO_PROFILES))
+def test_shipped_profiles_are_valid(run_cli: RunCli) -> None:
+    result = run_cli("validate", *map(str, REPO_PROFILES))
     assert result.returncode == 0, result.stderr
     assert result.stdout.count(": ok (") == len(REPO_PROFILES)
     [warning] = [line for line in result.stderr.splitlines() if "NCCL_MAX_NCHANNELS" in line]

@@ -44,20 +44,20 @@ def kimi_accepting(write_profile: WriteProfile, *accept: str) -> str:
     return "profiles/kimi-accepting.toml"
 
 
-def test_validate_names_the_deprecation_its_replacement_and_its_id(nccl_launch: RunCli) -> None:
-    result = nccl_launch("validate", str(KIMI))
+def test_validate_names_the_deprecation_its_replacement_and_its_id(run_cli: RunCli) -> None:
+    result = run_cli("validate", str(KIMI))
     assert result.returncode == 0
     assert result.stderr == f"nccl-launch: warning: {KIMI}: {DEPRECATED} {ACCEPT_HINT}\n"
 
 
-def test_preflight_names_the_deprecation_too(nccl_launch: RunCli) -> None:
-    result = nccl_launch("preflight", *SKIP_HOST, str(KIMI))
+def test_preflight_names_the_deprecation_too(run_cli: RunCli) -> None:
+    result = run_cli("preflight", *SKIP_HOST, str(KIMI))
     assert result.returncode == 0, result.stdout
     assert f"warn  profile      {DEPRECATED} {ACCEPT_HINT}" in result.stdout.splitlines()
 
 
-def test_run_of_the_shipped_profile_says_nothing_about_deprecation(nccl_launch: RunCli) -> None:
-    result = nccl_launch("run", "--dry-run", str(KIMI))
+def test_run_of_the_shipped_profile_says_nothing_about_deprecation(run_cli: RunCli) -> None:
+    result = run_cli("run", "--dry-run", str(KIMI))
     assert result.returncode == 0
     assert "deprecated" not in result.stderr
     assert "MAX_NCHANNELS" not in result.stderr
@@ -72,7 +72,7 @@ def answers(port: int) -> bool:
 
 
 def test_a_real_start_and_check_of_the_shipped_profile_say_nothing_about_it(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     """The shipped Kimi profile, run for real (the stand-in SGLang in its place), then checked:
     the server's log and the check's output are where a note on every start would be read."""
@@ -96,7 +96,7 @@ def test_a_real_start_and_check_of_the_shipped_profile_say_nothing_about_it(
     )
     try:
         wait_for(lambda: answers(port), "the stand-in to answer /health", process=process)
-        checked = nccl_launch("check", "kimi-standin", "--port", str(port))
+        checked = run_cli("check", "kimi-standin", "--port", str(port))
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         _, log = process.communicate(timeout=10)
@@ -108,26 +108,26 @@ def test_a_real_start_and_check_of_the_shipped_profile_say_nothing_about_it(
 
 
 def test_an_accepted_warning_is_listed_as_acknowledged_and_not_warned(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     path = kimi_accepting(write_profile, "NCCL_MAX_NCHANNELS deprecated")
-    validated = nccl_launch("validate", path)
+    validated = run_cli("validate", path)
     assert validated.returncode == 0
     assert validated.stderr == ""
     assert validated.stdout.endswith('; accepts "NCCL_MAX_NCHANNELS deprecated")\n')
-    preflight = nccl_launch("preflight", *SKIP_HOST, path)
+    preflight = run_cli("preflight", *SKIP_HOST, path)
     assert not [line for line in preflight.stdout.splitlines() if line.startswith("warn")]
     assert preflight.stdout.splitlines()[-1] == "preflight passed: 0 failed, 0 warnings"
-    shown = json.loads(nccl_launch("show", "--format", "json", path).stdout)
+    shown = json.loads(run_cli("show", "--format", "json", path).stdout)
     assert shown["warnings"] == []
     assert shown["resolved"]["policy"]["accept"] == ["NCCL_MAX_NCHANNELS deprecated"]
 
 
 def test_an_accept_entry_that_matches_no_warning_is_a_warning_with_the_closest_id(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     path = kimi_accepting(write_profile, "NCCL_MAX_NCHANNEL deprecated")
-    result = nccl_launch("validate", path)
+    result = run_cli("validate", path)
     assert result.returncode == 0  # an upgrade that retires a warning must not break a profile
     assert result.stderr.splitlines() == [
         f"nccl-launch: warning: {path}: {DEPRECATED} {ACCEPT_HINT}",
@@ -137,23 +137,23 @@ def test_an_accept_entry_that_matches_no_warning_is_a_warning_with_the_closest_i
     both = kimi_accepting(
         write_profile, "NCCL_MAX_NCHANNELS deprecated", "NCCL_MIN_NCHANNELS deprecated"
     )
-    assert nccl_launch("validate", both).stderr == (
+    assert run_cli("validate", both).stderr == (
         f"nccl-launch: warning: {both}: policy.accept: 'NCCL_MIN_NCHANNELS deprecated' matches "
         "no warning of this profile; drop it\n"
     )
     stale = kimi_accepting(write_profile, "env.HF_TOKEN secret")
-    result = nccl_launch("validate", stale)
+    result = run_cli("validate", stale)
     assert (
         f"nccl-launch: warning: {stale}: policy.accept: 'env.HF_TOKEN secret' matches no "
         "warning of this profile; drop it"
     ) in result.stderr.splitlines()
 
 
-def test_accept_must_be_a_list_of_text(write_profile: WriteProfile, nccl_launch: RunCli) -> None:
+def test_accept_must_be_a_list_of_text(write_profile: WriteProfile, run_cli: RunCli) -> None:
     write_profile(
         "bad", 'schema = 1\nname = "bad"\nversion = 1\n[policy]\naccept = "NCCL_X deprecated"\n'
     )
-    result = nccl_launch("validate", "profiles/bad.toml")
+    result = run_cli("validate", "profiles/bad.toml")
     assert result.returncode == 2
     assert result.stderr.startswith(
         "profiles/bad.toml: policy.accept: Input should be a valid list"

@@ -127,7 +127,7 @@ def test_warnings_where_sglang_will_not_honour_the_profile() -> None:
 
 
 def test_extra_arguments_may_not_repeat_structured_fields(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     write_profile(
         "tp8",
@@ -141,7 +141,7 @@ def test_extra_arguments_may_not_repeat_structured_fields(
         tp_size = 8
         """,
     )
-    result = nccl_launch("run", "tp8", "--", "--tp", "8")
+    result = run_cli("run", "tp8", "--", "--tp", "8")
     assert result.returncode == 2
     assert result.stderr == (
         "nccl-launch: extra argument --tp repeats the field tp_size; set it there\n"
@@ -164,14 +164,14 @@ FORGED = "ok    sglang       SGLang 0.5.23 (forged)"
     ],
 )
 def test_a_path_or_name_in_server_refuses_control_characters(
-    key: str, value: str, write_profile: WriteProfile, nccl_launch: RunCli
+    key: str, value: str, write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     table, _, field = key.rpartition(".")
     nested = {"speculative": {"algorithm": "EAGLE", field: value}} if table else {field: value}
     data = {"schema": 1, "name": "p", "version": 1, "server": {"model_path": "/m"} | nested}
     path = write_profile("p", "")
     path.write_text(tomli_w.dumps(data))
-    result = nccl_launch("validate", str(path))
+    result = run_cli("validate", str(path))
     assert result.returncode == 2
     [line] = result.stderr.splitlines()
     assert line.startswith(f"{path}: server.{key}: holds the control character ")
@@ -180,7 +180,7 @@ def test_a_path_or_name_in_server_refuses_control_characters(
 
 
 def test_dry_run_escapes_control_characters_in_args(
-    write_profile: WriteProfile, nccl_launch: RunCli
+    write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     """`args` is free text, kept as written; the argv line shows it with bash's C escapes,
     on one line, and pastes back into bash as the same words."""
@@ -188,7 +188,7 @@ def test_dry_run_escapes_control_characters_in_args(
     data = {"schema": 1, "name": "p", "version": 1, "server": {"model_path": "/m", "args": hostile}}
     path = write_profile("p", "")
     path.write_text(tomli_w.dumps(data))
-    result = nccl_launch("run", "--dry-run", str(path))
+    result = run_cli("run", "--dry-run", str(path))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert FORGED not in lines and "\x1b" not in result.stdout
