@@ -34,8 +34,7 @@ HOST_NAMES = frozenset(
         "OMP_NUM_THREADS",  # declared by a script that `convert` reads
         "TOKENIZERS_PARALLELISM",  # the same
         "MODEL_DIR",  # a convert test needs it unset
-        "XDG_CACHE_HOME",  # run's plan cache goes under the test's HOME
-        "XDG_STATE_HOME",  # bench's history too
+        "XDG_STATE_HOME",  # bench's history goes under the test's HOME
     }
 )
 

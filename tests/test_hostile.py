@@ -84,7 +84,7 @@ FUZZ = settings(max_examples=25, deadline=None)
 @contextmanager
 def fresh() -> Iterator[Path]:
     """A folder of one example's own, as the test's tmp_path is to a test: the working
-    directory, with an empty ./profiles, and HOME (the plan cache) under it."""
+    directory, with an empty ./profiles, and HOME under it."""
     with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
         root = Path(folder)
         (root / "profiles").mkdir()
