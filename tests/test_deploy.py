@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -283,10 +284,12 @@ def test_systemd_unit_passes_systemd_analyze(
     assert "Type=exec" in lines
     assert "User=root" in lines
     assert "WorkingDirectory=/srv/my models" in lines
+    digest = json.loads(run_cli("show", "served", "--format", "json").stdout)["digest"]
+    pinned = f"{path} --digest {digest}"
     assert any(
-        line.startswith("ExecStartPre=") and line.endswith(f"preflight {path}") for line in lines
+        line.startswith("ExecStartPre=") and line.endswith(f"preflight {pinned}") for line in lines
     )
-    assert any(line.startswith("ExecStart=") and line.endswith(f"run {path}") for line in lines)
+    assert any(line.startswith("ExecStart=") and line.endswith(f"run {pinned}") for line in lines)
     assert "Description=Kimi-K2.5 at 100%% on 8 GPUs (served@2)" in lines
     assert {"TimeoutStartSec=1800", "Restart=on-failure", "KillMode=mixed"} <= set(lines)
     target = tmp_path / "units" / "sglang-served.service"
@@ -299,6 +302,54 @@ def test_systemd_unit_passes_systemd_analyze(
         2,
         f"nccl-launch: {target} exists; pass --force to replace it\n",
     )
+
+
+def unit_arguments(unit: str, key: str) -> list[str]:
+    """The arguments after the launcher of the unit's `key=` line, as systemd splits them."""
+    line = next(line for line in unit.splitlines() if line.startswith(f"{key}="))
+    words = shlex.split(line.removeprefix(f"{key}="))
+    return words[next(i for i, word in enumerate(words) if word in ("run", "preflight")) :]
+
+
+@pytest.mark.parametrize(
+    ("key", "extra"), [("ExecStart", ["--dry-run"]), ("ExecStartPre", ["--skip", "gpus"])]
+)
+def test_a_unit_refuses_the_profile_edited_after_it_was_written(
+    write_profile: WriteProfile, run_cli: RunCli, key: str, extra: list[str]
+) -> None:
+    path = write_profile("served", SERVER.format(python=sys.executable))
+    unit = run_cli("systemd", "served").stdout
+    written = json.loads(run_cli("show", "served", "--format", "json").stdout)["digest"]
+    # A "quick test" left behind, the version not bumped: the file and a restart would agree.
+    write_profile("served", SERVER.format(python=sys.executable) + "[nccl]\nPROTO = 'Simple'\n")
+    edited = json.loads(run_cli("show", "served", "--format", "json").stdout)["digest"]
+    result = run_cli(*unit_arguments(unit, key), *extra)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"nccl-launch: profile served@2 ({path}) is {edited} but --digest pins {written}: the "
+        f"file changed since the pin was taken; review it (nccl-launch show {path}), then "
+        f"regenerate the unit (nccl-launch systemd {path}) or pass --digest {edited}\n"
+    )
+    accepted = run_cli(*unit_arguments(unit, key)[:-1], edited, *extra)
+    assert "--digest pins" not in accepted.stderr
+    assert accepted.returncode == (0 if key == "ExecStart" else 3), accepted.stderr
+
+
+def test_a_unit_without_a_pin_runs_the_file_as_it_is(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    path = write_profile("served", SERVER.format(python=sys.executable))
+    unit = run_cli("systemd", "served", "--no-pin").stdout
+    assert "--digest" not in unit
+    assert unit_arguments(unit, "ExecStart") == ["run", str(path)]
+
+
+@pytest.mark.parametrize("digest", ["sha256:731d3350", "SHA256:" + "a" * 64, "a" * 64, ""])
+def test_a_pin_is_a_whole_digest(write_profile: WriteProfile, run_cli: RunCli, digest: str) -> None:
+    write_profile("served", SERVER.format(python=sys.executable))
+    result = run_cli("run", "--dry-run", "served", "--digest", digest)
+    assert result.returncode == 2
+    assert f"Invalid value for '--digest': {digest!r} is not a whole digest" in result.stderr
 
 
 def test_systemd_needs_a_server_table(write_profile: WriteProfile, run_cli: RunCli) -> None:

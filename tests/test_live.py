@@ -219,6 +219,43 @@ def test_a_newer_profile_file_than_the_server_runs_is_reported(
     assert lines[-1] == "drift: 5 drift, another digest running, of 5 processes"
 
 
+def test_check_refuses_a_profile_edited_away_from_its_pin(
+    start: StartServer, write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    server = start()
+    pinned = json.loads(run_cli("show", "standin", "--format", "json").stdout)["digest"]
+    assert run_cli("check", "--pid", str(server.process.pid), "--digest", pinned).returncode == 0
+    # Edited without a new version: the server restarted from it would agree with the file.
+    text = PROFILE.format(version=1, buffsize="32MiB", python=sys.executable, port=server.port)
+    path = write_profile("standin", text)
+    edited = json.loads(run_cli("show", "standin", "--format", "json").stdout)["digest"]
+    # The file the server recorded (by its full path), or the profile named (found as named).
+    for ref, shown in (([], path.absolute()), (["standin"], "profiles/standin.toml")):
+        result = run_cli("check", *ref, "--pid", str(server.process.pid), "--digest", pinned)
+        assert (result.returncode, result.stdout) == (1, "")
+        assert result.stderr.startswith(
+            f"nccl-launch: profile standin@1 ({shown}) is {edited} but --digest pins "
+            f"{pinned}: the file changed since the pin was taken; "
+        )
+
+
+def test_watch_keeps_checking_against_the_pinned_version_after_an_edit(
+    start: StartServer, run_cli: RunCli
+) -> None:
+    server = start()
+    pinned = json.loads(run_cli("show", "standin", "--format", "json").stdout)["digest"]
+    watcher = Watcher("--port", str(server.port), "--watch", "0.2", "--digest", pinned)
+    watcher.wait_for_line("no drift in 5 processes")
+    profile = Path("profiles/standin.toml")
+    profile.write_text(profile.read_text().replace('"LL"', '"Simple"'))
+    line = watcher.wait_for_start("profile invalid now, checked against this last good version: ")
+    assert f"but --digest pins {pinned}: the file changed since the pin was taken" in line
+    watcher.process.send_signal(signal.SIGTERM)
+    out = watcher.finish()
+    assert watcher.process.returncode == 0
+    assert out.endswith("no drift in 5 processes")  # the server runs the pinned version
+
+
 def _alive(pids: list[int]) -> list[int]:
     alive = []
     for pid in pids:

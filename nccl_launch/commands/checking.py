@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from nccl_launch.commands.options import (
+    digest_option,
     echo_lines,
     format_option,
     output_options,
@@ -33,6 +34,7 @@ LIVE_FORMATS: dict[str, Callable[[LiveReport], str]] = {
 
 @click.command()
 @profile_argument(required=False)
+@digest_option
 @click.option("--pid", type=click.IntRange(min=1), help="The server's main process.")
 @click.option("--port", type=int, help="The server's port: the process listening there.")
 @click.option("--pidfile", type=click.Path(path_type=Path), help="A file holding the PID.")
@@ -52,6 +54,7 @@ LIVE_FORMATS: dict[str, Callable[[LiveReport], str]] = {
 @click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True)
 def check(
     profile: str | None,
+    pin: str | None,
     pid: int | None,
     port: int | None,
     pidfile: Path | None,
@@ -66,7 +69,9 @@ def check(
 
     Without PROFILE, the profile the server was started with: the file its
     NCCL_LAUNCH_PROFILE_FILE names, else its NCCL_LAUNCH_PROFILE's name on the search path.
-    Exit 0 no drift, 1 drift or unreadable processes, 2 invalid profile, 3 no such server.
+    With --digest, a profile of another digest is refused before any comparison.
+    Exit 0 no drift, 1 drift, another digest than --digest or unreadable processes, 2
+    invalid profile, 3 no such server.
     """
     if on_drift == "stop" and watch is None:
         raise UsageError("--on-drift stop needs --watch SECONDS: one check never stops a server")
@@ -86,11 +91,11 @@ def check(
         click.echo(rendered, nl=False)
 
     if watch is None:
-        report = live.check(target, profile)
+        report = live.check(target, profile, pin)
         emit(report)
         return report.exit_code
 
     def say(line: str) -> None:
         echo_lines([line])
 
-    return live.watch(target, profile, watch, on_drift, grace, emit, say=say, warn=warn)
+    return live.watch(target, profile, watch, on_drift, grace, emit, say=say, warn=warn, pin=pin)

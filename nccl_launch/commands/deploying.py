@@ -15,14 +15,21 @@ from nccl_launch.render.drift import shell_word
 @click.command()
 @profile_argument()
 @click.option("--user", help="User= of the service (default: root).")
+@click.option(
+    "--no-pin",
+    is_flag=True,
+    help="Leave out --digest: a restart runs the profile file as it is then.",
+)
 @output_options("Write the unit to FILE (atomically) instead of printing it.")
-def systemd(profile: str, user: str | None, output: Path | None, force: bool) -> int:
+def systemd(profile: str, user: str | None, no_pin: bool, output: Path | None, force: bool) -> int:
     """Print a systemd service unit that runs PROFILE's server through nccl-launch.
 
-    Type=exec (MainPID is the server), preflight as ExecStartPre=, run as ExecStart=, a long
-    TimeoutStartSec for model load, Restart=on-failure, KillMode=mixed.
+    Type=exec (MainPID is the server), preflight as ExecStartPre=, run as ExecStart=, both
+    with --digest of the profile as it is now (so an edit is refused, exit 1, until the unit
+    is written again), a long TimeoutStartSec for model load, Restart=on-failure,
+    KillMode=mixed.
     """
-    text = write_unit(profile, user, output, force)
+    text = write_unit(profile, user, output, force, pin=not no_pin)
     if output is None:
         click.echo(text, nl=False)
     else:

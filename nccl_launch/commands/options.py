@@ -13,6 +13,7 @@ from nccl_launch.errors import WARNING_PREFIX
 from nccl_launch.escaping import escaped
 from nccl_launch.launch.placement import Placement
 from nccl_launch.launch.prepare import LaunchPlan, prepare_launch
+from nccl_launch.profile.plan import DIGEST
 from nccl_launch.render.drift import shell_word
 
 if TYPE_CHECKING:
@@ -129,6 +130,26 @@ def profile_option(*declarations: str, **kwargs: Any) -> Callable[[F], F]:
     )
 
 
+def _pin(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not DIGEST.fullmatch(value):
+        raise click.BadParameter(
+            f"{value!r} is not a whole digest; valid: sha256: and 64 lowercase hex digits, "
+            "as `nccl-launch show PROFILE` prints it"
+        )
+    return value
+
+
+def digest_option(command: F) -> F:
+    """`--digest sha256:HEX`, stored as `pin`: refuse a profile whose digest is another."""
+    return click.option(
+        "--digest",
+        "pin",
+        metavar="sha256:HEX",
+        callback=_pin,
+        help="Refuse (exit 1) unless the profile's digest is this one, as a unit pins it.",
+    )(command)
+
+
 def launch_options(command: F) -> F:
     """PROFILE and the options `run` and `preflight` share (the arguments after `--` come
     from `LaunchCommand`)."""
@@ -136,6 +157,7 @@ def launch_options(command: F) -> F:
         command,
         [
             profile_argument(),
+            digest_option,
             click.option(
                 "--env-file",
                 "env_files",
@@ -161,8 +183,9 @@ def prepare(
     env_files: tuple[Path, ...],
     node_rank: int | None,
     dist_init_addr: str | None,
+    pin: str | None,
     nccl_debug: bool = False,
 ) -> LaunchPlan:
     """The launch `launch_options` describe, from the calling environment."""
     placement = Placement(node_rank=node_rank, dist_init_addr=dist_init_addr)
-    return prepare_launch(profile, command, env_files, os.environ, placement, nccl_debug)
+    return prepare_launch(profile, command, env_files, os.environ, placement, nccl_debug, pin)

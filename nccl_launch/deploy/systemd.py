@@ -55,8 +55,9 @@ def _user(user: str) -> str:
     return user
 
 
-def unit_file(loaded: LoadedProfile, user: str | None = None) -> str:
-    """The unit text: Type=exec so MainPID is the server, preflight as ExecStartPre=."""
+def unit_file(loaded: LoadedProfile, user: str | None = None, pin: bool = True) -> str:
+    """The unit text: Type=exec so MainPID is the server, preflight as ExecStartPre=; with
+    `pin`, both refuse the profile once its digest is no longer the one written here."""
     profile = loaded.profile
     if profile.server is None:
         raise UsageError(f"{loaded.path}: no [server] table, so no server to run as a service")
@@ -68,12 +69,13 @@ def unit_file(loaded: LoadedProfile, user: str | None = None) -> str:
     cwd = profile.server.cwd
     if cwd:
         cwd = _one_line(f"{loaded.path}: server.cwd", cwd).replace("%", "%%")
+    profile_words = exec_word(path) + (f" --digest {loaded.plan.digest}" if pin else "")
     service = [
         "Type=exec",
         *([f"User={_user(user)}"] if user is not None else []),
         *([f"WorkingDirectory={cwd}"] if cwd else []),
-        f"ExecStartPre={command} preflight {exec_word(path)}",
-        f"ExecStart={command} run {exec_word(path)}",
+        f"ExecStartPre={command} preflight {profile_words}",
+        f"ExecStart={command} run {profile_words}",
         f"TimeoutStartSec={START_TIMEOUT_S}",
         f"TimeoutStopSec={STOP_TIMEOUT_S}",
         "Restart=on-failure",
@@ -98,10 +100,12 @@ def unit_file(loaded: LoadedProfile, user: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_unit(ref: str, user: str | None, output: Path | None, force: bool) -> str:
-    """The unit of profile `ref`, written atomically to `output` when given (never replacing
-    a file without `force`)."""
-    text = unit_file(load_profile(ref), user)
+def write_unit(
+    ref: str, user: str | None, output: Path | None, force: bool, pin: bool = True
+) -> str:
+    """The unit of profile `ref` (its digest pinned unless `pin` is False), written atomically
+    to `output` when given (never replacing a file without `force`)."""
+    text = unit_file(load_profile(ref), user, pin)
     if output is not None:
         try:
             atomic_write(output, text, replace=force)

@@ -18,7 +18,7 @@ from nccl_launch.launch.env_files import read_env_file
 from nccl_launch.launch.placement import Placement, placement_args
 from nccl_launch.nccl.conf import ConfEntry, conf_paths, parse
 from nccl_launch.profile.lint import run_notes
-from nccl_launch.profile.load import LoadedProfile, load_profile
+from nccl_launch.profile.load import LoadedProfile, check_pin, load_profile
 from nccl_launch.profile.markers import MARKER_NCCL_DEBUG, NCCL_DEBUG_ENV
 from nccl_launch.profile.plan import ProfilePlan
 from nccl_launch.sglang.argv import duplicated_flags, extra_settings
@@ -113,10 +113,12 @@ def prepare_launch(
     calling: Mapping[str, str],
     placement: Placement | None = None,
     nccl_debug: bool = False,
+    pin: str | None = None,
 ) -> LaunchPlan:
-    """Resolve the profile, build the argv and merge the env; drift is in `merged.report`."""
+    """Resolve the profile (refused unless it has the digest `pin`, when given), build the argv
+    and merge the env; drift is in `merged.report`."""
     placement = placement or Placement()
-    loaded = load_profile(ref)
+    loaded = check_pin(load_profile(ref), pin)
     plan, server = loaded.plan, loaded.profile.server
     if server is not None:
         mtp = mtp_problem(server, model_architecture(server.model_path or ""))

@@ -10,10 +10,18 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Literal
 
-from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK, HostError, ProfileError, UsageError
+from nccl_launch.errors import (
+    EXIT_DRIFT,
+    EXIT_HOST,
+    EXIT_OK,
+    HostError,
+    PinError,
+    ProfileError,
+    UsageError,
+)
 from nccl_launch.live.compare import LiveReport, evaluate
 from nccl_launch.live.processes import ProcessSnapshot, Target, main_pid, snapshot_tree, stop_tree
-from nccl_launch.profile.load import LoadedProfile, load_profile
+from nccl_launch.profile.load import LoadedProfile, check_pin, load_profile
 from nccl_launch.profile.markers import MARKER_PROFILE, MARKER_PROFILE_FILE
 
 OnDrift = Literal["warn", "stop"]
@@ -82,20 +90,21 @@ def compare_tree(
     return evaluate(loaded.plan, policy, str(loaded.path), snapshots, profile_error=profile_error)
 
 
-def check(target: Target, ref: str | None) -> LiveReport:
-    """One look at the server's whole process tree."""
+def check(target: Target, ref: str | None, pin: str | None = None) -> LiveReport:
+    """One look at the server's whole process tree (a profile not of digest `pin` refused)."""
     snapshots = snapshot_tree(main_pid(target))
-    return compare_tree(snapshots, profile_of(snapshots[0], ref))
+    return compare_tree(snapshots, check_pin(profile_of(snapshots[0], ref), pin))
 
 
 def _reread(
-    main: ProcessSnapshot, ref: str | None, good: LoadedProfile | None
+    main: ProcessSnapshot, ref: str | None, good: LoadedProfile | None, pin: str | None
 ) -> tuple[LoadedProfile, str | None]:
     """The profile as it is now (it may change), or the last good one and why it is kept: a
-    file saved half-edited must not end the watch. Invalid at the first look, it is an error."""
+    file saved half-edited, or edited away from the pin, must not end the watch. Invalid at the
+    first look, it is an error."""
     try:
-        return profile_of(main, ref), None
-    except (ProfileError, UsageError) as error:
+        return check_pin(profile_of(main, ref), pin), None
+    except (ProfileError, UsageError, PinError) as error:
         if good is None:
             raise
         return good, "; ".join(error.lines())
@@ -110,6 +119,7 @@ def watch(
     emit: Callable[[LiveReport], None],
     say: Callable[[str], None],
     warn: Callable[[str], None],
+    pin: str | None = None,
 ) -> int:
     """Check every `interval` seconds, new processes included, until a signal or a stop.
 
@@ -129,7 +139,7 @@ def watch(
         except HostError as error:
             say(f"server gone: {error}")
             return EXIT_HOST
-        good, now = _reread(snapshots[0], ref, good)
+        good, now = _reread(snapshots[0], ref, good, pin)
         if now is not None and now != problem:
             warn(f"profile invalid, still checking against {good.profile.label}: {now}")
         problem = now

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from nccl_launch.errors import ProfileError
+from nccl_launch.errors import PinError, ProfileError
 from nccl_launch.masking import MASK, is_secret, mask_argv, mask_credentials
 from nccl_launch.profile.chain import ProfileChain, read_chain
 from nccl_launch.profile.model import Baseline, Policy, Profile, Provenance
@@ -131,3 +132,16 @@ def validate_chain(chain: ProfileChain) -> LoadedProfile:
 def load_profile(ref: str) -> LoadedProfile:
     """Find, read, validate and resolve a profile with everything it extends."""
     return validate_chain(read_chain(find_profile(ref)))
+
+
+def check_pin(loaded: LoadedProfile, pin: str | None) -> LoadedProfile:
+    """`loaded` when it has the pinned digest (or nothing is pinned); else a drift error that
+    names both digests and the two ways to accept the file as it is now."""
+    if pin is None or loaded.plan.digest == pin:
+        return loaded
+    path, now = shlex.quote(str(loaded.path)), loaded.plan.digest
+    raise PinError(
+        f"profile {loaded.plan.label} ({path}) is {now} but --digest pins {pin}: the file "
+        f"changed since the pin was taken; review it (nccl-launch show {path}), then regenerate "
+        f"the unit (nccl-launch systemd {path}) or pass --digest {now}"
+    )

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 
 from nccl_launch.profile.markers import MARKER_DIGEST, MARKER_PROFILE
 from nccl_launch.profile.model import Profile
 from nccl_launch.sglang.argv import server_argv
+
+# A whole digest as `digest` writes it: a pin is never a prefix, which an edit could be made
+# to match in a few billion tries.
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}", re.ASCII)
 
 
 @dataclass(frozen=True)
