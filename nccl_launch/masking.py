@@ -84,6 +84,12 @@ def mask_argv(argv: Sequence[str]) -> list[str]:
     return masked
 
 
+def mask_words(text: str) -> str:
+    """A text of space-separated argv words (a process title, SGLang's message about an
+    argv) as people see it: masked as `mask_argv` masks an argv."""
+    return " ".join(mask_argv(text.split(" ")))
+
+
 def holds_secret(argv: Sequence[str], env: Mapping[str, str]) -> bool:
     """A credential-looking variable or flag (`HF_TOKEN`, `--api-key`), or a password in a
     value (`postgres://u:pw@db`): whatever people would see masked."""
