@@ -65,7 +65,9 @@ def mask_value(name: str, value: str) -> str:
 
 
 def _secret_flag(word: str) -> bool:
-    return word.startswith("-") and is_secret(word.lstrip("-").split("=", 1)[0])
+    """`--api-key`, `--token=X`; not `--api-key:`, which names the flag in a message."""
+    name = word.lstrip("-").split("=", 1)[0]
+    return word.startswith("-") and not name.endswith(":") and is_secret(name)
 
 
 def mask_argv(argv: Sequence[str]) -> list[str]:

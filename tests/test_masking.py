@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from nccl_launch.masking import is_secret, mask_argv, mask_credentials, mask_value
+from nccl_launch.masking import is_secret, mask_argv, mask_credentials, mask_value, mask_words
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import free_port
 from tests.test_live import Server
@@ -119,6 +119,14 @@ def test_credential_flags_have_their_values_masked() -> None:
         "py", "-m", "x", "--api-key", "***", "--token=***", "--password", "***", "--hf-token",
         "--port", "8", "--num-draft-tokens", "3", "--url", "http://u:***@h/",
     ]  # fmt: skip
+
+
+def test_a_message_quoting_a_flag_is_masked_as_an_argv_but_its_prose_is_kept() -> None:
+    assert mask_words("unrecognized arguments: --openai-api-key sk-1 --hf-token=hf-2") == (
+        "unrecognized arguments: --openai-api-key *** --hf-token=***"
+    )
+    said = "argument --admin-api-key: expected one argument"  # argparse names the flag
+    assert mask_words(said) == said
 
 
 # Human outputs, through the console script.
