@@ -177,7 +177,6 @@ class BaseDirectory:
     """An XDG base directory: `given`, an absolute path from the environment, followed as its
     user wrote it; `below`, the folders under it that nccl-launch walks itself."""
 
-    variable: str
     given: Path
     below: PurePath
 
@@ -209,8 +208,8 @@ def base_directory(variable: str, default: str) -> BaseDirectory:
     holds an empty or relative path invalid, to be ignored (HOME too)."""
     value = os.environ.get(variable, "")
     if Path(value).is_absolute():
-        return BaseDirectory(variable, Path(value), PurePath())
-    return BaseDirectory(variable, _home(variable), PurePath(default))
+        return BaseDirectory(Path(value), PurePath())
+    return BaseDirectory(_home(variable), PurePath(default))
 
 
 def _refuse_others(folder: Path, status: os.stat_result, fix: str) -> None:
