@@ -6,14 +6,16 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import pwd
 import stat
 import sys
 import tempfile
 from collections.abc import Iterator
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePath
 from typing import TextIO
 
-from nccl_launch.errors import UsageError
+from nccl_launch.errors import HostError, UsageError
 
 # A profile, env file, nccl.conf or pidfile is a few KiB; anything larger is a mistake.
 MAX_BYTES = 1 << 20
@@ -106,6 +108,19 @@ def check_trusted(path: Path, status: os.stat_result, what: str) -> None:
             f"{what} {path}: writable by group or others (mode {stat.S_IMODE(status.st_mode):04o})"
             f"; {fix}"
         )
+    found = _folder_of_others(path)
+    if found is not None:
+        folder, folder_status = found
+        mode = stat.S_IMODE(folder_status.st_mode)
+        raise FileError(
+            f"{what} {path}: its directory {folder} (uid {folder_status.st_uid}, mode "
+            f"{mode:04o}) lets other users replace it; {fix}"
+        )
+
+
+def _folder_of_others(path: Path) -> tuple[Path, os.stat_result] | None:
+    """The first directory above `path` (as given, then as it resolves) that another user
+    owns or may write, sticky directories such as /tmp aside; None when there is none."""
     given = Path.cwd() / path  # the directories as given, before symlinks are followed
     for folder in dict.fromkeys([*given.parents, *given.resolve().parents]):
         try:
@@ -114,11 +129,8 @@ def check_trusted(path: Path, status: os.stat_result, what: str) -> None:
             continue
         sticky = bool(folder_status.st_mode & stat.S_ISVTX)
         if not _owner_ok(folder_status) or (_writable_by_others(folder_status) and not sticky):
-            mode = stat.S_IMODE(folder_status.st_mode)
-            raise FileError(
-                f"{what} {path}: its directory {folder} (uid {folder_status.st_uid}, mode "
-                f"{mode:04o}) lets other users replace it; {fix}"
-            )
+            return folder, folder_status
+    return None
 
 
 def atomic_write(path: Path, text: str, *, replace: bool, mode: int | None = None) -> None:
@@ -158,3 +170,100 @@ def atomic_write(path: Path, text: str, *, replace: bool, mode: int | None = Non
             os.link(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class BaseDirectory:
+    """An XDG base directory: `given`, an absolute path from the environment, followed as its
+    user wrote it; `below`, the folders under it that nccl-launch walks itself."""
+
+    given: Path
+    below: PurePath
+
+    @property
+    def path(self) -> Path:
+        return self.given / self.below
+
+
+def _home(variable: str) -> Path:
+    """$HOME when absolute, else the effective user's home in the user database."""
+    home = os.environ.get("HOME", "")
+    if Path(home).is_absolute():
+        return Path(home)
+    try:
+        known = pwd.getpwuid(os.geteuid()).pw_dir
+    except KeyError:
+        known = ""
+    if not Path(known).is_absolute():
+        said = f"relative ({home})" if home else "empty"
+        raise HostError(
+            f"no home directory: HOME is {said} and the user database has none for uid "
+            f"{os.geteuid()}; set HOME or {variable} to an absolute path"
+        )
+    return Path(known)
+
+
+def base_directory(variable: str, default: str) -> BaseDirectory:
+    """$`variable` when absolute, else ~/`default`: the XDG Base Directory specification
+    holds an empty or relative path invalid, to be ignored (HOME too)."""
+    value = os.environ.get(variable, "")
+    if Path(value).is_absolute():
+        return BaseDirectory(Path(value), PurePath())
+    return BaseDirectory(_home(variable), PurePath(default))
+
+
+def _refuse_others(folder: Path, status: os.stat_result, fix: str) -> None:
+    """As root, a folder another user owns or may write: root creates nothing there."""
+    if os.geteuid() == 0 and (status.st_uid != 0 or _writable_by_others(status)):
+        mode = stat.S_IMODE(status.st_mode)
+        raise FileError(
+            f"{folder} (uid {status.st_uid}, mode {mode:04o}) is not root's alone, and root "
+            f"writes nothing in another user's folder; {fix}"
+        )
+
+
+def _folder_beneath(parent: int, name: str, folder: Path, fix: str) -> int:
+    """A descriptor of the folder `name` in `parent`, created 0700 if missing; a symlink is
+    followed only when the user's own."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(name, 0o700, dir_fd=parent)
+    link = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    follow = stat.S_ISLNK(link.st_mode)
+    if follow and link.st_uid != os.geteuid():
+        raise FileError(f"{folder}: a symlink of uid {link.st_uid}, not followed; {fix}")
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(name, flags, dir_fd=parent)
+    try:
+        _refuse_others(folder, os.fstat(fd), fix)
+    except FileError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_beneath(base: BaseDirectory, name: PurePath, flags: int, fix: str) -> int:
+    """A descriptor of `name` under `base`, opened with `flags` but never through a symlink;
+    the folders missing on the way are created 0700, as the specification says. Below
+    `base.given` only the user's own symlinks are followed, and as root every folder from
+    `base.given` down must be root's alone. FileError is a refusal ending with `fix`;
+    OSError, the system's answer."""
+    existing = next(folder for folder in (base.given, *base.given.parents) if folder.is_dir())
+    parts = [*base.given.relative_to(existing).parts, *base.below.parts, *name.parent.parts]
+    fd = os.open(existing, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        _refuse_others(existing, os.fstat(fd), fix)
+        found = _folder_of_others(existing) if os.geteuid() == 0 else None
+        if found is not None:
+            _refuse_others(*found, fix)
+        folder = existing
+        for part in parts:
+            folder /= part
+            parent, fd = fd, -1
+            try:
+                fd = _folder_beneath(parent, part, folder, fix)
+            finally:
+                os.close(parent)
+        return os.open(name.name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=fd)
+    finally:
+        if fd >= 0:
+            os.close(fd)

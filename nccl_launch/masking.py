@@ -65,7 +65,9 @@ def mask_value(name: str, value: str) -> str:
 
 
 def _secret_flag(word: str) -> bool:
-    return word.startswith("-") and is_secret(word.lstrip("-").split("=", 1)[0])
+    """`--api-key`, `--token=X`; not `--api-key:`, which names the flag in a message."""
+    name = word.lstrip("-").split("=", 1)[0]
+    return word.startswith("-") and not name.endswith(":") and is_secret(name)
 
 
 def mask_argv(argv: Sequence[str]) -> list[str]:
@@ -82,6 +84,12 @@ def mask_argv(argv: Sequence[str]) -> list[str]:
         else:
             masked.append(mask_credentials(word))
     return masked
+
+
+def mask_words(text: str) -> str:
+    """A text of space-separated argv words (a process title, SGLang's message about an
+    argv) as people see it: masked as `mask_argv` masks an argv."""
+    return " ".join(mask_argv(text.split(" ")))
 
 
 def holds_secret(argv: Sequence[str], env: Mapping[str, str]) -> bool:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +22,7 @@ import pytest
 from nccl_launch.bench.gpus import parse_gpus
 from nccl_launch.bench.history import opened, read_history
 from nccl_launch.bench.result import BenchReport, Method, RunFigure, judge
+from nccl_launch.files import FileError
 from nccl_launch.profile.model import Baseline
 from nccl_launch.report import SCHEMA_VERSION
 from tests.conftest import RunCli, WriteProfile, console_script
@@ -564,6 +567,120 @@ def test_history_goes_under_xdg_state_home_when_it_is_absolute(
     assert default_path() == tmp_path / "state" / "nccl-launch" / "bench.jsonl"
     monkeypatch.setenv("XDG_STATE_HOME", "relative")  # the spec says to ignore it
     assert default_path() == Path.home() / ".local" / "state" / "nccl-launch" / "bench.jsonl"
+
+
+@pytest.mark.parametrize("home", ["", "relative"])
+def test_an_empty_or_relative_home_is_ignored_for_the_user_databases(
+    home: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nccl_launch.bench.history import default_path
+
+    monkeypatch.setenv("HOME", home)
+    known = Path(pwd.getpwuid(os.geteuid()).pw_dir)
+    assert default_path() == known / ".local" / "state" / "nccl-launch" / "bench.jsonl"
+
+
+def test_no_usable_home_at_all_is_a_host_problem(
+    run_cli: RunCli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_entry(uid: int) -> pwd.struct_passwd:
+        raise KeyError(uid)
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    result = run_cli("bench", "--history", env={"HOME": "relative"})
+    assert result.returncode == 3, result.stderr
+    assert result.stderr == (
+        f"nccl-launch: no home directory: HOME is relative (relative) and the user database "
+        f"has none for uid {os.geteuid()}; set HOME or XDG_STATE_HOME to an absolute path\n"
+    )
+
+
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="root writing in another user's home")
+OTHER_UID = 12345
+
+
+def owned_by_others(home: Path) -> Path:
+    """The folders of `home` down to the state home, given to another user; the last one."""
+    state = home / ".local" / "state"
+    state.mkdir(parents=True)
+    for folder in (home, home / ".local", state):
+        os.chown(folder, OTHER_UID, OTHER_UID)
+    return state
+
+
+@ROOT_ONLY
+@pytest.mark.parametrize("plant", [True, False], ids=["symlink", "empty-home"])
+def test_root_writes_nothing_in_another_users_home(
+    plant: bool, run_cli: RunCli, write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    """`sudo -E bench`: root with HOME of a user, who planted a symlink to a folder root owns."""
+    write_profile("standin", PROFILE.format(version=1, python=sys.executable, port=1))
+    home, target = tmp_path / "alice", tmp_path / "root-owns"
+    home.mkdir()
+    target.mkdir()
+    os.chown(home, OTHER_UID, OTHER_UID)
+    if plant:
+        (owned_by_others(home) / "nccl-launch").symlink_to(target)
+        os.lchown(home / ".local" / "state" / "nccl-launch", OTHER_UID, OTHER_UID)
+    args = ("bench", "standin", "--url", "http://127.0.0.1:1")
+    result = run_cli(*args, env={"HOME": str(home)})  # nothing listens: the record fails first
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        f"nccl-launch: bench history {home}/.local/state/nccl-launch/bench.jsonl: {home} (uid "
+        f"{OTHER_UID}, mode 0755) is not root's alone, and root writes nothing in another "
+        "user's folder; set XDG_STATE_HOME to a folder of your own, or name the file with "
+        "--record FILE\n"
+    )
+    assert list(target.iterdir()) == []
+    assert [path for path in home.rglob("*") if path.lstat().st_uid != OTHER_UID] == []
+
+
+def test_a_symlink_of_another_user_under_the_state_home_is_not_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Even in a home of one's own: a symlink another user could place is not followed."""
+    state, target = tmp_path / "state", tmp_path / "elsewhere"
+    state.mkdir()
+    target.mkdir()
+    (state / "nccl-launch").symlink_to(target)
+    os.lchown(state / "nccl-launch", OTHER_UID, OTHER_UID)
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    refused = rf"{state}/nccl-launch: a symlink of uid {OTHER_UID}, not followed"
+    with pytest.raises(FileError, match=refused), opened(None):
+        pass
+    assert list(target.iterdir()) == []
+
+
+def test_ones_own_symlink_is_followed_and_new_folders_are_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """~/.local on another disk, as many set it up: the history goes there, folders 0700."""
+    home, elsewhere = tmp_path / "user", tmp_path / "disk"
+    home.mkdir()
+    elsewhere.mkdir()
+    (home / ".local").symlink_to(elsewhere)
+    monkeypatch.setenv("HOME", str(home))
+    with opened(None) as recorder:
+        recorder.append(measured())
+    assert recorder.path == home / ".local" / "state" / "nccl-launch" / "bench.jsonl"
+    assert [result.profile for result in read_history(recorder.path).results] == ["p@1"]
+    for folder in (elsewhere / "state", elsewhere / "state" / "nccl-launch"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+
+@ROOT_ONLY
+def test_root_with_another_users_home_records_under_its_own_xdg_state_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "alice"
+    home.mkdir()
+    os.chown(home, OTHER_UID, OTHER_UID)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "root-state"))
+    with opened(None) as recorder:
+        recorder.append(measured())
+    assert recorder.path == tmp_path / "root-state" / "nccl-launch" / "bench.jsonl"
+    assert list(home.iterdir()) == []
 
 
 @pytest.mark.parametrize(

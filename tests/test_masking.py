@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from nccl_launch.masking import is_secret, mask_argv, mask_credentials, mask_value
+from nccl_launch.masking import is_secret, mask_argv, mask_credentials, mask_value, mask_words
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import free_port
 from tests.test_live import Server
@@ -119,6 +119,14 @@ def test_credential_flags_have_their_values_masked() -> None:
         "py", "-m", "x", "--api-key", "***", "--token=***", "--password", "***", "--hf-token",
         "--port", "8", "--num-draft-tokens", "3", "--url", "http://u:***@h/",
     ]  # fmt: skip
+
+
+def test_a_message_quoting_a_flag_is_masked_as_an_argv_but_its_prose_is_kept() -> None:
+    assert mask_words("unrecognized arguments: --openai-api-key sk-1 --hf-token=hf-2") == (
+        "unrecognized arguments: --openai-api-key *** --hf-token=***"
+    )
+    said = "argument --admin-api-key: expected one argument"  # argparse names the flag
+    assert mask_words(said) == said
 
 
 # Human outputs, through the console script.
@@ -319,14 +327,45 @@ def test_masking_takes_linear_time(word: str) -> None:
     assert time.monotonic() - started < 5  # quadratic: hours for a 1 MB word
 
 
+@pytest.mark.parametrize("fmt", ["text", "json", "prometheus"])
 def test_check_masks_a_credential_flag_in_a_process_title(
-    write_profile: WriteProfile, run_cli: RunCli
+    fmt: str, write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     from tests.test_live import sleeper
 
     write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
-    with sleeper({b"NCCL_PROTO": b"LL"}, b"--api-key", b"sk-live-123") as pid:
-        result = run_cli("check", "p", "--pid", str(pid))
+    with sleeper({b"NCCL_PROTO": b"LL"}, b"--api-key", b"sk-live-123", b"--token=sk-456") as pid:
+        result = run_cli("check", "p", "--pid", str(pid), "--format", fmt)
     assert result.returncode == 0, result.stderr
     assert "sk-live-123" not in result.stdout
-    assert "--api-key ***" in result.stdout
+    assert "sk-456" not in result.stdout
+    if fmt == "text":
+        assert "--api-key *** --token=***" in result.stdout
+    if fmt == "json":
+        [process] = json.loads(result.stdout)["processes"]
+        assert process["title"].endswith("--api-key *** --token=***")
+
+
+def test_preflight_json_masks_the_argv_and_what_sglang_quotes_of_it(
+    write_profile: WriteProfile, run_cli: RunCli, sglang_python: str
+) -> None:
+    """The argv, and SGLang's refusal of a flag it does not know, which quotes its value."""
+    profile = (
+        PROFILE.replace(sys.executable, sglang_python)
+        .replace('"--admin-api-key", "-dash-flag",', "")  # SGLang refuses a value like a flag
+        .replace('"4096"]', '"4096", "--openai-api-key", "sk-typo"]')
+    )
+    write_profile("secretive", profile)
+    skip = [arg for name in ("nccl.conf", "env-plugin", "gpus", "port", "paths")
+            for arg in ("--skip", name)]  # fmt: skip
+    text = run_cli("preflight", "secretive", *skip)
+    result = run_cli("preflight", "secretive", *skip, "--format", "json")
+    assert result.returncode == text.returncode == 3, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["sglang"]["stage"] == "parse"
+    assert "--openai-api-key ***" in report["sglang"]["error"]
+    assert "--openai-api-key ***" in text.stdout
+    assert report["argv"][-4:] == ["--max-total-tokens", "4096", "--openai-api-key", "***"]
+    for output in (text.stdout, result.stdout):
+        assert_hidden(output)
+        assert "sk-typo" not in output

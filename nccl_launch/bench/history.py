@@ -11,36 +11,51 @@ import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from pydantic import ValidationError
 
 from nccl_launch.bench.result import BenchReport
 from nccl_launch.errors import EXIT_OK
 from nccl_launch.escaping import escaped
-from nccl_launch.files import FileError, read_text
+from nccl_launch.files import BaseDirectory, FileError, base_directory, open_beneath, read_text
 from nccl_launch.report import Report
 
 FILE_NAME = "bench.jsonl"
+IN_STATE = PurePath("nccl-launch", FILE_NAME)
+_OTHER_FILE = "set XDG_STATE_HOME to a folder of your own, or name the file with --record FILE"
 HISTORY_LIMIT = 64 << 20  # some 40,000 results; a larger file is not this history
 ROOM = 1 << 20  # kept free by appending: a result line is a few KiB (its prompt included)
 _KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket"}
 
 
+def state_home() -> BaseDirectory:
+    """$XDG_STATE_HOME, else ~/.local/state, as the XDG Base Directory specification says."""
+    return base_directory("XDG_STATE_HOME", ".local/state")
+
+
 def default_path() -> Path:
-    """$XDG_STATE_HOME/nccl-launch/bench.jsonl; the spec ignores a relative XDG_STATE_HOME."""
-    state = os.environ.get("XDG_STATE_HOME", "")
-    root = Path(state) if Path(state).is_absolute() else Path.home() / ".local" / "state"
-    return root / "nccl-launch" / FILE_NAME
+    """$XDG_STATE_HOME/nccl-launch/bench.jsonl."""
+    return state_home().path / IN_STATE
 
 
-def _open_append(path: Path) -> int:
-    """A descriptor to append to `path`, a regular file (created if absent), never through a
-    symlink (as root, one planted there would aim the write elsewhere), never blocking."""
+def _open_append(path: Path | None) -> tuple[Path, int]:
+    """The history's path and a descriptor to append to it, a regular file (created if
+    absent), never through a symlink (as root, one planted there would aim the write
+    elsewhere), never blocking. None is the default path, under the state home."""
     flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    state = None
+    if path is None:
+        state = state_home()
+        path = state.path / IN_STATE
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, flags, 0o644)
+        if state is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, flags, 0o644)
+        else:
+            fd = open_beneath(state, IN_STATE, flags, _OTHER_FILE)
+    except FileError as error:
+        raise FileError(f"bench history {path}: {error}") from None
     except OSError as error:
         with contextlib.suppress(OSError):
             _refuse_kind(path, os.lstat(path).st_mode)  # why, if it is no regular file
@@ -55,7 +70,7 @@ def _open_append(path: Path) -> int:
         os.close(fd)
         raise
     os.set_blocking(fd, True)
-    return fd
+    return path, fd
 
 
 def _refuse_full(path: Path, size: int) -> None:
@@ -76,10 +91,10 @@ def _refuse_kind(path: Path, mode: int) -> None:
 
 
 @contextlib.contextmanager
-def opened(path: Path) -> Iterator[Recorder]:
-    """The history, opened before measuring: a file that cannot take the result fails at
-    once, not after the benchmark."""
-    fd = _open_append(path)
+def opened(path: Path | None) -> Iterator[Recorder]:
+    """The history (None: the default one), opened before measuring: a file that cannot
+    take the result fails at once, not after the benchmark."""
+    path, fd = _open_append(path)
     try:
         yield Recorder(path, fd)
     finally:

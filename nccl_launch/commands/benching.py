@@ -122,11 +122,10 @@ def bench(
         prompt.encode()
     except UnicodeEncodeError:  # argv bytes that were not UTF-8 (surrogateescape)
         raise UsageError("--prompt: holds a byte that is not UTF-8; write it in UTF-8") from None
-    record = record if record is not None else history.default_path()
     if show_history:
         if url is not None or pid is not None:
             raise UsageError("--history reads the record only: drop --url and --pid")
-        return _history(profile, record, fmt)
+        return _history(profile, record or history.default_path(), fmt)
     if profile is None or url is None:
         raise UsageError("name the PROFILE and the server's --url (or use --history)")
     loaded = load_profile(profile)
@@ -149,5 +148,5 @@ def bench(
     else:
         echo_lines(summary_lines(report))
     if report.status == "measured":
-        echo_lines([f"recorded in {record}"], err=fmt == "json")
+        echo_lines([f"recorded in {recorder.path}"], err=fmt == "json")
     return report.exit_code

@@ -19,6 +19,7 @@ from nccl_launch.launch.host import (
 )
 from nccl_launch.launch.preflight_report import Check, PreflightReport
 from nccl_launch.launch.prepare import LaunchPlan
+from nccl_launch.masking import mask_words
 from nccl_launch.profile.lint import review
 from nccl_launch.sglang.server import Server
 
@@ -75,7 +76,7 @@ def sglang_checks(server: Server, argv: list[str]) -> tuple[list[Check], dict[st
     where = f"{result['python']}, Python {result['python_version']}"
     checks = [Check(name="sglang", status="ok", message=f"SGLang {result['version']} ({where})")]
     if stage == "parse":
-        message = f"SGLang's parser rejects the argv: {result['error']}"
+        message = f"SGLang's parser rejects the argv: {mask_words(result['error'])}"
         return [*checks, Check(name="argv", status="fail", message=message)], result
     parsed = result["parsed"]
     differs = [

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, field_serializer
 
 from nccl_launch.env.drift import DriftReport
 from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK
+from nccl_launch.masking import mask_argv, mask_words
 from nccl_launch.report import Report
 
 Status = Literal["ok", "warn", "fail"]
@@ -23,14 +24,32 @@ class Check(BaseModel):
     drift: DriftReport | None = None
 
 
+def _masked_texts(value: Any) -> Any:
+    """The probe's answer with every text in it (its error, the parsed values) masked."""
+    if isinstance(value, str):
+        return mask_words(value)
+    if isinstance(value, dict):
+        return {key: _masked_texts(item) for key, item in value.items()}
+    return value
+
+
 class PreflightReport(Report):
-    """`preflight`'s result: exit 3 when a host or SGLang check fails, else 1 on drift."""
+    """`preflight`'s result: exit 3 when a host or SGLang check fails, else 1 on drift. JSON
+    masks the argv, and what SGLang's answer quotes of it, as the text does."""
 
     profile: str
     digest: str
     argv: list[str]
     checks: list[Check]
     sglang: dict[str, Any] | None = None
+
+    @field_serializer("argv")
+    def _masked_argv(self, argv: list[str]) -> list[str]:
+        return mask_argv(argv)
+
+    @field_serializer("sglang")
+    def _masked_probe(self, probe: dict[str, Any] | None) -> dict[str, Any] | None:
+        return _masked_texts(probe)  # type: ignore[no-any-return]
 
     @property
     def exit_code(self) -> int:
