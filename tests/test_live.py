@@ -830,18 +830,18 @@ def test_a_process_title_cannot_forge_a_line_of_checks_report() -> None:
 # exits, every process left in the namespace dies with it.
 
 REUSE = """
-import json, signal, subprocess, sys
+import json, signal, subprocess, sys, time
 
 def server():
     argv = [sys.executable, "-c", "import time; time.sleep(60)"]
     return subprocess.Popen(argv, env={"NCCL_PROTO": "LL"})
 
-def reuse(old):
+def reuse(old, env=None):
     old.kill()
     old.wait()
     with open("/proc/sys/kernel/ns_last_pid", "w") as file:
         file.write(str(old.pid - 1))
-    newcomer = subprocess.Popen(["sleep", "1000"])
+    newcomer = subprocess.Popen(["sleep", "1000"], env=env)
     assert newcomer.pid == old.pid, (newcomer.pid, old.pid)
     return newcomer
 
@@ -877,7 +877,33 @@ def held():
         ended = stop_tree(server_held, snapshots, 1)
     return {"pid": old.pid, "error": error, "ended": ended, "alive": newcomer.poll() is None}
 
-print(json.dumps(watch(*sys.argv[2:]) if sys.argv[1] == "watch" else held()))
+def bench(profile, script, standin, port):
+    # The main process only starts the server: the server lives on when it is killed.
+    start = "import subprocess, sys, time; subprocess.Popen(sys.argv[1:]); time.sleep(600)"
+    argv = [sys.executable, "-c", start, sys.executable, "-m", "sglang.launch_server",
+            "--model-path", "/models/m", "--tp", "2", "--port", port]
+    env = {"NCCL_PROTO": "LL", "PYTHONPATH": standin, "SPT_NOENV": "1"}
+    env["STANDIN_TOKEN_RATE"] = "100"  # 2 runs of 50 tokens: a second to take the PID
+    old = subprocess.Popen(argv, env=env)
+    argv = [script, "bench", profile, "--url", f"http://127.0.0.1:{port}", "--pid",
+            str(old.pid), "--max-tokens", "50", "--runs", "2", "--warmup", "0", "--record",
+            "bench.jsonl"]
+    for _ in range(100):  # until the server listens
+        done = subprocess.run([script, "check", profile, "--port", port], capture_output=True)
+        if done.returncode == 0:
+            break
+        time.sleep(0.1)
+    bencher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
+    while not seen or not seen[-1].startswith("checked before: pid"):
+        seen.append(bencher.stdout.readline())
+        assert seen[-1], seen
+    newcomer = reuse(old, {"NCCL_PROTO": "LL"})  # the profile's environment, to the letter
+    out = "".join(seen) + bencher.communicate(timeout=30)[0]
+    return {"pid": old.pid, "code": bencher.returncode, "out": out}
+
+mode = {"watch": watch, "held": held, "bench": bench}[sys.argv[1]]
+print(json.dumps(mode(*sys.argv[2:])))
 """
 
 
@@ -907,3 +933,15 @@ def test_a_held_server_whose_pid_is_reused_is_neither_read_nor_signalled() -> No
     found = in_own_pid_namespace("held")
     assert found["error"] == f"pid {found['pid']} ended, and its PID now names another process"
     assert (found["ended"], found["alive"]) == (1, True)
+
+
+def test_bench_refuses_to_check_after_its_runs_another_process_than_before(
+    write_profile: WriteProfile,
+) -> None:
+    path = write_profile("evil", EVIL)
+    port = str(free_port())
+    found = in_own_pid_namespace("bench", str(path), console_script(), str(STANDIN), port)
+    assert found["code"] == 3, found["out"]
+    assert found["out"].splitlines()[-1] == (
+        f"nccl-launch: pid {found['pid']} ended, and its PID now names another process"
+    )
