@@ -160,7 +160,7 @@ def hold(target: Target) -> Iterator[HeldProcess]:
     pid = main_pid(target)
     try:
         pidfd = os.pidfd_open(pid)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # OverflowError: past any pid_t
         raise HostError(f"no process with pid {pid}") from None
     except OSError as error:
         raise HostError(f"cannot hold pid {pid} (pidfd_open): {error.strerror}") from None
