@@ -769,7 +769,7 @@ def test_a_server_started_by_run_is_checked_from_any_directory(
 
 # The tree walk through /proc/PID/task/TID/children, against psutil's scan of every process.
 
-from nccl_launch.live.processes import descendants, snapshot_tree  # noqa: E402
+from nccl_launch.live.processes import Target, descendants, hold, snapshot_tree  # noqa: E402
 
 
 def _has_children_files() -> bool:
@@ -793,7 +793,8 @@ def test_the_walk_finds_the_same_tree_as_psutil(start: StartServer) -> None:
     walked = descendants(main)
     assert len(server.tree) >= 4  # two schedulers, a detokenizer, the resource tracker
     assert _pids(walked) == _pids(main.children(recursive=True)) == set(server.tree[1:])
-    snapshots = [snapshot.pid for snapshot in snapshot_tree(main.pid)]
+    with hold(Target(pid=main.pid)) as held:
+        snapshots = [snapshot.pid for snapshot in snapshot_tree(held)]
     assert (snapshots[0], sorted(snapshots)) == (main.pid, sorted(server.tree))
 
 
@@ -859,3 +860,125 @@ def test_a_process_title_cannot_forge_a_line_of_checks_report() -> None:
     assert "hunter2" not in text
     assert "\x1b" not in text
     assert not any(line.startswith("no drift in 9") for line in text.splitlines())
+
+
+# A server that exits and a newcomer that takes its PID, in a PID namespace of the test's own,
+# where writing ns_last_pid chooses the next PID. The driver is the namespace's PID 1: when it
+# exits, every process left in the namespace dies with it.
+
+REUSE = """
+import json, signal, subprocess, sys, time
+
+def server():
+    argv = [sys.executable, "-c", "import time; time.sleep(60)"]
+    return subprocess.Popen(argv, env={"NCCL_PROTO": "LL"})
+
+def reuse(old, env=None):
+    old.kill()
+    old.wait()
+    with open("/proc/sys/kernel/ns_last_pid", "w") as file:
+        file.write(str(old.pid - 1))
+    newcomer = subprocess.Popen(["sleep", "1000"], env=env)
+    assert newcomer.pid == old.pid, (newcomer.pid, old.pid)
+    return newcomer
+
+def watch(profile, script):
+    old = server()
+    argv = [script, "check", profile, "--pid", str(old.pid), "--watch", "0.3",
+            "--on-drift", "stop", "--grace", "1"]
+    watcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
+    while not seen or not seen[-1].startswith("no drift"):
+        seen.append(watcher.stdout.readline())
+        assert seen[-1], seen
+    watcher.send_signal(signal.SIGSTOP)  # between two rounds: the last one has printed
+    newcomer = reuse(old)
+    watcher.send_signal(signal.SIGCONT)
+    out = "".join(seen) + watcher.communicate(timeout=20)[0]
+    alive = newcomer.poll() is None
+    return {"pid": old.pid, "code": watcher.returncode, "out": out, "alive": alive}
+
+def held():
+    from nccl_launch.errors import HostError
+    from nccl_launch.live.processes import Target, hold, snapshot_tree, stop_tree
+
+    old = server()
+    with hold(Target(pid=old.pid)) as server_held:
+        snapshots = snapshot_tree(server_held)
+        newcomer = reuse(old)
+        try:
+            snapshot_tree(server_held)
+            error = None
+        except HostError as raised:
+            error = str(raised)
+        ended = stop_tree(server_held, snapshots, 1)
+    return {"pid": old.pid, "error": error, "ended": ended, "alive": newcomer.poll() is None}
+
+def bench(profile, script, standin, port):
+    # The main process only starts the server: the server lives on when it is killed.
+    start = "import subprocess, sys, time; subprocess.Popen(sys.argv[1:]); time.sleep(600)"
+    argv = [sys.executable, "-c", start, sys.executable, "-m", "sglang.launch_server",
+            "--model-path", "/models/m", "--tp", "2", "--port", port]
+    env = {"NCCL_PROTO": "LL", "PYTHONPATH": standin, "SPT_NOENV": "1"}
+    env["STANDIN_TOKEN_RATE"] = "100"  # 2 runs of 50 tokens: a second to take the PID
+    old = subprocess.Popen(argv, env=env)
+    argv = [script, "bench", profile, "--url", f"http://127.0.0.1:{port}", "--pid",
+            str(old.pid), "--max-tokens", "50", "--runs", "2", "--warmup", "0", "--record",
+            "bench.jsonl"]
+    for _ in range(100):  # until the server listens
+        done = subprocess.run([script, "check", profile, "--port", port], capture_output=True)
+        if done.returncode == 0:
+            break
+        time.sleep(0.1)
+    bencher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
+    while not seen or not seen[-1].startswith("checked before: pid"):
+        seen.append(bencher.stdout.readline())
+        assert seen[-1], seen
+    newcomer = reuse(old, {"NCCL_PROTO": "LL"})  # the profile's environment, to the letter
+    out = "".join(seen) + bencher.communicate(timeout=30)[0]
+    return {"pid": old.pid, "code": bencher.returncode, "out": out}
+
+mode = {"watch": watch, "held": held, "bench": bench}[sys.argv[1]]
+print(json.dumps(mode(*sys.argv[2:])))
+"""
+
+
+def in_own_pid_namespace(*args: str) -> dict[str, Any]:
+    """What the REUSE driver found, run as PID 1 of a new PID namespace."""
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", REUSE, *args]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    found: dict[str, Any] = json.loads(done.stdout)
+    return found
+
+
+def test_a_watch_whose_server_pid_is_reused_ends_and_never_signals_the_newcomer(
+    write_profile: WriteProfile,
+) -> None:
+    path = write_profile("evil", EVIL)
+    found = in_own_pid_namespace("watch", str(path), console_script())
+    pid = found["pid"]
+    assert (found["code"], found["alive"]) == (3, True), found["out"]
+    assert found["out"].splitlines()[-1] == (
+        f"server gone: pid {pid} ended, and its PID now names another process"
+    )
+    assert "stopped the server" not in found["out"]
+
+
+def test_a_held_server_whose_pid_is_reused_is_neither_read_nor_signalled() -> None:
+    found = in_own_pid_namespace("held")
+    assert found["error"] == f"pid {found['pid']} ended, and its PID now names another process"
+    assert (found["ended"], found["alive"]) == (1, True)
+
+
+def test_bench_refuses_to_check_after_its_runs_another_process_than_before(
+    write_profile: WriteProfile,
+) -> None:
+    path = write_profile("evil", EVIL)
+    port = str(free_port())
+    found = in_own_pid_namespace("bench", str(path), console_script(), str(STANDIN), port)
+    assert found["code"] == 3, found["out"]
+    assert found["out"].splitlines()[-1] == (
+        f"nccl-launch: pid {found['pid']} ended, and its PID now names another process"
+    )

@@ -16,7 +16,14 @@ from nccl_launch.bench.result import BenchReport, Method, RunFigure, Status, jud
 from nccl_launch.bench.url import masked_url, url_address
 from nccl_launch.errors import HostError, UsageError
 from nccl_launch.live.compare import LiveReport
-from nccl_launch.live.processes import Target, descendants, listening_pids, main_pid, snapshot_tree
+from nccl_launch.live.processes import (
+    HeldProcess,
+    Target,
+    descendants,
+    hold,
+    listening_pids,
+    snapshot_tree,
+)
 from nccl_launch.live.watch import compare_tree
 from nccl_launch.profile.load import LoadedProfile
 
@@ -114,9 +121,9 @@ def locate(url: str, pid: int | None) -> Endpoint:
     return Endpoint(url=url, target=Target(pid=main))
 
 
-def check_endpoint(endpoint: Endpoint, loaded: LoadedProfile) -> LiveReport:
+def check_endpoint(server: HeldProcess, loaded: LoadedProfile) -> LiveReport:
     """`check`'s comparison of the server's whole tree with the profile."""
-    return compare_tree(snapshot_tree(main_pid(endpoint.target)), loaded)
+    return compare_tree(snapshot_tree(server), loaded)
 
 
 def request_body(facts: InfoAnswer, method: Method) -> dict[str, Any]:
@@ -152,29 +159,31 @@ def measure_decode(
         fields = {"status": status, "runs": runs, **stamp, **summarize(runs), **more}
         return BenchReport.model_validate(fields)
 
-    before = check_endpoint(endpoint, loaded)
-    progress.verified("before", before)
-    if not before.ok:
-        return report("refused", [], drift=before)
-    runs: list[RunFigure] = []
-    with Client(endpoint.url, timeout) as client:
-        facts = client.server_info()
-        gpus, gpus_note = query_gpus()
-        stamp |= {"sglang_version": facts.version, "model": facts.model, "gpus": gpus}
-        stamp |= {"gpus_note": gpus_note}
-        body = request_body(facts, method)
-        try:
-            for number in range(1, method.warmup + 1):
-                progress.ran("warmup", number, method.warmup, client.complete(body))
-            for number in range(1, method.runs + 1):
-                runs.append(client.complete(body))
-                progress.ran("run", number, method.runs, runs[-1])
-        except KeyboardInterrupt:
-            return report("interrupted", runs)
-    after = check_endpoint(endpoint, loaded)
-    progress.verified("after", after)
-    if not after.ok:
-        return report("discarded", runs, drift=after)
+    # Held from the check before to the one after: the process checked after is the same.
+    with hold(endpoint.target) as server:
+        before = check_endpoint(server, loaded)
+        progress.verified("before", before)
+        if not before.ok:
+            return report("refused", [], drift=before)
+        runs: list[RunFigure] = []
+        with Client(endpoint.url, timeout) as client:
+            facts = client.server_info()
+            gpus, gpus_note = query_gpus()
+            stamp |= {"sglang_version": facts.version, "model": facts.model, "gpus": gpus}
+            stamp |= {"gpus_note": gpus_note}
+            body = request_body(facts, method)
+            try:
+                for number in range(1, method.warmup + 1):
+                    progress.ran("warmup", number, method.warmup, client.complete(body))
+                for number in range(1, method.runs + 1):
+                    runs.append(client.complete(body))
+                    progress.ran("run", number, method.runs, runs[-1])
+            except KeyboardInterrupt:
+                return report("interrupted", runs)
+        after = check_endpoint(server, loaded)
+        progress.verified("after", after)
+        if not after.ok:
+            return report("discarded", runs, drift=after)
     baseline = loaded.profile.baseline
     measured = report("measured", runs)
     if baseline is None or measured.mean_tok_s is None:

@@ -3,10 +3,14 @@ socket it listens on), read its tree, stop it when asked."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import select
 import shlex
+import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,6 +114,72 @@ def main_pid(target: Target) -> int:
     raise AssertionError("unreachable: one target is set")
 
 
+@dataclass(frozen=True)
+class HeldProcess:
+    """The server's main process, held while it is checked: a pidfd names this one process,
+    never another that later takes its PID; `create_time` is what psutil read of it."""
+
+    pid: int
+    create_time: float
+    pidfd: int
+
+    def running(self) -> bool:
+        """Whether the process still runs: its pidfd turns readable once it has exited."""
+        poll = select.poll()
+        poll.register(self.pidfd, select.POLLIN)
+        return not poll.poll(0)
+
+    def send(self, number: signal.Signals) -> None:
+        """Send `number` through the pidfd: to this process or, once it has exited, to none."""
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self.pidfd, number)
+
+    def process(self) -> psutil.Process | None:
+        """psutil's view of the held process, or None once it has exited."""
+        try:
+            process = psutil.Process(self.pid)
+            same = process.create_time() == self.create_time
+        except psutil.NoSuchProcess:
+            return None
+        # Still running after the look: the PID was never free, so it was read of this one.
+        return process if same and self.running() else None
+
+    def gone(self) -> str:
+        """Why the held process can no longer be checked: it exited, its PID maybe reused."""
+        try:  # not by create time: two processes started in one clock tick share it
+            reused = psutil.Process(self.pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            reused = False
+        also = ", and its PID now names another process" if reused else ""
+        return f"pid {self.pid} ended{also}"
+
+
+@contextlib.contextmanager
+def hold(target: Target) -> Iterator[HeldProcess]:
+    """The server's main process, held by a pidfd until the block ends."""
+    pid = main_pid(target)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (ProcessLookupError, OverflowError):  # OverflowError: past any pid_t
+        raise HostError(f"no process with pid {pid}") from None
+    except OSError as error:
+        raise HostError(f"cannot hold pid {pid} (pidfd_open): {error.strerror}") from None
+    try:
+        yield _held(pid, pidfd)
+    finally:
+        os.close(pidfd)
+
+
+def _held(pid: int, pidfd: int) -> HeldProcess:
+    try:
+        held = HeldProcess(pid, psutil.Process(pid).create_time(), pidfd)
+    except psutil.NoSuchProcess:
+        raise HostError(f"no process with pid {pid}") from None
+    if held.process() is None:  # exited since pidfd_open: the create time may be another's
+        raise HostError(f"no process with pid {pid}")
+    return held
+
+
 def readable(text: str) -> str:
     """psutil decodes /proc with surrogateescape; a byte that is not UTF-8 is shown as `\\xff`
     instead, so that every format (JSON included) can print it, and NCCL's reading of the
@@ -201,16 +271,22 @@ def _child_pids(tasks: Path) -> list[int]:
     return pids
 
 
-def snapshot_tree(pid: int) -> list[ProcessSnapshot]:
-    """The main process and every descendant; processes that end meanwhile are skipped."""
+def snapshot_tree(server: HeldProcess) -> list[ProcessSnapshot]:
+    """The main process and every descendant; processes that end meanwhile are skipped.
+
+    Raises HostError when the held process has exited: what its PID names now is not read.
+    """
     try:
-        main = psutil.Process(pid)
+        main = psutil.Process(server.pid)
         snapshots = [_snapshot(main)]
         children = descendants(main)
     except psutil.NoSuchProcess:
-        raise HostError(f"no process with pid {pid}") from None
+        raise HostError(server.gone()) from None
     except psutil.AccessDenied:
-        raise HostError(f"permission denied reading process {pid}") from None
+        raise HostError(f"permission denied reading process {server.pid}") from None
+    # Still running after the reads: the PID was never free, so they were of this process.
+    if snapshots[0].create_time != server.create_time or not server.running():
+        raise HostError(server.gone())
     for child in children:
         try:
             snapshots.append(_snapshot(child))
@@ -234,32 +310,42 @@ def _alive(snapshots: list[ProcessSnapshot]) -> list[psutil.Process]:
     return [process for process in map(_same, snapshots) if process is not None]
 
 
-def _wait(snapshots: list[ProcessSnapshot], seconds: float) -> list[psutil.Process]:
+def _wait(server: HeldProcess, children: list[ProcessSnapshot], seconds: float) -> list[int]:
+    """The PIDs of the tree still alive once all ended or `seconds` passed."""
     deadline = time.monotonic() + seconds
-    while (alive := _alive(snapshots)) and time.monotonic() < deadline:
+    while True:
+        left = [process.pid for process in _alive(children)]
+        if server.running():
+            left.insert(0, server.pid)
+        if not left or time.monotonic() >= deadline:
+            return left
         time.sleep(0.1)
-    return alive
 
 
-def stop_tree(snapshots: list[ProcessSnapshot], grace: float) -> int:
+def stop_tree(server: HeldProcess, snapshots: list[ProcessSnapshot], grace: float) -> int:
     """SIGTERM the main process, SIGKILL what remains after `grace`; returns how many ended.
 
-    Only processes whose create time still matches the snapshot are signalled.
+    The main process is signalled through its pidfd; a worker only while its create time
+    still matches its snapshot.
     """
-    main = _same(snapshots[0])
+    children = snapshots[1:]
+    main = server.process()
     if main is not None:  # take in the workers started since the last look
         known = {snapshot.pid for snapshot in snapshots}
         for child in descendants(main):
             if child.pid not in known:
                 try:
-                    snapshots = [*snapshots, _snapshot(child)]
+                    children.append(_snapshot(child))
                 except psutil.NoSuchProcess:
                     continue
-        main.terminate()
-    for process in _wait(snapshots, grace):
-        process.kill()
-    left = _wait(snapshots, 5)
+    server.send(signal.SIGTERM)
+    if _wait(server, children, grace):
+        server.send(signal.SIGKILL)
+        for process in _alive(children):
+            with contextlib.suppress(psutil.NoSuchProcess):  # psutil checks the create time
+                process.kill()
+    left = _wait(server, children, 5)
     if left:
-        pids = ", ".join(str(process.pid) for process in left)
+        pids = ", ".join(map(str, left))
         raise HostError(f"processes {pids} survived SIGKILL")
-    return len(snapshots)
+    return 1 + len(children)

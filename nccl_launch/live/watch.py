@@ -20,7 +20,7 @@ from nccl_launch.errors import (
     UsageError,
 )
 from nccl_launch.live.compare import LiveReport, evaluate
-from nccl_launch.live.processes import ProcessSnapshot, Target, main_pid, snapshot_tree, stop_tree
+from nccl_launch.live.processes import ProcessSnapshot, Target, hold, snapshot_tree, stop_tree
 from nccl_launch.profile.load import LoadedProfile, check_pin, load_profile
 from nccl_launch.profile.markers import MARKER_PROFILE, MARKER_PROFILE_FILE
 
@@ -92,7 +92,8 @@ def compare_tree(
 
 def check(target: Target, ref: str | None, pin: str | None = None) -> LiveReport:
     """One look at the server's whole process tree (a profile not of digest `pin` refused)."""
-    snapshots = snapshot_tree(main_pid(target))
+    with hold(target) as server:
+        snapshots = snapshot_tree(server)
     return compare_tree(snapshots, check_pin(profile_of(snapshots[0], ref), pin))
 
 
@@ -130,24 +131,24 @@ def watch(
     done = threading.Event()
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, lambda *_: done.set())
-    pid = main_pid(target)
     good: LoadedProfile | None = None
     problem: str | None = None
-    while not done.is_set():
-        try:
-            snapshots = snapshot_tree(pid)
-        except HostError as error:
-            say(f"server gone: {error}")
-            return EXIT_HOST
-        good, now = _reread(snapshots[0], ref, good, pin)
-        if now is not None and now != problem:
-            warn(f"profile invalid, still checking against {good.profile.label}: {now}")
-        problem = now
-        report = compare_tree(snapshots, good, problem)
-        emit(report)
-        if report.drifts and on_drift == "stop":
-            ended = stop_tree(snapshots, grace)
-            say(f"stopped the server: {ended} processes of pid {pid}'s tree ended")
-            return EXIT_DRIFT
-        done.wait(interval)
+    with hold(target) as server:
+        while not done.is_set():
+            try:
+                snapshots = snapshot_tree(server)
+            except HostError as error:
+                say(f"server gone: {error}")
+                return EXIT_HOST
+            good, now = _reread(snapshots[0], ref, good, pin)
+            if now is not None and now != problem:
+                warn(f"profile invalid, still checking against {good.profile.label}: {now}")
+            problem = now
+            report = compare_tree(snapshots, good, problem)
+            emit(report)
+            if report.drifts and on_drift == "stop":
+                ended = stop_tree(server, snapshots, grace)
+                say(f"stopped the server: {ended} processes of pid {server.pid}'s tree ended")
+                return EXIT_DRIFT
+            done.wait(interval)
     return EXIT_OK
