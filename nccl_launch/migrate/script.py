@@ -12,6 +12,7 @@ from pathlib import PurePosixPath
 from nccl_launch.errors import UsageError
 from nccl_launch.files import MAX_BYTES, open_stream
 from nccl_launch.migrate import shell
+from nccl_launch.migrate.arithmetic import Lookup, arithmetic
 from nccl_launch.migrate.server_table import UNSET, known, server_split
 from nccl_launch.migrate.start import StartCommand
 
@@ -25,10 +26,6 @@ _BY_HAND = "convert the branch that runs, or write the profile by hand"
 _VARIABLE = re.compile(
     r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))"
 )
-_ARITHMETIC_TOKEN = re.compile(r"\s*(?:([0-9]+)|\$?\{?([A-Za-z_][A-Za-z0-9_]*)\}?|([-+*/%()]))")
-_INT64 = 1 << 64
-_ONLY = "only + - * / % ( ), decimal numbers and variables are evaluated; write the value"
-Lookup = Callable[[str], "str | None"]
 
 
 def expand(
@@ -80,95 +77,6 @@ def _expand_text(
     if "$" in _VARIABLE.sub("", text):
         raise shell.ShellError(f"line {line}: only $NAME, ${{NAME}} and ${{NAME:-default}} expand")
     return expanded
-
-
-def arithmetic(text: str, lookup: Lookup, line: int) -> int:
-    """`$((text))` as bash computes it (64 bits, division truncating) for + - * / % and
-    parentheses over decimal numbers and variables holding one; anything else is refused."""
-    where = f"line {line}: $(({text}))"
-    tokens: list[int | str] = []
-    index = 0
-    while text[index:].strip():
-        match = _ARITHMETIC_TOKEN.match(text, index)
-        if match is None:
-            raise shell.ShellError(f"{where}: {_ONLY}")
-        number, name, operator = match.groups()
-        if name is not None:
-            number = lookup(name)
-            if number is None:
-                raise shell.ShellError(f"{where}: ${name} is not set in the script")
-        if number is not None:
-            if not re.fullmatch(r"-?(0|[1-9][0-9]{0,18})", number):
-                raise shell.ShellError(f"{where}: {number!r} is not a decimal 64-bit number")
-            tokens.append(int(number))
-        else:
-            tokens.append(operator)
-        index = match.end()
-    return _Arithmetic(tokens, where).value()
-
-
-class _Arithmetic:
-    """Precedence climbing over the tokens; nesting is capped, so no deep recursion."""
-
-    def __init__(self, tokens: list[int | str], where: str) -> None:
-        self.tokens, self.index, self.where, self.depth = tokens, 0, where, 0
-
-    def fail(self) -> shell.ShellError:
-        return shell.ShellError(f"{self.where}: {_ONLY}")
-
-    def value(self) -> int:
-        result = self.sum()
-        if self.index != len(self.tokens):
-            raise self.fail()
-        return result
-
-    def next(self) -> int | str | None:
-        return self.tokens[self.index] if self.index < len(self.tokens) else None
-
-    def sum(self) -> int:
-        result = self.product()
-        while (operator := self.next()) in ("+", "-"):
-            self.index += 1
-            other = self.product()
-            result = _wrap(result + other if operator == "+" else result - other)
-        return result
-
-    def product(self) -> int:
-        result = self.unary()
-        while (operator := self.next()) in ("*", "/", "%"):
-            self.index += 1
-            other = self.unary()
-            if operator == "*":
-                result = _wrap(result * other)
-                continue
-            if other == 0:
-                raise shell.ShellError(f"{self.where}: division by 0")
-            # C's division truncates toward 0; the remainder takes the dividend's sign
-            quotient = abs(result) // abs(other) * (1 if (result < 0) == (other < 0) else -1)
-            result = _wrap(quotient if operator == "/" else result - quotient * other)
-        return result
-
-    def unary(self) -> int:
-        sign = 1
-        while (operator := self.next()) in ("+", "-"):
-            sign, self.index = (-sign if operator == "-" else sign), self.index + 1
-        operand = self.next()
-        self.index += 1
-        if isinstance(operand, int):
-            return _wrap(sign * operand)
-        if operand != "(" or self.depth >= 32:
-            raise self.fail()
-        self.depth += 1
-        result = self.sum()
-        self.depth -= 1
-        if self.next() != ")":
-            raise self.fail()
-        self.index += 1
-        return _wrap(sign * result)
-
-
-def _wrap(number: int) -> int:
-    return (number + _INT64 // 2) % _INT64 - _INT64 // 2
 
 
 def _references(word: shell.Word, name: str) -> bool:
