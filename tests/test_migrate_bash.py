@@ -1,0 +1,95 @@
+"""`convert` against bash itself: the profile it writes holds what bash exports to the server
+(and the server's directory), or it refuses with the line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from nccl_launch.nccl import catalog, rules
+from tests.conftest import RunCli
+
+SERVE = "python3 -m sglang.launch_server --model-path /m"
+# Stands in for the server: what bash exported to it, and where it started.
+DUMP = (
+    f"{sys.executable} -c 'import json, os, sys; "
+    'json.dump({"env": dict(os.environ), "cwd": os.getcwd()}, open(sys.argv[1], "w"))\''
+)
+
+# (script, the line convert refuses or None); {serve} is the launch line.
+CORPUS = [
+    ("export NCCL_PROTO=LL; export -n NCCL_PROTO\n{serve}", None),
+    ("export -n NCCL_ALGO=Ring\n{serve}", None),
+    ("export NCCL_PROTO; NCCL_PROTO=LL\n{serve}", None),
+    ("readonly NCCL_ALGO=Ring; export NCCL_ALGO\n{serve}", None),
+    ("readonly NCCL_ALGO=Ring\n{serve}", None),
+    ("set -a\nNCCL_ALGO=Ring\n{serve}", None),
+    ("set -o allexport\nNCCL_ALGO=Ring\n{serve}", None),
+    ("set -eua\nNCCL_ALGO=Ring\nset +o allexport\nNCCL_PROTO=LL\n{serve}", None),
+    ("set -a\nset +a\nNCCL_ALGO=Ring\n{serve}", None),
+    ("export NCCL_TOPO_FILE=~/topo.xml\ncd ~/srv\n{serve}", None),
+    ("export HF_HOME=~/hf:~/x NCCL_TOPO_FILE='~/t' SGLANG_X=\"~\" HF_Y=a~\ncd ~\n{serve}", None),
+    ("cd ~root\n{serve}", 1),
+    ("export NCCL_ALGO=Ring\nunset -f NCCL_ALGO\n{serve}", None),
+    ("export NCCL_ALGO=Ring NCCL_PROTO=LL\nunset -v NCCL_ALGO\n{serve}", None),
+    ("export NCCL_IB_HCA=mlx5_0\nNCCL_IB_HCA+=,mlx5_1\n{serve}", None),
+    ("export NCCL_IB_HCA=mlx5_0\nexport NCCL_IB_HCA=$NCCL_IB_HCA,mlx5_1\n{serve}", None),
+    ("NCCL_IB_HCA+=mlx5_0\nexport NCCL_IB_HCA\n{serve}", None),
+    ('export NCCL_ALGO="Ri"\'ng\' HF_HOME="/data/hf cache"\n{serve}', None),
+    ('A=LL; export NCCL_PROTO="$A" NCCL_ALGO=${B:-Ring}\n{serve}', None),
+    ("declare -x NCCL_ALGO=Ring\ntypeset -x NCCL_PROTO=LL\n{serve}", None),
+    ("declare NCCL_ALGO=Ring\ntypeset -r NCCL_PROTO=LL\n{serve}", None),
+    ("declare -x NCCL_ALGO=Ring NCCL_PROTO=LL\ndeclare +x NCCL_ALGO\n{serve}", None),
+    ("declare -rx NCCL_ALGO=Ring\n{serve}", None),
+    ("declare -i NCCL_NTHREADS=256+256\nexport NCCL_NTHREADS\n{serve}", 1),
+    ("local NCCL_ALGO=Ring\nexport NCCL_ALGO\n{serve}", None),
+    ("export -p\nexport NCCL_ALGO=Ring\nexport -p >/dev/null\n{serve}", None),
+    ("export NCCL_ALGO=Ring NCCL_PROTO=LL\nenv -u NCCL_ALGO {serve}", None),
+    ("export NCCL_ALGO=Ring\nenv --unset=NCCL_ALGO NCCL_PROTO=LL {serve}", None),
+    ("export NCCL_ALGO=Ring\nenv -i {serve}", 2),
+    ("export NCCL_ALGO=Ring\nNCCL_PROTO=LL {serve}", None),
+    ("export NCCL_PROTO=LL\nunset NCCL_PROTO\n{serve}", None),
+    ("mkdir -p srv/a\ncd srv/a\ncd ..\n{serve}", None),
+    ("export NCCL_ALGO=Ring\nexport -n NCCL_ALGO\nset -a\nNCCL_ALGO=Tree\n{serve}", None),
+]
+
+
+def bash_exports(script: str, home: str, tmp_path: Path) -> tuple[dict[str, str], str]:
+    """The environment and directory bash gives the launch line of `script`."""
+    out = tmp_path / "dump.json"
+    path = tmp_path / "bash.sh"
+    path.write_text(script.replace("{serve}", f"{DUMP} {out}") + "\n")
+    calling = {"HOME": home, "PATH": os.environ["PATH"]}
+    subprocess.run(["bash", str(path)], env=calling, cwd=tmp_path, check=True, timeout=30)
+    dumped = json.loads(out.read_text())
+    return dumped["env"], dumped["cwd"]
+
+
+@pytest.mark.parametrize(("script", "refused"), CORPUS)
+def test_convert_writes_what_bash_exports_or_refuses_with_the_line(
+    script: str, refused: int | None, run_cli: RunCli, tmp_path: Path
+) -> None:
+    home = os.environ["HOME"]
+    (Path(home) / "srv").mkdir(exist_ok=True)
+    (tmp_path / "start.sh").write_text(script.replace("{serve}", SERVE) + "\n")
+    result = run_cli("convert", "start.sh", "-o", "out.toml")
+    if refused is not None:
+        assert result.returncode == 2, result.stderr
+        assert f"start.sh: line {refused}: " in result.stderr
+        return
+    assert result.returncode == 0, result.stderr
+    profile = tomllib.loads((tmp_path / "out.toml").read_text())
+    env, cwd = bash_exports(script, home, tmp_path)
+
+    declared = {catalog.PREFIX + key: rules.canonical(catalog.PREFIX + key, value)
+                for key, value in profile.get("nccl", {}).items()}  # fmt: skip
+    declared |= profile.get("env", {})
+    assert declared == {key: env[key] for key in declared if key in env}
+    assert {key for key in env if key.startswith(catalog.PREFIX)} <= set(declared)
+    assert os.path.normpath(tmp_path / profile["server"].get("cwd", ".")) == cwd
