@@ -57,6 +57,14 @@ CORPUS = [
     ("export NCCL_PROTO=LL\nunset NCCL_PROTO\n{serve}", None),
     ("mkdir -p srv/a\ncd srv/a\ncd ..\n{serve}", None),
     ("export NCCL_ALGO=Ring\nexport -n NCCL_ALGO\nset -a\nNCCL_ALGO=Tree\n{serve}", None),
+    ("readonly NCCL_ALGO=Ring\nNCCL_ALGO=Tree\nexport NCCL_ALGO\n{serve}", 2),
+    ("readonly NCCL_ALGO=Ring\nunset NCCL_ALGO\n{serve}", 2),
+    ("export NCCL_ALGO=Ring\nexport NCCL_ALGO+=,Tree\n{serve}", None),
+    ("export -- NCCL_ALGO=Ring\nexport -f\ndeclare -p NCCL_ALGO\n{serve}", None),
+    ("export NCCL_ALGO=Ring\nNCCL_ALGO=Tree {serve}", None),
+    ("exec env NCCL_PROTO=LL NCCL_ALGO=Ring {serve}", None),
+    ("export NCCL_ALGO=Ring\nlocal NCCL_PROTO=LL || export NCCL_PROTO=Simple\n{serve}", None),
+    ("export 1NCCL_ALGO=Ring\n{serve}", 1),
 ]
 
 
@@ -93,3 +101,15 @@ def test_convert_writes_what_bash_exports_or_refuses_with_the_line(
     assert declared == {key: env[key] for key in declared if key in env}
     assert {key for key in env if key.startswith(catalog.PREFIX)} <= set(declared)
     assert os.path.normpath(tmp_path / profile["server"].get("cwd", ".")) == cwd
+
+
+def test_a_variable_that_extends_the_callers_nccl_value_is_refused(run_cli: RunCli) -> None:
+    """Bash exports the caller's value and more; a profile can hold only a whole value."""
+    script = "export NCCL_IB_HCA=$NCCL_IB_HCA,mlx5_1\nNCCL_ALGO+=,Tree\n" + SERVE
+    Path("start.sh").write_text(script + "\n")
+    result = run_cli("convert", "start.sh", env={"NCCL_IB_HCA": "mlx5_0"})
+    assert result.returncode == 2
+    assert result.stderr == (
+        "nccl-launch: start.sh: line 1: NCCL_IB_HCA extends the caller's value, which a "
+        "profile cannot hold; write the whole value\n"
+    )

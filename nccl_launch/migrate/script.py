@@ -94,7 +94,7 @@ class _Script:
         if name in self.readonly:
             raise UsageError(
                 f"line {line}: {name} is readonly since line {self.lines.get(name, 0)}: bash "
-                f"fails here and keeps its value; {_BY_HAND}"
+                "fails here and keeps that value; remove the line that does not count"
             )
 
     def declare(self, builtin: str, words: list[shell.Word], line: int) -> bool:
@@ -113,7 +113,10 @@ class _Script:
                 break
             (on if option[0] == "-" else off).update(option[1:])
             if not on <= set(_DECLARES[builtin]) or not off <= {"x"}:
-                raise UsageError(f"line {line}: {builtin} {option} is not followed; {_BY_HAND}")
+                raise UsageError(
+                    f"line {line}: {builtin} {option} is not followed (only -x, +x, -r, -g, -p "
+                    "and export -n); write the value it gives"
+                )
         if on & {"p", "f"}:
             return True  # it prints, or it exports functions: no variable changes
         export: bool | None = "x" in on or (False if "x" in off else None)
