@@ -68,12 +68,15 @@ CORPUS = [
 ]
 
 
-def bash_exports(script: str, home: str, tmp_path: Path) -> tuple[dict[str, str], str]:
-    """The environment and directory bash gives the launch line of `script`."""
+def bash_exports(
+    script: str, home: str, tmp_path: Path, caller: dict[str, str] | None = None
+) -> tuple[dict[str, str], str]:
+    """The environment and directory bash, called with `caller` added to the clean
+    environment, gives the launch line of `script`."""
     out = tmp_path / "dump.json"
     path = tmp_path / "bash.sh"
     path.write_text(script.replace("{serve}", f"{DUMP} {out}") + "\n")
-    calling = {"HOME": home, "PATH": os.environ["PATH"]}
+    calling = {"HOME": home, "PATH": os.environ["PATH"], **(caller or {})}
     subprocess.run(["bash", str(path)], env=calling, cwd=tmp_path, check=True, timeout=30)
     dumped = json.loads(out.read_text())
     return dumped["env"], dumped["cwd"]
@@ -113,3 +116,14 @@ def test_a_variable_that_extends_the_callers_nccl_value_is_refused(run_cli: RunC
         "nccl-launch: start.sh: line 1: NCCL_IB_HCA extends the caller's value, which a "
         "profile cannot hold; write the whole value\n"
     )
+
+
+def test_a_variable_unset_in_the_script_no_longer_has_the_callers_value(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    script = "unset NCCL_ALGO\nexport NCCL_PROTO=${NCCL_ALGO:-LL}\n{serve}"
+    Path("start.sh").write_text(script.replace("{serve}", SERVE) + "\n")
+    caller = {"NCCL_ALGO": "Tree"}
+    assert run_cli("convert", "start.sh", "-o", "out.toml", env=caller).returncode == 0
+    env, _ = bash_exports(script, os.environ["HOME"], tmp_path, caller)
+    assert tomllib.loads(Path("out.toml").read_text())["nccl"] == {"PROTO": env["NCCL_PROTO"]}

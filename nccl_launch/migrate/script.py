@@ -29,6 +29,10 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _BY_HAND = "convert the branch that runs, or write the profile by hand"
 
 
+def _from_caller(name: str) -> str:
+    return UNSET + name
+
+
 def _references(word: shell.Word, name: str) -> bool:
     return re.search(rf"\$\{{?{name}\b", word.literal()) is not None
 
@@ -41,6 +45,7 @@ class _Script:
         self.variables: dict[str, str] = {}
         self.exported: set[str] = set()  # names set or to be set that reach the server
         self.readonly: set[str] = set()
+        self.removed: set[str] = set()  # unset here: the caller's value is gone too
         self.lines: dict[str, int] = {}
         self.allexport = False
         self.cwd: str | None = None
@@ -53,13 +58,12 @@ class _Script:
         self.skipping = 0  # the depth of a group or subshell that does not run
 
     def lookup(self, name: str) -> str | None:
-        return self.variables.get(name, self.environ.get(name))
+        return self.variables.get(name, None if name in self.removed else self.environ.get(name))
 
     def expand(
         self, word: shell.Word, line: int, split: bool = False, assignment: bool = False
     ) -> str:
-        unset = lambda name: UNSET + name  # noqa: E731
-        return expand(word, self.lookup, line, unset, split=split, assignment=assignment)
+        return expand(word, self.lookup, line, _from_caller, split=split, assignment=assignment)
 
     def assign(self, word: shell.Word, line: int, export: bool | None) -> None:
         """`NAME=value` or `NAME+=value` as bash sets it; `export` says whether it reaches the
@@ -269,6 +273,7 @@ class _Script:
                 self.writable(name, line)
                 self.variables.pop(name, None)
                 self.exported.discard(name)
+                self.removed.add(name)
             return True
         if argv[0] in ("source", "."):
             self.notes.append(f"line {line}: {' '.join(argv)} is not followed; add what it sets")
