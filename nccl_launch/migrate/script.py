@@ -26,6 +26,11 @@ _HARMLESS = frozenset({
 # The declaration builtins and the options each takes that this reader follows.
 _DECLARES = {"export": "fnp", "readonly": "p", "declare": "xrgp", "typeset": "xrgp", "local": ""}
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Builtins that may set what reaches the server in ways this reader does not follow.
+_UNFOLLOWED = frozenset({
+    "source", ".", "eval", "builtin", "pushd", "popd", "read", "mapfile", "readarray", "let",
+    "getopts", *_DECLARES,
+})  # fmt: skip
 _BY_HAND = "convert the branch that runs, or write the profile by hand"
 
 
@@ -209,6 +214,8 @@ class _Script:
         if words[0].literal() in _HARMLESS:  # `echo "started $!"` needs no expansion
             if words[0].literal() == "set":
                 self.set_options([word.literal() for word in words[1:]])
+            if words[0].literal() == "printf" and words[1:2] and words[1].literal() == "-v":
+                raise UsageError(f"line {line}: `printf -v` is not followed; write the value")
             return True
         if words[0].literal() == "false":
             return False
@@ -259,7 +266,12 @@ class _Script:
 
     def builtin(self, argv: list[str], line: int) -> bool | None:
         if argv[0] == "cd":
-            target = argv[1] if len(argv) > 1 else self.lookup("HOME") or "/"
+            targets = argv[1:]
+            while targets and targets[0] in ("-L", "-P", "--"):  # the directory is the same
+                targets = targets[1:]
+            if len(targets) > 1 or any(target.startswith("-") for target in targets):
+                raise UsageError(f"line {line}: `{' '.join(argv)}` is not followed; cd DIRECTORY")
+            target = targets[0] if targets else self.lookup("HOME") or "/"
             self.cwd = os.path.normpath(PurePosixPath(self.cwd or "") / known(target))
             return True
         if argv[0] == "unset":
@@ -275,10 +287,12 @@ class _Script:
                 self.exported.discard(name)
                 self.removed.add(name)
             return True
-        if argv[0] in ("source", "."):
-            self.notes.append(f"line {line}: {' '.join(argv)} is not followed; add what it sets")
-        else:
-            self.notes.append(f"line {line}: ignored `{argv[0]}`")
+        if argv[0] in _UNFOLLOWED:  # `source env.sh`, or `A=1 export A`: bash exports A=1
+            raise UsageError(
+                f"line {line}: `{argv[0]}` here may change what reaches the server and is not "
+                "followed; put what it does in the script"
+            )
+        self.notes.append(f"line {line}: ignored `{argv[0]}`")
         return None
 
 
