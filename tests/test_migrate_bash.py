@@ -89,6 +89,12 @@ CORPUS = [
     ("declare -- NCCL_ALGO=Ring\nexport NCCL_ALGO\n{serve}", None),
     ("export NCCL_ALGO={Ring,Tree}\n{serve}", 1),
     ("X=Ring; export NCCL_ALGO=$X NCCL_PROTO=${X:+LL}\n{serve}", 1),
+    ("export NCCL_ALGO=Ring &\nwait\n{serve}", None),
+    ("NCCL_ALGO=Ring &\nexport NCCL_ALGO\n{serve}", None),
+    ("cd ~/srv &\n{serve}", None),
+    ("export NCCL_ALGO=Ring | cat\n{serve}", None),
+    ("cd ~/srv | cat\n{serve}", None),
+    ("export NCCL_PROTO=LL\n{serve} 2>&1 | cat", None),
 ]
 
 

@@ -195,6 +195,12 @@ class _Script:
         if name == "exit":
             self.done = True
             return None
+        subshell = command.background or command.pipes
+        if subshell and (name in (*_DECLARES, "set") or all(w.assignment() for w in words)):
+            self.notes.append(
+                f"line {line}: ignored `{words[0].literal()}` (it runs in a subshell)"
+            )
+            return True
         if name in _DECLARES:
             return self.declare(name, words[1:], line)
         assignments = 0
@@ -220,10 +226,10 @@ class _Script:
         if words[0].literal() == "false":
             return False
         argv = [self.expand(word, line, split=True) for word in words]
-        return self.run(argv, prefix, line, command.background)
+        return self.run(argv, prefix, line, command)
 
     def run(
-        self, argv: list[str], prefix: dict[str, str], line: int, background: bool
+        self, argv: list[str], prefix: dict[str, str], line: int, command: shell.Command
     ) -> bool | None:
         start, replaces, removed = 0, False, set()
         while start < len(argv) and argv[start] in (*_WRAPPERS, "env"):
@@ -258,8 +264,8 @@ class _Script:
             exported = sorted(self.exported & self.variables.keys() - removed)
             env = {name: self.variables[name] for name in exported}
             self.found = (line, env | prefix, argv)
-            return True if background else None
-        if background:
+            return True if command.background else None
+        if command.background or command.pipes:
             self.notes.append(f"line {line}: ignored `{argv[0]} &` (it runs in a subshell)")
             return True
         return self.builtin(argv, line)

@@ -86,6 +86,7 @@ class Command:
     words: list[Word]
     joiner: str = ""
     background: bool = False  # ended by `&`
+    pipes: bool = False  # ended by `|`: like `&`, it runs in a subshell
     keyword: str = ""
     function: str = ""
 
@@ -372,7 +373,7 @@ def parse(text: str) -> Iterator[Command]:
             yield Command(token.line, [], "" if words else joiner, keyword=op)
             words, joiner = [], ""
         elif words:
-            yield Command(words[0].line, words, joiner, background=op == "&")
+            yield Command(words[0].line, words, joiner, background=op == "&", pipes=op == "|")
             words, joiner = [], op if op in ("&&", "||", "|") else ""
         elif op in ("&&", "||", "|"):
             raise ShellError(f"line {token.line}: `{op}` without a command before it")
