@@ -95,6 +95,19 @@ CORPUS = [
     ("export NCCL_ALGO=Ring | cat\n{serve}", None),
     ("cd ~/srv | cat\n{serve}", None),
     ("export NCCL_PROTO=LL\n{serve} 2>&1 | cat", None),
+    ('export "NCCL_ALGO=Ring"\n{serve}', None),
+    ("declare -x NCCL_ALGO+=Ring\n{serve}", None),
+    ("export NCCL_ALGO=Ring\ntrue && export -n NCCL_ALGO\n{serve}", None),
+    ("set -o allexport -e\nNCCL_ALGO=Ring\n{serve}", None),
+    ("export NCCL_ALGO=Ring\nexport NCCL_ALGO=Tree NCCL_ALGO+=,Ring\n{serve}", None),
+    ("export NCCL_ALGO=Ring\nexec {serve} &\nwait\n", None),
+    ('A=Ring; export "NCCL_ALGO=$A" \'NCCL_PROTO=~/LL\' "1A=2"\n{serve}', 1),
+    ('A=Ring; export "NCCL_ALGO=$A" \'NCCL_TOPO_FILE=~/t\' "NCCL_IB_HCA"+=x\n{serve}', None),
+    ("nohup env NCCL_ALGO=Ring {serve} > log 2>&1 &\nwait\n", None),
+    ("export NCCL_DEBUG_SUBSYS=INIT,NET NCCL_SOCKET_IFNAME='^lo,docker'\n{serve}", None),
+    ("export NCCL_ALGO=Ring\nset -- a b\nset -a\nNCCL_PROTO=LL\n{serve}", None),
+    ("declare -x NCCL_ALGO=Ring\ndeclare -x -n NCCL_ALGO\n{serve}", 2),
+    ("export -fn NCCL_ALGO\n{serve}", None),
 ]
 
 

@@ -132,6 +132,10 @@ class _Script:
         export = "n" not in on if builtin == "export" else export
         for word in words:
             named = word.assignment()
+            if named is None and "=" in word.literal():  # `export "A=$X"`: the builtin splits it
+                name, _, value = self.expand(word, line).partition("=")
+                word = shell.Word([(f"{name}=", shell.PLAIN), (value, shell.LITERAL)])
+                named = word.assignment()
             if named is not None:
                 self.assign(word, line, export)
             elif _NAME.fullmatch(word.literal()):
