@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nccl_launch.nccl import catalog, rules
-from tests.conftest import RunCli
+from tests.conftest import RunCli, run_in_process
 
 SERVE = "python3 -m sglang.launch_server --model-path /m"
 # Stands in for the server: what bash exported to it, and where it started.
@@ -117,6 +120,7 @@ def bash_exports(
     """The environment and directory bash, called with `caller` added to the clean
     environment, gives the launch line of `script`."""
     out = tmp_path / "dump.json"
+    out.unlink(missing_ok=True)
     path = tmp_path / "bash.sh"
     path.write_text(script.replace("{serve}", f"{DUMP} {out}") + "\n")
     calling = {"HOME": home, "PATH": os.environ["PATH"], **(caller or {})}
@@ -125,28 +129,62 @@ def bash_exports(
     return dumped["env"], dumped["cwd"]
 
 
-@pytest.mark.parametrize(("script", "refused"), CORPUS)
-def test_convert_writes_what_bash_exports_or_refuses_with_the_line(
-    script: str, refused: int | None, run_cli: RunCli, tmp_path: Path
-) -> None:
+def convert(script: str, run: RunCli) -> subprocess.CompletedProcess[str]:
+    Path("start.sh").write_text(script.replace("{serve}", SERVE) + "\n")
+    return run("convert", "start.sh", "-o", "out.toml", "--force")
+
+
+def assert_profile_holds_what_bash_exports(script: str, tmp_path: Path) -> None:
+    """Every variable out.toml declares has the value bash exported, every NCCL_* bash
+    exported is declared, and the server starts where bash ran it."""
     home = os.environ["HOME"]
     (Path(home) / "srv").mkdir(exist_ok=True)
-    (tmp_path / "start.sh").write_text(script.replace("{serve}", SERVE) + "\n")
-    result = run_cli("convert", "start.sh", "-o", "out.toml")
-    if refused is not None:
-        assert result.returncode == 2, result.stderr
-        assert f"start.sh: line {refused}: " in result.stderr
-        return
-    assert result.returncode == 0, result.stderr
     profile = tomllib.loads((tmp_path / "out.toml").read_text())
     env, cwd = bash_exports(script, home, tmp_path)
-
     declared = {catalog.PREFIX + key: rules.canonical(catalog.PREFIX + key, value)
                 for key, value in profile.get("nccl", {}).items()}  # fmt: skip
     declared |= profile.get("env", {})
     assert declared == {key: env[key] for key in declared if key in env}
     assert {key for key in env if key.startswith(catalog.PREFIX)} <= set(declared)
     assert os.path.normpath(tmp_path / profile["server"].get("cwd", ".")) == cwd
+
+
+@pytest.mark.parametrize(("script", "refused"), CORPUS)
+def test_convert_writes_what_bash_exports_or_refuses_with_the_line(
+    script: str, refused: int | None, run_cli: RunCli, tmp_path: Path
+) -> None:
+    result = convert(script, run_cli)
+    if refused is not None:
+        assert result.returncode == 2, result.stderr
+        assert f"start.sh: line {refused}: " in result.stderr
+        return
+    assert result.returncode == 0, result.stderr
+    assert_profile_holds_what_bash_exports(script, tmp_path)
+
+
+NAMES = st.sampled_from(["NCCL_IB_HCA", "HF_HOME"])
+VALUES = st.sampled_from(["a", "~/a", "'~'", '"${NCCL_IB_HCA:-x}"'])
+LINES = st.sampled_from([
+    "export {n}={v}", "{n}={v}", "export {n}", "export -n {n}", "export -n {n}={v}",
+    "unset {n}", "declare -x {n}={v}", "declare +x {n}", "local {n}={v}", "set -a", "set +a",
+    "{n}+=,{v}", "cd ~/srv", "export {n}={v} | cat", "readonly {n}", "env -u {n} {serve}",
+])  # fmt: skip
+SCRIPTS = st.lists(st.tuples(LINES, NAMES, VALUES), min_size=1, max_size=8).map(
+    lambda lines: "\n".join(line.replace("{n}", n).replace("{v}", v) for line, n, v in lines)
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(SCRIPTS)
+def test_any_script_of_these_lines_converts_as_bash_runs_it(script: str) -> None:
+    """Scripts drawn from the lines that change what bash exports, in any order."""
+    tmp_path = Path.cwd()
+    result = convert(script + "\n{serve}", run_in_process)
+    if result.returncode == 2:
+        assert re.search(r"start.sh: line \d+: ", result.stderr), result.stderr
+        return
+    assert result.returncode == 0, result.stderr
+    assert_profile_holds_what_bash_exports(script + "\n{serve}", tmp_path)
 
 
 def test_a_variable_that_extends_the_callers_nccl_value_is_refused(run_cli: RunCli) -> None:
