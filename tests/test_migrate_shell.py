@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nccl_launch.errors import UsageError
-from nccl_launch.migrate.script import expand, read_script
+from nccl_launch.migrate.expansion import expand
+from nccl_launch.migrate.script import read_script
 from nccl_launch.migrate.shell import ShellError, parse
 
 
@@ -91,8 +92,8 @@ def test_assignments_are_recognised_only_unquoted() -> None:
     assert [w.assignment() is not None for w in command.words] == [True, False, True, False]
     assignment = command.words[2].assignment()
     assert assignment is not None
-    name, value = assignment
-    assert (name, expand(value, lambda _: None, 1)) == ("C", "x y")
+    name, value, appends = assignment
+    assert (name, expand(value, lambda _: None, 1), appends) == ("C", "x y", False)
 
 
 @settings(max_examples=500, deadline=1000)

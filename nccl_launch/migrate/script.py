@@ -6,169 +6,36 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import PurePosixPath
 
 from nccl_launch.errors import UsageError
 from nccl_launch.files import MAX_BYTES, open_stream
 from nccl_launch.migrate import shell
+from nccl_launch.migrate.expansion import expand
 from nccl_launch.migrate.server_table import UNSET, known, server_split
 from nccl_launch.migrate.start import StartCommand
+from nccl_launch.nccl import catalog
 
 _WRAPPERS = ("exec", "nohup", "command", "time")
 # Commands a start script runs around the server; they change nothing the server receives.
 _HARMLESS = frozenset({
     "set", "echo", "printf", "mkdir", "sleep", "ulimit", "trap", "wait", "true", "date",
-    "nvidia-smi", "tee", "cat", "umask", "shopt", "readonly",
+    "nvidia-smi", "tee", "cat", "umask", "shopt",
+})  # fmt: skip
+# The declaration builtins and the options each takes that this reader follows.
+_DECLARES = {"export": "fnp", "readonly": "p", "declare": "xrgp", "typeset": "xrgp", "local": ""}
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Builtins that may set what reaches the server in ways this reader does not follow.
+_UNFOLLOWED = frozenset({
+    "source", ".", "eval", "builtin", "pushd", "popd", "read", "mapfile", "readarray", "let",
+    "getopts", *_DECLARES,
 })  # fmt: skip
 _BY_HAND = "convert the branch that runs, or write the profile by hand"
-_VARIABLE = re.compile(
-    r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))"
-)
-_ARITHMETIC_TOKEN = re.compile(r"\s*(?:([0-9]+)|\$?\{?([A-Za-z_][A-Za-z0-9_]*)\}?|([-+*/%()]))")
-_INT64 = 1 << 64
-_ONLY = "only + - * / % ( ), decimal numbers and variables are evaluated; write the value"
-Lookup = Callable[[str], "str | None"]
 
 
-def expand(
-    word: shell.Word,
-    lookup: Lookup,
-    line: int,
-    unset: Callable[[str], str] | None = None,
-    split: bool = False,
-) -> str:
-    """The word's value, `$NAME`, `${NAME}`, `${NAME:-default}` and `$((...))` replaced.
-
-    A variable `lookup` does not know becomes `unset(name)`, or an error without one. With
-    `split` (a command's word), an unquoted value holding blanks is refused: bash would split
-    it into several arguments.
-    """
-    out = []
-    for text, kind in word.segments:
-        if kind == shell.LITERAL:
-            out.append(text)
-        elif kind == shell.COMMAND:
-            raise shell.ShellError(f"line {line}: command substitution is not supported")
-        elif kind == shell.ARITHMETIC:
-            out.append(str(arithmetic(text, lookup, line)))
-        else:
-            out.append(_expand_text(text, kind == shell.PLAIN and split, lookup, line, unset))
-    return "".join(out)
-
-
-def _expand_text(
-    text: str, split: bool, lookup: Lookup, line: int, unset: Callable[[str], str] | None
-) -> str:
-    def value(match: re.Match[str]) -> str:
-        name = match.group(1) or match.group(4)
-        found = lookup(name)
-        if (match.group(2) == ":-" and not found) or (match.group(2) == "-" and found is None):
-            found = match.group(3)
-        if found is None:
-            if unset is None:
-                raise shell.ShellError(f"line {line}: ${name} is not set in the script")
-            return unset(name)
-        if split and re.search(r"[ \t\n]", found):
-            raise shell.ShellError(
-                f"line {line}: ${name} holds blanks and is not quoted, so bash splits it into "
-                f'several arguments; quote it ("${name}") or write the words out'
-            )
-        return found
-
-    expanded = _VARIABLE.sub(value, text)
-    if "$" in _VARIABLE.sub("", text):
-        raise shell.ShellError(f"line {line}: only $NAME, ${{NAME}} and ${{NAME:-default}} expand")
-    return expanded
-
-
-def arithmetic(text: str, lookup: Lookup, line: int) -> int:
-    """`$((text))` as bash computes it (64 bits, division truncating) for + - * / % and
-    parentheses over decimal numbers and variables holding one; anything else is refused."""
-    where = f"line {line}: $(({text}))"
-    tokens: list[int | str] = []
-    index = 0
-    while text[index:].strip():
-        match = _ARITHMETIC_TOKEN.match(text, index)
-        if match is None:
-            raise shell.ShellError(f"{where}: {_ONLY}")
-        number, name, operator = match.groups()
-        if name is not None:
-            number = lookup(name)
-            if number is None:
-                raise shell.ShellError(f"{where}: ${name} is not set in the script")
-        if number is not None:
-            if not re.fullmatch(r"-?(0|[1-9][0-9]{0,18})", number):
-                raise shell.ShellError(f"{where}: {number!r} is not a decimal 64-bit number")
-            tokens.append(int(number))
-        else:
-            tokens.append(operator)
-        index = match.end()
-    return _Arithmetic(tokens, where).value()
-
-
-class _Arithmetic:
-    """Precedence climbing over the tokens; nesting is capped, so no deep recursion."""
-
-    def __init__(self, tokens: list[int | str], where: str) -> None:
-        self.tokens, self.index, self.where, self.depth = tokens, 0, where, 0
-
-    def fail(self) -> shell.ShellError:
-        return shell.ShellError(f"{self.where}: {_ONLY}")
-
-    def value(self) -> int:
-        result = self.sum()
-        if self.index != len(self.tokens):
-            raise self.fail()
-        return result
-
-    def next(self) -> int | str | None:
-        return self.tokens[self.index] if self.index < len(self.tokens) else None
-
-    def sum(self) -> int:
-        result = self.product()
-        while (operator := self.next()) in ("+", "-"):
-            self.index += 1
-            other = self.product()
-            result = _wrap(result + other if operator == "+" else result - other)
-        return result
-
-    def product(self) -> int:
-        result = self.unary()
-        while (operator := self.next()) in ("*", "/", "%"):
-            self.index += 1
-            other = self.unary()
-            if operator == "*":
-                result = _wrap(result * other)
-                continue
-            if other == 0:
-                raise shell.ShellError(f"{self.where}: division by 0")
-            # C's division truncates toward 0; the remainder takes the dividend's sign
-            quotient = abs(result) // abs(other) * (1 if (result < 0) == (other < 0) else -1)
-            result = _wrap(quotient if operator == "/" else result - quotient * other)
-        return result
-
-    def unary(self) -> int:
-        sign = 1
-        while (operator := self.next()) in ("+", "-"):
-            sign, self.index = (-sign if operator == "-" else sign), self.index + 1
-        operand = self.next()
-        self.index += 1
-        if isinstance(operand, int):
-            return _wrap(sign * operand)
-        if operand != "(" or self.depth >= 32:
-            raise self.fail()
-        self.depth += 1
-        result = self.sum()
-        self.depth -= 1
-        if self.next() != ")":
-            raise self.fail()
-        self.index += 1
-        return _wrap(sign * result)
-
-
-def _wrap(number: int) -> int:
-    return (number + _INT64 // 2) % _INT64 - _INT64 // 2
+def _from_caller(name: str) -> str:
+    return UNSET + name
 
 
 def _references(word: shell.Word, name: str) -> bool:
@@ -181,7 +48,9 @@ class _Script:
     def __init__(self, environ: Mapping[str, str]) -> None:
         self.environ = environ
         self.variables: dict[str, str] = {}
-        self.exported: set[str] = set()
+        self.exported: set[str] = set()  # names set or to be set that reach the server
+        self.readonly: set[str] = set()
+        self.removed: set[str] = set()  # unset here: the caller's value is gone too
         self.lines: dict[str, int] = {}
         self.allexport = False
         self.cwd: str | None = None
@@ -194,23 +63,97 @@ class _Script:
         self.skipping = 0  # the depth of a group or subshell that does not run
 
     def lookup(self, name: str) -> str | None:
-        return self.variables.get(name, self.environ.get(name))
+        return self.variables.get(name, None if name in self.removed else self.environ.get(name))
 
-    def expand(self, word: shell.Word, line: int, split: bool = False) -> str:
-        return expand(word, self.lookup, line, unset=lambda name: UNSET + name, split=split)
+    def expand(
+        self, word: shell.Word, line: int, split: bool = False, assignment: bool = False
+    ) -> str:
+        return expand(word, self.lookup, line, _from_caller, split=split, assignment=assignment)
 
-    def assign(self, word: shell.Word, line: int, export: bool) -> None:
-        name, value = word.assignment() or ("", word)
-        if _references(value, name):  # PATH=/opt/bin:$PATH depends on whoever runs it
-            self.notes.append(f"line {line}: {name} extends the caller's value; not converted")
-            return
+    def assign(self, word: shell.Word, line: int, export: bool | None) -> None:
+        """`NAME=value` or `NAME+=value` as bash sets it; `export` says whether it reaches the
+        server, None leaves that as it was (exported under `set -a`)."""
+        name, value, appends = word.assignment() or ("", word, False)
+        self.writable(name, line)
+        if (appends or _references(value, name)) and name not in self.variables:
+            if name in self.environ and not name.startswith(catalog.PREFIX):
+                # PATH=/opt/bin:$PATH depends on whoever runs it, and stays theirs
+                self.notes.append(f"line {line}: {name} extends the caller's value; not converted")
+                return
+            if name in self.environ:
+                raise UsageError(
+                    f"line {line}: {name} extends the caller's value, which a profile cannot "
+                    "hold; write the whole value"
+                )
         try:
-            self.variables[name] = known(self.expand(value, line))
+            text = known(self.expand(value, line, assignment=True))
         except UsageError as error:
             raise UsageError(f"line {line}: {error}") from None
+        self.variables[name] = self.variables.get(name, "") + text if appends else text
         self.lines[name] = line
-        if export or self.allexport:
+        self.mark(name, export)
+
+    def mark(self, name: str, export: bool | None) -> None:
+        if export or (export is None and self.allexport):
             self.exported.add(name)
+        elif export is False:
+            self.exported.discard(name)
+
+    def writable(self, name: str, line: int) -> None:
+        if name in self.readonly:
+            raise UsageError(
+                f"line {line}: {name} is readonly since line {self.lines.get(name, 0)}: bash "
+                "fails here and keeps that value; remove the line that does not count"
+            )
+
+    def declare(self, builtin: str, words: list[shell.Word], line: int) -> bool:
+        """`export`, `readonly`, `declare`, `typeset` and `local`, with the options that change
+        what reaches the server (`-x`, `+x`, `export -n`); whether it succeeded."""
+        if builtin == "local":
+            return False  # only function bodies may use it, and none is followed: bash fails
+        on: set[str] = set()
+        off: set[str] = set()
+        while words and words[0].assignment() is None and len(words[0].literal()) > 1:
+            option = words[0].literal()
+            if option[0] not in "-+":
+                break
+            words = words[1:]
+            if option == "--":
+                break
+            (on if option[0] == "-" else off).update(option[1:])
+            if not on <= set(_DECLARES[builtin]) or not off <= {"x"}:
+                raise UsageError(
+                    f"line {line}: {builtin} {option} is not followed (only -x, +x, -r, -g, -p "
+                    "and export -n); write the value it gives"
+                )
+        if on & {"p", "f"}:
+            return True  # it prints, or it exports functions: no variable changes
+        export: bool | None = "x" in on or (False if "x" in off else None)
+        export = "n" not in on if builtin == "export" else export
+        for word in words:
+            named = word.assignment()
+            if named is None and "=" in word.literal():  # `export "A=$X"`: the builtin splits it
+                name, _, value = self.expand(word, line).partition("=")
+                word = shell.Word([(f"{name}=", shell.PLAIN), (value, shell.LITERAL)])
+                named = word.assignment()
+            if named is not None:
+                self.assign(word, line, export)
+            elif _NAME.fullmatch(word.literal()):
+                self.mark(word.literal(), export)
+            else:
+                raise UsageError(f"line {line}: {builtin}: `{word.literal()}` is not a name")
+            if builtin == "readonly" or "r" in on:
+                self.readonly.add(named[0] if named else word.literal())
+        return True
+
+    def set_options(self, options: list[str]) -> None:
+        """`set -a` and `set -o allexport` turn allexport on, their `+` forms off."""
+        for index, option in enumerate(options):
+            if option in ("-", "--") or option[:1] not in ("-", "+"):
+                return
+            named = options[index + 1 : index + 2] if "o" in option else []
+            if "a" in option or named == ["allexport"]:
+                self.allexport = option[0] == "-"
 
     def follow(self, command: shell.Command) -> None:
         """One command, if it runs: `a && b` runs b only after a succeeded, `a || b` only
@@ -256,52 +199,65 @@ class _Script:
         if name == "exit":
             self.done = True
             return None
-        if name == "export":
-            for word in words[1:]:
-                if word.assignment() is not None:
-                    self.assign(word, line, export=True)
-                elif word.literal() in self.variables:
-                    self.exported.add(word.literal())
+        subshell = command.background or command.pipes
+        if subshell and (name in (*_DECLARES, "set") or all(w.assignment() for w in words)):
+            self.notes.append(
+                f"line {line}: ignored `{words[0].literal()}` (it runs in a subshell)"
+            )
             return True
+        if name in _DECLARES:
+            return self.declare(name, words[1:], line)
         assignments = 0
         while assignments < len(words) and words[assignments].assignment() is not None:
             assignments += 1
         if assignments == len(words):
             for word in words:
-                self.assign(word, line, export=False)
+                self.assign(word, line, export=None)
             return True
         prefix: dict[str, str] = {}
         for word in words[:assignments]:
-            variable, value = word.assignment()  # type: ignore[misc]
-            prefix[variable] = known(self.expand(value, line))
+            variable, value, appends = word.assignment()  # type: ignore[misc]
+            before = (self.lookup(variable) or "") if appends else ""
+            prefix[variable] = before + known(self.expand(value, line, assignment=True))
             self.lines[variable] = line
         words = words[assignments:]
         if words[0].literal() in _HARMLESS:  # `echo "started $!"` needs no expansion
-            options = [word.literal() for word in words[1:]]
-            if words[0].literal() == "set" and ("-a" in options or "+a" in options):
-                self.allexport = "-a" in options
+            if words[0].literal() == "set":
+                self.set_options([word.literal() for word in words[1:]])
+            if words[0].literal() == "printf" and words[1:2] and words[1].literal() == "-v":
+                raise UsageError(f"line {line}: `printf -v` is not followed; write the value")
             return True
         if words[0].literal() == "false":
             return False
         argv = [self.expand(word, line, split=True) for word in words]
-        return self.run(argv, prefix, line, command.background)
+        return self.run(argv, prefix, line, command)
 
     def run(
-        self, argv: list[str], prefix: dict[str, str], line: int, background: bool
+        self, argv: list[str], prefix: dict[str, str], line: int, command: shell.Command
     ) -> bool | None:
-        start, replaces = 0, False
+        start, replaces, removed = 0, False, set()
         while start < len(argv) and argv[start] in (*_WRAPPERS, "env"):
             replaces = replaces or argv[start] == "exec"
             start += 1
             if argv[start - 1] != "env":
                 continue
-            while start < len(argv) and "=" in argv[start] and not argv[start].startswith("-"):
-                name, _, value = argv[start].partition("=")
-                prefix[name] = known(value)
-                self.lines[name] = line
+            while start < len(argv):
+                word = argv[start]
+                if word in ("-u", "--unset") and start + 1 < len(argv):
+                    start, word = start + 1, f"--unset={argv[start + 1]}"
+                if word.startswith(("-u", "--unset=")):  # `env -u NAME`: the server lacks it
+                    name = word.removeprefix("--unset=").removeprefix("-u")
+                    removed.add(name)
+                    prefix.pop(name, None)
+                elif "=" in word and not word.startswith("-"):
+                    name, _, value = word.partition("=")
+                    prefix[name], self.lines[name] = known(value), line
+                    removed.discard(name)
+                elif word.startswith("-"):
+                    raise UsageError(f"line {line}: env {word} is not supported")
+                else:
+                    break
                 start += 1
-            if start < len(argv) and argv[start].startswith("-"):
-                raise UsageError(f"line {line}: env {argv[start]} is not supported")
         argv = argv[start:]
         if not argv:
             return True  # `exec > log 2>&1` only redirects the script's own output
@@ -309,28 +265,44 @@ class _Script:
         if server_split(argv) is not None:
             if self.found is not None:
                 raise UsageError(f"line {line}: a second server command (first on {self.found[0]})")
-            env = {name: self.variables[name] for name in sorted(self.exported)}
+            exported = sorted(self.exported & self.variables.keys() - removed)
+            env = {name: self.variables[name] for name in exported}
             self.found = (line, env | prefix, argv)
-            return True if background else None
-        if background:
+            return True if command.background else None
+        if command.background or command.pipes:
             self.notes.append(f"line {line}: ignored `{argv[0]} &` (it runs in a subshell)")
             return True
         return self.builtin(argv, line)
 
     def builtin(self, argv: list[str], line: int) -> bool | None:
         if argv[0] == "cd":
-            target = argv[1] if len(argv) > 1 else self.environ.get("HOME", "/")
+            targets = argv[1:]
+            while targets and targets[0] in ("-L", "-P", "--"):  # the directory is the same
+                targets = targets[1:]
+            if len(targets) > 1 or any(target.startswith("-") for target in targets):
+                raise UsageError(f"line {line}: `{' '.join(argv)}` is not followed; cd DIRECTORY")
+            target = targets[0] if targets else self.lookup("HOME") or "/"
             self.cwd = os.path.normpath(PurePosixPath(self.cwd or "") / known(target))
             return True
         if argv[0] == "unset":
-            for name in argv[1:]:
+            names, functions = argv[1:], False
+            while names and names[0] in ("-f", "-v", "--"):
+                functions, names = names[0] == "-f", names[1:]
+            for name in names:
+                if functions:
+                    self.functions.pop(name, None)
+                    continue
+                self.writable(name, line)
                 self.variables.pop(name, None)
                 self.exported.discard(name)
+                self.removed.add(name)
             return True
-        if argv[0] in ("source", "."):
-            self.notes.append(f"line {line}: {' '.join(argv)} is not followed; add what it sets")
-        else:
-            self.notes.append(f"line {line}: ignored `{argv[0]}`")
+        if argv[0] in _UNFOLLOWED:  # `source env.sh`, or `A=1 export A`: bash exports A=1
+            raise UsageError(
+                f"line {line}: `{argv[0]}` here may change what reaches the server and is not "
+                "followed; put what it does in the script"
+            )
+        self.notes.append(f"line {line}: ignored `{argv[0]}`")
         return None
 
 

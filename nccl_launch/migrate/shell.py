@@ -57,15 +57,17 @@ class Word:
         text = self.segments[0][0]
         return None if "$" in text else text
 
-    def assignment(self) -> tuple[str, Word] | None:
-        """`NAME=value` when the name is unquoted: the name and the value's own word."""
+    def assignment(self) -> tuple[str, Word, bool] | None:
+        """`NAME=value` or `NAME+=value` when the name is unquoted: the name, the value's own
+        word, and whether it appends."""
         if not self.segments or self.segments[0][1] != PLAIN:
             return None
         first, kind = self.segments[0]
         name, equals, rest = first.partition("=")
-        if not equals or not _NAME.fullmatch(name):
+        appends = name.endswith("+")
+        if not equals or not _NAME.fullmatch(name.removesuffix("+")):
             return None
-        return name, Word([(rest, kind), *self.segments[1:]])
+        return name.removesuffix("+"), Word([(rest, kind), *self.segments[1:]]), appends
 
 
 @dataclass
@@ -84,6 +86,7 @@ class Command:
     words: list[Word]
     joiner: str = ""
     background: bool = False  # ended by `&`
+    pipes: bool = False  # ended by `|`: like `&`, it runs in a subshell
     keyword: str = ""
     function: str = ""
 
@@ -370,7 +373,7 @@ def parse(text: str) -> Iterator[Command]:
             yield Command(token.line, [], "" if words else joiner, keyword=op)
             words, joiner = [], ""
         elif words:
-            yield Command(words[0].line, words, joiner, background=op == "&")
+            yield Command(words[0].line, words, joiner, background=op == "&", pipes=op == "|")
             words, joiner = [], op if op in ("&&", "||", "|") else ""
         elif op in ("&&", "||", "|"):
             raise ShellError(f"line {token.line}: `{op}` without a command before it")
