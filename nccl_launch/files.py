@@ -106,7 +106,10 @@ def check_trusted(path: Path, status: os.stat_result, what: str) -> None:
             f"{what} {path}: writable by group or others (mode {stat.S_IMODE(status.st_mode):04o})"
             f"; {fix}"
         )
-    given = Path.cwd() / path  # the directories as given, before symlinks are followed
+    try:  # the directories as given, before symlinks are followed
+        given = path if path.is_absolute() else Path.cwd() / path
+    except FileNotFoundError:  # a deleted current directory: no file has a relative path
+        return
     for folder in dict.fromkeys([*given.parents, *given.resolve().parents]):
         try:
             folder_status = folder.stat()
