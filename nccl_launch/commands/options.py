@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from nccl_launch.errors import WARNING_PREFIX
+from nccl_launch.errors import WARNING_PREFIX, UsageError
 from nccl_launch.escaping import escaped
 from nccl_launch.launch.placement import Placement
 from nccl_launch.launch.prepare import LaunchPlan, prepare_launch
@@ -90,6 +90,32 @@ def output_options(help_text: str, *, force: bool = True) -> Callable[[F], F]:
     if force:
         decorators.append(click.option("--force", is_flag=True, help="Replace an existing file."))
     return lambda command: _bundle(command, decorators)
+
+
+MAX_SECONDS = 86400.0  # a day
+
+
+def seconds_option(
+    *declarations: str, least: float, included: bool = True, help_text: str, **kwargs: Any
+) -> Callable[[F], F]:
+    """An option of seconds: a finite number from `least` (`included` or not) to a day,
+    refused in one line with exit 2 (click's FloatRange takes `nan` and `inf`)."""
+    low = f"{least:g} {'<=' if included else '<'} SECONDS <= {MAX_SECONDS:g}"
+
+    def check(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+        above = value is not None and (value >= least if included else value > least)
+        if value is not None and not (above and value <= MAX_SECONDS):  # False for nan
+            raise UsageError(f"{param.opts[0]} {value:g}: valid: {low}")
+        return value
+
+    return click.option(
+        *declarations,
+        type=float,
+        metavar="SECONDS",
+        callback=check,
+        help=f"{help_text}  [{low}]",
+        **kwargs,
+    )
 
 
 def complete_profiles(
