@@ -5,6 +5,7 @@ baseline, the errors; the pieces (GPU facts, history lines, the verdict) on plai
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -19,7 +20,7 @@ import pytest
 
 from nccl_launch.bench.gpus import parse_gpus
 from nccl_launch.bench.history import opened, read_history
-from nccl_launch.bench.result import BenchReport, Method, RunFigure, judge
+from nccl_launch.bench.result import BenchReport, Method, RunFigure, judge, summarize
 from nccl_launch.profile.model import Baseline
 from nccl_launch.report import SCHEMA_VERSION
 from tests.conftest import RunCli, WriteProfile, console_script
@@ -527,6 +528,7 @@ def test_a_history_that_is_no_regular_file_is_refused_before_measuring(
 
 def measured() -> BenchReport:
     """A result of one run: 1 token in 0.5 s."""
+    runs = [RunFigure(tokens=1, seconds=0.5, ttft_s=0.1)]
     return BenchReport(
         status="measured",
         profile="p@1",
@@ -534,9 +536,10 @@ def measured() -> BenchReport:
         profile_path="/p.toml",
         url="http://127.0.0.1:1",
         host="h",
-        time="t",
+        time="2026-12-01T06:00:00+00:00",
         method=Method(max_tokens=1, runs=1, warmup=0, prompt="p"),
-        runs=[RunFigure(tokens=1, seconds=0.5, ttft_s=0.1)],
+        runs=runs,
+        **summarize(runs),
     )
 
 
@@ -761,6 +764,34 @@ def test_a_history_line_whose_rate_cannot_be_computed_is_a_bad_line(
     assert [run["tok_s"] for run in document["results"][0]["runs"]] == [2.0]
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"mean_tok_s": math.nan},
+        {"mean_tok_s": math.inf},
+        {"time": "not a time"},
+        {"time": "2026-12-01T06:00:00"},
+        {"schema_version": 99},
+        {"runs": []},
+        {"mean_tok_s": 3.0},
+        {"method": {"max_tokens": 1, "runs": 0, "warmup": 0, "prompt": "p"}},
+        {"method": {"max_tokens": -5, "runs": 1, "warmup": 0, "prompt": "p"}},
+    ],
+    ids=["nan", "inf", "time", "naive-time", "schema", "no-runs", "mean", "runs-0", "tokens"],
+)
+def test_a_history_line_that_is_no_result_is_named_and_skipped(
+    change: dict[str, object], run_cli: RunCli, tmp_path: Path
+) -> None:
+    record = tmp_path / "h.jsonl"
+    good = json.loads(measured().model_dump_json())
+    record.write_text(json.dumps(good | change) + "\n" + json.dumps(good) + "\n")
+    shown = run_cli("bench", "--history", "--record", str(record), "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stderr.startswith(f"nccl-launch: warning: {record}:1: not a bench result (")
+    assert len(shown.stderr.splitlines()) == 1, shown.stderr
+    assert len(json.loads(shown.stdout)["results"]) == 1
+
+
 INJECTED = {"version": "0.5\nFAKE: all good", "model_path": "m\rX\x1b[31m"}
 
 
@@ -776,7 +807,7 @@ def test_what_a_server_or_history_says_cannot_forge_a_line(
     kept = json.loads(record.read_text())
     assert (kept["sglang_version"], kept["model"]) == (INJECTED["version"], INJECTED["model_path"])
     with record.open("a") as history:
-        history.write(json.dumps(kept | {"host": "x\nFAKE ROW", "time": "\x1b[2J"}) + "\n")
+        history.write(json.dumps(kept | {"host": "x\nFAKE ROW"}) + "\n")
     table = run_cli("bench", "--history")
     assert table.returncode == 0, table.stderr
     assert not [line for line in table.stdout.splitlines() if line.startswith("FAKE")]
