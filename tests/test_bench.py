@@ -529,18 +529,17 @@ def test_a_history_that_is_no_regular_file_is_refused_before_measuring(
 def measured() -> BenchReport:
     """A result of one run: 1 token in 0.5 s."""
     runs = [RunFigure(tokens=1, seconds=0.5, ttft_s=0.1)]
-    return BenchReport(
-        status="measured",
-        profile="p@1",
-        digest="sha256:x",
-        profile_path="/p.toml",
-        url="http://127.0.0.1:1",
-        host="h",
-        time="2026-12-01T06:00:00+00:00",
-        method=Method(max_tokens=1, runs=1, warmup=0, prompt="p"),
-        runs=runs,
-        **summarize(runs),
-    )
+    stamp = {
+        "status": "measured",
+        "profile": "p@1",
+        "digest": "sha256:x",
+        "profile_path": "/p.toml",
+        "url": "http://127.0.0.1:1",
+        "host": "h",
+        "time": "2026-12-01T06:00:00+00:00",
+        "method": Method(max_tokens=1, runs=1, warmup=0, prompt="p"),
+    }
+    return BenchReport.model_validate({**stamp, "runs": runs, **summarize(runs)})
 
 
 def test_a_line_is_appended_whole_after_a_torn_one(tmp_path: Path) -> None:
