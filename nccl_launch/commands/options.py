@@ -18,6 +18,8 @@ from nccl_launch.render.drift import shell_word
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
 
+    from nccl_launch.profile.plan import ProfilePlan
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -53,10 +55,14 @@ def warn(message: str) -> None:
     click.echo(escaped(f"{WARNING_PREFIX}{message}"), err=True)
 
 
-def say_wrote_profile(path: Path, label: str, short_digest: str) -> None:
-    """The line after writing a profile (`new`, `convert`, `capture`), and how to check it."""
-    wrote = f"wrote {path} ({label}, {short_digest}); check it with:"
-    echo_lines([wrote, f"  nccl-launch run --dry-run {shell_word(str(path))}"])
+def say_wrote_profile(path: Path, plan: ProfilePlan) -> None:
+    """The line after writing a profile (`new`, `convert`, `capture`), and a command that
+    checks it when pasted: `run --dry-run` needs a `[server]`, and a path that starts with
+    `-` would be read as options."""
+    wrote = f"wrote {path} ({plan.label}, {plan.short_digest}); check it with:"
+    word = shell_word(f"./{path}" if str(path).startswith("-") else str(path))
+    command = "run --dry-run" if plan.argv else "validate"
+    echo_lines([wrote, f"  nccl-launch {command} {word}"])
 
 
 def echo_lines(lines: list[str], err: bool = False) -> None:
