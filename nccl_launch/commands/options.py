@@ -40,6 +40,8 @@ class LaunchCommand(click.Command):
             stop = "" if message.endswith((".", "?")) else "."
             word = shell_word(error.option_name)
             raise click.UsageError(f"{escaped(message)}{stop} {hint} {word}", ctx) from None
+        if extra and ctx.resilient_parsing:
+            raise click.exceptions.Exit(0)  # completing after a stray argument: nothing fits
         if extra:
             word = shell_word(extra[0])
             raise click.UsageError(f"Unexpected argument {extra[0]!r}. {hint} {word}", ctx)
