@@ -10,7 +10,7 @@ from typing import Any
 import tomli_w
 
 from nccl_launch.errors import WARNING_PREFIX
-from nccl_launch.escaping import escaped
+from nccl_launch.escaping import escaped, toml_escaped
 from nccl_launch.masking import mask_argv, mask_value
 from nccl_launch.profile.diff import ProfileDiff
 from nccl_launch.profile.overview import ListedProfile, ShownProfile, Validation
@@ -35,22 +35,15 @@ def _masked(table: dict[str, Any], path: str = "") -> dict[str, Any]:
     return masked
 
 
-def _toml_escape(char: str) -> str:
-    return f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}"
-
-
 def show_toml(profile: ShownProfile) -> str:
     """The resolved profile as TOML, under a comment naming its digest and its files; secrets
-    are masked, and a comment says so. tomli-w escapes C0 controls but writes the rest of
-    what is not printable (C1's CSI, U+2028) raw; they can only stand in its quoted strings,
-    where TOML's `\\uXXXX` reads them back unchanged."""
+    are masked, and a comment says so; what is not printable is escaped (`toml_escaped`)."""
     chain = ", ".join(map(escaped, profile.chain))
     header = f"# {profile.profile} {profile.digest}\n# resolved from {chain}\n"
     masked = _masked(profile.resolved)
     if masked != profile.resolved:
         header += "# secrets masked as ***: --format json or an export format prints them\n"
-    body = tomli_w.dumps(masked)
-    return header + "".join(c if c.isprintable() or c == "\n" else _toml_escape(c) for c in body)
+    return header + toml_escaped(tomli_w.dumps(masked))
 
 
 def _change_text(key: str, value: str | None) -> str:
