@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import psutil
 import pytest
 
+from nccl_launch.bench.client import Client
 from nccl_launch.bench.gpus import parse_gpus
 from nccl_launch.bench.history import opened, read_history
 from nccl_launch.bench.result import BenchReport, Method, RunFigure, judge, summarize
@@ -134,6 +135,23 @@ def test_bench_reports_the_rate_the_server_streams_within_15_percent(
     recorded = history_lines(default_history(tmp_path / "home"))
     assert len(recorded) == 1
     assert recorded[0]["mean_tok_s"] == pytest.approx(float(found.group(1)), abs=0.05)
+
+
+@pytest.mark.parametrize("end", ["\r", "\r\n"], ids=["cr", "crlf"])
+def test_events_may_end_their_lines_with_cr_or_crlf(
+    end: str, start: Started, run_cli: RunCli
+) -> None:
+    server = start(env={"STANDIN_LINE_END": end})
+    result = run_cli("bench", "standin", "--url", url(server), *FAST)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [tokens for _, _, tokens, _ in RUN_LINE.findall(result.stdout)] == ["60", "60"]
+
+
+def test_a_crlf_split_between_two_chunks_ends_one_line() -> None:
+    chunks = [b"data: a\r", b"\ndata: b\r", b"", b"\n\rdata: c\n"]
+    with Client("http://127.0.0.1:1", 1) as client:
+        lines = list(client._lines("/v1/completions", iter(chunks)))
+    assert lines == ["data: a", "data: b", "", "data: c"]
 
 
 def test_a_raw_started_server_is_refused_without_any_figure(
