@@ -77,7 +77,8 @@ def list_lines(rows: list[ListedProfile], search_path: list[tuple[Path, str]]) -
 
 
 def diff_lines(diff: ProfileDiff) -> list[str]:
-    """A header per profile, `~` changed, `-` only in the old one, `+` only in the new, a count."""
+    """A header per profile, `~` changed, `-` only in the old one, `+` only in the new, a count
+    naming the changes the digest does not cover."""
     lines = []
     for sign, side in (("---", diff.old), ("+++", diff.new)):
         lines.append(f"{sign} {side.label} ({side.short_digest}) {side.path}")
@@ -90,8 +91,11 @@ def diff_lines(diff: ProfileDiff) -> list[str]:
         else:
             old_text, new_text = _change_text(key, old), _change_text(key, new)
             lines.append(f"  ~ {key.ljust(width)}  {old_text} -> {new_text}")
-    count = len(diff.changes)
-    return [*lines, f"{count} difference{'' if count == 1 else 's'}"]
+    count, outside = len(diff.changes), len(diff.outside_digest)
+    total = f"{count} difference{'' if count == 1 else 's'}"
+    if outside:
+        total += f", {outside} outside the digest ({', '.join(diff.outside_digest)})"
+    return [*lines, total]
 
 
 def validate_lines(validation: Validation) -> tuple[list[str], list[str]]:
