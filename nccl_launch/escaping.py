@@ -10,3 +10,14 @@ def escaped(text: str) -> str:
     profile, a process, a server or a file holds cannot forge a line or a colour in a terminal
     or a log."""
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
+def toml_escaped(text: str) -> str:
+    """TOML written by tomli-w with each character that is not printable (bar newlines) as
+    TOML's `\\uXXXX`: tomli-w escapes C0 controls but writes the rest (C1's CSI, U+2028) raw.
+    They can only stand in its quoted strings, where TOML reads the escape back unchanged."""
+    return "".join(c if c.isprintable() or c == "\n" else _toml_escape(c) for c in text)
+
+
+def _toml_escape(char: str) -> str:
+    return f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}"

@@ -121,7 +121,10 @@ def check_trusted(path: Path, status: os.stat_result, what: str) -> None:
 def _folder_of_others(path: Path) -> tuple[Path, os.stat_result] | None:
     """The first directory above `path` (as given, then as it resolves) that another user
     owns or may write, sticky directories such as /tmp aside; None when there is none."""
-    given = Path.cwd() / path  # the directories as given, before symlinks are followed
+    try:  # the directories as given, before symlinks are followed
+        given = path if path.is_absolute() else Path.cwd() / path
+    except FileNotFoundError:  # a deleted current directory: no file has a relative path
+        return None
     for folder in dict.fromkeys([*given.parents, *given.resolve().parents]):
         try:
             folder_status = folder.stat()

@@ -106,3 +106,48 @@ def test_a_reader_that_goes_away_ends_it_by_sigpipe_not_exit_1(entry: list[str])
     os.close(writer)
     assert done.returncode == -signal.SIGPIPE
     assert done.stderr == ""
+
+
+# Runs its arguments as a shell left in a deleted directory does (`gone` under the test's cwd).
+IN_A_DELETED_DIRECTORY = 'cd gone && rmdir ../gone && exec "$@"'
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["validate", "rtx6000bw-pcie-tp8"], 0),
+        (["list"], 0),
+        (["run", "--dry-run", "kimi-k25-rtx6000bw-tp8-eagle3"], 0),
+        (["validate", "profiles/gone.toml"], 2),
+        (["new", "mine"], 2),
+    ],
+)
+def test_a_deleted_current_directory_is_no_internal_error(
+    args: list[str], code: int, tmp_path: Path
+) -> None:
+    """A shell left in a deleted directory: `./profiles` holds nothing, other paths work."""
+    (tmp_path / "gone").mkdir()
+    result = subprocess.run(
+        ["sh", "-c", IN_A_DELETED_DIRECTORY, "sh", console_script(), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == code, result.stderr
+    assert "internal error" not in result.stderr
+
+
+def test_completion_in_a_deleted_current_directory_offers_the_shipped_names(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "gone").mkdir()
+    env = {"_NCCL_LAUNCH_COMPLETE": "bash_complete", "COMP_WORDS": "nccl-launch validate rtx"}
+    result = subprocess.run(
+        ["sh", "-c", IN_A_DELETED_DIRECTORY, "sh", console_script()],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env, "COMP_CWORD": "2"},
+        check=False,
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+    assert "plain,rtx6000bw-pcie-tp8" in result.stdout.splitlines()

@@ -65,6 +65,14 @@ def test_name_at_completes_the_versions_on_the_search_path(
     ]
 
 
+@pytest.mark.parametrize(
+    "line",
+    ["nccl-launch run a b ", "nccl-launch preflight a b c", "nccl-launch run a b -- "],
+)
+def test_after_a_stray_argument_nothing_completes_quietly(line: str, run_cli: RunCli) -> None:
+    assert complete(run_cli, line) == []
+
+
 def test_shipped_profiles_complete_too(run_cli: RunCli) -> None:
     assert complete(run_cli, "nccl-launch show kimi") == [
         "file,kimi",

@@ -477,6 +477,23 @@ def test_on_drift_stop_needs_watch(run_cli: RunCli) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (("--watch", "inf"), "--watch inf: valid: 0.1 <= SECONDS <= 86400"),
+        (("--watch", "1e10"), "--watch 1e+10: valid: 0.1 <= SECONDS <= 86400"),
+        (("--watch", "nan"), "--watch nan: valid: 0.1 <= SECONDS <= 86400"),
+        (("--grace", "nan"), "--grace nan: valid: 0 <= SECONDS <= 86400"),
+        (("--grace", "-1"), "--grace -1: valid: 0 <= SECONDS <= 86400"),
+    ],
+)
+def test_watch_and_grace_take_finite_seconds_only(
+    option: tuple[str, str], message: str, run_cli: RunCli
+) -> None:
+    result = run_cli("check", "--pid", "1", "--watch", "1", *option)
+    assert (result.returncode, result.stderr) == (2, f"nccl-launch: {message}\n")
+
+
 ONE_TARGET = "nccl-launch: name the server with exactly one of --pid, --port, --pidfile, --unit\n"
 
 

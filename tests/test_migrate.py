@@ -603,6 +603,23 @@ def test_capture_escapes_the_names_it_quotes(run_cli: RunCli, tmp_path: Path) ->
     assert list(Path("profiles").iterdir()) == []
 
 
+def test_capture_escapes_c1_controls_in_the_profile(run_cli: RunCli, tmp_path: Path) -> None:
+    """U+009B is a terminal's CSI: `cat` of the profile must not run what follows it."""
+    process = start_standin(tmp_path, {"SGLANG_Y": "a\x9b2Jb"}, ["--served-model-name", "\x9b"])
+    try:
+        result = run_cli("capture", "--pid", str(process.pid), "--name", "live")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=10)
+    assert result.returncode == 0, result.stderr
+    text = Path("profiles/live.toml").read_text()
+    assert "\x9b" not in text
+    assert 'SGLANG_Y = "a\\u009b2Jb"  # pid' in text
+    profile = tomllib.loads(text)
+    assert profile["env"]["SGLANG_Y"] == "a\x9b2Jb"
+    assert "\x9b" in profile["server"]["args"]
+
+
 def test_convert_names_the_script_and_escapes_it(run_cli: RunCli) -> None:
     name = "start\x1b[2J\nok.sh"
     Path(name).write_text(f"X=$(id)\n{SERVE}")

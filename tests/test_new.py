@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
+import subprocess
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import RunCli, WriteProfile
+from tests.conftest import RunCli, WriteProfile, console_script
 
 KIMI = "kimi-k25-rtx6000bw-tp8-eagle3"
 
@@ -48,6 +50,29 @@ def test_new_from_scratch_is_a_valid_template(nccl_launch: RunCli, tmp_path: Pat
     assert '# BUFFSIZE = "16MiB"' in text  # commented examples of what to fill in
     assert nccl_launch("validate", "mine").returncode == 0
     assert nccl_launch("run", "--dry-run", "mine", "--", "true").returncode == 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("mine",), ("n3", "--dir", "-rf"), ("site", "--dir", "-rf", "--from", KIMI)],
+    ids=["template", "dash-dir", "copy"],
+)
+def test_the_command_new_suggests_works_when_pasted(
+    args: tuple[str, ...], run_cli: RunCli, tmp_path: Path
+) -> None:
+    made = run_cli("new", *args)
+    assert made.returncode == 0, made.stderr
+    suggested = made.stdout.splitlines()[1]
+    path = f"{Path(console_script()).parent}{os.pathsep}{os.environ['PATH']}"
+    pasted = subprocess.run(
+        ["bash", "-c", suggested],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": path},
+        cwd=tmp_path,
+        check=False,
+    )
+    assert pasted.returncode == 0, (suggested, pasted.stderr)
 
 
 def test_new_never_replaces_a_file_without_force(

@@ -100,7 +100,7 @@ def test_the_command_new_suggests_pastes_back_into_bash_as_the_same_path(
     folder = "d\udcff\x1b"  # the argv bytes b"d\xff\x1b"
     result = run_cli("new", "n", "--dir", folder)
     assert result.returncode == 0, result.stderr
-    hint = result.stdout.splitlines()[1].removeprefix("  nccl-launch run --dry-run ")
+    hint = result.stdout.splitlines()[1].removeprefix("  nccl-launch validate ")
     assert hint == "$'d\\xff\\x1b/n.toml'"
     pasted = subprocess.run(["bash", "-c", f'printf "%s" {hint}'], capture_output=True, check=True)
     assert pasted.stdout == os.fsencode(f"{folder}/n.toml")

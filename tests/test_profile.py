@@ -153,7 +153,7 @@ def test_diff_two_versions_by_name(versions: None, nccl_launch: RunCli, tmp_path
     assert '  + HF_TOKEN                "***"' in lines
     assert ["+", "argv", '"/opt/ml-env/bin/python3', "-m"] in [line.split()[:4] for line in lines]
     assert '  ~ policy.undeclared_nccl  "refuse" -> "warn"' in lines
-    assert lines[-1] == "7 differences"
+    assert lines[-1] == "8 differences, 2 outside the digest (description, policy.undeclared_nccl)"
 
 
 def test_diff_of_equal_meaning_is_empty(write_profile: WriteProfile, run_cli: RunCli) -> None:
@@ -162,6 +162,29 @@ def test_diff_of_equal_meaning_is_empty(write_profile: WriteProfile, run_cli: Ru
     result = run_cli("diff", "a", "b")
     assert result.returncode == 0
     assert result.stdout.splitlines()[-1] == "0 differences"
+
+
+def test_diff_shows_a_cwd_and_what_the_digest_does_not_cover(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    server = '[server]\npython = "/p"\nmodel_path = "models/m"\n'
+    write_profile("a", f'schema = 1\nname = "a"\nversion = 1\n{server}cwd = "/srv/a"\n')
+    write_profile("b", f'schema = 1\nname = "a"\nversion = 2\n{server}cwd = "/srv/b"\n')
+    write_profile("c", f'schema = 1\nname = "c"\nversion = 1\ndescription = "x"\n{server}')
+    write_profile("d", f'schema = 1\nname = "d"\nversion = 1\n{server}')
+    result = run_cli("diff", "a", "b")
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert lines[0].split()[2] != lines[1].split()[2]  # the digests differ
+    assert lines[2:] == ['  ~ cwd  "/srv/a" -> "/srv/b"', "1 difference"]
+    result = run_cli("diff", "c", "d")
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert lines[0].split()[2] == lines[1].split()[2]  # the same digest
+    assert lines[2:] == [
+        '  ~ description  "x" -> ""',
+        "1 difference, 1 outside the digest (description)",
+    ]
 
 
 def test_list_shows_the_search_path(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from collections.abc import Iterator
 from types import TracebackType
@@ -25,6 +26,7 @@ SHOWN_BODY = 200  # of an error answer, enough for a reason, not a page of HTML
 INFO_PATHS = ("/server_info", "/get_server_info")  # the second before SGLang 0.5
 BODY_LIMIT = 1 << 20  # an info or error body: SGLang's is a few KiB
 LINE_LIMIT = 1 << 20  # one line of the stream: one token's event is some 200 bytes
+LINE_END = re.compile(rb"\r\n|\r|\n")  # the SSE format's three
 MIN_RATE = 1.0  # tok/s: a request lasts at most --timeout + max_tokens / MIN_RATE seconds
 
 
@@ -183,13 +185,18 @@ class Client:
         return first, tokens
 
     def _lines(self, path: str, chunks: Iterator[bytes]) -> Iterator[str]:
-        """The stream's lines, none longer than LINE_LIMIT (a line is held whole in memory)."""
+        """The stream's lines, ended by CRLF, LF or CR as the SSE format allows (a CRLF may be
+        split between two chunks), none longer than LINE_LIMIT (a line is held in memory)."""
         pending = bytearray()
-        for chunk in chunks:
-            *ended, rest = chunk.split(b"\n")
+        after_cr = False
+        for whole in chunks:
+            # The LF of a CRLF whose CR ended the chunk before ends no second line.
+            chunk = whole[1:] if after_cr and whole.startswith(b"\n") else whole
+            after_cr = chunk.endswith(b"\r") or (after_cr and not chunk)
+            *ended, rest = LINE_END.split(chunk)
             for part in ended:
                 pending += part
-                yield pending.rstrip(b"\r").decode(errors="replace")
+                yield pending.decode(errors="replace")
                 pending.clear()
             pending += rest
             if len(pending) > LINE_LIMIT:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from statistics import fmean
-from typing import Literal
+from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import AfterValidator, BaseModel, Field, computed_field, model_validator
 
 from nccl_launch.errors import EXIT_DRIFT, EXIT_INTERRUPTED, EXIT_OK
 from nccl_launch.live.compare import LiveReport
@@ -45,20 +46,31 @@ class Gpu(BaseModel):
 class Method(BaseModel):
     """How the figures were measured: the same method gives comparable figures."""
 
-    max_tokens: int
-    runs: int
-    warmup: int
+    max_tokens: int = Field(ge=1, le=TOKEN_LIMIT)
+    runs: int = Field(ge=1)
+    warmup: int = Field(ge=0)
     prompt: str
 
 
 class Verdict(BaseModel):
     """The mean against the profile's `[baseline]`; `met` is None when not compared."""
 
-    decode_tok_s: float
-    tolerance: float
-    floor: float
+    decode_tok_s: float = Field(gt=0, allow_inf_nan=False)
+    tolerance: float = Field(ge=0, lt=1)
+    floor: float = Field(ge=0, allow_inf_nan=False)
     met: bool | None
     note: str | None = None
+
+
+def _aware_time(text: str) -> str:
+    """`text`, an ISO 8601 time with its offset (as `bench` stamps it); else a ValueError."""
+    if datetime.fromisoformat(text).tzinfo is None:
+        raise ValueError("an ISO 8601 time without its UTC offset")
+    return text
+
+
+# A rate or a time in seconds of the summary: absent without runs.
+Summary = Annotated[float | None, Field(ge=0, allow_inf_nan=False)]
 
 
 class BenchReport(Report):
@@ -70,19 +82,27 @@ class BenchReport(Report):
     profile_path: str
     url: str
     host: str
-    time: str
+    time: Annotated[str, AfterValidator(_aware_time)]
     sglang_version: str | None = None
     model: str | None = None
     gpus: list[Gpu] = Field(default_factory=list)
     gpus_note: str | None = None
     method: Method
     runs: list[RunFigure] = Field(default_factory=list)
-    mean_tok_s: float | None = None
-    min_tok_s: float | None = None
-    max_tok_s: float | None = None
-    ttft_s: float | None = None
+    mean_tok_s: Summary = None
+    min_tok_s: Summary = None
+    max_tok_s: Summary = None
+    ttft_s: Summary = None
     baseline: Verdict | None = None
     drift: LiveReport | None = None  # the check that refused or discarded the figures
+
+    @model_validator(mode="after")
+    def _summary_of_its_runs(self) -> Self:
+        """A history line whose summary is not that of its runs is no result."""
+        summary = {key: getattr(self, key) for key in summarize([])}
+        if summary != summarize(self.runs):
+            raise ValueError("mean, min, max and ttft_s are not those of its runs")
+        return self
 
     @property
     def exit_code(self) -> int:

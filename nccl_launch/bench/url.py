@@ -62,8 +62,15 @@ def url_address(url: str) -> Address:
             f"--url {masked_url(url)}: not an http:// or https:// URL with a host; {EXAMPLE}"
         )
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        given = parts.port
     except ValueError:
+        given = 0
+    if given == 0:  # out of range, not a number, or 0 (which no server listens on)
         hint = " (percent-encode a / ? # in the password)" if "@" in url else ""
-        raise UsageError(f"--url {masked_url(url)}: not a valid port{hint}; {EXAMPLE}") from None
-    return Address(parts.hostname, port)
+        raise UsageError(f"--url {masked_url(url)}: not a valid port{hint}; {EXAMPLE}")
+    if url.partition("://")[2][len(parts.netloc) :] not in ("", "/"):
+        raise UsageError(
+            f"--url {masked_url(url)}: holds a path, query or fragment; give only "
+            f"http(s)://HOST[:PORT]; {EXAMPLE}"
+        )
+    return Address(parts.hostname, given or (443 if parts.scheme == "https" else 80))

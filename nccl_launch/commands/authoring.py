@@ -32,5 +32,5 @@ def new(name: str, source: str | None, folder: Path, force: bool) -> int:
     upgraded.
     """
     path, plan = new_profile(name, source, folder, force)
-    say_wrote_profile(path, plan.label, plan.short_digest)
+    say_wrote_profile(path, plan)
     return EXIT_OK

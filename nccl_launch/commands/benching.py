@@ -10,7 +10,13 @@ from nccl_launch.bench import history
 from nccl_launch.bench.measure import locate, measure_decode
 from nccl_launch.bench.result import TOKEN_LIMIT, Method, RunFigure
 from nccl_launch.bench.url import url_address
-from nccl_launch.commands.options import echo_lines, format_option, profile_argument, warn
+from nccl_launch.commands.options import (
+    echo_lines,
+    format_option,
+    profile_argument,
+    seconds_option,
+    warn,
+)
 from nccl_launch.errors import UsageError
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.profile.load import load_profile
@@ -18,7 +24,6 @@ from nccl_launch.render.bench import history_lines, run_line, summary_lines, ver
 
 DEFAULT_MAX_TOKENS = 500
 DEFAULT_RUNS = 5
-MAX_TIMEOUT = 86400.0  # a day
 DEFAULT_PROMPT = "Write a long story about a lighthouse keeper who finds a message in a bottle."
 
 
@@ -80,13 +85,14 @@ def _history(profile: str | None, record: Path, fmt: str) -> int:
 )
 @click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True)
 @click.option("--prompt", default=DEFAULT_PROMPT, help="The prompt of every request.")
-@click.option(
+@seconds_option(
     "--timeout",
-    type=float,
+    least=0,
+    included=False,
     default=60.0,
     show_default=True,
-    help="Seconds to wait for the connection and between two streamed events (at most "
-    f"{MAX_TIMEOUT:g}); a request must end within TIMEOUT + max_tokens seconds.",
+    help_text="Seconds to wait for the connection and between two streamed events; a request "
+    "must end within TIMEOUT + max_tokens seconds.",
 )
 @click.option(
     "--record",
@@ -116,8 +122,6 @@ def bench(
     Exit 0 measured, 1 drift or below the profile's [baseline], 2 bad options or profile,
     3 no such server, or a connection, timeout, HTTP error, empty or malformed stream.
     """
-    if not 0 < timeout <= MAX_TIMEOUT:  # also refuses nan and inf, which FloatRange takes
-        raise UsageError(f"--timeout {timeout:g}: valid: 0 < SECONDS <= {MAX_TIMEOUT:g}")
     try:
         prompt.encode()
     except UnicodeEncodeError:  # argv bytes that were not UTF-8 (surrogateescape)

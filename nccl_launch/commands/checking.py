@@ -14,6 +14,7 @@ from nccl_launch.commands.options import (
     format_option,
     output_options,
     profile_argument,
+    seconds_option,
     warn,
 )
 from nccl_launch.errors import UsageError
@@ -43,7 +44,7 @@ LIVE_FORMATS: dict[str, Callable[[LiveReport], str]] = {
 @output_options(
     "Write the report to FILE atomically (for node_exporter's textfile collector).", force=False
 )
-@click.option("--watch", type=click.FloatRange(min=0.1), metavar="SECONDS", help="Keep checking.")
+@seconds_option("--watch", least=0.1, help_text="Keep checking, every SECONDS.")
 @click.option(
     "--on-drift",
     type=click.Choice(["warn", "stop"]),
@@ -51,7 +52,13 @@ LIVE_FORMATS: dict[str, Callable[[LiveReport], str]] = {
     show_default=True,
     help="With --watch only: stop = SIGTERM the server, SIGKILL after --grace, exit 1.",
 )
-@click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True)
+@seconds_option(
+    "--grace",
+    least=0,
+    default=30.0,
+    show_default=True,
+    help_text="With --on-drift stop: seconds from SIGTERM to SIGKILL.",
+)
 def check(
     profile: str | None,
     pin: str | None,

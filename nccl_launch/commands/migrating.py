@@ -21,7 +21,7 @@ def _saved(
     path, plan, notes = save_profile(start, name, source, how, output, force)
     for note in notes:  # they quote the script's or the process's words
         warn(note)
-    say_wrote_profile(path, plan.label, plan.short_digest)
+    say_wrote_profile(path, plan)
     return EXIT_OK
 
 

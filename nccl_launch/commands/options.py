@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from nccl_launch.errors import WARNING_PREFIX
+from nccl_launch.errors import WARNING_PREFIX, UsageError
 from nccl_launch.escaping import escaped
 from nccl_launch.launch.placement import Placement
 from nccl_launch.launch.prepare import LaunchPlan, prepare_launch
@@ -18,6 +18,8 @@ from nccl_launch.render.drift import shell_word
 
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
+
+    from nccl_launch.profile.plan import ProfilePlan
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,6 +41,8 @@ class LaunchCommand(click.Command):
             stop = "" if message.endswith((".", "?")) else "."
             word = shell_word(error.option_name)
             raise click.UsageError(f"{escaped(message)}{stop} {hint} {word}", ctx) from None
+        if extra and ctx.resilient_parsing:
+            raise click.exceptions.Exit(0)  # completing after a stray argument: nothing fits
         if extra:
             word = shell_word(extra[0])
             raise click.UsageError(f"Unexpected argument {extra[0]!r}. {hint} {word}", ctx)
@@ -54,10 +58,14 @@ def warn(message: str) -> None:
     click.echo(escaped(f"{WARNING_PREFIX}{message}"), err=True)
 
 
-def say_wrote_profile(path: Path, label: str, short_digest: str) -> None:
-    """The line after writing a profile (`new`, `convert`, `capture`), and how to check it."""
-    wrote = f"wrote {path} ({label}, {short_digest}); check it with:"
-    echo_lines([wrote, f"  nccl-launch run --dry-run {shell_word(str(path))}"])
+def say_wrote_profile(path: Path, plan: ProfilePlan) -> None:
+    """The line after writing a profile (`new`, `convert`, `capture`), and a command that
+    checks it when pasted: `run --dry-run` needs a `[server]`, and a path that starts with
+    `-` would be read as options."""
+    wrote = f"wrote {path} ({plan.label}, {plan.short_digest}); check it with:"
+    word = shell_word(f"./{path}" if str(path).startswith("-") else str(path))
+    command = "run --dry-run" if plan.argv else "validate"
+    echo_lines([wrote, f"  nccl-launch {command} {word}"])
 
 
 def echo_lines(lines: list[str], err: bool = False) -> None:
@@ -91,6 +99,32 @@ def output_options(help_text: str, *, force: bool = True) -> Callable[[F], F]:
     if force:
         decorators.append(click.option("--force", is_flag=True, help="Replace an existing file."))
     return lambda command: _bundle(command, decorators)
+
+
+MAX_SECONDS = 86400.0  # a day
+
+
+def seconds_option(
+    *declarations: str, least: float, included: bool = True, help_text: str, **kwargs: Any
+) -> Callable[[F], F]:
+    """An option of seconds: a finite number from `least` (`included` or not) to a day,
+    refused in one line with exit 2 (click's FloatRange takes `nan` and `inf`)."""
+    low = f"{least:g} {'<=' if included else '<'} SECONDS <= {MAX_SECONDS:g}"
+
+    def check(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+        above = value is not None and (value >= least if included else value > least)
+        if value is not None and not (above and value <= MAX_SECONDS):  # False for nan
+            raise UsageError(f"{param.opts[0]} {value:g}: valid: {low}")
+        return value
+
+    return click.option(
+        *declarations,
+        type=float,
+        metavar="SECONDS",
+        callback=check,
+        help=f"{help_text}  [{low}]",
+        **kwargs,
+    )
 
 
 def complete_profiles(

@@ -12,6 +12,7 @@ from typing import Any
 import tomli_w
 
 from nccl_launch.errors import ProfileError, UsageError
+from nccl_launch.escaping import toml_escaped
 from nccl_launch.files import FileError, atomic_write
 from nccl_launch.masking import holds_secret
 from nccl_launch.migrate.server_table import server_table
@@ -152,7 +153,9 @@ def build_profile(start: StartCommand, name: str, source: str, how: str) -> Buil
 def profile_text(data: dict[str, Any], comments: dict[str, str]) -> str:
     """`data` as TOML, each [nccl] and [env] value followed by a comment from `comments`
     (by full variable name). tomli-w writes no comments, so these two tables are written
-    line by line, and the whole is read back to prove it still says `data`."""
+    line by line, and the whole is read back to prove it still says `data`; what is not
+    printable is escaped, as `show` does (`toml_escaped`), so no raw CSI reaches a terminal
+    that prints the file."""
     tables = {"nccl": catalog.PREFIX, "env": ""}
     top = {key: value for key, value in data.items() if not isinstance(value, dict)}
     parts = [tomli_w.dumps(top)]
@@ -165,7 +168,7 @@ def profile_text(data: dict[str, Any], comments: dict[str, str]) -> str:
                 lines.append(f"{line}  # {comment}" if comment else line)
             parts.append("\n".join(lines) + "\n")
     rest = {key: value for key, value in data.items() if key not in top and key not in tables}
-    text = "\n".join([*parts, tomli_w.dumps(rest)])
+    text = toml_escaped("\n".join([*parts, tomli_w.dumps(rest)]))
     if tomllib.loads(text) != data:  # a bug here must not write a profile that says otherwise
         raise RuntimeError("the profile written with comments does not read back as built")
     return text

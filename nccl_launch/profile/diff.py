@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, computed_field
 
 from nccl_launch.errors import EXIT_DRIFT, EXIT_OK
 from nccl_launch.nccl import rules
@@ -13,8 +14,14 @@ from nccl_launch.profile.load import LoadedProfile, load_profile
 Change = tuple[str, str | None, str | None]
 
 
+# What the digest does not cover, compared as the resolved profile holds it (`name` and
+# `version` are in each side's header; [nccl], [env] and [server] are the env, argv and cwd).
+UNDIGESTED = {"description", "policy", "provenance", "baseline"}
+
+
 def profile_changes(old: LoadedProfile, new: LoadedProfile) -> list[Change]:
-    """What changes in the env, the command and the policy between two resolved profiles."""
+    """Every change between two resolved profiles: the env, the argv and the cwd (which the
+    digest covers), then the keys named in UNDIGESTED (which it does not)."""
     old_plan, new_plan = old.plan, new.plan
     changes: list[Change] = []
     for key in sorted(old_plan.env.keys() | new_plan.env.keys()):
@@ -26,11 +33,31 @@ def profile_changes(old: LoadedProfile, new: LoadedProfile) -> list[Change]:
             shlex.join(p.argv) if p.argv else None for p in (old_plan, new_plan)
         )
         changes.append(("argv", before_argv, after_argv))
-    old_policy, new_policy = old.profile.policy.model_dump(), new.profile.policy.model_dump()
-    for field, before_value in old_policy.items():
-        if before_value != new_policy[field]:
-            changes.append((f"policy.{field}", str(before_value), str(new_policy[field])))
+    before_cwd, after_cwd = (p.profile.server.cwd if p.profile.server else None for p in (old, new))
+    if before_cwd != after_cwd:
+        changes.append(("cwd", before_cwd, after_cwd))
+    before_rest, after_rest = (_flat(p.profile.model_dump(include=UNDIGESTED)) for p in (old, new))
+    for key in sorted(before_rest.keys() | after_rest.keys()):
+        if before_rest.get(key) != after_rest.get(key):
+            changes.append((key, before_rest.get(key), after_rest.get(key)))
     return changes
+
+
+def _flat(table: dict[str, Any], path: str = "") -> dict[str, str]:
+    """`table`'s values as text by dotted key (`policy.undeclared_nccl`); None is no value."""
+    flat: dict[str, str] = {}
+    for key, value in table.items():
+        dotted = f"{path}.{key}" if path else key
+        if isinstance(value, dict):
+            flat |= _flat(value, dotted)
+        elif value is not None:
+            flat[dotted] = str(value)
+    return flat
+
+
+def outside_digest(key: str) -> bool:
+    """Whether a change of `key` leaves the digest as it was."""
+    return key.partition(".")[0] in UNDIGESTED
 
 
 class DiffSide(BaseModel):
@@ -52,6 +79,12 @@ class ProfileDiff(BaseModel):
     old: DiffSide
     new: DiffSide
     changes: list[Change]
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def outside_digest(self) -> list[str]:
+        """The keys of the changes the digest does not cover: equal digests may differ there."""
+        return [key for key, _, _ in self.changes if outside_digest(key)]
 
     @property
     def exit_code(self) -> int:

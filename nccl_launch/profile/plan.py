@@ -35,14 +35,19 @@ class ProfilePlan:
         return {MARKER_PROFILE: self.label, MARKER_DIGEST: self.digest, "SPT_NOENV": "1"}
 
 
-def digest(env: dict[str, str], argv: list[str]) -> str:
-    """sha256 over the canonical JSON of the declared env and the profile's argv."""
-    canonical = json.dumps({"env": env, "argv": argv}, sort_keys=True, separators=(",", ":"))
+def digest(env: dict[str, str], argv: list[str], cwd: str | None = None) -> str:
+    """sha256 over the canonical JSON of the declared env, the profile's argv and the server's
+    cwd when one is set (it decides what a relative path in the argv names); a profile
+    without a cwd has the digest it had before the cwd counted."""
+    document = {"env": env, "argv": argv} | ({"cwd": cwd} if cwd is not None else {})
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def build_plan(profile: Profile) -> ProfilePlan:
     """The plan of a resolved profile; argv is empty when it has no `[server]`."""
     env = profile.declared_env()
-    argv = server_argv(profile.server) if profile.server is not None else []
-    return ProfilePlan(label=profile.label, env=env, argv=argv, digest=digest(env, argv))
+    server = profile.server
+    argv = server_argv(server) if server is not None else []
+    cwd = server.cwd if server is not None else None
+    return ProfilePlan(label=profile.label, env=env, argv=argv, digest=digest(env, argv, cwd))

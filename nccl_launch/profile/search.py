@@ -38,6 +38,15 @@ def shipped_dir() -> Path | None:
     return Path(locations[0]).resolve() if locations else None
 
 
+def real_path(folder: Path) -> str:
+    """The folder's real path; a relative one as given when the current directory was deleted
+    (a shell left in it), where it names nothing and a lookup finds no file in it."""
+    try:
+        return os.path.realpath(folder)
+    except FileNotFoundError:  # os.getcwd() of a deleted directory
+        return str(folder)
+
+
 def search_path(environ: Mapping[str, str] = os.environ) -> list[tuple[Path, str]]:
     """Every folder a lookup reads, in order, with where it comes from: `local` (./profiles),
     `NCCL_LAUNCH_PATH`, `system`, then `shipped` (so a local profile of the same name wins)."""
@@ -46,7 +55,7 @@ def search_path(environ: Mapping[str, str] = os.environ) -> list[tuple[Path, str
     labelled.append((system, "system"))
     shipped = shipped_dir()
     # In a source checkout (editable install) ./profiles may be the shipped folder itself.
-    if shipped is not None and shipped not in [folder.resolve() for folder, _ in labelled]:
+    if shipped is not None and str(shipped) not in [real_path(folder) for folder, _ in labelled]:
         labelled.append((shipped, "shipped"))
     return labelled
 
@@ -59,7 +68,7 @@ def unique_dirs(dirs: list[Path]) -> list[Path]:
     """`dirs` without a folder named again (`a:./a`, or a link to one before), first kept."""
     kept: dict[str, Path] = {}
     for folder in dirs:
-        kept.setdefault(os.path.realpath(folder), folder)
+        kept.setdefault(real_path(folder), folder)
     return list(kept.values())
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import tomli_w
 
 from nccl_launch.errors import WARNING_PREFIX
-from nccl_launch.escaping import escaped
+from nccl_launch.escaping import escaped, toml_escaped
 from nccl_launch.masking import mask_argv, mask_value
 from nccl_launch.profile.diff import ProfileDiff
 from nccl_launch.profile.overview import ListedProfile, ShownProfile, Validation
@@ -35,22 +35,15 @@ def _masked(table: dict[str, Any], path: str = "") -> dict[str, Any]:
     return masked
 
 
-def _toml_escape(char: str) -> str:
-    return f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}"
-
-
 def show_toml(profile: ShownProfile) -> str:
     """The resolved profile as TOML, under a comment naming its digest and its files; secrets
-    are masked, and a comment says so. tomli-w escapes C0 controls but writes the rest of
-    what is not printable (C1's CSI, U+2028) raw; they can only stand in its quoted strings,
-    where TOML's `\\uXXXX` reads them back unchanged."""
+    are masked, and a comment says so; what is not printable is escaped (`toml_escaped`)."""
     chain = ", ".join(map(escaped, profile.chain))
     header = f"# {profile.profile} {profile.digest}\n# resolved from {chain}\n"
     masked = _masked(profile.resolved)
     if masked != profile.resolved:
         header += "# secrets masked as ***: --format json or an export format prints them\n"
-    body = tomli_w.dumps(masked)
-    return header + "".join(c if c.isprintable() or c == "\n" else _toml_escape(c) for c in body)
+    return header + toml_escaped(tomli_w.dumps(masked))
 
 
 def _change_text(key: str, value: str | None) -> str:
@@ -84,7 +77,8 @@ def list_lines(rows: list[ListedProfile], search_path: list[tuple[Path, str]]) -
 
 
 def diff_lines(diff: ProfileDiff) -> list[str]:
-    """A header per profile, `~` changed, `-` only in the old one, `+` only in the new, a count."""
+    """A header per profile, `~` changed, `-` only in the old one, `+` only in the new, a count
+    naming the changes the digest does not cover."""
     lines = []
     for sign, side in (("---", diff.old), ("+++", diff.new)):
         lines.append(f"{sign} {side.label} ({side.short_digest}) {side.path}")
@@ -97,8 +91,11 @@ def diff_lines(diff: ProfileDiff) -> list[str]:
         else:
             old_text, new_text = _change_text(key, old), _change_text(key, new)
             lines.append(f"  ~ {key.ljust(width)}  {old_text} -> {new_text}")
-    count = len(diff.changes)
-    return [*lines, f"{count} difference{'' if count == 1 else 's'}"]
+    count, outside = len(diff.changes), len(diff.outside_digest)
+    total = f"{count} difference{'' if count == 1 else 's'}"
+    if outside:
+        total += f", {outside} outside the digest ({', '.join(diff.outside_digest)})"
+    return [*lines, total]
 
 
 def validate_lines(validation: Validation) -> tuple[list[str], list[str]]:

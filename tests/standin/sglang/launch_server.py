@@ -30,7 +30,8 @@ Knobs, for tests:
   ignored), STANDIN_USAGE_TOKENS=TEXT puts TEXT (raw JSON) as the usage's completion_tokens,
   STANDIN_EVENT=TEXT streams `data: TEXT` first, STANDIN_ENDLESS=1 streams tokens without
   end, STANDIN_LONG_LINE=1 a `data:` line without end, STANDIN_CLOSE_BEFORE_DONE=1 closes the
-  stream after the usage event, before `data: [DONE]`;
+  stream after the usage event, before `data: [DONE]`; STANDIN_LINE_END=TEXT ends the
+  stream's lines with TEXT (CR or CRLF) instead of LF;
 - STANDIN_DRIFT_AT_REQUEST=N: the Nth /v1/completions request first starts the late
   scheduler of SIGUSR1 (so a worker drifts while a benchmark runs) and streams once it is up;
 - STANDIN_RECORD=FILE records instead of serving: it writes {"pid", "argv", "cwd", "env"} as
@@ -255,7 +256,8 @@ def handler(server: Server) -> type[BaseHTTPRequestHandler]:
 
         def event(self, data: object) -> None:
             text = data if isinstance(data, str) else json.dumps(data)
-            self.wfile.write(f"data: {text}\n\n".encode())
+            end = os.environ.get("STANDIN_LINE_END", "\n")
+            self.wfile.write(f"data: {text}{end}{end}".encode())
             self.wfile.flush()
 
         def stream(self, body: dict[str, Any]) -> None:
