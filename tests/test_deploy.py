@@ -102,7 +102,7 @@ def test_plain_env_lists_every_variable(write_profile: WriteProfile, run_cli: Ru
     write_profile("tricky", PROFILE.replace('NEWLINE = "line one\\nline two"\n', ""))
     text = show(run_cli, "env")
     assert text.startswith("NCCL_PROTO=LL\nNCCL_BUFFSIZE=16777216\nSPACES=two words\n")
-    assert len(text.splitlines()) == len(TRICKY) - 1 + 2 + 3  # [env], [nccl], the markers
+    assert len(text.splitlines()) == len(TRICKY) - 1 + 2 + 4  # [env], [nccl], the markers
 
 
 # Hostile values: each comes back as exactly one value, or the format refuses it (exit 2).

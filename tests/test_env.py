@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from nccl_launch.env.drift import DriftReport
@@ -17,6 +18,7 @@ from nccl_launch.profile.plan import build_plan, digest
 from nccl_launch.render.drift import drift_lines
 
 CALLING = ["(calling", "environment)"]
+FILE = Path("profiles/tuned.toml")
 TUNED = {
     "PROTO": "LL",
     "ALGO": "Ring",
@@ -37,7 +39,11 @@ def merge(
 ) -> MergeResult:
     resolved = profile(**fields)
     return merge_environment(
-        inherited_environment(calling, layers or []), build_plan(resolved), resolved.policy, {}
+        inherited_environment(calling, layers or []),
+        build_plan(resolved),
+        resolved.policy,
+        {},
+        profile_file=FILE,
     )
 
 
@@ -131,7 +137,11 @@ def test_origins_name_the_declaring_file() -> None:
     resolved = profile()
     origins = {"NCCL_PROTO": "profiles/tuned.toml"}
     result = merge_environment(
-        inherited_environment({}, []), build_plan(resolved), resolved.policy, origins
+        inherited_environment({}, []),
+        build_plan(resolved),
+        resolved.policy,
+        origins,
+        profile_file=FILE,
     )
     assert result.sources["NCCL_PROTO"] == "profiles/tuned.toml"
     assert result.sources["NCCL_ALGO"] == "tuned@3"
@@ -145,6 +155,7 @@ def test_merge_does_not_modify_its_inputs() -> None:
         build_plan(resolved),
         Policy(undeclared_nccl="strip"),
         {},
+        profile_file=FILE,
     )
     assert calling == {"NCCL_IB_HCA": "x"}
 
@@ -198,7 +209,12 @@ def test_nccl_conf_values_the_environment_lacks_count_as_inherited() -> None:
     conf = parse("NCCL_PROTO=Simple\nNCCL_IB_HCA=mlx5_0\nNCCL_CUMEM_ENABLE=1\n", "/etc/nccl.conf")
     resolved = profile()
     result = merge_environment(
-        inherited_environment({}, []), build_plan(resolved), resolved.policy, {}, conf
+        inherited_environment({}, []),
+        build_plan(resolved),
+        resolved.policy,
+        {},
+        conf,
+        profile_file=FILE,
     )
     by_key = {entry.key: entry for entry in result.report.entries}
     assert "NCCL_PROTO" not in by_key  # declared: the environment wins over the file
@@ -210,6 +226,8 @@ def test_nccl_conf_values_the_environment_lacks_count_as_inherited() -> None:
     for policy, tolerated in (("warn", True), ("strip", False)):
         lenient = profile(policy={"undeclared_nccl": policy})
         plan = build_plan(lenient)
-        merged = merge_environment(inherited_environment({}, []), plan, lenient.policy, {}, conf)
+        merged = merge_environment(
+            inherited_environment({}, []), plan, lenient.policy, {}, conf, profile_file=FILE
+        )
         [entry] = [e for e in merged.report.entries if e.key == "NCCL_IB_HCA"]
         assert entry.tolerated is tolerated, policy

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from pathlib import Path
 
@@ -114,6 +115,24 @@ def test_show_env_is_what_the_child_gets(versions: None, run_cli: RunCli) -> Non
     assert "HF_TOKEN=hf_secret" in lines  # an export for the user's own deployment, not a report
     assert "NCCL_LAUNCH_PROFILE=tuned@2" in lines
     assert "SPT_NOENV=1" in lines
+
+
+def launcher_variables(lines: list[str]) -> dict[str, str]:
+    """The NCCL_LAUNCH_* and SPT_* variables among `KEY=value` lines."""
+    pairs = dict(line.split("=", 1) for line in lines)
+    return {key: value for key, value in pairs.items() if key.startswith(("NCCL_LAUNCH_", "SPT_"))}
+
+
+def test_show_exports_every_variable_run_sets(versions: None, run_cli: RunCli) -> None:
+    shown = run_cli("show", "tuned", "--format", "env")
+    dry_run = run_cli("run", "--dry-run", "tuned", "--", "true")
+    assert (shown.returncode, dry_run.returncode) == (0, 0), dry_run.stderr
+    added = re.findall(r'^  \+ (\S+) +("(?:[^"\\]|\\.)*") +\(nccl-launch\)$', dry_run.stdout, re.M)
+    run_sets = [f"{key}={json.loads(value)}" for key, value in added]
+    assert launcher_variables(shown.stdout.splitlines()) == launcher_variables(run_sets)
+    assert "NCCL_LAUNCH_PROFILE_FILE" in launcher_variables(run_sets)
+    json_markers = json.loads(run_cli("show", "tuned", "--format", "json").stdout)["markers"]
+    assert json_markers == launcher_variables(run_sets)
 
 
 def test_show_json_has_versioned_keys(versions: None, run_cli: RunCli) -> None:

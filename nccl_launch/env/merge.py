@@ -8,7 +8,6 @@ from pathlib import Path
 
 from nccl_launch.env.drift import DriftReport, diff_env
 from nccl_launch.nccl.conf import ConfEntry, applied
-from nccl_launch.profile.markers import MARKER_PROFILE_FILE
 from nccl_launch.profile.model import Policy
 from nccl_launch.profile.plan import ProfilePlan
 
@@ -58,7 +57,8 @@ def merge_environment(
     policy: Policy,
     origins: Mapping[str, str],
     conf: Sequence[ConfEntry] = (),
-    profile_file: Path | None = None,
+    *,
+    profile_file: Path,
 ) -> MergeResult:
     """Merge the inherited env (`inherited_environment`) with the profile; pure, so it is
     tested on plain dicts.
@@ -67,8 +67,8 @@ def merge_environment(
     child; the report says which inherited values disagreed and whether that is tolerated.
     `conf` holds the nccl.conf entries: NCCL applies those the environment lacks inside the
     server, so an undeclared NCCL key among them is handled like an inherited one (except
-    that nothing can strip it: only `warn` tolerates it). `profile_file` is recorded in the
-    child, absolute, so that `check` finds it from any directory (the digest ignores it).
+    that nothing can strip it: only `warn` tolerates it). The child also gets the plan's
+    markers for `profile_file`, the file the profile was loaded from.
     """
     sources = dict(inherited.sources)
     entries, matched = diff_env(plan.env, inherited.env, sources, policy, "start")
@@ -83,9 +83,7 @@ def merge_environment(
     values = {entry.key: entry.value for entry in from_files}
     where = {entry.key: entry.where for entry in from_files}
     entries += diff_env(plan.env, values, where, policy, "nccl.conf")[0]
-    markers = dict(plan.markers)
-    if profile_file is not None:
-        markers[MARKER_PROFILE_FILE] = str(profile_file.absolute())  # symlinks kept
+    markers = plan.markers(profile_file)
     env.update(markers)
     sources.update(dict.fromkeys(markers, LAUNCHER))
     report = DriftReport(profile=plan.label, digest=plan.digest, entries=entries, matched=matched)

@@ -96,7 +96,7 @@ def show(loaded: LoadedProfile) -> ShownProfile:
         chain=[str(path) for path in loaded.chain],
         env=plan.env,
         sources={key: str(path) for key, path in loaded.origins.items()},
-        markers=plan.markers,
+        markers=plan.markers(loaded.path),
         argv=plan.argv,
         warnings=lint(loaded.profile),
         resolved={key: value for key, value in dumped.items() if value != {}},

@@ -6,8 +6,9 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
-from nccl_launch.profile.markers import MARKER_DIGEST, MARKER_PROFILE
+from nccl_launch.profile.markers import MARKER_DIGEST, MARKER_PROFILE, MARKER_PROFILE_FILE
 from nccl_launch.profile.model import Profile
 from nccl_launch.sglang.argv import server_argv
 
@@ -29,10 +30,17 @@ class ProfilePlan:
     def short_digest(self) -> str:
         return self.digest[: len("sha256:") + 8]
 
-    @property
-    def markers(self) -> dict[str, str]:
-        """What the launcher adds: which profile runs, and a readable environment for `check`."""
-        return {MARKER_PROFILE: self.label, MARKER_DIGEST: self.digest, "SPT_NOENV": "1"}
+    def markers(self, profile_file: Path) -> dict[str, str]:
+        """The variables nccl-launch sets in the child, the one list `run` and `show` print:
+        which profile runs, its digest, the file it was loaded from (absolute, symlinks kept,
+        so that `check` finds it from any directory; the digest ignores it), and a readable
+        environment for `check`."""
+        return {
+            MARKER_PROFILE: self.label,
+            MARKER_DIGEST: self.digest,
+            MARKER_PROFILE_FILE: str(profile_file.absolute()),
+            "SPT_NOENV": "1",
+        }
 
 
 def digest(env: dict[str, str], argv: list[str], cwd: str | None = None) -> str:
