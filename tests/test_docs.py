@@ -6,6 +6,7 @@ checked by the tests of their command."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -31,10 +32,16 @@ EXAMPLES = [  # of docs/commands.md
 ]
 
 
-def documented(command: str) -> tuple[list[str], int]:
-    """The lines the doc prints after `$ command` up to the next prompt or the block's end,
+LOG_EXAMPLES = [  # of docs/systemd-and-monitoring.md, on the test suite's 8-rank logs
+    "nccl-launch verify-log kimi-k25-rtx6000bw-tp8-eagle3 server.log",
+    "nccl-launch verify-log kimi-k25-rtx6000bw-tp8-eagle3 < drifted.log",
+]
+
+
+def documented(command: str, page: str = "commands.md") -> tuple[list[str], int]:
+    """The lines `page` prints after `$ command` up to the next prompt or the block's end,
     and the exit code its `$ echo $?` shows (0 when it shows none)."""
-    after = (REPO / "docs" / "commands.md").read_text().split(f"$ {command}\n", 1)[1]
+    after = (REPO / "docs" / page).read_text().split(f"$ {command}\n", 1)[1]
     block = after.split("```", 1)[0]
     output, *prompts = re.split(r"^\$ ", block, flags=re.MULTILINE)
     shown = prompts[0].splitlines() if prompts else []
@@ -51,3 +58,21 @@ def test_a_docs_example_prints_what_the_docs_show(command: str, isolated: Isolat
     )
     assert result.stdout.replace(str(REPO), DOC_CHECKOUT).splitlines() == expected
     assert result.returncode == code
+
+
+@pytest.mark.parametrize("command", LOG_EXAMPLES, ids=["file", "stdin"])
+def test_a_verify_log_example_prints_what_the_docs_show(command: str, isolated: Isolation) -> None:
+    profile = "kimi-k25-rtx6000bw-tp8-eagle3.toml"
+    shutil.copy(REPO / "profiles" / profile, isolated.root / "profiles" / profile)
+    shutil.copy(REPO / "tests" / "logs" / "tp8-applied.log", isolated.root / "server.log")
+    shutil.copy(REPO / "tests" / "logs" / "tp8-drifted.log", isolated.root / "drifted.log")
+    expected, code = documented(command, "systemd-and-monitoring.md")
+    script = command.replace("nccl-launch", console_script(), 1)
+    result = subprocess.run(
+        ["bash", "-c", f"{script} 2>&1"],
+        cwd=isolated.root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (result.stdout.splitlines(), result.returncode) == (expected, code)
