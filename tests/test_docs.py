@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Isolation, console_script
+from tests.conftest import Isolation, RunCli, console_script
 
 REPO = Path(__file__).parent.parent
 # Where the docs' dry run was taken: the absolute path of the profile's file differs by clone.
@@ -76,3 +76,11 @@ def test_a_verify_log_example_prints_what_the_docs_show(command: str, isolated: 
         check=False,
     )
     assert (result.stdout.splitlines(), result.returncode) == (expected, code)
+
+
+def test_the_readme_names_every_option_of_run(run_cli: RunCli) -> None:
+    options = set(re.findall(r"^  (--[a-z-]+)", run_cli("run", "--help").stdout, re.MULTILINE))
+    row = next(
+        line for line in (REPO / "README.md").read_text().splitlines() if line.startswith("| `run ")
+    )
+    assert {option for option in options - {"--help"} if f"`{option}`" not in row} == set()
