@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,11 @@ def test_the_readme_names_every_option_of_run(run_cli: RunCli) -> None:
         line for line in (REPO / "README.md").read_text().splitlines() if line.startswith("| `run ")
     )
     assert {option for option in options - {"--help"} if f"`{option}`" not in row} == set()
+
+
+def test_the_readme_installs_the_wheel_pip_wheel_writes() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wheel = f"{project['name'].replace('-', '_')}-{project['version']}-py3-none-any.whl"
+    readme = (REPO / "README.md").read_text()
+    assert "python3 -m pip wheel --no-deps -w dist .  " in readme
+    assert f"pipx install dist/{wheel}\n" in readme
