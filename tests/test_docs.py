@@ -5,9 +5,12 @@ checked by the tests of their command."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -30,6 +33,7 @@ EXAMPLES = [  # of docs/commands.md
     "nccl-launch show kimi-k25-rtx6000bw-tp8-eagle3 --format env",
     "nccl-launch show rtx6000bw-pcie-tp8 --format systemd-env",
     "nccl-launch show rtx6000bw-pcie-tp8 --format json",
+    "nccl-launch show rtx6000bw-pcie-tp8 --format shell",
 ]
 
 
@@ -93,3 +97,29 @@ def test_the_readme_installs_the_wheel_pip_wheel_writes() -> None:
     readme = (REPO / "README.md").read_text()
     assert "python3 -m pip wheel --no-deps -w dist .  " in readme
     assert f"pipx install dist/{wheel}\n" in readme
+
+
+def test_the_direnv_recipe_exports_what_show_json_lists(
+    isolated: Isolation, run_cli: RunCli
+) -> None:
+    """The `.envrc` of docs/commands.md, run by bash as direnv runs it (its `watch_file` a
+    no-op here), in a folder holding the profile."""
+    text = (REPO / "docs" / "commands.md").read_text()
+    envrc = text.split("```bash\n# .envrc\n", 1)[1].split("```", 1)[0]
+    profile = "rtx6000bw-pcie-tp8.toml"
+    shutil.copy(REPO / "profiles" / profile, isolated.root / "profiles" / profile)
+    shown = json.loads(run_cli("show", "rtx6000bw-pcie-tp8", "--format", "json").stdout)
+    dump = f'{sys.executable} -c "import json, os; print(json.dumps(dict(os.environ)))"'
+    path = f"{Path(console_script()).parent}:/usr/bin:/bin"
+    done = subprocess.run(
+        ["bash", "-c", f"watch_file() {{ :; }}\n{envrc}{dump}"],
+        cwd=isolated.root,
+        env=os.environ | {"PATH": path},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    expected = shown["env"] | shown["markers"]
+    sourced = json.loads(done.stdout)
+    assert {key: sourced.get(key) for key in expected} == expected
+    assert expected["NCCL_LAUNCH_PROFILE_FILE"] == str(isolated.root / "profiles" / profile)
