@@ -155,11 +155,18 @@ def _owner(port: int) -> str:
 
 
 def path_checks(server: Server) -> list[Check]:
-    """The model and the draft model exist here, or are Hugging Face ids SGLang downloads."""
+    """The server's cwd is a directory; the model and the draft model exist here, or are
+    Hugging Face ids SGLang downloads."""
     paths = {"model_path": server.model_path}
     if server.speculative is not None and server.speculative.draft_model_path:
         paths["draft_model_path"] = server.speculative.draft_model_path
     checks = []
+    if server.cwd is not None:
+        cwd = Path(server.cwd)
+        what = "is a directory" if cwd.is_dir() else "is not a directory"
+        what = what if cwd.exists() else "does not exist"
+        status = "ok" if cwd.is_dir() else "fail"
+        checks.append(Check(name="paths", status=status, message=f"[server] cwd {cwd} {what}"))
     for key, value in paths.items():
         if value is None:
             continue
