@@ -163,10 +163,11 @@ def path_checks(server: Server) -> list[Check]:
     checks = []
     if server.cwd is not None:
         cwd = Path(server.cwd)
-        what = "is a directory" if cwd.is_dir() else "is not a directory"
-        what = what if cwd.exists() else "does not exist"
-        status = "ok" if cwd.is_dir() else "fail"
-        checks.append(Check(name="paths", status=status, message=f"[server] cwd {cwd} {what}"))
+        what = "is not a directory" if cwd.exists() else "does not exist"
+        if cwd.is_dir():
+            checks.append(Check(name="paths", status="ok", message=f"[server] cwd {cwd} exists"))
+        else:
+            checks.append(Check(name="paths", status="fail", message=f"[server] cwd {cwd} {what}"))
     for key, value in paths.items():
         if value is None:
             continue
