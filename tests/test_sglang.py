@@ -174,9 +174,9 @@ def test_a_field_before_the_dashes_is_said_to_belong_in_the_profile(
     )
     result = run_cli("run", "tp8", "--tp", "4")
     assert result.returncode == 2
-    assert result.stderr.splitlines()[-1].endswith(
-        " --tp is the field tp_size: set tp_size in [server] of the profile "
-        "(or of a copy: nccl-launch new NAME --from PROFILE)"
+    assert result.stderr.splitlines()[-1] == (
+        "Error: No such option '--tp'. --tp is the field tp_size: set tp_size in [server] of "
+        "the profile (or of a copy: nccl-launch new NAME --from PROFILE)"
     )
     steps = run_cli("run", "tp8", "--speculative-num-steps=3")
     assert "set num_steps in [server.speculative] of the profile" in steps.stderr

@@ -39,6 +39,8 @@ class LaunchCommand(click.Command):
             extra = super().parse_args(ctx, list(own))  # click consumes the list it parses
         except click.NoSuchOption as error:
             message = error.format_message()
+            if flag_for(error.option_name) is not None:  # not a near miss of one of ours
+                message = f"No such option {error.option_name!r}."
             stop = "" if message.endswith((".", "?")) else "."
             where = _where_it_goes(error.option_name, own, hint)
             raise click.UsageError(f"{escaped(message)}{stop} {where}", ctx) from None
