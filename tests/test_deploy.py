@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from dotenv import dotenv_values
 
+from nccl_launch.deploy.systemd import unit_manager
 from tests.conftest import RunCli, WriteProfile, console_script
 
 TRICKY = {
@@ -302,6 +303,44 @@ def test_systemd_unit_passes_systemd_analyze(
         2,
         f"nccl-launch: {target} exists; pass --force to replace it\n",
     )
+
+
+def test_the_hint_after_writing_a_unit_says_how_systemd_gets_to_read_it(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    write_profile("served", SERVER.format(python=sys.executable))
+    scratch = tmp_path / "scratch" / "sglang.service"
+    written = run_cli("systemd", "served", "-o", str(scratch))
+    assert (written.returncode, written.stdout) == (
+        0,
+        f"wrote {scratch}; systemd does not read {scratch.parent}: install -m 0644 {scratch} "
+        "/etc/systemd/system/ && systemctl daemon-reload && "
+        "systemctl enable --now sglang.service\n",
+    )
+    user = Path.home() / ".config" / "systemd" / "user" / "sglang.service"  # HOME is tmp_path
+    written = run_cli("systemd", "served", "-o", str(user))
+    assert written.stdout == (
+        f"wrote {user}; then: systemctl --user daemon-reload && "
+        "systemctl --user enable --now sglang.service\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "manager"),
+    [
+        ("/etc/systemd/system/sglang.service", "system"),
+        ("/run/systemd/system/sglang.service", "system"),
+        ("/usr/lib/systemd/system/sglang.service", "system"),
+        ("/lib/systemd/system/sglang.service", "system"),
+        ("/etc/systemd/system/../system/sglang.service", "system"),
+        ("/etc/systemd/user/sglang.service", "user"),
+        ("/etc/systemd/sglang.service", None),
+        ("/tmp/units/sglang.service", None),
+        ("sglang.service", None),
+    ],
+)
+def test_the_folders_systemd_reads_units_from(path: str, manager: str | None) -> None:
+    assert unit_manager(Path(path)) == manager
 
 
 def unit_arguments(unit: str, key: str) -> list[str]:

@@ -295,7 +295,8 @@ def test_server_arguments_before_the_dashes_are_a_usage_error(
     assert not out.exists()
     error = result.stderr.splitlines()[-1]
     assert error.startswith(f"Error: {message}")
-    hint = f"Arguments for the server go after '--': nccl-launch {command} PROFILE -- {args[0]}"
+    shown = " ".join(args)  # the value too
+    hint = f"Arguments for the server go after '--': nccl-launch {command} PROFILE -- {shown}"
     assert error.endswith(hint)
 
 

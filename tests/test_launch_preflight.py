@@ -86,7 +86,8 @@ def test_a_stale_flag_fails_with_sglangs_own_message(
         "fail  argv         SGLang's parser rejects the argv: ambiguous option: "
         "--cuda-graph-max-bs could match --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"
     ) in result.stdout.splitlines()
-    assert result.stdout.splitlines()[-1] == "preflight failed: 1 failed, 1 warning"
+    # the shipped profile accepts its one warning
+    assert result.stdout.splitlines()[-1] == "preflight failed: 1 failed, 0 warnings"
 
 
 def test_a_pass_through_speculative_setting_reaches_sglangs_parser(
@@ -168,6 +169,38 @@ tp_size = {tp}
 port = {port}
 {extra}
 """
+
+
+@pytest.mark.parametrize("kind", ["missing", "a file"])
+def test_a_server_cwd_that_is_no_directory_is_named_as_the_cwd(
+    kind: str, write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    cwd = tmp_path / "srv-kimi"
+    if kind == "a file":
+        cwd.write_text("")
+    write_profile(
+        "cwd",
+        f"""
+        schema = 1
+        name = "cwd"
+        version = 1
+        [server]
+        python = "{sys.executable}"
+        model_path = "{tmp_path}"
+        tp_size = 1
+        cwd = "{cwd}"
+        """,
+    )
+    result = run_cli("preflight", "--skip", "gpus", "--skip", "port", "cwd")
+    assert result.returncode == 3
+    lines = result.stdout.splitlines()
+    what = "does not exist" if kind == "missing" else "is not a directory"
+    assert f"fail  paths        [server] cwd {cwd} {what}" in lines
+    reason = "No such file or directory" if kind == "missing" else "Not a directory"
+    assert (
+        f"fail  sglang       cannot change to the server's cwd {cwd} ([server] cwd): {reason}"
+    ) in lines
+    assert "cannot run" not in result.stdout  # the interpreter is not the one missing
 
 
 def fake_nvidia_smi(folder: Path, gpus: int) -> None:

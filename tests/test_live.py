@@ -546,6 +546,28 @@ def test_pidfile_and_systemd_unit_targets(
         3, "nccl-launch: unit stopped.service has no running main process\n")  # fmt: skip
 
 
+def test_a_unit_systemctl_cannot_answer_for_is_one_clean_line(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    # systemctl on a host not booted with systemd: two lines on stderr, exit 1.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    systemctl = bin_dir / "systemctl"
+    systemctl.write_text(
+        "#!/bin/sh\n"
+        "echo 'System has not been booted with systemd as init system (PID 1).' >&2\n"
+        "echo 'Failed to connect to bus: Host is down' >&2\n"
+        "exit 1\n"
+    )
+    systemctl.chmod(0o755)
+    result = run_cli("check", "--unit", "sglang.service", env={"PATH": str(bin_dir)})
+    assert (result.returncode, result.stderr) == (
+        3,
+        "nccl-launch: systemctl show sglang.service failed: System has not been booted with "
+        "systemd as init system (PID 1).\n",
+    )
+
+
 # The comparison itself, on plain dicts.
 
 

@@ -309,6 +309,19 @@ def test_schema_accepts_the_shipped_profiles_and_flags_what_validate_refuses() -
         assert list(validator.iter_errors(data)), case
 
 
+def test_a_version_not_found_names_the_versions_there_are_and_their_files(
+    versions: None, run_cli: RunCli, tmp_path: Path
+) -> None:
+    (tmp_path / "profiles" / "tuned.toml").rename(tmp_path / "profiles" / "tuned-v2.toml")
+    result = run_cli("run", "--dry-run", "tuned@1")
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        "nccl-launch: profile 'tuned@1' not found; there is tuned@2 (profiles/tuned-v2.toml); "
+        "searched profiles, "
+    )
+    assert run_cli("show", "tuned@2").returncode == 0  # the version it names is found
+
+
 # The search path: one bad file never breaks the others.
 
 GOOD = 'schema = 1\nname = "good"\nversion = 1\n'

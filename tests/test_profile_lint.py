@@ -44,20 +44,25 @@ def kimi_accepting(write_profile: WriteProfile, *accept: str) -> str:
     return "profiles/kimi-accepting.toml"
 
 
-def test_validate_names_the_deprecation_its_replacement_and_its_id(run_cli: RunCli) -> None:
-    result = run_cli("validate", str(KIMI))
+def test_validate_names_the_deprecation_its_replacement_and_its_id(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    path = kimi_accepting(write_profile)
+    result = run_cli("validate", path)
     assert result.returncode == 0
-    assert result.stderr == f"nccl-launch: warning: {KIMI}: {DEPRECATED} {ACCEPT_HINT}\n"
+    assert result.stderr == f"nccl-launch: warning: {path}: {DEPRECATED} {ACCEPT_HINT}\n"
 
 
-def test_preflight_names_the_deprecation_too(run_cli: RunCli) -> None:
-    result = run_cli("preflight", *SKIP_HOST, str(KIMI))
+def test_preflight_names_the_deprecation_too(write_profile: WriteProfile, run_cli: RunCli) -> None:
+    result = run_cli("preflight", *SKIP_HOST, kimi_accepting(write_profile))
     assert result.returncode == 0, result.stdout
     assert f"warn  profile      {DEPRECATED} {ACCEPT_HINT}" in result.stdout.splitlines()
 
 
-def test_run_of_the_shipped_profile_says_nothing_about_deprecation(run_cli: RunCli) -> None:
-    result = run_cli("run", "--dry-run", str(KIMI))
+def test_run_of_a_profile_that_has_not_answered_says_nothing_about_deprecation(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    result = run_cli("run", "--dry-run", kimi_accepting(write_profile))
     assert result.returncode == 0
     assert "deprecated" not in result.stderr
     assert "MAX_NCHANNELS" not in result.stderr

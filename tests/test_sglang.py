@@ -144,8 +144,48 @@ def test_extra_arguments_may_not_repeat_structured_fields(
     result = run_cli("run", "tp8", "--", "--tp", "8")
     assert result.returncode == 2
     assert result.stderr == (
-        "nccl-launch: extra argument --tp repeats the field tp_size; set it there\n"
+        "nccl-launch: extra argument --tp repeats the field tp_size, which `--` cannot change: "
+        "set tp_size in [server] of profiles/tp8.toml "
+        "(or of a copy: nccl-launch new NAME --from tp8)\n"
     )
+    copied = run_cli("new", "tp4", "--from", "tp8")  # the copy the message suggests
+    assert copied.returncode == 0, copied.stderr
+    path = Path("profiles/tp4.toml")
+    path.write_text(path.read_text().replace("tp_size = 8", "tp_size = 4"))
+    dry_run = run_cli("run", "--dry-run", "tp4")
+    assert dry_run.returncode == 0, dry_run.stderr
+    assert "--tp-size 4" in dry_run.stdout
+
+
+def test_a_field_before_the_dashes_is_said_to_belong_in_the_profile(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    write_profile(
+        "tp8",
+        f"""
+        schema = 1
+        name = "tp8"
+        version = 1
+        [server]
+        python = "{sys.executable}"
+        model_path = "/models/Kimi-K2.5"
+        tp_size = 8
+        """,
+    )
+    result = run_cli("run", "tp8", "--tp", "4")
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        "Error: No such option '--tp'. --tp is the field tp_size: set tp_size in [server] of "
+        "the profile (or of a copy: nccl-launch new NAME --from PROFILE)"
+    )
+    steps = run_cli("run", "tp8", "--speculative-num-steps=3")
+    assert "set num_steps in [server.speculative] of the profile" in steps.stderr
+    other = run_cli("run", "tp8", "--log-level", "info")
+    suggested = other.stderr.splitlines()[-1].split("nccl-launch run PROFILE ", 1)[1]
+    assert suggested == "-- --log-level info"
+    dry_run = run_cli("run", "--dry-run", "tp8", *suggested.split())
+    assert dry_run.returncode == 0, dry_run.stderr
+    assert dry_run.stdout.rstrip().endswith("--tp-size 8 --log-level info")
 
 
 FORGED = "ok    sglang       SGLang 0.5.23 (forged)"

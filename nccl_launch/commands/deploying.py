@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from nccl_launch.commands.options import echo_lines, output_options, profile_argument
-from nccl_launch.deploy.systemd import write_unit
+from nccl_launch.deploy.systemd import unit_manager, write_unit
 from nccl_launch.errors import EXIT_OK
 from nccl_launch.render.drift import shell_word
 
@@ -33,6 +33,14 @@ def systemd(profile: str, user: str | None, no_pin: bool, output: Path | None, f
     if output is None:
         click.echo(text, nl=False)
     else:
-        then = f"systemctl daemon-reload && systemctl enable --now {shell_word(output.name)}"
-        echo_lines([f"wrote {output}; then: {then}"])
+        manager = unit_manager(output)
+        systemctl = "systemctl --user" if manager == "user" else "systemctl"
+        then = f"{systemctl} daemon-reload && {systemctl} enable --now {shell_word(output.name)}"
+        if manager is None:  # systemd never reads this folder: the copy comes first
+            install = f"install -m 0644 {shell_word(str(output))} /etc/systemd/system/"
+            echo_lines(
+                [f"wrote {output}; systemd does not read {output.parent}: {install} && {then}"]
+            )
+        else:
+            echo_lines([f"wrote {output}; then: {then}"])
     return EXIT_OK

@@ -15,6 +15,7 @@ from nccl_launch.launch.placement import Placement
 from nccl_launch.launch.prepare import LaunchPlan, prepare_launch
 from nccl_launch.profile.plan import DIGEST
 from nccl_launch.render.drift import shell_word
+from nccl_launch.sglang.facts import flag_for
 
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
@@ -35,12 +36,14 @@ class LaunchCommand(click.Command):
         hint = f"Arguments for the server go after '--': nccl-launch {ctx.info_name} PROFILE --"
         ctx.allow_extra_args = True  # a stray argument gets the hint below, not click's error
         try:
-            extra = super().parse_args(ctx, own)
+            extra = super().parse_args(ctx, list(own))  # click consumes the list it parses
         except click.NoSuchOption as error:
             message = error.format_message()
+            if flag_for(error.option_name) is not None:  # not a near miss of one of ours
+                message = f"No such option {error.option_name!r}."
             stop = "" if message.endswith((".", "?")) else "."
-            word = shell_word(error.option_name)
-            raise click.UsageError(f"{escaped(message)}{stop} {hint} {word}", ctx) from None
+            where = _where_it_goes(error.option_name, own, hint)
+            raise click.UsageError(f"{escaped(message)}{stop} {where}", ctx) from None
         if extra and ctx.resilient_parsing:
             raise click.exceptions.Exit(0)  # completing after a stray argument: nothing fits
         if extra:
@@ -51,6 +54,24 @@ class LaunchCommand(click.Command):
 
     def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
         return [*super().collect_usage_pieces(ctx), "[-- ARGS...]"]
+
+
+def _where_it_goes(option: str, own: list[str], hint: str) -> str:
+    """Where an unknown `option` belongs: a structured `[server]` field in the profile (after
+    `--` it is refused), any other server flag after `--` with the value it was given."""
+    flag = flag_for(option)
+    if flag is not None:
+        return (
+            f"{shell_word(option)} is the field {flag.field}: set {flag.place} of the profile "
+            "(or of a copy: nccl-launch new NAME --from PROFILE)"
+        )
+    words = [word for word in own if word == option or word.startswith(f"{option}=")][:1]
+    at = own.index(words[0]) + 1 if words else len(own)
+    # The next word is the option's value unless it is the only word left for PROFILE.
+    rest = [word for word in own[: at - 1] + own[at + 1 :] if not word.startswith("-")]
+    if words == [option] and at < len(own) and not own[at].startswith("-") and rest:
+        words.append(own[at])
+    return " ".join([hint, *map(shell_word, words or [option])])
 
 
 def warn(message: str) -> None:

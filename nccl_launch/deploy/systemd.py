@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -16,6 +17,13 @@ STOP_TIMEOUT_S = 120
 _PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
 # A name or a numeric uid, as useradd and systemd's User= read it; nothing systemd expands.
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]*\$?")
+# Where systemd's managers load units from (systemd.unit(5)); the user ones under HOME too.
+SYSTEM_UNIT_DIRS = (
+    "/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system",
+    "/usr/lib/systemd/system", "/lib/systemd/system",
+)  # fmt: skip
+USER_UNIT_DIRS = ("/etc/systemd/user", "/run/systemd/user", "/usr/lib/systemd/user")
+HOME_UNIT_DIRS = (".config/systemd/user", ".local/share/systemd/user")
 
 
 def launcher() -> list[str]:
@@ -112,3 +120,14 @@ def write_unit(
         except FileExistsError:
             raise UsageError(f"{output} exists; pass --force to replace it") from None
     return text
+
+
+def unit_manager(path: Path) -> str | None:
+    """`system` or `user`: the systemd manager that loads units from the folder of `path`;
+    None for a folder systemd never reads (a scratch directory)."""
+    folder = os.path.realpath(path.parent)
+    home = [str(Path.home() / relative) for relative in HOME_UNIT_DIRS]
+    for manager, dirs in (("system", SYSTEM_UNIT_DIRS), ("user", (*USER_UNIT_DIRS, *home))):
+        if folder in {os.path.realpath(candidate) for candidate in dirs}:
+            return manager
+    return None

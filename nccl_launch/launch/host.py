@@ -155,11 +155,19 @@ def _owner(port: int) -> str:
 
 
 def path_checks(server: Server) -> list[Check]:
-    """The model and the draft model exist here, or are Hugging Face ids SGLang downloads."""
+    """The server's cwd is a directory; the model and the draft model exist here, or are
+    Hugging Face ids SGLang downloads."""
     paths = {"model_path": server.model_path}
     if server.speculative is not None and server.speculative.draft_model_path:
         paths["draft_model_path"] = server.speculative.draft_model_path
     checks = []
+    if server.cwd is not None:
+        cwd = Path(server.cwd)
+        what = "is not a directory" if cwd.exists() else "does not exist"
+        if cwd.is_dir():
+            checks.append(Check(name="paths", status="ok", message=f"[server] cwd {cwd} exists"))
+        else:
+            checks.append(Check(name="paths", status="fail", message=f"[server] cwd {cwd} {what}"))
     for key, value in paths.items():
         if value is None:
             continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -126,7 +127,12 @@ def prepare_launch(
             raise ProfileError([f"{loaded.path}: server.{mtp[0]}: {mtp[1]}"])
         repeated = duplicated_flags(list(extra), extra_settings(server))
         if repeated:
-            raise UsageError(f"extra argument {repeated[0]}")
+            option, flag = repeated[0]
+            raise UsageError(
+                f"extra argument {option} repeats the field {flag.field}, which `--` cannot "
+                f"change: set {flag.place} of {loaded.path} (or of a copy: nccl-launch new "
+                f"NAME --from {shlex.quote(ref)})"
+            )
         argv = plan.argv + placement_args(server, placement, calling) + list(extra)
     elif placement != Placement():
         raise UsageError(f"profile {plan.label} has no [server] table to place on a node")

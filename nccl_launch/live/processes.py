@@ -82,7 +82,10 @@ def _unit_pid(unit: str) -> int:
         raise HostError(f"cannot ask systemd for {unit}: {error}") from None
     value = done.stdout.strip()
     if done.returncode != 0 or not is_ascii_digits(value):
-        raise HostError(f"systemctl show {unit} failed: {done.stderr.strip() or value}")
+        # Its first line is the reason (without systemd: "System has not been booted with
+        # systemd..."); the next ones repeat it ("Failed to connect to bus").
+        said = (done.stderr.strip() or value or f"exit {done.returncode}").splitlines()[0]
+        raise HostError(f"systemctl show {unit} failed: {said}")
     if value == "0":
         raise HostError(f"unit {unit} has no running main process")
     return int(value)

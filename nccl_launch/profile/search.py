@@ -146,9 +146,22 @@ def find_profile(ref: str, near: Path | None = None) -> Path:
             skipped.append(str(found))
         return found
 
-    picked = pick(name, int(version) if version else None, profile_files(dirs), identity)
+    files = profile_files(dirs)
+    picked = pick(name, int(version) if version else None, files, identity)
     if picked is None:
         where = ", ".join(str(folder) for folder in dirs)
         unread = f"; skipped {len(skipped)} unusable, first: {skipped[0]}" if skipped else ""
-        raise UsageError(f"profile {ref!r} not found; searched {where}{unread}")
+        raise UsageError(
+            f"profile {ref!r} not found{_other_versions(name, files)}; searched {where}{unread}"
+        )
     return picked
+
+
+def _other_versions(name: str, files: list[Path]) -> str:
+    """`; there is kimi@2 (profiles/kimi.toml)`: the versions of `name` the files declare."""
+    found = []
+    for path in files:
+        identity = declared_identity(path)
+        if isinstance(identity, tuple) and identity[0] == name:
+            found.append(f"{name}@{identity[1]} ({path})")
+    return f"; there is {', '.join(found)}" if found else ""

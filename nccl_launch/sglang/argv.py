@@ -43,17 +43,15 @@ def extra_settings(server: Server) -> dict[str, Scalar]:
     return server.speculative.extra_settings() if server.speculative is not None else {}
 
 
-def duplicated_flags(args: list[str], settings: Iterable[str] = ()) -> list[str]:
-    """Options in `args` that repeat a structured field or one of the pass-through speculative
-    `settings` (any spelling or unique prefix)."""
+def duplicated_flags(args: list[str], settings: Iterable[str] = ()) -> list[tuple[str, Flag]]:
+    """Options in `args` (as written, without `=VALUE`) that repeat a structured field or one of
+    the pass-through speculative `settings` (any spelling or unique prefix), with the field."""
     extras = tuple(Flag(f"speculative.{key}", extra_flag(key)) for key in settings)
-    problems = []
+    repeated = []
     for option in args:
         if not option.startswith("--"):
             continue
         flag = flag_for(option, FLAGS + extras)
         if flag is not None:
-            problems.append(
-                f"{option.split('=', 1)[0]} repeats the field {flag.field}; set it there"
-            )
-    return problems
+            repeated.append((option.split("=", 1)[0], flag))
+    return repeated

@@ -29,6 +29,12 @@ class Flag:
     def spellings(self) -> tuple[str, ...]:
         return (self.canonical, *self.aliases)
 
+    @property
+    def place(self) -> str:
+        """Where a profile sets it: `tp_size in [server]`, `num_steps in [server.speculative]`."""
+        section, _, key = self.field.rpartition(".")
+        return f"{key} in [server{'.' + section if section else ''}]"
+
 
 FLAGS = (
     Flag("model_path", "--model-path", ("--model",)),

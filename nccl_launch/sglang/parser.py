@@ -28,7 +28,12 @@ def probe_sglang(server: Server, server_args: list[str]) -> dict[str, Any]:
             cwd=server.cwd,
             check=False,
         )
-    except (OSError, subprocess.TimeoutExpired) as error:
+    except OSError as error:
+        if server.cwd is not None and error.filename == server.cwd:  # not the interpreter
+            problem = f"cannot change to the server's cwd {server.cwd} ([server] cwd)"
+            return {"stage": "interpreter", "error": f"{problem}: {error.strerror}"}
+        return {"stage": "interpreter", "error": f"cannot run {server.python}: {error}"}
+    except subprocess.TimeoutExpired as error:
         return {"stage": "interpreter", "error": f"cannot run {server.python}: {error}"}
     for line in done.stdout.splitlines():
         if line.startswith(MARK):

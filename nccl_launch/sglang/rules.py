@@ -81,7 +81,8 @@ def server_problems(server: Server) -> list[tuple[str, str]]:
     if server.node_rank is not None and server.node_rank >= server.nnodes:
         problems.append(("node_rank", f"{server.node_rank} is not below nnodes = {server.nnodes}"))
     problems += [
-        ("args", problem) for problem in duplicated_flags(server.args, extra_settings(server))
+        ("args", f"{option} repeats the field {flag.field}; set it there")
+        for option, flag in duplicated_flags(server.args, extra_settings(server))
     ]
     return problems + speculative_problems(server)
 
