@@ -126,21 +126,22 @@ def test_warnings_where_sglang_will_not_honour_the_profile() -> None:
     assert rules.server_warnings(server(tp_size=1, args=args[:1]), {"NCCL_ALGO": "Ring"}) == []
 
 
+# A profile with tp_size = 8 that runs this interpreter.
+TP8 = f"""
+schema = 1
+name = "tp8"
+version = 1
+[server]
+python = "{sys.executable}"
+model_path = "/models/Kimi-K2.5"
+tp_size = 8
+"""
+
+
 def test_extra_arguments_may_not_repeat_structured_fields(
     write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
-    write_profile(
-        "tp8",
-        f"""
-        schema = 1
-        name = "tp8"
-        version = 1
-        [server]
-        python = "{sys.executable}"
-        model_path = "/models/Kimi-K2.5"
-        tp_size = 8
-        """,
-    )
+    write_profile("tp8", TP8)
     result = run_cli("run", "tp8", "--", "--tp", "8")
     assert result.returncode == 2
     assert result.stderr == (
@@ -160,18 +161,7 @@ def test_extra_arguments_may_not_repeat_structured_fields(
 def test_a_field_before_the_dashes_is_said_to_belong_in_the_profile(
     write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
-    write_profile(
-        "tp8",
-        f"""
-        schema = 1
-        name = "tp8"
-        version = 1
-        [server]
-        python = "{sys.executable}"
-        model_path = "/models/Kimi-K2.5"
-        tp_size = 8
-        """,
-    )
+    write_profile("tp8", TP8)
     result = run_cli("run", "tp8", "--tp", "4")
     assert result.returncode == 2
     assert result.stderr.splitlines()[-1] == (
