@@ -138,30 +138,30 @@ def find_profile(ref: str, near: Path | None = None) -> Path:
     if version and not (is_ascii_digits(version) and len(version) <= 19):
         raise UsageError(f"{ref!r}: a version after '@' is a positive integer, as in {name}@4")
     dirs = unique_dirs(([near] if near is not None else []) + [dir_ for dir_, _ in search_path()])
-    skipped: list[str] = []
+    read: dict[Path, Identity] = {}  # each file peeked at once, for the pick and the error
 
-    def identity(path: Path) -> Identity:  # an unusable file is skipped, and said why if none
-        found = declared_identity(path)
-        if isinstance(found, UsageError):
-            skipped.append(str(found))
-        return found
+    def identity(path: Path) -> Identity:
+        if path not in read:
+            read[path] = declared_identity(path)
+        return read[path]
 
-    files = profile_files(dirs)
-    picked = pick(name, int(version) if version else None, files, identity)
+    picked = pick(name, int(version) if version else None, profile_files(dirs), identity)
     if picked is None:
         where = ", ".join(str(folder) for folder in dirs)
+        # An unusable file is skipped, and said why when nothing is found.
+        skipped = [str(found) for found in read.values() if isinstance(found, UsageError)]
         unread = f"; skipped {len(skipped)} unusable, first: {skipped[0]}" if skipped else ""
         raise UsageError(
-            f"profile {ref!r} not found{_other_versions(name, files)}; searched {where}{unread}"
+            f"profile {ref!r} not found{_other_versions(name, read)}; searched {where}{unread}"
         )
     return picked
 
 
-def _other_versions(name: str, files: list[Path]) -> str:
+def _other_versions(name: str, read: dict[Path, Identity]) -> str:
     """`; there is kimi@2 (profiles/kimi.toml)`: the versions of `name` the files declare."""
-    found = []
-    for path in files:
-        identity = declared_identity(path)
-        if isinstance(identity, tuple) and identity[0] == name:
-            found.append(f"{name}@{identity[1]} ({path})")
+    found = [
+        f"{name}@{identity[1]} ({path})"
+        for path, identity in read.items()
+        if isinstance(identity, tuple) and identity[0] == name
+    ]
     return f"; there is {', '.join(found)}" if found else ""
