@@ -121,7 +121,7 @@ def locate(url: str, pid: int | None) -> Endpoint:
     return Endpoint(url=url, target=Target(pid=main))
 
 
-def check_endpoint(server: HeldProcess, loaded: LoadedProfile) -> LiveReport:
+def check_held(server: HeldProcess, loaded: LoadedProfile) -> LiveReport:
     """`check`'s comparison of the server's whole tree with the profile."""
     return compare_tree(snapshot_tree(server), loaded)
 
@@ -161,7 +161,7 @@ def measure_decode(
 
     # Held from the check before to the one after: the process checked after is the same.
     with hold(endpoint.target) as server:
-        before = check_endpoint(server, loaded)
+        before = check_held(server, loaded)
         progress.verified("before", before)
         if not before.ok:
             return report("refused", [], drift=before)
@@ -180,7 +180,7 @@ def measure_decode(
                     progress.ran("run", number, method.runs, runs[-1])
             except KeyboardInterrupt:
                 return report("interrupted", runs)
-        after = check_endpoint(server, loaded)
+        after = check_held(server, loaded)
         progress.verified("after", after)
         if not after.ok:
             return report("discarded", runs, drift=after)
