@@ -24,9 +24,11 @@ from nccl_launch.bench.client import Client
 from nccl_launch.bench.gpus import parse_gpus
 from nccl_launch.bench.history import opened, read_history
 from nccl_launch.bench.result import BenchReport, Method, RunFigure, judge, summarize
+from nccl_launch.bench.url import server_url, url_address
 from nccl_launch.files import FileError
 from nccl_launch.profile.model import Baseline
 from nccl_launch.report import SCHEMA_VERSION
+from nccl_launch.sglang.server import Server as ServerTable
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import STANDIN, free_port, wait_for
 from tests.test_live import PROFILE as LIVE_PROFILE
@@ -1050,3 +1052,21 @@ def test_listeners_of_two_trees_where_bench_connects_are_refused(
         f"nccl-launch: processes of different trees listen on 127.0.0.1:{server.port} "
         f"(pids {pids}): name one address in --url (e.g. 127.0.0.1), or the server with --pid\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "url"),
+    [
+        (None, None, "http://127.0.0.1:30000"),
+        ("0.0.0.0", 8000, "http://127.0.0.1:8000"),  # noqa: S104 - a profile value
+        ("::", 8000, "http://[::1]:8000"),
+        ("fd00::7", 8000, "http://[fd00::7]:8000"),
+        ("gpu-3.lan", 8000, "http://gpu-3.lan:8000"),
+    ],
+)
+def test_server_url_reaches_the_profiles_server_from_this_host(
+    host: str | None, port: int | None, url: str
+) -> None:
+    found = server_url(ServerTable(model_path="/m", host=host, port=port))
+    assert found == url
+    assert url_address(found) == (url.rpartition(":")[0].split("//")[1].strip("[]"), port or 30000)

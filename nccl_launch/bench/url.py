@@ -10,6 +10,8 @@ from urllib.parse import unquote, urlsplit
 from nccl_launch.errors import UsageError
 from nccl_launch.escaping import escaped
 from nccl_launch.masking import MASK, is_secret
+from nccl_launch.sglang import facts
+from nccl_launch.sglang.server import Server
 
 URL_LIMIT = 4096  # far beyond any server's base URL; a longer one is a mistake or an attack
 SHOWN_LIMIT = 200  # of a URL refused for its length
@@ -17,6 +19,8 @@ SHOWN_LIMIT = 200  # of a URL refused for its length
 # A name starts only after a separator: tried at every letter, a long path took quadratic time.
 _PAIR = re.compile(r"(?<![^?&#;=/])(?P<name>[^?&#;=/]+)=(?P<value>[^&#;]*)")
 EXAMPLE = "valid: http://127.0.0.1:30000"
+# A server listening on every address is reached on the loopback one of its family.
+WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1"}  # noqa: S104 - read, not bound
 
 
 def _masked_pair(found: re.Match[str]) -> str:
@@ -74,3 +78,11 @@ def url_address(url: str) -> Address:
             f"http(s)://HOST[:PORT]; {EXAMPLE}"
         )
     return Address(parts.hostname, given or (443 if parts.scheme == "https" else 80))
+
+
+def server_url(server: Server) -> str:
+    """The base URL a client on this host reaches the profile's `[server]` at: its `host` and
+    `port` (SGLang's defaults when unset), a wildcard host read as the loopback address."""
+    host = server.host or facts.DEFAULT_HOST
+    host = WILDCARDS.get(host, host)
+    return f"http://{f'[{host}]' if ':' in host else host}:{server.port or facts.DEFAULT_PORT}"

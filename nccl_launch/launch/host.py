@@ -14,6 +14,7 @@ from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import HostError
 from nccl_launch.launch.preflight_report import Check
 from nccl_launch.nccl.conf import ConfEntry, applied, conf_paths
+from nccl_launch.sglang import facts
 from nccl_launch.sglang.server import Server
 
 ENV_PLUGIN = "libnccl-env.so"
@@ -21,7 +22,6 @@ LIBRARY_DIRS = (
     "/lib", "/usr/lib", "/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu",
     "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
 )  # fmt: skip
-DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 30000  # SGLang's defaults
 _GPU_LINE = re.compile(r"^GPU [0-9]+: ", re.MULTILINE)
 _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
 
@@ -126,7 +126,7 @@ def gpu_check(server: Server, env: Mapping[str, str]) -> Check:
 
 def port_check(server: Server) -> Check:
     """The server's port must be free: nothing, another SGLang included, may listen there."""
-    host, port = server.host or DEFAULT_HOST, server.port or DEFAULT_PORT
+    host, port = server.host or facts.DEFAULT_HOST, server.port or facts.DEFAULT_PORT
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         try:

@@ -11,6 +11,7 @@ ALGORITHMS = (
     "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO", "FROZEN_KV_MTP",
 )  # fmt: skip
 DEFAULT_ENTRYPOINT = "-m sglang.launch_server"
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 30000  # `--host` and `--port` when not given
 
 # What SGLang adds to its workers' environment when unset (`_set_envs_and_config` in
 # entrypoints/engine.py; NCCL_GRAPH_REGISTER in parallel_hook.py).
