@@ -62,12 +62,12 @@ def read_profile_env_file(loaded: LoadedProfile, path: Path) -> EnvLayer:
     try:
         layer = read_env_file(path)
         for key, value in layer.values.items():
-            if key in loaded.plan.env:
-                raise ValueError(f"{key}: the profile declares it too; keep it in one place")
             try:
                 env_value(key, value)
             except ValueError as error:
                 raise ValueError(f"{key}: {error}") from None
+            if key in loaded.plan.env:
+                raise ValueError(f"{key}: the profile declares it too; keep it in one place")
     except ValueError as error:
         raise HostError(f"{loaded.path}: env_files: env file {path}: {error}") from None
     except UsageError as error:
