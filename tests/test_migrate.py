@@ -303,6 +303,36 @@ def test_convert_never_overwrites_without_force(
     assert tomllib.loads(target.read_text())["name"] == "start_kimi"
 
 
+def test_convert_keeps_secrets_in_an_env_file_that_run_reads_back(
+    run_cli: RunCli, nccl_launch: RunCli, server_env: dict[str, str], tmp_path: Path
+) -> None:
+    secret = "hf_script_secret"
+    script = tmp_path / "start.sh"
+    script.write_text(
+        f"export HF_TOKEN={secret} NCCL_PROTO=LL\n"
+        "python3 -m sglang.launch_server --model-path /models/m --tp 2\n"
+    )
+    options = ["-o", "out/kimi.toml", "--secrets-file", "secrets/kimi.env"]
+    result = run_cli("convert", str(script), *options, env=server_env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == (
+        "wrote secrets HF_TOKEN to secrets/kimi.env (0600); the profile names it in env_files"
+    )
+    text = Path("out/kimi.toml").read_text()
+    assert tomllib.loads(text)["env_files"] == ["../secrets/kimi.env"]
+    assert secret not in text + result.stdout + result.stderr
+    assert Path("secrets/kimi.env").stat().st_mode & 0o777 == 0o600
+    out = tmp_path / "child.json"
+    launched = nccl_launch("run", "out/kimi.toml", env={**server_env, "STANDIN_RECORD": str(out)})
+    assert launched.returncode == 0, launched.stderr
+    assert read_record(out)["env"]["HF_TOKEN"] == secret
+    Path("out/kimi.toml").unlink()  # the env file is still there: nothing is written
+    again = run_cli("convert", str(script), *options, env=server_env)
+    assert (again.returncode, again.stdout) == (2, "")
+    assert again.stderr == "nccl-launch: secrets/kimi.env exists; pass --force to replace it\n"
+    assert not Path("out/kimi.toml").exists()
+
+
 RunningServer = tuple[subprocess.Popen[bytes], Record]
 
 
