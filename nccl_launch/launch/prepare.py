@@ -138,7 +138,7 @@ def prepare_launch(
         raise UsageError(f"profile {plan.label} has no [server] table to place on a node")
     else:
         argv = list(extra)  # empty when there is nothing to run: `run` refuses, `preflight` not
-    # The profile's own env files first: their problems are the profile's to report.
+    # The profile's own env files before any --env-file: a problem in them is said first.
     declared = [read_profile_env_file(loaded, path) for path in loaded.env_files]
     inherited = inherited_environment(calling, [read_env_file(path) for path in env_files])
     origins = {key: str(path) for key, path in loaded.origins.items()}
