@@ -690,3 +690,16 @@ def test_root_refuses_an_env_file_of_the_profile_others_could_write(
         f"nccl-launch: profiles/served.toml: env_files: env file {env_file}: writable by group"
     )
     assert not ran.exists()
+
+
+def test_preflight_counts_the_variables_of_the_profiles_env_files(
+    served: Path, run_cli: RunCli
+) -> None:
+    skip = [word for check in ("nccl.conf", "env-plugin", "gpus", "port", "paths", "sglang")
+            for word in ("--skip", check)]  # fmt: skip
+    result = run_cli("preflight", "served", *skip, env={"HF_HOME": "/site-cache"})
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.splitlines()[1] == (
+        "ok    environment  no drift: the profile sets 5 variables (2 from its env files), "
+        "1 already inherited"
+    )

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from nccl_launch.env.drift import DriftEntry, DriftReport
 from nccl_launch.env.env_files import read_env_file, read_profile_env_file
-from nccl_launch.env.merge import MergeResult, inherited_environment, merge_environment
+from nccl_launch.env.merge import EnvLayer, MergeResult, inherited_environment, merge_environment
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files import FileError, check_trusted, read_text
 from nccl_launch.launch.placement import Placement, placement_args
@@ -39,6 +39,7 @@ class LaunchPlan:
     argv: list[str]
     conf: list[ConfEntry]
     unreadable_conf: list[str]
+    env_files: list[EnvLayer] = dataclasses.field(default_factory=list)  # the profile's
 
     @property
     def plan(self) -> ProfilePlan:
@@ -156,7 +157,12 @@ def prepare_launch(
     if nccl_debug:
         merged = _with_nccl_debug(merged, plan)
     return LaunchPlan(
-        loaded=loaded, merged=merged, argv=argv, conf=conf, unreadable_conf=unreadable
+        loaded=loaded,
+        merged=merged,
+        argv=argv,
+        conf=conf,
+        unreadable_conf=unreadable,
+        env_files=declared,
     )
 
 
