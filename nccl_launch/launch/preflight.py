@@ -108,8 +108,12 @@ def run_preflight(launch: LaunchPlan, skip: frozenset[str] = frozenset()) -> Pre
             Check(name="environment", status="fail", message=report.summary(), drift=report)
         )
     else:
-        matched, declared = len(report.matched), len(plan.env)
-        message = f"no drift: the profile sets {declared} variables, {matched} already inherited"
+        from_files = len({key for layer in launch.env_files for key in layer.values})
+        matched, declared = len(report.matched), len(plan.env) + from_files
+        files = f" ({from_files} from its env files)" if launch.env_files else ""
+        message = (
+            f"no drift: the profile sets {declared} variables{files}, {matched} already inherited"
+        )
         checks.append(Check(name="environment", status="ok", message=message))
     host: dict[str, Callable[[], list[Check]]] = {
         "nccl.conf": lambda: conf_checks(env, launch.conf, launch.unreadable_conf),
