@@ -11,7 +11,8 @@ import click
 from nccl_launch.commands.options import output_options, say_wrote_profile, warn
 from nccl_launch.errors import EXIT_OK, UsageError
 from nccl_launch.migrate.capture import read_process
-from nccl_launch.migrate.script import read_script, read_script_file
+from nccl_launch.migrate.script import read_script
+from nccl_launch.migrate.sourced import read_script_file
 from nccl_launch.migrate.start import StartCommand, save_profile
 
 
