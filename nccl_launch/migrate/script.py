@@ -72,7 +72,10 @@ class _Script:
         return f"{self.file} line {line}" if self.file else f"line {line}"
 
     def lookup(self, name: str) -> str | None:
-        return self.variables.get(name, None if name in self.removed else self.environ.get(name))
+        found = self.variables.get(name, None if name in self.removed else self.environ.get(name))
+        if name == "PATH" and name not in self.variables and self.path_first:
+            return ":".join([*self.path_first, found or ""])  # after `PATH=/opt/bin:$PATH`
+        return found
 
     def expand(
         self, word: shell.Word, line: int, split: bool = False, assignment: bool = False
@@ -91,8 +94,9 @@ class _Script:
                     f"{self.at(line)}: {name} extends the caller's value; not converted"
                 )
                 if name == "PATH" and not appends:  # but it tells where the server's python is
-                    before = self.expand(value, line).partition(self.environ[name])[0]
-                    self.path_first = [f for f in before.split(":") if f] + self.path_first
+                    self.path_first = (
+                        sourced.folders_before(value, self.lookup, line) + self.path_first
+                    )
                 return
             if name in self.environ:
                 raise UsageError(
@@ -165,10 +169,7 @@ class _Script:
         """`source FILE` and `. FILE`: the file's commands followed as the script's own, in
         this shell; a virtual environment's `activate` puts its `bin` first on PATH."""
         if len(words) != 1:
-            raise UsageError(
-                f"line {line}: `source` is followed with one file and no arguments; put what "
-                "the file does in the script"
-            )
+            raise UsageError(f"line {line}: `source` is followed with one file, no arguments")
         try:
             name = known(self.expand(words[0], line, split=True))
             found = sourced.find(name, self.cwd, self.lookup("PATH"), self.depth)

@@ -10,9 +10,13 @@ from pathlib import Path, PurePosixPath
 
 from nccl_launch.errors import UsageError
 from nccl_launch.files import MAX_BYTES, open_stream, read_text
+from nccl_launch.migrate import shell
+from nccl_launch.migrate.arithmetic import Lookup
+from nccl_launch.migrate.expansion import expand
 
 # How deep sourced files may nest; deeper is a file that sources itself, in all likelihood.
 MAX_DEPTH = 8
+_CALLERS = "\x01"  # stands for $PATH as it was before an assignment
 
 
 def read_script_file(path: str) -> str:
@@ -87,6 +91,19 @@ def find(name: str, cwd: str | None, search: str | None, depth: int) -> Sourced:
             "source itself?)"
         )
     return Sourced(path, read_sourced(path))
+
+
+def folders_before(value: shell.Word, lookup: Lookup, line: int) -> list[str]:
+    """The folders `PATH=value` puts before $PATH, "" for one it cannot tell (`$(...)/bin`)."""
+
+    def marked(name: str) -> str | None:
+        return _CALLERS if name == "PATH" else lookup(name)
+
+    try:
+        text = expand(value, marked, line, assignment=True)
+    except shell.ShellError:
+        return [""]
+    return [folder for folder in text.partition(_CALLERS)[0].split(":") if folder]
 
 
 def on_path(name: str, folders: list[str]) -> str | None:
