@@ -11,6 +11,7 @@ import click
 from nccl_launch.commands.options import output_options, say_wrote_profile, warn
 from nccl_launch.errors import EXIT_OK, UsageError
 from nccl_launch.migrate.capture import read_process
+from nccl_launch.migrate.inputs import KINDS, input_kind, read_conf_input, read_env_input
 from nccl_launch.migrate.script import read_script
 from nccl_launch.migrate.sourced import read_script_file
 from nccl_launch.migrate.start import StartCommand, save_profile
@@ -36,22 +37,41 @@ name_option = click.option("--name", help="Profile name (default: from the sourc
 
 @click.command()
 @click.argument("script")
+@click.option(
+    "--from",
+    "kind",
+    type=click.Choice(KINDS),
+    help="What SCRIPT is (default: nccl-conf for nccl.conf and .nccl.conf, env for *.env, "
+    "else script).",
+)
 @name_option
 @profile_output
-def convert(script: str, name: str | None, output: Path | None, force: bool) -> int:
+def convert(
+    script: str, kind: str | None, name: str | None, output: Path | None, force: bool
+) -> int:
     """Turn a start SCRIPT (or '-' for stdin: a raw command line) into a profile.
 
-    Follows export lines, VAR=value prefixes, env, line continuations, comments, cd and
-    output redirections up to the `python -m sglang.launch_server` (or `sglang serve`) line,
-    only the code that runs: here-docs and function bodies are skipped, `&&` and `||` follow
-    what came before, `if` and loops are refused with their line, `exit` ends the script.
+    Follows export lines, VAR=value prefixes, env, line continuations, comments, cd,
+    sourced files and output redirections up to the `python -m sglang.launch_server` (or
+    `sglang serve`) line, only the code that runs: here-docs and function bodies are skipped,
+    `&&` and `||` follow what came before, `if` and loops are refused with their line, `exit`
+    ends the script. An environment file (KEY=VALUE lines) or an nccl.conf gives a profile
+    of its variables, without [server].
     """
     source = "stdin" if script == "-" else script
-    text = read_script_file(script)
-    try:
-        start = read_script(text, os.environ)
-    except UsageError as error:  # `line 20: ...`, of which file
-        raise UsageError(f"{source}: {error}") from None
+    kind = kind or input_kind(script)
+    if kind != "script" and script == "-":
+        raise UsageError(f"--from {kind} reads a file: name it (stdin is read as a script)")
+    if kind == "env":
+        start = read_env_input(Path(script))
+    elif kind == "nccl-conf":
+        start = read_conf_input(Path(script))
+    else:
+        text = read_script_file(script)
+        try:
+            start = read_script(text, os.environ)
+        except UsageError as error:  # `line 20: ...`, of which file
+            raise UsageError(f"{source}: {error}") from None
     default = "converted" if source == "stdin" else Path(source).stem
     return _saved(start, name or _profile_name(default), source, "converted", output, force)
 
