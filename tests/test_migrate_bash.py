@@ -111,6 +111,7 @@ CORPUS = [
     ("export NCCL_ALGO=Ring\nset -- a b\nset -a\nNCCL_PROTO=LL\n{serve}", None),
     ("declare -x NCCL_ALGO=Ring\ndeclare -x -n NCCL_ALGO\n{serve}", 2),
     ("export -fn NCCL_ALGO\n{serve}", None),
+    ("NCCL_IB_HCA=a\nset -a\nreadonly NCCL_IB_HCA\ndeclare NCCL_IB_HCA\n{serve}", None),
 ]
 
 

@@ -157,7 +157,8 @@ class _Script:
             if named is not None:
                 self.assign(word, line, export)
             elif _NAME.fullmatch(word.literal()):
-                self.mark(word.literal(), export)
+                if export is not None:  # without a value, `set -a` does not export it
+                    self.mark(word.literal(), export)
             else:
                 raise UsageError(f"line {line}: {builtin}: `{word.literal()}` is not a name")
             if builtin == "readonly" or "r" in on:
