@@ -354,6 +354,33 @@ def test_capture_writes_the_running_servers_profile_and_it_reproduces(
     assert canonical_flags(again["argv"]) == canonical_flags(original["argv"])
 
 
+def test_capture_names_what_it_left_out_never_the_values(run_cli: RunCli, tmp_path: Path) -> None:
+    """Every variable neither NCCL_* nor under a captured prefix, by name only, on one line;
+    nccl-launch's own markers are not listed (run sets them again)."""
+    out = tmp_path / "server.json"
+    env = {
+        "PYTHONPATH": str(STANDIN), "STANDIN_RECORD": str(out), "STANDIN_WAIT": "1",
+        "LC_ALL": "C.UTF-8", "NCCL_PROTO": "LL", "HF_HOME": "/hf", "API_TOKEN": "hunter2",
+        "NCCL_LAUNCH_PROFILE": "old@1", "ODD\udcff": "x",
+    }  # fmt: skip
+    argv = [sys.executable, "-m", "sglang.launch_server", "--model", "/m"]
+    process = subprocess.Popen(argv, env=env, cwd=tmp_path)
+    try:
+        wait_for_record(out, process)
+        result = run_cli("capture", "--pid", str(process.pid), "-o", "live.toml")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=10)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[0] == (
+        "nccl-launch: warning: left out 6 variables of the process (neither NCCL_* nor a "
+        "captured prefix such as CUDA_ or HF_; add to [env] what the server needs): API_TOKEN, "
+        "LC_ALL, ODD\\udcff, PYTHONPATH, STANDIN_RECORD, STANDIN_WAIT"
+    )
+    assert "hunter2" not in result.stderr + Path("live.toml").read_text()
+    assert set(tomllib.loads(Path("live.toml").read_text())["env"]) == {"HF_HOME"}
+
+
 def test_capture_of_a_missing_process_is_a_target_error(run_cli: RunCli) -> None:
     result = run_cli("capture", "--pid", "999999999")
     assert result.returncode == 3
