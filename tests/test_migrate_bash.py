@@ -290,7 +290,8 @@ def test_a_sourced_file_that_cannot_be_followed_is_refused_with_why(run_cli: Run
     refusals = {
         "source missing.sh": "sourced file missing.sh: cannot read: No such file or directory",
         ". dev.sh": "sourced file dev.sh: a character device; only regular files are read",
-        "source $CONF_DIR/nccl.sh": "$CONF_DIR is not set in the script or this environment",
+        "source $CONF_DIR/nccl.sh": "sourced file $CONF_DIR/nccl.sh: $CONF_DIR is not set in "
+        "the script or this environment",
         "source if.sh": "if.sh: line 1: `if` is not followed; convert the branch that runs, "
         "or write the profile by hand",
         "source d1.sh": "d1.sh: line 1: d2.sh: line 1: d3.sh: line 1: d4.sh: line 1: d5.sh: "

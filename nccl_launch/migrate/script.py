@@ -67,8 +67,7 @@ class _Script:
         self.done = False  # after `exit`, or `exec` of a command
         self.skipping = 0  # the depth of a group or subshell that does not run
 
-    def at(self, line: int) -> str:
-        """Where `line` of the file being followed is, as a profile's comment says it."""
+    def at(self, line: int) -> str:  # where `line` of the file being followed is
         return f"{self.file} line {line}" if self.file else f"line {line}"
 
     def lookup(self, name: str) -> str | None:
@@ -167,13 +166,14 @@ class _Script:
         return True
 
     def source(self, words: list[shell.Word], line: int) -> bool | None:
-        """`source FILE` and `. FILE`: the file's commands followed as the script's own, in
-        this shell; a virtual environment's `activate` puts its `bin` first on PATH."""
+        """`source FILE`, `. FILE`: its commands followed as the script's own (`activate`: PATH)."""
         if len(words) != 1:
             raise UsageError(f"line {line}: `source` is followed with one file, no arguments")
         try:
-            name = known(self.expand(words[0], line, split=True))
-            found = sourced.find(name, self.cwd, self.lookup("PATH"), self.depth)
+            named = self.expand(words[0], line, split=True)
+            found = sourced.find(
+                words[0].literal(), named, self.cwd, self.lookup("PATH"), self.depth
+            )
         except UsageError as error:
             raise UsageError(f"line {line}: {error}") from None
         path, folder = found.path, found.venv_bin
@@ -197,8 +197,7 @@ class _Script:
         return self.succeeded
 
     def interpreter(self, name: str, line: int) -> str:
-        """The server's command as bash finds it on the PATH the script set; a bare name
-        (with a note) when that PATH leaves it to whoever starts the server."""
+        """The server's command found on the PATH the script set, else as it is, and a note."""
         path = self.variables.get("PATH")
         found = sourced.on_path(name, path.split(":") if path is not None else self.path_first)
         if found is None and "/" not in name:

@@ -13,6 +13,7 @@ from nccl_launch.files import MAX_BYTES, open_stream, read_text
 from nccl_launch.migrate import shell
 from nccl_launch.migrate.arithmetic import Lookup
 from nccl_launch.migrate.expansion import expand
+from nccl_launch.migrate.server_table import known
 
 # How deep sourced files may nest; deeper is a file that sources itself, in all likelihood.
 MAX_DEPTH = 8
@@ -78,9 +79,14 @@ class Sourced:
     venv_bin: str | None = None
 
 
-def find(name: str, cwd: str | None, search: str | None, depth: int) -> Sourced:
-    """What `source NAME` reads, `depth` sourced files deep; UsageError when it cannot be
-    followed: missing, not a regular file, untrusted, too large, or nesting too deep."""
+def find(written: str, name: str, cwd: str | None, search: str | None, depth: int) -> Sourced:
+    """What `source NAME` reads (`written` so, expanded to `name`), `depth` sourced files
+    deep; UsageError when it cannot be followed: a variable the script does not set, missing,
+    not a regular file, untrusted, too large, or nesting too deep."""
+    try:
+        name = known(name)
+    except UsageError as error:
+        raise UsageError(f"sourced file {written}: {error}") from None
     path = locate(name, cwd, search)
     folder = venv_bin(path)
     if folder is not None:
