@@ -9,11 +9,9 @@ from pathlib import Path
 import click
 
 from nccl_launch.commands.options import output_options, say_wrote_profile, warn
-from nccl_launch.errors import EXIT_OK, UsageError
+from nccl_launch.errors import EXIT_OK
 from nccl_launch.migrate.capture import read_process
-from nccl_launch.migrate.inputs import KINDS, input_kind, read_conf_input, read_env_input
-from nccl_launch.migrate.script import read_script
-from nccl_launch.migrate.sourced import read_script_file
+from nccl_launch.migrate.inputs import KINDS, read_input
 from nccl_launch.migrate.start import StartCommand, save_profile
 
 
@@ -59,19 +57,7 @@ def convert(
     of its variables, without [server].
     """
     source = "stdin" if script == "-" else script
-    kind = kind or input_kind(script)
-    if kind != "script" and script == "-":
-        raise UsageError(f"--from {kind} reads a file: name it (stdin is read as a script)")
-    if kind == "env":
-        start = read_env_input(Path(script))
-    elif kind == "nccl-conf":
-        start = read_conf_input(Path(script))
-    else:
-        text = read_script_file(script)
-        try:
-            start = read_script(text, os.environ)
-        except UsageError as error:  # `line 20: ...`, of which file
-            raise UsageError(f"{source}: {error}") from None
+    start = read_input(script, kind, os.environ)
     default = "converted" if source == "stdin" else Path(source).stem
     return _saved(start, name or _profile_name(default), source, "converted", output, force)
 

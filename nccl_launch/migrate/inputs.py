@@ -5,11 +5,14 @@ that reads it would: `run --env-file` for the one, NCCL for the other."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path, PurePath
 
 from nccl_launch.errors import UsageError
 from nccl_launch.files import read_text
 from nccl_launch.launch.env_files import env_file_lines
+from nccl_launch.migrate.script import read_script
+from nccl_launch.migrate.sourced import read_script_file
 from nccl_launch.migrate.start import StartCommand
 from nccl_launch.nccl import conf
 
@@ -24,6 +27,23 @@ def input_kind(path: str) -> str:
     if name in ("nccl.conf", ".nccl.conf"):
         return "nccl-conf"
     return "env" if name.endswith(".env") else "script"
+
+
+def read_input(path: str, kind: str | None, environ: Mapping[str, str]) -> StartCommand:
+    """What `convert` reads from `path` (`-`: stdin, a script), of `kind` (default: as its
+    name says); an error names the file."""
+    kind = kind or input_kind(path)
+    if kind != "script" and path == "-":
+        raise UsageError(f"--from {kind} reads a file: name it (stdin is read as a script)")
+    if kind == "env":
+        return read_env_input(Path(path))
+    if kind == "nccl-conf":
+        return read_conf_input(Path(path))
+    text = read_script_file(path)
+    try:
+        return read_script(text, environ)
+    except UsageError as error:  # `line 20: ...`, of which file
+        raise UsageError(f"{'stdin' if path == '-' else path}: {error}") from None
 
 
 def read_env_input(path: Path) -> StartCommand:
