@@ -27,7 +27,7 @@ def systemd(profile: str, user: str | None, no_pin: bool, output: Path | None, f
     Type=exec (MainPID is the server), preflight as ExecStartPre=, run as ExecStart=, both
     with --digest of the profile as it is now (so an edit is refused, exit 1, until the unit
     is written again), a long TimeoutStartSec for model load, Restart=on-failure,
-    KillMode=mixed.
+    KillMode=mixed; one EnvironmentFile= for each env file the profile names.
     """
     text = write_unit(profile, user, output, force, pin=not no_pin)
     if output is None:
