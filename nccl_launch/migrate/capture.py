@@ -64,15 +64,13 @@ def read_process(pid: int) -> StartCommand:
     # Named, never their values, escaped (a name may hold any byte but NUL and `=`);
     # nccl-launch's own markers aside, which `run` sets again.
     left = sorted(escaped(name) for name in environ.keys() - keep.keys() - OWN_VARIABLES)
-    notes = (
-        [
+    notes = []
+    if left:
+        notes.append(
             f"left out {len(left)} variable{'s' if len(left) > 1 else ''} of the process (neither "
             "NCCL_* nor a captured prefix such as CUDA_ or HF_; add to [env] what the server "
             f"needs): {', '.join(left)}"
-        ]
-        if left
-        else []
-    )
+        )
     if MARKER_PROFILE in environ:
         notes.append(f"the process was started by nccl-launch as {environ[MARKER_PROFILE]}")
     return StartCommand(env=keep, argv=argv, cwd=cwd, notes=notes, origin=f"pid {pid}")
