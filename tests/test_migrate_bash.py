@@ -169,7 +169,10 @@ LINES = st.sampled_from([
     "export {n}={v}", "{n}={v}", "export {n}", "export -n {n}", "export -n {n}={v}",
     "unset {n}", "declare -x {n}={v}", "declare +x {n}", "local {n}={v}", "set -a", "set +a",
     "{n}+=,{v}", "cd ~/srv", "export {n}={v} | cat", "readonly {n}", "env -u {n} {serve}",
+    ". ~/sub.sh",
 ])  # fmt: skip
+# What `. ~/sub.sh` runs, in the script's shell: its `set -a` stays on after it.
+SUB = "NCCL_IB_HCA=s\nexport HF_HOME=~/s\nset -a\n"
 SCRIPTS = st.lists(st.tuples(LINES, NAMES, VALUES), min_size=1, max_size=8).map(
     lambda lines: "\n".join(line.replace("{n}", n).replace("{v}", v) for line, n, v in lines)
 )
@@ -180,6 +183,7 @@ SCRIPTS = st.lists(st.tuples(LINES, NAMES, VALUES), min_size=1, max_size=8).map(
 def test_any_script_of_these_lines_converts_as_bash_runs_it(script: str) -> None:
     """Scripts drawn from the lines that change what bash exports, in any order."""
     tmp_path = Path.cwd()
+    Path(os.environ["HOME"], "sub.sh").write_text(SUB)
     result = convert(script + "\n{serve}", run_in_process)
     if result.returncode == 2:
         assert re.search(r"start.sh: line \d+: ", result.stderr), result.stderr
