@@ -134,3 +134,36 @@ def test_the_secrets_example_of_migrating_prints_what_the_docs_show(run_cli: Run
     head, _ = documented("head -8 profiles/chat.toml", "migrating.md")
     assert Path("profiles/chat.toml").read_text().splitlines()[:8] == head
     assert "hf_" not in Path("profiles/chat.toml").read_text()
+
+
+def test_the_nccl_conf_example_of_migrating_prints_what_the_docs_show(run_cli: RunCli) -> None:
+    conf, _ = documented("cat nccl.conf", "migrating.md")
+    Path("nccl.conf").write_text("\n".join(conf) + "\n")
+    expected, _ = documented("nccl-launch convert nccl.conf -o site.toml", "migrating.md")
+    result = run_cli("convert", "nccl.conf", "-o", "site.toml")
+    assert result.returncode == 0
+    assert [*result.stderr.splitlines(), *result.stdout.splitlines()] == expected
+    profile, _ = documented("cat site.toml", "migrating.md")
+    assert Path("site.toml").read_text().splitlines() == profile
+
+
+def test_the_sourcing_example_of_migrating_prints_what_the_docs_show(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    """The docs' venv was at /tmp/demo/venv; here it is the test's own, made by venv (so the
+    digest, over the interpreter's path, differs too)."""
+    for name in ("nccl.env", "start.sh"):
+        text, _ = documented(f"cat {name}", "migrating.md")
+        Path(name).write_text("\n".join(text) + "\n")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "venv"], check=True)
+    expected, _ = documented("nccl-launch convert start.sh", "migrating.md")
+    result = run_cli("convert", "start.sh")
+    assert result.returncode == 0
+    printed = [*result.stderr.splitlines(), *result.stdout.splitlines()]
+    digest = re.compile(r"sha256:[0-9a-f]{8}")
+    assert [digest.sub("sha256:", line) for line in printed] == [
+        digest.sub("sha256:", line) for line in expected
+    ]
+    profile, _ = documented("cat profiles/start.toml", "migrating.md")
+    written = Path("profiles/start.toml").read_text().replace(str(tmp_path), "/tmp/demo")
+    assert written.splitlines() == profile

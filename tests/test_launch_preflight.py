@@ -323,6 +323,30 @@ def test_missing_model_and_draft_paths_fail_hub_ids_warn(host: Preflight, tmp_pa
     assert checks["paths"][0]["status"] == "warn"
 
 
+def test_a_bare_python_is_shown_as_the_file_the_servers_path_finds_or_fails(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """The name is looked up on the PATH the server gets, as exec looks it up."""
+    write_profile("bare", SERVER.format(python="python3", model="/m", tp=1, port=free_port(),
+                                        extra=""))  # fmt: skip
+    first, second = tmp_path / "first", tmp_path / "second"
+    for folder in (first, second):
+        folder.mkdir()
+        (folder / "python3").write_text("#!/bin/sh\n")
+        (folder / "python3").chmod(0o755)
+    (first / "python3").chmod(0o644)  # not executable: exec goes on to the next folder
+    path = f"{first}:{second}"
+    result = run_cli("preflight", "--skip", "sglang", "bare", env={"PATH": path})
+    found = f"ok    python       [server] python 'python3' is {second}/python3 on the server's PATH"
+    assert found in result.stdout.splitlines()
+    result = run_cli("preflight", "--skip", "sglang", "bare", env={"PATH": str(first)})
+    assert result.returncode == 3
+    assert (
+        f"fail  python       [server] python 'python3' is not found on the server's PATH "
+        f"({first}); write the interpreter's absolute path"
+    ) in result.stdout.splitlines()
+
+
 def test_an_env_plugin_on_the_library_path_is_warned(host: Preflight, tmp_path: Path) -> None:
     libs = tmp_path / "libs"
     libs.mkdir()

@@ -189,7 +189,7 @@ def test_convert_a_raw_line_from_stdin(run_cli: RunCli) -> None:
 
 def test_convert_of_16mb_says_what_nccl_read_and_what_was_probably_meant(run_cli: RunCli) -> None:
     line = Path("line.sh")
-    line.write_text("NCCL_BUFFSIZE=16MB python -m sglang.launch_server --model /m\n")
+    line.write_text("NCCL_BUFFSIZE=16MB /opt/ml/bin/python -m sglang.launch_server --model /m\n")
     result = run_cli("convert", "-", "--name", "mb", "-o", "mb.toml", stdin_path=line)
     assert result.returncode == 0, result.stderr
     assert tomllib.loads(Path("mb.toml").read_text())["nccl"] == {"BUFFSIZE": 16}
@@ -385,6 +385,33 @@ def test_capture_writes_the_running_servers_profile_and_it_reproduces(
     assert canonical_flags(again["argv"]) == canonical_flags(original["argv"])
 
 
+def test_capture_names_what_it_left_out_never_the_values(run_cli: RunCli, tmp_path: Path) -> None:
+    """Every variable neither NCCL_* nor under a captured prefix, by name only, on one line;
+    nccl-launch's own markers are not listed (run sets them again)."""
+    out = tmp_path / "server.json"
+    env = {
+        "PYTHONPATH": str(STANDIN), "STANDIN_RECORD": str(out), "STANDIN_WAIT": "1",
+        "LC_ALL": "C.UTF-8", "NCCL_PROTO": "LL", "HF_HOME": "/hf", "API_TOKEN": "hunter2",
+        "NCCL_LAUNCH_PROFILE": "old@1", "ODD\udcff": "x",
+    }  # fmt: skip
+    argv = [sys.executable, "-m", "sglang.launch_server", "--model", "/m"]
+    process = subprocess.Popen(argv, env=env, cwd=tmp_path)
+    try:
+        wait_for_record(out, process)
+        result = run_cli("capture", "--pid", str(process.pid), "-o", "live.toml")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=10)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[0] == (
+        "nccl-launch: warning: left out 6 variables of the process (neither NCCL_* nor a "
+        "captured prefix such as CUDA_ or HF_; add to [env] what the server needs): API_TOKEN, "
+        "LC_ALL, ODD\\udcff, PYTHONPATH, STANDIN_RECORD, STANDIN_WAIT"
+    )
+    assert "hunter2" not in result.stderr + Path("live.toml").read_text()
+    assert set(tomllib.loads(Path("live.toml").read_text())["env"]) == {"HF_HOME"}
+
+
 def test_capture_of_a_missing_process_is_a_target_error(run_cli: RunCli) -> None:
     result = run_cli("capture", "--pid", "999999999")
     assert result.returncode == 3
@@ -398,7 +425,7 @@ def test_convert_follows_unset_and_says_what_it_did_not_follow(run_cli: RunCli) 
         "unset NCCL_DEBUG\n"
         "ulimit -n 65536\n"
         "numactl --interleave=all true\n"
-        "python3 -m sglang.launch_server --model-path /m\n"
+        "/opt/ml/bin/python3 -m sglang.launch_server --model-path /m\n"
     )
     result = run_cli("convert", "start.sh")
     assert result.returncode == 0, result.stderr
@@ -502,10 +529,15 @@ def test_capture_keeps_secrets_in_an_env_file_readable_by_its_owner_only(
 
 def test_convert_takes_only_the_code_that_runs(run_cli: RunCli, server_env: dict[str, str]) -> None:
     """Here-docs are data, an uncalled function's body never runs, `cd ... || exit 1` does not
-    exit, arithmetic is computed, nothing after `exec` runs; quoted words stay one word."""
+    exit, arithmetic is computed, nothing after `exec` runs; quoted words stay one word; the
+    bare `python3` is left to the PATH of whoever starts the server, and said so."""
     result = run_cli("convert", str(SCRIPTS / "guarded_start.sh"), env=server_env)
     assert result.returncode == 0, result.stderr
-    assert result.stderr == ""
+    assert result.stderr == (
+        "nccl-launch: warning: line 19: `python3` is looked up on the PATH of whoever starts "
+        "the server (systemd's is not this shell's); written as is: put the interpreter's "
+        "absolute path in [server] python\n"
+    )
     profile = tomllib.loads(Path("profiles/guarded_start.toml").read_text())
     assert profile["nccl"] == {"PROTO": "LL", "ALGO": "Ring", "MAX_NCHANNELS": 16}
     server = profile["server"]
@@ -680,7 +712,7 @@ def test_convert_names_the_script_and_escapes_it(run_cli: RunCli) -> None:
     assert result.stderr == (
         "nccl-launch: start\\x1b[2J\\nok.sh: line 1: command substitution is not supported\n"
     )
-    Path(name).write_text(f"export NCCL_BUFFSIZE=0x400000\n{SERVE}")
+    Path(name).write_text(f"export NCCL_BUFFSIZE=0x400000\n/opt/ml/bin/{SERVE}")
     result = run_cli("convert", name, "-o", "out\x1b.toml")
     assert result.returncode == 0, result.stderr
     assert result.stderr == (

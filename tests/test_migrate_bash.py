@@ -111,6 +111,7 @@ CORPUS = [
     ("export NCCL_ALGO=Ring\nset -- a b\nset -a\nNCCL_PROTO=LL\n{serve}", None),
     ("declare -x NCCL_ALGO=Ring\ndeclare -x -n NCCL_ALGO\n{serve}", 2),
     ("export -fn NCCL_ALGO\n{serve}", None),
+    ("NCCL_IB_HCA=a\nset -a\nreadonly NCCL_IB_HCA\ndeclare NCCL_IB_HCA\n{serve}", None),
 ]
 
 
@@ -168,7 +169,10 @@ LINES = st.sampled_from([
     "export {n}={v}", "{n}={v}", "export {n}", "export -n {n}", "export -n {n}={v}",
     "unset {n}", "declare -x {n}={v}", "declare +x {n}", "local {n}={v}", "set -a", "set +a",
     "{n}+=,{v}", "cd ~/srv", "export {n}={v} | cat", "readonly {n}", "env -u {n} {serve}",
+    ". ~/sub.sh",
 ])  # fmt: skip
+# What `. ~/sub.sh` runs, in the script's shell: its `set -a` stays on after it.
+SUB = "NCCL_IB_HCA=s\nexport HF_HOME=~/s\nset -a\n"
 SCRIPTS = st.lists(st.tuples(LINES, NAMES, VALUES), min_size=1, max_size=8).map(
     lambda lines: "\n".join(line.replace("{n}", n).replace("{v}", v) for line, n, v in lines)
 )
@@ -179,6 +183,7 @@ SCRIPTS = st.lists(st.tuples(LINES, NAMES, VALUES), min_size=1, max_size=8).map(
 def test_any_script_of_these_lines_converts_as_bash_runs_it(script: str) -> None:
     """Scripts drawn from the lines that change what bash exports, in any order."""
     tmp_path = Path.cwd()
+    Path(os.environ["HOME"], "sub.sh").write_text(SUB)
     result = convert(script + "\n{serve}", run_in_process)
     if result.returncode == 2:
         assert re.search(r"start.sh: line \d+: ", result.stderr), result.stderr
@@ -208,3 +213,135 @@ def test_a_variable_unset_in_the_script_no_longer_has_the_callers_value(
     assert run_cli("convert", "start.sh", "-o", "out.toml", env=caller).returncode == 0
     env, _ = bash_exports(script, os.environ["HOME"], tmp_path, caller)
     assert tomllib.loads(Path("out.toml").read_text())["nccl"] == {"PROTO": env["NCCL_PROTO"]}
+
+
+# (files the script sources, by path from its directory or `~/`; script; the line convert
+# refuses or None). A sourced file runs in the script's shell: its assignments, `set -a`,
+# `cd` and `return` act as if written there, and a relative path is from the directory
+# the shell is in, not the sourcing file's.
+ALGO = "export NCCL_ALGO=Ring\n"
+SOURCED = [
+    ({"nccl.env": "NCCL_PROTO=LL\nNCCL_ALGO=Ring\n"},
+     "set -a; source nccl.env; set +a\nNCCL_BUFFSIZE=1\n{serve}", None),
+    ({"vars.sh": ALGO + "PROTO=LL\n"}, ". ./vars.sh\nexport NCCL_PROTO=$PROTO\n{serve}", None),
+    ({"vars.sh": ALGO}, "source vars.sh\n{serve}", None),
+    ({"srv/x.sh": ALGO + "cd ..\n"}, "cd srv\nsource x.sh\n{serve}", None),
+    ({"a/one.sh": ALGO + "source a/two.sh\n", "a/two.sh": "export NCCL_PROTO=LL\n"},
+     "source a/one.sh\n{serve}", None),
+    ({"r.sh": ALGO + "return\nexport NCCL_PROTO=LL\n"}, "source r.sh\n{serve}", None),
+    ({"a.sh": "set -a\n"}, "source a.sh\nNCCL_ALGO=Ring\n{serve}", None),
+    ({"~/bin/found.sh": ALGO}, "PATH=~/bin:$PATH\nsource found.sh\n{serve}", None),
+    ({"vars.sh": ALGO}, "source vars.sh &\nwait\n{serve}", None),
+    ({"vars.sh": ALGO}, "true && . vars.sh\n{serve}", None),
+    ({"vars.sh": ALGO}, "source vars.sh x\n{serve}", 1),
+    ({}, "source missing.sh\n{serve}", 1),
+    ({}, "source $NOWHERE/x.sh\n{serve}", 1),
+    ({"loop.sh": "source loop.sh\n"}, "source loop.sh\n{serve}", 1),
+    ({"srv/x.sh": ""}, "source srv\n{serve}", 1),
+    ({"if.sh": "if true; then export NCCL_ALGO=Ring; fi\n"},
+     "export NCCL_PROTO=LL\nsource if.sh\n{serve}", 2),
+]  # fmt: skip
+
+
+def write_sourced(files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = Path(os.environ["HOME"], name[2:]) if name.startswith("~/") else Path(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+@pytest.mark.parametrize(("files", "script", "refused"), SOURCED)
+def test_convert_follows_a_sourced_file_as_bash_does_or_refuses_with_the_line(
+    files: dict[str, str], script: str, refused: int | None, run_cli: RunCli, tmp_path: Path
+) -> None:
+    write_sourced(files)
+    result = convert(script, run_cli)
+    if refused is not None:
+        assert result.returncode == 2, result.stderr
+        assert f"start.sh: line {refused}: " in result.stderr
+        return
+    assert result.returncode == 0, result.stderr
+    assert_profile_holds_what_bash_exports(script, tmp_path)
+
+
+def test_each_sourced_value_names_its_file_and_line(run_cli: RunCli) -> None:
+    """In the profile's comments and in an error on the value, as for the script's own."""
+    write_sourced({"nccl.env": "# tuned\nNCCL_PROTO=LL\nNCCL_ALGO=Ring\n"})
+    result = convert("set -a\n. ./nccl.env\nexport NCCL_BUFFSIZE=4096\n{serve}", run_cli)
+    assert result.returncode == 0, result.stderr
+    lines = Path("out.toml").read_text().splitlines()
+    assert 'ALGO = "Ring"  # nccl.env line 3' in lines
+    assert 'PROTO = "LL"  # nccl.env line 2' in lines
+    assert 'BUFFSIZE = "4KiB"  # line 3' in lines
+    write_sourced({"nccl.env": "NCCL_PROTOCOL=LL\n"})
+    result = convert("set -a\n. ./nccl.env\n{serve}", run_cli)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "start.sh: nccl.env line 1: NCCL_PROTOCOL is not a variable NCCL documents or reads "
+        "(NCCL ignores it); did you mean NCCL_PROTO?\n"
+    )
+
+
+def test_a_sourced_file_that_cannot_be_followed_is_refused_with_why(run_cli: RunCli) -> None:
+    """Never a profile that lacks what the file sets: missing, not a regular file (a symlink
+    is resolved first), a path from a variable the script does not set, a construct not
+    followed inside it, or sourced files nested deeper than 8."""
+    Path("dev.sh").symlink_to("/dev/null")
+    write_sourced({"real.sh": "export NCCL_ALGO=Ring\n", "if.sh": "if true; then :; fi\n"})
+    Path("link.sh").symlink_to("real.sh")
+    assert convert("source link.sh\n{serve}", run_cli).returncode == 0
+    write_sourced({f"d{depth}.sh": f"source d{depth + 1}.sh\n" for depth in range(9)})
+    refusals = {
+        "source missing.sh": "sourced file missing.sh: cannot read: No such file or directory",
+        ". dev.sh": "sourced file dev.sh: a character device; only regular files are read",
+        "source $CONF_DIR/nccl.sh": "sourced file $CONF_DIR/nccl.sh: $CONF_DIR is not set in "
+        "the script or this environment",
+        "source if.sh": "if.sh: line 1: `if` is not followed; convert the branch that runs, "
+        "or write the profile by hand",
+        "source d1.sh": "d1.sh: line 1: d2.sh: line 1: d3.sh: line 1: d4.sh: line 1: d5.sh: "
+        "line 1: d6.sh: line 1: d7.sh: line 1: d8.sh: line 1: sourced file d9.sh: sourced "
+        "files nest more than 8 deep (does one source itself?)",
+    }
+    for line, why in refusals.items():
+        result = convert(f"{line}\n{{serve}}", run_cli)
+        assert (result.returncode, result.stderr) == (2, f"nccl-launch: start.sh: line 1: {why}\n")
+
+
+@pytest.mark.parametrize(
+    ("script", "name"),
+    [
+        ("source venv/bin/activate", "python3"),
+        (". ./venv/bin/activate", "python"),
+        ("cd venv\nsource bin/activate\ncd ..", "python3"),
+        ("export PATH=~/ml/bin:$PATH", "python3"),
+        ("PATH=/nowhere:$PATH\nsource venv/bin/activate", "python3"),
+    ],
+)
+def test_the_servers_python_is_the_one_bash_finds_on_the_path_the_script_set(
+    script: str, name: str, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """A virtual environment's `activate` is not run: its bin goes first on PATH, as the
+    real file (made by `python -m venv`) puts it for bash."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "venv"], check=True)
+    fake = Path(os.environ["HOME"], "ml", "bin", "python3")
+    fake.parent.mkdir(parents=True)
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    which = subprocess.run(["bash", "-c", f"{script}\ncommand -v {name}"], capture_output=True,
+                           text=True, check=True, cwd=tmp_path, timeout=30)  # fmt: skip
+    result = convert(f"{script}\n{name} -m sglang.launch_server --model-path /m", run_cli)
+    assert result.returncode == 0, result.stderr
+    python = tomllib.loads(Path("out.toml").read_text())["server"]["python"]
+    assert python == which.stdout.strip()
+    assert "is looked up on the PATH" not in result.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="trust is checked for root only")
+def test_as_root_a_sourced_file_others_could_write_is_refused(run_cli: RunCli) -> None:
+    write_sourced({"nccl.env": "export NCCL_ALGO=Ring\n"})
+    Path("nccl.env").chmod(0o664)
+    result = convert("source nccl.env\n{serve}", run_cli)
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        "nccl-launch: start.sh: line 1: sourced file nccl.env: writable by group or others"
+    )

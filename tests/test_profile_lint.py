@@ -112,6 +112,25 @@ def test_a_real_start_and_check_of_the_shipped_profile_say_nothing_about_it(
         assert "MAX_CTAS" not in said
 
 
+def test_a_bare_server_python_is_noted_with_an_id_to_accept(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """systemd's PATH is not a login shell's: `python` there may be another interpreter."""
+    server = '[server]\npython = "python"\nmodel_path = "/m"\n'
+    write_profile("bare", f'schema = 1\nname = "bare"\nversion = 1\n{server}')
+    result = run_cli("validate", "bare")
+    assert result.returncode == 0
+    assert result.stderr == (
+        "nccl-launch: warning: profiles/bare.toml: server.python: 'python' is found on the PATH "
+        "of whoever starts the server (systemd's is not your shell's); write the interpreter's "
+        'absolute path (preflight shows the one it finds) [accept: "server.python bare-name"]\n'
+    )
+    accepting = '[policy]\naccept = ["server.python bare-name"]\n'
+    write_profile("bare", f'schema = 1\nname = "bare"\nversion = 1\n{server}{accepting}')
+    assert run_cli("validate", "bare").stderr == ""
+    assert run_cli("run", "--dry-run", "bare").stderr == ""  # an edit-time note, not every start
+
+
 def test_an_accepted_warning_is_listed_as_acknowledged_and_not_warned(
     write_profile: WriteProfile, run_cli: RunCli
 ) -> None:

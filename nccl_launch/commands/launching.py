@@ -67,9 +67,9 @@ def preflight(fmt: str, skip: tuple[str, ...], **options: Any) -> int:
     """Check everything `run` would, then the host and SGLang's own parser on the argv.
 
     Host checks: nccl.conf files, the NCCL env plugin, GPUs against tp_size, the port, the
-    model paths; then the server's interpreter imports SGLang and parses the exact argv. For
-    ExecStartPre=. Exit 0 when every check passes, 1 when the environment drifts, 3 when a
-    host or SGLang check fails.
+    interpreter and the model paths; then the server's interpreter imports SGLang and parses
+    the exact argv. For ExecStartPre=. Exit 0 when every check passes, 1 when the environment
+    drifts, 3 when a host or SGLang check fails.
     """
     from nccl_launch.launch.preflight import run_preflight  # not on `run`'s path
     from nccl_launch.render.reports import preflight_lines

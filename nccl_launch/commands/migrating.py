@@ -10,9 +10,9 @@ from typing import Any
 import click
 
 from nccl_launch.commands.options import echo_lines, output_options, say_wrote_profile, warn
-from nccl_launch.errors import EXIT_OK, UsageError
+from nccl_launch.errors import EXIT_OK
 from nccl_launch.migrate.capture import read_process
-from nccl_launch.migrate.script import read_script, read_script_file
+from nccl_launch.migrate.inputs import KINDS, read_input
 from nccl_launch.migrate.start import StartCommand, save_profile
 
 
@@ -52,24 +52,29 @@ secrets_in_profile_option = click.option(
 
 @click.command()
 @click.argument("script")
+@click.option(
+    "--from",
+    "kind",
+    type=click.Choice(KINDS),
+    help="What SCRIPT is (default: nccl-conf for nccl.conf and .nccl.conf, env for *.env, "
+    "else script).",
+)
 @name_option
 @profile_output
 @secrets_file_option
 @secrets_in_profile_option
-def convert(script: str, name: str | None, **options: Any) -> int:
+def convert(script: str, kind: str | None, name: str | None, **options: Any) -> int:
     """Turn a start SCRIPT (or '-' for stdin: a raw command line) into a profile.
 
-    Follows export lines, VAR=value prefixes, env, line continuations, comments, cd and
-    output redirections up to the `python -m sglang.launch_server` (or `sglang serve`) line,
-    only the code that runs: here-docs and function bodies are skipped, `&&` and `||` follow
-    what came before, `if` and loops are refused with their line, `exit` ends the script.
+    Follows export lines, VAR=value prefixes, env, line continuations, comments, cd,
+    sourced files and output redirections up to the `python -m sglang.launch_server` (or
+    `sglang serve`) line, only the code that runs: here-docs and function bodies are skipped,
+    `&&` and `||` follow what came before, `if` and loops are refused with their line, `exit`
+    ends the script. An environment file (KEY=VALUE lines) or an nccl.conf gives a profile
+    of its variables, without [server].
     """
     source = "stdin" if script == "-" else script
-    text = read_script_file(script)
-    try:
-        start = read_script(text, os.environ)
-    except UsageError as error:  # `line 20: ...`, of which file
-        raise UsageError(f"{source}: {error}") from None
+    start = read_input(script, kind, os.environ)
     default = "converted" if source == "stdin" else Path(source).stem
     return _saved(start, name or _profile_name(default), source, "converted", **options)
 

@@ -27,8 +27,15 @@ def _name_problem(name: str) -> str | None:
 def read_env_file(path: Path) -> EnvLayer:
     """A dotenv file as a layer; a line python-dotenv cannot parse is an error, not skipped.
     As root, a file others could have written is refused: it shapes the server's env."""
+    values = {key: value for _, key, value in env_file_lines(path)}
+    return EnvLayer(source=f"env file {path}", values=values)
+
+
+def env_file_lines(path: Path) -> list[tuple[int, str, str]]:
+    """Each assignment of a dotenv file, in order, with its line: (line, key, value); the
+    last one of a key is the one that counts."""
     text = read_text(path, "env file", trusted=True)
-    values = {}
+    assignments = []
     # Imported here: python-dotenv (and the traceback module it loads) only for --env-file.
     from dotenv.parser import parse_stream
 
@@ -50,8 +57,8 @@ def read_env_file(path: Path) -> EnvLayer:
             )
         if "\x00" in binding.value:
             raise UsageError(f"{path}:{line}: {binding.key}: a NUL byte cannot be in a value")
-        values[binding.key] = binding.value
-    return EnvLayer(source=f"env file {path}", values=values)
+        assignments.append((line, binding.key, binding.value))
+    return assignments
 
 
 def read_profile_env_file(loaded: LoadedProfile, path: Path) -> EnvLayer:

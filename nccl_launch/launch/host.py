@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import re
 import shutil
 import socket
@@ -152,6 +153,28 @@ def _owner(port: int) -> str:
         return f" by pid {pid} ({' '.join(psutil.Process(pid).cmdline())[:80]})"
     except (HostError, psutil.Error):
         return ""  # the port is taken; who holds it is a courtesy
+
+
+def interpreter_check(server: Server, env: Mapping[str, str]) -> Check:
+    """The interpreter `run` executes: a name is looked up on the server's own PATH, as
+    execvpe looks it up; a path is taken from the server's cwd."""
+    python = server.python
+    if "/" not in python:
+        folders = os.get_exec_path(dict(env))
+        found = shutil.which(python, path=os.pathsep.join(folders))
+        if found is None:
+            message = (
+                f"[server] python {python!r} is not found on the server's PATH "
+                f"({os.pathsep.join(folders)}); write the interpreter's absolute path"
+            )
+            return Check(name="python", status="fail", message=message)
+        message = f"[server] python {python!r} is {found} on the server's PATH"
+        return Check(name="python", status="ok", message=message)
+    path = Path(server.cwd or ".") / python
+    if path.is_file() and os.access(path, os.X_OK):
+        return Check(name="python", status="ok", message=f"[server] python {python} exists")
+    what = "is not an executable file" if path.exists() else "does not exist"
+    return Check(name="python", status="fail", message=f"[server] python {python} {what}")
 
 
 def path_checks(server: Server) -> list[Check]:

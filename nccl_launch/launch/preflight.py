@@ -14,6 +14,7 @@ from nccl_launch.launch.host import (
     conf_checks,
     env_plugin_check,
     gpu_check,
+    interpreter_check,
     path_checks,
     port_check,
 )
@@ -124,7 +125,7 @@ def run_preflight(launch: LaunchPlan, skip: frozenset[str] = frozenset()) -> Pre
         host |= {
             "gpus": lambda: [gpu_check(server, env)],
             "port": lambda: [port_check(server)],
-            "paths": lambda: path_checks(server),
+            "paths": lambda: [interpreter_check(server, env), *path_checks(server)],
         }
     for name, run in host.items():
         if name not in skip:

@@ -7,6 +7,7 @@ import shutil
 import psutil
 
 from nccl_launch.errors import HostError
+from nccl_launch.escaping import escaped
 from nccl_launch.migrate.start import StartCommand
 from nccl_launch.nccl import catalog
 from nccl_launch.profile.markers import MARKER_PROFILE, OWN_VARIABLES
@@ -60,7 +61,16 @@ def read_process(pid: int) -> StartCommand:
     for index, word in enumerate(argv):
         _check_text(pid, f"argument {index} of its command line", word)
     _check_text(pid, "its working directory", cwd)
+    # Named, never their values, escaped (a name may hold any byte but NUL and `=`);
+    # nccl-launch's own markers aside, which `run` sets again.
+    left = sorted(escaped(name) for name in environ.keys() - keep.keys() - OWN_VARIABLES)
     notes = []
+    if left:
+        notes.append(
+            f"left out {len(left)} variable{'s' if len(left) > 1 else ''} of the process (neither "
+            "NCCL_* nor a captured prefix such as CUDA_ or HF_; add to [env] what the server "
+            f"needs): {', '.join(left)}"
+        )
     if MARKER_PROFILE in environ:
         notes.append(f"the process was started by nccl-launch as {environ[MARKER_PROFILE]}")
     return StartCommand(env=keep, argv=argv, cwd=cwd, notes=notes, origin=f"pid {pid}")

@@ -1,6 +1,7 @@
 """`convert`: follow a start script, or one raw line, up to its SGLang command, taking only
 the code that runs: function bodies and here-docs are skipped, `&&` and `||` follow the
-outcome of what came before, branches and loops are refused, and `exit` ends the script."""
+outcome of what came before, branches and loops are refused, `exit` ends the script, and a
+sourced file is followed as part of it (a virtual environment's `activate` only moves PATH)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ from collections.abc import Mapping
 from pathlib import PurePosixPath
 
 from nccl_launch.errors import UsageError
-from nccl_launch.files import MAX_BYTES, open_stream
-from nccl_launch.migrate import shell
+from nccl_launch.migrate import shell, sourced
 from nccl_launch.migrate.expansion import expand
 from nccl_launch.migrate.server_table import UNSET, known, server_split
 from nccl_launch.migrate.start import StartCommand
@@ -32,6 +32,7 @@ _UNFOLLOWED = frozenset({
     "getopts", *_DECLARES,
 })  # fmt: skip
 _BY_HAND = "convert the branch that runs, or write the profile by hand"
+_SOURCE = ("source", ".")
 
 
 def _from_caller(name: str) -> str:
@@ -51,7 +52,11 @@ class _Script:
         self.exported: set[str] = set()  # names set or to be set that reach the server
         self.readonly: set[str] = set()
         self.removed: set[str] = set()  # unset here: the caller's value is gone too
-        self.lines: dict[str, int] = {}
+        self.lines: dict[str, str] = {}  # where each variable was set: "line 3", "a.sh line 2"
+        self.file = ""  # the sourced file being followed; "" for the script itself
+        self.depth = 0  # how many sourced files deep
+        self.returned = False  # `return` in a sourced file: the rest of it does not run
+        self.path_first: list[str] = []  # folders the script puts before the caller's PATH
         self.allexport = False
         self.cwd: str | None = None
         self.notes: list[str] = []
@@ -62,8 +67,14 @@ class _Script:
         self.done = False  # after `exit`, or `exec` of a command
         self.skipping = 0  # the depth of a group or subshell that does not run
 
+    def at(self, line: int) -> str:  # where `line` of the file being followed is
+        return f"{self.file} line {line}" if self.file else f"line {line}"
+
     def lookup(self, name: str) -> str | None:
-        return self.variables.get(name, None if name in self.removed else self.environ.get(name))
+        found = self.variables.get(name, None if name in self.removed else self.environ.get(name))
+        if name == "PATH" and name not in self.variables and self.path_first:
+            return ":".join([*self.path_first, found or ""])  # after `PATH=/opt/bin:$PATH`
+        return found
 
     def expand(
         self, word: shell.Word, line: int, split: bool = False, assignment: bool = False
@@ -78,7 +89,13 @@ class _Script:
         if (appends or _references(value, name)) and name not in self.variables:
             if name in self.environ and not name.startswith(catalog.PREFIX):
                 # PATH=/opt/bin:$PATH depends on whoever runs it, and stays theirs
-                self.notes.append(f"line {line}: {name} extends the caller's value; not converted")
+                self.notes.append(
+                    f"{self.at(line)}: {name} extends the caller's value; not converted"
+                )
+                if name == "PATH" and not appends:  # but it tells where the server's python is
+                    self.path_first = (
+                        sourced.folders_before(value, self.lookup, line) + self.path_first
+                    )
                 return
             if name in self.environ:
                 raise UsageError(
@@ -90,7 +107,7 @@ class _Script:
         except UsageError as error:
             raise UsageError(f"line {line}: {error}") from None
         self.variables[name] = self.variables.get(name, "") + text if appends else text
-        self.lines[name] = line
+        self.lines[name] = self.at(line)
         self.mark(name, export)
 
     def mark(self, name: str, export: bool | None) -> None:
@@ -102,7 +119,7 @@ class _Script:
     def writable(self, name: str, line: int) -> None:
         if name in self.readonly:
             raise UsageError(
-                f"line {line}: {name} is readonly since line {self.lines.get(name, 0)}: bash "
+                f"line {line}: {name} is readonly since {self.lines.get(name)}: bash "
                 "fails here and keeps that value; remove the line that does not count"
             )
 
@@ -139,12 +156,57 @@ class _Script:
             if named is not None:
                 self.assign(word, line, export)
             elif _NAME.fullmatch(word.literal()):
-                self.mark(word.literal(), export)
+                if export is not None:  # without a value, `set -a` does not export it
+                    self.mark(word.literal(), export)
             else:
                 raise UsageError(f"line {line}: {builtin}: `{word.literal()}` is not a name")
             if builtin == "readonly" or "r" in on:
                 self.readonly.add(named[0] if named else word.literal())
+                self.lines.setdefault(named[0] if named else word.literal(), self.at(line))
         return True
+
+    def source(self, words: list[shell.Word], line: int) -> bool | None:
+        """`source FILE`, `. FILE`: its commands followed as the script's own (`activate`: PATH)."""
+        if len(words) != 1:
+            raise UsageError(f"line {line}: `source` is followed with one file, no arguments")
+        try:
+            named = self.expand(words[0], line, split=True)
+            found = sourced.find(
+                words[0].literal(), named, self.cwd, self.lookup("PATH"), self.depth
+            )
+        except UsageError as error:
+            raise UsageError(f"line {line}: {error}") from None
+        path, folder = found.path, found.venv_bin
+        if folder is not None:  # `activate` exports PATH with its bin first
+            if "PATH" in self.variables:  # all of PATH is the script's: the value changes
+                self.variables["PATH"] = f"{folder}:{self.variables['PATH']}"
+                self.exported.add("PATH")
+            else:
+                self.path_first.insert(0, folder)
+            self.notes.append(
+                f"{self.at(line)}: {path} activates a virtual environment: not run; its bin is "
+                "first on PATH for the server's command (VIRTUAL_ENV is not converted)"
+            )
+            return True
+        outer, self.file, self.depth = self.file, path, self.depth + 1
+        try:
+            self.follow_all(found.text)
+        except (UsageError, shell.ShellError) as error:
+            raise UsageError(f"line {line}: {path}: {error}") from None
+        self.file, self.depth, self.returned = outer, self.depth - 1, False
+        return self.succeeded
+
+    def interpreter(self, name: str, line: int) -> str:
+        """The server's command found on the PATH the script set, else as it is, and a note."""
+        path = self.variables.get("PATH")
+        found = sourced.on_path(name, path.split(":") if path is not None else self.path_first)
+        if found is None and "/" not in name:
+            self.notes.append(
+                f"{self.at(line)}: `{name}` is looked up on the PATH of whoever starts the "
+                "server (systemd's is not this shell's); written as is: put the interpreter's "
+                "absolute path in [server] python"
+            )
+        return found or name
 
     def set_options(self, options: list[str]) -> None:
         """`set -a` and `set -o allexport` turn allexport on, their `+` forms off."""
@@ -154,6 +216,13 @@ class _Script:
             named = options[index + 1 : index + 2] if "o" in option else []
             if "a" in option or named == ["allexport"]:
                 self.allexport = option[0] == "-"
+
+    def follow_all(self, text: str) -> None:
+        """The commands of a script or a sourced file, up to an `exit` (or a `return`)."""
+        for command in shell.parse(text):
+            self.follow(command)
+            if self.done or self.returned:
+                return
 
     def follow(self, command: shell.Command) -> None:
         """One command, if it runs: `a && b` runs b only after a succeeded, `a || b` only
@@ -199,14 +268,20 @@ class _Script:
         if name == "exit":
             self.done = True
             return None
+        if name == "return" and self.depth:
+            self.returned = True
+            return self.succeeded if len(words) == 1 else None
         subshell = command.background or command.pipes
-        if subshell and (name in (*_DECLARES, "set") or all(w.assignment() for w in words)):
+        names = (*_DECLARES, *_SOURCE, "set")
+        if subshell and (name in names or all(w.assignment() for w in words)):
             self.notes.append(
-                f"line {line}: ignored `{words[0].literal()}` (it runs in a subshell)"
+                f"{self.at(line)}: ignored `{words[0].literal()}` (it runs in a subshell)"
             )
             return True
         if name in _DECLARES:
             return self.declare(name, words[1:], line)
+        if name in _SOURCE:
+            return self.source(words[1:], line)
         assignments = 0
         while assignments < len(words) and words[assignments].assignment() is not None:
             assignments += 1
@@ -219,7 +294,7 @@ class _Script:
             variable, value, appends = word.assignment()  # type: ignore[misc]
             before = (self.lookup(variable) or "") if appends else ""
             prefix[variable] = before + known(self.expand(value, line, assignment=True))
-            self.lines[variable] = line
+            self.lines[variable] = self.at(line)
         words = words[assignments:]
         if words[0].literal() in _HARMLESS:  # `echo "started $!"` needs no expansion
             if words[0].literal() == "set":
@@ -251,7 +326,7 @@ class _Script:
                     prefix.pop(name, None)
                 elif "=" in word and not word.startswith("-"):
                     name, _, value = word.partition("=")
-                    prefix[name], self.lines[name] = known(value), line
+                    prefix[name], self.lines[name] = known(value), self.at(line)
                     removed.discard(name)
                 elif word.startswith("-"):
                     raise UsageError(f"line {line}: env {word} is not supported")
@@ -263,6 +338,7 @@ class _Script:
             return True  # `exec > log 2>&1` only redirects the script's own output
         self.done = replaces  # `exec` replaces the shell: nothing after it runs
         if server_split(argv) is not None:
+            argv[0] = self.interpreter(argv[0], line)
             if self.found is not None:
                 raise UsageError(f"line {line}: a second server command (first on {self.found[0]})")
             exported = sorted(self.exported & self.variables.keys() - removed)
@@ -270,7 +346,7 @@ class _Script:
             self.found = (line, env | prefix, argv)
             return True if command.background else None
         if command.background or command.pipes:
-            self.notes.append(f"line {line}: ignored `{argv[0]} &` (it runs in a subshell)")
+            self.notes.append(f"{self.at(line)}: ignored `{argv[0]} &` (it runs in a subshell)")
             return True
         return self.builtin(argv, line)
 
@@ -302,18 +378,8 @@ class _Script:
                 f"line {line}: `{argv[0]}` here may change what reaches the server and is not "
                 "followed; put what it does in the script"
             )
-        self.notes.append(f"line {line}: ignored `{argv[0]}`")
+        self.notes.append(f"{self.at(line)}: ignored `{argv[0]}`")
         return None
-
-
-def read_script_file(path: str) -> str:
-    """The text of a start script (a regular file, or `-` for stdin), at most 1 MiB of it."""
-    with open_stream(path, "script") as stream:
-        text = stream.read(MAX_BYTES + 1)
-    if len(text) > MAX_BYTES:
-        where = "stdin" if path == "-" else f"script {path}"
-        raise UsageError(f"{where}: longer than {MAX_BYTES} characters; this is not a start script")
-    return text
 
 
 def read_script(text: str, environ: Mapping[str, str]) -> StartCommand:
@@ -323,14 +389,11 @@ def read_script(text: str, environ: Mapping[str, str]) -> StartCommand:
         raise UsageError(f"line {line}: a NUL byte; a start script is text")
     script = _Script(environ)
     try:
-        for command in shell.parse(text):
-            script.follow(command)
-            if script.done:
-                break
+        script.follow_all(text)
     except shell.ShellError as error:
         raise UsageError(str(error)) from None
     if script.found is None:
         raise UsageError("no `python -m sglang.launch_server` (or `sglang serve`) command found")
     _, env, argv = script.found
-    lines = {name: script.lines.get(name, 0) for name in env}
+    lines = {name: script.lines[name] for name in env if name in script.lines}
     return StartCommand(env=env, argv=argv, cwd=script.cwd, lines=lines, notes=script.notes)

@@ -34,13 +34,13 @@ class StartCommand:
     env: dict[str, str]
     argv: list[str]
     cwd: str | None = None
-    lines: dict[str, int] = field(default_factory=dict)  # where each variable was set
+    lines: dict[str, str] = field(default_factory=dict)  # where each was set: "a.sh line 2"
     notes: list[str] = field(default_factory=list)
     origin: str = ""  # where every variable came from, for one without a line ("pid 42")
 
     def where(self, key: str) -> str:
         """Where `key` was set, as a comment in the profile says it."""
-        return f"line {self.lines[key]}" if self.lines.get(key) else self.origin
+        return self.lines.get(key) or self.origin
 
 
 _DECIMAL = re.compile(r"-?[0-9]+")
@@ -110,7 +110,7 @@ def build_profile(
     problems, nccl, env, comments = [], {}, {}, {}
     notes = list(start.notes)
     for key, value in start.env.items():
-        where = f"line {start.lines[key]}: " if start.lines.get(key) else ""
+        where = f"{start.lines[key]}: " if start.lines.get(key) else ""
         comments[key] = start.where(key)
         if key in OWN_VARIABLES:
             continue

@@ -73,7 +73,21 @@ def notes(profile: Profile) -> list[Note]:
     if profile.server is not None:
         warnings = server_warnings(profile.server, profile.declared_env())
         found += [Note(f"{subject} sglang", text, every_start=True) for subject, text in warnings]
+        found += _interpreter_notes(profile.server.python)
     return found + secret_notes(profile)
+
+
+def _interpreter_notes(python: str) -> list[Note]:
+    """A bare interpreter name is looked up on PATH when the server starts: systemd's PATH
+    is not a login shell's, and a venv's python is not first on it."""
+    if "/" in python:
+        return []
+    message = (
+        f"server.python: {python!r} is found on the PATH of whoever starts the server "
+        "(systemd's is not your shell's); write the interpreter's absolute path (preflight "
+        "shows the one it finds)"
+    )
+    return [Note("server.python bare-name", message, every_start=False)]
 
 
 def review(profile: Profile) -> Review:
