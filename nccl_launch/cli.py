@@ -38,7 +38,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "bench": (
         "benching",
         "bench",
-        "Measure decode tok/s of the server at URL, checked against PROFILE before and after.",
+        "Measure decode tok/s of PROFILE's server (or the one at URL), checked against PROFILE "
+        "before and after.",
     ),
     "verify-log": (
         "verifying",

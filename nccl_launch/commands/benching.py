@@ -9,7 +9,7 @@ import click
 from nccl_launch.bench import history
 from nccl_launch.bench.measure import locate, measure_decode
 from nccl_launch.bench.result import TOKEN_LIMIT, Method, RunFigure
-from nccl_launch.bench.url import url_address
+from nccl_launch.bench.url import server_url, url_address
 from nccl_launch.commands.options import (
     echo_lines,
     format_option,
@@ -66,7 +66,11 @@ def _history(profile: str | None, record: Path, fmt: str) -> int:
 
 @click.command()
 @profile_argument(required=False)
-@click.option("--url", help="The server's base URL, e.g. http://127.0.0.1:30000.")
+@click.option(
+    "--url",
+    help="The server's base URL, e.g. http://127.0.0.1:30000  [default: the host and port of "
+    "PROFILE's [server], 0.0.0.0 and :: read as loopback]",
+)
 @click.option(
     "--pid",
     type=click.IntRange(min=1),
@@ -114,11 +118,13 @@ def bench(
     show_history: bool,
     fmt: str,
 ) -> int:
-    """Measure decode tok/s of the server at URL, checked against PROFILE before and after.
+    """Measure decode tok/s of PROFILE's server (or the one at URL), checked against PROFILE
+    before and after.
 
     One streaming request at a time to SGLang's /v1/completions, tokens from its usage
-    figures. The result is stamped with the profile's name@version and digest and appended
-    to the history; --history [PROFILE] prints it as a table per profile and digest.
+    figures, with the --api-key of the server's own command line. The result is stamped with
+    the profile's name@version and digest and appended to the history; --history [PROFILE]
+    prints it as a table per profile and digest.
     Exit 0 measured, 1 drift or below the profile's [baseline], 2 bad options or profile,
     3 no such server, or a connection, timeout, HTTP error, empty or malformed stream.
     """
@@ -130,10 +136,15 @@ def bench(
         if url is not None or pid is not None:
             raise UsageError("--history reads the record only: drop --url and --pid")
         return _history(profile, record or history.default_path(), fmt)
-    if profile is None or url is None:
-        raise UsageError("name the PROFILE and the server's --url (or use --history)")
+    if profile is None:
+        raise UsageError("name the PROFILE (or use --history)")
+    if url is not None:
+        url_address(url)  # a malformed URL is refused before any file is touched
     loaded = load_profile(profile)
-    url_address(url)  # a malformed URL is refused before any file is touched
+    if url is None:
+        if loaded.profile.server is None:
+            raise UsageError(f"{loaded.path}: no [server] table to find the server at; pass --url")
+        url = server_url(loaded.profile.server)
     baseline = loaded.profile.baseline
     method = Method(
         max_tokens=max_tokens or (baseline and baseline.max_tokens) or DEFAULT_MAX_TOKENS,
