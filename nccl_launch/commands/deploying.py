@@ -9,7 +9,7 @@ import click
 from nccl_launch.commands.options import echo_lines, output_options, profile_argument
 from nccl_launch.deploy.systemd import unit_manager, write_unit
 from nccl_launch.errors import EXIT_OK
-from nccl_launch.render.drift import shell_word
+from nccl_launch.escaping import shell_word
 
 
 @click.command()
