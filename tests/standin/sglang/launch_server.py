@@ -152,6 +152,7 @@ class Server:
         with changed_env(drift):
             process = self.context.Process(target=worker, args=(title, sender), daemon=True)
             process.start()
+        sender.close()  # the worker's copy alone: one that dies unready ends recv() at once
         self.workers.append(process)
         receiver.recv()
 
