@@ -177,3 +177,43 @@ def test_the_baseline_guide_runs_as_printed(isolated: Isolation) -> None:
     shown = done.stdout.replace(str(isolated.home), "/tmp/bench-demo/home").splitlines()
     assert normalized(shown) == normalized(expected)
     assert done.returncode == code
+
+
+def test_the_readmes_refusal_prints_what_the_readme_shows(isolated: Isolation) -> None:
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("```text\n$ ", 1)[1].split("```", 1)[0]
+    first, second, rest = block.split("\n", 2)  # the command is continued with a backslash
+    command = first.removesuffix("\\") + second.replace("nccl-launch", console_script(), 1)
+    output, code = rest.split("$ echo $?\n")
+    done = subprocess.run(
+        ["bash", "-c", f"{command} 2>&1"], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    assert (done.stdout, done.returncode) == (output, int(code))
+
+
+def test_the_systemd_guides_unit_and_refused_edit_are_what_the_commands_print(
+    isolated: Isolation, run_cli: RunCli
+) -> None:
+    """docs/systemd-and-monitoring.md: the unit `systemd` writes from the shipped profile in
+    /etc/nccl-launch/profiles, and `preflight --digest` once the file was edited."""
+    page = (REPO / "docs" / "systemd-and-monitoring.md").read_text()
+    name = "kimi-k25-rtx6000bw-tp8-eagle3.toml"
+    isolated.system_dir.mkdir(parents=True)
+    profile = isolated.system_dir / name
+    shutil.copy(REPO / "profiles" / name, profile)
+    unit = isolated.root / "sglang.service"
+    assert run_cli("systemd", name.removesuffix(".toml"), "--output", str(unit)).returncode == 0
+    shown = unit.read_text().replace(str(isolated.system_dir), "/etc/nccl-launch/profiles")
+    shown = shown.replace(console_script(), "/opt/nccl-launch/bin/nccl-launch")
+    assert shown == page.split("$ cat /etc/systemd/system/sglang.service\n", 1)[1].split("$ ")[0]
+    profile.write_text(profile.read_text().replace('PROTO = "LL"', 'PROTO = "Simple"', 1))
+    command = next(
+        line for line in page.splitlines() if line.startswith("$ nccl-launch preflight /")
+    )
+    expected, code = documented(command.removeprefix("$ "), "systemd-and-monitoring.md")
+    args = command.split()[2:]
+    done = run_cli(
+        *(arg.replace("/etc/nccl-launch/profiles", str(isolated.system_dir)) for arg in args)
+    )
+    said = done.stderr.replace(str(isolated.system_dir), "/etc/nccl-launch/profiles")
+    assert (said.splitlines(), done.returncode) == (expected, code)
