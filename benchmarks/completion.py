@@ -28,6 +28,7 @@ REQUESTS = {
     "nccl-launch run <TAB>": ("nccl-launch run ", 2),
     "nccl-launch run kimi<TAB>": ("nccl-launch run kimi", 2),
     "nccl-launch bench --<TAB>": ("nccl-launch bench --", 2),
+    "nccl-launch check kimi<TAB>": ("nccl-launch check kimi", 2),
 }
 
 

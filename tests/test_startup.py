@@ -64,6 +64,17 @@ def test_completing_a_command_name_imports_no_command() -> None:
     assert heavy == {"nccl_launch.commands.completion"}
 
 
+@pytest.mark.parametrize("name", sorted(cli.COMMANDS))
+def test_a_tab_on_a_commands_options_imports_only_its_options(name: str) -> None:
+    # A command's module imports its work (pydantic, psutil, httpx) in its callback: a TAB
+    # reads only its options, and costs about an `import click` (docs/performance.md).
+    modules = imported(
+        _NCCL_LAUNCH_COMPLETE="bash_complete", COMP_WORDS=f"nccl-launch {name} --", COMP_CWORD="2"
+    )
+    assert f"nccl_launch.commands.{cli.COMMANDS[name][0]}" in modules  # the request was read
+    assert not {module for module in modules if module.startswith(("pydantic", "psutil", "httpx"))}
+
+
 def test_run_validates_with_pydantic_and_imports_no_psutil_nor_dotenv(tmp_path: Path) -> None:
     (tmp_path / "profiles").mkdir(exist_ok=True)
     (tmp_path / "profiles" / "p.toml").write_text(

@@ -5,19 +5,22 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from nccl_launch.commands.options import output_options, say_wrote_profile, warn
 from nccl_launch.errors import EXIT_OK, UsageError
-from nccl_launch.migrate.capture import read_process
-from nccl_launch.migrate.script import read_script, read_script_file
-from nccl_launch.migrate.start import StartCommand, save_profile
+
+if TYPE_CHECKING:
+    from nccl_launch.migrate.start import StartCommand
 
 
 def _saved(
     start: StartCommand, name: str, source: str, how: str, output: Path | None, force: bool
 ) -> int:
+    from nccl_launch.migrate.start import save_profile
+
     path, plan, notes = save_profile(start, name, source, how, output, force)
     for note in notes:  # they quote the script's or the process's words
         warn(note)
@@ -45,6 +48,8 @@ def convert(script: str, name: str | None, output: Path | None, force: bool) -> 
     only the code that runs: here-docs and function bodies are skipped, `&&` and `||` follow
     what came before, `if` and loops are refused with their line, `exit` ends the script.
     """
+    from nccl_launch.migrate.script import read_script, read_script_file
+
     source = "stdin" if script == "-" else script
     text = read_script_file(script)
     try:
@@ -67,5 +72,7 @@ def convert(script: str, name: str | None, output: Path | None, force: bool) -> 
 @profile_output
 def capture(pid: int, name: str | None, output: Path | None, force: bool) -> int:
     """Write a profile from a running server: its NCCL env, its command line and directory."""
+    from nccl_launch.migrate.capture import read_process
+
     start = read_process(pid)
     return _saved(start, name or f"captured-{pid}", f"pid {pid}", "captured", output, force)
