@@ -43,6 +43,11 @@ settings.register_profile("ci", derandomize=True, database=None)
 if os.environ.get("CI") == "true":
     settings.load_profile("ci")
 
+# A suite started in the background of a script inherits SIGINT ignored, and so would every
+# process it starts (Ctrl-C tests would then see no Ctrl-C): caught here, it is reset to the
+# default at each exec.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 # A venv with the real SGLang 0.5.23 (made by .ci/sglang-venv); read before isolation clears it.
 SGLANG_PYTHON = os.environ.get("NCCL_LAUNCH_TEST_SGLANG_PYTHON")
 # Set by CI and the README's test command: a missing tool is then a failure, not a skip.

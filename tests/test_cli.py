@@ -76,7 +76,8 @@ def test_json_outputs_keep_their_keys() -> None:
 
     contracts: dict[type[BaseModel], list[str]] = {
         LiveReport: ["schema_version", "profile", "digest", "path", "main_pid",
-                     "running_profile", "running_digest", "processes", "profile_error"],
+                     "running_profile", "running_digest", "processes", "profile_error",
+                     "unchecked_env_files"],
         ProcessReport: ["pid", "title", "readable", "reason", "entries", "matched"],
         PreflightReport: ["schema_version", "profile", "digest", "argv", "checks", "sglang"],
         Check: ["name", "status", "message", "detail", "drift"],

@@ -463,3 +463,35 @@ def test_systemd_keeps_a_hostile_but_printable_description_on_its_line(
     done = subprocess.run([systemd_analyze, "verify", str(target)], capture_output=True, text=True)
     assert (done.returncode, done.stdout) == (0, "")
     assert "Description" not in done.stderr
+
+
+def test_a_unit_names_the_profiles_env_files_and_runs_with_what_systemd_reads(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path, systemd_analyze: str
+) -> None:
+    text = SERVER.format(python=sys.executable).replace(
+        "[server]", 'env_files = ["kimi.env", "../shared/site.env"]\n[server]'
+    )
+    write_profile("served", text, folder="my units%")
+    (tmp_path / "my units%" / "kimi.env").write_text("HF_TOKEN=hf_unit\n")
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "site.env").write_text("HF_HOME=/cache\n")
+    target = tmp_path / "served.service"
+    result = run_cli("systemd", str(tmp_path / "my units%" / "served.toml"), "-o", str(target))
+    assert result.returncode == 0, result.stderr
+    unit = target.read_text()
+    files = [line for line in unit.splitlines() if line.startswith("EnvironmentFile=")]
+    # Absolute, normalized (systemd ignores a path with `..`), `%` doubled (a specifier).
+    assert files == [
+        f"EnvironmentFile={tmp_path}/my units%%/kimi.env",
+        f"EnvironmentFile={tmp_path}/shared/site.env",
+    ]
+    done = subprocess.run([systemd_analyze, "verify", str(target)], capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    # ExecStart= with the environment systemd gives it from those files: no drift.
+    env: dict[str, str] = {}
+    for line in files:
+        values = dotenv_values(line.removeprefix("EnvironmentFile=").replace("%%", "%"))
+        env |= {key: value or "" for key, value in values.items()}
+    words = [word.replace("%%", "%") for word in unit_arguments(unit, "ExecStart")]
+    result = run_cli(*words, "--dry-run", env=env)
+    assert result.returncode == 0, result.stderr

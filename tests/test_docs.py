@@ -217,3 +217,14 @@ def test_the_systemd_guides_unit_and_refused_edit_are_what_the_commands_print(
     )
     said = done.stderr.replace(str(isolated.system_dir), "/etc/nccl-launch/profiles")
     assert (said.splitlines(), done.returncode) == (expected, code)
+
+
+def test_the_secrets_example_of_migrating_prints_what_the_docs_show(run_cli: RunCli) -> None:
+    script, _ = documented("cat start_chat.sh", "migrating.md")
+    Path("start_chat.sh").write_text("\n".join(script) + "\n")
+    expected, _ = documented("nccl-launch convert start_chat.sh --name chat", "migrating.md")
+    result = run_cli("convert", "start_chat.sh", "--name", "chat")
+    assert (result.returncode, result.stdout.splitlines()) == (0, expected)
+    head, _ = documented("head -8 profiles/chat.toml", "migrating.md")
+    assert Path("profiles/chat.toml").read_text().splitlines()[:8] == head
+    assert "hf_" not in Path("profiles/chat.toml").read_text()

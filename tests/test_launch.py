@@ -561,3 +561,145 @@ def test_a_model_config_that_is_no_regular_file_is_unknown(
     result = run_cli("run", "--dry-run", "mtp")
     assert result.returncode == 2
     assert "the model's architecture is unknown (no readable config.json)" in result.stderr
+
+
+# The profile's own env files (`env_files`): read at start, their variables declared by them.
+
+SECRETS = """
+schema = 1
+name = "served"
+version = 1
+extends = "../base/pcie-base.toml"
+env_files = ["served.env"]
+
+[nccl]
+PROTO = "LL"
+"""
+
+
+@pytest.fixture
+def served(write_profile: WriteProfile, tmp_path: Path) -> Path:
+    base = BASE.replace("[nccl]", 'env_files = ["site.env"]\n[nccl]')
+    write_profile("pcie-base", base, folder="base")
+    (tmp_path / "base" / "site.env").write_text("HF_HOME=/site-cache\nHF_TOKEN=hf_site\n")
+    path = write_profile("served", SECRETS.replace("[nccl]", "[env]\nHF_HUB_OFFLINE = '1'\n[nccl]"))
+    (tmp_path / "profiles" / "served.env").write_text("HF_TOKEN=hf_served123\n")
+    return path
+
+
+def test_the_profiles_env_files_reach_the_child_before_any_env_file_given(
+    served: Path, tmp_path: Path, nccl_launch: RunCli
+) -> None:
+    out = tmp_path / "child.json"
+    given = tmp_path / "given.env"
+    given.write_text("MODEL_DIR=/models\n")
+    # systemd's EnvironmentFile= gives the calling env the same value: a match, not drift.
+    env = {"STANDIN_RECORD": str(out), "HF_TOKEN": "hf_served123"}
+    result = nccl_launch("run", "served", "--env-file", str(given), *CHILD_ARGS, env=env)
+    assert result.returncode == 0, result.stderr
+    received = read_record(out)["env"]
+    # The parent's file first (relative to the parent's folder), then the child's.
+    assert received["HF_HOME"] == "/site-cache"
+    assert received["HF_TOKEN"] == env["HF_TOKEN"]
+    assert received["MODEL_DIR"] == "/models"
+    assert "hf_" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [("calling environment", {"HF_TOKEN": "hf_old"}), ("env file", None)],
+)
+def test_another_value_of_an_env_files_variable_is_drift_shown_masked(
+    served: Path, tmp_path: Path, run_cli: RunCli, where: str, value: dict[str, str] | None
+) -> None:
+    given = tmp_path / "given.env"
+    given.write_text("HF_TOKEN=hf_old\n")
+    options = [] if value else ["--env-file", str(given)]
+    result = run_cli("run", "served", *options, "--", "true", env=value)
+    assert result.returncode == 1
+    source = where if value else f"env file {given}"
+    assert result.stderr.splitlines()[1] == (
+        f'  ~ HF_TOKEN  "***" -> "***"  ({source}; declared by env file '
+        f"{tmp_path}/profiles/served.env)"
+    )
+    assert "hf_" not in result.stderr
+
+
+def test_run_dry_run_names_the_env_file_of_each_value_and_masks_secrets(
+    served: Path, tmp_path: Path, run_cli: RunCli
+) -> None:
+    result = run_cli("run", "--dry-run", "served", "--", "true")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert (
+        f'  + HF_HOME                   "/site-cache"  (env file {tmp_path}/base/site.env)' in lines
+    )
+    assert (
+        f'  + HF_TOKEN                  "***"          (env file {tmp_path}/profiles/served.env)'
+        in lines
+    )
+    assert "hf_" not in result.stdout
+
+
+@pytest.mark.parametrize("command", [["run"], ["run", "--dry-run"], ["preflight"]])
+def test_a_missing_env_file_of_the_profile_is_a_host_error_naming_it(
+    served: Path, tmp_path: Path, run_cli: RunCli, command: list[str]
+) -> None:
+    (tmp_path / "profiles" / "served.env").unlink()
+    result = run_cli(*command, "served", "--", "true")
+    assert (result.returncode, result.stdout) == (3, "")
+    assert result.stderr == (
+        f"nccl-launch: profiles/served.toml: env_files: env file {tmp_path}/profiles/served.env: "
+        "cannot read: No such file or directory\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (
+            "NCCL_PROTO=Simple",
+            "NCCL_PROTO: NCCL variables belong in [nccl], validated: PROTO = 'Simple'",
+        ),
+        ("HF_HUB_OFFLINE=0", "HF_HUB_OFFLINE: the profile declares it too; keep it in one place"),
+        ("SPT_NOENV=0", "SPT_NOENV: nccl-launch sets this variable itself"),
+    ],
+)
+def test_an_env_file_of_the_profile_holds_only_what_env_may(
+    served: Path, tmp_path: Path, run_cli: RunCli, line: str, message: str
+) -> None:
+    env_file = tmp_path / "profiles" / "served.env"
+    env_file.write_text(f"{line}\n")
+    result = run_cli("run", "served", "--", "true")
+    assert (result.returncode, result.stderr) == (
+        3,
+        f"nccl-launch: profiles/served.toml: env_files: env file {env_file}: {message}\n",
+    )
+
+
+@AS_ROOT
+def test_root_refuses_an_env_file_of_the_profile_others_could_write(
+    served: Path, tmp_path: Path, run_cli: RunCli
+) -> None:
+    env_file = tmp_path / "profiles" / "served.env"
+    env_file.chmod(0o666)
+    ran = tmp_path / "ran"
+    result = run_cli("run", "served", "--", "touch", str(ran))
+    assert result.returncode == 3
+    assert result.stderr.startswith(
+        f"nccl-launch: profiles/served.toml: env_files: env file {env_file}: writable by group"
+    )
+    assert not ran.exists()
+
+
+def test_preflight_counts_the_variables_of_the_profiles_env_files(
+    served: Path, run_cli: RunCli
+) -> None:
+    skip = [word for check in ("nccl.conf", "env-plugin", "gpus", "port", "paths", "sglang")
+            for word in ("--skip", check)]  # fmt: skip
+    result = run_cli("preflight", "served", *skip, env={"HF_HOME": "/site-cache"})
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.splitlines()[1] == (
+        "ok    environment  no drift: the profile sets 5 variables (2 from its env files), "
+        "1 already inherited"
+    )

@@ -454,6 +454,30 @@ def test_sglangs_words_about_an_argument_are_escaped(
     ) in result.stdout.splitlines()
 
 
+def test_sglangs_parsed_values_are_masked_as_the_argv_is(
+    write_profile: WriteProfile, run_cli: RunCli, sglang_python: str
+) -> None:
+    """What SGLang's parser read is shown, masked as the argv is: a model URL's password
+    never reaches the report."""
+    write_profile(
+        "under-test",
+        f"""
+        schema = 1
+        name = "under-test"
+        version = 1
+        [server]
+        python = "{sglang_python}"
+        model_path = "https://user:hunter2@hub.example/Kimi"
+        [server.speculative]
+        algorithm = "EAGLE3"
+        draft_model_path = "/models/draft"
+        """,
+    )
+    result = run_cli("preflight", *SKIP_HOST, "under-test")
+    assert "hunter2" not in result.stdout + result.stderr
+    assert "SGLang's parser accepts: model_path=https://user:***@hub.example/Kimi," in result.stdout
+
+
 @pytest.mark.parametrize(
     ("folder", "shown"),
     [

@@ -128,6 +128,40 @@ def test_a_server_started_by_run_has_no_drift_in_any_process(
     assert lines[-1] == "no drift in 5 processes"
 
 
+def test_check_expects_the_values_of_the_profiles_env_files(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    port = free_port()
+    text = PROFILE.format(version=1, buffsize="16MiB", python=sys.executable, port=port)
+    path = write_profile("standin", text.replace("[nccl]", 'env_files = ["standin.env"]\n[nccl]'))
+    env_file = path.with_suffix(".env")
+    env_file.write_text("HF_TOKEN=hf_first\n")
+    server = Server([console_script(), "run", "standin"], {}, port)
+    try:
+        result = run_cli("check", "standin", "--port", str(port))
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert result.stdout.splitlines()[-1] == "no drift in 5 processes"
+        env_file.write_text("HF_TOKEN=hf_rotated\n")  # the server still runs the first
+        result = run_cli("check", "standin", "--port", str(port))
+        assert result.returncode == 1
+        drift = f'  ~ HF_TOKEN  "***" -> "***"  (declared by env file {env_file})'
+        assert result.stdout.splitlines().count(drift) == 5
+        assert "hf_" not in result.stdout
+        entry = json.loads(run_cli("check", "standin", "--port", str(port), "--format", "json")
+                           .stdout)["processes"][0]["entries"][0]  # fmt: skip
+        assert (entry["expected"], entry["actual"]) == ("***", "***")
+        env_file.unlink()  # or a monitoring user may not read it: said once, not failed
+        result = run_cli("check", "standin", "--port", str(port))
+        assert result.returncode == 0, result.stdout
+        unread = (
+            f"not checked: profiles/standin.toml: env_files: env file {env_file}: cannot read: "
+            "No such file or directory"
+        )
+        assert result.stdout.splitlines().count(unread) == 1
+    finally:
+        server.stop()
+
+
 def test_without_profile_the_servers_own_marker_names_it(
     start: StartServer, run_cli: RunCli
 ) -> None:

@@ -290,7 +290,7 @@ def test_validate_warns_about_secrets_written_in_the_profile(
     assert_hidden(result.stdout + result.stderr)
     warnings = result.stderr.splitlines()
     where = "nccl-launch: warning: profiles/secretive.toml"
-    elsewhere = "it belongs in an --env-file (mode 0600) or the calling environment"
+    elsewhere = "it belongs in an env file (mode 0600) named in env_files"
     accept = '[accept: "env.HF_TOKEN secret"]'
     assert f"{where}: env.HF_TOKEN: holds a literal secret; {elsewhere} {accept}" in warnings
     accept = '[accept: "env.DATABASE_URL secret"]'

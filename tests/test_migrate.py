@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
+from dotenv import dotenv_values
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -302,6 +303,36 @@ def test_convert_never_overwrites_without_force(
     assert tomllib.loads(target.read_text())["name"] == "start_kimi"
 
 
+def test_convert_keeps_secrets_in_an_env_file_that_run_reads_back(
+    run_cli: RunCli, nccl_launch: RunCli, server_env: dict[str, str], tmp_path: Path
+) -> None:
+    secret = "hf_" + "script"  # an HF token as a script exports it
+    script = tmp_path / "start.sh"
+    script.write_text(
+        f"export HF_TOKEN={secret} NCCL_PROTO=LL\n"
+        "python3 -m sglang.launch_server --model-path /models/m --tp 2\n"
+    )
+    options = ["-o", "out/kimi.toml", "--secrets-file", "secrets/kimi.env"]
+    result = run_cli("convert", str(script), *options, env=server_env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == (
+        "wrote secrets HF_TOKEN to secrets/kimi.env (0600); the profile names it in env_files"
+    )
+    text = Path("out/kimi.toml").read_text()
+    assert tomllib.loads(text)["env_files"] == ["../secrets/kimi.env"]
+    assert secret not in text + result.stdout + result.stderr
+    assert Path("secrets/kimi.env").stat().st_mode & 0o777 == 0o600
+    out = tmp_path / "child.json"
+    launched = nccl_launch("run", "out/kimi.toml", env={**server_env, "STANDIN_RECORD": str(out)})
+    assert launched.returncode == 0, launched.stderr
+    assert read_record(out)["env"]["HF_TOKEN"] == secret
+    Path("out/kimi.toml").unlink()  # the env file is still there: nothing is written
+    again = run_cli("convert", str(script), *options, env=server_env)
+    assert (again.returncode, again.stdout) == (2, "")
+    assert again.stderr == "nccl-launch: secrets/kimi.env exists; pass --force to replace it\n"
+    assert not Path("out/kimi.toml").exists()
+
+
 RunningServer = tuple[subprocess.Popen[bytes], Record]
 
 
@@ -419,33 +450,54 @@ def start_standin(tmp_path: Path, env: dict[str, str], flags: list[str]) -> subp
 
 
 @pytest.mark.parametrize(
-    ("env", "flags", "mode"),
+    ("env", "flags", "options", "mode", "secrets"),
     [
-        ({"HF_TOKEN": "hf_x", "NCCL_PROTO": "LL"}, [], 0o600),
-        ({"SGLANG_DB_URL": "postgres://u:pw@db/x"}, [], 0o600),
-        ({"NCCL_PROTO": "LL"}, ["--api-key", "sk-x"], 0o600),
-        ({"NCCL_PROTO": "LL", "TOKENIZERS_PARALLELISM": "false"}, ["--tp", "2"], 0o644),
+        ({"HF_TOKEN": "hf_x", "NCCL_PROTO": "LL"}, [], [], 0o644, {"HF_TOKEN": "hf_x"}),
+        ({"SGLANG_DB_URL": "postgres://u:pw@db/x"}, [], [], 0o644,
+         {"SGLANG_DB_URL": "postgres://u:pw@db/x"}),
+        ({"HF_TOKEN": "hf_x", "HF_HOME": "/c"}, [], ["--secrets-in-profile"], 0o600, {}),
+        ({"NCCL_PROTO": "LL"}, ["--api-key", "sk-x"], [], 0o600, {}),
+        ({"NCCL_PROTO": "LL", "TOKENIZERS_PARALLELISM": "false"}, ["--tp", "2"], [], 0o644, {}),
     ],
-)
-def test_capture_writes_a_profile_with_secrets_readable_by_its_owner_only(
-    env: dict[str, str], flags: list[str], mode: int, run_cli: RunCli, tmp_path: Path
+)  # fmt: skip
+def test_capture_keeps_secrets_in_an_env_file_readable_by_its_owner_only(
+    env: dict[str, str],
+    flags: list[str],
+    options: list[str],
+    mode: int,
+    secrets: dict[str, str],
+    run_cli: RunCli,
+    tmp_path: Path,
 ) -> None:
     process = start_standin(tmp_path, env, flags)
     try:
         old = os.umask(0o022)  # the console script inherits it
         try:
-            result = run_cli("capture", "--pid", str(process.pid), "--name", "live")
+            result = run_cli("capture", "--pid", str(process.pid), "--name", "live", *options)
         finally:
             os.umask(old)
     finally:
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=10)
     assert result.returncode == 0, result.stderr
-    written = Path("profiles/live.toml")
+    written, env_file = Path("profiles/live.toml"), Path("profiles/live.env")
     assert written.stat().st_mode & 0o777 == mode
-    assert tomllib.loads(written.read_text()).get("env", {}) == {
-        key: value for key, value in env.items() if not key.startswith("NCCL_")
+    profile = tomllib.loads(written.read_text())
+    assert profile.get("env", {}) == {
+        key: value
+        for key, value in env.items()
+        if not key.startswith("NCCL_") and key not in secrets
     }
+    assert profile.get("env_files") == (["live.env"] if secrets else None)
+    if secrets:
+        assert env_file.stat().st_mode & 0o777 == 0o600
+        assert dotenv_values(env_file) == secrets
+        assert result.stdout.startswith(
+            f"wrote secrets {', '.join(secrets)} to {env_file} (0600); the profile names it in "
+            "env_files\n"
+        )
+    else:
+        assert not env_file.exists()
 
 
 def test_convert_takes_only_the_code_that_runs(run_cli: RunCli, server_env: dict[str, str]) -> None:

@@ -100,6 +100,18 @@ def test_new_writes_where_dir_says(run_cli: RunCli, tmp_path: Path) -> None:
     )
 
 
+def test_a_copy_elsewhere_names_the_same_env_files(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    write_profile("chat", 'schema = 1\nname = "chat"\nversion = 1\nenv_files = ["chat.env"]\n')
+    (tmp_path / "profiles" / "chat.env").write_text("HF_TOKEN=hf_x\n")
+    made = run_cli("new", "site", "--from", "chat", "--dir", "etc/profiles")
+    assert made.returncode == 0, made.stderr
+    copy = tmp_path / "etc" / "profiles" / "site.toml"
+    assert tomllib.loads(copy.read_text())["env_files"] == [f"{tmp_path}/profiles/chat.env"]
+    assert run_cli("run", "--dry-run", str(copy), "--", "true").returncode == 0
+
+
 @pytest.mark.parametrize(
     ("name", "message"),
     [

@@ -154,8 +154,8 @@ def test_show_json_has_versioned_keys(versions: None, run_cli: RunCli) -> None:
         "NCCL_MAX_NCHANNELS is deprecated (Maximum channels/CTAs; deprecated in favor of "
         "NCCL_MAX_CTAS), but NCCL 2.30 still reads it and the value applies; moving to the "
         "replacement is a tuning change to measure again",
-        "env.HF_TOKEN: holds a literal secret; it belongs in an --env-file (mode 0600) or the "
-        "calling environment",
+        "env.HF_TOKEN: holds a literal secret; it belongs in an env file (mode 0600) named in "
+        "env_files",
     ]
 
 
@@ -414,3 +414,53 @@ def test_extends_chains_are_followed_without_recursion_up_to_64_files(
     )
     last = length - MAX_EXTENDS  # the first of the last MAX_EXTENDS files
     assert run_cli("validate", f"profiles/c{last}.toml").returncode == 0  # 64 files
+
+
+# env_files: the profile names its secrets' files; their values are never part of it.
+
+SECRETS_BASE = 'schema = 1\nname = "base"\nversion = 1\nenv_files = ["site.env"]\n'
+SECRETS_CHILD = (
+    'schema = 1\nname = "kimi"\nversion = 1\nextends = "../base/base.toml"\n'
+    'env_files = ["kimi.env", "/etc/nccl-launch/node.env"]\n'
+)
+
+
+def test_env_files_add_up_along_extends_and_count_in_the_digest_as_paths(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    write_profile("base", SECRETS_BASE, folder="base")
+    child = write_profile("kimi", SECRETS_CHILD)
+    (tmp_path / "profiles" / "kimi.env").write_text("HF_TOKEN=hf_one\n")
+    shown = json.loads(run_cli("show", str(child), "--format", "json").stdout)
+    assert shown["resolved"]["env_files"] == ["site.env", "kimi.env", "/etc/nccl-launch/node.env"]
+    (tmp_path / "profiles" / "kimi.env").write_text("HF_TOKEN=hf_two\n")
+    again = json.loads(run_cli("show", str(child), "--format", "json").stdout)
+    assert again["digest"] == shown["digest"]  # a value is no part of it
+    write_profile("kimi", SECRETS_CHILD.replace("kimi.env", "other.env"))
+    moved = run_cli("diff", str(child), str(write_profile("v1", SECRETS_CHILD)))
+    assert moved.returncode == 1
+    assert moved.stdout.splitlines()[2:] == [
+        '  ~ env_files  "site.env other.env /etc/nccl-launch/node.env" -> '
+        '"site.env kimi.env /etc/nccl-launch/node.env"',
+        "1 difference",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ('[""]', "env_files: an empty path; give the env file's path"),
+        (
+            '["a\\nb.env"]',
+            "env_files.0: holds the control character '\\n', which no path or name needs; "
+            "remove it",
+        ),
+        ('"kimi.env"', "env_files: Input should be a valid list (got 'kimi.env')"),
+    ],
+)
+def test_env_files_are_paths_without_control_characters(
+    write_profile: WriteProfile, run_cli: RunCli, value: str, message: str
+) -> None:
+    write_profile("kimi", f'schema = 1\nname = "kimi"\nversion = 1\nenv_files = {value}\n')
+    result = run_cli("validate", "kimi")
+    assert (result.returncode, result.stderr) == (2, f"profiles/kimi.toml: {message}\n")

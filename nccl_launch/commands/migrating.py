@@ -5,25 +5,27 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from nccl_launch.commands.options import output_options, say_wrote_profile, warn
+from nccl_launch.commands.options import echo_lines, output_options, say_wrote_profile, warn
 from nccl_launch.errors import EXIT_OK, UsageError
 
 if TYPE_CHECKING:
     from nccl_launch.migrate.start import StartCommand
 
 
-def _saved(
-    start: StartCommand, name: str, source: str, how: str, output: Path | None, force: bool
-) -> int:
+def _saved(start: StartCommand, name: str, source: str, how: str, **options: Any) -> int:
     from nccl_launch.migrate.start import save_profile
 
-    path, plan, notes = save_profile(start, name, source, how, output, force)
+    path, plan, notes, secrets = save_profile(start, name, source, how, **options)
     for note in notes:  # they quote the script's or the process's words
         warn(note)
+    if secrets is not None:
+        keys = ", ".join(secrets.values)
+        where = f"wrote secrets {keys} to {secrets.path} (0600)"
+        echo_lines([f"{where}; the profile names it in env_files"])
     say_wrote_profile(path, plan)
     return EXIT_OK
 
@@ -36,11 +38,27 @@ profile_output = output_options("Where to write it (default: profiles/NAME.toml)
 name_option = click.option("--name", help="Profile name (default: from the source).")
 
 
+# Where the secret variables go: their own 0600 env file, which the profile names.
+secrets_file_option = click.option(
+    "--secrets-file",
+    "secrets_to",
+    type=click.Path(path_type=Path),
+    help="Env file (0600) for the secret variables (default: the profile's path with .env).",
+)
+secrets_in_profile_option = click.option(
+    "--secrets-in-profile",
+    is_flag=True,
+    help="Write secret variables into the profile's [env] instead (a 0600 profile).",
+)
+
+
 @click.command()
 @click.argument("script")
 @name_option
 @profile_output
-def convert(script: str, name: str | None, output: Path | None, force: bool) -> int:
+@secrets_file_option
+@secrets_in_profile_option
+def convert(script: str, name: str | None, **options: Any) -> int:
     """Turn a start SCRIPT (or '-' for stdin: a raw command line) into a profile.
 
     Follows export lines, VAR=value prefixes, env, line continuations, comments, cd and
@@ -57,7 +75,7 @@ def convert(script: str, name: str | None, output: Path | None, force: bool) -> 
     except UsageError as error:  # `line 20: ...`, of which file
         raise UsageError(f"{source}: {error}") from None
     default = "converted" if source == "stdin" else Path(source).stem
-    return _saved(start, name or _profile_name(default), source, "converted", output, force)
+    return _saved(start, name or _profile_name(default), source, "converted", **options)
 
 
 @click.command()
@@ -70,9 +88,11 @@ def convert(script: str, name: str | None, output: Path | None, force: bool) -> 
 )
 @name_option
 @profile_output
-def capture(pid: int, name: str | None, output: Path | None, force: bool) -> int:
+@secrets_file_option
+@secrets_in_profile_option
+def capture(pid: int, name: str | None, **options: Any) -> int:
     """Write a profile from a running server: its NCCL env, its command line and directory."""
     from nccl_launch.migrate.capture import read_process
 
     start = read_process(pid)
-    return _saved(start, name or f"captured-{pid}", f"pid {pid}", "captured", output, force)
+    return _saved(start, name or f"captured-{pid}", f"pid {pid}", "captured", **options)

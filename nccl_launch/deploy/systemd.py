@@ -54,6 +54,18 @@ def _one_line(where: str, text: str) -> str:
     return text
 
 
+def _env_file_line(loaded: LoadedProfile, path: Path) -> str:
+    """`EnvironmentFile=` for one of the profile's env files: the path `run` reads, absolute
+    and without `..` (systemd refuses a path that is not normalized), its folders' symlinks
+    resolved but not the file's own (a rotated `current.env` link stays the one named);
+    `%` doubled (a specifier); trailing blanks refused (systemd strips them)."""
+    named = Path(os.path.realpath(path.parent)) / path.name
+    text = _one_line(f"{loaded.path}: env_files: {path}", str(named))
+    if text != text.rstrip():
+        raise UsageError(f"{loaded.path}: env_files: {path}: ends in a blank, which systemd drops")
+    return "EnvironmentFile=" + text.replace("%", "%%")
+
+
 def _user(user: str) -> str:
     if not _USER.fullmatch(user):
         raise UsageError(
@@ -82,6 +94,9 @@ def unit_file(loaded: LoadedProfile, user: str | None = None, pin: bool = True) 
         "Type=exec",
         *([f"User={_user(user)}"] if user is not None else []),
         *([f"WorkingDirectory={cwd}"] if cwd else []),
+        # The unit's processes get the secrets from systemd; run reads the same files and
+        # finds the same values, a match.
+        *[_env_file_line(loaded, path) for path in loaded.env_files],
         f"ExecStartPre={command} preflight {profile_words}",
         f"ExecStart={command} run {profile_words}",
         f"TimeoutStartSec={START_TIMEOUT_S}",

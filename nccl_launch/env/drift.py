@@ -144,13 +144,18 @@ def diff_env(
     stage: Stage,
     *,
     nccl_debug: bool = False,
+    declared_by: Mapping[str, str] | None = None,
 ) -> tuple[list[DriftEntry], list[str]]:
     """Entries for declared keys that differ (or, live, are absent) and for undeclared NCCL
-    keys, each classified; and the declared keys that match."""
+    keys, each classified; and the declared keys that match. `declared_by` names the env
+    file of an expected key the profile holds in one, which the entry's note says."""
     entries, matched = [], []
+    files = declared_by or {}
 
     def entry(key: str, kind: DriftKind, note: str | None) -> DriftEntry:
         reason = classify(key, kind, policy, stage, nccl_debug=nccl_debug)
+        if key in files:  # never an NCCL key, so never a note of NCCL's reading
+            note = f"declared by {files[key]}"
         return DriftEntry(
             key=key,
             kind=kind,

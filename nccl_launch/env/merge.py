@@ -51,6 +51,22 @@ def inherited_environment(calling: Mapping[str, str], layers: Sequence[EnvLayer]
     return Inherited(inherited, sources)
 
 
+@dataclass(frozen=True)
+class Declared:
+    """What a profile declares on this host: its own variables and those of the env files it
+    names, and the env file that declared each of the latter."""
+
+    env: dict[str, str]
+    files: dict[str, str]
+
+
+def declared_environment(plan: ProfilePlan, env_files: Sequence[EnvLayer]) -> Declared:
+    """The plan's variables with those of the profile's env files, read in order."""
+    values = {key: value for layer in env_files for key, value in layer.values.items()}
+    files = {key: layer.source for layer in env_files for key in layer.values}
+    return Declared(env=values | plan.env, files=files)
+
+
 def merge_environment(
     inherited: Inherited,
     plan: ProfilePlan,
@@ -59,6 +75,7 @@ def merge_environment(
     conf: Sequence[ConfEntry] = (),
     *,
     profile_file: Path,
+    env_files: Sequence[EnvLayer] = (),
 ) -> MergeResult:
     """Merge the inherited env (`inherited_environment`) with the profile; pure, so it is
     tested on plain dicts.
@@ -68,16 +85,23 @@ def merge_environment(
     `conf` holds the nccl.conf entries: NCCL applies those the environment lacks inside the
     server, so an undeclared NCCL key among them is handled like an inherited one (except
     that nothing can strip it: only `warn` tolerates it). The child also gets the plan's
-    markers for `profile_file`, the file the profile was loaded from.
+    markers for `profile_file`, the file the profile was loaded from. `env_files` are the
+    profile's own (`env_files`): their variables are declared like the profile's, so an
+    inherited value that differs is drift, and an equal one (systemd's EnvironmentFile=
+    naming the same file) is a match.
     """
     sources = dict(inherited.sources)
-    entries, matched = diff_env(plan.env, inherited.env, sources, policy, "start")
+    declared = declared_environment(plan, env_files)
+    entries, matched = diff_env(
+        declared.env, inherited.env, sources, policy, "start", declared_by=declared.files
+    )
     env = dict(inherited.env)
     for entry in entries:
         if entry.reason == "stripped":
             del env[entry.key]
             del sources[entry.key]
-    env.update(plan.env)
+    env.update(declared.env)
+    sources.update(declared.files)
     sources.update({key: origins.get(key, plan.label) for key in plan.env})
     from_files = applied(list(conf), env)
     values = {entry.key: entry.value for entry in from_files}

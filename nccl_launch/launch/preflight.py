@@ -80,7 +80,7 @@ def sglang_checks(server: Server, argv: list[str]) -> tuple[list[Check], dict[st
         return [*checks, Check(name="argv", status="fail", message=message)], result
     parsed = result["parsed"]
     differs = [
-        f"{key}: SGLang parsed {parsed.get(key)!r}, the profile says {value!r}"
+        mask_words(f"{key}: SGLang parsed {parsed.get(key)!r}, the profile says {value!r}")
         for key, value in expected_values(server).items()
         if parsed.get(key) != value
     ]
@@ -89,7 +89,8 @@ def sglang_checks(server: Server, argv: list[str]) -> tuple[list[Check], dict[st
         checks.append(Check(name="argv", status="fail", message=message, detail=differs))
     else:
         shown = ", ".join(f"{key}={parsed[key]}" for key in expected_values(server) if parsed[key])
-        checks.append(Check(name="argv", status="ok", message=f"SGLang's parser accepts: {shown}"))
+        message = mask_words(f"SGLang's parser accepts: {shown}")
+        checks.append(Check(name="argv", status="ok", message=message))
     return checks, result
 
 
@@ -107,8 +108,12 @@ def run_preflight(launch: LaunchPlan, skip: frozenset[str] = frozenset()) -> Pre
             Check(name="environment", status="fail", message=report.summary(), drift=report)
         )
     else:
-        matched, declared = len(report.matched), len(plan.env)
-        message = f"no drift: the profile sets {declared} variables, {matched} already inherited"
+        from_files = len({key for layer in launch.env_files for key in layer.values})
+        matched, declared = len(report.matched), len(plan.env) + from_files
+        files = f" ({from_files} from its env files)" if launch.env_files else ""
+        message = (
+            f"no drift: the profile sets {declared} variables{files}, {matched} already inherited"
+        )
         checks.append(Check(name="environment", status="ok", message=message))
     host: dict[str, Callable[[], list[Check]]] = {
         "nccl.conf": lambda: conf_checks(env, launch.conf, launch.unreadable_conf),

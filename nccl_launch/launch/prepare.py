@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nccl_launch.env.drift import DriftEntry, DriftReport
-from nccl_launch.env.merge import MergeResult, inherited_environment, merge_environment
+from nccl_launch.env.env_files import read_env_file, read_profile_env_file
+from nccl_launch.env.merge import EnvLayer, MergeResult, inherited_environment, merge_environment
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files import FileError, check_trusted, read_text
-from nccl_launch.launch.env_files import read_env_file
 from nccl_launch.launch.placement import Placement, placement_args
 from nccl_launch.nccl.conf import ConfEntry, conf_paths, parse
 from nccl_launch.profile.lint import run_notes
@@ -35,6 +35,7 @@ class LaunchPlan:
     argv: list[str]
     conf: list[ConfEntry]
     unreadable_conf: list[str]
+    env_files: list[EnvLayer] = dataclasses.field(default_factory=list)  # the profile's
 
     @property
     def plan(self) -> ProfilePlan:
@@ -134,17 +135,30 @@ def prepare_launch(
         raise UsageError(f"profile {plan.label} has no [server] table to place on a node")
     else:
         argv = list(extra)  # empty when there is nothing to run: `run` refuses, `preflight` not
+    # The profile's own env files before any --env-file: a problem in them is said first.
+    declared = [read_profile_env_file(loaded, path) for path in loaded.env_files]
     inherited = inherited_environment(calling, [read_env_file(path) for path in env_files])
     origins = {key: str(path) for key, path in loaded.origins.items()}
     # Enough of the child's env to know which nccl.conf files NCCL will read.
     conf, unreadable = read_conf(inherited.env | plan.env)
     merged = merge_environment(
-        inherited, plan, loaded.profile.policy, origins, conf, profile_file=loaded.path
+        inherited,
+        plan,
+        loaded.profile.policy,
+        origins,
+        conf,
+        profile_file=loaded.path,
+        env_files=declared,
     )
     if nccl_debug:
         merged = _with_nccl_debug(merged, plan)
     return LaunchPlan(
-        loaded=loaded, merged=merged, argv=argv, conf=conf, unreadable_conf=unreadable
+        loaded=loaded,
+        merged=merged,
+        argv=argv,
+        conf=conf,
+        unreadable_conf=unreadable,
+        env_files=declared,
     )
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, field_serializer
+from pydantic import BaseModel, Field, field_serializer
 
 from nccl_launch.env.drift import DriftEntry, diff_env
+from nccl_launch.env.merge import Declared, EnvLayer, declared_environment
 from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK
 from nccl_launch.masking import mask_words
 from nccl_launch.profile.markers import MARKER_DIGEST, MARKER_NCCL_DEBUG, MARKER_PROFILE
@@ -51,6 +52,8 @@ class LiveReport(Report):
     # Set while `check --watch` finds the profile invalid and compares with its last good
     # version: why it is invalid.
     profile_error: str | None = None
+    # The profile's env files this checker could not read (whose keys went unchecked): why.
+    unchecked_env_files: list[str] = Field(default_factory=list)
 
     @property
     def digest_differs(self) -> bool:
@@ -78,14 +81,23 @@ class LiveReport(Report):
         return EXIT_HOST if len(self.unreadable) == len(self.processes) else EXIT_DRIFT
 
 
-def process_report(plan: ProfilePlan, policy: Policy, snapshot: ProcessSnapshot) -> ProcessReport:
-    """One process against the plan: a missing key is drift here (the profile set it at start)."""
+def process_report(declared: Declared, policy: Policy, snapshot: ProcessSnapshot) -> ProcessReport:
+    """One process against what the profile declares: a missing key is drift here (the
+    profile set it at start)."""
     if snapshot.env is None:
         return ProcessReport(
             pid=snapshot.pid, title=snapshot.title, readable=False, reason=snapshot.unreadable
         )
     debug = snapshot.env.get(MARKER_NCCL_DEBUG) == "1"  # started with `run --nccl-debug`
-    entries, matched = diff_env(plan.env, snapshot.env, {}, policy, "live", nccl_debug=debug)
+    entries, matched = diff_env(
+        declared.env,
+        snapshot.env,
+        {},
+        policy,
+        "live",
+        nccl_debug=debug,
+        declared_by=declared.files,
+    )
     return ProcessReport(
         pid=snapshot.pid, title=snapshot.title, readable=True, entries=entries, matched=matched
     )
@@ -97,9 +109,14 @@ def evaluate(
     path: str,
     snapshots: Sequence[ProcessSnapshot],
     profile_error: str | None = None,
+    env_files: Sequence[EnvLayer] = (),
+    unchecked_env_files: Sequence[str] = (),
 ) -> LiveReport:
-    """The live report of a process tree; `snapshots[0]` is the server's main process."""
+    """The live report of a process tree; `snapshots[0]` is the server's main process.
+    `env_files` are those of the profile's env files this checker could read, and
+    `unchecked_env_files` why it could not read the others."""
     main_env = snapshots[0].env or {}
+    declared = declared_environment(plan, env_files)
     return LiveReport(
         profile=plan.label,
         digest=plan.digest,
@@ -107,6 +124,7 @@ def evaluate(
         main_pid=snapshots[0].pid,
         running_profile=main_env.get(MARKER_PROFILE),
         running_digest=main_env.get(MARKER_DIGEST),
-        processes=[process_report(plan, policy, snapshot) for snapshot in snapshots],
+        processes=[process_report(declared, policy, snapshot) for snapshot in snapshots],
         profile_error=profile_error,
+        unchecked_env_files=list(unchecked_env_files),
     )

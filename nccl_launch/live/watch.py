@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Literal
 
+from nccl_launch.env.env_files import read_profile_env_file
 from nccl_launch.errors import (
     EXIT_DRIFT,
     EXIT_HOST,
@@ -85,9 +86,24 @@ def profile_of(main: ProcessSnapshot, ref: str | None) -> LoadedProfile:
 def compare_tree(
     snapshots: list[ProcessSnapshot], loaded: LoadedProfile, profile_error: str | None = None
 ) -> LiveReport:
-    """A tree's snapshots compared with a profile; `profile_error` says why it is an older one."""
-    policy = loaded.profile.policy
-    return evaluate(loaded.plan, policy, str(loaded.path), snapshots, profile_error=profile_error)
+    """A tree's snapshots compared with a profile and the env files it names; `profile_error`
+    says why it is an older one. An env file this checker may not read (a monitoring user,
+    a 0600 file) leaves its keys unchecked, said in the report, without failing it."""
+    env_files, unchecked = [], []
+    for path in loaded.env_files:
+        try:
+            env_files.append(read_profile_env_file(loaded, path))
+        except HostError as error:
+            unchecked.append(str(error))
+    return evaluate(
+        loaded.plan,
+        loaded.profile.policy,
+        str(loaded.path),
+        snapshots,
+        profile_error=profile_error,
+        env_files=env_files,
+        unchecked_env_files=unchecked,
+    )
 
 
 def check(target: Target, ref: str | None, pin: str | None = None) -> LiveReport:

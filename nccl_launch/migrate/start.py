@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -15,6 +17,7 @@ from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.escaping import toml_escaped
 from nccl_launch.files import FileError, atomic_write
 from nccl_launch.masking import holds_secret
+from nccl_launch.migrate.secrets import SECRETS_MODE, SecretsFile, secrets_file, secrets_text
 from nccl_launch.migrate.server_table import server_table
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.nccl.grammar import BoolRule, IntRule, LevelRule, SizeRule, TomlValue, Undefined
@@ -98,9 +101,12 @@ class BuiltProfile:
     notes: list[str]
 
 
-def build_profile(start: StartCommand, name: str, source: str, how: str) -> BuiltProfile:
-    """The profile of a start command, with the start command's notes and its own; NCCL
-    values are checked with NCCL's grammar first, so that an error names the script's line."""
+def build_profile(
+    start: StartCommand, name: str, source: str, how: str, env_files: list[str] | None = None
+) -> BuiltProfile:
+    """The profile of a start command (naming `env_files`), with the start command's notes and
+    its own; NCCL values are checked with NCCL's grammar first, so that an error names the
+    script's line."""
     problems, nccl, env, comments = [], {}, {}, {}
     notes = list(start.notes)
     for key, value in start.env.items():
@@ -134,6 +140,7 @@ def build_profile(start: StartCommand, name: str, source: str, how: str) -> Buil
         "version": 1,
         "description": f"{how} from {source}",
     }
+    data |= {"env_files": env_files} if env_files else {}
     data |= {"nccl": nccl} if nccl else {}
     data |= {"env": env} if env else {}
     try:
@@ -175,21 +182,44 @@ def profile_text(data: dict[str, Any], comments: dict[str, str]) -> str:
 
 
 def save_profile(
-    start: StartCommand, name: str, source: str, how: str, output: Path | None, force: bool
-) -> tuple[Path, ProfilePlan, list[str]]:
+    start: StartCommand,
+    name: str,
+    source: str,
+    how: str,
+    output: Path | None,
+    force: bool,
+    secrets_to: Path | None = None,
+    secrets_in_profile: bool = False,
+) -> tuple[Path, ProfilePlan, list[str], SecretsFile | None]:
     """Write the profile of `start` to `output` (default `profiles/NAME.toml`) atomically,
-    never replacing a file without `force`; where it went, its plan and the notes to tell.
-    A profile holding a secret (a credential-looking variable or flag, a password in a URL)
-    is readable by its owner only."""
-    built = build_profile(start, name, source, how)
+    never replacing a file without `force`; where it went, its plan, the notes to tell and
+    where its secrets went. Secret variables go to a 0600 env file the profile names in
+    `env_files` (`secrets_to`, else beside it with the suffix `.env`), unless
+    `secrets_in_profile`. A profile still holding a secret (a credential flag, or the
+    variables kept in it) is readable by its owner only."""
     path = output or Path("profiles") / f"{name}.toml"
+    secrets = None if secrets_in_profile else secrets_file(path, secrets_to, start.env)
+    if secrets is not None:
+        kept = {key: value for key, value in start.env.items() if key not in secrets.values}
+        start = dataclasses.replace(start, env=kept)
+    built = build_profile(start, name, source, how, [secrets.named] if secrets else None)
+    text = profile_text(built.data, built.comments)
     mode = 0o600 if holds_secret(start.argv, start.env) else None
+    if secrets is not None:
+        existing = [file for file in (secrets.path, path) if os.path.lexists(file)]
+        if existing and not force:  # said before either file is written
+            raise UsageError(f"{existing[0]} exists; pass --force to replace it")
+        _write(secrets.path, secrets_text(secrets, path, source), force, SECRETS_MODE)
+    _write(path, text, force, mode)
+    return path, built.plan, built.notes, secrets
+
+
+def _write(path: Path, text: str, force: bool, mode: int | None) -> None:
     try:
-        atomic_write(path, profile_text(built.data, built.comments), replace=force, mode=mode)
+        atomic_write(path, text, replace=force, mode=mode)
     except FileExistsError as error:
         if error.errno is None or error.filename2 is not None:  # the file, not a folder
             raise UsageError(f"{path} exists; pass --force to replace it") from None
         raise FileError(f"{path}: cannot write: {error.filename} is not a directory") from None
     except OSError as error:  # a directory, a folder that cannot hold files, a full disk
         raise FileError(f"{path}: cannot write: {error.strerror}") from None
-    return path, built.plan, built.notes

@@ -3,6 +3,7 @@ text a launch acts on, merged root first, and which file declared each variable.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,11 +45,23 @@ class ProfileChain:
         return tuple(file.path for file in reversed(self.files))
 
     def merged(self) -> dict[str, Any]:
-        """The data of every file merged over what it extends, tables key by key."""
+        """The data of every file merged over what it extends, tables key by key; the
+        `env_files` of each file added after those of what it extends."""
         merged: dict[str, Any] = {}
         for file in reversed(self.files):
             merged = _deep_merge(merged, file.data)
-        return merged
+        env_files = [path for file in reversed(self.files) for path in _env_files(file)]
+        return merged | ({"env_files": env_files} if env_files else {})
+
+    def env_files(self) -> tuple[Path, ...]:
+        """The env files the chain names, root first: a relative path is read from the real
+        directory of the file that names it, so that the file a symlink points at, and the
+        unit that names it by its resolved path, read the same env files."""
+        return tuple(
+            Path(os.path.realpath(file.path)).parent / path
+            for file in reversed(self.files)
+            for path in _env_files(file)
+        )
 
     def origins(self) -> dict[str, Path]:
         """The file that declared each variable the profile sets (the child wins)."""
@@ -59,6 +72,12 @@ class ProfileChain:
                 if isinstance(table, dict):
                     origins |= {prefix + key: file.path for key in table}
         return origins
+
+
+def _env_files(file: ChainFile) -> list[str]:
+    """The file's own `env_files` (what is not a list of text is left for validation)."""
+    paths = file.data.get("env_files")
+    return paths if isinstance(paths, list) and all(isinstance(p, str) for p in paths) else []
 
 
 def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

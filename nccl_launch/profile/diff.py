@@ -15,13 +15,14 @@ Change = tuple[str, str | None, str | None]
 
 
 # What the digest does not cover, compared as the resolved profile holds it (`name` and
-# `version` are in each side's header; [nccl], [env] and [server] are the env, argv and cwd).
+# `version` are in each side's header; [nccl], [env] and [server] are the env, argv and cwd;
+# `env_files` is compared as the paths it holds).
 UNDIGESTED = {"description", "policy", "provenance", "baseline"}
 
 
 def profile_changes(old: LoadedProfile, new: LoadedProfile) -> list[Change]:
-    """Every change between two resolved profiles: the env, the argv and the cwd (which the
-    digest covers), then the keys named in UNDIGESTED (which it does not)."""
+    """Every change between two resolved profiles: the env, the argv, the cwd and the env
+    files (which the digest covers), then the keys named in UNDIGESTED (which it does not)."""
     old_plan, new_plan = old.plan, new.plan
     changes: list[Change] = []
     for key in sorted(old_plan.env.keys() | new_plan.env.keys()):
@@ -36,6 +37,12 @@ def profile_changes(old: LoadedProfile, new: LoadedProfile) -> list[Change]:
     before_cwd, after_cwd = (p.profile.server.cwd if p.profile.server else None for p in (old, new))
     if before_cwd != after_cwd:
         changes.append(("cwd", before_cwd, after_cwd))
+    before_files, after_files = (p.profile.env_files for p in (old, new))
+    if before_files != after_files:
+        before_text, after_text = (
+            shlex.join(files) if files else None for files in (before_files, after_files)
+        )
+        changes.append(("env_files", before_text, after_text))
     before_rest, after_rest = (_flat(p.profile.model_dump(include=UNDIGESTED)) for p in (old, new))
     for key in sorted(before_rest.keys() | after_rest.keys()):
         if before_rest.get(key) != after_rest.get(key):

@@ -11,7 +11,7 @@ from nccl_launch.profile.model import Profile
 from nccl_launch.sglang.argv import server_argv
 from nccl_launch.sglang.rules import server_warnings
 
-_ELSEWHERE = "it belongs in an --env-file (mode 0600) or the calling environment"
+_ELSEWHERE = "it belongs in an env file (mode 0600) named in env_files"
 # Name notes said on every start: the value does nothing. A deprecated or undocumented name
 # NCCL still reads is a note on how the profile is written, for `validate` and `preflight`.
 _EVERY_START_KINDS = ("ignored",)

@@ -32,14 +32,15 @@ _TABLES: dict[str, type[BaseModel]] = {
 
 @dataclass(frozen=True)
 class LoadedProfile:
-    """A resolved, valid profile, its plan (computed once, here), the files it came from, and
-    which file declared each variable."""
+    """A resolved, valid profile, its plan (computed once, here), the files it came from,
+    which file declared each variable, and the env files it names (`env_files`, resolved)."""
 
     profile: Profile
     plan: ProfilePlan
     path: Path
     chain: tuple[Path, ...]
     origins: Mapping[str, Path]
+    env_files: tuple[Path, ...] = ()
 
 
 def _valid_keys(table: str) -> str:
@@ -126,6 +127,7 @@ def validate_chain(chain: ProfileChain) -> LoadedProfile:
         path=chain.path,
         chain=chain.paths,
         origins=chain.origins(),
+        env_files=chain.env_files(),
     )
 
 

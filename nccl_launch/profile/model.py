@@ -12,7 +12,7 @@ from nccl_launch.nccl import catalog, rules
 from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.profile.search import PROFILE_NAME
 from nccl_launch.sglang import facts
-from nccl_launch.sglang.server import NUL_PROBLEM, STRICT, Server, Text
+from nccl_launch.sglang.server import NUL_PROBLEM, STRICT, Name, Server, Text
 
 PROFILE_SCHEMA = 1  # the `schema` key of a profile file; JSON output has its own (report.py)
 
@@ -74,7 +74,9 @@ def _nccl_value(short: str, value: Any) -> str:
     return rules.canonical(name, value)
 
 
-def _env_value(name: str, value: Any) -> str:
+def env_value(name: str, value: Any) -> str:
+    """`value` as text when `name` may be set by a profile outside [nccl] ([env], an env
+    file it names); ValueError says why not."""
     if not _ENV_NAME.fullmatch(name):
         raise ValueError("not a valid environment variable name (letters, digits, '_')")
     if name in OWN_VARIABLES:
@@ -127,6 +129,9 @@ class Profile(StrictModel):
     version: int = Field(ge=1)
     description: Text = ""
     extends: Text | None = None
+    # dotenv files read at start, for what must not be written here (secrets): paths as
+    # written, relative to the file that names them; an `extends` chain adds them up.
+    env_files: list[Name] = Field(default_factory=list)
     nccl: dict[str, str] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
     policy: Policy = Field(default_factory=Policy)
@@ -151,6 +156,13 @@ class Profile(StrictModel):
             )
         return name
 
+    @field_validator("env_files")
+    @classmethod
+    def _env_files(cls, paths: list[str]) -> list[str]:
+        if "" in paths:
+            raise ValueError("an empty path; give the env file's path")
+        return paths
+
     @field_validator("nccl", mode="before")
     @classmethod
     def _nccl(cls, table: Any) -> dict[str, str]:
@@ -159,7 +171,7 @@ class Profile(StrictModel):
     @field_validator("env", mode="before")
     @classmethod
     def _env(cls, table: Any) -> dict[str, str]:
-        return _check_table(table, _env_value)
+        return _check_table(table, env_value)
 
     @property
     def label(self) -> str:

@@ -72,6 +72,8 @@ def _copied(ref: str, name: str) -> tuple[dict[str, Any], bool]:
     plan = loaded.plan
     data = chain.merged()
     data.pop("extends", None)
+    if loaded.env_files:  # written beside another file, a relative path would name another
+        data["env_files"] = [str(path) for path in loaded.env_files]
     data |= {"name": name, "version": 1}
     source = f"nccl-launch new --from {plan.label} ({plan.short_digest}, {loaded.path})"
     provenance = data.pop("provenance", {})

@@ -99,7 +99,7 @@ def show(loaded: LoadedProfile) -> ShownProfile:
         markers=plan.markers(loaded.path),
         argv=plan.argv,
         warnings=lint(loaded.profile),
-        resolved={key: value for key, value in dumped.items() if value != {}},
+        resolved={key: value for key, value in dumped.items() if value not in ({}, [])},
     )
 
 

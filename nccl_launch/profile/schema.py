@@ -34,5 +34,9 @@ def profile_schema() -> dict[str, Any]:
         "propertyNames": {"pattern": "^(?!NCCL_)[A-Za-z_][A-Za-z0-9_]*$"},
         "additionalProperties": {"type": ["string", "integer"]},
     }
+    properties["env_files"] |= {
+        "description": "dotenv files (0600) read at start, for secrets; relative to this file.",
+        "items": {"type": "string", "minLength": 1},
+    }
     properties["schema"]["const"] = 1
     return {"$schema": "https://json-schema.org/draft/2020-12/schema"} | schema

@@ -53,6 +53,7 @@ def live_lines(report: LiveReport) -> list[str]:
     if report.profile_error is not None:
         why = report.profile_error
         lines.append(f"profile invalid now, checked against this last good version: {why}")
+    lines += [f"not checked: {why}" for why in report.unchecked_env_files]
     if report.running_profile is None:
         lines.append(f"pid {report.main_pid} was not started by nccl-launch")
     elif report.digest_differs:

@@ -1,4 +1,5 @@
-"""`--env-file`: dotenv files layered over the calling environment, strictly parsed."""
+"""Env files, strictly parsed dotenv: `--env-file`, layered over the calling environment, and
+those a profile names (`env_files`), which declare their variables as the profile does."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import io
 from pathlib import Path
 
 from nccl_launch.env.merge import EnvLayer
-from nccl_launch.errors import UsageError
+from nccl_launch.errors import HostError, UsageError
 from nccl_launch.files import read_text
 from nccl_launch.masking import is_secret, mask_credentials
+from nccl_launch.profile.load import LoadedProfile
+from nccl_launch.profile.model import env_value
 
 
 def _name_problem(name: str) -> str | None:
@@ -49,3 +52,24 @@ def read_env_file(path: Path) -> EnvLayer:
             raise UsageError(f"{path}:{line}: {binding.key}: a NUL byte cannot be in a value")
         values[binding.key] = binding.value
     return EnvLayer(source=f"env file {path}", values=values)
+
+
+def read_profile_env_file(loaded: LoadedProfile, path: Path) -> EnvLayer:
+    """One env file of `loaded.env_files`, read as `--env-file` is, each variable held to the
+    rules of [env] and declared in one place only. Any problem is a HostError (exit 3) naming
+    the profile, the key and the file: the profile is valid on every host (`validate` reads
+    no env file); the file belongs to this host, like a model path."""
+    try:
+        layer = read_env_file(path)
+        for key, value in layer.values.items():
+            try:
+                env_value(key, value)
+            except ValueError as error:
+                raise ValueError(f"{key}: {error}") from None
+            if key in loaded.plan.env:
+                raise ValueError(f"{key}: the profile declares it too; keep it in one place")
+    except ValueError as error:
+        raise HostError(f"{loaded.path}: env_files: env file {path}: {error}") from None
+    except UsageError as error:
+        raise HostError(f"{loaded.path}: env_files: {error}") from None
+    return layer
