@@ -3,6 +3,8 @@ or undecodable byte reaches a terminal or a log raw."""
 
 from __future__ import annotations
 
+import shlex
+
 
 def escaped(text: str) -> str:
     """`text` with each control character (newline, carriage return, ESC) and each byte that
@@ -21,3 +23,23 @@ def toml_escaped(text: str) -> str:
 
 def _toml_escape(char: str) -> str:
     return f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}"
+
+
+def _bash_escape(char: str) -> str:
+    if char in "\\'":
+        return "\\" + char
+    if char.isprintable():
+        return char
+    code = ord(char)  # bash reads \xHH as a byte, so above ASCII the code point is written,
+    if 0xDC80 <= code <= 0xDCFF:  # but a byte that was not UTF-8 (surrogateescape) is the byte
+        return f"\\x{code - 0xDC00:02x}"
+    return repr(char)[1:-1] if code < 0x80 else f"\\U{code:08x}"
+
+
+def shell_word(word: str) -> str:
+    """One argv word as a shell line shows it: quoted as needed, and in bash's `$'...'` with
+    C escapes when it holds a character that is not printable, so an `args` entry cannot
+    forge a line or drive the terminal, and the line still pastes into bash as the argv."""
+    if word.isprintable():
+        return shlex.quote(word)
+    return "$'" + "".join(map(_bash_escape, word)) + "'"

@@ -17,9 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+import httpx
 import psutil
 import pytest
 
+from nccl_launch.bench.api_key import api_key
 from nccl_launch.bench.client import Client
 from nccl_launch.bench.gpus import parse_gpus
 from nccl_launch.bench.history import opened, read_history
@@ -52,6 +54,8 @@ class Started(Protocol):
         baseline: str = "",
         rate: int = 300,
         env: dict[str, str] | None = None,
+        server_args: tuple[str, ...] = (),
+        after: tuple[str, ...] = (),
     ) -> Server: ...
 
 
@@ -63,7 +67,8 @@ def state_home(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def start(write_profile: WriteProfile) -> Iterator[Started]:
-    """A stand-in server started by `nccl-launch run` (or raw), its profile as `standin`."""
+    """A stand-in server started by `nccl-launch run` (or raw), its profile as `standin`:
+    `server_args` in its [server] args, `after` on run's line after `--`."""
     servers: list[Server] = []
 
     def start_server(
@@ -72,12 +77,15 @@ def start(write_profile: WriteProfile) -> Iterator[Started]:
         baseline: str = "",
         rate: int = 300,
         env: dict[str, str] | None = None,
+        server_args: tuple[str, ...] = (),
+        after: tuple[str, ...] = (),
     ) -> Server:
         port = free_port()
-        text = PROFILE.format(version=1, python=sys.executable, port=port) + baseline
+        text = PROFILE.format(version=1, python=sys.executable, port=port)
+        text += f"args = {json.dumps(server_args)}\n" + baseline
         write_profile("standin", text)
         if launcher:
-            argv = [console_script(), "run", "standin"]
+            argv = [console_script(), "run", "standin", "--", *after]
         else:  # the old way: the raw line, no NCCL values at all
             argv = [
                 sys.executable,
@@ -708,8 +716,8 @@ def test_root_with_another_users_home_records_under_its_own_xdg_state_home(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("standin",), "name the PROFILE and the server's --url (or use --history)"),
-        (("--url", "http://127.0.0.1:1"), "name the PROFILE and the server's --url"),
+        (("--url", "http://127.0.0.1:1"), "name the PROFILE (or use --history)"),
+        (("bare",), "bare.toml: no [server] table to find the server at; pass --url"),
         (("standin", "--url", "ftp://127.0.0.1:1"), "not an http:// or https:// URL"),
         (("standin", "--url", "http://127.0.0.1:99999"), "not a valid port"),
         (("standin", "--url", "http://192.0.2.1:30000"), "192.0.2.1 is not this host"),
@@ -721,6 +729,7 @@ def test_bad_options_exit_2_with_one_line(
     args: tuple[str, ...], message: str, run_cli: RunCli, write_profile: WriteProfile
 ) -> None:
     write_profile("standin", PROFILE.format(version=1, python=sys.executable, port=1))
+    write_profile("bare", BASELINE_PROFILE)
     result = run_cli("bench", *args)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
@@ -1070,3 +1079,67 @@ def test_server_url_reaches_the_profiles_server_from_this_host(
     found = server_url(ServerTable(model_path="/m", host=host, port=port))
     assert found == url
     assert url_address(found) == (url.rpartition(":")[0].split("//")[1].strip("[]"), port or 30000)
+
+
+def test_without_url_bench_measures_the_server_at_the_profiles_port(
+    start: Started, run_cli: RunCli
+) -> None:
+    server = start()
+    result = run_cli("bench", "standin", *FAST)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"server  http://127.0.0.1:{server.port}: SGLang 0.5.23" in result.stdout
+
+
+KEY = "sk-standin-7f3a9c"
+
+
+@pytest.mark.parametrize(
+    ("server_args", "after"),
+    [((f"--api-key={KEY}",), ()), ((), ("--api-key", KEY))],
+    ids=["in-the-profile", "after-dashes"],
+)
+def test_a_server_with_an_api_key_is_sent_its_own_key_and_nothing_shows_it(
+    server_args: tuple[str, ...],
+    after: tuple[str, ...],
+    start: Started,
+    run_cli: RunCli,
+    tmp_path: Path,
+) -> None:
+    # The key is read from the server's command line, so one given after `--` (as a unit
+    # does from an EnvironmentFile) is sent too.
+    server = start(server_args=server_args, after=after)
+    assert httpx.get(f"{url(server)}/server_info").status_code == httpx.codes.UNAUTHORIZED
+    text = run_cli("bench", "standin", *FAST)
+    as_json = run_cli("bench", "standin", *FAST, "--format", "json")
+    assert (text.returncode, as_json.returncode) == (0, 0), text.stdout + text.stderr
+    assert json.loads(as_json.stdout)["status"] == "measured"
+    checked = run_cli("check", "standin", "--pid", str(server.process.pid), "--format", "json")
+    shown = [text.stdout, text.stderr, as_json.stdout, as_json.stderr, checked.stdout]
+    history = default_history(tmp_path / "home").read_text()
+    assert KEY not in "".join(shown) + history
+
+
+@pytest.mark.parametrize(
+    ("argv", "key"),
+    [
+        (["python", "-m", "sglang.launch_server", "--api-key", "a", "--port", "1"], "a"),
+        (["--api-key=a=b"], "a=b"),
+        (["--ap", "a"], "a"),  # SGLang's parser takes a prefix down to --ap
+        (["--a", "a"], None),  # ambiguous there: 12 flags start so
+        (["--api-key", "a", "--api-key", "b"], "b"),  # the last one wins
+        (["--api-key", ""], None),  # an empty key checks nothing
+        (["--admin-api-key", "a", "--api-keys", "b"], None),
+    ],
+)
+def test_the_api_key_is_read_as_sglangs_parser_reads_it(argv: list[str], key: str | None) -> None:
+    assert api_key(argv) == key
+
+
+def test_a_key_no_http_header_carries_is_refused_without_showing_it(
+    start: Started, run_cli: RunCli
+) -> None:
+    start(server_args=("--api-key", "k\u00e9y "))
+    result = run_cli("bench", "standin", *FAST)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "its --api-key holds a character an HTTP header cannot carry" in result.stderr
+    assert "k\u00e9y" not in result.stdout + result.stderr

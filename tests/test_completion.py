@@ -152,8 +152,8 @@ def test_the_part_bash_replaces(value: str, word: str, replaced: str) -> None:
 
 
 def test_interactive_bash_completes_name_at_version(run_cli: RunCli, tuned: dict[str, str]) -> None:
-    """bash -i on a pty, with the script from `eval "$(_NCCL_LAUNCH_COMPLETE=bash_source
-    nccl-launch)"`: TAB after `other@` gives `other@1`."""
+    """bash -i on a pty, with the script `_NCCL_LAUNCH_COMPLETE=bash_source nccl-launch`
+    writes saved to a file and sourced (docs/commands.md): TAB after `other@` gives `other@1`."""
     pid, fd = interactive_bash(run_cli, tuned)
     try:
         os.write(fd, b"nccl-launch run other@\t")
@@ -167,7 +167,7 @@ def test_interactive_bash_completes_name_at_version(run_cli: RunCli, tuned: dict
 
 def interactive_bash(run_cli: RunCli, env: dict[str, str]) -> tuple[int, int]:
     """An interactive bash on a pty (pid, terminal fd), without the host's rc files, that has
-    sourced the script from `eval "$(_NCCL_LAUNCH_COMPLETE=bash_source nccl-launch)"`."""
+    sourced the file `_NCCL_LAUNCH_COMPLETE=bash_source nccl-launch` wrote."""
     bash = shutil.which("bash")
     assert bash is not None
     source = run_cli(env={"_NCCL_LAUNCH_COMPLETE": "bash_source"}).stdout

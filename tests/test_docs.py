@@ -5,10 +5,13 @@ checked by the tests of their command."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tomllib
@@ -17,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Isolation, RunCli, console_script
+from tests.helpers import free_port, wait_for
+from tests.test_live import healthy
 
 REPO = Path(__file__).parent.parent
 # Where the docs' dry run was taken: the absolute path of the profile's file differs by clone.
@@ -123,6 +128,95 @@ def test_the_direnv_recipe_exports_what_show_json_lists(
     sourced = json.loads(done.stdout)
     assert {key: sourced.get(key) for key in expected} == expected
     assert expected["NCCL_LAUNCH_PROFILE_FILE"] == str(isolated.root / "profiles" / profile)
+
+
+def normalized(lines: list[str]) -> list[str]:
+    """Lines with what differs between two runs made alike: numbers, digests, this host."""
+    host = socket.gethostname()
+    return [
+        re.sub(r"\d+", "N", re.sub(r"sha256:[0-9a-f]+", "sha256:H", line))
+        for line in (line.replace(f"host    {host} at ", "host    vm at ") for line in lines)
+        if not (line.startswith("GPUs ") and shutil.which("nvidia-smi"))
+    ]
+
+
+def test_the_baseline_guide_runs_as_printed(isolated: Isolation) -> None:
+    """Sections 1 and 2 of docs/baseline.md in a clone's root (its `tests/`), the test
+    install's venv first on PATH: the profile as printed (on a free port), its `run` line
+    (streaming faster), its `bench` line (with fewer tokens); the output is the doc's, line by
+    line, but for numbers and digests."""
+    text = (REPO / "docs" / "baseline.md").read_text()
+    profile = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    port = free_port()
+    clone = isolated.root / "clone"
+    (clone / "profiles").mkdir(parents=True)
+    (clone / "tests").symlink_to(REPO / "tests")
+    (clone / "profiles" / "kimi-standin.toml").write_text(profile.replace("30714", str(port)))
+    block = text.split("## 2. ", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    start, bench, *_ = re.findall(r"^\$ (.*)$", block, re.MULTILINE)
+    assert start.endswith(" &")
+    expected, code = documented(bench, "baseline.md")
+    bin_dir = str(Path(console_script()).parent)
+    env = os.environ | {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    fast = start.removesuffix(" &").replace("RATE=90", "RATE=5000").replace("TTFT=0.12", "TTFT=0")
+    server = subprocess.Popen(["bash", "-c", fast], cwd=clone, env=env, start_new_session=True)
+    try:
+        wait_for(lambda: healthy(port), "the doc's server", process=server)
+        done = subprocess.run(
+            ["bash", "-c", f"{bench} --max-tokens 20 2>&1"],
+            cwd=clone,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+    shown = done.stdout.replace(str(isolated.home), "/tmp/bench-demo/home").splitlines()
+    assert normalized(shown) == normalized(expected)
+    assert done.returncode == code
+
+
+def test_the_readmes_refusal_prints_what_the_readme_shows(isolated: Isolation) -> None:
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("```text\n$ ", 1)[1].split("```", 1)[0]
+    first, second, rest = block.split("\n", 2)  # the command is continued with a backslash
+    command = first.removesuffix("\\") + second.replace("nccl-launch", console_script(), 1)
+    output, code = rest.split("$ echo $?\n")
+    done = subprocess.run(
+        ["bash", "-c", f"{command} 2>&1"], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    assert (done.stdout, done.returncode) == (output, int(code))
+
+
+def test_the_systemd_guides_unit_and_refused_edit_are_what_the_commands_print(
+    isolated: Isolation, run_cli: RunCli
+) -> None:
+    """docs/systemd-and-monitoring.md: the unit `systemd` writes from the shipped profile in
+    /etc/nccl-launch/profiles, and `preflight --digest` once the file was edited."""
+    page = (REPO / "docs" / "systemd-and-monitoring.md").read_text()
+    name = "kimi-k25-rtx6000bw-tp8-eagle3.toml"
+    isolated.system_dir.mkdir(parents=True)
+    profile = isolated.system_dir / name
+    shutil.copy(REPO / "profiles" / name, profile)
+    unit = isolated.root / "sglang.service"
+    assert run_cli("systemd", name.removesuffix(".toml"), "--output", str(unit)).returncode == 0
+    shown = unit.read_text().replace(str(isolated.system_dir), "/etc/nccl-launch/profiles")
+    shown = shown.replace(console_script(), "/opt/nccl-launch/bin/nccl-launch")
+    assert shown == page.split("$ cat /etc/systemd/system/sglang.service\n", 1)[1].split("$ ")[0]
+    profile.write_text(profile.read_text().replace('PROTO = "LL"', 'PROTO = "Simple"', 1))
+    command = next(
+        line for line in page.splitlines() if line.startswith("$ nccl-launch preflight /")
+    )
+    expected, code = documented(command.removeprefix("$ "), "systemd-and-monitoring.md")
+    args = command.split()[2:]
+    done = run_cli(
+        *(arg.replace("/etc/nccl-launch/profiles", str(isolated.system_dir)) for arg in args)
+    )
+    said = done.stderr.replace(str(isolated.system_dir), "/etc/nccl-launch/profiles")
+    assert (said.splitlines(), done.returncode) == (expected, code)
 
 
 def test_the_secrets_example_of_migrating_prints_what_the_docs_show(run_cli: RunCli) -> None:

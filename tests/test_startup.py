@@ -26,8 +26,10 @@ HEAVY = ("psutil", "pydantic", "dotenv", "nccl_launch.commands.", "nccl_launch.l
 PROBE = (
     "import sys\n"
     "from nccl_launch.cli import main\n"
-    "code = main(sys.argv[1:])\n"
-    "print('\\n'.join(sorted(sys.modules)), file=sys.stderr)\n"
+    "try:\n"
+    "    code = main(sys.argv[1:])\n"
+    "finally:  # a completion request exits inside main\n"
+    "    print('\\n'.join(sorted(sys.modules)), file=sys.stderr)\n"
     "sys.exit(code)\n"
 )
 
@@ -51,6 +53,26 @@ def test_version_and_help_import_no_command(flag: str) -> None:
     modules = imported(flag)
     assert "click" in modules  # the report was read
     assert not {name for name in modules if name.startswith(HEAVY)}
+
+
+def test_completing_a_command_name_imports_no_command() -> None:
+    modules = imported(
+        _NCCL_LAUNCH_COMPLETE="bash_complete", COMP_WORDS="nccl-launch ", COMP_CWORD="1"
+    )
+    assert "nccl_launch.commands.completion" in modules  # the request was read
+    heavy = {name for name in modules if name.startswith(HEAVY)}
+    assert heavy == {"nccl_launch.commands.completion"}
+
+
+@pytest.mark.parametrize("name", sorted(cli.COMMANDS))
+def test_a_tab_on_a_commands_options_imports_only_its_options(name: str) -> None:
+    # A command's module imports its work (pydantic, psutil, httpx) in its callback: a TAB
+    # reads only its options, and costs about an `import click` (docs/performance.md).
+    modules = imported(
+        _NCCL_LAUNCH_COMPLETE="bash_complete", COMP_WORDS=f"nccl-launch {name} --", COMP_CWORD="2"
+    )
+    assert f"nccl_launch.commands.{cli.COMMANDS[name][0]}" in modules  # the request was read
+    assert not {module for module in modules if module.startswith(("pydantic", "psutil", "httpx"))}
 
 
 def test_run_validates_with_pydantic_and_imports_no_psutil_nor_dotenv(tmp_path: Path) -> None:

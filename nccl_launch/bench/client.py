@@ -21,6 +21,7 @@ import httpx
 from nccl_launch.bench.result import RunFigure
 from nccl_launch.bench.url import masked_url
 from nccl_launch.errors import HostError
+from nccl_launch.sglang.facts import API_KEY_FLAG
 
 SHOWN_BODY = 200  # of an error answer, enough for a reason, not a page of HTML
 INFO_PATHS = ("/server_info", "/get_server_info")  # the second before SGLang 0.5
@@ -68,15 +69,17 @@ def _chunks(response: httpx.Response, end: float) -> Iterator[bytes]:
 class Client:
     """One server, asked one thing at a time; every failure is a one-line HostError."""
 
-    def __init__(self, url: str, timeout: float) -> None:
+    def __init__(self, url: str, timeout: float, api_key: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.masked_url = masked_url(self.url)
         self.timeout = timeout
+        self.has_key = api_key is not None
         # trust_env=False: the figure is the server's, never a proxy's from the environment;
         # identity: a compressed body could inflate far beyond the limits.
-        self._http = httpx.Client(
-            timeout=timeout, trust_env=False, headers={"Accept-Encoding": "identity"}
-        )
+        headers = {"Accept-Encoding": "identity"}
+        if api_key is not None:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._http = httpx.Client(timeout=timeout, trust_env=False, headers=headers)
 
     def __enter__(self) -> Client:
         return self
@@ -110,6 +113,12 @@ class Client:
         """The error for an answer that is not 200, quoting the start of its body."""
         body = _body(chunks, SHOWN_BODY * 4).decode(errors="replace")
         said = " ".join(body.split())[:SHOWN_BODY]
+        if response.status_code == httpx.codes.UNAUTHORIZED:
+            said += (
+                f" (it refused the {API_KEY_FLAG} of the server's command line)"
+                if self.has_key
+                else f" (it wants an API key; the server's command line has no {API_KEY_FLAG})"
+            )
         return HostError(f"{self.masked_url}{path} answered HTTP {response.status_code}: {said}")
 
     def server_info(self) -> InfoAnswer:

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 import psutil
 
+from nccl_launch.bench.api_key import server_api_key
 from nccl_launch.bench.client import Client, InfoAnswer
 from nccl_launch.bench.gpus import query_gpus
 from nccl_launch.bench.result import BenchReport, Method, RunFigure, Status, judge, summarize
@@ -142,8 +143,9 @@ def request_body(facts: InfoAnswer, method: Method) -> dict[str, Any]:
 def measure_decode(
     loaded: LoadedProfile, endpoint: Endpoint, method: Method, timeout: float, progress: Progress
 ) -> BenchReport:
-    """Measure on a server proved to run `loaded` before and after; the report says whether
-    it was measured, refused, discarded or interrupted (Ctrl-C: the runs so far)."""
+    """Measure on a server proved to run `loaded` before and after, sending the API key of its
+    own command line; the report says whether it was measured, refused, discarded or
+    interrupted (Ctrl-C: the runs so far)."""
     plan = loaded.plan
     stamp: dict[str, Any] = {
         "profile": plan.label,
@@ -166,7 +168,7 @@ def measure_decode(
         if not before.ok:
             return report("refused", [], drift=before)
         runs: list[RunFigure] = []
-        with Client(endpoint.url, timeout) as client:
+        with Client(endpoint.url, timeout, server_api_key(server)) as client:
             facts = client.server_info()
             gpus, gpus_note = query_gpus()
             stamp |= {"sglang_version": facts.version, "model": facts.model, "gpus": gpus}

@@ -8,15 +8,13 @@ from typing import Annotated, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, Field, computed_field, model_validator
 
+from nccl_launch.bench import TOKEN_LIMIT
 from nccl_launch.errors import EXIT_DRIFT, EXIT_INTERRUPTED, EXIT_OK
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.profile.model import Baseline
 from nccl_launch.report import Report
 
 Status = Literal["measured", "refused", "discarded", "interrupted"]
-
-
-TOKEN_LIMIT = 2**31 - 1  # a history line claiming more is no measurement (nor is 10**400)
 
 
 class RunFigure(BaseModel):

@@ -8,7 +8,6 @@ import click
 
 from nccl_launch.commands.options import profile_option, say_wrote_profile
 from nccl_launch.errors import EXIT_OK
-from nccl_launch.profile.new import new_profile
 
 
 @click.command()
@@ -31,6 +30,8 @@ def new(name: str, source: str | None, folder: Path, force: bool) -> int:
     profile it came from until it is edited, and does not change when nccl-launch is
     upgraded.
     """
+    from nccl_launch.profile.new import new_profile
+
     path, plan = new_profile(name, source, folder, force)
     say_wrote_profile(path, plan)
     return EXIT_OK

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from nccl_launch.bench import history
-from nccl_launch.bench.measure import locate, measure_decode
-from nccl_launch.bench.result import TOKEN_LIMIT, Method, RunFigure
-from nccl_launch.bench.url import url_address
+from nccl_launch.bench import TOKEN_LIMIT
 from nccl_launch.commands.options import (
     echo_lines,
     format_option,
@@ -18,9 +16,10 @@ from nccl_launch.commands.options import (
     warn,
 )
 from nccl_launch.errors import UsageError
-from nccl_launch.live.compare import LiveReport
-from nccl_launch.profile.load import load_profile
-from nccl_launch.render.bench import history_lines, run_line, summary_lines, verified_line
+
+if TYPE_CHECKING:
+    from nccl_launch.bench.result import RunFigure
+    from nccl_launch.live.compare import LiveReport
 
 DEFAULT_MAX_TOKENS = 500
 DEFAULT_RUNS = 5
@@ -36,11 +35,15 @@ class Echo:
         self.short = False
 
     def verified(self, when: str, report: LiveReport) -> None:
+        from nccl_launch.render.bench import verified_line
+
         line = verified_line(when, report)
         if line is not None:
             echo_lines([line], err=self.err)
 
     def ran(self, kind: str, number: int, total: int, figure: RunFigure) -> None:
+        from nccl_launch.render.bench import run_line
+
         echo_lines([run_line(kind, number, total, figure)], err=self.err)
         if figure.tokens < self.asked and not self.short:
             self.short = True  # once: every run of such a server stops short
@@ -52,6 +55,9 @@ class Echo:
 
 
 def _history(profile: str | None, record: Path, fmt: str) -> int:
+    from nccl_launch.bench import history
+    from nccl_launch.render.bench import history_lines
+
     found = history.read_history(record, profile)
     for problem in found.problems:
         warn(problem)
@@ -66,7 +72,11 @@ def _history(profile: str | None, record: Path, fmt: str) -> int:
 
 @click.command()
 @profile_argument(required=False)
-@click.option("--url", help="The server's base URL, e.g. http://127.0.0.1:30000.")
+@click.option(
+    "--url",
+    help="The server's base URL, e.g. http://127.0.0.1:30000  [default: the host and port of "
+    "PROFILE's [server], 0.0.0.0 and :: read as loopback]",
+)
 @click.option(
     "--pid",
     type=click.IntRange(min=1),
@@ -114,14 +124,23 @@ def bench(
     show_history: bool,
     fmt: str,
 ) -> int:
-    """Measure decode tok/s of the server at URL, checked against PROFILE before and after.
+    """Measure decode tok/s of PROFILE's server (or the one at URL), checked against PROFILE
+    before and after.
 
     One streaming request at a time to SGLang's /v1/completions, tokens from its usage
-    figures. The result is stamped with the profile's name@version and digest and appended
-    to the history; --history [PROFILE] prints it as a table per profile and digest.
+    figures, with the --api-key of the server's own command line. The result is stamped with
+    the profile's name@version and digest and appended to the history; --history [PROFILE]
+    prints it as a table per profile and digest.
     Exit 0 measured, 1 drift or below the profile's [baseline], 2 bad options or profile,
     3 no such server, or a connection, timeout, HTTP error, empty or malformed stream.
     """
+    from nccl_launch.bench import history
+    from nccl_launch.bench.measure import locate, measure_decode
+    from nccl_launch.bench.result import Method
+    from nccl_launch.bench.url import server_url, url_address
+    from nccl_launch.profile.load import load_profile
+    from nccl_launch.render.bench import summary_lines
+
     try:
         prompt.encode()
     except UnicodeEncodeError:  # argv bytes that were not UTF-8 (surrogateescape)
@@ -130,10 +149,15 @@ def bench(
         if url is not None or pid is not None:
             raise UsageError("--history reads the record only: drop --url and --pid")
         return _history(profile, record or history.default_path(), fmt)
-    if profile is None or url is None:
-        raise UsageError("name the PROFILE and the server's --url (or use --history)")
+    if profile is None:
+        raise UsageError("name the PROFILE (or use --history)")
+    if url is not None:
+        url_address(url)  # a malformed URL is refused before any file is touched
     loaded = load_profile(profile)
-    url_address(url)  # a malformed URL is refused before any file is touched
+    if url is None:
+        if loaded.profile.server is None:
+            raise UsageError(f"{loaded.path}: no [server] table to find the server at; pass --url")
+        url = server_url(loaded.profile.server)
     baseline = loaded.profile.baseline
     method = Method(
         max_tokens=max_tokens or (baseline and baseline.max_tokens) or DEFAULT_MAX_TOKENS,

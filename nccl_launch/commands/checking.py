@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -18,19 +18,22 @@ from nccl_launch.commands.options import (
     warn,
 )
 from nccl_launch.errors import UsageError
-from nccl_launch.files import atomic_write
-from nccl_launch.live import watch as live
-from nccl_launch.live.compare import LiveReport
-from nccl_launch.live.processes import Target
-from nccl_launch.live.watch import OnDrift
-from nccl_launch.render.prometheus import metrics
-from nccl_launch.render.reports import live_text
 
-LIVE_FORMATS: dict[str, Callable[[LiveReport], str]] = {
-    "text": lambda report: live_text(report) + "\n",
-    "json": lambda report: report.model_dump_json(indent=2) + "\n",
-    "prometheus": metrics,
-}
+if TYPE_CHECKING:
+    from nccl_launch.live.compare import LiveReport
+    from nccl_launch.live.watch import OnDrift
+
+LIVE_FORMATS = ("text", "json", "prometheus")
+
+
+def _rendered(fmt: str, report: LiveReport) -> str:
+    """`report` in `fmt`, one of LIVE_FORMATS."""
+    from nccl_launch.render.prometheus import metrics
+    from nccl_launch.render.reports import live_text
+
+    if fmt == "prometheus":
+        return metrics(report)
+    return report.model_dump_json(indent=2) + "\n" if fmt == "json" else live_text(report) + "\n"
 
 
 @click.command()
@@ -80,13 +83,17 @@ def check(
     Exit 0 no drift, 1 drift, another digest than --digest or unreadable processes, 2
     invalid profile, 3 no such server.
     """
+    from nccl_launch.files import atomic_write
+    from nccl_launch.live import watch as live
+    from nccl_launch.live.processes import Target
+
     if on_drift == "stop" and watch is None:
         raise UsageError("--on-drift stop needs --watch SECONDS: one check never stops a server")
     target = Target(pid=pid, port=port, pidfile=pidfile, unit=unit)
     last: list[str] = []
 
     def emit(report: LiveReport) -> None:
-        rendered = LIVE_FORMATS[fmt](report)
+        rendered = _rendered(fmt, report)
         if output is not None:
             atomic_write(output, rendered, replace=True)
             return

@@ -7,9 +7,8 @@ from pathlib import Path
 import click
 
 from nccl_launch.commands.options import echo_lines, output_options, profile_argument
-from nccl_launch.deploy.systemd import unit_manager, write_unit
 from nccl_launch.errors import EXIT_OK
-from nccl_launch.render.drift import shell_word
+from nccl_launch.escaping import shell_word
 
 
 @click.command()
@@ -29,6 +28,8 @@ def systemd(profile: str, user: str | None, no_pin: bool, output: Path | None, f
     is written again), a long TimeoutStartSec for model load, Restart=on-failure,
     KillMode=mixed; one EnvironmentFile= for each env file the profile names.
     """
+    from nccl_launch.deploy.systemd import unit_manager, write_unit
+
     text = write_unit(profile, user, output, force, pin=not no_pin)
     if output is None:
         click.echo(text, nl=False)

@@ -9,12 +9,6 @@ import click
 from nccl_launch.commands.options import echo_lines, format_option, profile_argument
 from nccl_launch.deploy import exports
 from nccl_launch.errors import EXIT_OK
-from nccl_launch.profile.diff import diff_profiles
-from nccl_launch.profile.load import load_profile
-from nccl_launch.profile.overview import list_profiles, show, validate
-from nccl_launch.profile.schema import profile_schema
-from nccl_launch.profile.search import search_path
-from nccl_launch.render.profiles import diff_lines, list_lines, show_toml, validate_lines
 
 
 @click.command(name="validate")
@@ -22,6 +16,9 @@ from nccl_launch.render.profiles import diff_lines, list_lines, show_toml, valid
 def validate_command(files: tuple[str, ...]) -> int:
     """Check profile FILES (and what they extend) alone, asking this host nothing; exit 2 if
     any is invalid."""
+    from nccl_launch.profile.overview import validate
+    from nccl_launch.render.profiles import validate_lines
+
     validation = validate(files)
     out, err = validate_lines(validation)
     echo_lines(err, err=True)
@@ -41,6 +38,10 @@ def validate_command(files: tuple[str, ...]) -> int:
 )
 def show_command(profile: str, fmt: str) -> int:
     """Print PROFILE resolved through its `extends` chain."""
+    from nccl_launch.profile.load import load_profile
+    from nccl_launch.profile.overview import show
+    from nccl_launch.render.profiles import show_toml
+
     shown = show(load_profile(profile))
     if fmt == "json":
         click.echo(shown.model_dump_json(indent=2))
@@ -56,6 +57,9 @@ def show_command(profile: str, fmt: str) -> int:
 @profile_argument("new")
 def diff(old: str, new: str) -> int:
     """Compare two profiles (or NAME@3 and NAME@4); exit 1 when they differ."""
+    from nccl_launch.profile.diff import diff_profiles
+    from nccl_launch.render.profiles import diff_lines
+
     compared = diff_profiles(old, new)
     echo_lines(diff_lines(compared))
     return compared.exit_code
@@ -64,6 +68,10 @@ def diff(old: str, new: str) -> int:
 @click.command(name="list")
 def list_command() -> int:
     """List the profiles on the search path with name, version, digest and source."""
+    from nccl_launch.profile.overview import list_profiles
+    from nccl_launch.profile.search import search_path
+    from nccl_launch.render.profiles import list_lines
+
     labelled = search_path()
     rows = list_profiles(labelled)
     echo_lines(list_lines(rows, labelled))
@@ -77,5 +85,7 @@ def schema() -> int:
     Save it beside the profiles and start each profile with `#:schema ./nccl-launch.schema.json`
     (Taplo, Even Better TOML) for completion and checks while typing.
     """
+    from nccl_launch.profile.schema import profile_schema
+
     click.echo(json.dumps(profile_schema(), indent=2))
     return EXIT_OK

@@ -17,9 +17,9 @@ from nccl_launch.commands.options import (
     warn,
 )
 from nccl_launch.errors import EXIT_OK
-from nccl_launch.launch.execute import exec_command
-from nccl_launch.launch.prepare import SKIPPABLE
-from nccl_launch.render.drift import drift_lines, dry_run_lines, refusal_lines
+
+# The checks `preflight --skip` can leave out: the names run_preflight gives its checks.
+SKIPPABLE = ("nccl.conf", "env-plugin", "gpus", "port", "paths", "sglang")
 
 
 @click.command(cls=LaunchCommand)
@@ -37,6 +37,9 @@ def run(dry_run: bool, **options: Any) -> int:
     appended to the server's argv; without one, they are the command to run: nccl-launch
     run PROFILE -- COMMAND...
     """
+    from nccl_launch.launch.execute import exec_command  # not on a TAB's path (options.py)
+    from nccl_launch.render.drift import drift_lines, dry_run_lines, refusal_lines
+
     launch = prepare(**options)
     argv = launch.command()
     refusal = launch.refusal()

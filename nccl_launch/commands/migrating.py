@@ -5,18 +5,23 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from nccl_launch.commands.options import echo_lines, output_options, say_wrote_profile, warn
 from nccl_launch.errors import EXIT_OK
-from nccl_launch.migrate.capture import read_process
-from nccl_launch.migrate.inputs import KINDS, read_input
-from nccl_launch.migrate.start import StartCommand, save_profile
+
+if TYPE_CHECKING:
+    from nccl_launch.migrate.start import StartCommand
+
+# What `convert` reads (migrate/inputs.py reads each), here so that a TAB imports no profile.
+INPUT_KINDS = ("script", "env", "nccl-conf")
 
 
 def _saved(start: StartCommand, name: str, source: str, how: str, **options: Any) -> int:
+    from nccl_launch.migrate.start import save_profile
+
     path, plan, notes, secrets = save_profile(start, name, source, how, **options)
     for note in notes:  # they quote the script's or the process's words
         warn(note)
@@ -55,7 +60,7 @@ secrets_in_profile_option = click.option(
 @click.option(
     "--from",
     "kind",
-    type=click.Choice(KINDS),
+    type=click.Choice(INPUT_KINDS),
     help="What SCRIPT is (default: nccl-conf for nccl.conf and .nccl.conf, env for *.env, "
     "else script).",
 )
@@ -73,6 +78,8 @@ def convert(script: str, kind: str | None, name: str | None, **options: Any) -> 
     ends the script. An environment file (KEY=VALUE lines) or an nccl.conf gives a profile
     of its variables, without [server].
     """
+    from nccl_launch.migrate.inputs import read_input
+
     source = "stdin" if script == "-" else script
     start = read_input(script, kind, os.environ)
     default = "converted" if source == "stdin" else Path(source).stem
@@ -93,5 +100,7 @@ def convert(script: str, kind: str | None, name: str | None, **options: Any) -> 
 @secrets_in_profile_option
 def capture(pid: int, name: str | None, **options: Any) -> int:
     """Write a profile from a running server: its NCCL env, its command line and directory."""
+    from nccl_launch.migrate.capture import read_process
+
     start = read_process(pid)
     return _saved(start, name or f"captured-{pid}", f"pid {pid}", "captured", **options)

@@ -10,16 +10,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from nccl_launch.errors import WARNING_PREFIX, UsageError
-from nccl_launch.escaping import escaped
-from nccl_launch.launch.placement import Placement
-from nccl_launch.launch.prepare import LaunchPlan, prepare_launch
-from nccl_launch.profile.plan import DIGEST
-from nccl_launch.render.drift import shell_word
+from nccl_launch.escaping import escaped, shell_word
 from nccl_launch.sglang.facts import flag_for
 
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
 
+    from nccl_launch.launch.prepare import LaunchPlan
     from nccl_launch.profile.plan import ProfilePlan
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -186,7 +183,11 @@ def profile_option(*declarations: str, **kwargs: Any) -> Callable[[F], F]:
 
 
 def _pin(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is not None and not DIGEST.fullmatch(value):
+    if value is None:  # and on a TAB, which must not import the profile model
+        return value
+    from nccl_launch.profile.plan import DIGEST
+
+    if not DIGEST.fullmatch(value):
         raise click.BadParameter(
             f"{value!r} is not a whole digest; valid: sha256: and 64 lowercase hex digits, "
             "as `nccl-launch show PROFILE` prints it"
@@ -242,5 +243,10 @@ def prepare(
     nccl_debug: bool = False,
 ) -> LaunchPlan:
     """The launch `launch_options` describe, from the calling environment."""
+    # Imported here, as every implementation a command calls: a TAB imports the command's
+    # module for its options, and pydantic alone would double what a TAB costs.
+    from nccl_launch.launch.placement import Placement
+    from nccl_launch.launch.prepare import prepare_launch
+
     placement = Placement(node_rank=node_rank, dist_init_addr=dist_init_addr)
     return prepare_launch(profile, command, env_files, os.environ, placement, nccl_debug, pin)

@@ -5,9 +5,6 @@ from __future__ import annotations
 import click
 
 from nccl_launch.commands.options import echo_lines, format_option, profile_argument
-from nccl_launch.files import open_stream
-from nccl_launch.live.verify_log import verify_profile
-from nccl_launch.render.reports import log_lines
 
 
 @click.command(name="verify-log")
@@ -20,6 +17,10 @@ def verify_log(profile: str, log: str, fmt: str) -> int:
 
     journalctl -u sglang | nccl-launch verify-log PROFILE
     """
+    from nccl_launch.files import open_stream
+    from nccl_launch.live.verify_log import verify_profile
+    from nccl_launch.render.reports import log_lines
+
     with open_stream(log, "log") as lines:
         report = verify_profile(profile, lines, "stdin" if log == "-" else log)
     if fmt == "json":

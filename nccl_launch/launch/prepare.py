@@ -25,10 +25,6 @@ from nccl_launch.profile.plan import ProfilePlan
 from nccl_launch.sglang.argv import duplicated_flags, extra_settings
 from nccl_launch.sglang.rules import mtp_problem
 
-# The checks `preflight --skip` can leave out; named here because the command line lists them
-# for both `run` and `preflight`.
-SKIPPABLE = ("nccl.conf", "env-plugin", "gpus", "port", "paths", "sglang")
-
 
 @dataclass(frozen=True)
 class LaunchPlan:

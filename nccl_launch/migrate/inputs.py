@@ -16,7 +16,6 @@ from nccl_launch.migrate.sourced import read_script_file
 from nccl_launch.migrate.start import StartCommand
 from nccl_launch.nccl import conf
 
-KINDS = ("script", "env", "nccl-conf")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Mapping, Sequence
 
 from nccl_launch.env.drift import DriftEntry, DriftKind, DriftReport, Reason
-from nccl_launch.escaping import escaped
+from nccl_launch.escaping import escaped, shell_word
 from nccl_launch.launch.prepare import LaunchPlan
 from nccl_launch.masking import mask_argv, mask_value
 
@@ -17,26 +16,6 @@ _MARKS: dict[DriftKind, str] = {"changed": "~", "missing": "-", "undeclared": "+
 def quoted_value(key: str, value: str | None) -> str:
     """A value as reports print it: quoted, `unset`, masked when it looks like a secret."""
     return "unset" if value is None else json.dumps(mask_value(key, value))
-
-
-def _bash_escape(char: str) -> str:
-    if char in "\\'":
-        return "\\" + char
-    if char.isprintable():
-        return char
-    code = ord(char)  # bash reads \xHH as a byte, so above ASCII the code point is written,
-    if 0xDC80 <= code <= 0xDCFF:  # but a byte that was not UTF-8 (surrogateescape) is the byte
-        return f"\\x{code - 0xDC00:02x}"
-    return repr(char)[1:-1] if code < 0x80 else f"\\U{code:08x}"
-
-
-def shell_word(word: str) -> str:
-    """One argv word as a shell line shows it: quoted as needed, and in bash's `$'...'` with
-    C escapes when it holds a character that is not printable, so an `args` entry cannot
-    forge a line or drive the terminal, and the line still pastes into bash as the argv."""
-    if word.isprintable():
-        return shlex.quote(word)
-    return "$'" + "".join(map(_bash_escape, word)) + "'"
 
 
 def _entry_value(entry: DriftEntry) -> str:

@@ -12,6 +12,10 @@ ALGORITHMS = (
 )  # fmt: skip
 DEFAULT_ENTRYPOINT = "-m sglang.launch_server"
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 30000  # `--host` and `--port` when not given
+# With `--api-key KEY`, SGLang answers every path but /health*, /ready* and /metrics* with 401
+# unless it carries `Authorization: Bearer KEY` (utils/auth.py); an empty KEY checks nothing.
+# Its parser takes a prefix of the flag down to `--ap`, the only flag that starts so.
+API_KEY_FLAG, API_KEY_SHORTEST = "--api-key", "--ap"
 
 # What SGLang adds to its workers' environment when unset (`_set_envs_and_config` in
 # entrypoints/engine.py; NCCL_GRAPH_REGISTER in parallel_hook.py).

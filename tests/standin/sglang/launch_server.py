@@ -9,6 +9,8 @@ What it reproduces, because `nccl-launch check` depends on it:
   with the main process (PR_SET_PDEATHSIG);
 - `/health`, `/health_generate` and `/server_info` (and the older `/get_server_info`) on
   its host and port;
+- `--api-key KEY` as `utils/auth.py` reads it: every path but /health*, /ready* and /metrics*
+  answers 401 without `Authorization: Bearer KEY`;
 - a streaming `/v1/completions` as SGLang's OpenAI-compatible server sends it: one
   `data: {...}` event per token, with `stream_options.include_usage` a last event with
   `"choices": []` and the `usage` figures, then `data: [DONE]`.
@@ -84,6 +86,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--num-continuous-decode-steps", type=int, default=1)
     parser.add_argument("--enable-symm-mem", action="store_true")
     parser.add_argument("--enable-nccl-nvls", action="store_true")
+    parser.add_argument("--api-key")
     return parser.parse_args(argv)
 
 
@@ -149,6 +152,7 @@ class Server:
         with changed_env(drift):
             process = self.context.Process(target=worker, args=(title, sender), daemon=True)
             process.start()
+        sender.close()  # the worker's copy alone: one that dies unready ends recv() at once
         self.workers.append(process)
         receiver.recv()
 
@@ -217,8 +221,31 @@ def usage_event(chunk: dict[str, Any], tokens: int) -> str:
     return json.dumps({**chunk, "choices": [], "usage": usage}).replace('"COUNT"', count)
 
 
+class KeyChecked(BaseHTTPRequestHandler):
+    """With `api_key`, a request without `Authorization: Bearer KEY` is answered 401 before
+    any do_GET or do_POST, as SGLang's middleware does (bar /health*, /ready*, /metrics*)."""
+
+    api_key: str | None = None
+
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        if not self.api_key or self.path.startswith(("/health", "/ready", "/metrics")):
+            return True
+        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        if scheme.lower() == "bearer" and token == self.api_key:
+            return True
+        self.send_response(401)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"error":"Unauthorized"}')
+        return False
+
+
 def handler(server: Server) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(KeyChecked):
+        api_key = server.args.api_key
+
         def do_GET(self) -> None:
             if self.path in ("/health", "/health_generate"):
                 self.send_response(200 if server.ready else 503)
