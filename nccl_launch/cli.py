@@ -40,6 +40,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "bench",
         "Measure decode tok/s of the server at URL, checked against PROFILE before and after.",
     ),
+    "tune": (
+        "tuning",
+        "tune",
+        "Search NCCL values for PROFILE: start its server with each candidate, measure decode "
+        "tok/s as bench does, keep the fastest.",
+    ),
     "verify-log": (
         "verifying",
         "verify_log",

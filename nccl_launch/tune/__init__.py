@@ -1,0 +1,1 @@
+"""`tune`: NCCL values searched against bench's decode tok/s, one started server per trial."""
