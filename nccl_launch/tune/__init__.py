@@ -1,1 +1,1 @@
-"""`tune`: NCCL values searched against bench's decode tok/s, one started server per trial."""
+"""`tune`: NCCL values searched against the served model's decode speed, trial by trial."""
