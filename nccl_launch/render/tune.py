@@ -51,7 +51,7 @@ def table_lines(report: TuneReport) -> list[str]:
     """Every trial, fastest first (those not measured last), a bar scaled to the fastest,
     the winner marked `*`."""
     fastest = max((row.score.mean for row in report.trials if row.score), default=0.0)
-    rows = [HEADER]
+    rows: list[tuple[str, ...]] = [HEADER]
     for row in sorted(report.trials, key=_sort_key):
         score = row.score
         bar = "#" * round(BAR * score.mean / fastest) if score else ""

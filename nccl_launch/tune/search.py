@@ -2,15 +2,17 @@
 grid), NCCL's defaults measured once as the reference, each candidate tried at most once,
 within a budget of trials. Pure: `tune` gives it trials of real servers, tests a function.
 
-The noise rule: the noise is the largest relative spread, (max - min) / mean of its runs, of
-any trial measured so far; a change is kept only when its mean beats the best one by more
-than that fraction. The largest, because a few runs understate the spread a server can show.
+The noise rule: a trial's noise is how far its runs stray from their mean, half their
+min-max spread over the mean; the tune's noise is the median of that over the trials measured
+so far (the median: one trial disturbed by the host does not stall the search). A change is
+kept only when its mean beats the best one's by more than that fraction.
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from statistics import median
 from typing import Literal, Protocol
 
 # A candidate's value of each searched variable; None: unset, NCCL's default.
@@ -29,8 +31,9 @@ class Score:
     high: float
 
     @property
-    def spread(self) -> float:
-        return (self.high - self.low) / self.mean
+    def noise(self) -> float:
+        """How far its runs stray from their mean: half their spread, over the mean."""
+        return (self.high - self.low) / 2 / self.mean
 
 
 class Objective(Protocol):
@@ -75,7 +78,9 @@ class _Trials:
 
     @property
     def noise(self) -> float:
-        return max((score.spread for score in self.scores.values() if score), default=0.0)
+        """The median noise of the trials measured so far; 0 before any."""
+        found = [score.noise for score in self.scores.values() if score]
+        return median(found) if found else 0.0
 
     def beats(self, score: Score | None, best: Score | None) -> bool:
         """Whether `score` beats `best` by more than the noise (anything beats nothing)."""
