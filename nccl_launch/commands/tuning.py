@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -25,6 +28,21 @@ from nccl_launch.tune.trial import TrialSettings
 DEFAULT_READY_TIMEOUT = 1200.0  # a large model loads for minutes
 # SGLang's workers free their GPU memory on SIGTERM; a tree still up after this is killed.
 STOP_GRACE = 30.0
+
+
+def _interrupt(number: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _terminated_as_interrupted() -> Iterator[None]:
+    """SIGTERM (systemd's stop, `timeout`) ends the tune as Ctrl-C does: the trial's server
+    is stopped first, where the default action would leave it running, orphaned."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class TuneEcho(Echo):
@@ -143,7 +161,8 @@ def tune(
     )
     echo = TuneEcho(err=fmt == "json", asked=method.max_tokens)
     try:
-        report = run_tune(candidates, space, settings, budget, grid, write, echo)
+        with _terminated_as_interrupted():
+            report = run_tune(candidates, space, settings, budget, grid, write, echo)
     except KeyboardInterrupt:
         echo_lines(
             [

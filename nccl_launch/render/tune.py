@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nccl_launch.escaping import escaped
+from nccl_launch.render.drift import shell_word
 from nccl_launch.tune.result import TrialRow, TuneReport
 from nccl_launch.tune.trial import TrialOutcome
 
@@ -115,5 +116,8 @@ def summary_lines(report: TuneReport) -> list[str]:
     )
     lines.append(f"journal {report.journal}")
     if report.written is not None:
-        lines.append(f"wrote {report.written}: the winner with its measured [baseline]")
+        lines.append(
+            f"wrote {report.written}: the winner with its measured [baseline]; start it with: "
+            f"nccl-launch run {shell_word(report.written)}"
+        )
     return lines

@@ -11,9 +11,11 @@ from typing import Any
 
 import tomli_w
 
+from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import UsageError
 from nccl_launch.profile.chain import ProfileChain
 from nccl_launch.profile.load import validate_resolved
+from nccl_launch.profile.model import nccl_value
 from nccl_launch.profile.new import resolved_copy, write_profile
 from nccl_launch.profile.plan import ProfilePlan, build_plan
 from nccl_launch.profile.search import find_profile
@@ -37,6 +39,14 @@ def changes(values: Values, start: Values) -> str:
         if value != start.get(name)
     ]
     return " ".join(words) or "none"
+
+
+def _as_written(name: str, value: str) -> str | int:
+    """A canonical value as a profile writes it: a number as a TOML integer where the
+    variable's rule reads it the same (MAX_NCHANNELS = 8, not "8")."""
+    if is_ascii_digits(value) and nccl_value(name, int(value)) == value:
+        return int(value)
+    return value
 
 
 class Candidates:
@@ -65,7 +75,7 @@ class Candidates:
             if value is None:
                 nccl.pop(name, None)
             else:
-                nccl[name] = value
+                nccl[name] = _as_written(name, value)
         data["name"] = f"{self.base.profile.name}.tune"
         data["description"] = (
             f"a tune candidate of {label}: {changes(values, self.start(list(values)))}"

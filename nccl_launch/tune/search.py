@@ -113,17 +113,15 @@ def descend(start: Values, space: Space, objective: Objective, budget: int | Non
         while changed:
             changed = False
             for name, values in space.items():
-                pick: tuple[Values, Score | None] | None = None
+                held = current  # the other variables, as this one's values are tried
                 for value in values:
-                    candidate = current | {name: value}
-                    if value == current[name]:
+                    candidate = held | {name: value}
+                    if value == held[name]:
                         continue
                     score = trials(candidate)
-                    if trials.beats(score, pick[1] if pick else best):
-                        pick = (candidate, score)
-                if pick is not None:
-                    current, best = pick
-                    changed = True
+                    if trials.beats(score, best):
+                        current, best = candidate, score
+                        changed = True
     except _Spent:
         return trials.found(current, "budget spent")
     return trials.found(current, "converged")
