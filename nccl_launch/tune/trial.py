@@ -78,11 +78,11 @@ def run_trial(ref: str, settings: TrialSettings, log: Path, progress: Progress) 
     port = port_check(server)
     if port.status != "ok":
         raise HostError(f"cannot start a trial: {port.message}")
-    with _log_file(log) as fd, _started(launch, fd) as (process, held):
+    with _log_file(log) as fd, _started(launch, fd) as child:
         try:
-            outcome = _trial(launch, server, held, settings, progress)
+            outcome = _trial(launch, server, child, settings, progress)
         finally:  # Ctrl-C included: the tree is stopped, then the interrupt goes on
-            code = _stop(held, process, server, settings.stop_grace)
+            code = _stop(child, server, settings.stop_grace)
         more: dict[str, object] = {"seconds": time.monotonic() - start}
         if outcome.status == "exited":
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
@@ -117,16 +117,21 @@ def _live_drift(when: str, report: LiveReport) -> str:
 
 @contextlib.contextmanager
 def _log_file(path: Path) -> Iterator[int]:
-    """The trial's log, created 0600 (the server may print its secrets) or truncated; never
-    through a symlink, and only a regular file (a FIFO would block the server)."""
-    flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    """The trial's log, created 0600 (the server may print its secrets) or emptied: never
+    through a symlink, only a regular file of this user's with no other name (a FIFO would
+    block the server, a hard link would empty another file)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(path, flags, 0o600)
     except OSError as error:
         raise HostError(f"cannot write the trial's log {path}: {error.strerror}") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise HostError(f"the trial's log {path} is not a regular file")
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode) or status.st_nlink != 1:
+            raise HostError(f"the trial's log {path} is not a regular file with one name")
+        if status.st_uid != os.geteuid():
+            raise HostError(f"the trial's log {path} belongs to uid {status.st_uid}, not this user")
+        os.ftruncate(fd, 0)
         os.fchmod(fd, 0o600)
         os.set_blocking(fd, True)
         yield fd
@@ -134,8 +139,23 @@ def _log_file(path: Path) -> Iterator[int]:
         os.close(fd)
 
 
+@dataclass
+class _Child:
+    """The server started for the trial, held by a pidfd, and its tree as last seen: once
+    the main process has exited, its workers are known only from there."""
+
+    process: subprocess.Popen[bytes]
+    held: HeldProcess
+    tree: list[ProcessSnapshot]
+
+    def look(self) -> None:
+        """Read the tree again while the main process runs."""
+        with contextlib.suppress(HostError):  # it has exited: the last look stays
+            self.tree = snapshot_tree(self.held)
+
+
 @contextlib.contextmanager
-def _started(launch: LaunchPlan, log: int) -> Iterator[tuple[subprocess.Popen[bytes], HeldProcess]]:
+def _started(launch: LaunchPlan, log: int) -> Iterator[_Child]:
     """The server as `run` would exec it (argv, env, cwd), in a session of its own so that the
     terminal's Ctrl-C reaches only tune, held by a pidfd; reaped when the block ends."""
     argv, env = launch.command(), launch.merged.env
@@ -151,7 +171,9 @@ def _started(launch: LaunchPlan, log: int) -> Iterator[tuple[subprocess.Popen[by
     pidfd = os.pidfd_open(process.pid)
     try:
         held = HeldProcess(process.pid, psutil.Process(process.pid).create_time(), pidfd)
-        yield process, held
+        child = _Child(process, held, [])
+        child.look()
+        yield child
     finally:
         if process.returncode is None:  # the stop failed: its group, while it is not reaped
             with contextlib.suppress(ProcessLookupError):
@@ -173,30 +195,27 @@ def _healthy(address: Address, timeout: float) -> bool:
 
 
 def _trial(
-    launch: LaunchPlan,
-    server: Server,
-    held: HeldProcess,
-    settings: TrialSettings,
-    progress: Progress,
+    launch: LaunchPlan, server: Server, child: _Child, settings: TrialSettings, progress: Progress
 ) -> TrialOutcome:
     """Wait for /health, then measure; the outcome's seconds are set by the caller."""
     url = server_url(server)
     address = url_address(url)
     deadline = time.monotonic() + settings.ready_timeout
     while not _healthy(address, max(POLL, min(1.0, deadline - time.monotonic()))):
-        if not held.running():
+        if not child.held.running():
             return TrialOutcome(status="exited", seconds=0)
         if time.monotonic() >= deadline:
             detail = f"no answer 200 from /health within {settings.ready_timeout:g} s"
             return TrialOutcome(status="not-ready", detail=detail, seconds=0)
+        child.look()
         time.sleep(POLL)
     try:
-        endpoint = locate(url, held.pid)
+        endpoint = locate(url, child.held.pid)
         report = measure_decode(
             launch.loaded, endpoint, settings.method, settings.request_timeout, progress
         )
     except NcclLaunchError as error:
-        if not held.running():
+        if not child.held.running():
             return TrialOutcome(status="exited", seconds=0)
         return TrialOutcome(status="failed", detail=escaped(str(error)), seconds=0)
     if report.status == "interrupted":
@@ -207,22 +226,13 @@ def _trial(
     return TrialOutcome(status="measured", runs=[run.tok_s for run in report.runs], seconds=0)
 
 
-def _tree(held: HeldProcess) -> list[ProcessSnapshot]:
-    """The tree now; none once the main process has exited (its workers are stopped from the
-    pidfd alone then: stop_tree takes in those it still finds)."""
-    try:
-        return snapshot_tree(held)
-    except HostError:
-        return []
-
-
-def _stop(held: HeldProcess, process: subprocess.Popen[bytes], server: Server, grace: float) -> int:
+def _stop(child: _Child, server: Server, grace: float) -> int:
     """Stop the whole tree, reap the server, wait until its port and GPU memory are free;
     the server's exit code (negative: the signal that ended it)."""
-    snapshots = _tree(held)
-    stop_tree(held, snapshots, grace)
-    code = process.wait()
-    _wait_released(server, {held.pid} | {snapshot.pid for snapshot in snapshots})
+    child.look()
+    stop_tree(child.held, child.tree, grace)
+    code = child.process.wait()
+    _wait_released(server, {child.held.pid} | {snapshot.pid for snapshot in child.tree})
     return code
 
 
