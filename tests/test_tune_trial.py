@@ -194,6 +194,29 @@ def test_a_worker_that_drifts_fails_the_trial_naming_it(
     assert outcome.runs == []
 
 
+def test_a_server_that_fails_the_measurement_is_a_failed_trial(
+    candidate: Candidate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STANDIN_COMPLETIONS_STATUS", "500")
+    outcome = run_trial(candidate(PROTO="LL"), SETTINGS, tmp_path / "log", Progress())
+    assert outcome.status == "failed", outcome
+    assert outcome.detail.endswith(
+        '/v1/completions answered HTTP 500: {"object": "error", "code": 500}'
+    )
+    assert outcome.exit_code is None
+
+
+def test_a_log_that_is_a_symlink_is_refused_and_its_target_kept(
+    candidate: Candidate, tmp_path: Path
+) -> None:
+    target = tmp_path / "precious"
+    target.write_text("kept\n")
+    (tmp_path / "log").symlink_to(target)
+    with pytest.raises(HostError, match=r"cannot write the trial's log .*: Too many levels"):
+        run_trial(candidate(PROTO="LL"), SETTINGS, tmp_path / "log", Progress())
+    assert target.read_text() == "kept\n"
+
+
 def test_a_port_taken_before_the_start_stops_the_tune(
     candidate: Candidate, port: int, tmp_path: Path
 ) -> None:
