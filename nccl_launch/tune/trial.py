@@ -201,7 +201,8 @@ def _trial(
     url = server_url(server)
     address = url_address(url)
     deadline = time.monotonic() + settings.ready_timeout
-    while not _healthy(address, max(POLL, min(1.0, deadline - time.monotonic()))):
+    # One answer may take a while (SGLang can generate a token for it): bounded by the deadline.
+    while not _healthy(address, max(POLL, deadline - time.monotonic())):
         if not child.held.running():
             return TrialOutcome(status="exited", seconds=0)
         if time.monotonic() >= deadline:
