@@ -126,6 +126,16 @@ def test_a_trial_measures_the_rate_the_candidates_environment_gives(
     assert free(port)
 
 
+def test_a_server_that_answers_503_at_first_is_waited_for(
+    candidate: Candidate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STANDIN_START_DELAY", "0.4")  # /health: 503, then 200
+    settings = TrialSettings(Method(max_tokens=10, runs=1, warmup=0, prompt="x"), 5, 5, 2)
+    outcome = run_trial(candidate(PROTO="LL"), settings, tmp_path / "log", Progress())
+    assert outcome.status == "measured", outcome
+    assert 0.4 < outcome.seconds < 2
+
+
 def test_a_server_that_exits_at_start_is_a_failed_trial_with_its_code_and_masked_tail(
     candidate: Candidate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
