@@ -167,19 +167,21 @@ def _started(launch: LaunchPlan, log: int) -> Iterator[_Child]:
     except OSError as error:
         where = f" in {launch.cwd}" if launch.cwd else ""
         raise HostError(f"cannot execute {argv[0]}{where}: {error.strerror}") from None
-    # Not yet reaped, so its PID names it alone, exited or not.
-    pidfd = os.pidfd_open(process.pid)
+    pidfd = -1
     try:
+        # Not yet reaped, so its PID names it alone, exited or not.
+        pidfd = os.pidfd_open(process.pid)
         held = HeldProcess(process.pid, psutil.Process(process.pid).create_time(), pidfd)
         child = _Child(process, held, [])
         child.look()
         yield child
     finally:
-        if process.returncode is None:  # the stop failed: its group, while it is not reaped
+        if process.returncode is None:  # never stopped: its group, while it is not reaped
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-        os.close(pidfd)
+        if pidfd >= 0:
+            os.close(pidfd)
 
 
 def _healthy(address: Address, timeout: float) -> bool:
