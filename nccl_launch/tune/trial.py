@@ -94,12 +94,13 @@ def run_trial(ref: str, settings: TrialSettings, log: Path, progress: Progress) 
 
 def _entries(entries: list[DriftEntry]) -> str:
     """Drifted keys on one line: `NCCL_PROTO LL -> Simple`, values masked as people see them."""
-
-    def shown(key: str, value: str | None) -> str:
-        return "unset" if value is None else mask_value(key, value)
-
-    said = (f"{e.key} {shown(e.key, e.expected)} -> {shown(e.key, e.actual)}" for e in entries)
+    said = [f"{e.key} {_value(e.key, e.expected)} -> {_value(e.key, e.actual)}" for e in entries]
     return escaped("; ".join(said))
+
+
+def _value(key: str, value: str | None) -> str:
+    """A drift entry's value as people see it: masked, `unset` for none."""
+    return "unset" if value is None else mask_value(key, value)
 
 
 def _live_drift(when: str, report: LiveReport) -> str:
@@ -246,11 +247,11 @@ def _wait_released(server: Server, pids: set[int]) -> None:
     while True:
         port = port_check(server)
         holding = compute_pids()
-        held = sorted(pids & holding) if holding is not None else []
-        if port.status == "ok" and not held:
+        ours = sorted(pids & holding) if holding is not None else []
+        if port.status == "ok" and not ours:
             return
         if time.monotonic() >= deadline:
-            why = port.message if port.status != "ok" else f"pids {held} still hold GPU memory"
+            why = port.message if port.status != "ok" else f"pids {ours} still hold GPU memory"
             raise HostError(f"after the trial's server stopped: {why}; the next trial cannot start")
         time.sleep(POLL)
 
