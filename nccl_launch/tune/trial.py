@@ -78,11 +78,11 @@ def run_trial(ref: str, settings: TrialSettings, log: Path, progress: Progress) 
     port = port_check(server)
     if port.status != "ok":
         raise HostError(f"cannot start a trial: {port.message}")
-    with _log_file(log) as fd, _started(launch, fd) as (process, held):
+    with _log_file(log) as fd, _started(launch, fd) as child:
         try:
-            outcome = _trial(launch, server, held, settings, progress)
+            outcome = _trial(launch, server, child, settings, progress)
         finally:  # Ctrl-C included: the tree is stopped, then the interrupt goes on
-            code = _stop(held, process, server, settings.stop_grace)
+            code = _stop(child, server, settings.stop_grace)
         more: dict[str, object] = {"seconds": time.monotonic() - start}
         if outcome.status == "exited":
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
@@ -94,12 +94,13 @@ def run_trial(ref: str, settings: TrialSettings, log: Path, progress: Progress) 
 
 def _entries(entries: list[DriftEntry]) -> str:
     """Drifted keys on one line: `NCCL_PROTO LL -> Simple`, values masked as people see them."""
-
-    def shown(key: str, value: str | None) -> str:
-        return "unset" if value is None else mask_value(key, value)
-
-    said = (f"{e.key} {shown(e.key, e.expected)} -> {shown(e.key, e.actual)}" for e in entries)
+    said = [f"{e.key} {_value(e.key, e.expected)} -> {_value(e.key, e.actual)}" for e in entries]
     return escaped("; ".join(said))
+
+
+def _value(key: str, value: str | None) -> str:
+    """A drift entry's value as people see it: masked, `unset` for none."""
+    return "unset" if value is None else mask_value(key, value)
 
 
 def _live_drift(when: str, report: LiveReport) -> str:
@@ -117,16 +118,21 @@ def _live_drift(when: str, report: LiveReport) -> str:
 
 @contextlib.contextmanager
 def _log_file(path: Path) -> Iterator[int]:
-    """The trial's log, created 0600 (the server may print its secrets) or truncated; never
-    through a symlink, and only a regular file (a FIFO would block the server)."""
-    flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    """The trial's log, created 0600 (the server may print its secrets) or emptied: never
+    through a symlink, only a regular file of this user's with no other name (a FIFO would
+    block the server, a hard link would empty another file)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(path, flags, 0o600)
     except OSError as error:
         raise HostError(f"cannot write the trial's log {path}: {error.strerror}") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise HostError(f"the trial's log {path} is not a regular file")
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode) or status.st_nlink != 1:
+            raise HostError(f"the trial's log {path} is not a regular file with one name")
+        if status.st_uid != os.geteuid():
+            raise HostError(f"the trial's log {path} belongs to uid {status.st_uid}, not this user")
+        os.ftruncate(fd, 0)
         os.fchmod(fd, 0o600)
         os.set_blocking(fd, True)
         yield fd
@@ -134,8 +140,23 @@ def _log_file(path: Path) -> Iterator[int]:
         os.close(fd)
 
 
+@dataclass
+class _Child:
+    """The server started for the trial, held by a pidfd, and its tree as last seen: once
+    the main process has exited, its workers are known only from there."""
+
+    process: subprocess.Popen[bytes]
+    held: HeldProcess
+    tree: list[ProcessSnapshot]
+
+    def look(self) -> None:
+        """Read the tree again while the main process runs."""
+        with contextlib.suppress(HostError):  # it has exited: the last look stays
+            self.tree = snapshot_tree(self.held)
+
+
 @contextlib.contextmanager
-def _started(launch: LaunchPlan, log: int) -> Iterator[tuple[subprocess.Popen[bytes], HeldProcess]]:
+def _started(launch: LaunchPlan, log: int) -> Iterator[_Child]:
     """The server as `run` would exec it (argv, env, cwd), in a session of its own so that the
     terminal's Ctrl-C reaches only tune, held by a pidfd; reaped when the block ends."""
     argv, env = launch.command(), launch.merged.env
@@ -147,17 +168,21 @@ def _started(launch: LaunchPlan, log: int) -> Iterator[tuple[subprocess.Popen[by
     except OSError as error:
         where = f" in {launch.cwd}" if launch.cwd else ""
         raise HostError(f"cannot execute {argv[0]}{where}: {error.strerror}") from None
-    # Not yet reaped, so its PID names it alone, exited or not.
-    pidfd = os.pidfd_open(process.pid)
+    pidfd = -1
     try:
+        # Not yet reaped, so its PID names it alone, exited or not.
+        pidfd = os.pidfd_open(process.pid)
         held = HeldProcess(process.pid, psutil.Process(process.pid).create_time(), pidfd)
-        yield process, held
+        child = _Child(process, held, [])
+        child.look()
+        yield child
     finally:
-        if process.returncode is None:  # the stop failed: its group, while it is not reaped
+        if process.returncode is None:  # never stopped: its group, while it is not reaped
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-        os.close(pidfd)
+        if pidfd >= 0:
+            os.close(pidfd)
 
 
 def _healthy(address: Address, timeout: float) -> bool:
@@ -173,30 +198,28 @@ def _healthy(address: Address, timeout: float) -> bool:
 
 
 def _trial(
-    launch: LaunchPlan,
-    server: Server,
-    held: HeldProcess,
-    settings: TrialSettings,
-    progress: Progress,
+    launch: LaunchPlan, server: Server, child: _Child, settings: TrialSettings, progress: Progress
 ) -> TrialOutcome:
     """Wait for /health, then measure; the outcome's seconds are set by the caller."""
     url = server_url(server)
     address = url_address(url)
     deadline = time.monotonic() + settings.ready_timeout
-    while not _healthy(address, max(POLL, min(1.0, deadline - time.monotonic()))):
-        if not held.running():
+    # One answer may take a while (SGLang can generate a token for it): bounded by the deadline.
+    while not _healthy(address, max(POLL, deadline - time.monotonic())):
+        if not child.held.running():
             return TrialOutcome(status="exited", seconds=0)
         if time.monotonic() >= deadline:
             detail = f"no answer 200 from /health within {settings.ready_timeout:g} s"
             return TrialOutcome(status="not-ready", detail=detail, seconds=0)
+        child.look()
         time.sleep(POLL)
     try:
-        endpoint = locate(url, held.pid)
+        endpoint = locate(url, child.held.pid)
         report = measure_decode(
             launch.loaded, endpoint, settings.method, settings.request_timeout, progress
         )
     except NcclLaunchError as error:
-        if not held.running():
+        if not child.held.running():
             return TrialOutcome(status="exited", seconds=0)
         return TrialOutcome(status="failed", detail=escaped(str(error)), seconds=0)
     if report.status == "interrupted":
@@ -207,22 +230,13 @@ def _trial(
     return TrialOutcome(status="measured", runs=[run.tok_s for run in report.runs], seconds=0)
 
 
-def _tree(held: HeldProcess) -> list[ProcessSnapshot]:
-    """The tree now; none once the main process has exited (its workers are stopped from the
-    pidfd alone then: stop_tree takes in those it still finds)."""
-    try:
-        return snapshot_tree(held)
-    except HostError:
-        return []
-
-
-def _stop(held: HeldProcess, process: subprocess.Popen[bytes], server: Server, grace: float) -> int:
+def _stop(child: _Child, server: Server, grace: float) -> int:
     """Stop the whole tree, reap the server, wait until its port and GPU memory are free;
     the server's exit code (negative: the signal that ended it)."""
-    snapshots = _tree(held)
-    stop_tree(held, snapshots, grace)
-    code = process.wait()
-    _wait_released(server, {held.pid} | {snapshot.pid for snapshot in snapshots})
+    child.look()
+    stop_tree(child.held, child.tree, grace)
+    code = child.process.wait()
+    _wait_released(server, {child.held.pid} | {snapshot.pid for snapshot in child.tree})
     return code
 
 
@@ -233,11 +247,11 @@ def _wait_released(server: Server, pids: set[int]) -> None:
     while True:
         port = port_check(server)
         holding = compute_pids()
-        held = sorted(pids & holding) if holding is not None else []
-        if port.status == "ok" and not held:
+        ours = sorted(pids & holding) if holding is not None else []
+        if port.status == "ok" and not ours:
             return
         if time.monotonic() >= deadline:
-            why = port.message if port.status != "ok" else f"pids {held} still hold GPU memory"
+            why = port.message if port.status != "ok" else f"pids {ours} still hold GPU memory"
             raise HostError(f"after the trial's server stopped: {why}; the next trial cannot start")
         time.sleep(POLL)
 
