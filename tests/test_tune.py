@@ -47,6 +47,28 @@ FAST = ("--max-tokens", "40", "--runs", "3", "--warmup", "0", "--ready-timeout",
 MODEL = {"PYTHONPATH": str(STANDIN), "STANDIN_TUNE_MODEL": "1"}
 
 
+JSON_KEYS = {
+    "schema_version",
+    "profile",
+    "digest",
+    "path",
+    "journal",
+    "method",
+    "space",
+    "strategy",
+    "budget",
+    "stop",
+    "noise",
+    "trials",
+    "profile_trial",
+    "defaults_trial",
+    "winner",
+    "written",
+    "gain_over_profile",
+    "gain_over_defaults",
+}
+
+
 @pytest.fixture
 def seed(write_profile: WriteProfile) -> int:
     """The seed's six values (P2P_LEVEL aside) in profiles/standin.toml; its port."""
@@ -166,6 +188,7 @@ def test_tune_finds_the_best_values_within_the_budget(
     )
     assert result.returncode == 0, result.stdout + result.stderr
     document = json.loads(result.stdout)
+    assert set(document) == JSON_KEYS
     winner = winner_of(document)
     assert winner["values"] == {
         "PROTO": "LL128",
