@@ -174,17 +174,12 @@ def test_the_grid_measures_every_combination_and_the_fastest_wins() -> None:
 def test_tune_finds_the_best_values_within_the_budget(
     seed: int, run_cli: RunCli, tmp_path: Path
 ) -> None:
-    tries = [
-        "--try",
-        "PROTO=LL,LL128",
-        "--try",
-        "MAX_NCHANNELS=8,16",
-        "--try",
-        "BUFFSIZE=8MiB,16MiB",
-    ]
-    tries += ["--try", "NTHREADS=256,512"]
+    tries = ["--try", "PROTO=LL,LL128", "--try", "MAX_NCHANNELS=8,16"]
+    tries += ["--try", "BUFFSIZE=8MiB,16MiB", "--try", "NTHREADS=256,512"]
+    # Runs of 60 tokens: a hiccup of the host is a smaller part of each than with FAST's 40.
+    method = ("--max-tokens", "60", "--runs", "3", "--warmup", "0")
     result = run_cli(
-        "tune", "standin", *tries, *FAST, "--budget", "12", "--format", "json", env=MODEL
+        "tune", "standin", *tries, *method, "--budget", "16", "--format", "json", env=MODEL
     )
     assert result.returncode == 0, result.stdout + result.stderr
     document = json.loads(result.stdout)
@@ -195,9 +190,9 @@ def test_tune_finds_the_best_values_within_the_budget(
         "MAX_NCHANNELS": "8",
         "BUFFSIZE": "8388608",
         "NTHREADS": "256",
-    }
-    assert document["stop"] == "converged"
-    assert len(document["trials"]) <= 12
+    }, result.stderr
+    assert document["stop"] == "converged", result.stderr
+    assert len(document["trials"]) <= 16
     # Gains as the model says: x1.12 x1.06 x1.04 x1.03 = +27% over the seed; the defaults
     # (each unset: x0.8 x0.9 x0.97 x0.97 of the seed's) are slower still.
     assert document["gain_over_profile"] == pytest.approx(0.272, abs=0.05)

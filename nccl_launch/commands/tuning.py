@@ -19,7 +19,7 @@ from nccl_launch.commands.options import (
     warn,
 )
 from nccl_launch.errors import EXIT_INTERRUPTED, UsageError
-from nccl_launch.render.tune import ended_line, summary_lines
+from nccl_launch.render.tune import began_line, ended_line, started_line, summary_lines
 from nccl_launch.tune.result import TrialRow
 from nccl_launch.tune.session import open_base, run_tune
 from nccl_launch.tune.space import build_space
@@ -49,11 +49,10 @@ class TuneEcho(Echo):
     """Each trial as it starts and ends, with bench's progress within it."""
 
     def began(self, label: str, journal: Path, done: int) -> None:
-        found = f"{done} finished trial{'' if done == 1 else 's'} in it"
-        echo_lines([f"tuning {label}; journal {journal} ({found})"], err=self.err)
+        echo_lines([began_line(label, journal, done)], err=self.err)
 
     def started(self, number: int, changes: str, digest: str) -> None:
-        echo_lines([f"trial {number}: starting {digest[:15]}, changes: {changes}"], err=self.err)
+        echo_lines([started_line(number, changes, digest)], err=self.err)
 
     def ended(self, row: TrialRow) -> None:
         echo_lines([ended_line(row)], err=self.err)

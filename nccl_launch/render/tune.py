@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from nccl_launch.escaping import escaped
 from nccl_launch.render.drift import shell_word
 from nccl_launch.tune.result import TrialRow, TuneReport
@@ -23,6 +25,18 @@ def _figures(row: TrialRow) -> str:
     if score is None:
         return f"{status_text(row.outcome)}: {row.outcome.detail}"
     return f"measured {score.mean:.1f} tok/s, spread {score.low:.1f}-{score.high:.1f}"
+
+
+def began_line(label: str, journal: Path, done: int) -> str:
+    """The first line: the profile, the journal, the trials it holds already."""
+    return (
+        f"tuning {label}; journal {journal} ({done} finished trial{'' if done == 1 else 's'} in it)"
+    )
+
+
+def started_line(number: int, changes: str, digest: str) -> str:
+    """`trial 3: starting sha256:7333272b, changes: PROTO=LL128`, before its server starts."""
+    return f"trial {number}: starting {digest[:15]}, changes: {changes}"
 
 
 def ended_line(row: TrialRow) -> str:
