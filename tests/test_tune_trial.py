@@ -136,7 +136,7 @@ def test_a_server_that_answers_503_at_first_is_waited_for(
     settings = TrialSettings(Method(max_tokens=10, runs=1, warmup=0, prompt="x"), 5, 5, 2)
     outcome = run_trial(candidate(PROTO="LL"), settings, tmp_path / "log", Progress())
     assert outcome.status == "measured", outcome
-    assert 0.4 < outcome.seconds < 2
+    assert 0.4 < outcome.seconds < settings.ready_timeout
 
 
 def test_a_server_that_exits_at_start_is_a_failed_trial_with_its_code_and_masked_tail(
@@ -165,7 +165,7 @@ def test_a_server_never_ready_is_stopped_at_the_timeout(
     assert outcome.status == "not-ready", outcome
     assert outcome.detail == "no answer 200 from /health within 0.5 s"
     assert outcome.exit_code is None
-    assert 0.5 <= outcome.seconds < 1.5
+    assert 0.5 <= outcome.seconds < 2.5  # stopped at the timeout, not left to run
     assert psutil.Process().children(recursive=True) == []
     assert free(port)
 
