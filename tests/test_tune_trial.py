@@ -28,9 +28,9 @@ from nccl_launch.tune.trial import TrialSettings, run_trial
 from tests.conftest import WriteProfile
 from tests.helpers import STANDIN, free_port, wait_for
 
-RATE = 1000  # STANDIN_TOKEN_RATE: a run of 100 tokens takes some 0.1 s
+RATE = 400  # STANDIN_TOKEN_RATE: a run of 40 tokens takes some 0.1 s
 SETTINGS = TrialSettings(
-    method=Method(max_tokens=100, runs=2, warmup=0, prompt="Hello"),
+    method=Method(max_tokens=40, runs=2, warmup=0, prompt="Hello"),
     ready_timeout=5,
     request_timeout=5,
     stop_grace=2,
@@ -116,12 +116,15 @@ def test_a_trial_measures_the_rate_the_candidates_environment_gives(
     seed = run_trial(candidate("seed", **SEED), SETTINGS, tmp_path / "seed.log", Progress())
     assert (best.status, seed.status) == ("measured", "measured"), (best, seed)
     assert progress.told == ["before ok=True", "run 1/2", "run 2/2", "after ok=True"]
+    # The stand-in never sends a token early, and a busy host only delays it: no run is faster
+    # than the model (but for its 1% noise), and the fastest is the least delayed.
     for outcome, expected in ((best, RATE * BEST_FACTOR), (seed, RATE)):
         assert len(outcome.runs) == 2
-        assert all(abs(run - expected) / expected < 0.15 for run in outcome.runs), outcome.runs
-    assert min(best.runs) > max(seed.runs)
+        assert max(outcome.runs) < expected * 1.02, outcome.runs
+        assert max(outcome.runs) > expected * 0.85, outcome.runs
+    assert max(best.runs) > max(seed.runs)
     assert (best.detail, best.exit_code, best.log_tail) == ("", None, [])
-    assert best.seconds > sum(100 / run for run in best.runs)  # the whole trial
+    assert best.seconds > sum(40 / run for run in best.runs)  # the whole trial
     assert stat.S_IMODE((tmp_path / "best.log").stat().st_mode) == 0o600
     assert free(port)
 
@@ -133,7 +136,7 @@ def test_a_server_that_answers_503_at_first_is_waited_for(
     settings = TrialSettings(Method(max_tokens=10, runs=1, warmup=0, prompt="x"), 5, 5, 2)
     outcome = run_trial(candidate(PROTO="LL"), settings, tmp_path / "log", Progress())
     assert outcome.status == "measured", outcome
-    assert 0.4 < outcome.seconds < 2
+    assert 0.4 < outcome.seconds < settings.ready_timeout
 
 
 def test_a_server_that_exits_at_start_is_a_failed_trial_with_its_code_and_masked_tail(
@@ -162,7 +165,7 @@ def test_a_server_never_ready_is_stopped_at_the_timeout(
     assert outcome.status == "not-ready", outcome
     assert outcome.detail == "no answer 200 from /health within 0.5 s"
     assert outcome.exit_code is None
-    assert 0.5 <= outcome.seconds < 1.5
+    assert 0.5 <= outcome.seconds < 2.5  # stopped at the timeout, not left to run
     assert psutil.Process().children(recursive=True) == []
     assert free(port)
 

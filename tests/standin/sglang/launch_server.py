@@ -165,7 +165,9 @@ def worker(title: str, ready: Connection) -> None:
     if apps and title.startswith("sglang::scheduler"):  # a rank holds its GPU's memory
         with Path(apps).open("a", encoding="ascii") as listed:
             listed.write(f"{os.getpid()}\n")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # Gone at once: the main process terminates its workers, then multiprocessing again at its
+    # exit, and a second SIGTERM inside sys.exit's clean-up would print a traceback to the log.
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     ready.send(title)  # like SGLang's schedulers, which report to the main process when up
     while True:
         signal.pause()
