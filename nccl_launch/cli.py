@@ -46,6 +46,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Measure decode tok/s of PROFILE's server (or the one at URL), checked against PROFILE "
         "before and after.",
     ),
+    "tune": (
+        "tuning",
+        "tune",
+        "Search NCCL values for PROFILE: start its server with each candidate, measure decode "
+        "tok/s as bench does, keep the fastest.",
+    ),
     "verify-log": (
         "verifying",
         "verify_log",

@@ -23,7 +23,7 @@ LAYERS = (
     ("env",),
     ("live",),
     ("launch", "deploy", "bench"),
-    ("migrate",),
+    ("migrate", "tune"),
     ("render",),
     ("commands",),
     ("cli",),

@@ -39,6 +39,7 @@ EXAMPLES = [  # of docs/commands.md
     "nccl-launch show rtx6000bw-pcie-tp8 --format systemd-env",
     "nccl-launch show rtx6000bw-pcie-tp8 --format json",
     "nccl-launch show rtx6000bw-pcie-tp8 --format shell",
+    "nccl-launch tune kimi-k25-rtx6000bw-tp8-eagle3 --try PROTO=LL,LL128 --try NTHREADS=384,1024",
 ]
 
 

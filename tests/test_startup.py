@@ -121,6 +121,7 @@ def test_every_command_is_in_the_table() -> None:
         "inspecting",
         "launching",
         "migrating",
+        "tuning",
         "verifying",
     )
     found = set()

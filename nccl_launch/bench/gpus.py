@@ -1,4 +1,5 @@
-"""The GPUs a result is stamped with, as `nvidia-smi` reports them; none where it is absent."""
+"""The GPUs a result is stamped with, and the processes holding their memory, as `nvidia-smi`
+reports them; none where it is absent."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import subprocess
 
 from nccl_launch.bench.result import Gpu
 from nccl_launch.digits import is_ascii_digits
+from nccl_launch.errors import HostError
 
 QUERY = "index,name,memory.total,driver_version,pci.bus_id"
 TIMEOUT = 10  # seconds: a wedged driver must not hang the benchmark
 FIELDS = 5
+NO_SMI = "no nvidia-smi on PATH"
 
 
 def parse_gpus(text: str) -> list[Gpu]:
@@ -37,22 +40,42 @@ def parse_gpus(text: str) -> list[Gpu]:
     return gpus
 
 
-def query_gpus() -> tuple[list[Gpu], str | None]:
-    """The GPUs, or none and why (no nvidia-smi, it failed): never a reason to stop."""
+def _smi(query: str) -> tuple[str | None, str | None]:
+    """What `nvidia-smi --QUERY --format=csv,noheader` printed, or None and why not."""
     program = shutil.which("nvidia-smi")
     if program is None:
-        return [], "no nvidia-smi on PATH"
-    command = [program, f"--query-gpu={QUERY}", "--format=csv,noheader"]
+        return None, NO_SMI
+    command = [program, query, "--format=csv,noheader"]
     try:
         done = subprocess.run(
             command, capture_output=True, text=True, errors="replace", timeout=TIMEOUT, check=False
         )  # a byte that is not UTF-8 is shown as U+FFFD, never a crash
     except (OSError, subprocess.TimeoutExpired) as error:
-        return [], f"nvidia-smi failed: {error}"
+        return None, f"nvidia-smi failed: {error}"
     if done.returncode != 0:
         said = (done.stdout + done.stderr).strip().splitlines()
-        return [], f"nvidia-smi exited {done.returncode}: {said[0] if said else 'no output'}"
+        return None, f"nvidia-smi exited {done.returncode}: {said[0] if said else 'no output'}"
+    return done.stdout, None
+
+
+def query_gpus() -> tuple[list[Gpu], str | None]:
+    """The GPUs, or none and why (no nvidia-smi, it failed): never a reason to stop."""
+    text, reason = _smi(f"--query-gpu={QUERY}")
+    if text is None:
+        return [], reason
     try:
-        return parse_gpus(done.stdout), None
+        return parse_gpus(text), None
     except ValueError as error:
         return [], f"nvidia-smi answered {error}"
+
+
+def compute_pids() -> set[int] | None:
+    """The PIDs of the processes holding GPU memory (compute apps); None without nvidia-smi.
+    HostError when it fails: whether the memory is free is then unknown. A line that is no PID
+    (`N/A`) is left out: no process can be told from it."""
+    text, reason = _smi("--query-compute-apps=pid")
+    if text is None:
+        if reason == NO_SMI:
+            return None
+        raise HostError(f"cannot list the processes holding GPU memory: {reason}")
+    return {int(line) for line in map(str.strip, text.splitlines()) if is_ascii_digits(line)}

@@ -18,7 +18,14 @@ from pydantic import ValidationError
 from nccl_launch.bench.result import BenchReport
 from nccl_launch.errors import EXIT_OK
 from nccl_launch.escaping import escaped
-from nccl_launch.files import BaseDirectory, FileError, base_directory, open_beneath, read_text
+from nccl_launch.files import (
+    BaseDirectory,
+    FileError,
+    append_line,
+    base_directory,
+    open_beneath,
+    read_text,
+)
 from nccl_launch.report import Report
 
 FILE_NAME = "bench.jsonl"
@@ -109,18 +116,7 @@ class Recorder:
     def append(self, report: BenchReport) -> None:
         """One line, in one write; after a torn last line, on a line of its own."""
         line = report.model_dump_json(exclude={"drift"}) + "\n"
-        size = os.fstat(self.fd).st_size
-        if size and os.pread(self.fd, 1, size - 1) != b"\n":
-            line = "\n" + line
-        data = line.encode()
-        try:
-            written = os.write(self.fd, data)
-        except OSError as error:
-            raise FileError(f"bench history {self.path}: cannot append: {error.strerror}") from None
-        if written != len(data):  # a full disk: say so rather than leave it unsaid
-            raise FileError(
-                f"bench history {self.path}: only {written} of {len(data)} bytes written"
-            )
+        append_line(self.fd, line, f"bench history {self.path}")
 
 
 class History(Report):

@@ -130,6 +130,9 @@ def port_check(server: Server) -> Check:
     host, port = server.host or facts.DEFAULT_HOST, server.port or facts.DEFAULT_PORT
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # As SGLang binds (uvicorn sets it): the connections a server just stopped leaves in
+        # TIME_WAIT do not keep the next one from the port, a listener does.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as error:

@@ -61,7 +61,9 @@ def _check_table(table: Any, check: Callable[[str, Any], str]) -> dict[str, str]
     return values
 
 
-def _nccl_value(short: str, value: Any) -> str:
+def nccl_value(short: str, value: Any) -> str:
+    """The canonical string of `[nccl]` KEY = `value` (KEY without the prefix), or a
+    ValueError saying what would be valid."""
     if short.startswith(catalog.PREFIX):
         raise ValueError(f"write the name without the prefix: {short.removeprefix('NCCL_')} = ...")
     name = catalog.PREFIX + short
@@ -166,7 +168,7 @@ class Profile(StrictModel):
     @field_validator("nccl", mode="before")
     @classmethod
     def _nccl(cls, table: Any) -> dict[str, str]:
-        return _check_table(table, _nccl_value)
+        return _check_table(table, nccl_value)
 
     @field_validator("env", mode="before")
     @classmethod

@@ -19,9 +19,9 @@ import tomli_w
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files import FileError, atomic_write, check_trusted
 from nccl_launch.masking import holds_secret
-from nccl_launch.profile.chain import read_chain
+from nccl_launch.profile.chain import ProfileChain, read_chain
 from nccl_launch.profile.document import parse_profile_toml
-from nccl_launch.profile.load import validate_chain, validate_resolved
+from nccl_launch.profile.load import LoadedProfile, validate_chain, validate_resolved
 from nccl_launch.profile.model import PROFILE_SCHEMA
 from nccl_launch.profile.plan import ProfilePlan, build_plan
 from nccl_launch.profile.search import find_profile
@@ -64,25 +64,31 @@ def check_name(name: str) -> None:
         raise UsageError(error.problems[0]) from None
 
 
-def _copied(ref: str, name: str) -> tuple[dict[str, Any], bool]:
-    """`ref` resolved through its `extends` chain, renamed `name` at version 1, its source in
-    `provenance.source`; and whether any of its files was kept from other users' eyes."""
-    chain = read_chain(find_profile(ref))
+def resolved_copy(chain: ProfileChain) -> tuple[dict[str, Any], LoadedProfile, bool]:
+    """The data of a chain with its `extends` resolved and dropped, the profile it validates
+    to, and whether it is to be kept from other users' eyes: like one of its files, or like
+    `convert` keeps what it would mask."""
     loaded = validate_chain(chain)
-    plan = loaded.plan
     data = chain.merged()
     data.pop("extends", None)
     if loaded.env_files:  # written beside another file, a relative path would name another
         data["env_files"] = [str(path) for path in loaded.env_files]
+    private = any(not path.stat().st_mode & stat.S_IROTH for path in chain.paths)
+    return data, loaded, private or holds_secret(loaded.plan.argv, loaded.plan.env)
+
+
+def _copied(ref: str, name: str) -> tuple[dict[str, Any], bool]:
+    """`ref` resolved through its `extends` chain, renamed `name` at version 1, its source in
+    `provenance.source`; and whether it is private (`resolved_copy`)."""
+    data, loaded, private = resolved_copy(read_chain(find_profile(ref)))
+    plan = loaded.plan
     data |= {"name": name, "version": 1}
     source = f"nccl-launch new --from {plan.label} ({plan.short_digest}, {loaded.path})"
     provenance = data.pop("provenance", {})
     if "source" in provenance:  # where the copied profile came from stays said
         source += f"; its source: {provenance['source']}"
     data["provenance"] = provenance | {"source": source}  # last, as in the shipped files
-    # Kept from other users' eyes like its source, or like `convert` keeps what it would mask.
-    private = any(not path.stat().st_mode & stat.S_IROTH for path in chain.paths)
-    return data, private or holds_secret(plan.argv, plan.env)
+    return data, private
 
 
 def new_profile(
@@ -92,13 +98,18 @@ def new_profile(
     checked as `validate` would first, never replacing a file without `force`."""
     check_name(name)
     path = folder / f"{name}.toml"
-    private = False
     if source is None:
         text = SCRATCH.format(name=json.dumps(name))  # a checked name needs no TOML escape
-    else:
-        data, private = _copied(source, name)
-        text = tomli_w.dumps(data)
+        return path, write_profile(path, text, private=False, force=force)
+    data, private = _copied(source, name)
+    return path, write_profile(path, tomli_w.dumps(data), private=private, force=force)
+
+
+def write_profile(path: Path, text: str, *, private: bool, force: bool) -> ProfilePlan:
+    """Write the profile `text` to `path` atomically (0600 when `private`), checked as
+    `validate` would first, never replacing a file without `force`; its plan."""
     profile = validate_resolved(path, parse_profile_toml(path, text))
+    folder = path.parent
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--dir {folder}: not a directory")
     if path.is_dir():
@@ -114,7 +125,7 @@ def new_profile(
         raise exists from None
     except OSError as error:
         raise FileError(f"{path}: cannot write: {error.strerror}") from None
-    return path, build_plan(profile)
+    return build_plan(profile)
 
 
 def _mode(path: Path, private: bool) -> int:

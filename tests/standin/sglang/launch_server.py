@@ -34,6 +34,16 @@ Knobs, for tests:
   end, STANDIN_LONG_LINE=1 a `data:` line without end, STANDIN_CLOSE_BEFORE_DONE=1 closes the
   stream after the usage event, before `data: [DONE]`; STANDIN_LINE_END=TEXT ends the
   stream's lines with TEXT (CR or CRLF) instead of LF;
+- STANDIN_TUNE_MODEL=1 makes the rate a function of the NCCL environment the server started
+  with, for `tune`: STANDIN_TOKEN_RATE times one factor per variable of TUNE_FACTORS (a value
+  not in its table: 1.0), each request's rate then times a uniform factor in [1-n, 1+n],
+  n = STANDIN_NOISE (default 0.01);
+- STANDIN_START_DELAY=S: /health answers 503 for S seconds after the workers are up;
+  STANDIN_EXIT_IF="KEY=VALUE,..." exits 1 at start, after an NCCL error like SGLang's on
+  stderr, when the environment holds one of those values (`KEY=`: unset);
+  STANDIN_HANG_IF="KEY=VALUE,..." answers /health with 503 forever for one of them;
+- STANDIN_COMPUTE_APPS=FILE: each scheduler appends its PID to FILE, where the stand-in
+  nvidia-smi (tests/standin/bin) lists it as a process holding GPU memory while it runs;
 - STANDIN_DRIFT_AT_REQUEST=N: the Nth /v1/completions request first starts the late
   scheduler of SIGUSR1 (so a worker drifts while a benchmark runs) and streams once it is up;
 - STANDIN_RECORD=FILE records instead of serving: it writes {"pid", "argv", "cwd", "env"} as
@@ -65,6 +75,21 @@ from typing import Any
 
 PR_SET_PDEATHSIG = 1
 SSE = "text/event-stream; charset=utf-8"
+# The rate model of STANDIN_TUNE_MODEL=1: a factor per value as the merged environment holds
+# it (canonical, BUFFSIZE in bytes), "" for unset. The best of these is LL128 Ring 8 8MiB 256.
+TUNE_FACTORS = {
+    "NCCL_PROTO": {"": 0.80, "LL": 1.00, "LL128": 1.12, "Simple": 0.85},
+    "NCCL_ALGO": {"": 0.90, "Ring": 1.00, "Tree": 0.95},
+    "NCCL_MAX_NCHANNELS": {"": 0.90, "8": 1.06, "16": 1.00, "32": 0.94},
+    "NCCL_BUFFSIZE": {"": 0.97, "4194304": 1.00, "8388608": 1.04, "16777216": 1.00},
+    "NCCL_NTHREADS": {"": 0.97, "256": 1.03, "512": 1.00},
+}
+# What SGLang prints when NCCL refuses a value as its communicators are created.
+NCCL_ERROR = (
+    "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, invalid "
+    "argument (run with NCCL_DEBUG=WARN for details), NCCL version 2.27.3\n"
+    "ncclInvalidArgument: Invalid value for an argument.\n"
+)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -106,6 +131,32 @@ def set_envs_and_config(args: argparse.Namespace) -> None:
         os.environ.setdefault("NCCL_GRAPH_REGISTER", "0")
 
 
+def base_rate() -> float:
+    """Tokens per second: STANDIN_TOKEN_RATE, times the tune model's factors when it is on."""
+    rate = float(os.environ.get("STANDIN_TOKEN_RATE", 200))
+    if os.environ.get("STANDIN_TUNE_MODEL") == "1":
+        for key, table in TUNE_FACTORS.items():
+            rate *= table.get(os.environ.get(key, ""), 1.0)
+    return rate
+
+
+def request_rate(base: float) -> float:
+    """One request's rate: the tune model's adds its noise."""
+    if os.environ.get("STANDIN_TUNE_MODEL") != "1":
+        return base
+    noise = float(os.environ.get("STANDIN_NOISE", 0.01))
+    return base * random.uniform(1 - noise, 1 + noise)  # noqa: S311 - noise, not a secret
+
+
+def holds_any(spec: str) -> str | None:
+    """The first `KEY=VALUE` of `spec` the environment holds (`KEY=`: unset), or None."""
+    for item in filter(None, spec.split(",")):
+        key, _, value = item.partition("=")
+        if os.environ.get(key, "") == value:
+            return item
+    return None
+
+
 def worker(title: str, ready: Connection) -> None:
     """A scheduler or detokenizer: title itself, die with the parent, say ready, then idle."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -113,7 +164,13 @@ def worker(title: str, ready: Connection) -> None:
     import setproctitle
 
     setproctitle.setproctitle(title)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    apps = os.environ.get("STANDIN_COMPUTE_APPS")
+    if apps and title.startswith("sglang::scheduler"):  # a rank holds its GPU's memory
+        with Path(apps).open("a", encoding="ascii") as listed:
+            listed.write(f"{os.getpid()}\n")
+    # Gone at once: the main process terminates its workers, then multiprocessing again at its
+    # exit, and a second SIGTERM inside sys.exit's clean-up would print a traceback to the log.
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     ready.send(title)  # like SGLang's schedulers, which report to the main process when up
     while True:
         signal.pause()
@@ -142,6 +199,8 @@ class Server:
         self.context = multiprocessing.get_context("spawn")
         self.workers: list[multiprocessing.process.BaseProcess] = []
         self.ready = False
+        self.healthy_at = float("inf")  # time.monotonic() from which /health answers 200
+        self.rate = base_rate()  # of the environment at start, as NCCL reads it once
         self.late_started = threading.Event()
         self.requests = 0
         self.lock = threading.Lock()
@@ -166,6 +225,12 @@ class Server:
             self.spawn(f"sglang::scheduler_TP{rank}", drift)
         self.spawn("sglang::detokenizer")
         self.ready = True
+        if not holds_any(os.environ.get("STANDIN_HANG_IF", "")):
+            delay = float(os.environ.get("STANDIN_START_DELAY", 0))
+            self.healthy_at = time.monotonic() + delay
+
+    def healthy(self) -> bool:
+        return self.ready and time.monotonic() >= self.healthy_at
 
     def late_worker(self, *_: object) -> None:
         # Spawned from the main thread, like every worker: PR_SET_PDEATHSIG fires when the
@@ -248,7 +313,7 @@ def handler(server: Server) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             if self.path in ("/health", "/health_generate"):
-                self.send_response(200 if server.ready else 503)
+                self.send_response(200 if server.healthy() else 503)
                 self.end_headers()
             elif self.path == "/get_server_info" or (
                 self.path == "/server_info" and not os.environ.get("STANDIN_OLD_INFO")
@@ -289,7 +354,7 @@ def handler(server: Server) -> type[BaseHTTPRequestHandler]:
 
         def stream(self, body: dict[str, Any]) -> None:
             tokens = prelude(body, self.wfile)
-            rate = float(os.environ.get("STANDIN_TOKEN_RATE", 200))
+            rate = request_rate(server.rate)
             start = time.monotonic() + float(os.environ.get("STANDIN_TTFT", 0))
             chunk = {"id": "standin", "object": "text_completion", "model": body.get("model")}
             for index in range(tokens):
@@ -338,6 +403,10 @@ def main() -> None:
     if recording:
         sys.exit(record_and_wait(Path(recording), bool(os.environ.get("STANDIN_WAIT"))))
     args = parse(sys.argv[1:])
+    refused = holds_any(os.environ.get("STANDIN_EXIT_IF", ""))
+    if refused:
+        sys.stderr.write(f"{NCCL_ERROR}Last error:\nInvalid value {refused}\n")
+        sys.exit(1)
     set_envs_and_config(args)
     server = Server(args)
     http = ThreadingHTTPServer((args.host, args.port), handler(server))

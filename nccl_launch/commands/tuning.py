@@ -1,0 +1,178 @@
+"""`tune`: search NCCL values against the decode tok/s of servers it starts, and keep the best."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+
+from nccl_launch.bench.result import TOKEN_LIMIT, Method
+from nccl_launch.commands.benching import DEFAULT_MAX_TOKENS, DEFAULT_PROMPT, DEFAULT_RUNS, Echo
+from nccl_launch.commands.options import (
+    echo_lines,
+    format_option,
+    profile_argument,
+    seconds_option,
+    warn,
+)
+from nccl_launch.errors import EXIT_INTERRUPTED, UsageError
+from nccl_launch.render.tune import began_line, ended_line, started_line, summary_lines
+from nccl_launch.tune.result import TrialRow
+from nccl_launch.tune.session import open_base, run_tune
+from nccl_launch.tune.space import build_space
+from nccl_launch.tune.trial import TrialSettings
+
+DEFAULT_READY_TIMEOUT = 1200.0  # a large model loads for minutes
+# SGLang's workers free their GPU memory on SIGTERM; a tree still up after this is killed.
+STOP_GRACE = 30.0
+
+
+def _interrupt(number: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _terminated_as_interrupted() -> Iterator[None]:
+    """SIGTERM (systemd's stop, `timeout`) ends the tune as Ctrl-C does: the trial's server
+    is stopped first, where the default action would leave it running, orphaned."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class TuneEcho(Echo):
+    """Each trial as it starts and ends, with bench's progress within it."""
+
+    def began(self, label: str, journal: Path, done: int) -> None:
+        echo_lines([began_line(label, journal, done)], err=self.err)
+
+    def started(self, number: int, changes: str, digest: str) -> None:
+        echo_lines([started_line(number, changes, digest)], err=self.err)
+
+    def ended(self, row: TrialRow) -> None:
+        echo_lines([ended_line(row)], err=self.err)
+
+    def warn(self, problem: str) -> None:
+        warn(problem)
+
+
+@click.command()
+@profile_argument()
+@click.option(
+    "--space",
+    "space_file",
+    type=click.Path(path_type=Path),
+    help="TOML file of the values to try: NAME = [V1, V2, ...] per NCCL variable, without the "
+    'NCCL_ prefix; "unset" leaves the variable to NCCL.',
+)
+@click.option(
+    "--try",
+    "tries",
+    multiple=True,
+    metavar="NAME=V1,V2,...",
+    help="Values to try for one variable (repeatable; replaces the --space file's).",
+)
+@click.option(
+    "--budget",
+    type=click.IntRange(min=1),
+    help="At most this many trials, those in the journal included  [default: no limit]",
+)
+@click.option("--grid", is_flag=True, help="Try every combination, not coordinate descent.")
+@click.option(
+    "--write",
+    is_flag=True,
+    help="Write the winner as the profile's next version, its measured [baseline] included.",
+)
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(min=1, max=TOKEN_LIMIT),
+    help=f"Tokens per request  [default: the baseline's, else {DEFAULT_MAX_TOKENS}]",
+)
+@click.option(
+    "--runs",
+    type=click.IntRange(min=1),
+    help=f"Measured requests per trial  [default: the baseline's, else {DEFAULT_RUNS}]",
+)
+@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True)
+@click.option("--prompt", default=DEFAULT_PROMPT, help="The prompt of every request.")
+@seconds_option(
+    "--timeout",
+    least=0,
+    included=False,
+    default=60.0,
+    show_default=True,
+    help_text="Seconds to wait for the connection and between two streamed events.",
+)
+@seconds_option(
+    "--ready-timeout",
+    least=0,
+    included=False,
+    default=DEFAULT_READY_TIMEOUT,
+    show_default=True,
+    help_text="Seconds a started server has to answer /health; later, its trial fails.",
+)
+@format_option("text", "json", default="text")
+def tune(
+    profile: str,
+    space_file: Path | None,
+    tries: tuple[str, ...],
+    budget: int | None,
+    grid: bool,
+    write: bool,
+    max_tokens: int | None,
+    runs: int | None,
+    warmup: int,
+    prompt: str,
+    timeout: float,
+    ready_timeout: float,
+    fmt: str,
+) -> int:
+    """Search NCCL values for PROFILE: start its server with each candidate, measure decode
+    tok/s as bench does, keep the fastest.
+
+    Coordinate descent from PROFILE's values (one variable at a time; a change is kept when
+    it beats the best by more than the measured noise), NCCL's defaults measured once as the
+    reference, each candidate once. Every finished trial goes to a journal under
+    $XDG_STATE_HOME/nccl-launch/tune: the same command resumes an interrupted tune.
+    Exit 0 with a winner, 1 when no trial could be measured, 2 bad options, space or profile,
+    3 a host problem (the port taken), 130 on Ctrl-C (the server stopped).
+    """
+    try:
+        prompt.encode()
+    except UnicodeEncodeError:  # argv bytes that were not UTF-8 (surrogateescape)
+        raise UsageError("--prompt: holds a byte that is not UTF-8; write it in UTF-8") from None
+    space = build_space(space_file, tries)
+    candidates = open_base(profile)
+    baseline = candidates.base.profile.baseline
+    method = Method(
+        max_tokens=max_tokens or (baseline and baseline.max_tokens) or DEFAULT_MAX_TOKENS,
+        runs=runs or (baseline and baseline.runs) or DEFAULT_RUNS,
+        warmup=warmup,
+        prompt=prompt,
+    )
+    settings = TrialSettings(
+        method=method, ready_timeout=ready_timeout, request_timeout=timeout, stop_grace=STOP_GRACE
+    )
+    echo = TuneEcho(err=fmt == "json", asked=method.max_tokens)
+    try:
+        with _terminated_as_interrupted():
+            report = run_tune(candidates, space, settings, budget, grid, write, echo)
+    except KeyboardInterrupt:
+        echo_lines(
+            [
+                "interrupted: the trial's server is stopped; the finished trials are in the "
+                "journal, and the same command resumes the tune"
+            ],
+            err=True,
+        )
+        return EXIT_INTERRUPTED
+    if fmt == "json":
+        click.echo(report.model_dump_json(indent=2))
+    else:
+        echo_lines(summary_lines(report))
+    return report.exit_code

@@ -1,0 +1,122 @@
+"""Candidates: the profile resolved with a trial's values, each written as a real profile file
+in the tune's folder (so its validation and digest are a profile's own, and the trial starts
+it as `run` would); and the winner written as the profile's next version."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from nccl_launch.digits import is_ascii_digits
+from nccl_launch.errors import UsageError
+from nccl_launch.profile.chain import ProfileChain
+from nccl_launch.profile.load import validate_resolved
+from nccl_launch.profile.model import nccl_value
+from nccl_launch.profile.new import resolved_copy, write_profile
+from nccl_launch.profile.plan import ProfilePlan, build_plan
+from nccl_launch.profile.search import find_profile
+from nccl_launch.tune.search import Values
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """The profile with `values`: its resolved TOML data and its digest."""
+
+    values: Values
+    data: dict[str, Any]
+    digest: str
+
+
+def changes(values: Values, start: Values) -> str:
+    """`PROTO=LL128 ALGO=unset`: the values that differ from `start`, or `none`."""
+    words = [
+        f"{name}={'unset' if value is None else value}"
+        for name, value in values.items()
+        if value != start.get(name)
+    ]
+    return " ".join(words) or "none"
+
+
+def _as_written(name: str, value: str) -> str | int:
+    """A canonical value as a profile writes it: a number as a TOML integer where the
+    variable's rule reads it the same (MAX_NCHANNELS = 8, not "8")."""
+    if is_ascii_digits(value) and nccl_value(name, int(value)) == value:
+        return int(value)
+    return value
+
+
+class Candidates:
+    """The candidates of one base profile (`chain`), each built once."""
+
+    def __init__(self, chain: ProfileChain) -> None:
+        self.data, self.base, self.private = resolved_copy(chain)
+        self._built: dict[tuple[tuple[str, str | None], ...], Candidate] = {}
+
+    def start(self, names: list[str]) -> Values:
+        """The base profile's value of each name (None: it leaves it unset)."""
+        return {name: self.base.profile.nccl.get(name) for name in names}
+
+    def get(self, values: Values) -> Candidate:
+        key = tuple(sorted(values.items()))
+        if key not in self._built:
+            self._built[key] = self._build(values)
+        return self._built[key]
+
+    def _build(self, values: Values) -> Candidate:
+        label = self.base.plan.label
+        data = copy.deepcopy(self.data)
+        data.pop("baseline", None)  # the base's figure is not the candidate's
+        nccl = data.setdefault("nccl", {})
+        for name, value in values.items():
+            if value is None:
+                nccl.pop(name, None)
+            else:
+                nccl[name] = _as_written(name, value)
+        data["name"] = f"{self.base.profile.name}.tune"
+        data["description"] = (
+            f"a tune candidate of {label}: {changes(values, self.start(list(values)))}"
+        )
+        data["provenance"] = {
+            "source": f"nccl-launch tune {label} ({self.base.plan.short_digest}, {self.base.path})"
+        }
+        plan = build_plan(validate_resolved(label, data))
+        return Candidate(values=dict(values), data=data, digest=plan.digest)
+
+    def write(self, candidate: Candidate, folder: Path) -> Path:
+        """The candidate's profile file in `folder` (written again, the same, if there)."""
+        path = folder / f"{candidate.digest.removeprefix('sha256:')[:16]}.toml"
+        text = tomli_w.dumps(candidate.data)
+        write_profile(path, text, private=self.private, force=True)
+        return path
+
+    def next_path(self) -> Path:
+        """Where the base's next version goes: beside it, `NAME-VERSION.toml`; UsageError
+        when that version exists already, there or on the search path."""
+        profile = self.base.profile
+        version = profile.version + 1
+        try:
+            taken = find_profile(f"{profile.name}@{version}", near=self.base.path.parent)
+        except UsageError:
+            return self.base.path.parent / f"{profile.name}-{version}.toml"
+        raise UsageError(
+            f"--write: {profile.name}@{version} exists already ({taken}); tune writes the "
+            "next version of the profile it tunes, never over another"
+        )
+
+    def write_next(
+        self, winner: Candidate, baseline: dict[str, Any], provenance: dict[str, str]
+    ) -> tuple[Path, ProfilePlan]:
+        """The winner as the base's next version, with `baseline` and `provenance` over the
+        base's, never over an existing file; its digest is the winner's."""
+        path = self.next_path()
+        profile = self.base.profile
+        data = copy.deepcopy(winner.data)
+        data |= {"name": profile.name, "version": profile.version + 1}
+        data["description"] = profile.description
+        data["provenance"] = self.data.get("provenance", {}) | provenance
+        data["baseline"] = baseline  # last, as in the shipped files
+        return path, write_profile(path, tomli_w.dumps(data), private=self.private, force=False)

@@ -1,0 +1,113 @@
+"""The journal of a tune: one JSON line appended per finished trial, under the XDG state
+directory, read back at the start so that the same command resumes where it stopped.
+
+A line is whole or absent (one write to a file opened O_APPEND; files.append_line); a line
+that is not a trial (torn by a crash, edited) is a warning with its number, never the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path, PurePath
+
+from pydantic import BaseModel, Field, ValidationError
+
+from nccl_launch.bench.history import state_home
+from nccl_launch.files import FileError, append_line, open_beneath
+from nccl_launch.profile.plan import DIGEST
+from nccl_launch.tune.trial import TrialOutcome
+
+FILE_NAME = "journal.jsonl"
+LIMIT = 64 << 20  # some 20,000 trials: a larger file is not a journal
+_FIX = "set XDG_STATE_HOME to a folder of your own"
+
+
+class JournalLine(BaseModel):
+    """One finished trial: the candidate (its values, digest, file), its log, its outcome."""
+
+    time: str
+    digest: str = Field(pattern=DIGEST.pattern)
+    values: dict[str, str | None]
+    candidate: str
+    log: str
+    outcome: TrialOutcome
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+@dataclass
+class Journal:
+    """The journal open for appending, and what it held when opened: the last line of each
+    candidate whose trial is final (a launch refused for the calling environment is tried
+    again, as nothing of the candidate ran), and a problem per line that is no trial."""
+
+    path: Path
+    fd: int
+    done: dict[str, JournalLine] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def append(self, line: JournalLine) -> None:
+        append_line(self.fd, line.model_dump_json() + "\n", f"tune journal {self.path}")
+        self._keep(line)
+
+    def _keep(self, line: JournalLine) -> None:
+        if line.outcome.status != "refused":
+            self.done[line.digest] = line
+
+    def read_lines(self, text: str) -> None:
+        for number, raw in enumerate(text.split("\n"), start=1):
+            if not raw.strip():
+                continue
+            try:
+                line = JournalLine.model_validate_json(raw)
+            except ValidationError as error:
+                first = error.errors()[0]
+                where = ".".join(str(part) for part in first["loc"])
+                why = f"{where}: {first['msg']}" if where else first["msg"]
+                self.problems.append(f"{self.path}:{number}: not a trial ({why}); skipped")
+                continue
+            self._keep(line)
+
+
+def _open(folder: PurePath) -> tuple[Path, int]:
+    """The journal in `folder` (under the state home), a regular file opened for appending,
+    created if absent with the folders to it (0700), never through a symlink."""
+    state = state_home()
+    path = state.path / folder / FILE_NAME
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK
+    try:
+        fd = open_beneath(state, folder / FILE_NAME, flags, _FIX)
+    except FileError as error:
+        raise FileError(f"tune journal {path}: {error}") from None
+    except OSError as error:
+        raise FileError(f"tune journal {path}: cannot open: {error.strerror}") from None
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode) or status.st_size > LIMIT:
+        os.close(fd)
+        why = "larger than a journal" if stat.S_ISREG(status.st_mode) else "not a regular file"
+        raise FileError(f"tune journal {path}: {why}; move it aside to start the tune afresh")
+    os.set_blocking(fd, True)
+    return path, fd
+
+
+@contextlib.contextmanager
+def opened(folder: PurePath) -> Iterator[Journal]:
+    """The journal of the tune in `folder`, read, and open to append to until the end."""
+    path, fd = _open(folder)
+    try:
+        try:
+            data = os.pread(fd, LIMIT, 0)
+        except OSError as error:
+            raise FileError(f"tune journal {path}: cannot read: {error.strerror}") from None
+        journal = Journal(path, fd)
+        journal.read_lines(data.decode("utf-8", "replace"))
+        yield journal
+    finally:
+        os.close(fd)

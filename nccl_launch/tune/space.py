@@ -1,0 +1,76 @@
+"""The search space: the values to try for each NCCL variable, from a TOML file (`--space`)
+and repeated `--try NAME=V1,V2`, each read as a profile's `[nccl]` value is."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from nccl_launch.errors import UsageError
+from nccl_launch.files import read_text
+from nccl_launch.profile.model import nccl_value
+from nccl_launch.tune.search import Space
+
+UNSET = "unset"  # a value of the space: the variable left out, so NCCL's own default applies
+EXAMPLE = 'PROTO = ["LL", "LL128", "unset"]'
+
+
+def _values(short: str, given: list[Any]) -> tuple[str | None, ...]:
+    """The canonical values of `short`, each once, in order; ValueError names the bad one."""
+    found: list[str | None] = []
+    for value in given:
+        canonical = None if value == UNSET else nccl_value(short, value)
+        if canonical not in found:
+            found.append(canonical)
+    return tuple(found)
+
+
+def read_space_file(path: Path) -> Space:
+    """The space a TOML file declares, one array of values per NCCL variable (no prefix)."""
+    text = read_text(path, "search space", trusted=True)  # it shapes the servers' env
+    try:
+        data = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, ValueError, RecursionError) as error:
+        raise UsageError(f"search space {path}: not TOML: {error}") from None
+    space: Space = {}
+    for short, given in data.items():
+        if not isinstance(given, list) or not given:
+            raise UsageError(
+                f"search space {path}: {short}: not a list of values; valid: an array of "
+                f"the values to try, as in {EXAMPLE}"
+            )
+        try:
+            space[short] = _values(short, given)
+        except ValueError as error:
+            raise UsageError(f"search space {path}: {short}: {error}") from None
+    return space
+
+
+def parse_try(option: str) -> tuple[str, tuple[str | None, ...]]:
+    """`--try NAME=V1,V2,...` as (NAME, its canonical values)."""
+    short, equals, listed = option.partition("=")
+    if not equals or not short or not listed:
+        raise UsageError(f"--try {option}: valid: NAME=V1,V2,... as in --try PROTO=LL,LL128,unset")
+    try:
+        return short, _values(short, listed.split(","))
+    except ValueError as error:
+        raise UsageError(f"--try {option}: {short}: {error}") from None
+
+
+def build_space(path: Path | None, tries: tuple[str, ...]) -> Space:
+    """The file's space with each `--try` over it (a `--try` replaces the file's values of
+    its variable); UsageError when empty, or when two `--try` name one variable."""
+    space = read_space_file(path) if path is not None else {}
+    named: set[str] = set()
+    for option in tries:
+        short, values = parse_try(option)
+        if short in named:
+            raise UsageError(f"--try {option}: {short} is named twice; give its values once")
+        named.add(short)
+        space[short] = values
+    if not space:
+        raise UsageError(
+            "nothing to search: give the values to try with --space FILE or --try NAME=V1,V2"
+        )
+    return space

@@ -1,0 +1,264 @@
+"""One trial of `tune`: start a candidate profile's server as `run` would (as a child, its output
+in a log), wait until it is ready, measure it as `bench` does, stop its tree and wait until the
+port and the GPU memory are free again. A server that exits, never gets ready or drifts is a
+failed trial, not the end of the tune; what keeps the next trial from starting cleanly is."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import signal
+import stat
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import psutil
+from pydantic import BaseModel
+
+from nccl_launch.bench.gpus import compute_pids
+from nccl_launch.bench.measure import Progress, locate, measure_decode
+from nccl_launch.bench.result import Method
+from nccl_launch.bench.url import Address, server_url, url_address
+from nccl_launch.env.drift import DriftEntry
+from nccl_launch.errors import HostError, NcclLaunchError, UsageError
+from nccl_launch.escaping import escaped
+from nccl_launch.launch.host import port_check
+from nccl_launch.launch.prepare import LaunchPlan, prepare_launch
+from nccl_launch.live.compare import LiveReport
+from nccl_launch.live.processes import HeldProcess, ProcessSnapshot, snapshot_tree, stop_tree
+from nccl_launch.masking import mask_value, mask_words
+from nccl_launch.sglang.server import Server
+
+TrialStatus = Literal["measured", "refused", "exited", "not-ready", "drift", "failed"]
+POLL = 0.05  # seconds between two /health requests, and two looks at the freed port and GPUs
+RELEASE_TIMEOUT = 10.0  # seconds for the port and the GPU memory to be free after the stop
+TAIL_LINES = 20  # of the server's log, kept with a failed trial
+TAIL_BYTES = 16384  # read from the log's end for them: a line longer is cut
+
+
+@dataclass(frozen=True)
+class TrialSettings:
+    """The same for every trial of a tune."""
+
+    method: Method  # bench's: max_tokens, runs, warmup, prompt
+    ready_timeout: float  # seconds from start until /health answers 200
+    request_timeout: float  # bench's --timeout for each request
+    stop_grace: float  # seconds between SIGTERM and SIGKILL of the tree
+
+
+class TrialOutcome(BaseModel):
+    """What one trial found; `tune` writes it into its journal."""
+
+    status: TrialStatus
+    runs: list[float] = []  # tok/s of each measured run (status "measured" only)
+    detail: str = ""  # one line, masked and escaped: why it is not "measured"
+    exit_code: int | None = None  # the server's, when it exited
+    log_tail: list[str] = []  # the last lines of its log (masked, escaped), when it failed
+    seconds: float  # wall time of the whole trial
+
+
+def run_trial(ref: str, settings: TrialSettings, log: Path, progress: Progress) -> TrialOutcome:
+    """Start the candidate profile `ref` (a file) through `run`'s launch path, measure it and
+    stop it. HostError when its port is taken before the start, or not free (nor its GPU
+    memory) after the stop; KeyboardInterrupt stops the server first, then goes on."""
+    start = time.monotonic()
+    launch = prepare_launch(ref, [], [], os.environ)
+    server = launch.loaded.profile.server
+    if server is None:
+        raise UsageError(f"profile {launch.plan.label} has no [server] table for tune to start")
+    refusal = launch.refusal()
+    if refusal is not None:
+        detail = f"the calling environment drifts from the candidate: {_entries(refusal.drifted)}"
+        return TrialOutcome(status="refused", detail=detail, seconds=time.monotonic() - start)
+    port = port_check(server)
+    if port.status != "ok":
+        raise HostError(f"cannot start a trial: {port.message}")
+    with _log_file(log) as fd, _started(launch, fd) as child:
+        try:
+            outcome = _trial(launch, server, child, settings, progress)
+        finally:  # Ctrl-C included: the tree is stopped, then the interrupt goes on
+            code = _stop(child, server, settings.stop_grace)
+        more: dict[str, object] = {"seconds": time.monotonic() - start}
+        if outcome.status == "exited":
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            more |= {"exit_code": code, "detail": f"the server {how}"}
+        if outcome.status not in ("measured", "drift"):
+            more["log_tail"] = _tail(fd)
+    return outcome.model_copy(update=more)
+
+
+def _entries(entries: list[DriftEntry]) -> str:
+    """Drifted keys on one line: `NCCL_PROTO LL -> Simple`, values masked as people see them."""
+    said = [f"{e.key} {_value(e.key, e.expected)} -> {_value(e.key, e.actual)}" for e in entries]
+    return escaped("; ".join(said))
+
+
+def _value(key: str, value: str | None) -> str:
+    """A drift entry's value as people see it: masked, `unset` for none."""
+    return "unset" if value is None else mask_value(key, value)
+
+
+def _live_drift(when: str, report: LiveReport) -> str:
+    """Why the check `when` (before, after) failed, on one line."""
+    if report.digest_differs:
+        return escaped(f"checked {when}: the server runs digest {report.running_digest}")
+    reasons = [
+        f"pid {process.pid} {mask_words(process.title)}: "
+        + (_entries(process.drifted) if process.readable else f"unreadable ({process.reason})")
+        for process in report.processes
+        if process.drifted or not process.readable
+    ]
+    return escaped(f"checked {when}: {'; '.join(reasons)}")
+
+
+@contextlib.contextmanager
+def _log_file(path: Path) -> Iterator[int]:
+    """The trial's log, created 0600 (the server may print its secrets) or emptied: never
+    through a symlink, only a regular file of this user's with no other name (a FIFO would
+    block the server, a hard link would empty another file)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as error:
+        raise HostError(f"cannot write the trial's log {path}: {error.strerror}") from None
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode) or status.st_nlink != 1:
+            raise HostError(f"the trial's log {path} is not a regular file with one name")
+        if status.st_uid != os.geteuid():
+            raise HostError(f"the trial's log {path} belongs to uid {status.st_uid}, not this user")
+        os.ftruncate(fd, 0)
+        os.fchmod(fd, 0o600)
+        os.set_blocking(fd, True)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class _Child:
+    """The server started for the trial, held by a pidfd, and its tree as last seen: once
+    the main process has exited, its workers are known only from there."""
+
+    process: subprocess.Popen[bytes]
+    held: HeldProcess
+    tree: list[ProcessSnapshot]
+
+    def look(self) -> None:
+        """Read the tree again while the main process runs."""
+        with contextlib.suppress(HostError):  # it has exited: the last look stays
+            self.tree = snapshot_tree(self.held)
+
+
+@contextlib.contextmanager
+def _started(launch: LaunchPlan, log: int) -> Iterator[_Child]:
+    """The server as `run` would exec it (argv, env, cwd), in a session of its own so that the
+    terminal's Ctrl-C reaches only tune, held by a pidfd; reaped when the block ends."""
+    argv, env = launch.command(), launch.merged.env
+    try:
+        process = subprocess.Popen(
+            argv, env=env, cwd=launch.cwd, stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    except OSError as error:
+        where = f" in {launch.cwd}" if launch.cwd else ""
+        raise HostError(f"cannot execute {argv[0]}{where}: {error.strerror}") from None
+    pidfd = -1
+    try:
+        # Not yet reaped, so its PID names it alone, exited or not.
+        pidfd = os.pidfd_open(process.pid)
+        held = HeldProcess(process.pid, psutil.Process(process.pid).create_time(), pidfd)
+        child = _Child(process, held, [])
+        child.look()
+        yield child
+    finally:
+        if process.returncode is None:  # never stopped: its group, while it is not reaped
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        if pidfd >= 0:
+            os.close(pidfd)
+
+
+def _healthy(address: Address, timeout: float) -> bool:
+    """Whether GET /health answers 200 now (stdlib: no proxy of the environment is asked)."""
+    connection = http.client.HTTPConnection(address.host, address.port, timeout=timeout)
+    try:
+        connection.request("GET", "/health")
+        return connection.getresponse().status == http.client.OK
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        connection.close()
+
+
+def _trial(
+    launch: LaunchPlan, server: Server, child: _Child, settings: TrialSettings, progress: Progress
+) -> TrialOutcome:
+    """Wait for /health, then measure; the outcome's seconds are set by the caller."""
+    url = server_url(server)
+    address = url_address(url)
+    deadline = time.monotonic() + settings.ready_timeout
+    # One answer may take a while (SGLang can generate a token for it): bounded by the deadline.
+    while not _healthy(address, max(POLL, deadline - time.monotonic())):
+        if not child.held.running():
+            return TrialOutcome(status="exited", seconds=0)
+        if time.monotonic() >= deadline:
+            detail = f"no answer 200 from /health within {settings.ready_timeout:g} s"
+            return TrialOutcome(status="not-ready", detail=detail, seconds=0)
+        child.look()
+        time.sleep(POLL)
+    try:
+        endpoint = locate(url, child.held.pid)
+        report = measure_decode(
+            launch.loaded, endpoint, settings.method, settings.request_timeout, progress
+        )
+    except NcclLaunchError as error:
+        if not child.held.running():
+            return TrialOutcome(status="exited", seconds=0)
+        return TrialOutcome(status="failed", detail=escaped(str(error)), seconds=0)
+    if report.status == "interrupted":
+        raise KeyboardInterrupt
+    if report.drift is not None:
+        when = "before" if report.status == "refused" else "after"
+        return TrialOutcome(status="drift", detail=_live_drift(when, report.drift), seconds=0)
+    return TrialOutcome(status="measured", runs=[run.tok_s for run in report.runs], seconds=0)
+
+
+def _stop(child: _Child, server: Server, grace: float) -> int:
+    """Stop the whole tree, reap the server, wait until its port and GPU memory are free;
+    the server's exit code (negative: the signal that ended it)."""
+    child.look()
+    stop_tree(child.held, child.tree, grace)
+    code = child.process.wait()
+    _wait_released(server, {child.held.pid} | {snapshot.pid for snapshot in child.tree})
+    return code
+
+
+def _wait_released(server: Server, pids: set[int]) -> None:
+    """Until nothing listens on the server's port and, where nvidia-smi exists, none of
+    `pids` holds GPU memory: the next trial must start on a clean host."""
+    deadline = time.monotonic() + RELEASE_TIMEOUT
+    while True:
+        port = port_check(server)
+        holding = compute_pids()
+        ours = sorted(pids & holding) if holding is not None else []
+        if port.status == "ok" and not ours:
+            return
+        if time.monotonic() >= deadline:
+            why = port.message if port.status != "ok" else f"pids {ours} still hold GPU memory"
+            raise HostError(f"after the trial's server stopped: {why}; the next trial cannot start")
+        time.sleep(POLL)
+
+
+def _tail(fd: int) -> list[str]:
+    """The last lines of the log, masked and escaped: they are printed and kept."""
+    size = os.fstat(fd).st_size
+    data = os.pread(fd, TAIL_BYTES, max(0, size - TAIL_BYTES))
+    lines = data.decode(errors="replace").splitlines()[-TAIL_LINES:]
+    return [escaped(mask_words(line)) for line in lines]

@@ -1,0 +1,333 @@
+"""`tune` end to end on the stand-in SGLang server with its rate model (STANDIN_TUNE_MODEL=1:
+the decode rate is a function of the NCCL environment the server started with, best at
+LL128 Ring 8 8MiB 256); the search itself on a pure objective function, which is its own test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nccl_launch.tune.search import Score, Space, Values, descend, grid
+from tests.conftest import RunCli, WriteProfile, console_script
+from tests.helpers import STANDIN, free_port, wait_for
+from tests.test_live import Server
+
+SEED = """
+schema = 1
+name = "standin"
+version = 1
+[nccl]
+PROTO = "LL"
+ALGO = "Ring"
+MAX_NCHANNELS = 16
+BUFFSIZE = "16MiB"
+NTHREADS = 512
+[server]
+python = "{python}"
+model_path = "/models/m"
+tp_size = 2
+port = {port}
+nnodes = {nnodes}
+[policy]
+accept = ["NCCL_MAX_NCHANNELS deprecated"]
+"""
+# Short trials: 3 runs of 40 tokens at about 200 tok/s, no warm-up; a server that is not
+# ready within 2 s never will be (the stand-in is up in a fraction of a second).
+FAST = ("--max-tokens", "40", "--runs", "3", "--warmup", "0", "--ready-timeout", "2")
+MODEL = {"PYTHONPATH": str(STANDIN), "STANDIN_TUNE_MODEL": "1"}
+
+
+JSON_KEYS = {
+    "schema_version",
+    "profile",
+    "digest",
+    "path",
+    "journal",
+    "method",
+    "space",
+    "strategy",
+    "budget",
+    "stop",
+    "noise",
+    "trials",
+    "profile_trial",
+    "defaults_trial",
+    "winner",
+    "written",
+    "gain_over_profile",
+    "gain_over_defaults",
+}
+
+
+@pytest.fixture
+def seed(write_profile: WriteProfile) -> int:
+    """The seed's six values (P2P_LEVEL aside) in profiles/standin.toml; its port."""
+    port = free_port()
+    write_profile("standin", SEED.format(python=sys.executable, port=port, nnodes=1))
+    return port
+
+
+def journals(tmp_path: Path) -> list[Path]:
+    return sorted(
+        (tmp_path / "home" / ".local" / "state" / "nccl-launch" / "tune").glob("*/*.jsonl")
+    )
+
+
+def journal_lines(path: Path) -> list[dict[str, Any]]:
+    """The journal's trials (a torn line skipped)."""
+    found = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            found.append(json.loads(line))
+    return found
+
+
+def by_changes(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {row["changes"]: row for row in document["trials"]}
+
+
+def winner_of(document: dict[str, Any]) -> dict[str, Any]:
+    return next(row for row in document["trials"] if row["number"] == document["winner"])
+
+
+# The search on a pure function: the algorithm's own tests.
+
+
+class Separable:
+    """A rate that is a product of one factor per variable (like the stand-in's, noiseless
+    unless `spread` is given); records what was measured."""
+
+    def __init__(self, factors: dict[str, dict[str | None, float]], spread: float = 0.0):
+        self.factors = factors
+        self.spread = spread
+        self.measured: list[str] = []
+
+    def key(self, values: Values) -> str:
+        return repr(sorted(values.items(), key=lambda item: item[0]))
+
+    def measure(self, values: Values) -> Score | None:
+        self.measured.append(self.key(values))
+        rate = 100.0
+        for name, value in values.items():
+            rate *= self.factors[name].get(value, 1.0)
+        return Score(mean=rate, low=rate * (1 - self.spread), high=rate * (1 + self.spread))
+
+
+FACTORS: dict[str, dict[str | None, float]] = {
+    "PROTO": {None: 0.80, "LL": 1.00, "LL128": 1.12, "Simple": 0.85},
+    "MAX_NCHANNELS": {None: 0.90, "8": 1.06, "16": 1.00, "32": 0.94},
+    "NTHREADS": {None: 0.97, "256": 1.03, "512": 1.00},
+}
+SPACE: Space = {
+    "PROTO": ("LL", "LL128", "Simple"),
+    "MAX_NCHANNELS": ("8", "16", "32"),
+    "NTHREADS": ("256", "512"),
+}
+START: Values = {"PROTO": "LL", "MAX_NCHANNELS": "16", "NTHREADS": "512"}
+
+
+def test_descent_finds_the_best_and_measures_each_candidate_once() -> None:
+    objective = Separable(FACTORS)
+    found = descend(START, SPACE, objective, budget=None)
+    best: Values = {"PROTO": "LL128", "MAX_NCHANNELS": "8", "NTHREADS": "256"}
+    assert (found.best, found.stop) == (objective.key(best), "converged")
+    assert len(objective.measured) == len(set(objective.measured)) == len(found.tried)
+    assert found.tried[:2] == [objective.key(START), objective.key(dict.fromkeys(SPACE))]
+    assert len(found.tried) < 3 * 3 * 2  # fewer than the grid
+
+
+def test_a_change_within_the_noise_is_not_kept() -> None:
+    # NTHREADS=256 is 3% faster, but every trial's runs stray 4% from their mean.
+    found = descend(START, {"NTHREADS": ("256",)}, Separable(FACTORS, spread=0.04), None)
+    assert found.best == Separable(FACTORS).key(START)
+    assert found.noise == pytest.approx(0.04)
+
+
+def test_the_budget_stops_the_search_with_the_best_so_far() -> None:
+    objective = Separable(FACTORS)
+    found = descend(START, SPACE, objective, budget=3)
+    assert (len(objective.measured), found.stop) == (3, "budget spent")
+    assert found.best == objective.key(START | {"PROTO": "LL128"})  # trial 3 beat the start
+
+
+def test_the_grid_measures_every_combination_and_the_fastest_wins() -> None:
+    objective = Separable(FACTORS)
+    found = grid(START, SPACE, objective, budget=None)
+    assert len(set(objective.measured)) == 2 + 3 * 3 * 2 - 1  # the start is one of them
+    best: Values = {"PROTO": "LL128", "MAX_NCHANNELS": "8", "NTHREADS": "256"}
+    assert (found.best, found.stop) == (objective.key(best), "grid done")
+
+
+# The command on the stand-in.
+
+
+def test_tune_finds_the_best_values_within_the_budget(
+    seed: int, run_cli: RunCli, tmp_path: Path
+) -> None:
+    tries = ["--try", "PROTO=LL,LL128", "--try", "MAX_NCHANNELS=8,16"]
+    tries += ["--try", "BUFFSIZE=8MiB,16MiB", "--try", "NTHREADS=256,512"]
+    # Runs of 60 tokens: a hiccup of the host is a smaller part of each than with FAST's 40.
+    method = ("--max-tokens", "60", "--runs", "3", "--warmup", "0")
+    result = run_cli(
+        "tune", "standin", *tries, *method, "--budget", "16", "--format", "json", env=MODEL
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads(result.stdout)
+    assert set(document) == JSON_KEYS
+    winner = winner_of(document)
+    assert winner["values"] == {
+        "PROTO": "LL128",
+        "MAX_NCHANNELS": "8",
+        "BUFFSIZE": "8388608",
+        "NTHREADS": "256",
+    }, result.stderr
+    assert document["stop"] == "converged", result.stderr
+    assert len(document["trials"]) <= 16
+    # Gains as the model says: x1.12 x1.06 x1.04 x1.03 = +27% over the seed; the defaults
+    # (each unset: x0.8 x0.9 x0.97 x0.97 of the seed's) are slower still.
+    assert document["gain_over_profile"] == pytest.approx(0.272, abs=0.05)
+    assert document["gain_over_defaults"] == pytest.approx(0.887, abs=0.1)
+    (journal,) = journals(tmp_path)
+    digests = [line["digest"] for line in journal_lines(journal)]
+    assert len(digests) == len(set(digests)) == len(document["trials"])
+
+
+def test_a_server_that_exits_or_never_gets_ready_is_a_failed_trial(
+    seed: int, run_cli: RunCli
+) -> None:
+    env = MODEL | {"STANDIN_EXIT_IF": "NCCL_PROTO=Simple", "STANDIN_HANG_IF": "NCCL_PROTO=LL128"}
+    result = run_cli("tune", "standin", "--try", "PROTO=LL128,Simple", *FAST, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    table = result.stdout[result.stdout.index("tune standin@1: ") :]
+    assert "not-ready  PROTO=LL128" in table
+    assert "exited 1   PROTO=Simple" in table
+    assert "trial 3 not-ready: no answer 200 from /health within 2 s" in table
+    assert "trial 4 exited 1: the server exited with code 1" in table
+    assert "  | ncclInvalidArgument: Invalid value for an argument." in table  # its log's end
+    assert "winner: trial 1 (standin@1 as is): " in table
+    assert "over NCCL's defaults" in table
+
+
+def test_a_candidate_the_server_does_not_run_is_refused(seed: int, run_cli: RunCli) -> None:
+    # Scheduler 1 starts with NCCL_PROTO=LL whatever the candidate says: only the seed,
+    # which declares LL, runs as declared.
+    env = MODEL | {"STANDIN_DRIFT_RANK": "1", "STANDIN_DRIFT": "NCCL_PROTO=LL"}
+    result = run_cli("tune", "standin", "--try", "PROTO=LL128", *FAST, "--format", "json", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads(result.stdout)
+    drifted = by_changes(document)["PROTO=LL128"]["outcome"]
+    assert (drifted["status"], drifted["runs"]) == ("drift", [])
+    assert "NCCL_PROTO LL128 -> LL" in drifted["detail"]
+    assert winner_of(document)["changes"] == "none"
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_tune_resumes_without_measuring_a_finished_trial_again(
+    number: signal.Signals, seed: int, tmp_path: Path
+) -> None:
+    # NCCL's defaults (trial 2) never get ready: Ctrl-C (or systemd's stop) while tune waits.
+    command = [console_script(), "tune", "standin", "--try", "PROTO=LL128", *FAST[:-2]]
+    env = MODEL | {"STANDIN_HANG_IF": "NCCL_PROTO="}
+    process = subprocess.Popen(
+        command, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert process.stdout is not None
+    for raw in process.stdout:
+        if raw.startswith(b"trial 2: starting"):
+            break
+    wait_for(lambda: port_open(seed), "trial 2's server to listen", process=process)
+    process.send_signal(number)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 130, err.decode()
+    assert "the same command resumes the tune" in err.decode()
+    assert not port_open(seed)  # its server stopped
+    (journal,) = journals(tmp_path)
+    (first,) = journal_lines(journal)
+    with journal.open("a") as appended:  # and a line a crash left torn
+        appended.write('{"time": "2026-')
+    resumed = subprocess.run(
+        command,
+        env={**os.environ, **MODEL},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "trial 1 (from the journal): measured " in resumed.stdout
+    assert "trial 1: starting" not in resumed.stdout
+    assert f"{journal}:2: not a trial (Invalid JSON" in resumed.stderr
+    assert "Traceback" not in resumed.stderr
+    digests = [line["digest"] for line in journal_lines(journal)]
+    assert digests.count(first["digest"]) == 1
+    assert len(digests) == 3  # the seed, NCCL's defaults, PROTO=LL128
+
+
+def test_write_gives_the_next_version_whose_baseline_bench_meets(
+    seed: int, run_cli: RunCli, tmp_path: Path
+) -> None:
+    result = run_cli("tune", "standin", "--try", "PROTO=LL128", *FAST, "--write", env=MODEL)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "wrote profiles/standin-2.toml: the winner with its measured [baseline]; start it " in (
+        result.stdout
+    )
+    again = run_cli("tune", "standin", "--try", "PROTO=LL128", *FAST, "--write", env=MODEL)
+    assert again.returncode == 2
+    assert "--write: standin@2 exists already" in again.stderr
+    shown = json.loads(run_cli("show", "standin@2", "--format", "json").stdout)
+    assert shown["env"]["NCCL_PROTO"] == "LL128"
+    server = Server([console_script(), "run", "standin@2"], MODEL, seed)
+    try:
+        bench = run_cli("bench", "standin@2", "--url", f"http://127.0.0.1:{seed}")
+    finally:
+        server.stop()
+    assert bench.returncode == 0, bench.stdout + bench.stderr
+    assert ": met" in bench.stdout  # with the method recorded: 3 runs of 40 tokens
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--try", "PROTO=LL,Fast"],
+            "PROTO: 'Fast' in 'Fast' is not a protocol; valid: LL, LL128, Simple",
+        ),
+        (["--try", "NTHREADS=100"], "valid: a decimal integer from 64 to 512 and a multiple of 32"),
+        (["--try", "PROTOCOL=LL"], "did you mean NCCL_PROTO?"),
+        (["--try", "PROTO"], "--try PROTO: valid: NAME=V1,V2,..."),
+        (["--space", "space.toml"], "search space space.toml: BUFFSIZE: '16MB' is"),
+        ([], "nothing to search: give the values to try with --space FILE or --try"),
+    ],
+)
+def test_a_bad_search_space_is_one_line_naming_the_key(
+    args: list[str], message: str, seed: int, run_cli: RunCli, tmp_path: Path
+) -> None:
+    (tmp_path / "space.toml").write_text('PROTO = ["LL", "unset"]\nBUFFSIZE = ["8MiB", "16MB"]\n')
+    result = run_cli("tune", "standin", *args)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_a_multi_node_profile_is_refused(write_profile: WriteProfile, run_cli: RunCli) -> None:
+    write_profile("standin", SEED.format(python=sys.executable, port=free_port(), nnodes=2))
+    result = run_cli("tune", "standin", "--try", "PROTO=LL128")
+    assert result.returncode == 2
+    assert "standin@1 is a multi-node profile (nnodes = 2): tune starts one server" in (
+        result.stderr
+    )

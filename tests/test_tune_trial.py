@@ -1,0 +1,298 @@
+"""One `tune` trial against the stand-in SGLang server (a real process tree on loopback, started
+in a session of its own): measured at the rate its NCCL environment gives, a server that exits
+or never gets ready, a launch refused for drift, drift while it runs, Ctrl-C; the tree is
+stopped and the port free after each. No GPU here: the stand-in nvidia-smi lists the stand-in's
+schedulers as the processes holding GPU memory."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
+
+import psutil
+import pytest
+
+from nccl_launch.bench.result import Method, RunFigure
+from nccl_launch.errors import HostError
+from nccl_launch.live.compare import LiveReport
+from nccl_launch.tune import trial
+from nccl_launch.tune.trial import TrialSettings, run_trial
+from tests.conftest import WriteProfile
+from tests.helpers import STANDIN, free_port, wait_for
+
+RATE = 400  # STANDIN_TOKEN_RATE: a run of 40 tokens takes some 0.1 s
+SETTINGS = TrialSettings(
+    method=Method(max_tokens=40, runs=2, warmup=0, prompt="Hello"),
+    ready_timeout=5,
+    request_timeout=5,
+    stop_grace=2,
+)
+BEST = {"PROTO": "LL128", "ALGO": "Ring", "MAX_NCHANNELS": 8, "BUFFSIZE": "8MiB", "NTHREADS": 256}
+SEED = {"PROTO": "LL", "ALGO": "Ring", "MAX_NCHANNELS": 16, "BUFFSIZE": "16MiB", "NTHREADS": 512}
+# The stand-in's factors for BEST (see TUNE_FACTORS in tests/standin/sglang/launch_server.py);
+# SEED's are all 1.0.
+BEST_FACTOR = 1.12 * 1.00 * 1.06 * 1.04 * 1.03
+
+
+class Progress:
+    """bench's Progress, kept: what a trial told as it went."""
+
+    def __init__(self) -> None:
+        self.told: list[str] = []
+
+    def verified(self, when: str, report: LiveReport) -> None:
+        self.told.append(f"{when} ok={report.ok}")
+
+    def ran(self, kind: str, number: int, total: int, figure: RunFigure) -> None:
+        self.told.append(f"{kind} {number}/{total}")
+
+
+class Candidate(Protocol):
+    def __call__(self, name: str = "candidate", **nccl: object) -> str: ...
+
+
+@pytest.fixture
+def port() -> int:
+    return free_port()
+
+
+@pytest.fixture
+def candidate(write_profile: WriteProfile, port: int) -> Candidate:
+    """A candidate profile file with these NCCL values, its server the stand-in on `port`."""
+
+    def write(name: str = "candidate", **nccl: object) -> str:
+        values = [f"{key} = {json.dumps(value)}" for key, value in nccl.items()]
+        head = ["schema = 1", 'name = "standin"', "version = 1", "[nccl]", *values]
+        server = [f'python = "{sys.executable}"', 'model_path = "/models/m"', "tp_size = 2"]
+        text = "\n".join([*head, "[server]", *server, f"port = {port}", ""])
+        return str(write_profile(name, text, "tune"))
+
+    return write
+
+
+@pytest.fixture(autouse=True)
+def standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The stand-in as `python -m sglang.launch_server`, rated by its NCCL environment; no
+    process a trial started may outlive the test."""
+    monkeypatch.setenv("PYTHONPATH", str(STANDIN))
+    monkeypatch.setenv("STANDIN_TUNE_MODEL", "1")
+    monkeypatch.setenv("STANDIN_TOKEN_RATE", str(RATE))
+    yield
+    left = psutil.Process().children(recursive=True)
+    for process in left:
+        process.kill()
+    assert left == [], "a trial left processes running"
+
+
+def free(port: int) -> bool:
+    """Whether a server could bind the port now (as SGLang does: TIME_WAIT is no listener)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def test_a_trial_measures_the_rate_the_candidates_environment_gives(
+    candidate: Candidate, port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    apps = tmp_path / "compute-apps"
+    monkeypatch.setenv("PATH", f"{STANDIN / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("STANDIN_COMPUTE_APPS", str(apps))
+    progress = Progress()
+    best = run_trial(candidate("best", **BEST), SETTINGS, tmp_path / "best.log", progress)
+    assert len(apps.read_text().split()) == 2  # both schedulers held "GPU memory" while up
+    # The same port at once: the first server's port and GPU memory were waited free.
+    seed = run_trial(candidate("seed", **SEED), SETTINGS, tmp_path / "seed.log", Progress())
+    assert (best.status, seed.status) == ("measured", "measured"), (best, seed)
+    assert progress.told == ["before ok=True", "run 1/2", "run 2/2", "after ok=True"]
+    # The stand-in never sends a token early, and a busy host only delays it: no run is faster
+    # than the model (but for its 1% noise), and the fastest is the least delayed.
+    for outcome, expected in ((best, RATE * BEST_FACTOR), (seed, RATE)):
+        assert len(outcome.runs) == 2
+        assert max(outcome.runs) < expected * 1.02, outcome.runs
+        assert max(outcome.runs) > expected * 0.85, outcome.runs
+    assert max(best.runs) > max(seed.runs)
+    assert (best.detail, best.exit_code, best.log_tail) == ("", None, [])
+    assert best.seconds > sum(40 / run for run in best.runs)  # the whole trial
+    assert stat.S_IMODE((tmp_path / "best.log").stat().st_mode) == 0o600
+    assert free(port)
+
+
+def test_a_server_that_answers_503_at_first_is_waited_for(
+    candidate: Candidate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STANDIN_START_DELAY", "0.4")  # /health: 503, then 200
+    settings = TrialSettings(Method(max_tokens=10, runs=1, warmup=0, prompt="x"), 5, 5, 2)
+    outcome = run_trial(candidate(PROTO="LL"), settings, tmp_path / "log", Progress())
+    assert outcome.status == "measured", outcome
+    assert 0.4 < outcome.seconds < settings.ready_timeout
+
+
+def test_a_server_that_exits_at_start_is_a_failed_trial_with_its_code_and_masked_tail(
+    candidate: Candidate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = "postgres://tuner:hunter2@db/\x1b[31mruns"
+    monkeypatch.setenv("DATABASE_URL", url)  # passed through to the server, which prints it
+    monkeypatch.setenv("STANDIN_EXIT_IF", f"NCCL_PROTO=LL,DATABASE_URL={url}")
+    outcome = run_trial(candidate(PROTO="Simple"), SETTINGS, tmp_path / "log", Progress())
+    assert (outcome.status, outcome.exit_code) == ("exited", 1), outcome
+    assert outcome.detail == "the server exited with code 1"
+    assert (
+        outcome.log_tail[-1] == r"Invalid value DATABASE_URL=postgres://tuner:***@db/\x1b[31mruns"
+    )
+    assert outcome.log_tail[0].startswith("torch.distributed.DistBackendError: NCCL error")
+    assert "hunter2" in (tmp_path / "log").read_text()  # the log keeps what the server said
+    assert outcome.runs == []
+
+
+def test_a_server_never_ready_is_stopped_at_the_timeout(
+    candidate: Candidate, port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STANDIN_HANG_IF", "NCCL_PROTO=LL")
+    settings = TrialSettings(SETTINGS.method, 0.5, SETTINGS.request_timeout, 0.5)
+    outcome = run_trial(candidate(PROTO="LL"), settings, tmp_path / "log", Progress())
+    assert outcome.status == "not-ready", outcome
+    assert outcome.detail == "no answer 200 from /health within 0.5 s"
+    assert outcome.exit_code is None
+    assert 0.5 <= outcome.seconds < 2.5  # stopped at the timeout, not left to run
+    assert psutil.Process().children(recursive=True) == []
+    assert free(port)
+
+
+def test_a_launch_refused_for_drift_starts_nothing(
+    candidate: Candidate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NCCL_ALGO", "Tree")
+    outcome = run_trial(candidate(PROTO="LL", ALGO="Ring"), SETTINGS, tmp_path / "log", Progress())
+    assert outcome.status == "refused", outcome
+    assert (
+        outcome.detail
+        == "the calling environment drifts from the candidate: NCCL_ALGO Ring -> Tree"
+    )
+    assert not (tmp_path / "log").exists()
+
+
+@pytest.mark.parametrize(
+    ("knobs", "when"),
+    [
+        ({"STANDIN_DRIFT_RANK": "1", "STANDIN_DRIFT": "NCCL_PROTO=Simple"}, "before"),
+        ({"STANDIN_DRIFT_AT_REQUEST": "2", "STANDIN_LATE_DRIFT": "NCCL_PROTO=Simple"}, "after"),
+    ],
+)
+def test_a_worker_that_drifts_fails_the_trial_naming_it(
+    knobs: dict[str, str],
+    when: str,
+    candidate: Candidate,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for key, value in knobs.items():
+        monkeypatch.setenv(key, value)
+    outcome = run_trial(candidate(PROTO="LL"), SETTINGS, tmp_path / "log", Progress())
+    assert outcome.status == "drift", outcome
+    assert outcome.detail.startswith(f"checked {when}: pid ")
+    assert outcome.detail.endswith(": NCCL_PROTO LL -> Simple")
+    assert "sglang::scheduler_TP" in outcome.detail
+    assert outcome.runs == []
+
+
+def test_a_server_that_fails_the_measurement_is_a_failed_trial(
+    candidate: Candidate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STANDIN_COMPLETIONS_STATUS", "500")
+    outcome = run_trial(candidate(PROTO="LL"), SETTINGS, tmp_path / "log", Progress())
+    assert outcome.status == "failed", outcome
+    assert outcome.detail.endswith(
+        '/v1/completions answered HTTP 500: {"object": "error", "code": 500}'
+    )
+    assert outcome.exit_code is None
+
+
+def test_a_log_that_is_a_symlink_is_refused_and_its_target_kept(
+    candidate: Candidate, tmp_path: Path
+) -> None:
+    target = tmp_path / "precious"
+    target.write_text("kept\n")
+    (tmp_path / "log").symlink_to(target)
+    with pytest.raises(HostError, match=r"cannot write the trial's log .*: Too many levels"):
+        run_trial(candidate(PROTO="LL"), SETTINGS, tmp_path / "log", Progress())
+    assert target.read_text() == "kept\n"
+
+
+def test_a_port_taken_before_the_start_stops_the_tune(
+    candidate: Candidate, port: int, tmp_path: Path
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        with pytest.raises(HostError, match=f"cannot start a trial: 127.0.0.1:{port} is in use"):
+            run_trial(candidate(PROTO="LL"), SETTINGS, tmp_path / "log", Progress())
+    assert not (tmp_path / "log").exists()
+
+
+def test_gpu_memory_still_held_after_the_stop_stops_the_tune(
+    candidate: Candidate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", f"{STANDIN / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("STANDIN_COMPUTE_APPS", str(tmp_path / "compute-apps"))
+    monkeypatch.setenv("STANDIN_GPU_LINGER", "1")  # a driver that never frees it
+    monkeypatch.setattr(trial, "RELEASE_TIMEOUT", 0.3)  # not the 10 s a real driver gets
+    with pytest.raises(HostError, match=r"after the trial's server stopped: pids \[\d+, \d+\] "):
+        run_trial(candidate(PROTO="LL"), SETTINGS, tmp_path / "log", Progress())
+
+
+# Run as PID 1 of a PID namespace: nothing it starts can outlive it, nor a signal reach others.
+CTRL_C = """
+import json, os, socket, sys
+from pathlib import Path
+import psutil
+from nccl_launch.bench.result import Method
+from nccl_launch.tune.trial import TrialSettings, run_trial
+
+class Quiet:
+    def verified(self, *_): pass
+    def ran(self, *_): pass
+
+settings = TrialSettings(Method(max_tokens=10, runs=1, warmup=0, prompt="x"), 30, 5, 1)
+try:
+    run_trial(sys.argv[1], settings, Path(sys.argv[2]), Quiet())
+except KeyboardInterrupt:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind(("127.0.0.1", int(sys.argv[3])))  # free again
+    children = psutil.Process().children(recursive=True)  # orphans, reaped by no one here
+    left = [child.pid for child in children if child.status() != psutil.STATUS_ZOMBIE]
+    print(json.dumps({"left": left}))
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_while_waiting_stops_the_server_and_goes_on(
+    candidate: Candidate, port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STANDIN_HANG_IF", "NCCL_PROTO=LL")
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", CTRL_C]
+    argv += [candidate(PROTO="LL"), str(tmp_path / "log"), str(port)]
+    unshare = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: not free(port), "the server to listen", process=unshare, timeout=10)
+        tune = psutil.Process(unshare.pid).children()[0]  # PID 1 of the namespace
+        tune.send_signal(signal.SIGINT)
+        out, err = unshare.communicate(timeout=10)
+    finally:
+        unshare.kill()
+        unshare.wait()
+    assert unshare.returncode == 130, err
+    assert json.loads(out) == {"left": []}
+    assert free(port)
