@@ -9,6 +9,7 @@ import click
 
 from nccl_launch.bench import TOKEN_LIMIT
 from nccl_launch.commands.options import (
+    F,
     echo_lines,
     format_option,
     profile_argument,
@@ -18,8 +19,9 @@ from nccl_launch.commands.options import (
 from nccl_launch.errors import UsageError
 
 if TYPE_CHECKING:
-    from nccl_launch.bench.result import RunFigure
+    from nccl_launch.bench.result import Method, RunFigure
     from nccl_launch.live.compare import LiveReport
+    from nccl_launch.profile.model import Baseline
 
 DEFAULT_MAX_TOKENS = 500
 DEFAULT_RUNS = 5
@@ -54,6 +56,58 @@ class Echo:
             )
 
 
+# How decode is measured, the same for `bench` and each of `tune`'s trials.
+_METHOD_OPTIONS = (
+    click.option(
+        "--max-tokens",
+        type=click.IntRange(min=1, max=TOKEN_LIMIT),
+        help=f"Tokens per request  [default: the baseline's, else {DEFAULT_MAX_TOKENS}]",
+    ),
+    click.option(
+        "--runs",
+        type=click.IntRange(min=1),
+        help=f"Measured requests  [default: the baseline's, else {DEFAULT_RUNS}]",
+    ),
+    click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True),
+    click.option("--prompt", default=DEFAULT_PROMPT, help="The prompt of every request."),
+    seconds_option(
+        "--timeout",
+        least=0,
+        included=False,
+        default=60.0,
+        show_default=True,
+        help_text="Seconds to wait for the connection and between two streamed events; a "
+        "request must end within TIMEOUT + max_tokens seconds.",
+    ),
+)
+
+
+def method_options(command: F) -> F:
+    """--max-tokens, --runs, --warmup, --prompt and --timeout, in that order."""
+    for option in reversed(_METHOD_OPTIONS):
+        command = option(command)
+    return command
+
+
+def measuring_method(
+    baseline: Baseline | None, max_tokens: int | None, runs: int | None, warmup: int, prompt: str
+) -> Method:
+    """The method of the options, the baseline's max_tokens and runs (else bench's) where
+    they are not given."""
+    from nccl_launch.bench.result import Method
+
+    try:
+        prompt.encode()
+    except UnicodeEncodeError:  # argv bytes that were not UTF-8 (surrogateescape)
+        raise UsageError("--prompt: holds a byte that is not UTF-8; write it in UTF-8") from None
+    return Method(
+        max_tokens=max_tokens or (baseline and baseline.max_tokens) or DEFAULT_MAX_TOKENS,
+        runs=runs or (baseline and baseline.runs) or DEFAULT_RUNS,
+        warmup=warmup,
+        prompt=prompt,
+    )
+
+
 def _history(profile: str | None, record: Path, fmt: str) -> int:
     from nccl_launch.bench import history
     from nccl_launch.render.bench import history_lines
@@ -83,27 +137,7 @@ def _history(profile: str | None, record: Path, fmt: str) -> int:
     help="The server's main process; it must own the URL's listener  [default: the one "
     "listening on the URL's address and port]",
 )
-@click.option(
-    "--max-tokens",
-    type=click.IntRange(min=1, max=TOKEN_LIMIT),
-    help=f"Tokens per request  [default: the baseline's, else {DEFAULT_MAX_TOKENS}]",
-)
-@click.option(
-    "--runs",
-    type=click.IntRange(min=1),
-    help=f"Measured requests  [default: the baseline's, else {DEFAULT_RUNS}]",
-)
-@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True)
-@click.option("--prompt", default=DEFAULT_PROMPT, help="The prompt of every request.")
-@seconds_option(
-    "--timeout",
-    least=0,
-    included=False,
-    default=60.0,
-    show_default=True,
-    help_text="Seconds to wait for the connection and between two streamed events; a request "
-    "must end within TIMEOUT + max_tokens seconds.",
-)
+@method_options
 @click.option(
     "--record",
     type=click.Path(path_type=Path),
@@ -136,15 +170,10 @@ def bench(
     """
     from nccl_launch.bench import history
     from nccl_launch.bench.measure import locate, measure_decode
-    from nccl_launch.bench.result import Method
     from nccl_launch.bench.url import server_url, url_address
     from nccl_launch.profile.load import load_profile
     from nccl_launch.render.bench import summary_lines
 
-    try:
-        prompt.encode()
-    except UnicodeEncodeError:  # argv bytes that were not UTF-8 (surrogateescape)
-        raise UsageError("--prompt: holds a byte that is not UTF-8; write it in UTF-8") from None
     if show_history:
         if url is not None or pid is not None:
             raise UsageError("--history reads the record only: drop --url and --pid")
@@ -158,13 +187,7 @@ def bench(
         if loaded.profile.server is None:
             raise UsageError(f"{loaded.path}: no [server] table to find the server at; pass --url")
         url = server_url(loaded.profile.server)
-    baseline = loaded.profile.baseline
-    method = Method(
-        max_tokens=max_tokens or (baseline and baseline.max_tokens) or DEFAULT_MAX_TOKENS,
-        runs=runs or (baseline and baseline.runs) or DEFAULT_RUNS,
-        warmup=warmup,
-        prompt=prompt,
-    )
+    method = measuring_method(loaded.profile.baseline, max_tokens, runs, warmup, prompt)
     with history.opened(record) as recorder:
         endpoint = locate(url, pid)  # after the history: a file that cannot take it fails first
         echo = Echo(err=fmt == "json", asked=method.max_tokens)

@@ -6,11 +6,11 @@ import contextlib
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from nccl_launch.bench.result import TOKEN_LIMIT, Method
-from nccl_launch.commands.benching import DEFAULT_MAX_TOKENS, DEFAULT_PROMPT, DEFAULT_RUNS, Echo
+from nccl_launch.commands.benching import Echo, measuring_method, method_options
 from nccl_launch.commands.options import (
     echo_lines,
     format_option,
@@ -18,12 +18,10 @@ from nccl_launch.commands.options import (
     seconds_option,
     warn,
 )
-from nccl_launch.errors import EXIT_INTERRUPTED, UsageError
-from nccl_launch.render.tune import began_line, ended_line, started_line, summary_lines
-from nccl_launch.tune.result import TrialRow
-from nccl_launch.tune.session import open_base, run_tune
-from nccl_launch.tune.space import build_space
-from nccl_launch.tune.trial import TrialSettings
+from nccl_launch.errors import EXIT_INTERRUPTED
+
+if TYPE_CHECKING:
+    from nccl_launch.tune.result import TrialRow
 
 DEFAULT_READY_TIMEOUT = 1200.0  # a large model loads for minutes
 # SGLang's workers free their GPU memory on SIGTERM; a tree still up after this is killed.
@@ -49,12 +47,18 @@ class TuneEcho(Echo):
     """Each trial as it starts and ends, with bench's progress within it."""
 
     def began(self, label: str, journal: Path, done: int) -> None:
+        from nccl_launch.render.tune import began_line
+
         echo_lines([began_line(label, journal, done)], err=self.err)
 
     def started(self, number: int, changes: str, digest: str) -> None:
+        from nccl_launch.render.tune import started_line
+
         echo_lines([started_line(number, changes, digest)], err=self.err)
 
     def ended(self, row: TrialRow) -> None:
+        from nccl_launch.render.tune import ended_line
+
         echo_lines([ended_line(row)], err=self.err)
 
     def warn(self, problem: str) -> None:
@@ -88,26 +92,7 @@ class TuneEcho(Echo):
     is_flag=True,
     help="Write the winner as the profile's next version, its measured [baseline] included.",
 )
-@click.option(
-    "--max-tokens",
-    type=click.IntRange(min=1, max=TOKEN_LIMIT),
-    help=f"Tokens per request  [default: the baseline's, else {DEFAULT_MAX_TOKENS}]",
-)
-@click.option(
-    "--runs",
-    type=click.IntRange(min=1),
-    help=f"Measured requests per trial  [default: the baseline's, else {DEFAULT_RUNS}]",
-)
-@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True)
-@click.option("--prompt", default=DEFAULT_PROMPT, help="The prompt of every request.")
-@seconds_option(
-    "--timeout",
-    least=0,
-    included=False,
-    default=60.0,
-    show_default=True,
-    help_text="Seconds to wait for the connection and between two streamed events.",
-)
+@method_options
 @seconds_option(
     "--ready-timeout",
     least=0,
@@ -142,19 +127,14 @@ def tune(
     Exit 0 with a winner, 1 when no trial could be measured, 2 bad options, space or profile,
     3 a host problem (the port taken), 130 on Ctrl-C (the server stopped).
     """
-    try:
-        prompt.encode()
-    except UnicodeEncodeError:  # argv bytes that were not UTF-8 (surrogateescape)
-        raise UsageError("--prompt: holds a byte that is not UTF-8; write it in UTF-8") from None
+    from nccl_launch.render.tune import summary_lines
+    from nccl_launch.tune.session import open_base, run_tune
+    from nccl_launch.tune.space import build_space
+    from nccl_launch.tune.trial import TrialSettings
+
     space = build_space(space_file, tries)
     candidates = open_base(profile)
-    baseline = candidates.base.profile.baseline
-    method = Method(
-        max_tokens=max_tokens or (baseline and baseline.max_tokens) or DEFAULT_MAX_TOKENS,
-        runs=runs or (baseline and baseline.runs) or DEFAULT_RUNS,
-        warmup=warmup,
-        prompt=prompt,
-    )
+    method = measuring_method(candidates.base.profile.baseline, max_tokens, runs, warmup, prompt)
     settings = TrialSettings(
         method=method, ready_timeout=ready_timeout, request_timeout=timeout, stop_grace=STOP_GRACE
     )

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nccl_launch.escaping import escaped
-from nccl_launch.render.drift import shell_word
+from nccl_launch.escaping import escaped, shell_word
 from nccl_launch.tune.result import TrialRow, TuneReport
 from nccl_launch.tune.trial import TrialOutcome
 
