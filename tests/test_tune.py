@@ -236,11 +236,16 @@ def port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize(
+    "number",
+    [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
+    ids=["ctrl-c", "sigterm", "terminal-closed"],
+)
 def test_an_interrupted_tune_resumes_without_measuring_a_finished_trial_again(
     number: signal.Signals, seed: int, tmp_path: Path
 ) -> None:
-    # NCCL's defaults (trial 2) never get ready: Ctrl-C (or systemd's stop) while tune waits.
+    # NCCL's defaults (trial 2) never get ready: Ctrl-C (or systemd's stop, or the terminal
+    # closed) while tune waits.
     command = [console_script(), "tune", "standin", "--try", "PROTO=LL128", *FAST[:-2]]
     env = MODEL | {"STANDIN_HANG_IF": "NCCL_PROTO="}
     process = subprocess.Popen(

@@ -28,19 +28,30 @@ DEFAULT_READY_TIMEOUT = 1200.0  # a large model loads for minutes
 STOP_GRACE = 30.0
 
 
+# Each ends the tune as Ctrl-C does, the trial's server stopped first: SIGTERM (systemd's
+# stop, `timeout`) and SIGHUP (the terminal closed), whose default action would end tune
+# alone and leave the server, in a session of its own, running orphaned. One ignored (under
+# `nohup`) stays ignored.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
 def _interrupt(number: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
-def _terminated_as_interrupted() -> Iterator[None]:
-    """SIGTERM (systemd's stop, `timeout`) ends the tune as Ctrl-C does: the trial's server
-    is stopped first, where the default action would leave it running, orphaned."""
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+def _stopped_as_interrupted() -> Iterator[None]:
+    """STOP_SIGNALS, those not ignored, raise KeyboardInterrupt until the block ends."""
+    previous = {
+        number: signal.signal(number, _interrupt)
+        for number in STOP_SIGNALS
+        if signal.getsignal(number) is not signal.SIG_IGN
+    }
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 class TuneEcho(Echo):
@@ -140,7 +151,7 @@ def tune(
     )
     echo = TuneEcho(err=fmt == "json", asked=method.max_tokens)
     try:
-        with _terminated_as_interrupted():
+        with _stopped_as_interrupted():
             report = run_tune(candidates, space, settings, budget, grid, write, echo)
     except KeyboardInterrupt:
         echo_lines(
