@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from nccl_launch.tune.journal import Journal
 from nccl_launch.tune.search import Score, Space, Values, descend, grid
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import STANDIN, free_port, wait_for
@@ -166,6 +167,37 @@ def test_the_grid_measures_every_combination_and_the_fastest_wins() -> None:
     assert len(set(objective.measured)) == 2 + 3 * 3 * 2 - 1  # the start is one of them
     best: Values = {"PROTO": "LL128", "MAX_NCHANNELS": "8", "NTHREADS": "256"}
     assert (found.best, found.stop) == (objective.key(best), "grid done")
+
+
+# The journal, read back.
+
+TRIAL = {
+    "time": "2026-12-01T11:43:09+00:00",
+    "digest": "sha256:" + "6" * 64,
+    "values": {"PROTO": "LL"},
+    "candidate": "c.toml",
+    "log": "c.log",
+}
+
+
+@pytest.mark.parametrize(
+    ("outcome", "why"),
+    [
+        ('"runs": [0, 0]', "outcome.runs.0: Input should be greater than 0"),
+        ('"runs": [1e308, 1e308]', "outcome.runs.0: Input should be less than 1000000000000"),
+        ('"runs": [NaN]', "outcome.runs.0: Input should be a finite number"),
+        ('"runs": [Infinity, 1]', "outcome.runs.0: Input should be a finite number"),
+        ('"runs": []', "outcome: Value error, a measured trial has runs, and only a measured one"),
+    ],
+)
+def test_a_forged_journal_line_is_skipped_with_its_number(outcome: str, why: str) -> None:
+    # Each would fail the mean, the noise or the gains of the whole tune.
+    forged = json.dumps(TRIAL)[:-1] + f', "outcome": {{"status": "measured", {outcome}, '
+    forged += '"seconds": 1}}'
+    opened = Journal(Path("journal.jsonl"), -1)
+    opened.read_lines(f"\n{forged}\n")
+    assert opened.done == {}
+    assert opened.problems == [f"journal.jsonl:2: not a trial ({why}); skipped"]
 
 
 # The command on the stand-in.

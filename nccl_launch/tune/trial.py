@@ -15,10 +15,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal, Self
 
 import psutil
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, model_validator
 
 from nccl_launch.bench.gpus import compute_pids
 from nccl_launch.bench.measure import Progress, locate, measure_decode
@@ -51,15 +51,26 @@ class TrialSettings:
     stop_grace: float  # seconds between SIGTERM and SIGKILL of the tree
 
 
+# A run's tok/s: bounded so that a journal line (edited by hand, forged) cannot hold a rate
+# whose mean, spread or gain fails to compute; no server decodes 10^12 tokens a second.
+Rate = Annotated[float, Field(gt=0, lt=1e12, allow_inf_nan=False)]
+
+
 class TrialOutcome(BaseModel):
     """What one trial found; `tune` writes it into its journal."""
 
     status: TrialStatus
-    runs: list[float] = []  # tok/s of each measured run (status "measured" only)
+    runs: list[Rate] = []  # tok/s of each measured run (status "measured" only)
     detail: str = ""  # one line, masked and escaped: why it is not "measured"
     exit_code: int | None = None  # the server's, when it exited
     log_tail: list[str] = []  # the last lines of its log (masked, escaped), when it failed
-    seconds: float  # wall time of the whole trial
+    seconds: float = Field(ge=0, allow_inf_nan=False)  # wall time of the whole trial
+
+    @model_validator(mode="after")
+    def _runs_when_measured(self) -> Self:
+        if (self.status == "measured") != bool(self.runs):
+            raise ValueError("a measured trial has runs, and only a measured one")
+        return self
 
 
 def run_trial(ref: str, settings: TrialSettings, log: Path, progress: Progress) -> TrialOutcome:
