@@ -65,6 +65,7 @@ JSON_KEYS = {
     "defaults_trial",
     "winner",
     "written",
+    "written_ref",
     "gain_over_profile",
     "gain_over_defaults",
 }
@@ -320,8 +321,11 @@ def test_write_gives_the_next_version_whose_baseline_bench_meets(
 ) -> None:
     result = run_cli("tune", "standin", "--try", "PROTO=LL128", *FAST, "--write", env=MODEL)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "wrote profiles/standin-2.toml: the winner with its measured [baseline]; start it " in (
-        result.stdout
+    assert result.stdout.endswith(
+        "wrote profiles/standin-2.toml: the winner with its measured [baseline]; start it with: "
+        "nccl-launch run standin@2\n"
+        "a systemd unit pinned to standin@1's digest keeps running standin@1 until it is "
+        "written again: nccl-launch systemd standin@2 -o UNIT --force\n"
     )
     again = run_cli("tune", "standin", "--try", "PROTO=LL128", *FAST, "--write", env=MODEL)
     assert again.returncode == 2
@@ -335,6 +339,39 @@ def test_write_gives_the_next_version_whose_baseline_bench_meets(
         server.stop()
     assert bench.returncode == 0, bench.stdout + bench.stderr
     assert ": met" in bench.stdout  # with the method recorded: 3 runs of 40 tokens
+
+
+@pytest.mark.parametrize(
+    ("profile", "taken", "message"),
+    [
+        (
+            "standin",
+            "file",
+            "--write: profiles/standin-2.toml exists (not standin@2); tune writes the next "
+            "version there and replaces nothing: move it aside",
+        ),
+        ("standin", "folder", "--write: profiles/standin-2.toml exists (not standin@2)"),
+        (
+            "kimi-k25-rtx6000bw-tp8-eagle3",
+            None,
+            "--write: kimi-k25-rtx6000bw-tp8-eagle3@1 is shipped with nccl-launch, and tune "
+            "writes nothing into the installed package; copy it first",
+        ),
+    ],
+)
+def test_write_that_cannot_write_is_refused_before_any_trial(
+    profile: str, taken: str | None, message: str, seed: int, run_cli: RunCli, tmp_path: Path
+) -> None:
+    path = tmp_path / "profiles" / "standin-2.toml"
+    if taken == "file":
+        path.write_text("not a profile")
+    elif taken == "folder":
+        path.mkdir()
+    result = run_cli("tune", profile, "--try", "PROTO=LL128", *FAST, "--write", env=MODEL)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith(f"nccl-launch: {message}")
+    assert result.stderr.count("\n") == 1
+    assert journals(tmp_path) == []  # no trial started
 
 
 @pytest.mark.parametrize(

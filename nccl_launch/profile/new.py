@@ -98,6 +98,13 @@ def new_profile(
     checked as `validate` would first, never replacing a file without `force`."""
     check_name(name)
     path = folder / f"{name}.toml"
+    # Said up front in `new`'s words; write_profile checks again, for every caller.
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--dir {folder}: not a directory")
+    if path.is_dir():
+        raise UsageError(f"{path} is a directory; give another NAME or --dir")
+    if not force and os.path.lexists(path):
+        raise UsageError(f"{path} exists; pass --force to replace it")
     if source is None:
         text = SCRATCH.format(name=json.dumps(name))  # a checked name needs no TOML escape
         return path, write_profile(path, text, private=False, force=force)
@@ -111,10 +118,10 @@ def write_profile(path: Path, text: str, *, private: bool, force: bool) -> Profi
     profile = validate_resolved(path, parse_profile_toml(path, text))
     folder = path.parent
     if folder.exists() and not folder.is_dir():
-        raise UsageError(f"--dir {folder}: not a directory")
+        raise UsageError(f"{folder}: not a directory, so {path.name} cannot be written in it")
     if path.is_dir():
-        raise UsageError(f"{path} is a directory; give another NAME or --dir")
-    exists = UsageError(f"{path} exists; pass --force to replace it")
+        raise UsageError(f"{path} is a directory; nothing is written")
+    exists = UsageError(f"{path} exists; it is not replaced")
     if not force and os.path.lexists(path):  # said before what --force would still meet
         raise exists
     mode = _mode(path, private)

@@ -128,9 +128,18 @@ def summary_lines(report: TuneReport) -> list[str]:
         + "".join(f", {gain}" for gain in gains if gain)
     )
     lines.append(f"journal {report.journal}")
-    if report.written is not None:
-        lines.append(
-            f"wrote {report.written}: the winner with its measured [baseline]; start it with: "
-            f"nccl-launch run {shell_word(report.written)}"
-        )
+    if report.written is not None and report.written_ref is not None:
+        lines += _adopting(report.profile, report.written, report.written_ref)
     return lines
+
+
+def _adopting(base: str, written: str, ref: str) -> list[str]:
+    """How to adopt the written version: run it; a unit pinned to the base's digest runs the
+    base until it is written again."""
+    word = shell_word(ref)
+    return [
+        f"wrote {written}: the winner with its measured [baseline]; start it with: "
+        f"nccl-launch run {word}",
+        f"a systemd unit pinned to {base}'s digest keeps running {base} until it is written "
+        f"again: nccl-launch systemd {word} -o UNIT --force",
+    ]

@@ -5,6 +5,7 @@ it as `run` would); and the winner written as the profile's next version."""
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from nccl_launch.profile.load import validate_resolved
 from nccl_launch.profile.model import nccl_value
 from nccl_launch.profile.new import resolved_copy, write_profile
 from nccl_launch.profile.plan import ProfilePlan, build_plan
-from nccl_launch.profile.search import find_profile
+from nccl_launch.profile.search import find_profile, shipped_dir
 from nccl_launch.tune.search import Values
 
 
@@ -95,13 +96,27 @@ class Candidates:
 
     def next_path(self) -> Path:
         """Where the base's next version goes: beside it, `NAME-VERSION.toml`; UsageError
-        when that version exists already, there or on the search path."""
+        when that version exists already, there or on the search path, when something else
+        holds that file name, or when the base is shipped with nccl-launch."""
         profile = self.base.profile
         version = profile.version + 1
+        folder = self.base.path.parent
+        if os.path.realpath(folder) == str(shipped_dir()):
+            raise UsageError(
+                f"--write: {self.base.plan.label} is shipped with nccl-launch, and tune writes "
+                f"nothing into the installed package; copy it first (nccl-launch new NAME "
+                f"--from {profile.name}), then tune the copy"
+            )
         try:
-            taken = find_profile(f"{profile.name}@{version}", near=self.base.path.parent)
+            taken = find_profile(f"{profile.name}@{version}", near=folder)
         except UsageError:
-            return self.base.path.parent / f"{profile.name}-{version}.toml"
+            path = folder / f"{profile.name}-{version}.toml"
+            if os.path.lexists(path):
+                raise UsageError(
+                    f"--write: {path} exists (not {profile.name}@{version}); tune writes the "
+                    "next version there and replaces nothing: move it aside"
+                ) from None
+            return path
         raise UsageError(
             f"--write: {profile.name}@{version} exists already ({taken}); tune writes the "
             "next version of the profile it tunes, never over another"

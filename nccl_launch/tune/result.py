@@ -59,6 +59,8 @@ class TuneReport(Report):
     defaults_trial: int | None
     winner: int | None
     written: str | None = None  # --write's file
+    # How `run` names it: NAME@VERSION where the search path finds it there, else its path.
+    written_ref: str | None = None
 
     def row(self, number: int | None) -> TrialRow | None:
         return next((row for row in self.trials if row.number == number), None)

@@ -167,8 +167,13 @@ def run_tune(
     method = settings.method
     baseline |= {"max_tokens": method.max_tokens, "runs": method.runs}
     provenance = _provenance(report, winner, score)
-    path, _ = candidates.write_next(candidates.get(winner.values), baseline, provenance)
-    return report.model_copy(update={"written": str(path)})
+    path, plan = candidates.write_next(candidates.get(winner.values), baseline, provenance)
+    try:
+        looked_up = find_profile(plan.label).resolve() == path.resolve()
+    except UsageError:
+        looked_up = False
+    ref = plan.label if looked_up else str(path)
+    return report.model_copy(update={"written": str(path), "written_ref": ref})
 
 
 def _provenance(report: TuneReport, winner: TrialRow, score: Score) -> dict[str, str]:
