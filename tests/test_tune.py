@@ -6,6 +6,7 @@ LL128 Ring 8 8MiB 256); the search itself on a pure objective function, which is
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -339,6 +340,22 @@ def test_write_gives_the_next_version_whose_baseline_bench_meets(
         server.stop()
     assert bench.returncode == 0, bench.stdout + bench.stderr
     assert ": met" in bench.stdout  # with the method recorded: 3 runs of 40 tokens
+
+
+def test_a_second_tune_of_the_same_journal_is_refused_while_one_runs(
+    seed: int, run_cli: RunCli, tmp_path: Path
+) -> None:
+    tune = ("tune", "standin", "--try", "PROTO=LL128", *FAST, "--budget", "1")
+    assert run_cli(*tune, env=MODEL).returncode == 0
+    (journal,) = journals(tmp_path)
+    with journal.open("a") as running:  # as the first tune holds it
+        fcntl.flock(running, fcntl.LOCK_EX)
+        second = run_cli(*tune, env=MODEL)
+    assert (second.returncode, second.stdout) == (3, "")
+    assert second.stderr == (
+        f"nccl-launch: tune journal {journal}: another tune of this profile and method is "
+        "running (it holds the journal); wait for it, or stop it and run this again to resume\n"
+    )
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ that is not a trial (torn by a crash, edited) is a warning with its number, neve
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import stat
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from pathlib import Path, PurePath
 from pydantic import BaseModel, Field, ValidationError
 
 from nccl_launch.bench.history import state_home
+from nccl_launch.errors import HostError
 from nccl_launch.files import FileError, append_line, open_beneath
 from nccl_launch.profile.plan import DIGEST
 from nccl_launch.tune.trial import TrialOutcome
@@ -78,7 +80,8 @@ class Journal:
 
 def _open(folder: PurePath) -> tuple[Path, int]:
     """The journal in `folder` (under the state home), a regular file opened for appending,
-    created if absent with the folders to it (0700), never through a symlink."""
+    created if absent with the folders to it (0700), never through a symlink, and locked:
+    HostError while another tune holds it."""
     state = state_home()
     path = state.path / folder / FILE_NAME
     flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK
@@ -93,6 +96,14 @@ def _open(folder: PurePath) -> tuple[Path, int]:
         os.close(fd)
         why = "larger than a journal" if stat.S_ISREG(status.st_mode) else "not a regular file"
         raise FileError(f"tune journal {path}: {why}; move it aside to start the tune afresh")
+    try:  # held until the fd is closed: two tunes of one journal would race for the port
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise HostError(
+            f"tune journal {path}: another tune of this profile and method is running (it "
+            "holds the journal); wait for it, or stop it and run this again to resume"
+        ) from None
     os.set_blocking(fd, True)
     return path, fd
 
