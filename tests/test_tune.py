@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +170,20 @@ def test_the_grid_measures_every_combination_and_the_fastest_wins() -> None:
     assert len(set(objective.measured)) == 2 + 3 * 3 * 2 - 1  # the start is one of them
     best: Values = {"PROTO": "LL128", "MAX_NCHANNELS": "8", "NTHREADS": "256"}
     assert (found.best, found.stop) == (objective.key(best), "grid done")
+
+
+def test_a_budget_ends_a_huge_grid_without_making_every_combination() -> None:
+    names = [f"V{index}" for index in range(5)]
+    objective = Separable({name: {} for name in names})
+    huge: Space = {name: tuple(str(value) for value in range(10)) for name in names}
+    tracemalloc.start()
+    try:
+        found = grid(dict.fromkeys(names), huge, objective, budget=3)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (len(objective.measured), found.stop) == (3, "budget spent")
+    assert peak < 1 << 20  # 10^5 combinations made at once take some 20 MB
 
 
 # The journal, read back.

@@ -131,8 +131,9 @@ def grid(start: Values, space: Space, objective: Objective, budget: int | None) 
     """Every combination of the space's values, after `start` and NCCL's defaults; the
     highest mean wins."""
     trials = _Trials(objective, budget)
-    every = [start, defaults(space)]
-    every += [dict(zip(space, combination, strict=True)) for combination in _product(space)]
+    # Lazy: a budget ends a grid of billions of combinations without making them all.
+    combinations = (dict(zip(space, values, strict=True)) for values in _product(space))
+    every = itertools.chain([start, defaults(space)], combinations)
     stop: Stop = "grid done"
     best: tuple[Values, Score] | None = None
     for values in every:

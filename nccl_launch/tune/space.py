@@ -18,11 +18,7 @@ EXAMPLE = 'PROTO = ["LL", "LL128", "unset"]'
 
 def _values(short: str, given: list[Any]) -> tuple[str | None, ...]:
     """The canonical values of `short`, each once, in order; ValueError names the bad one."""
-    found: list[str | None] = []
-    for value in given:
-        canonical = None if value == UNSET else nccl_value(short, value)
-        if canonical not in found:
-            found.append(canonical)
+    found = dict.fromkeys(None if value == UNSET else nccl_value(short, value) for value in given)
     return tuple(found)
 
 
