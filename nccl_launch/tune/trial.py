@@ -20,6 +20,7 @@ from typing import Annotated, Literal, Self
 import psutil
 from pydantic import BaseModel, Field, model_validator
 
+from nccl_launch.bench.api_key import api_key
 from nccl_launch.bench.gpus import compute_pids
 from nccl_launch.bench.measure import Progress, locate, measure_decode
 from nccl_launch.bench.result import Method
@@ -31,7 +32,7 @@ from nccl_launch.launch.host import port_check
 from nccl_launch.launch.prepare import LaunchPlan, prepare_launch
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.live.processes import HeldProcess, ProcessSnapshot, snapshot_tree, stop_tree
-from nccl_launch.masking import mask_value, mask_words
+from nccl_launch.masking import MASK, mask_value, mask_words
 from nccl_launch.sglang.server import Server
 
 TrialStatus = Literal["measured", "refused", "exited", "not-ready", "drift", "failed"]
@@ -99,7 +100,7 @@ def run_trial(ref: str, settings: TrialSettings, log: Path, progress: Progress) 
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
             more |= {"exit_code": code, "detail": f"the server {how}"}
         if outcome.status not in ("measured", "drift"):
-            more["log_tail"] = _tail(fd)
+            more["log_tail"] = _tail(fd, _secrets(launch))
     return outcome.model_copy(update=more)
 
 
@@ -267,9 +268,21 @@ def _wait_released(server: Server, pids: set[int]) -> None:
         time.sleep(POLL)
 
 
-def _tail(fd: int) -> list[str]:
-    """The last lines of the log, masked and escaped: they are printed and kept."""
+def _secrets(launch: LaunchPlan) -> list[str]:
+    """The credentials the server was given (its API key, the values of secret-looking
+    variables), longest first: a server prints them in forms no rule of masking knows, such
+    as SGLang's `server_args=ServerArgs(..., api_key='...')` at start."""
+    found = {value for key, value in launch.merged.env.items() if mask_value(key, value) == MASK}
+    found.add(api_key(launch.command()) or "")
+    return sorted(filter(None, found), key=len, reverse=True)
+
+
+def _tail(fd: int, secrets: list[str]) -> list[str]:
+    """The last lines of the log, masked (`secrets` wherever they appear) and escaped: they
+    are printed and kept in the journal."""
     size = os.fstat(fd).st_size
     data = os.pread(fd, TAIL_BYTES, max(0, size - TAIL_BYTES))
-    lines = data.decode(errors="replace").splitlines()[-TAIL_LINES:]
-    return [escaped(mask_words(line)) for line in lines]
+    text = data.decode(errors="replace")
+    for secret in secrets:
+        text = text.replace(secret, MASK)
+    return [escaped(mask_words(line)) for line in text.splitlines()[-TAIL_LINES:]]

@@ -38,6 +38,7 @@ Knobs, for tests:
   with, for `tune`: STANDIN_TOKEN_RATE times one factor per variable of TUNE_FACTORS (a value
   not in its table: 1.0), each request's rate then times a uniform factor in [1-n, 1+n],
   n = STANDIN_NOISE (default 0.01);
+- it logs `server_args=ServerArgs(model_path=..., api_key=...)` on stderr first, as SGLang does;
 - STANDIN_START_DELAY=S: /health answers 503 for S seconds after the workers are up;
   STANDIN_EXIT_IF="KEY=VALUE,..." exits 1 at start, after an NCCL error like SGLang's on
   stderr, when the environment holds one of those values (`KEY=`: unset);
@@ -403,6 +404,9 @@ def main() -> None:
     if recording:
         sys.exit(record_and_wait(Path(recording), bool(os.environ.get("STANDIN_WAIT"))))
     args = parse(sys.argv[1:])
+    # As SGLang logs its arguments at start, the API key among them.
+    said = f"model_path={args.model_path!r}, api_key={args.api_key!r}"
+    sys.stderr.write(f"server_args=ServerArgs({said})\n")
     refused = holds_any(os.environ.get("STANDIN_EXIT_IF", ""))
     if refused:
         sys.stderr.write(f"{NCCL_ERROR}Last error:\nInvalid value {refused}\n")
