@@ -280,6 +280,17 @@ def test_a_candidate_the_server_does_not_run_is_refused(seed: int, run_cli: RunC
     assert winner_of(document)["changes"] == "none"
 
 
+def test_a_tune_whose_every_launch_is_refused_names_no_log(seed: int, run_cli: RunCli) -> None:
+    env = MODEL | {"NCCL_PROTO": "Simple"}  # the calling environment drifts from each candidate
+    result = run_cli("tune", "standin", "--try", "PROTO=LL128", *FAST, env=env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "trial 1 refused: the calling environment drifts from the candidate: " in (
+        result.stdout
+    )
+    assert "  log " not in result.stdout  # nothing started, so no log was written
+    assert result.stdout.endswith("no trial was measured: no winner\n")
+
+
 def port_open(port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0

@@ -92,7 +92,8 @@ def _failures(report: TuneReport) -> list[str]:
         if row.score is not None:
             continue
         lines.append(f"trial {row.number} {status_text(row.outcome)}: {row.outcome.detail}")
-        lines.append(f"  log {row.log}")
+        if row.outcome.status != "refused":  # nothing started: no log was written
+            lines.append(f"  log {row.log}")
         lines += [f"  | {line}" for line in row.outcome.log_tail[-TAIL:]]
     return lines
 

@@ -268,13 +268,17 @@ def _wait_released(server: Server, pids: set[int]) -> None:
         time.sleep(POLL)
 
 
+SHORTEST_SECRET = 8  # a shorter value (`1`, `true`) masked wherever it appears garbles a log
+
+
 def _secrets(launch: LaunchPlan) -> list[str]:
     """The credentials the server was given (its API key, the values of secret-looking
     variables), longest first: a server prints them in forms no rule of masking knows, such
     as SGLang's `server_args=ServerArgs(..., api_key='...')` at start."""
     found = {value for key, value in launch.merged.env.items() if mask_value(key, value) == MASK}
     found.add(api_key(launch.command()) or "")
-    return sorted(filter(None, found), key=len, reverse=True)
+    long_enough = (value for value in found if len(value) >= SHORTEST_SECRET)
+    return sorted(long_enough, key=len, reverse=True)
 
 
 def _tail(fd: int, secrets: list[str]) -> list[str]:
