@@ -251,6 +251,23 @@ def test_tune_finds_the_best_values_within_the_budget(
     assert len(digests) == len(set(digests)) == len(document["trials"])
 
 
+def test_a_profile_naming_env_files_by_relative_paths_is_measured_as_is(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    (tmp_path / "profiles" / "site.env").write_text("HF_TOKEN=hf_site\n")
+    text = SEED.format(python=sys.executable, port=free_port(), nnodes=1)
+    write_profile(
+        "standin", text.replace("version = 1\n", 'version = 1\nenv_files = ["site.env"]\n')
+    )
+    result = run_cli(
+        "tune", "standin", "--try", "PROTO=LL128", *FAST, "--format", "json", env=MODEL
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads(result.stdout)
+    assert document["profile_trial"] == 1
+    assert document["gain_over_profile"] == pytest.approx(0.12, abs=0.05)
+
+
 def test_a_server_that_exits_or_never_gets_ready_is_a_failed_trial(
     seed: int, run_cli: RunCli
 ) -> None:

@@ -153,7 +153,9 @@ def run_tune(
         stop=found.stop,
         noise=found.noise,
         trials=trials.rows,
-        profile_trial=numbers.get(base.plan.digest),
+        # The base's values as a candidate: its digest is the base's but where the base names
+        # env files by relative paths, which a candidate, written elsewhere, names in full.
+        profile_trial=numbers.get(candidates.get(start).digest),
         defaults_trial=numbers.get(candidates.get(defaults(space)).digest),
         winner=numbers.get(found.best) if found.best is not None else None,
     )
