@@ -242,6 +242,16 @@ def test_the_nccl_conf_example_of_migrating_prints_what_the_docs_show(run_cli: R
     assert Path("site.toml").read_text().splitlines() == profile
 
 
+def test_the_unexported_example_of_migrating_prints_what_the_docs_show(run_cli: RunCli) -> None:
+    for name in ("tuned.env", "plain.sh"):
+        text, _ = documented(f"cat {name}", "migrating.md")
+        Path(name).write_text("\n".join(text) + "\n")
+    expected, _ = documented("nccl-launch convert plain.sh", "migrating.md")
+    result = run_cli("convert", "plain.sh")
+    assert result.returncode == 0
+    assert [*result.stderr.splitlines(), *result.stdout.splitlines()] == expected
+
+
 def test_the_sourcing_example_of_migrating_prints_what_the_docs_show(
     run_cli: RunCli, tmp_path: Path
 ) -> None:

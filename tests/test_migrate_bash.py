@@ -282,6 +282,33 @@ def test_each_sourced_value_names_its_file_and_line(run_cli: RunCli) -> None:
     )
 
 
+def test_an_nccl_value_set_without_export_is_left_out_as_bash_leaves_it_with_a_note(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    """A sourced file without `set -a`, a plain assignment or `export -n`: bash gives the
+    server none of them, so neither does the profile, and each is named with its line, since
+    a value the script meant to apply and NCCL never sees is what this tool exists to catch."""
+    write_sourced({"nccl.env": "NCCL_PROTO=LL\n"})
+    script = (
+        ". ./nccl.env\nNCCL_ALGO=Ring\nexport NCCL_BUFFSIZE=4096\nexport -n NCCL_BUFFSIZE\n"
+        "HF_HOME=/x\nNCCL_IB_HCA=mlx5_0 {serve}"
+    )
+    result = convert(script, run_cli)
+    assert result.returncode == 0, result.stderr
+    assert_profile_holds_what_bash_exports(script, tmp_path)
+    assert tomllib.loads(Path("out.toml").read_text())["nccl"] == {"IB_HCA": "mlx5_0"}
+    left_out = [line for line in result.stderr.splitlines() if "not exported" in line]
+    assert left_out == [
+        f"nccl-launch: warning: {where}: {name} is not exported: the server gets this value only "
+        "where the caller exports the variable; left out (export it to keep it)"
+        for where, name in (
+            ("line 2", "NCCL_ALGO"),
+            ("line 3", "NCCL_BUFFSIZE"),
+            ("nccl.env line 1", "NCCL_PROTO"),
+        )
+    ]
+
+
 def test_a_sourced_file_that_cannot_be_followed_is_refused_with_why(run_cli: RunCli) -> None:
     """Never a profile that lacks what the file sets: missing, not a regular file (a symlink
     is resolved first), a path from a variable the script does not set, a construct not

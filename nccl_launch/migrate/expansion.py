@@ -108,3 +108,8 @@ def _expand_text(
     if "$" in _VARIABLE.sub("", text):
         raise shell.ShellError(f"line {line}: only $NAME, ${{NAME}} and ${{NAME:-default}} expand")
     return expanded
+
+
+def references(word: shell.Word, name: str) -> bool:
+    """Whether the word reads variable `name` (`$NAME`, `${NAME...}`)."""
+    return re.search(rf"\$\{{?{name}\b", word.literal()) is not None

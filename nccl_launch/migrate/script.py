@@ -12,8 +12,8 @@ from pathlib import PurePosixPath
 
 from nccl_launch.errors import UsageError
 from nccl_launch.migrate import shell, sourced
-from nccl_launch.migrate.expansion import expand
-from nccl_launch.migrate.server_table import UNSET, known, server_split
+from nccl_launch.migrate.expansion import expand, references
+from nccl_launch.migrate.server_table import from_caller, known, server_split
 from nccl_launch.migrate.start import StartCommand
 from nccl_launch.nccl import catalog
 
@@ -33,14 +33,6 @@ _UNFOLLOWED = frozenset({
 })  # fmt: skip
 _BY_HAND = "convert the branch that runs, or write the profile by hand"
 _SOURCE = ("source", ".")
-
-
-def _from_caller(name: str) -> str:
-    return UNSET + name
-
-
-def _references(word: shell.Word, name: str) -> bool:
-    return re.search(rf"\$\{{?{name}\b", word.literal()) is not None
 
 
 class _Script:
@@ -79,14 +71,14 @@ class _Script:
     def expand(
         self, word: shell.Word, line: int, split: bool = False, assignment: bool = False
     ) -> str:
-        return expand(word, self.lookup, line, _from_caller, split=split, assignment=assignment)
+        return expand(word, self.lookup, line, from_caller, split=split, assignment=assignment)
 
     def assign(self, word: shell.Word, line: int, export: bool | None) -> None:
         """`NAME=value` or `NAME+=value` as bash sets it; `export` says whether it reaches the
         server, None leaves that as it was (exported under `set -a`)."""
         name, value, appends = word.assignment() or ("", word, False)
         self.writable(name, line)
-        if (appends or _references(value, name)) and name not in self.variables:
+        if (appends or references(value, name)) and name not in self.variables:
             if name in self.environ and not name.startswith(catalog.PREFIX):
                 # PATH=/opt/bin:$PATH depends on whoever runs it, and stays theirs
                 self.notes.append(
@@ -341,9 +333,15 @@ class _Script:
             argv[0] = self.interpreter(argv[0], line)
             if self.found is not None:
                 raise UsageError(f"line {line}: a second server command (first on {self.found[0]})")
-            exported = sorted(self.exported & self.variables.keys() - removed)
-            env = {name: self.variables[name] for name in exported}
+            kept = self.variables.keys() - removed
+            env = {name: self.variables[name] for name in sorted(kept & self.exported)}
             self.found = (line, env | prefix, argv)
+            self.notes += [
+                f"{self.lines[name]}: {name} is not exported: the server gets this value only "
+                "where the caller exports the variable; left out (export it to keep it)"
+                for name in sorted(kept - self.exported - prefix.keys())
+                if name.startswith(catalog.PREFIX)
+            ]
             return True if command.background else None
         if command.background or command.pipes:
             self.notes.append(f"{self.at(line)}: ignored `{argv[0]} &` (it runs in a subshell)")

@@ -15,6 +15,11 @@ _PYTHON = re.compile(r"python[0-9.]*")
 UNSET = "\x00"  # stands for a variable a script reads from its caller
 
 
+def from_caller(name: str) -> str:
+    """What a variable the script reads from its caller expands to."""
+    return UNSET + name
+
+
 def server_split(argv: list[str]) -> tuple[str, str, list[str]] | None:
     """(python, entrypoint, flags) of an SGLang command line, or None for anything else."""
     if not argv:
