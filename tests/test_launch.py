@@ -101,7 +101,15 @@ def test_drift_refuses_and_the_command_never_runs(
     assert "(calling environment)" in lines[1]
     assert lines[2].split()[:3] == ["+", "NCCL_PROTOCOL", '"LL"']
     assert "did you mean NCCL_PROTO?" in lines[2]
-    assert lines[-1] == "2 drift (1 changed, 1 undeclared), 0 match"
+    assert lines[3:] == [
+        "2 drift (1 changed, 1 undeclared), 0 match",
+        "fix ~ (changed): put the value the server should get in the profile, unset it in the "
+        "calling environment (the shell, the unit's Environment=), or start with the profile's "
+        'value anyway: [policy] conflict = "warn"',
+        "fix + (undeclared): declare it in [nccl] with the value the server should get, unset "
+        "it in the calling environment (the shell, the unit's Environment=), or let the "
+        'server have it: [policy] undeclared_nccl = "warn"',
+    ]
 
 
 def test_same_meaning_in_the_calling_env_is_not_drift(

@@ -143,6 +143,11 @@ def test_drift_fails_preflight_with_exit_1(write_profile: WriteProfile, run_cli:
     lines = result.stdout.splitlines()
     assert lines[1] == "fail  environment  1 drift (1 changed), 0 match"
     assert lines[2].split()[:5] == ["~", "NCCL_PROTO", '"LL"', "->", '"Simple"']
+    assert lines[3] == (
+        "      fix ~ (changed): put the value the server should get in the profile, unset it in "
+        "the calling environment (the shell, the unit's Environment=), or start with the "
+        'profile\'s value anyway: [policy] conflict = "warn"'
+    )
     assert lines[-1] == "preflight failed: 1 failed, 0 warnings"
 
 

@@ -192,7 +192,11 @@ def test_the_old_way_names_missing_keys_and_unreadable_workers(
     assert '  - NCCL_BUFFSIZE  "16777216" -> unset' in text
     assert text.count("unreadable: environment overwritten by setproctitle") == 3
     assert "NCCL_PROTO  " not in text.split("sglang::")[0]  # set by hand: it matches
-    assert text.splitlines()[-1] == "drift: 2 drift, 3 unreadable, of 5 processes"
+    assert text.splitlines()[-2:] == [
+        "drift: 2 drift, 3 unreadable, of 5 processes",
+        "fix: a process keeps the environment it started with: restart the server through "
+        "nccl-launch run profiles/standin.toml (its unit, or that command)",
+    ]
 
 
 def test_one_drifted_worker_is_named(start: StartServer, run_cli: RunCli) -> None:
@@ -202,7 +206,11 @@ def test_one_drifted_worker_is_named(start: StartServer, run_cli: RunCli) -> Non
     lines = result.stdout.splitlines()
     worker = next(i for i, line in enumerate(lines) if line.endswith("sglang::scheduler_TP1"))
     assert lines[worker + 1].split()[:5] == ["~", "NCCL_PROTO", '"LL"', "->", '"Simple"']
-    assert lines[-1] == "drift: 1 drift, of 5 processes"
+    assert lines[-2:] == [
+        "drift: 1 drift, of 5 processes",
+        "fix: a process keeps the environment it started with: restart the server through "
+        f"nccl-launch run {Path('profiles/standin.toml').resolve()} (its unit, or that command)",
+    ]
 
 
 def test_prometheus_textfile_parses_and_says_drift(
@@ -250,7 +258,8 @@ def test_a_newer_profile_file_than_the_server_runs_is_reported(
     assert lines[1].startswith("server runs standin@1 (sha256:")
     assert ", the file is standin@2 (sha256:" in lines[1]
     assert '  ~ NCCL_BUFFSIZE  "33554432" -> "16777216"' in lines
-    assert lines[-1] == "drift: 5 drift, another digest running, of 5 processes"
+    assert lines[-2] == "drift: 5 drift, another digest running, of 5 processes"
+    assert lines[-1].startswith("fix: a process keeps the environment it started with: ")
 
 
 def test_check_refuses_a_profile_edited_away_from_its_pin(

@@ -116,6 +116,28 @@ def test_run_refuses_an_undeclared_value_from_the_users_nccl_conf(
     assert "NCCL_PROTO " not in result.stderr.replace("NCCL_PROTOCOL", "")  # the env wins
 
 
+def test_a_refusal_says_how_to_fix_it_once_naming_each_place_a_value_came_from(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """One fix line per kind of drift, not per variable: the remedy for the calling
+    environment, an --env-file and an nccl.conf, each once, and the [policy] to tolerate."""
+    write_profile("conf", ENV_ONLY.format(extra=""))
+    conf = Path(os.environ["HOME"]) / ".nccl.conf"
+    conf.write_text("NCCL_IB_HCA=mlx5_0\nNCCL_IB_GID_INDEX=3\n")
+    env_file = tmp_path / "site.env"
+    env_file.write_text("NCCL_SOCKET_IFNAME=eth0\n")
+    caller = {"NCCL_DEBUG": "INFO", "NCCL_NET_GDR_LEVEL": "PHB"}
+    result = run_cli("run", "conf", "--env-file", str(env_file), "--", "true", env=caller)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        "fix + (undeclared): declare it in [nccl] with the value the server should get, unset "
+        "it in the calling environment (the shell, the unit's Environment=), remove it from "
+        f"env file {env_file}, remove it from {conf}, or let the server have it: [policy] "
+        'undeclared_nccl = "warn"'
+    )
+    assert result.stderr.count("fix ") == 1
+
+
 def test_a_declared_conf_file_replaces_the_users_and_warn_tolerates(
     write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
 ) -> None:

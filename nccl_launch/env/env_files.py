@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from nccl_launch.env.merge import EnvLayer
+from nccl_launch.env.merge import ENV_FILE, EnvLayer
 from nccl_launch.errors import HostError, UsageError
 from nccl_launch.files import read_text
 from nccl_launch.masking import is_secret, mask_credentials
@@ -28,7 +28,7 @@ def read_env_file(path: Path) -> EnvLayer:
     """A dotenv file as a layer; a line python-dotenv cannot parse is an error, not skipped.
     As root, a file others could have written is refused: it shapes the server's env."""
     values = {key: value for _, key, value in env_file_lines(path)}
-    return EnvLayer(source=f"env file {path}", values=values)
+    return EnvLayer(source=f"{ENV_FILE}{path}", values=values)
 
 
 def env_file_lines(path: Path) -> list[tuple[int, str, str]]:

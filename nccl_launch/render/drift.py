@@ -6,11 +6,24 @@ import json
 from collections.abc import Mapping, Sequence
 
 from nccl_launch.env.drift import DriftEntry, DriftKind, DriftReport, Reason
+from nccl_launch.env.merge import CALLING_ENV, ENV_FILE
 from nccl_launch.escaping import escaped, shell_word
 from nccl_launch.launch.prepare import LaunchPlan
 from nccl_launch.masking import mask_argv, mask_value
 
 _MARKS: dict[DriftKind, str] = {"changed": "~", "missing": "-", "undeclared": "+"}
+# At start, what ends each kind of drift besides removing the value where it came from, and
+# the [policy] that tolerates it ("missing" is only found in a running server).
+_FIXES: dict[DriftKind, tuple[str, str]] = {
+    "changed": (
+        "put the value the server should get in the profile",
+        'or start with the profile\'s value anyway: [policy] conflict = "warn"',
+    ),
+    "undeclared": (
+        "declare it in [nccl] with the value the server should get",
+        'or let the server have it: [policy] undeclared_nccl = "warn"',
+    ),
+}
 
 
 def quoted_value(key: str, value: str | None) -> str:
@@ -52,11 +65,43 @@ def drift_lines(entries: Sequence[DriftEntry]) -> list[str]:
     return lines
 
 
+def _removal(source: str | None) -> str:
+    """How to take a value away where it came from: the calling environment, an env file
+    `run --env-file` named, or an nccl.conf line (`PATH:LINE`)."""
+    if source is None or source == CALLING_ENV:
+        return "unset it in the calling environment (the shell, the unit's Environment=)"
+    if source.startswith(ENV_FILE):
+        return f"remove it from {source}"
+    return f"remove it from {source.rpartition(':')[0]}"
+
+
+def fix_lines(entries: Sequence[DriftEntry]) -> list[str]:
+    """How to end each kind of drift among `entries` at start, one line per kind: where the
+    values came from, and the [policy] that would tolerate them."""
+    lines = []
+    for kind, (what, tolerate) in _FIXES.items():
+        found = [entry for entry in entries if entry.kind == kind and not entry.tolerated]
+        if found:
+            places = ", ".join(dict.fromkeys(_removal(entry.source) for entry in found))
+            lines.append(f"fix {_MARKS[kind]} ({kind}): {what}, {places}, {tolerate}")
+    return lines
+
+
+def restart_line(path: str, undeclared: bool) -> str:
+    """How to end drift in a running server, whose environment cannot change: a restart
+    through `run` with the profile at `path`."""
+    declare = "; an undeclared variable it should keep goes in [nccl] first" if undeclared else ""
+    return (
+        "fix: a process keeps the environment it started with: restart the server through "
+        f"nccl-launch run {shell_word(path)} (its unit, or that command){declare}"
+    )
+
+
 def refusal_lines(launch: LaunchPlan, report: DriftReport) -> list[str]:
-    """Why `run` will not start: a header, one aligned line per entry, a summary."""
+    """Why `run` will not start: a header, one aligned line per entry, a summary, the fixes."""
     plan = launch.plan
     header = f"refusing to start: environment drifts from {plan.label} ({plan.short_digest})"
-    return [header, *drift_lines(report.entries), report.summary()]
+    return [header, *drift_lines(report.entries), report.summary(), *fix_lines(report.entries)]
 
 
 def env_changes(

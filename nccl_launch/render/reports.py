@@ -9,7 +9,7 @@ from nccl_launch.launch.preflight_report import PreflightReport
 from nccl_launch.live.compare import LiveReport, ProcessReport
 from nccl_launch.live.verify_log import LogReport
 from nccl_launch.masking import mask_words
-from nccl_launch.render.drift import drift_lines
+from nccl_launch.render.drift import drift_lines, fix_lines, restart_line
 
 
 def preflight_lines(report: PreflightReport) -> list[str]:
@@ -20,7 +20,10 @@ def preflight_lines(report: PreflightReport) -> list[str]:
     lines = []
     for check in report.checks:
         lines.append(f"{check.status:<4}  {check.name.ljust(width)}  {check.message}")
-        detail = drift_lines(check.drift.entries) if check.drift is not None else check.detail
+        drift = check.drift
+        detail = (
+            check.detail if drift is None else drift_lines(drift.entries) + fix_lines(drift.entries)
+        )
         lines += [f"      {line}" for line in detail]
     failed = sum(check.status == "fail" for check in report.checks)
     warned = sum(check.status == "warn" for check in report.checks)
@@ -72,6 +75,10 @@ def live_lines(report: LiveReport) -> list[str]:
         parts += [f"{unreadable} unreadable"] if unreadable else []
         parts += ["another digest running"] if report.digest_differs else []
         lines.append(f"drift: {', '.join(parts)}, of {total}")
+    drifted_entries = [entry for process in report.processes for entry in process.drifted]
+    if drifted_entries or report.digest_differs:
+        undeclared = any(entry.kind == "undeclared" for entry in drifted_entries)
+        lines.append(restart_line(report.path, undeclared))
     return lines
 
 
