@@ -262,3 +262,23 @@ def test_the_sourcing_example_of_migrating_prints_what_the_docs_show(
     profile, _ = documented("cat profiles/start.toml", "migrating.md")
     written = Path("profiles/start.toml").read_text().replace(str(tmp_path), "/tmp/demo")
     assert written.splitlines() == profile
+
+
+def test_the_tutorials_completion_lines_write_each_shells_script(isolated: Isolation) -> None:
+    """Each line of docs/tutorial.md's completion block, run by bash in an empty HOME, writes
+    the script click makes for its shell, where that shell reads it."""
+    text = (REPO / "docs" / "tutorial.md").read_text()
+    block = text.split("TAB completes", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    lines = [line for line in block.splitlines() if not line.startswith("#")]
+    path = f"{Path(console_script()).parent}:{os.environ['PATH']}"
+    for line in lines:
+        subprocess.run(["bash", "-ec", line], env=os.environ | {"PATH": path}, check=True)
+    written = {
+        ".local/share/bash-completion/completions/nccl-launch": "_nccl_launch_completion()",
+        ".nccl-launch-complete.bash": "_nccl_launch_completion()",
+        ".zfunc/_nccl-launch": "#compdef nccl-launch",
+        ".config/fish/completions/nccl-launch.fish": "function _nccl_launch_completion",
+    }
+    assert len(lines) == len(written)
+    for name, start in written.items():
+        assert (isolated.home / name).read_text().startswith(start), name
