@@ -49,10 +49,10 @@ LOG_EXAMPLES = [  # of docs/systemd-and-monitoring.md, on the test suite's 8-ran
 ]
 
 
-def documented(command: str, page: str = "commands.md") -> tuple[list[str], int]:
-    """The lines `page` prints after `$ command` up to the next prompt or the block's end,
-    and the exit code its `$ echo $?` shows (0 when it shows none)."""
-    after = (REPO / "docs" / page).read_text().split(f"$ {command}\n", 1)[1]
+def documented(command: str, page: str = "commands.md", nth: int = 0) -> tuple[list[str], int]:
+    """The lines `page` prints after its `nth` (from 0) `$ command` up to the next prompt or
+    the block's end, and the exit code its `$ echo $?` shows (0 when it shows none)."""
+    after = (REPO / "docs" / page).read_text().split(f"$ {command}\n")[nth + 1]
     block = after.split("```", 1)[0]
     output, *prompts = re.split(r"^\$ ", block, flags=re.MULTILINE)
     shown = prompts[0].splitlines() if prompts else []
@@ -282,3 +282,35 @@ def test_the_tutorials_completion_lines_write_each_shells_script(isolated: Isola
     assert len(lines) == len(written)
     for name, start in written.items():
         assert (isolated.home / name).read_text().startswith(start), name
+
+
+def test_the_tutorials_first_steps_print_what_the_tutorial_shows(isolated: Isolation) -> None:
+    """Steps 1 to 3 of docs/tutorial.md, by bash in an empty folder with `nccl-launch` on
+    PATH: the profile as printed, its validation, the fix, the run, the refusal."""
+    text = (REPO / "docs" / "tutorial.md").read_text()
+    profile = text.split("`profiles/first.toml`:\n\n```toml\n", 1)[1].split("```", 1)[0]
+    (isolated.root / "profiles" / "first.toml").write_text(profile)
+    path = f"{Path(console_script()).parent}:{os.environ['PATH']}"
+
+    def shown(command: str, nth: int = 0) -> None:
+        expected = documented(command, "tutorial.md", nth)
+        done = subprocess.run(
+            ["bash", "-c", f"{command} 2>&1"],
+            env=os.environ | {"PATH": path},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert (done.stdout.splitlines(), done.returncode) == expected, command
+
+    validate = "nccl-launch validate profiles/first.toml"
+    shown(validate)
+    (isolated.root / "profiles" / "first.toml").write_text(
+        profile.replace("NTHREADS = 500", "NTHREADS = 512")
+    )
+    shown(validate, nth=1)
+    steps = text.split("## 2. ", 1)[1].split("## 4. ", 1)[0]
+    commands = re.findall(r"^\$ (?!echo )(.*)$", steps, re.MULTILINE)
+    assert len(commands) == 2
+    for command in commands:
+        shown(command)
