@@ -314,3 +314,44 @@ def test_the_tutorials_first_steps_print_what_the_tutorial_shows(isolated: Isola
     assert len(commands) == 2
     for command in commands:
         shown(command)
+
+
+def test_the_systemd_guides_drop_in_and_drift_units_pass_systemd_analyze(
+    isolated: Isolation, run_cli: RunCli, systemd_analyze: str
+) -> None:
+    """docs/systemd-and-monitoring.md: its lines write the `--api-key` drop-in of the unit of
+    migrating.md's chat profile, as shown; that unit with it, and the drift units, verify."""
+    page = "systemd-and-monitoring.md"
+    script, _ = documented("cat start_chat.sh", "migrating.md")
+    Path("start_chat.sh").write_text("\n".join(script) + "\n")
+    assert run_cli("convert", "start_chat.sh", "--name", "chat").returncode == 0
+    unit = isolated.root / "sglang-chat.service"
+    assert (
+        run_cli("systemd", "profiles/chat.toml", "--user", "sglang", "-o", str(unit)).returncode
+        == 0
+    )
+    text = (REPO / "docs" / page).read_text()
+    block = text.split("### The server's `--api-key`", 1)[1].split("```text\n", 1)[1]
+    lines = re.findall(r"^\$ (.*)$", block.split("$ cat ", 1)[0], re.MULTILINE)
+    for line in lines:
+        subprocess.run(["bash", "-ec", line.replace("/tmp/doc", str(isolated.root))], check=True)
+    drop_in = isolated.root / "sglang-chat.service.d" / "api-key.conf"
+    shown, _ = documented("cat /tmp/doc/sglang-chat.service.d/api-key.conf", page)
+    written = drop_in.read_text().replace(str(isolated.root), "/tmp/doc")
+    assert (
+        written.replace(console_script(), "/opt/nccl-launch/bin/nccl-launch").splitlines() == shown
+    )
+    assert "API_KEY=sk-live-7Hq2\n" in (isolated.root / "profiles" / "chat.env").read_text()
+    units = [unit]
+    for body in re.findall(r"```ini\n# /etc/systemd/system/(\S+)\n(.*?)```", text, re.DOTALL):
+        units.append(isolated.root / body[0])
+        units[-1].write_text(body[1].replace("/opt/nccl-launch/bin/nccl-launch", console_script()))
+    assert [path.name for path in units[1:]] == [
+        "sglang-drift.service", "sglang-drift.timer", "sglang-watch.service"
+    ]  # fmt: skip
+    (isolated.root / "sglang.service").write_text("[Service]\nExecStart=/bin/true\n")
+    done = subprocess.run(
+        [systemd_analyze, "verify", *map(str, units)], capture_output=True, text=True
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    assert "User=sglang" in units[1].read_text() and "User=sglang" in units[3].read_text()
