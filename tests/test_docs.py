@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Isolation, RunCli, console_script
+from tests.conftest import Isolation, RunCli, console_script, require
 from tests.helpers import free_port, wait_for
 from tests.test_live import healthy
 
@@ -154,15 +154,23 @@ def test_the_baseline_guide_runs_as_printed(isolated: Isolation) -> None:
     (clone / "tests").symlink_to(REPO / "tests")
     (clone / "profiles" / "kimi-standin.toml").write_text(profile.replace("30714", str(port)))
     block = text.split("## 2. ", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
-    start, bench, *_ = re.findall(r"^\$ (.*)$", block, re.MULTILINE)
+    require(shutil.which("curl"), "install curl: docs/baseline.md waits for its server with it")
+    start, wait, bench, *_ = re.findall(r"^\$ (.*)$", block, re.MULTILINE)
     assert start.endswith(" &")
+    assert wait.startswith("until curl ")
     expected, code = documented(bench, "baseline.md")
     bin_dir = str(Path(console_script()).parent)
     env = os.environ | {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    validated = subprocess.run(
+        ["nccl-launch", "validate", "profiles/kimi-standin.toml"],
+        cwd=clone, env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert (validated.returncode, validated.stderr) == (0, "")
     fast = start.removesuffix(" &").replace("RATE=90", "RATE=5000").replace("TTFT=0.12", "TTFT=0")
     server = subprocess.Popen(["bash", "-c", fast], cwd=clone, env=env, start_new_session=True)
     try:
         wait_for(lambda: healthy(port), "the doc's server", process=server)
+        subprocess.run(["bash", "-c", wait.replace("30714", str(port))], timeout=30, check=True)
         done = subprocess.run(
             ["bash", "-c", f"{bench} --max-tokens 20 2>&1"],
             cwd=clone,
