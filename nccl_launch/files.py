@@ -176,8 +176,8 @@ def atomic_write(path: Path, text: str, *, replace: bool, mode: int | None = Non
 
 
 def write_output(path: Path, text: str, *, replace: bool) -> None:
-    """`atomic_write` of a file named on the command line; an OSError but FileExistsError is
-    a FileError that names the path (a folder this user may not write, a full disk)."""
+    """`atomic_write` of a file named on the command line: any OSError but the file's own
+    FileExistsError is a FileError naming the path (a folder this user may not write)."""
     try:
         atomic_write(path, text, replace=replace)
     except FileExistsError as error:
