@@ -175,6 +175,24 @@ def atomic_write(path: Path, text: str, *, replace: bool, mode: int | None = Non
         temporary.unlink(missing_ok=True)
 
 
+def write_output(path: Path, text: str, *, replace: bool) -> None:
+    """`atomic_write` of a file named on the command line: any OSError but the file's own
+    FileExistsError is a FileError naming the path (a folder this user may not write)."""
+    try:
+        atomic_write(path, text, replace=replace)
+    except FileExistsError as error:
+        if error.errno is None or error.filename2 is not None:  # the file, not a folder
+            raise
+        raise FileError(f"{path}: cannot write: {error.filename} is not a directory") from None
+    except PermissionError as error:
+        raise FileError(
+            f"{path}: cannot write: {error.strerror}; it is replaced by a new file written in "
+            f"{path.parent}, so that folder must be writable by this user"
+        ) from None
+    except OSError as error:
+        raise FileError(f"{path}: cannot write: {error.strerror}") from None
+
+
 def append_line(fd: int, line: str, what: str) -> None:
     """Append `line` (ending with a newline) to the file open at `fd` in one write, so it is
     whole or absent; after a last line left torn (a crash), on a line of its own. FileError

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Isolation, RunCli, console_script
+from tests.conftest import Isolation, RunCli, console_script, require
 from tests.helpers import free_port, wait_for
 from tests.test_live import healthy
 
@@ -49,10 +49,10 @@ LOG_EXAMPLES = [  # of docs/systemd-and-monitoring.md, on the test suite's 8-ran
 ]
 
 
-def documented(command: str, page: str = "commands.md") -> tuple[list[str], int]:
-    """The lines `page` prints after `$ command` up to the next prompt or the block's end,
-    and the exit code its `$ echo $?` shows (0 when it shows none)."""
-    after = (REPO / "docs" / page).read_text().split(f"$ {command}\n", 1)[1]
+def documented(command: str, page: str = "commands.md", nth: int = 0) -> tuple[list[str], int]:
+    """The lines `page` prints after its `nth` (from 0) `$ command` up to the next prompt or
+    the block's end, and the exit code its `$ echo $?` shows (0 when it shows none)."""
+    after = (REPO / "docs" / page).read_text().split(f"$ {command}\n")[nth + 1]
     block = after.split("```", 1)[0]
     output, *prompts = re.split(r"^\$ ", block, flags=re.MULTILINE)
     shown = prompts[0].splitlines() if prompts else []
@@ -154,15 +154,23 @@ def test_the_baseline_guide_runs_as_printed(isolated: Isolation) -> None:
     (clone / "tests").symlink_to(REPO / "tests")
     (clone / "profiles" / "kimi-standin.toml").write_text(profile.replace("30714", str(port)))
     block = text.split("## 2. ", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
-    start, bench, *_ = re.findall(r"^\$ (.*)$", block, re.MULTILINE)
+    require(shutil.which("curl"), "install curl: docs/baseline.md waits for its server with it")
+    start, wait, bench, *_ = re.findall(r"^\$ (.*)$", block, re.MULTILINE)
     assert start.endswith(" &")
+    assert wait.startswith("until curl ")
     expected, code = documented(bench, "baseline.md")
     bin_dir = str(Path(console_script()).parent)
     env = os.environ | {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    validated = subprocess.run(
+        ["nccl-launch", "validate", "profiles/kimi-standin.toml"],
+        cwd=clone, env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert (validated.returncode, validated.stderr) == (0, "")
     fast = start.removesuffix(" &").replace("RATE=90", "RATE=5000").replace("TTFT=0.12", "TTFT=0")
     server = subprocess.Popen(["bash", "-c", fast], cwd=clone, env=env, start_new_session=True)
     try:
         wait_for(lambda: healthy(port), "the doc's server", process=server)
+        subprocess.run(["bash", "-c", wait.replace("30714", str(port))], timeout=30, check=True)
         done = subprocess.run(
             ["bash", "-c", f"{bench} --max-tokens 20 2>&1"],
             cwd=clone,
@@ -272,3 +280,96 @@ def test_the_sourcing_example_of_migrating_prints_what_the_docs_show(
     profile, _ = documented("cat profiles/start.toml", "migrating.md")
     written = Path("profiles/start.toml").read_text().replace(str(tmp_path), "/tmp/demo")
     assert written.splitlines() == profile
+
+
+def test_the_tutorials_completion_lines_write_each_shells_script(isolated: Isolation) -> None:
+    """Each line of docs/tutorial.md's completion block, run by bash in an empty HOME, writes
+    the script click makes for its shell, where that shell reads it."""
+    text = (REPO / "docs" / "tutorial.md").read_text()
+    block = text.split("TAB completes", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    lines = [line for line in block.splitlines() if not line.startswith("#")]
+    path = f"{Path(console_script()).parent}:{os.environ['PATH']}"
+    for line in lines:
+        subprocess.run(["bash", "-ec", line], env=os.environ | {"PATH": path}, check=True)
+    written = {
+        ".local/share/bash-completion/completions/nccl-launch": "_nccl_launch_completion()",
+        ".nccl-launch-complete.bash": "_nccl_launch_completion()",
+        ".zfunc/_nccl-launch": "#compdef nccl-launch",
+        ".config/fish/completions/nccl-launch.fish": "function _nccl_launch_completion",
+    }
+    assert len(lines) == len(written)
+    for name, start in written.items():
+        assert (isolated.home / name).read_text().startswith(start), name
+
+
+def test_the_tutorials_first_steps_print_what_the_tutorial_shows(isolated: Isolation) -> None:
+    """Steps 1 to 3 of docs/tutorial.md, by bash in an empty folder with `nccl-launch` on
+    PATH: the profile as printed, its validation, the fix, the run, the refusal."""
+    text = (REPO / "docs" / "tutorial.md").read_text()
+    profile = text.split("`profiles/first.toml`:\n\n```toml\n", 1)[1].split("```", 1)[0]
+    (isolated.root / "profiles" / "first.toml").write_text(profile)
+    path = f"{Path(console_script()).parent}:{os.environ['PATH']}"
+
+    def shown(command: str, nth: int = 0) -> None:
+        expected = documented(command, "tutorial.md", nth)
+        done = subprocess.run(
+            ["bash", "-c", f"{command} 2>&1"],
+            env=os.environ | {"PATH": path},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert (done.stdout.splitlines(), done.returncode) == expected, command
+
+    validate = "nccl-launch validate profiles/first.toml"
+    shown(validate)
+    (isolated.root / "profiles" / "first.toml").write_text(
+        profile.replace("NTHREADS = 500", "NTHREADS = 512")
+    )
+    shown(validate, nth=1)
+    steps = text.split("## 2. ", 1)[1].split("## 4. ", 1)[0]
+    commands = re.findall(r"^\$ (?!echo )(.*)$", steps, re.MULTILINE)
+    assert len(commands) == 2
+    for command in commands:
+        shown(command)
+
+
+def test_the_systemd_guides_drop_in_and_drift_units_pass_systemd_analyze(
+    isolated: Isolation, run_cli: RunCli, systemd_analyze: str
+) -> None:
+    """docs/systemd-and-monitoring.md: its lines write the `--api-key` drop-in of the unit of
+    migrating.md's chat profile, as shown; that unit with it, and the drift units, verify."""
+    page = "systemd-and-monitoring.md"
+    script, _ = documented("cat start_chat.sh", "migrating.md")
+    Path("start_chat.sh").write_text("\n".join(script) + "\n")
+    assert run_cli("convert", "start_chat.sh", "--name", "chat").returncode == 0
+    unit = isolated.root / "sglang-chat.service"
+    assert (
+        run_cli("systemd", "profiles/chat.toml", "--user", "sglang", "-o", str(unit)).returncode
+        == 0
+    )
+    text = (REPO / "docs" / page).read_text()
+    block = text.split("### The server's `--api-key`", 1)[1].split("```text\n", 1)[1]
+    lines = re.findall(r"^\$ (.*)$", block.split("$ cat ", 1)[0], re.MULTILINE)
+    for line in lines:
+        subprocess.run(["bash", "-ec", line.replace("/tmp/doc", str(isolated.root))], check=True)
+    drop_in = isolated.root / "sglang-chat.service.d" / "api-key.conf"
+    shown, _ = documented("cat /tmp/doc/sglang-chat.service.d/api-key.conf", page)
+    written = drop_in.read_text().replace(str(isolated.root), "/tmp/doc")
+    assert (
+        written.replace(console_script(), "/opt/nccl-launch/bin/nccl-launch").splitlines() == shown
+    )
+    assert "API_KEY=sk-live-7Hq2\n" in (isolated.root / "profiles" / "chat.env").read_text()
+    units = [unit]
+    for body in re.findall(r"```ini\n# /etc/systemd/system/(\S+)\n(.*?)```", text, re.DOTALL):
+        units.append(isolated.root / body[0])
+        units[-1].write_text(body[1].replace("/opt/nccl-launch/bin/nccl-launch", console_script()))
+    assert [path.name for path in units[1:]] == [
+        "sglang-drift.service", "sglang-drift.timer", "sglang-watch.service"
+    ]  # fmt: skip
+    (isolated.root / "sglang.service").write_text("[Service]\nExecStart=/bin/true\n")
+    done = subprocess.run(
+        [systemd_analyze, "verify", *map(str, units)], capture_output=True, text=True
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    assert "User=sglang" in units[1].read_text() and "User=sglang" in units[3].read_text()

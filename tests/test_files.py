@@ -210,3 +210,39 @@ def test_written_files_follow_the_umask_and_keep_a_replaced_mode(
     assert run_cli("systemd", "srv", "-o", str(unit), "--force").returncode == 0
     assert stat.S_IMODE(unit.stat().st_mode) == 0o600
     assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith(".")) == []
+
+
+def test_an_output_that_cannot_be_written_is_one_line_naming_it(
+    tmp_path: Path, run_cli: RunCli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """systemd -o and check -o: a folder that is a file, or one this user may not write (as a
+    drift timer's User= meets node_exporter's folder), is exit 2 and one line, no traceback."""
+    (tmp_path / "profiles" / "srv.toml").write_text(
+        'schema = 1\nname = "srv"\nversion = 1\n[server]\nmodel_path = "/m"\n'
+    )
+    (tmp_path / "file").write_text("")
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        for command in (["systemd", "srv"], ["check", "srv", "--pid", str(sleeper.pid)]):
+            done = run_cli(*command, "-o", str(tmp_path / "file" / "out"))
+            assert (done.returncode, done.stderr) == (
+                2,
+                f"nccl-launch: {tmp_path}/file/out: cannot write: {tmp_path}/file is not a "
+                "directory\n",
+            )
+
+            def refused(**_: object) -> tuple[int, str]:
+                raise PermissionError(13, "Permission denied")
+
+            with monkeypatch.context() as patched:
+                patched.setattr("tempfile.mkstemp", refused)
+                done = run_cli(*command, "-o", str(tmp_path / "out"))
+            assert (done.returncode, done.stderr) == (
+                2,
+                f"nccl-launch: {tmp_path}/out: cannot write: Permission denied; it is replaced "
+                f"by a new file written in {tmp_path}, so that folder must be writable by this "
+                "user\n",
+            )
+    finally:
+        sleeper.kill()
+        sleeper.wait()

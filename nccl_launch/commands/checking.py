@@ -83,7 +83,7 @@ def check(
     Exit 0 no drift, 1 drift, another digest than --digest or unreadable processes, 2
     invalid profile, 3 no such server.
     """
-    from nccl_launch.files import atomic_write
+    from nccl_launch.files import write_output
     from nccl_launch.live import watch as live
     from nccl_launch.live.processes import Target
 
@@ -95,7 +95,7 @@ def check(
     def emit(report: LiveReport) -> None:
         rendered = _rendered(fmt, report)
         if output is not None:
-            atomic_write(output, rendered, replace=True)
+            write_output(output, rendered, replace=True)
             return
         if watch is not None and fmt == "text":
             if last == [rendered]:

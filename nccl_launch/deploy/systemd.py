@@ -9,7 +9,7 @@ from pathlib import Path
 
 from nccl_launch.deploy.exports import CONTROL
 from nccl_launch.errors import UsageError
-from nccl_launch.files import atomic_write
+from nccl_launch.files import write_output
 from nccl_launch.profile.load import LoadedProfile, load_profile
 
 START_TIMEOUT_S = 1800  # model load and CUDA-graph capture take minutes on 8 GPUs
@@ -131,7 +131,7 @@ def write_unit(
     text = unit_file(load_profile(ref), user, pin)
     if output is not None:
         try:
-            atomic_write(output, text, replace=force)
+            write_output(output, text, replace=force)
         except FileExistsError:
             raise UsageError(f"{output} exists; pass --force to replace it") from None
     return text
