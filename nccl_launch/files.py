@@ -102,7 +102,12 @@ def check_trusted(path: Path, status: os.stat_result, what: str) -> None:
         return
     fix = "chown root and chmod go-w, or move it out of reach of other users"
     if not _owner_ok(status):
-        raise FileError(f"{what} {path}: owned by uid {status.st_uid}, not root; {fix}")
+        uid = status.st_uid
+        raise FileError(
+            f"{what} {path}: owned by uid {uid}, not root; chown root and chmod go-w (chgrp "
+            f"the service's group and chmod 0640 where its User= must read it), or run this as "
+            f"uid {uid}"
+        )
     if _writable_by_others(status):
         raise FileError(
             f"{what} {path}: writable by group or others (mode {stat.S_IMODE(status.st_mode):04o})"

@@ -79,8 +79,14 @@ def test_root_refuses_files_others_could_write(tmp_path: Path) -> None:
         check_trusted(path, path.stat(), "profile")
     path.chmod(0o644)
     os.chown(path, NOBODY, -1)
-    with pytest.raises(FileError, match=f"owned by uid {NOBODY}, not root"):
+    with pytest.raises(FileError) as refused:
         check_trusted(path, path.stat(), "profile")
+    # the fix keeps the file readable by a service's User= (a 0600 file chowned root is not)
+    assert str(refused.value) == (
+        f"profile {path}: owned by uid {NOBODY}, not root; chown root and chmod go-w (chgrp the "
+        f"service's group and chmod 0640 where its User= must read it), or run this as uid "
+        f"{NOBODY}"
+    )
     with pytest.raises(FileError, match="owned by uid"):
         read_text(path, "profile", trusted=True)
     assert read_text(path, "profile") == ""  # trust is asked for, not implied
