@@ -466,6 +466,39 @@ def test_preflight_shows_what_it_waits_for_on_a_terminal_only(
     assert "\x1b" not in piped.stderr
 
 
+def test_sglang_is_probed_in_the_environment_run_gives_the_server(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """A package the server finds through the profile's PYTHONPATH, which the calling
+    environment lacks, is the one the probe imports (it reported no SGLang at all)."""
+    package = tmp_path / "site" / "sglang"
+    (package / "srt").mkdir(parents=True)
+    (package / "__init__.py").write_text('__version__ = "9.9.9"\n')
+    (package / "srt" / "server_args.py").write_text(
+        "def prepare_server_args(argv):\n    raise ValueError('a stand-in parser')\n"
+    )
+    write_profile(
+        "under-test",
+        f"""
+        schema = 1
+        name = "under-test"
+        version = 1
+        extends = "{SHIPPED_SERVERS[0]}"
+        [server]
+        python = "{sys.executable}"
+        [env]
+        PYTHONPATH = "{package.parent}"
+        """,
+    )
+    assert "PYTHONPATH" not in os.environ
+    result = run_cli("preflight", *SKIP_HOST, "under-test")
+    assert result.returncode == 3, result.stdout
+    assert f"ok    sglang       SGLang 9.9.9 ({sys.executable}, Python " in result.stdout
+    assert "fail  argv         SGLang's parser rejects the argv: ValueError: a stand-in parser" in (
+        result.stdout
+    )
+
+
 def test_sglangs_words_about_an_argument_are_escaped(
     write_profile: WriteProfile, run_cli: RunCli, sglang_python: str
 ) -> None:

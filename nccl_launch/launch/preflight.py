@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -61,13 +61,16 @@ def waiting_for(what: str) -> Iterator[None]:
             sys.stderr.flush()
 
 
-def sglang_checks(server: Server, argv: list[str]) -> tuple[list[Check], dict[str, Any]]:
-    """The installed SGLang's version and its parser's verdict on the argv."""
+def sglang_checks(
+    server: Server, argv: list[str], env: Mapping[str, str]
+) -> tuple[list[Check], dict[str, Any]]:
+    """The installed SGLang's version and its parser's verdict on the argv, in the server's
+    environment `env`."""
     from nccl_launch.sglang.parser import expected_values, probe_sglang  # not on `run`'s path
 
     server_args = argv[1 + len(shlex.split(server.entrypoint)) :]
     with waiting_for(f"{server.python} imports SGLang and parses the argv"):
-        result = probe_sglang(server, server_args)
+        result = probe_sglang(server, server_args, env)
     stage = result.get("stage")
     if stage == "interpreter":
         return [Check(name="sglang", status="fail", message=result["error"])], result
@@ -132,7 +135,7 @@ def run_preflight(launch: LaunchPlan, skip: frozenset[str] = frozenset()) -> Pre
             checks += run()
     probe: dict[str, Any] | None = None
     if server is not None and "sglang" not in skip:
-        more, probe = sglang_checks(server, launch.argv)
+        more, probe = sglang_checks(server, launch.argv, env)
         checks += more
     return PreflightReport(
         profile=plan.label, digest=plan.digest, argv=launch.argv, checks=checks, sglang=probe

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
@@ -14,9 +15,10 @@ from nccl_launch.sglang.server import Server
 PROBE_TIMEOUT_S = 300  # importing SGLang (and torch) on a cold disk is slow
 
 
-def probe_sglang(server: Server, server_args: list[str]) -> dict[str, Any]:
-    """Run the probe under the server's interpreter; the script travels inline (`-c`)
-    so that nothing beside it on disk can shadow the `sglang` package."""
+def probe_sglang(server: Server, server_args: list[str], env: Mapping[str, str]) -> dict[str, Any]:
+    """Run the probe under the server's interpreter, with the environment `run` gives the
+    server (its PATH finds a bare interpreter, its PYTHONPATH the package); the script
+    travels inline (`-c`) so that nothing beside it on disk can shadow the `sglang` package."""
     source = resources.files("nccl_launch.sglang").joinpath("probe.py").read_text("utf-8")
     try:
         done = subprocess.run(
@@ -26,6 +28,7 @@ def probe_sglang(server: Server, server_args: list[str]) -> dict[str, Any]:
             errors="replace",
             timeout=PROBE_TIMEOUT_S,
             cwd=server.cwd,
+            env=dict(env),
             check=False,
         )
     except OSError as error:
