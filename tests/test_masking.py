@@ -340,10 +340,10 @@ def test_check_masks_a_credential_flag_in_a_process_title(
     assert "sk-live-123" not in result.stdout
     assert "sk-456" not in result.stdout
     if fmt == "text":
-        assert "--api-key *** --token=***" in result.stdout
+        assert "--api-key '***' '--token=***'" in result.stdout
     if fmt == "json":
         [process] = json.loads(result.stdout)["processes"]
-        assert process["title"].endswith("--api-key *** --token=***")
+        assert process["title"].endswith("--api-key '***' '--token=***'")
 
 
 def test_preflight_json_masks_the_argv_and_what_sglang_quotes_of_it(
@@ -369,3 +369,24 @@ def test_preflight_json_masks_the_argv_and_what_sglang_quotes_of_it(
     for output in (text.stdout, result.stdout):
         assert_hidden(output)
         assert "sk-typo" not in output
+
+
+@pytest.mark.parametrize("key", [b"9z x y", b"9z'q", b"9z\nnext", b"9z\x1b[2J"])
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_process_title_is_masked_before_it_is_quoted(
+    key: bytes, fmt: str, write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """Quoting first made `'sk x y'` three words, of which masking hid one."""
+    from tests.test_live import sleeper
+
+    write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    flags = (b"--api-key", key, b"--ssl-keyfile-password=" + key)
+    with sleeper({b"NCCL_PROTO": b"LL"}, *flags) as pid:
+        result = run_cli("check", "p", "--pid", str(pid), "--format", fmt)
+    assert result.returncode == 0, result.stderr
+    title = result.stdout.splitlines()[2] if fmt == "text" else result.stdout
+    if fmt == "json":
+        [process] = json.loads(result.stdout)["processes"]
+        title = process["title"]
+    assert title.endswith("--api-key '***' '--ssl-keyfile-password=***'"), title
+    assert "9z" not in result.stdout

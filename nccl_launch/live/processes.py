@@ -19,6 +19,7 @@ import psutil
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import HostError, UsageError
 from nccl_launch.files import FileError, read_text
+from nccl_launch.masking import mask_argv
 
 TITLE_WIDTH = 100
 PIDFILE_LIMIT = 64  # a PID and a newline; anything longer is not a pidfile
@@ -31,7 +32,8 @@ OVERWRITTEN = (
 
 @dataclass(frozen=True)
 class ProcessSnapshot:
-    """One process as read from /proc: its environment, or why it could not be read."""
+    """One process as read from /proc: its environment, or why it could not be read; its
+    title is its command line as people see it (credentials masked)."""
 
     pid: int
     create_time: float
@@ -191,8 +193,10 @@ def readable(text: str) -> str:
 
 
 def _title(process: psutil.Process) -> str:
+    """The command line, masked word by word before it is quoted: once quoted, `'sk x y'`
+    is three words to a rule that splits at spaces."""
     try:
-        parts = [readable(part) for part in process.cmdline() if part]
+        parts = mask_argv([readable(part) for part in process.cmdline() if part])
     except psutil.AccessDenied:
         return readable(process.name())
     title = parts[0] if len(parts) == 1 else shlex.join(parts)

@@ -120,7 +120,7 @@ def _live_drift(when: str, report: LiveReport) -> str:
     if report.digest_differs:
         return escaped(f"checked {when}: the server runs digest {report.running_digest}")
     reasons = [
-        f"pid {process.pid} {mask_words(process.title)}: "
+        f"pid {process.pid} {process.title}: "
         + (_entries(process.drifted) if process.readable else f"unreadable ({process.reason})")
         for process in report.processes
         if process.drifted or not process.readable
