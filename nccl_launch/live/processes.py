@@ -192,9 +192,9 @@ def readable(text: str) -> str:
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
-def _title(process: psutil.Process) -> str:
-    """The command line, masked word by word before it is quoted: once quoted, `'sk x y'`
-    is three words to a rule that splits at spaces."""
+def title(process: psutil.Process) -> str:
+    """The command line as people see it, masked word by word before it is quoted (once
+    quoted, `'sk x y'` is three words to a rule that splits at spaces), cut to TITLE_WIDTH."""
     try:
         parts = mask_argv([readable(part) for part in process.cmdline() if part])
     except psutil.AccessDenied:
@@ -206,16 +206,16 @@ def _title(process: psutil.Process) -> str:
 def _snapshot(process: psutil.Process) -> ProcessSnapshot:
     """Raises psutil.NoSuchProcess when it vanished; the caller decides what that means."""
     with process.oneshot():
-        create_time, title = process.create_time(), _title(process)
+        create_time, shown = process.create_time(), title(process)
         try:
             env = {readable(key): readable(value) for key, value in process.environ().items()}
         except psutil.AccessDenied:
-            return ProcessSnapshot(process.pid, create_time, title, None, "permission denied")
+            return ProcessSnapshot(process.pid, create_time, shown, None, "permission denied")
     if not env and _environ_has_bytes(process.pid):
         # setproctitle cleared the memory /proc/PID/environ shows: its bytes remain, all
         # zero, with no KEY=VALUE among them. A truly empty environment (env -i) has none.
-        return ProcessSnapshot(process.pid, create_time, title, None, OVERWRITTEN)
-    return ProcessSnapshot(process.pid, create_time, title, env)
+        return ProcessSnapshot(process.pid, create_time, shown, None, OVERWRITTEN)
+    return ProcessSnapshot(process.pid, create_time, shown, env)
 
 
 def _environ_has_bytes(pid: int) -> bool:
