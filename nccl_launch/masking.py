@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from nccl_launch.sglang.facts import CREDENTIAL_FLAGS, FLAGS_STARTING_CREDENTIAL_FLAGS
+
 MASK = "***"
 # A word of a name (split at `_` or `-`) that ends in one of these names a credential:
 # HF_TOKEN, OPENAI_API_KEY, APIKEY, DB_PASSWORD, --hf-token, --api-key. Ends, not contains,
@@ -65,9 +67,23 @@ def mask_value(name: str, value: str) -> str:
 
 
 def _secret_flag(word: str) -> bool:
-    """`--api-key`, `--token=X`; not `--api-key:`, which names the flag in a message."""
-    name = word.lstrip("-").split("=", 1)[0]
-    return word.startswith("-") and not name.endswith(":") and is_secret(name)
+    """`--api-key`, `--token=X`, `--admin-api` (SGLang reads a prefix of its flags); not
+    `--api-key:`, which names the flag in a message."""
+    option = word.split("=", 1)[0]
+    name = option.lstrip("-")
+    if not word.startswith("-") or name.endswith(":"):
+        return False
+    return is_secret(name) or _abbreviates_credential_flag(option)
+
+
+def _abbreviates_credential_flag(option: str) -> bool:
+    """A prefix argparse may read as one of SGLang's credential flags (an ambiguous one too:
+    SGLang refuses it, and the argv is still shown)."""
+    return (
+        len(option) > len("--")
+        and option not in FLAGS_STARTING_CREDENTIAL_FLAGS
+        and any(flag.startswith(option) for flag in CREDENTIAL_FLAGS)
+    )
 
 
 def mask_argv(argv: Sequence[str]) -> list[str]:

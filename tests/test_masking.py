@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 
 import pytest
 
-from nccl_launch.masking import is_secret, mask_argv, mask_credentials, mask_value, mask_words
+from nccl_launch.masking import MASK, is_secret, mask_argv, mask_credentials, mask_value, mask_words
+from nccl_launch.sglang import facts
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import free_port
 from tests.test_live import Server
@@ -390,3 +392,75 @@ def test_a_process_title_is_masked_before_it_is_quoted(
         title = process["title"]
     assert title.endswith("--api-key '***' '--ssl-keyfile-password=***'"), title
     assert "9z" not in result.stdout
+
+
+# SGLang's parser takes any unambiguous prefix of a flag (argparse's allow_abbrev).
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["--ap", "K"], ["--api-k", "K"], ["--api-k=K"], ["--admin-api", "K"],
+        ["--admin-api-key=K"], ["--ssl-keyfile-passw", "K"], ["--ssl-keyfile-p=K"],
+        ["--watermark-config", "K"], ["--watermark-c=K"], ["--api-key="],
+        ["--a", "K"],  # ambiguous: SGLang refuses it, and still prints its line
+    ],
+)  # fmt: skip
+def test_a_prefix_of_a_credential_flag_has_its_value_masked(words: list[str]) -> None:
+    masked = mask_argv(["python3", *words, "--tp", "8"])
+    assert "K" not in " ".join(masked)
+    assert masked[-2:] == ["--tp", "8"]
+
+
+def test_a_flag_of_its_own_that_starts_a_credential_flag_is_kept() -> None:
+    assert mask_argv(["--ssl-keyfile", "/k.pem"]) == ["--ssl-keyfile", "/k.pem"]
+
+
+def test_check_masks_abbreviated_credential_flags_in_a_process_title(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    from tests.test_live import sleeper
+
+    write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    with sleeper({b"NCCL_PROTO": b"LL"}, b"--ap", b"k1-9z", b"--admin-api=k2-9z") as pid:
+        result = run_cli("check", "p", "--pid", str(pid))
+    assert result.returncode == 0, result.stderr
+    assert "--ap '***' '--admin-api=***'" in result.stdout
+    assert "9z" not in result.stdout
+
+
+def test_sglangs_parser_gives_a_credential_only_to_flags_masked(sglang_python: str) -> None:
+    """Each prefix of each credential flag, parsed by SGLang's parser: where the value it
+    follows lands in a credential, the argv masks it. Every flag of SGLang whose last word
+    names a credential (`--api-key`, `--ssl-keyfile-password`) is in the list, or counts
+    tokens."""
+    script = """
+import argparse, contextlib, io, json, sys
+from sglang.srt.server_args import ServerArgs
+parser = argparse.ArgumentParser()
+ServerArgs.add_cli_args(parser)
+flags, prefixes = json.loads(sys.argv[1])
+landed = {}
+for prefix in prefixes:
+    with contextlib.suppress(SystemExit), contextlib.redirect_stderr(io.StringIO()):
+        parsed = vars(parser.parse_known_args([prefix, "V"])[0])
+        landed[prefix] = [dest for dest, value in parsed.items() if value == "V"]
+options = [option for action in parser._actions for option in action.option_strings]
+dests = {option: action.dest for action in parser._actions for option in action.option_strings}
+print(json.dumps([options, landed, [dests.get(flag) for flag in flags]]))
+"""
+    flags = facts.CREDENTIAL_FLAGS
+    prefixes = sorted({flag[:end] for flag in flags for end in range(3, len(flag) + 1)})
+    argument = json.dumps([flags, prefixes])
+    ran = subprocess.run([sglang_python, "-c", script, argument], capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    options, landed, dests = json.loads(ran.stdout)
+    assert None not in dests, dests  # every credential flag is SGLang's
+    credentials = {flag.removeprefix("--").replace("-", "_") for flag in flags}
+    for prefix, where in landed.items():
+        assert (mask_argv([prefix, "V"]) == [prefix, MASK]) == bool(set(where) & credentials), (
+            prefix, where,
+        )  # fmt: skip
+    named = {option for option in options if is_secret(option.rsplit("-", 1)[-1])}
+    counts = {"--bucket-time-to-first-token", "--kt-max-deferred-experts-per-token"}
+    assert named - counts <= set(flags), named - counts - set(flags)
