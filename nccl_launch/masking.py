@@ -5,6 +5,7 @@ values (`show`'s export formats and its JSON)."""
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 
 from nccl_launch.sglang.facts import CREDENTIAL_FLAGS, FLAGS_STARTING_CREDENTIAL_FLAGS
@@ -59,11 +60,11 @@ def mask_credentials(text: str) -> str:
 
 
 def mask_value(name: str, value: str) -> str:
-    """A variable's value as people see it: masked whole for a secret name, else with the
-    passwords in it masked."""
+    """A variable's value as people see it: masked whole for a secret name, else masked as a
+    command line (`EXTRA_ARGS="--api-key sk-1 --tp 8"`) with the passwords in it masked."""
     if name.startswith(_NEVER):
         return value
-    return MASK if is_secret(name) else mask_credentials(value)
+    return MASK if is_secret(name) else mask_command_line(value)
 
 
 def _secret_flag(word: str) -> bool:
@@ -106,6 +107,20 @@ def mask_words(text: str) -> str:
     """A text of space-separated argv words (a process title, SGLang's message about an
     argv) as people see it: masked as `mask_argv` masks an argv."""
     return " ".join(mask_argv(text.split(" ")))
+
+
+def mask_command_line(text: str) -> str:
+    """A text that may be a shell line (an entrypoint, a variable's value) as people see it:
+    when a credential flag is among its shell words, masked as `mask_argv` masks them and
+    quoted again (`--api-key 'sk 1'` is one value); else masked as `mask_words` masks it."""
+    try:
+        words = shlex.split(text)
+    except ValueError:  # not a shell line: `can't`
+        return mask_words(text)
+    masked = mask_argv(words)
+    if masked == [mask_credentials(word) for word in words]:
+        return mask_words(text)
+    return shlex.join(masked)
 
 
 def holds_secret(argv: Sequence[str], env: Mapping[str, str]) -> bool:

@@ -187,7 +187,7 @@ def test_show_toml_masks_and_says_so_while_machine_formats_keep_values(
     assert "# secrets masked as ***: --format json or an export format prints them" in shown.stdout
     assert 'HF_TOKEN = "***"' in shown.stdout
     assert 'TOKENIZERS_PARALLELISM = "false"' in shown.stdout
-    assert 'entrypoint = "-m sglang.launch_server --api-key ***"' in shown.stdout
+    assert "entrypoint = \"-m sglang.launch_server --api-key '***'\"" in shown.stdout
     data = json.loads(run_cli("show", "secretive", "--format", "json").stdout)
     assert data["env"]["HF_TOKEN"] == SECRETS["HF_TOKEN"]
     assert "sk-flag" in data["argv"]
@@ -280,7 +280,7 @@ def test_validation_errors_do_not_echo_secret_values(
     assert f"{path}: env.HF_TOKEN: *** is not text or an integer; quote it as a string" in lines
     assert f"{path}: env.DB_URL: ['postgres://u:***@db/x'] is not text or an integer; " \
         "quote it as a string" in lines  # fmt: skip
-    assert f"{path}: server.args: Input should be a valid list (got '--api-key ***')" in lines
+    assert f"{path}: server.args: Input should be a valid list (got \"--api-key '***'\")" in lines
     assert f"{path}: server.speculative: api_key: *** is not a single value" in lines
 
 
@@ -464,3 +464,70 @@ print(json.dumps([options, landed, [dests.get(flag) for flag in flags]]))
     named = {option for option in options if is_secret(option.rsplit("-", 1)[-1])}
     counts = {"--bucket-time-to-first-token", "--kt-max-deferred-experts-per-token"}
     assert named - counts <= set(flags), named - counts - set(flags)
+
+
+# A value that holds a command line (`EXTRA_ARGS`) is masked as one.
+
+
+@pytest.mark.parametrize(
+    ("value", "masked"),
+    [
+        ("--api-key sk-1 --tp 8", "--api-key '***' --tp 8"),
+        ("--tp 8 --hf-token=hf-1", "--tp 8 '--hf-token=***'"),
+        ("--api-key 'sk 1' --tp 8", "--api-key '***' --tp 8"),
+        ("--ap sk-1", "--ap '***'"),
+        ("--url postgres://u:pw@db/x", "--url postgres://u:***@db/x"),
+        ("can't --api-key sk-1", "can't --api-key ***"),
+        ("--tp 8 'x y'", "--tp 8 'x y'"),
+    ],
+)
+def test_a_command_line_in_a_value_is_masked(value: str, masked: str) -> None:
+    assert mask_value("EXTRA_ARGS", value) == masked
+
+
+EXTRA = 'schema = 1\nname = "{name}"\nversion = 1\n[env]\nEXTRA_ARGS = "--api-key {key} --tp 8"\n'
+
+
+@pytest.mark.parametrize(
+    "command", [["run", "--dry-run", "x", "--", "true"], ["show", "x"], ["diff", "x", "y"]]
+)
+def test_a_credential_flag_in_a_variable_is_masked(
+    command: list[str], write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    write_profile("x", EXTRA.format(name="x", key="sk-9z"))
+    write_profile("y", EXTRA.format(name="y", key="sk-8z"))
+    result = run_cli(*command)
+    assert result.returncode in (0, 1), result.stderr
+    assert "--api-key '***' --tp 8" in result.stdout
+    assert "9z" not in result.stdout + result.stderr
+    assert "8z" not in result.stdout + result.stderr
+
+
+def test_validate_warns_about_a_credential_flag_in_a_variable(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    path = write_profile("x", EXTRA.format(name="x", key="sk-9z"))
+    result = run_cli("validate", str(path))
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"nccl-launch: warning: {path}: env.EXTRA_ARGS: holds a credential flag's value; it "
+        'belongs in an env file (mode 0600) named in env_files [accept: "env.EXTRA_ARGS secret"]'
+    ) in result.stderr.splitlines()
+    assert "9z" not in result.stderr
+
+
+def test_a_quoted_credential_in_a_shell_line_is_masked_whole(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """Split at spaces, `'sk-9z x'` was two words, of which masking hid one."""
+    entrypoint = "-m sglang.launch_server --api-key 'sk-9z x'"
+    server = f'[server]\nmodel_path = "/m"\nentrypoint = "{entrypoint}"\n'
+    write_profile("q", EXTRA.format(name="q", key="k") + server)
+    shown = run_cli("show", "q")
+    assert "entrypoint = \"-m sglang.launch_server --api-key '***'\"" in shown.stdout
+    path = write_profile("v", "schema = 1\nname = 'v'\nversion = 1\n[server]\n"
+                         "args = \"--api-key 'sk-9z x'\"\n")  # fmt: skip
+    invalid = run_cli("validate", str(path))
+    assert invalid.returncode == 2
+    for output in (shown.stdout, invalid.stderr):
+        assert "9z" not in output
