@@ -103,6 +103,18 @@ def mask_argv(argv: Sequence[str]) -> list[str]:
     return masked
 
 
+def masked_values(argv: Sequence[str]) -> set[str]:
+    """What `mask_argv` hides of `argv` as a whole word or after `=`: the value of each
+    credential flag (`--api-key X`, `--admin-api=X`), each `password=X`."""
+    hidden = set()
+    for word, masked in zip(argv, mask_argv(argv), strict=True):
+        if masked == MASK:
+            hidden.add(word)
+        elif masked != word and masked.endswith(f"={MASK}"):
+            hidden.add(word[len(masked) - len(MASK) :])
+    return hidden
+
+
 def mask_words(text: str) -> str:
     """A text of space-separated argv words (a process title, SGLang's message about an
     argv) as people see it: masked as `mask_argv` masks an argv."""
