@@ -29,6 +29,7 @@ SECRET_WORDS = (
 # NCCL's variables tune a transport; none holds a credential (NCCL_IB_PKEY is a partition).
 _NEVER = "NCCL_"
 _WORDS = re.compile(r"[^A-Za-z0-9]+")
+_SPACES = re.compile(r"(\s+)")  # kept, as a group, between the words split at them
 # scheme://user:password@host: the authority runs to the first `/`, `?`, `#` or space, and
 # the user info to its last `@`, so a password holding `@` or `:` is masked whole. Matched
 # from the literal `://` (not from the scheme), so a long word takes linear time.
@@ -116,9 +117,11 @@ def masked_values(argv: Sequence[str]) -> set[str]:
 
 
 def mask_words(text: str) -> str:
-    """A text of space-separated argv words (a process title, SGLang's message about an
-    argv) as people see it: masked as `mask_argv` masks an argv."""
-    return " ".join(mask_argv(text.split(" ")))
+    """A text of argv words (SGLang's message about an argv, a log line) as people see it:
+    its words, between runs of any whitespace, masked as `mask_argv` masks an argv."""
+    parts = _SPACES.split(text)
+    parts[::2] = mask_argv(parts[::2])
+    return "".join(parts)
 
 
 def mask_command_line(text: str) -> str:

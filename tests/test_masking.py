@@ -531,3 +531,13 @@ def test_a_quoted_credential_in_a_shell_line_is_masked_whole(
     assert invalid.returncode == 2
     for output in (shown.stdout, invalid.stderr):
         assert "9z" not in output
+
+
+@pytest.mark.parametrize(
+    "text", ["--api-key  sk-9z", "--api-key\tsk-9z", "a\t--token=sk-9z", "--api-key\nsk-9z"]
+)
+def test_a_text_is_masked_whatever_the_space_between_its_words(text: str) -> None:
+    """Split at single spaces, a tab or a second space kept the value in a word of its own."""
+    masked = mask_words(text)
+    assert "9z" not in masked
+    assert masked.replace(MASK, "") == text.replace("sk-9z", "")
