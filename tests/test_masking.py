@@ -541,3 +541,14 @@ def test_a_text_is_masked_whatever_the_space_between_its_words(text: str) -> Non
     masked = mask_words(text)
     assert "9z" not in masked
     assert masked.replace(MASK, "") == text.replace("sk-9z", "")
+
+
+def test_an_entrypoint_that_is_no_shell_line_is_refused_without_its_text(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    path = write_profile("e", "schema = 1\nname = 'e'\nversion = 1\n[server]\nmodel_path = '/m'\n"
+                         "entrypoint = \"-m x --api-key 'sk-9z\"\n")  # fmt: skip
+    result = run_cli("validate", str(path))
+    assert (result.returncode, result.stderr) == (2, (
+        f"{path}: server.entrypoint: no closing quotation; quote as a shell would\n"
+    ))  # fmt: skip
