@@ -199,8 +199,8 @@ def title(process: psutil.Process) -> str:
         parts = mask_argv([readable(part) for part in process.cmdline() if part])
     except psutil.AccessDenied:
         return readable(process.name())
-    title = parts[0] if len(parts) == 1 else shlex.join(parts)
-    return title if len(title) <= TITLE_WIDTH else title[: TITLE_WIDTH - 3] + "..."
+    line = parts[0] if len(parts) == 1 else shlex.join(parts)
+    return line if len(line) <= TITLE_WIDTH else line[: TITLE_WIDTH - 3] + "..."
 
 
 def _snapshot(process: psutil.Process) -> ProcessSnapshot:
