@@ -5,7 +5,10 @@ values (`show`'s export formats and its JSON)."""
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping, Sequence
+
+from nccl_launch.sglang.facts import CREDENTIAL_FLAGS, FLAGS_STARTING_CREDENTIAL_FLAGS
 
 MASK = "***"
 # A word of a name (split at `_` or `-`) that ends in one of these names a credential:
@@ -26,6 +29,7 @@ SECRET_WORDS = (
 # NCCL's variables tune a transport; none holds a credential (NCCL_IB_PKEY is a partition).
 _NEVER = "NCCL_"
 _WORDS = re.compile(r"[^A-Za-z0-9]+")
+_SPACES = re.compile(r"(\s+)")  # kept, as a group, between the words split at them
 # scheme://user:password@host: the authority runs to the first `/`, `?`, `#` or space, and
 # the user info to its last `@`, so a password holding `@` or `:` is masked whole. Matched
 # from the literal `://` (not from the scheme), so a long word takes linear time.
@@ -57,17 +61,31 @@ def mask_credentials(text: str) -> str:
 
 
 def mask_value(name: str, value: str) -> str:
-    """A variable's value as people see it: masked whole for a secret name, else with the
-    passwords in it masked."""
+    """A variable's value as people see it: masked whole for a secret name, else masked as a
+    command line (`EXTRA_ARGS="--api-key sk-1 --tp 8"`) with the passwords in it masked."""
     if name.startswith(_NEVER):
         return value
-    return MASK if is_secret(name) else mask_credentials(value)
+    return MASK if is_secret(name) else mask_command_line(value)
 
 
 def _secret_flag(word: str) -> bool:
-    """`--api-key`, `--token=X`; not `--api-key:`, which names the flag in a message."""
-    name = word.lstrip("-").split("=", 1)[0]
-    return word.startswith("-") and not name.endswith(":") and is_secret(name)
+    """`--api-key`, `--token=X`, `--admin-api` (SGLang reads a prefix of its flags); not
+    `--api-key:`, which names the flag in a message."""
+    option = word.split("=", 1)[0]
+    name = option.lstrip("-")
+    if not word.startswith("-") or name.endswith(":"):
+        return False
+    return is_secret(name) or _abbreviates_credential_flag(option)
+
+
+def _abbreviates_credential_flag(option: str) -> bool:
+    """A prefix argparse may read as one of SGLang's credential flags (an ambiguous one too:
+    SGLang refuses it, and the argv is still shown)."""
+    return (
+        len(option) > len("--")
+        and option not in FLAGS_STARTING_CREDENTIAL_FLAGS
+        and any(flag.startswith(option) for flag in CREDENTIAL_FLAGS)
+    )
 
 
 def mask_argv(argv: Sequence[str]) -> list[str]:
@@ -86,10 +104,38 @@ def mask_argv(argv: Sequence[str]) -> list[str]:
     return masked
 
 
+def masked_values(argv: Sequence[str]) -> set[str]:
+    """What `mask_argv` hides of `argv` as a whole word or after `=`: the value of each
+    credential flag (`--api-key X`, `--admin-api=X`), each `password=X`."""
+    hidden = set()
+    for word, masked in zip(argv, mask_argv(argv), strict=True):
+        if masked == MASK:
+            hidden.add(word)
+        elif masked != word and masked.endswith(f"={MASK}"):
+            hidden.add(word[len(masked) - len(MASK) :])
+    return hidden
+
+
 def mask_words(text: str) -> str:
-    """A text of space-separated argv words (a process title, SGLang's message about an
-    argv) as people see it: masked as `mask_argv` masks an argv."""
-    return " ".join(mask_argv(text.split(" ")))
+    """A text of argv words (SGLang's message about an argv, a log line) as people see it:
+    its words, between runs of any whitespace, masked as `mask_argv` masks an argv."""
+    parts = _SPACES.split(text)
+    parts[::2] = mask_argv(parts[::2])
+    return "".join(parts)
+
+
+def mask_command_line(text: str) -> str:
+    """A text that may be a shell line (an entrypoint, a variable's value) as people see it:
+    when a credential flag is among its shell words, masked as `mask_argv` masks them and
+    quoted again (`--api-key 'sk 1'` is one value); else masked as `mask_words` masks it."""
+    try:
+        words = shlex.split(text)
+    except ValueError:  # not a shell line: `can't`
+        return mask_words(text)
+    masked = mask_argv(words)
+    if masked == [mask_credentials(word) for word in words]:
+        return mask_words(text)
+    return shlex.join(masked)
 
 
 def holds_secret(argv: Sequence[str], env: Mapping[str, str]) -> bool:

@@ -16,9 +16,10 @@ PACKAGE = Path(__file__).parent.parent / "nccl_launch"
 # Keep in step with the picture in docs/architecture.md.
 LAYERS = (
     ("nccl_launch", "errors"),
-    ("report", "files", "masking", "escaping", "digits"),
+    ("report", "files", "escaping", "digits"),
     ("nccl",),
     ("sglang",),
+    ("masking",),
     ("profile",),
     ("env",),
     ("live",),

@@ -293,6 +293,9 @@ def test_systemd_unit_passes_systemd_analyze(
     assert any(line.startswith("ExecStart=") and line.endswith(f"run {pinned}") for line in lines)
     assert "Description=Kimi-K2.5 at 100%% on 8 GPUs (served@2)" in lines
     assert {"TimeoutStartSec=1800", "Restart=on-failure", "KillMode=mixed"} <= set(lines)
+    # a server that fails at once stops after 5 starts in 10 minutes, not every 30 s forever
+    unit_section = lines[lines.index("[Unit]") : lines.index("[Service]")]
+    assert {"StartLimitIntervalSec=600", "StartLimitBurst=5"} <= set(unit_section)
     target = tmp_path / "units" / "sglang-served.service"
     written = run_cli("systemd", "served", "--output", str(target))
     assert written.returncode == 0

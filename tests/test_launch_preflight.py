@@ -570,3 +570,20 @@ def test_the_status_line_escapes_what_a_terminal_would_obey(write_profile: Write
     assert code == 3
     shown = "preflight: /opt/a\\u2028\\u202eb/python3 imports SGLang and parses the argv..."
     assert terminal == f"{shown}\r\x1b[K"
+
+
+def test_who_holds_a_busy_port_is_named_with_its_credentials_masked(host: Preflight) -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    argv = ["python", "-c", "import time; time.sleep(60)", "--api-key", "9z-key"]
+    holder = subprocess.Popen(argv, executable=sys.executable, pass_fds=[listener.fileno()])
+    listener.close()  # the child alone holds the port
+    try:
+        code, checks = host(port=port)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code == 3
+    message = checks["port"][0]["message"]
+    assert message.endswith(f"by pid {holder.pid} (python -c 'import time; time.sleep(60)' "
+                            "--api-key '***')"), message  # fmt: skip

@@ -931,15 +931,14 @@ def test_a_process_title_cannot_forge_a_line_of_checks_report() -> None:
     from nccl_launch.live.compare import LiveReport, ProcessReport
     from nccl_launch.render.reports import live_text
 
-    forged = "sglang::scheduler\nno drift in 9 processes\x1b[2J --api-key hunter2"
+    forged = "sglang::scheduler\nno drift in 9 processes\x1b[2J"
     process = ProcessReport(pid=7, title=forged, readable=True)
     report = LiveReport(
         profile="p@1", digest="sha256:0", path="p.toml", main_pid=7, running_profile="p@1",
         running_digest="sha256:0", processes=[process],
     )  # fmt: skip
     text = live_text(report)
-    assert "sglang::scheduler\\nno drift in 9 processes\\x1b[2J --api-key ***" in text
-    assert "hunter2" not in text
+    assert "sglang::scheduler\\nno drift in 9 processes\\x1b[2J" in text
     assert "\x1b" not in text
     assert not any(line.startswith("no drift in 9") for line in text.splitlines())
 

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 
 import pytest
 
-from nccl_launch.masking import is_secret, mask_argv, mask_credentials, mask_value, mask_words
+from nccl_launch.masking import MASK, is_secret, mask_argv, mask_credentials, mask_value, mask_words
+from nccl_launch.sglang import facts
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import free_port
 from tests.test_live import Server
@@ -185,7 +187,7 @@ def test_show_toml_masks_and_says_so_while_machine_formats_keep_values(
     assert "# secrets masked as ***: --format json or an export format prints them" in shown.stdout
     assert 'HF_TOKEN = "***"' in shown.stdout
     assert 'TOKENIZERS_PARALLELISM = "false"' in shown.stdout
-    assert 'entrypoint = "-m sglang.launch_server --api-key ***"' in shown.stdout
+    assert "entrypoint = \"-m sglang.launch_server --api-key '***'\"" in shown.stdout
     data = json.loads(run_cli("show", "secretive", "--format", "json").stdout)
     assert data["env"]["HF_TOKEN"] == SECRETS["HF_TOKEN"]
     assert "sk-flag" in data["argv"]
@@ -278,7 +280,7 @@ def test_validation_errors_do_not_echo_secret_values(
     assert f"{path}: env.HF_TOKEN: *** is not text or an integer; quote it as a string" in lines
     assert f"{path}: env.DB_URL: ['postgres://u:***@db/x'] is not text or an integer; " \
         "quote it as a string" in lines  # fmt: skip
-    assert f"{path}: server.args: Input should be a valid list (got '--api-key ***')" in lines
+    assert f"{path}: server.args: Input should be a valid list (got \"--api-key '***'\")" in lines
     assert f"{path}: server.speculative: api_key: *** is not a single value" in lines
 
 
@@ -340,10 +342,10 @@ def test_check_masks_a_credential_flag_in_a_process_title(
     assert "sk-live-123" not in result.stdout
     assert "sk-456" not in result.stdout
     if fmt == "text":
-        assert "--api-key *** --token=***" in result.stdout
+        assert "--api-key '***' '--token=***'" in result.stdout
     if fmt == "json":
         [process] = json.loads(result.stdout)["processes"]
-        assert process["title"].endswith("--api-key *** --token=***")
+        assert process["title"].endswith("--api-key '***' '--token=***'")
 
 
 def test_preflight_json_masks_the_argv_and_what_sglang_quotes_of_it(
@@ -369,3 +371,184 @@ def test_preflight_json_masks_the_argv_and_what_sglang_quotes_of_it(
     for output in (text.stdout, result.stdout):
         assert_hidden(output)
         assert "sk-typo" not in output
+
+
+@pytest.mark.parametrize("key", [b"9z x y", b"9z'q", b"9z\nnext", b"9z\x1b[2J"])
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_process_title_is_masked_before_it_is_quoted(
+    key: bytes, fmt: str, write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """Quoting first made `'sk x y'` three words, of which masking hid one."""
+    from tests.test_live import sleeper
+
+    write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    flags = (b"--api-key", key, b"--ssl-keyfile-password=" + key)
+    with sleeper({b"NCCL_PROTO": b"LL"}, *flags) as pid:
+        result = run_cli("check", "p", "--pid", str(pid), "--format", fmt)
+    assert result.returncode == 0, result.stderr
+    title = result.stdout.splitlines()[2] if fmt == "text" else result.stdout
+    if fmt == "json":
+        [process] = json.loads(result.stdout)["processes"]
+        title = process["title"]
+    assert title.endswith("--api-key '***' '--ssl-keyfile-password=***'"), title
+    assert "9z" not in result.stdout
+
+
+# SGLang's parser takes any unambiguous prefix of a flag (argparse's allow_abbrev).
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["--ap", "K"], ["--api-k", "K"], ["--api-k=K"], ["--admin-api", "K"],
+        ["--admin-api-key=K"], ["--ssl-keyfile-passw", "K"], ["--ssl-keyfile-p=K"],
+        ["--watermark-config", "K"], ["--watermark-c=K"], ["--api-key="],
+        ["--a", "K"],  # ambiguous: SGLang refuses it, and still prints its line
+    ],
+)  # fmt: skip
+def test_a_prefix_of_a_credential_flag_has_its_value_masked(words: list[str]) -> None:
+    masked = mask_argv(["python3", *words, "--tp", "8"])
+    assert "K" not in " ".join(masked)
+    assert masked[-2:] == ["--tp", "8"]
+
+
+def test_a_flag_of_its_own_that_starts_a_credential_flag_is_kept() -> None:
+    assert mask_argv(["--ssl-keyfile", "/k.pem"]) == ["--ssl-keyfile", "/k.pem"]
+
+
+def test_check_masks_abbreviated_credential_flags_in_a_process_title(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    from tests.test_live import sleeper
+
+    write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    with sleeper({b"NCCL_PROTO": b"LL"}, b"--ap", b"k1-9z", b"--admin-api=k2-9z") as pid:
+        result = run_cli("check", "p", "--pid", str(pid))
+    assert result.returncode == 0, result.stderr
+    assert "--ap '***' '--admin-api=***'" in result.stdout
+    assert "9z" not in result.stdout
+
+
+def test_sglangs_parser_gives_a_credential_only_to_flags_masked(sglang_python: str) -> None:
+    """Each prefix of each credential flag, parsed by SGLang's parser: where the value it
+    follows lands in a credential, the argv masks it. Every flag of SGLang whose last word
+    names a credential (`--api-key`, `--ssl-keyfile-password`) is in the list, or counts
+    tokens."""
+    script = """
+import argparse, contextlib, io, json, sys
+from sglang.srt.server_args import ServerArgs
+parser = argparse.ArgumentParser()
+ServerArgs.add_cli_args(parser)
+flags, prefixes = json.loads(sys.argv[1])
+landed = {}
+for prefix in prefixes:
+    with contextlib.suppress(SystemExit), contextlib.redirect_stderr(io.StringIO()):
+        parsed = vars(parser.parse_known_args([prefix, "V"])[0])
+        landed[prefix] = [dest for dest, value in parsed.items() if value == "V"]
+options = [option for action in parser._actions for option in action.option_strings]
+dests = {option: action.dest for action in parser._actions for option in action.option_strings}
+print(json.dumps([options, landed, [dests.get(flag) for flag in flags]]))
+"""
+    flags = facts.CREDENTIAL_FLAGS
+    prefixes = sorted({flag[:end] for flag in flags for end in range(3, len(flag) + 1)})
+    argument = json.dumps([flags, prefixes])
+    ran = subprocess.run([sglang_python, "-c", script, argument], capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    options, landed, dests = json.loads(ran.stdout)
+    assert None not in dests, dests  # every credential flag is SGLang's
+    credentials = {flag.removeprefix("--").replace("-", "_") for flag in flags}
+    for prefix, where in landed.items():
+        assert (mask_argv([prefix, "V"]) == [prefix, MASK]) == bool(set(where) & credentials), (
+            prefix, where,
+        )  # fmt: skip
+    named = {option for option in options if is_secret(option.rsplit("-", 1)[-1])}
+    counts = {"--bucket-time-to-first-token", "--kt-max-deferred-experts-per-token"}
+    assert named - counts <= set(flags), named - counts - set(flags)
+
+
+# A value that holds a command line (`EXTRA_ARGS`) is masked as one.
+
+
+@pytest.mark.parametrize(
+    ("value", "masked"),
+    [
+        ("--api-key sk-1 --tp 8", "--api-key '***' --tp 8"),
+        ("--tp 8 --hf-token=hf-1", "--tp 8 '--hf-token=***'"),
+        ("--api-key 'sk 1' --tp 8", "--api-key '***' --tp 8"),
+        ("--ap sk-1", "--ap '***'"),
+        ("--url postgres://u:pw@db/x", "--url postgres://u:***@db/x"),
+        ("can't --api-key sk-1", "can't --api-key ***"),
+        ("--tp 8 'x y'", "--tp 8 'x y'"),
+    ],
+)
+def test_a_command_line_in_a_value_is_masked(value: str, masked: str) -> None:
+    assert mask_value("EXTRA_ARGS", value) == masked
+
+
+EXTRA = 'schema = 1\nname = "{name}"\nversion = 1\n[env]\nEXTRA_ARGS = "--api-key {key} --tp 8"\n'
+
+
+@pytest.mark.parametrize(
+    "command", [["run", "--dry-run", "x", "--", "true"], ["show", "x"], ["diff", "x", "y"]]
+)
+def test_a_credential_flag_in_a_variable_is_masked(
+    command: list[str], write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    write_profile("x", EXTRA.format(name="x", key="sk-9z"))
+    write_profile("y", EXTRA.format(name="y", key="sk-8z"))
+    result = run_cli(*command)
+    assert result.returncode in (0, 1), result.stderr
+    assert "--api-key '***' --tp 8" in result.stdout
+    assert "9z" not in result.stdout + result.stderr
+    assert "8z" not in result.stdout + result.stderr
+
+
+def test_validate_warns_about_a_credential_flag_in_a_variable(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    path = write_profile("x", EXTRA.format(name="x", key="sk-9z"))
+    result = run_cli("validate", str(path))
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"nccl-launch: warning: {path}: env.EXTRA_ARGS: holds a credential flag's value; it "
+        'belongs in an env file (mode 0600) named in env_files [accept: "env.EXTRA_ARGS secret"]'
+    ) in result.stderr.splitlines()
+    assert "9z" not in result.stderr
+
+
+def test_a_quoted_credential_in_a_shell_line_is_masked_whole(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """Split at spaces, `'sk-9z x'` was two words, of which masking hid one."""
+    entrypoint = "-m sglang.launch_server --api-key 'sk-9z x'"
+    server = f'[server]\nmodel_path = "/m"\nentrypoint = "{entrypoint}"\n'
+    write_profile("q", EXTRA.format(name="q", key="k") + server)
+    shown = run_cli("show", "q")
+    assert "entrypoint = \"-m sglang.launch_server --api-key '***'\"" in shown.stdout
+    path = write_profile("v", "schema = 1\nname = 'v'\nversion = 1\n[server]\n"
+                         "args = \"--api-key 'sk-9z x'\"\n")  # fmt: skip
+    invalid = run_cli("validate", str(path))
+    assert invalid.returncode == 2
+    for output in (shown.stdout, invalid.stderr):
+        assert "9z" not in output
+
+
+@pytest.mark.parametrize(
+    "text", ["--api-key  sk-9z", "--api-key\tsk-9z", "a\t--token=sk-9z", "--api-key\nsk-9z"]
+)
+def test_a_text_is_masked_whatever_the_space_between_its_words(text: str) -> None:
+    """Split at single spaces, a tab or a second space kept the value in a word of its own."""
+    masked = mask_words(text)
+    assert "9z" not in masked
+    assert masked.replace(MASK, "") == text.replace("sk-9z", "")
+
+
+def test_an_entrypoint_that_is_no_shell_line_is_refused_without_its_text(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    path = write_profile("e", "schema = 1\nname = 'e'\nversion = 1\n[server]\nmodel_path = '/m'\n"
+                         "entrypoint = \"-m x --api-key 'sk-9z\"\n")  # fmt: skip
+    result = run_cli("validate", str(path))
+    assert (result.returncode, result.stderr) == (2, (
+        f"{path}: server.entrypoint: no closing quotation; quote as a shell would\n"
+    ))  # fmt: skip

@@ -333,6 +333,39 @@ def test_convert_keeps_secrets_in_an_env_file_that_run_reads_back(
     assert not Path("out/kimi.toml").exists()
 
 
+@pytest.mark.parametrize(
+    ("secrets", "force", "what"),
+    [
+        ("out/p.toml", False, "the profile out/p.toml"),
+        ("out/p.toml", True, "the profile out/p.toml"),
+        ("out/link.env", True, "the profile out/p.toml"),  # a symlink to the profile
+        ("out/hard.env", True, "the profile out/p.toml"),  # a hard link to it
+        ("start.sh", True, "the script read, start.sh"),
+        ("out/script.env", True, "the script read, start.sh"),  # a symlink to the script
+    ],
+)
+def test_convert_refuses_a_secrets_file_that_is_the_profile_or_the_script(
+    secrets: str, force: bool, what: str, run_cli: RunCli, server_env: dict[str, str]
+) -> None:
+    Path("start.sh").write_text(
+        "export HF_TOKEN=hf_9z\npython3 -m sglang.launch_server --model-path /m\n"
+    )
+    Path("out").mkdir()
+    if force:
+        Path("out/p.toml").write_text("# hand-edited\n")
+        os.link("out/p.toml", "out/hard.env")
+    Path("out/link.env").symlink_to("p.toml")
+    Path("out/script.env").symlink_to("../start.sh")
+    before = {path: path.read_bytes() for path in Path().rglob("*") if path.is_file()}
+    options = ["-o", "out/p.toml", "--secrets-file", secrets, *(["--force"] if force else [])]
+    result = run_cli("convert", "start.sh", *options, env=server_env)
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    assert result.stderr == (
+        f"nccl-launch: secrets file {secrets} is {what}; name another with --secrets-file\n"
+    )
+    assert {path: path.read_bytes() for path in Path().rglob("*") if path.is_file()} == before
+
+
 RunningServer = tuple[subprocess.Popen[bytes], Record]
 
 

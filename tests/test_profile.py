@@ -354,7 +354,7 @@ def test_devices_and_fifos_on_the_search_path_break_no_lookup(
 BAD_FILES = {
     "unbalanced-quote": (
         '[server]\nmodel_path = "/m"\nentrypoint = "-m \'sglang.launch_server"\n',
-        "server.entrypoint: no closing quotation in ",
+        "server.entrypoint: no closing quotation; quote as a shell would",
     ),
     "huge-version": ("version = " + "9" * 5000 + "\n", "an integer with thousands of digits"),
     "huge-hex": ("tp = 0x" + "f" * 5000 + "\n", "tp: integer out of range; TOML integers"),

@@ -159,7 +159,7 @@ def test_a_server_that_exits_at_start_is_a_failed_trial_with_its_code_and_masked
 def test_the_tail_masks_the_credentials_the_server_was_given_wherever_it_prints_them(
     write_profile: WriteProfile, port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    key, token = "sk-tuned-key-4711", "hf_tunedtoken0815"
+    key, admin, token = "sk-tuned-key-4711", "sk-admin-key-4712", "hf_tunedtoken0815"
     text = f"""schema = 1
 name = "standin"
 version = 1
@@ -170,14 +170,16 @@ python = "{sys.executable}"
 model_path = "/models/m"
 tp_size = 2
 port = {port}
-args = ["--api-key", "{key}"]
+args = ["--api-key", "{key}", "--admin-api={admin}"]
 """
-    # It logs server_args with the key, then an error naming the token: neither is an argv.
+    # It logs server_args with the keys, then an error naming the token: neither is an argv.
     monkeypatch.setenv("STANDIN_EXIT_IF", f"HF_TOKEN={token}")
     ref = str(write_profile("secret", text, "tune"))
     outcome = run_trial(ref, SETTINGS, tmp_path / "log", Progress())
     assert outcome.status == "exited", outcome
-    assert outcome.log_tail[0] == "server_args=ServerArgs(model_path='/models/m', api_key='***')"
+    assert outcome.log_tail[0] == (
+        "server_args=ServerArgs(model_path='/models/m', api_key='***', admin_api_key='***')"
+    )
     assert outcome.log_tail[-1] == "Invalid value HF_TOKEN=***"
     assert key in (tmp_path / "log").read_text()  # the 0600 log keeps what the server said
 

@@ -25,8 +25,9 @@ def systemd(profile: str, user: str | None, no_pin: bool, output: Path | None, f
 
     Type=exec (MainPID is the server), preflight as ExecStartPre=, run as ExecStart=, both
     with --digest of the profile as it is now (so an edit is refused, exit 1, until the unit
-    is written again), a long TimeoutStartSec for model load, Restart=on-failure,
-    KillMode=mixed; one EnvironmentFile= for each env file the profile names.
+    is written again), a long TimeoutStartSec for model load, Restart=on-failure (at most 5
+    starts in 10 minutes), KillMode=mixed; one EnvironmentFile= for each env file the
+    profile names.
     """
     from nccl_launch.deploy.systemd import unit_manager, write_unit
 

@@ -83,7 +83,9 @@ def convert(script: str, kind: str | None, name: str | None, **options: Any) -> 
     source = "stdin" if script == "-" else script
     start = read_input(script, kind, os.environ)
     default = "converted" if source == "stdin" else Path(source).stem
-    return _saved(start, name or _profile_name(default), source, "converted", **options)
+    script_path = None if script == "-" else Path(script)
+    name = name or _profile_name(default)
+    return _saved(start, name, source, "converted", script=script_path, **options)
 
 
 @click.command()

@@ -9,19 +9,26 @@ from pathlib import Path
 from nccl_launch.env.merge import ENV_FILE, EnvLayer
 from nccl_launch.errors import HostError, UsageError
 from nccl_launch.files import read_text
-from nccl_launch.masking import is_secret, mask_credentials
 from nccl_launch.profile.load import LoadedProfile
 from nccl_launch.profile.model import env_value
 
+# An env file holds secrets, and a line that is not an assignment may be one pasted alone,
+# or a key holding its value: a problem names the line by its number, never by its text.
+_UNSHOWN = (
+    "(not shown: an env file holds secrets); "
+    "valid: KEY=VALUE, export KEY=VALUE, a # comment or a blank line"
+)
 
-def _name_problem(name: str) -> str | None:
-    """Why `name` cannot be an environment variable's name: execve refuses '=' and NUL, and
+
+def _is_name(name: str) -> bool:
+    """Whether `name` can be an environment variable's name: execve refuses '=' and NUL, and
     python-dotenv's quoted keys may hold line breaks and spaces, which no one means."""
-    if not name:
-        return "an empty name"
-    if "=" in name or not name.isprintable() or any(char.isspace() for char in name):
-        return f"{name!r} is not a variable name (no '=', spaces or control characters)"
-    return None
+    return (
+        bool(name)
+        and "=" not in name
+        and name.isprintable()
+        and not any(char.isspace() for char in name)
+    )
 
 
 def read_env_file(path: Path) -> EnvLayer:
@@ -42,19 +49,13 @@ def env_file_lines(path: Path) -> list[tuple[int, str, str]]:
     for binding in parse_stream(io.StringIO(text)):
         line = binding.original.line
         if binding.error:
-            text = binding.original.string
-            if any(is_secret(word) for word in text.split()):  # `HF_TOKEN hf_...`
-                raise UsageError(f"{path}:{line}: not a KEY=VALUE line (not shown: a secret)")
-            raise UsageError(f"{path}:{line}: not a KEY=VALUE line: {mask_credentials(text)!r}")
+            raise UsageError(f"{path}:{line}: not a KEY=VALUE line {_UNSHOWN}")
         if binding.key is None:
             continue
-        problem = _name_problem(binding.key)
-        if problem is not None:
-            raise UsageError(f"{path}:{line}: {problem}")
+        if not _is_name(binding.key):
+            raise UsageError(f"{path}:{line}: not a variable name {_UNSHOWN}")
         if binding.value is None:
-            raise UsageError(
-                f"{path}:{line}: {binding.key} has no value; write {binding.key}=VALUE"
-            )
+            raise UsageError(f"{path}:{line}: a name without =VALUE {_UNSHOWN}")
         if "\x00" in binding.value:
             raise UsageError(f"{path}:{line}: {binding.key}: a NUL byte cannot be in a value")
         assignments.append((line, binding.key, binding.value))

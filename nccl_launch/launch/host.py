@@ -149,11 +149,11 @@ def _owner(port: int) -> str:
     # Imported here: only a taken port needs psutil.
     import psutil
 
-    from nccl_launch.live.processes import listening_pids
+    from nccl_launch.live.processes import listening_pids, title
 
     try:
         pid = min(listening_pids(port, f"port {port}"))
-        return f" by pid {pid} ({' '.join(psutil.Process(pid).cmdline())[:80]})"
+        return f" by pid {pid} ({title(psutil.Process(pid))})"
     except (HostError, psutil.Error):
         return ""  # the port is taken; who holds it is a courtesy
 

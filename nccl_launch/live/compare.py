@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, Field, field_serializer
+from pydantic import BaseModel, Field
 
 from nccl_launch.env.drift import DriftEntry, diff_env
 from nccl_launch.env.merge import Declared, EnvLayer, declared_environment
 from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK
-from nccl_launch.masking import mask_words
 from nccl_launch.profile.markers import MARKER_DIGEST, MARKER_NCCL_DEBUG, MARKER_PROFILE
 from nccl_launch.profile.model import Policy
 from nccl_launch.profile.plan import ProfilePlan
@@ -21,7 +20,7 @@ if TYPE_CHECKING:  # read from /proc by live/processes.py, which imports psutil
 
 
 class ProcessReport(BaseModel):
-    """The comparison for one process of the tree; JSON masks its title as the text does."""
+    """The comparison for one process of the tree (its title masked as it was read)."""
 
     pid: int
     title: str
@@ -29,10 +28,6 @@ class ProcessReport(BaseModel):
     reason: str | None = None
     entries: list[DriftEntry] = []
     matched: list[str] = []
-
-    @field_serializer("title")
-    def _masked(self, title: str) -> str:
-        return mask_words(title)
 
     @property
     def drifted(self) -> list[DriftEntry]:

@@ -19,6 +19,7 @@ import psutil
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import HostError, UsageError
 from nccl_launch.files import FileError, read_text
+from nccl_launch.masking import mask_argv
 
 TITLE_WIDTH = 100
 PIDFILE_LIMIT = 64  # a PID and a newline; anything longer is not a pidfile
@@ -31,7 +32,8 @@ OVERWRITTEN = (
 
 @dataclass(frozen=True)
 class ProcessSnapshot:
-    """One process as read from /proc: its environment, or why it could not be read."""
+    """One process as read from /proc: its environment, or why it could not be read; its
+    title is its command line as people see it (credentials masked)."""
 
     pid: int
     create_time: float
@@ -190,28 +192,30 @@ def readable(text: str) -> str:
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
-def _title(process: psutil.Process) -> str:
+def title(process: psutil.Process) -> str:
+    """The command line as people see it, masked word by word before it is quoted (once
+    quoted, `'sk x y'` is three words to a rule that splits at spaces), cut to TITLE_WIDTH."""
     try:
-        parts = [readable(part) for part in process.cmdline() if part]
+        parts = mask_argv([readable(part) for part in process.cmdline() if part])
     except psutil.AccessDenied:
         return readable(process.name())
-    title = parts[0] if len(parts) == 1 else shlex.join(parts)
-    return title if len(title) <= TITLE_WIDTH else title[: TITLE_WIDTH - 3] + "..."
+    line = parts[0] if len(parts) == 1 else shlex.join(parts)
+    return line if len(line) <= TITLE_WIDTH else line[: TITLE_WIDTH - 3] + "..."
 
 
 def _snapshot(process: psutil.Process) -> ProcessSnapshot:
     """Raises psutil.NoSuchProcess when it vanished; the caller decides what that means."""
     with process.oneshot():
-        create_time, title = process.create_time(), _title(process)
+        create_time, shown = process.create_time(), title(process)
         try:
             env = {readable(key): readable(value) for key, value in process.environ().items()}
         except psutil.AccessDenied:
-            return ProcessSnapshot(process.pid, create_time, title, None, "permission denied")
+            return ProcessSnapshot(process.pid, create_time, shown, None, "permission denied")
     if not env and _environ_has_bytes(process.pid):
         # setproctitle cleared the memory /proc/PID/environ shows: its bytes remain, all
         # zero, with no KEY=VALUE among them. A truly empty environment (env -i) has none.
-        return ProcessSnapshot(process.pid, create_time, title, None, OVERWRITTEN)
-    return ProcessSnapshot(process.pid, create_time, title, env)
+        return ProcessSnapshot(process.pid, create_time, shown, None, OVERWRITTEN)
+    return ProcessSnapshot(process.pid, create_time, shown, env)
 
 
 def _environ_has_bytes(pid: int) -> bool:

@@ -30,16 +30,33 @@ def secret_variables(env: Mapping[str, str]) -> dict[str, str]:
     return {key: value for key, value in env.items() if mask_value(key, value) != value}
 
 
-def secrets_file(profile: Path, given: Path | None, env: Mapping[str, str]) -> SecretsFile | None:
+def secrets_file(
+    profile: Path, given: Path | None, env: Mapping[str, str], script: Path | None = None
+) -> SecretsFile | None:
     """The env file for the secrets of `env` (none without secrets): `given`, else the
     profile's path with the suffix `.env`; named in the profile relative to its folder, or
-    absolute when given so."""
+    absolute when given so. It may be neither the profile nor the `script` read (the same
+    path, a symlink or a hard link): writing it would replace the one or the other."""
     values = secret_variables(env)
     if not values:
         return None
     path = given or profile.with_suffix(".env")
+    for what, other in (("the profile", profile), ("the script read,", script)):
+        if other is not None and _same_file(path, other):
+            raise UsageError(
+                f"secrets file {path} is {what} {other}; name another with --secrets-file"
+            )
     named = str(path) if path.is_absolute() else os.path.relpath(path, profile.parent)
     return SecretsFile(path=path, named=named, values=values)
+
+
+def _same_file(path: Path, other: Path) -> bool:
+    if os.path.realpath(path) == os.path.realpath(other):  # resolve() raises on a loop
+        return True
+    try:
+        return path.samefile(other)
+    except OSError:  # one of them does not exist (yet)
+        return False
 
 
 def secrets_text(secrets: SecretsFile, profile: Path, source: str) -> str:

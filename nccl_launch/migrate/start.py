@@ -190,15 +190,17 @@ def save_profile(
     force: bool,
     secrets_to: Path | None = None,
     secrets_in_profile: bool = False,
+    script: Path | None = None,
 ) -> tuple[Path, ProfilePlan, list[str], SecretsFile | None]:
     """Write the profile of `start` to `output` (default `profiles/NAME.toml`) atomically,
     never replacing a file without `force`; where it went, its plan, the notes to tell and
     where its secrets went. Secret variables go to a 0600 env file the profile names in
     `env_files` (`secrets_to`, else beside it with the suffix `.env`), unless
-    `secrets_in_profile`. A profile still holding a secret (a credential flag, or the
-    variables kept in it) is readable by its owner only."""
+    `secrets_in_profile`; never the profile itself, nor the `script` read. A profile still
+    holding a secret (a credential flag, or the variables kept in it) is readable by its
+    owner only."""
     path = output or Path("profiles") / f"{name}.toml"
-    secrets = None if secrets_in_profile else secrets_file(path, secrets_to, start.env)
+    secrets = None if secrets_in_profile else secrets_file(path, secrets_to, start.env, script)
     if secrets is not None:
         kept = {key: value for key, value in start.env.items() if key not in secrets.values}
         start = dataclasses.replace(start, env=kept)

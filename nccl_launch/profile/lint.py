@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nccl_launch.masking import is_secret, mask_argv, mask_credentials
+from nccl_launch.masking import is_secret, mask_argv, mask_credentials, mask_value
 from nccl_launch.nccl import catalog
 from nccl_launch.profile.model import Profile
 from nccl_launch.sglang.argv import server_argv
@@ -47,6 +47,8 @@ def secret_notes(profile: Profile) -> list[Note]:
             notes.append(_secret(f"env.{key}", "holds a literal secret"))
         elif mask_credentials(value) != value:
             notes.append(_secret(f"env.{key}", "holds a password in a URL"))
+        elif mask_value(key, value) != value:
+            notes.append(_secret(f"env.{key}", "holds a credential flag's value"))
     argv = server_argv(profile.server) if profile.server is not None else []
     if mask_argv(argv) != argv:
         message = (

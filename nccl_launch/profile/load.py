@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from nccl_launch.errors import PinError, ProfileError
-from nccl_launch.masking import MASK, is_secret, mask_argv, mask_credentials
+from nccl_launch.masking import MASK, is_secret, mask_command_line, mask_credentials
 from nccl_launch.profile.chain import ProfileChain, read_chain
 from nccl_launch.profile.model import Baseline, Policy, Profile, Provenance
 from nccl_launch.profile.plan import ProfilePlan, build_plan
@@ -65,7 +65,7 @@ def _shown_input(loc: list[str], value: Any) -> str:
     if any(is_secret(part) for part in loc):
         return MASK
     if isinstance(value, str):  # `args = "--api-key X"` is echoed as one string
-        value = " ".join(mask_argv(value.split(" ")))
+        value = mask_command_line(value)
     return mask_credentials(repr(value))
 
 

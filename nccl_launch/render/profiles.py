@@ -11,7 +11,7 @@ import tomli_w
 
 from nccl_launch.errors import WARNING_PREFIX
 from nccl_launch.escaping import escaped, toml_escaped
-from nccl_launch.masking import mask_argv, mask_value
+from nccl_launch.masking import mask_argv, mask_command_line, mask_value
 from nccl_launch.profile.diff import ProfileDiff
 from nccl_launch.profile.overview import ListedProfile, ShownProfile, Validation
 from nccl_launch.render.drift import quoted_value
@@ -29,7 +29,7 @@ def _masked(table: dict[str, Any], path: str = "") -> dict[str, Any]:
         elif isinstance(value, dict):
             masked[key] = _masked(value, f"{path}.{key}" if path else key)
         elif isinstance(value, str) and path != "nccl":  # an entrypoint may hold flags too
-            masked[key] = " ".join(mask_argv(value.split(" ")))
+            masked[key] = mask_command_line(value)
         else:
             masked[key] = value
     return masked

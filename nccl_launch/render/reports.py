@@ -8,7 +8,6 @@ from nccl_launch.escaping import escaped
 from nccl_launch.launch.preflight_report import PreflightReport
 from nccl_launch.live.compare import LiveReport, ProcessReport
 from nccl_launch.live.verify_log import LogReport
-from nccl_launch.masking import mask_words
 from nccl_launch.render.drift import drift_lines, fix_lines, restart_line
 
 
@@ -35,7 +34,7 @@ def preflight_lines(report: PreflightReport) -> list[str]:
 
 
 def _process_lines(process: ProcessReport) -> list[str]:
-    lines = [f"pid {process.pid}  {mask_words(process.title)}"]
+    lines = [f"pid {process.pid}  {process.title}"]
     if not process.readable:
         return [*lines, f"  unreadable: {process.reason}"]
     lines += drift_lines(process.drifted)

@@ -16,6 +16,12 @@ DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 30000  # `--host` and `--port` when no
 # unless it carries `Authorization: Bearer KEY` (utils/auth.py); an empty KEY checks nothing.
 # Its parser takes a prefix of the flag down to `--ap`, the only flag that starts so.
 API_KEY_FLAG, API_KEY_SHORTEST = "--api-key", "--ap"
+# The flags whose value is a credential (server_args' API and SSL fields), and
+# --watermark-config, whose JSON holds the watermark's keys (SGLang redacts it from its logs).
+# Its parser takes any unambiguous prefix of them (`--admin-api`); a flag of its own that
+# starts one (`--ssl-keyfile`) it takes as itself.
+CREDENTIAL_FLAGS = (API_KEY_FLAG, "--admin-api-key", "--ssl-keyfile-password", "--watermark-config")
+FLAGS_STARTING_CREDENTIAL_FLAGS = ("--ssl-keyfile",)
 
 # What SGLang adds to its workers' environment when unset (`_set_envs_and_config` in
 # entrypoints/engine.py; NCCL_GRAPH_REGISTER in parallel_hook.py).

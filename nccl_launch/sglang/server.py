@@ -131,6 +131,6 @@ class Server(BaseModel):
         try:
             shlex.split(entrypoint)
         except ValueError as error:  # the words are split this way into the argv
-            problem = str(error).lower()
-            raise ValueError(f"{problem} in {entrypoint!r}; quote as a shell would") from None
+            # Not echoed: an unclosed quote leaves a credential flag's value unmasked.
+            raise ValueError(f"{str(error).lower()}; quote as a shell would") from None
         return entrypoint

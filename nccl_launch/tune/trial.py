@@ -20,7 +20,6 @@ from typing import Annotated, Literal, Self
 import psutil
 from pydantic import BaseModel, Field, model_validator
 
-from nccl_launch.bench.api_key import api_key
 from nccl_launch.bench.gpus import compute_pids
 from nccl_launch.bench.measure import Progress, locate, measure_decode
 from nccl_launch.bench.result import Method
@@ -32,7 +31,7 @@ from nccl_launch.launch.host import port_check
 from nccl_launch.launch.prepare import LaunchPlan, prepare_launch
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.live.processes import HeldProcess, ProcessSnapshot, snapshot_tree, stop_tree
-from nccl_launch.masking import MASK, mask_value, mask_words
+from nccl_launch.masking import MASK, mask_value, mask_words, masked_values
 from nccl_launch.sglang.server import Server
 
 TrialStatus = Literal["measured", "refused", "exited", "not-ready", "drift", "failed"]
@@ -120,7 +119,7 @@ def _live_drift(when: str, report: LiveReport) -> str:
     if report.digest_differs:
         return escaped(f"checked {when}: the server runs digest {report.running_digest}")
     reasons = [
-        f"pid {process.pid} {mask_words(process.title)}: "
+        f"pid {process.pid} {process.title}: "
         + (_entries(process.drifted) if process.readable else f"unreadable ({process.reason})")
         for process in report.processes
         if process.drifted or not process.readable
@@ -272,11 +271,11 @@ SHORTEST_SECRET = 8  # a shorter value (`1`, `true`) masked wherever it appears 
 
 
 def _secrets(launch: LaunchPlan) -> list[str]:
-    """The credentials the server was given (its API key, the values of secret-looking
-    variables), longest first: a server prints them in forms no rule of masking knows, such
-    as SGLang's `server_args=ServerArgs(..., api_key='...')` at start."""
+    """The credentials the server was given (the values of its credential flags and of
+    secret-looking variables), longest first: a server prints them in forms no rule of
+    masking knows, such as SGLang's `server_args=ServerArgs(..., api_key='...')` at start."""
     found = {value for key, value in launch.merged.env.items() if mask_value(key, value) == MASK}
-    found.add(api_key(launch.command()) or "")
+    found |= masked_values(launch.command())
     long_enough = (value for value in found if len(value) >= SHORTEST_SECRET)
     return sorted(long_enough, key=len, reverse=True)
 

@@ -38,7 +38,8 @@ Knobs, for tests:
   with, for `tune`: STANDIN_TOKEN_RATE times one factor per variable of TUNE_FACTORS (a value
   not in its table: 1.0), each request's rate then times a uniform factor in [1-n, 1+n],
   n = STANDIN_NOISE (default 0.01);
-- it logs `server_args=ServerArgs(model_path=..., api_key=...)` on stderr first, as SGLang does;
+- it logs `server_args=ServerArgs(model_path=..., api_key=..., admin_api_key=...)` on stderr
+  first, as SGLang does;
 - STANDIN_START_DELAY=S: /health answers 503 for S seconds after the workers are up;
   STANDIN_EXIT_IF="KEY=VALUE,..." exits 1 at start, after an NCCL error like SGLang's on
   stderr, when the environment holds one of those values (`KEY=`: unset);
@@ -113,6 +114,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--enable-symm-mem", action="store_true")
     parser.add_argument("--enable-nccl-nvls", action="store_true")
     parser.add_argument("--api-key")
+    parser.add_argument("--admin-api-key")
     return parser.parse_args(argv)
 
 
@@ -406,6 +408,7 @@ def main() -> None:
     args = parse(sys.argv[1:])
     # As SGLang logs its arguments at start, the API key among them.
     said = f"model_path={args.model_path!r}, api_key={args.api_key!r}"
+    said += f", admin_api_key={args.admin_api_key!r}"
     sys.stderr.write(f"server_args=ServerArgs({said})\n")
     refused = holds_any(os.environ.get("STANDIN_EXIT_IF", ""))
     if refused:
