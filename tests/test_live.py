@@ -31,7 +31,7 @@ from nccl_launch.profile.load import load_profile
 from nccl_launch.profile.model import Policy, Profile
 from nccl_launch.profile.plan import ProfilePlan, build_plan
 from nccl_launch.render.prometheus import metrics
-from nccl_launch.render.reports import live_text
+from nccl_launch.render.reports import live_lines, live_text
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import STANDIN, free_port, wait_for
 
@@ -629,6 +629,12 @@ def test_unreadable_is_never_reported_as_missing_keys() -> None:
     assert not report.ok
     assert not report.drifts
     assert report.exit_code == 3  # nothing could be read: a target problem, not drift
+    # nor is a process whose markers could not be read said not to be nccl-launch's
+    assert live_lines(report)[1:] == [
+        "pid 1  main",
+        "  unreadable: denied",
+        "drift: 1 unreadable, of 1 process",
+    ]
     env = {"NCCL_PROTO": "LL", "NCCL_CUMEM_ENABLE": "1"}
     mixed = [ProcessSnapshot(1, 0.0, "main", env), ProcessSnapshot(2, 0.0, "w", None, "denied")]
     assert evaluate(plan, policy, "p.toml", mixed).exit_code == 1

@@ -57,7 +57,8 @@ def live_lines(report: LiveReport) -> list[str]:
         lines.append(f"profile invalid now, checked against this last good version: {why}")
     lines += [f"not checked: {why}" for why in report.unchecked_env_files]
     if report.running_profile is None:
-        lines.append(f"pid {report.main_pid} was not started by nccl-launch")
+        if report.processes[0].readable:  # else its markers could not be read
+            lines.append(f"pid {report.main_pid} was not started by nccl-launch")
     elif report.digest_differs:
         running = f"{report.running_profile} ({(report.running_digest or '')[:15]})"
         lines.append(f"server runs {running}, the file is {report.profile} ({report.digest[:15]})")
