@@ -29,8 +29,9 @@ SHIPPED_SERVERS = [
 ]
 
 
-def with_python(write_profile: WriteProfile, shipped: Path, python: str) -> str:
-    """The shipped profile, unchanged but for the interpreter: the one with SGLang here."""
+def with_python(write_profile: WriteProfile, shipped: Path, python: str, env: str = "") -> str:
+    """The shipped profile, unchanged but for the interpreter (the one with SGLang here) and
+    the `env` table's lines."""
     write_profile(
         "under-test",
         f"""
@@ -40,6 +41,8 @@ def with_python(write_profile: WriteProfile, shipped: Path, python: str) -> str:
         extends = "{shipped}"
         [server]
         python = "{python}"
+        [env]
+        {env}
         """,
     )
     return "under-test"
@@ -477,18 +480,8 @@ def test_sglang_is_probed_in_the_environment_run_gives_the_server(
     (package / "srt" / "server_args.py").write_text(
         "def prepare_server_args(argv):\n    raise ValueError('a stand-in parser')\n"
     )
-    write_profile(
-        "under-test",
-        f"""
-        schema = 1
-        name = "under-test"
-        version = 1
-        extends = "{SHIPPED_SERVERS[0]}"
-        [server]
-        python = "{sys.executable}"
-        [env]
-        PYTHONPATH = "{package.parent}"
-        """,
+    with_python(
+        write_profile, SHIPPED_SERVERS[0], sys.executable, f'PYTHONPATH = "{package.parent}"'
     )
     assert "PYTHONPATH" not in os.environ
     result = run_cli("preflight", *SKIP_HOST, "under-test")
