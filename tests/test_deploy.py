@@ -308,6 +308,49 @@ def test_systemd_unit_passes_systemd_analyze(
     )
 
 
+def test_the_servers_arguments_end_both_exec_lines_and_only_references_hold_credentials(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path, systemd_analyze: str
+) -> None:
+    """`systemd PROFILE -- ARGS`: each `${NAME}` is left for systemd to fill from the env
+    file, every other `$` and a lone `;` (systemd's command separator) are escaped, and
+    systemd-analyze reads one command; a credential written out is refused."""
+    path = write_profile(
+        "served", 'env_files = ["served.env"]\n' + SERVER.format(python=sys.executable)
+    )
+    path.with_name("served.env").write_text("API_KEY=sk-live-1\n")
+    target = tmp_path / "sglang-served.service"
+    args = ["--api-key", "${API_KEY}", "--served-model-name", "a$b c", ";", "--log-level", "debug"]
+    result = run_cli("systemd", "served", "-o", str(target), "--", *args)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    tail = ' -- --api-key "${API_KEY}" --served-model-name "a$$b c" ";" --log-level debug'
+    lines = target.read_text().splitlines()
+    for command in ("ExecStartPre=", "ExecStart="):
+        [line] = [line for line in lines if line.startswith(command)]
+        assert line.endswith(tail)
+    done = subprocess.run([systemd_analyze, "verify", str(target)], capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    typo = run_cli("systemd", "served", "--", "--api-key", "${API_KEYS}")
+    assert typo.returncode == 0
+    assert typo.stderr == (
+        f"nccl-launch: warning: ${{API_KEYS}} is set by none of the profile's env files "
+        f"({path.with_name('served.env')}): unless the unit's environment has it, systemd "
+        "passes an empty argument\n"
+    )
+    target.unlink()
+    refusals = {
+        ("--api-key", "sk-live-1"): "-- ARGS: a credential would be written into the unit",
+        ("--api-k=sk-${API_KEY}",): "-- ARGS: a credential would be written into the unit",
+        ("--log-level", "a\nExecStartPost=/bin/evil"): "-- ARGS: argument 2: holds the control",
+        ("--tp", "4"): "extra argument --tp repeats the field tp_size",
+    }
+    for words, refusal in refusals.items():
+        refused = run_cli("systemd", "served", "-o", str(target), "--", *words)
+        assert refused.returncode == 2
+        assert refused.stderr.startswith(f"nccl-launch: {refusal}"), refused.stderr
+        assert not target.exists()
+
+
 def test_the_hint_after_writing_a_unit_says_how_systemd_gets_to_read_it(
     write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
 ) -> None:

@@ -334,32 +334,39 @@ def test_the_tutorials_first_steps_print_what_the_tutorial_shows(isolated: Isola
         shown(command)
 
 
-def test_the_systemd_guides_drop_in_and_drift_units_pass_systemd_analyze(
+def test_the_systemd_guides_api_key_and_drift_units_pass_systemd_analyze(
     isolated: Isolation, run_cli: RunCli, systemd_analyze: str
 ) -> None:
-    """docs/systemd-and-monitoring.md: its lines write the `--api-key` drop-in of the unit of
-    migrating.md's chat profile, as shown; that unit with it, and the drift units, verify."""
+    """docs/systemd-and-monitoring.md: the unit of migrating.md's chat profile with the
+    server's `-- --api-key '${API_KEY}'` prints and holds what the page shows, a key written
+    out is refused as shown; that unit and the drift units verify."""
     page = "systemd-and-monitoring.md"
     script, _ = documented("cat start_chat.sh", "migrating.md")
     Path("start_chat.sh").write_text("\n".join(script) + "\n")
     assert run_cli("convert", "start_chat.sh", "--name", "chat").returncode == 0
+    with Path("profiles/chat.env").open("a") as env_file:
+        env_file.write("API_KEY=sk-live-7Hq2\n")
     unit = isolated.root / "sglang-chat.service"
-    assert (
-        run_cli("systemd", "profiles/chat.toml", "--user", "sglang", "-o", str(unit)).returncode
-        == 0
+    written = run_cli(
+        *("systemd", "profiles/chat.toml", "--user", "sglang", "--force", "--output", str(unit)),
+        *("--", "--api-key", "${API_KEY}"),
     )
+    command = (
+        "nccl-launch systemd profiles/chat.toml --user sglang --force --output "
+        "/tmp/doc/sglang-chat.service -- --api-key '${API_KEY}'"
+    )
+    shown, _ = documented(command, page)
+    assert written.stdout.replace(str(isolated.root), "/tmp/doc").splitlines() == shown
+    shown, _ = documented("grep ^Exec /tmp/doc/sglang-chat.service", page)
+    exec_lines = [line for line in unit.read_text().splitlines() if line.startswith("Exec")]
+    text = "\n".join(exec_lines).replace(str(isolated.root), "/tmp/doc")
+    assert text.replace(console_script(), "/opt/nccl-launch/bin/nccl-launch").splitlines() == shown
+    shown, code = documented(
+        "nccl-launch systemd profiles/chat.toml -- --api-key sk-live-7Hq2", page
+    )
+    refused = run_cli("systemd", "profiles/chat.toml", "--", "--api-key", "sk-live-7Hq2")
+    assert (refused.stderr.splitlines(), refused.returncode) == (shown, code)
     text = (REPO / "docs" / page).read_text()
-    block = text.split("### The server's `--api-key`", 1)[1].split("```text\n", 1)[1]
-    lines = re.findall(r"^\$ (.*)$", block.split("$ cat ", 1)[0], re.MULTILINE)
-    for line in lines:
-        subprocess.run(["bash", "-ec", line.replace("/tmp/doc", str(isolated.root))], check=True)
-    drop_in = isolated.root / "sglang-chat.service.d" / "api-key.conf"
-    shown, _ = documented("cat /tmp/doc/sglang-chat.service.d/api-key.conf", page)
-    written = drop_in.read_text().replace(str(isolated.root), "/tmp/doc")
-    assert (
-        written.replace(console_script(), "/opt/nccl-launch/bin/nccl-launch").splitlines() == shown
-    )
-    assert "API_KEY=sk-live-7Hq2\n" in (isolated.root / "profiles" / "chat.env").read_text()
     units = [unit]
     for body in re.findall(r"```ini\n# /etc/systemd/system/(\S+)\n(.*?)```", text, re.DOTALL):
         units.append(isolated.root / body[0])

@@ -6,12 +6,18 @@ from pathlib import Path
 
 import click
 
-from nccl_launch.commands.options import echo_lines, output_options, profile_argument
+from nccl_launch.commands.options import (
+    LaunchCommand,
+    echo_lines,
+    output_options,
+    profile_argument,
+    warn,
+)
 from nccl_launch.errors import EXIT_OK
 from nccl_launch.escaping import shell_word
 
 
-@click.command()
+@click.command(cls=LaunchCommand)
 @profile_argument()
 @click.option("--user", help="User= of the service (default: root).")
 @click.option(
@@ -20,18 +26,29 @@ from nccl_launch.escaping import shell_word
     help="Leave out --digest: a restart runs the profile file as it is then.",
 )
 @output_options("Write the unit to FILE (atomically) instead of printing it.")
-def systemd(profile: str, user: str | None, no_pin: bool, output: Path | None, force: bool) -> int:
+def systemd(
+    profile: str,
+    user: str | None,
+    no_pin: bool,
+    output: Path | None,
+    force: bool,
+    command: tuple[str, ...],
+) -> int:
     """Print a systemd service unit that runs PROFILE's server through nccl-launch.
 
     Type=exec (MainPID is the server), preflight as ExecStartPre=, run as ExecStart=, both
     with --digest of the profile as it is now (so an edit is refused, exit 1, until the unit
     is written again), a long TimeoutStartSec for model load, Restart=on-failure (at most 5
     starts in 10 minutes), KillMode=mixed; one EnvironmentFile= for each env file the
-    profile names.
+    profile names. ARGS after '--' end both lines, for the server; each ${NAME} in them is
+    left for systemd to fill from the unit's environment, so -- --api-key '${API_KEY}' keeps
+    the key in an env file, never in the unit.
     """
     from nccl_launch.deploy.systemd import unit_manager, write_unit
 
-    text = write_unit(profile, user, output, force, pin=not no_pin)
+    text, notes = write_unit(profile, user, output, force, pin=not no_pin, args=command)
+    for note in notes:
+        warn(note)
     if output is None:
         click.echo(text, nl=False)
     else:

@@ -5,16 +5,22 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from nccl_launch.deploy.exports import CONTROL
-from nccl_launch.errors import UsageError
+from nccl_launch.env.env_files import read_profile_env_file
+from nccl_launch.errors import NcclLaunchError, UsageError
 from nccl_launch.files import write_output
+from nccl_launch.masking import masked_values
 from nccl_launch.profile.load import LoadedProfile, load_profile
+from nccl_launch.sglang.argv import refuse_repeated
+from nccl_launch.sglang.server import Server
 
 START_TIMEOUT_S = 1800  # model load and CUDA-graph capture take minutes on 8 GPUs
 STOP_TIMEOUT_S = 120
 _PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
+_REFERENCE = re.compile(r"(\$\{[A-Za-z_][A-Za-z0-9_]*\})")  # `${NAME}`, which systemd expands
 # A name or a numeric uid, as useradd and systemd's User= read it; nothing systemd expands.
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]*\$?")
 # Where systemd's managers load units from (systemd.unit(5)); the user ones under HOME too.
@@ -32,9 +38,15 @@ def launcher() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "nccl_launch"]
 
 
-def exec_word(argument: str) -> str:
-    """One argument of an Exec line: `%` and `$` escaped, quoted when it has other specials."""
-    escaped = argument.replace("%", "%%").replace("$", "$$")
+def exec_word(argument: str, expand: bool = False) -> str:
+    """One argument of an Exec line: `%` and `$` escaped, quoted when it has other specials;
+    with `expand`, each `${NAME}` is kept for systemd to replace with the variable's value
+    (as one argument, blanks and all) from the unit's environment."""
+    parts = _REFERENCE.split(argument) if expand else [argument]
+    escaped = "".join(
+        part if index % 2 else part.replace("%", "%%").replace("$", "$$")
+        for index, part in enumerate(parts)
+    )
     if _PLAIN.fullmatch(argument):
         return escaped
     return '"' + escaped.replace("\\", "\\\\").replace('"', '\\"') + '"'
@@ -75,18 +87,54 @@ def _user(user: str) -> str:
     return user
 
 
-def unit_file(loaded: LoadedProfile, user: str | None = None, pin: bool = True) -> str:
-    """The unit text: Type=exec so MainPID is the server, preflight as ExecStartPre=; with
-    `pin`, both refuse the profile once its digest is no longer the one written here."""
+def server_words(
+    loaded: LoadedProfile, server: Server, ref: str, args: Sequence[str]
+) -> tuple[str, list[str]]:
+    """` -- ARGS` of the Exec lines for the server's extra arguments `args` (empty without
+    any), `${NAME}` kept for systemd to expand; and a note for each NAME none of the
+    profile's env files sets (systemd would give an empty argument). A credential flag's
+    value must be such a reference: written out, anyone could read it in the unit."""
+    if not args:
+        return "", []
+    refuse_repeated(server, args, str(loaded.path), ref)
+    for index, word in enumerate(args, start=1):
+        _one_line(f"-- ARGS: argument {index}", word)
+    if any(_REFERENCE.sub("", value) for value in masked_values(args)):
+        raise UsageError(
+            "-- ARGS: a credential would be written into the unit, which any user may read "
+            "(systemctl cat); keep it in an env file of the profile and pass ${NAME}, e.g. "
+            "-- --api-key '${API_KEY}'"
+        )
+    names = {name[2:-1] for word in args for name in _REFERENCE.findall(word)}
+    notes = []
+    try:
+        set_by_files = {
+            key for path in loaded.env_files for key in read_profile_env_file(loaded, path).values
+        }
+    except NcclLaunchError:
+        set_by_files = names  # a file this user cannot read: nothing to say
+    for name in sorted(names - set_by_files):
+        files = ", ".join(map(str, loaded.env_files)) or "none"
+        notes.append(
+            f"${{{name}}} is set by none of the profile's env files ({files}): unless the "
+            "unit's environment has it, systemd passes an empty argument"
+        )
+    return " -- " + " ".join(exec_word(word, expand=True) for word in args), notes
+
+
+def unit_file(
+    loaded: LoadedProfile, server: Server, user: str | None, pin: bool, extra: str
+) -> str:
+    """The unit text for `server`, the profile's: Type=exec so MainPID is the server,
+    preflight as ExecStartPre=; with `pin`, both refuse the profile once its digest is no
+    longer the one written here; `extra` (from `server_words`) ends both lines."""
     profile = loaded.profile
-    if profile.server is None:
-        raise UsageError(f"{loaded.path}: no [server] table, so no server to run as a service")
     path = _one_line(f"{loaded.path}: the profile's path", str(loaded.path.resolve()))
     command = " ".join(exec_word(word) for word in launcher())
     description = _one_line(
         f"{loaded.path}: description", profile.description or f"SGLang server of {profile.label}"
     )
-    cwd = profile.server.cwd
+    cwd = server.cwd
     if cwd:
         cwd = _one_line(f"{loaded.path}: server.cwd", cwd).replace("%", "%%")
     profile_words = exec_word(path) + (f" --digest {loaded.plan.digest}" if pin else "")
@@ -97,8 +145,8 @@ def unit_file(loaded: LoadedProfile, user: str | None = None, pin: bool = True) 
         # The unit's processes get the secrets from systemd; run reads the same files and
         # finds the same values, a match.
         *[_env_file_line(loaded, path) for path in loaded.env_files],
-        f"ExecStartPre={command} preflight {profile_words}",
-        f"ExecStart={command} run {profile_words}",
+        f"ExecStartPre={command} preflight {profile_words}{extra}",
+        f"ExecStart={command} run {profile_words}{extra}",
         f"TimeoutStartSec={START_TIMEOUT_S}",
         f"TimeoutStopSec={STOP_TIMEOUT_S}",
         "Restart=on-failure",
@@ -127,17 +175,28 @@ def unit_file(loaded: LoadedProfile, user: str | None = None, pin: bool = True) 
 
 
 def write_unit(
-    ref: str, user: str | None, output: Path | None, force: bool, pin: bool = True
-) -> str:
-    """The unit of profile `ref` (its digest pinned unless `pin` is False), written atomically
-    to `output` when given (never replacing a file without `force`)."""
-    text = unit_file(load_profile(ref), user, pin)
+    ref: str,
+    user: str | None,
+    output: Path | None,
+    force: bool,
+    pin: bool = True,
+    args: Sequence[str] = (),
+) -> tuple[str, list[str]]:
+    """The unit of profile `ref` (its digest pinned unless `pin` is False, the server's
+    extra `args` after `--`), written atomically to `output` when given (never replacing a
+    file without `force`); and the notes on `args`."""
+    loaded = load_profile(ref)
+    server = loaded.profile.server
+    if server is None:
+        raise UsageError(f"{loaded.path}: no [server] table, so no server to run as a service")
+    extra, notes = server_words(loaded, server, ref, args)
+    text = unit_file(loaded, server, user, pin, extra)
     if output is not None:
         try:
             write_output(output, text, replace=force)
         except FileExistsError:
             raise UsageError(f"{output} exists; pass --force to replace it") from None
-    return text
+    return text, notes
 
 
 def unit_manager(path: Path) -> str | None:

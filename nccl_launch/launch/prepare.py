@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shlex
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from nccl_launch.profile.lint import run_notes
 from nccl_launch.profile.load import LoadedProfile, check_pin, load_profile
 from nccl_launch.profile.markers import MARKER_NCCL_DEBUG, NCCL_DEBUG_ENV
 from nccl_launch.profile.plan import ProfilePlan
-from nccl_launch.sglang.argv import duplicated_flags, extra_settings
+from nccl_launch.sglang.argv import refuse_repeated
 from nccl_launch.sglang.rules import mtp_problem
 
 
@@ -122,14 +121,7 @@ def prepare_launch(
         mtp = mtp_problem(server, model_architecture(server.model_path or ""))
         if mtp is not None:
             raise ProfileError([f"{loaded.path}: server.{mtp[0]}: {mtp[1]}"])
-        repeated = duplicated_flags(list(extra), extra_settings(server))
-        if repeated:
-            option, flag = repeated[0]
-            raise UsageError(
-                f"extra argument {option} repeats the field {flag.field}, which `--` cannot "
-                f"change: set {flag.place} of {loaded.path} (or of a copy: nccl-launch new "
-                f"NAME --from {shlex.quote(ref)})"
-            )
+        refuse_repeated(server, extra, str(loaded.path), ref)
         argv = plan.argv + placement_args(server, placement, calling) + list(extra)
     elif placement != Placement():
         raise UsageError(f"profile {plan.label} has no [server] table to place on a node")

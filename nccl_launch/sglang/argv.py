@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
+from nccl_launch.errors import UsageError
 from nccl_launch.sglang.facts import FLAGS, Flag, Scalar, extra_flag, flag_for
 from nccl_launch.sglang.server import Server
 
@@ -55,3 +56,16 @@ def duplicated_flags(args: list[str], settings: Iterable[str] = ()) -> list[tupl
         if flag is not None:
             repeated.append((option.split("=", 1)[0], flag))
     return repeated
+
+
+def refuse_repeated(server: Server, extra: Sequence[str], path: str, ref: str) -> None:
+    """UsageError when an argument after `--` sets a field of the [server] of the profile
+    `ref`, read from `path`."""
+    repeated = duplicated_flags(list(extra), extra_settings(server))
+    if repeated:
+        option, flag = repeated[0]
+        raise UsageError(
+            f"extra argument {option} repeats the field {flag.field}, which `--` cannot "
+            f"change: set {flag.place} of {path} (or of a copy: nccl-launch new NAME --from "
+            f"{shlex.quote(ref)})"
+        )
