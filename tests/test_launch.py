@@ -286,6 +286,7 @@ def test_own_options_count_anywhere_before_the_dashes(
         (["--log-level", "info"], "No such option '--log-level'."),
         (["--dryrun"], "No such option '--dryrun'. Did you mean '--dry-run'?"),
         (["stray"], "Unexpected argument 'stray'."),
+        (["--api-key", "sk-live-1"], "No such option '--api-key'."),
     ],
 )
 def test_server_arguments_before_the_dashes_are_a_usage_error(
@@ -299,7 +300,7 @@ def test_server_arguments_before_the_dashes_are_a_usage_error(
     assert not out.exists()
     error = result.stderr.splitlines()[-1]
     assert error.startswith(f"Error: {message}")
-    shown = " ".join(args)  # the value too
+    shown = " ".join(args).replace("sk-live-1", "'***'")  # the value too, never a credential
     hint = f"Arguments for the server go after '--': nccl-launch {command} PROFILE -- {shown}"
     assert error.endswith(hint)
 

@@ -55,7 +55,10 @@ class LaunchCommand(click.Command):
 
 def _where_it_goes(option: str, own: list[str], hint: str) -> str:
     """Where an unknown `option` belongs: a structured `[server]` field in the profile (after
-    `--` it is refused), any other server flag after `--` with the value it was given."""
+    `--` it is refused), any other server flag after `--` with the value it was given
+    (masked: an `--api-key` typed before `--` is not echoed to a log)."""
+    from nccl_launch.masking import mask_argv  # a mistake's path, not a TAB's
+
     flag = flag_for(option)
     if flag is not None:
         return (
@@ -68,7 +71,7 @@ def _where_it_goes(option: str, own: list[str], hint: str) -> str:
     rest = [word for word in own[: at - 1] + own[at + 1 :] if not word.startswith("-")]
     if words == [option] and at < len(own) and not own[at].startswith("-") and rest:
         words.append(own[at])
-    return " ".join([hint, *map(shell_word, words or [option])])
+    return " ".join([hint, *map(shell_word, mask_argv(words or [option]))])
 
 
 def warn(message: str) -> None:
