@@ -9,6 +9,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -67,6 +68,7 @@ JSON_KEYS = {
     "defaults_trial",
     "winner",
     "written",
+    "unchanged",
     "written_ref",
     "gain_over_profile",
     "gain_over_defaults",
@@ -398,6 +400,20 @@ def test_a_second_tune_of_the_same_journal_is_refused_while_one_runs(
         f"nccl-launch: tune journal {journal}: another tune of this profile and method is "
         "running (it holds the journal); wait for it, or stop it and run this again to resume\n"
     )
+
+
+def test_write_when_the_profiles_own_values_win_writes_nothing(seed: int, run_cli: RunCli) -> None:
+    """A version of the same values would be a new name for what runs now (the same digest):
+    the figure is said instead."""
+    result = run_cli("tune", "standin", "--try", "PROTO=LL", *FAST, "--write", env=MODEL)
+    assert result.returncode == 0, result.stdout + result.stderr
+    last = result.stdout.splitlines()[-1]
+    assert re.fullmatch(
+        r"nothing written: standin@1's own values won; to record the figure, set \[baseline\] "
+        r"decode_tok_s = [0-9.]+ in profiles/standin.toml",
+        last,
+    ), last
+    assert not Path("profiles/standin-2.toml").exists()
 
 
 @pytest.mark.parametrize(

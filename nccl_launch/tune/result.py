@@ -59,6 +59,8 @@ class TuneReport(Report):
     defaults_trial: int | None
     winner: int | None
     written: str | None = None  # --write's file
+    # --write found the profile's own values fastest: a version of the same values is not new
+    unchanged: bool = False
     # How `run` names it: NAME@VERSION where the search path finds it there, else its path.
     written_ref: str | None = None
 
