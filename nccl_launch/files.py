@@ -200,8 +200,9 @@ def write_output(path: Path, text: str, *, replace: bool) -> None:
 
 def append_line(fd: int, line: str, what: str) -> None:
     """Append `line` (ending with a newline) to the file open at `fd` in one write, so it is
-    whole or absent; after a last line left torn (a crash), on a line of its own. FileError
-    names `what` when the system refuses it or takes only part (a full disk)."""
+    whole or absent; after a last line left torn (a crash), on a line of its own. HostError
+    (a host problem, exit 3) names `what` when the system refuses it or takes only part (a
+    full disk)."""
     size = os.fstat(fd).st_size
     if size and os.pread(fd, 1, size - 1) != b"\n":
         line = "\n" + line
@@ -209,9 +210,9 @@ def append_line(fd: int, line: str, what: str) -> None:
     try:
         written = os.write(fd, data)
     except OSError as error:
-        raise FileError(f"{what}: cannot append: {error.strerror}") from None
+        raise HostError(f"{what}: cannot append: {error.strerror}") from None
     if written != len(data):  # a full disk: say so rather than leave it unsaid
-        raise FileError(f"{what}: only {written} of {len(data)} bytes written")
+        raise HostError(f"{what}: only {written} of {len(data)} bytes written")
 
 
 @dataclass(frozen=True)

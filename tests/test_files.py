@@ -252,3 +252,33 @@ def test_an_output_that_cannot_be_written_is_one_line_naming_it(
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+FULL_DISK = """
+import os, resource, sys
+from nccl_launch.errors import HostError
+from nccl_launch.files import append_line
+path, limit = sys.argv[1], int(sys.argv[2])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))  # a disk with `limit` bytes
+fd = os.open(path, os.O_RDWR | os.O_APPEND)
+try:
+    append_line(fd, "x" * 100 + "\\n", "tune journal " + path)
+except HostError as error:
+    print(error.exit_code, error)
+"""
+
+
+def test_a_line_the_disk_takes_in_part_or_not_at_all_is_a_host_problem(tmp_path: Path) -> None:
+    """A full disk (here a file size limit; Python ignores SIGXFSZ, so the write fails or
+    writes short) is said, naming the file, with a host problem's exit code."""
+    journal = tmp_path / "journal.jsonl"
+    journal.write_text("y" * 9 + "\n")
+    for limit, said in (
+        (50, "only 40 of 101 bytes written"),
+        (10, "cannot append: File too large"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-c", FULL_DISK, str(journal), str(limit)],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        assert done.stdout == f"3 tune journal {journal}: {said}\n", done.stderr

@@ -136,7 +136,8 @@ def tune(
     reference, each candidate once. Every finished trial goes to a journal under
     $XDG_STATE_HOME/nccl-launch/tune: the same command resumes an interrupted tune.
     Exit 0 with a winner, 1 when no trial could be measured, 2 bad options, space or profile,
-    3 a host problem (the port taken), 130 on Ctrl-C (the server stopped).
+    3 a host problem (the port taken, a full disk, another tune of the journal), 130 on
+    Ctrl-C, SIGTERM or SIGHUP (the server stopped).
     """
     from nccl_launch.render.tune import summary_lines
     from nccl_launch.tune.session import open_base, run_tune
