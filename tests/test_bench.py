@@ -588,6 +588,19 @@ def test_a_line_is_appended_whole_after_a_torn_one(tmp_path: Path) -> None:
     assert found.problems[0].startswith(f"{record}:1: not a bench result")
 
 
+def test_a_history_run_too_short_for_a_finite_rate_is_skipped(tmp_path: Path) -> None:
+    record = tmp_path / "h.jsonl"
+    line = json.loads(measured().model_dump_json())
+    line["runs"][0]["seconds"] = 1e-320  # 1 token in it is an infinite rate
+    record.write_text(json.dumps(line) + "\n" + measured().model_dump_json() + "\n")
+    found = read_history(record)
+    assert len(found.results) == 1
+    assert found.problems == [
+        f"{record}:1: not a bench result (runs.0.seconds: Input should be greater than or equal "
+        "to 0.000001); skipped"
+    ]
+
+
 def test_history_goes_under_xdg_state_home_when_it_is_absolute(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -22,7 +22,9 @@ class RunFigure(BaseModel):
     Bounded so that a history line cannot hold a rate that fails to compute."""
 
     tokens: int = Field(strict=True, ge=0, le=TOKEN_LIMIT)
-    seconds: float = Field(gt=0, allow_inf_nan=False)
+    # No streamed request takes under a microsecond; so every rate is finite (a history line
+    # of 1e-320 s made it infinite).
+    seconds: float = Field(ge=1e-6, allow_inf_nan=False)
     ttft_s: float = Field(ge=0, allow_inf_nan=False)
 
     @computed_field  # type: ignore[prop-decorator]
