@@ -8,7 +8,11 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 
-from nccl_launch.sglang.facts import CREDENTIAL_FLAGS, FLAGS_STARTING_CREDENTIAL_FLAGS
+from nccl_launch.sglang.facts import (
+    CREDENTIAL_FLAGS,
+    FLAGS_STARTING_CREDENTIAL_FLAGS,
+    NAMED_LIKE_CREDENTIALS,
+)
 
 MASK = "***"
 # A word of a name (split at `_` or `-`) that ends in one of these names a credential:
@@ -70,10 +74,11 @@ def mask_value(name: str, value: str) -> str:
 
 def _secret_flag(word: str) -> bool:
     """`--api-key`, `--token=X`, `--admin-api` (SGLang reads a prefix of its flags); not
-    `--api-key:`, which names the flag in a message."""
+    `--api-key:`, which names the flag in a message, nor a flag of SGLang's only named like
+    a credential (`--speculative-token-map`)."""
     option = word.split("=", 1)[0]
     name = option.lstrip("-")
-    if not word.startswith("-") or name.endswith(":"):
+    if not word.startswith("-") or name.endswith(":") or option in NAMED_LIKE_CREDENTIALS:
         return False
     return is_secret(name) or _abbreviates_credential_flag(option)
 

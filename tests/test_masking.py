@@ -431,9 +431,9 @@ def test_check_masks_abbreviated_credential_flags_in_a_process_title(
 
 def test_sglangs_parser_gives_a_credential_only_to_flags_masked(sglang_python: str) -> None:
     """Each prefix of each credential flag, parsed by SGLang's parser: where the value it
-    follows lands in a credential, the argv masks it. Every flag of SGLang whose last word
-    names a credential (`--api-key`, `--ssl-keyfile-password`) is in the list, or counts
-    tokens."""
+    follows lands in a credential, the argv masks it. Every flag of SGLang a word of which
+    names a credential (`--api-key`, `--ssl-keyfile-password`) is in the list, or in the list
+    of those known to hold none, whose values are shown."""
     script = """
 import argparse, contextlib, io, json, sys
 from sglang.srt.server_args import ServerArgs
@@ -461,9 +461,11 @@ print(json.dumps([options, landed, [dests.get(flag) for flag in flags]]))
         assert (mask_argv([prefix, "V"]) == [prefix, MASK]) == bool(set(where) & credentials), (
             prefix, where,
         )  # fmt: skip
-    named = {option for option in options if is_secret(option.rsplit("-", 1)[-1])}
-    counts = {"--bucket-time-to-first-token", "--kt-max-deferred-experts-per-token"}
-    assert named - counts <= set(flags), named - counts - set(flags)
+    # every other flag a word of which reads as a credential's is one known to hold none
+    named = {option for option in options if is_secret(option.lstrip("-"))}
+    assert named - set(flags) == set(facts.NAMED_LIKE_CREDENTIALS)
+    for flag in facts.NAMED_LIKE_CREDENTIALS:
+        assert mask_argv([flag, "V", f"{flag}=V"]) == [flag, "V", f"{flag}=V"]
 
 
 # A value that holds a command line (`EXTRA_ARGS`) is masked as one.

@@ -22,6 +22,15 @@ API_KEY_FLAG, API_KEY_SHORTEST = "--api-key", "--ap"
 # starts one (`--ssl-keyfile`) it takes as itself.
 CREDENTIAL_FLAGS = (API_KEY_FLAG, "--admin-api-key", "--ssl-keyfile-password", "--watermark-config")
 FLAGS_STARTING_CREDENTIAL_FLAGS = ("--ssl-keyfile",)
+# SGLang's flags with a word that reads as a credential's (TOKEN, PASS) and values that are
+# none (latency buckets, a token map's path, metrics names): shown, not masked.
+NAMED_LIKE_CREDENTIALS = (
+    "--bucket-time-to-first-token", "--bucket-inter-token-latency",
+    "--enable-forward-pass-metrics", "--forward-pass-metrics-worker-id",
+    "--forward-pass-metrics-ipc-name", "--speculative-token-map",
+    "--tbo-token-distribution-threshold", "--kt-max-deferred-experts-per-token",
+    "--prefill-delayer-token-usage-low-watermark",
+)  # fmt: skip
 
 # What SGLang adds to its workers' environment when unset (`_set_envs_and_config` in
 # entrypoints/engine.py; NCCL_GRAPH_REGISTER in parallel_hook.py).
