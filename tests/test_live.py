@@ -158,6 +158,10 @@ def test_check_expects_the_values_of_the_profiles_env_files(
             "No such file or directory"
         )
         assert result.stdout.splitlines().count(unread) == 1
+        metrics = run_cli("check", "standin", "--port", str(port), "--format", "prometheus")
+        [family] = [f for f in text_string_to_metric_families(metrics.stdout)
+                    if f.name == "nccl_launch_env_files_unchecked"]  # fmt: skip
+        assert [sample.value for sample in family.samples] == [1]
     finally:
         server.stop()
 
@@ -242,6 +246,7 @@ def test_prometheus_textfile_parses_and_says_drift(
     assert running["running_digest"] == labels["digest"]
     states = {lab["state"]: v for lab, v in by_name["nccl_launch_processes"]}
     assert states == {"ok": 4, "drift": 1, "unreadable": 0}
+    assert [v for _, v in by_name["nccl_launch_env_files_unchecked"]] == [0]
     assert [path.name for path in textfile.parent.iterdir()] == ["nccl_launch.prom"]
 
 

@@ -59,6 +59,11 @@ def metrics(report: LiveReport, now: float | None = None) -> str:
             [(base, float(report.profile_error is None))],
         ),
         (
+            "nccl_launch_env_files_unchecked",
+            "Env files of the profile this check could not read: their variables went unchecked.",
+            [(base, len(report.unchecked_env_files))],
+        ),
+        (
             "nccl_launch_digest_mismatch",
             "1 when the server was started from another digest than the profile file's.",
             [(base, float(report.digest_differs))],
