@@ -106,9 +106,9 @@ def test_drift_refuses_and_the_command_never_runs(
         "fix ~ (changed): put the value the server should get in the profile, unset it in the "
         "calling environment (the shell, the unit's Environment=), or start with the profile's "
         'value anyway: [policy] conflict = "warn"',
-        "fix + (undeclared): declare it in [nccl] with the value the server should get, unset "
-        "it in the calling environment (the shell, the unit's Environment=), or let the "
-        'server have it: [policy] undeclared_nccl = "warn"',
+        "fix + (unknown to NCCL): NCCL reads no such name, so it is most likely misspelled "
+        "(see its did-you-mean): unset it in the calling environment (the shell, the unit's "
+        "Environment=)",
     ]
 
 

@@ -10,6 +10,7 @@ from nccl_launch.env.merge import CALLING_ENV, ENV_FILE
 from nccl_launch.escaping import escaped, shell_word
 from nccl_launch.launch.prepare import LaunchPlan
 from nccl_launch.masking import mask_argv, mask_value
+from nccl_launch.nccl import catalog
 
 _MARKS: dict[DriftKind, str] = {"changed": "~", "missing": "-", "undeclared": "+"}
 # At start, what ends each kind of drift besides removing the value where it came from, and
@@ -75,15 +76,30 @@ def _removal(source: str | None) -> str:
     return f"remove it from {source.rpartition(':')[0]}"
 
 
+def _places(entries: Sequence[DriftEntry]) -> str:
+    return ", ".join(dict.fromkeys(_removal(entry.source) for entry in entries))
+
+
 def fix_lines(entries: Sequence[DriftEntry]) -> list[str]:
     """How to end each kind of drift among `entries` at start, one line per kind: where the
-    values came from, and the [policy] that would tolerate them."""
+    values came from, and the [policy] that would tolerate them; a name NCCL does not read
+    (a misspelling) has a line of its own, as declaring it is no fix."""
+    drifted = [entry for entry in entries if not entry.tolerated]
+    unknown = [
+        entry
+        for entry in drifted
+        if entry.kind == "undeclared" and catalog.lookup(entry.key) is None
+    ]
     lines = []
     for kind, (what, tolerate) in _FIXES.items():
-        found = [entry for entry in entries if entry.kind == kind and not entry.tolerated]
+        found = [entry for entry in drifted if entry.kind == kind and entry not in unknown]
         if found:
-            places = ", ".join(dict.fromkeys(_removal(entry.source) for entry in found))
-            lines.append(f"fix {_MARKS[kind]} ({kind}): {what}, {places}, {tolerate}")
+            lines.append(f"fix {_MARKS[kind]} ({kind}): {what}, {_places(found)}, {tolerate}")
+    if unknown:
+        lines.append(
+            f"fix {_MARKS['undeclared']} (unknown to NCCL): NCCL reads no such name, so it is "
+            f"most likely misspelled (see its did-you-mean): {_places(unknown)}"
+        )
     return lines
 
 
