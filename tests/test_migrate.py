@@ -245,7 +245,9 @@ BAD = "nccl-launch: bad.sh: "  # a script's error names it
         ('python3 -m sglang.launch_server --model-path "/m\n',
          BAD + 'line 1: unterminated "'),
         ("python3 -m sglang.launch_server --model-path /m\npython3 -m sglang.launch_server\n",
-         BAD + "line 2: a second server command (first on 1)"),
+         BAD + "line 2: a second server command (the first: line 1)"),
+        ("source <(echo export NCCL_ALGO=Ring)\n" + SERVE, BAD + "line 1: process "
+         "substitution <(...) is not followed; put what it gives in the script"),
         ("set -e\nif [ -d /opt/ib ]; then\n  export NCCL_IB_DISABLE=0\nfi\n" + SERVE,
          BAD + "line 2: `if` is not followed; convert the branch that runs, or write the "
          "profile by hand\n"),

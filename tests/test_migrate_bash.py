@@ -309,6 +309,15 @@ def test_an_nccl_value_set_without_export_is_left_out_as_bash_leaves_it_with_a_n
     ]
 
 
+def test_a_second_server_command_names_where_the_first_is(run_cli: RunCli) -> None:
+    write_sourced({"serve.sh": "export NCCL_ALGO=Ring\n" + SERVE + "\n"})
+    result = convert(". ./serve.sh\n{serve}", run_cli)
+    assert (result.returncode, result.stderr) == (
+        2,
+        "nccl-launch: start.sh: line 2: a second server command (the first: serve.sh line 2)\n",
+    )
+
+
 def test_a_sourced_file_that_cannot_be_followed_is_refused_with_why(run_cli: RunCli) -> None:
     """Never a profile that lacks what the file sets: missing, not a regular file (a symlink
     is resolved first), a path from a variable the script does not set, a construct not

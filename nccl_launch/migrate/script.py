@@ -52,7 +52,7 @@ class _Script:
         self.allexport = False
         self.cwd: str | None = None
         self.notes: list[str] = []
-        self.found: tuple[int, dict[str, str], list[str]] | None = None
+        self.found: tuple[str, dict[str, str], list[str]] | None = None
         self.functions: dict[str, int] = {}
         # Whether the last command succeeded, as far as a reader can know (None: it cannot).
         self.succeeded: bool | None = True
@@ -332,10 +332,12 @@ class _Script:
         if server_split(argv) is not None:
             argv[0] = self.interpreter(argv[0], line)
             if self.found is not None:
-                raise UsageError(f"line {line}: a second server command (first on {self.found[0]})")
+                raise UsageError(
+                    f"line {line}: a second server command (the first: {self.found[0]})"
+                )
             kept = self.variables.keys() - removed
             env = {name: self.variables[name] for name in sorted(kept & self.exported)}
-            self.found = (line, env | prefix, argv)
+            self.found = (self.at(line), env | prefix, argv)
             self.notes += [
                 f"{self.lines[name]}: {name} is not exported: the server gets this value only "
                 "where the caller exports the variable; left out (export it to keep it)"

@@ -183,6 +183,11 @@ class _Lexer:
             yield Op("\n", self.line)
             self.advance(start + 1)
             self.skip_heredocs()
+        elif redirection and redirection.group() in "<>" and text[start + 1 : start + 2] == "(":
+            raise ShellError(
+                f"line {self.line}: process substitution {char}(...) is not followed; put what "
+                "it gives in the script"
+            )
         elif redirection:
             self.target = redirection.group()
             self.advance(redirection.end())
