@@ -351,6 +351,28 @@ def test_the_servers_arguments_end_both_exec_lines_and_only_references_hold_cred
         assert not target.exists()
 
 
+def test_a_reference_set_only_by_an_export_line_reaches_systemd_empty(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """systemd's EnvironmentFile= reads `export API_KEY=...` as a variable named
+    `export API_KEY` (and drops it), so `${API_KEY}` gives SGLang `--api-key ''`: no key."""
+    path = write_profile(
+        "served", 'env_files = ["served.env"]\n' + SERVER.format(python=sys.executable)
+    )
+    path.with_name("served.env").write_text("# sourced by bash too\nexport API_KEY=sk-live-1\n")
+    result = run_cli("systemd", "served", "--", "--api-key", "${API_KEY}")
+    assert result.returncode == 0
+    assert result.stderr == (
+        f"nccl-launch: warning: ${{API_KEY}}: {path.with_name('served.env')}:2 sets it with "
+        "'export', which systemd's EnvironmentFile= does not read; write API_KEY=VALUE there, "
+        "or systemd passes an empty argument\n"
+    )
+    # A later plain line sets it for systemd.
+    path.with_name("served.env").write_text("export API_KEY=sk-1\nAPI_KEY=sk-live-1\n")
+    result = run_cli("systemd", "served", "--", "--api-key", "${API_KEY}")
+    assert (result.returncode, result.stderr) == (0, "")
+
+
 def test_the_hint_after_writing_a_unit_says_how_systemd_gets_to_read_it(
     write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
 ) -> None:
