@@ -319,11 +319,13 @@ def test_the_servers_arguments_end_both_exec_lines_and_only_references_hold_cred
     )
     path.with_name("served.env").write_text("API_KEY=sk-live-1\n")
     target = tmp_path / "sglang-served.service"
-    args = ["--api-key", "${API_KEY}", "--served-model-name", "a$b c", ";", "--log-level", "debug"]
+    args = ["--api-key", "${API_KEY}", "--served-model-name", "a$b c", ";", "--log-level", "debug",
+            "--otlp-traces-endpoint", "https://u:${API_KEY}@otel:4317"]  # fmt: skip
     result = run_cli("systemd", "served", "-o", str(target), "--", *args)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
-    tail = ' -- --api-key "${API_KEY}" --served-model-name "a$$b c" ";" --log-level debug'
+    tail = (' -- --api-key "${API_KEY}" --served-model-name "a$$b c" ";" --log-level debug '
+            '--otlp-traces-endpoint "https://u:${API_KEY}@otel:4317"')  # fmt: skip
     lines = target.read_text().splitlines()
     for command in ("ExecStartPre=", "ExecStart="):
         [line] = [line for line in lines if line.startswith(command)]
@@ -341,6 +343,11 @@ def test_the_servers_arguments_end_both_exec_lines_and_only_references_hold_cred
     refusals = {
         ("--api-key", "sk-live-1"): "-- ARGS: a credential would be written into the unit",
         ("--api-k=sk-${API_KEY}",): "-- ARGS: a credential would be written into the unit",
+        # What every printed argv masks: a URL's password, a password= pair, a flag and its
+        # value in one word (SGLang's error shows it).
+        ("--otlp-traces-endpoint", "https://u:hunter2@otel:4317"): "-- ARGS: a credential",
+        ("--x=password=hunter2&tls=1",): "-- ARGS: a credential",
+        ("--api-key sk-live-1",): "-- ARGS: a credential",
         ("--log-level", "a\nExecStartPost=/bin/evil"): "-- ARGS: argument 2: holds the control",
         ("--tp", "4"): "extra argument --tp repeats the field tp_size",
     }

@@ -99,7 +99,9 @@ def server_words(
     refuse_repeated(server, args, str(loaded.path), ref)
     for index, word in enumerate(args, start=1):
         _one_line(f"-- ARGS: argument {index}", word)
-    if any(_REFERENCE.sub("", value) for value in masked_values(args)):
+    # Split at blanks too, as SGLang's error shows a word: `'--api-key sk-1'` as one word.
+    hidden = masked_values(args) | masked_values(" ".join(args).split())
+    if any(_REFERENCE.sub("", value) for value in hidden):
         raise UsageError(
             "-- ARGS: a credential would be written into the unit, which any user may read "
             "(systemctl cat); keep it in an env file of the profile and pass ${NAME}, e.g. "
