@@ -521,6 +521,26 @@ def test_systemd_refuses_a_profile_path_with_a_line_break(
     assert "the profile's path: holds the control character '\\n'" in result.stderr
 
 
+def test_systemd_refuses_a_byte_that_is_not_utf8(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """A byte that is not UTF-8 (`$'\\xff'`) reaches Python as a lone surrogate: it could not
+    be written (an internal error), and systemd ignores a line that is not UTF-8."""
+    write_profile("served", SERVER.format(python=sys.executable))
+    target = tmp_path / "served.service"
+    result = run_cli("systemd", "served", "-o", str(target), "--", "--log-level", "a\udcffb")
+    assert (result.returncode, result.stderr) == (
+        2,
+        "nccl-launch: -- ARGS: argument 2: holds a byte that is not UTF-8; systemd ignores a "
+        "unit line that is not UTF-8 text\n",
+    )
+    path = write_profile("served", SERVER.format(python=sys.executable), folder="units\udcff")
+    result = run_cli("systemd", str(path))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert "the profile's path: holds a byte that is not UTF-8" in result.stderr
+    assert not target.exists()
+
+
 def test_systemd_keeps_a_hostile_but_printable_description_on_its_line(
     write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path, systemd_analyze: str
 ) -> None:

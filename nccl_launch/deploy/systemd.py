@@ -54,13 +54,21 @@ def exec_word(argument: str, expand: bool = False) -> str:
 
 def _one_line(where: str, text: str) -> str:
     """`text` when it can be the value of a unit line: systemd ends a line at a newline, CR or
-    NUL, and joins the next one to a line ending in a backslash; so those are refused."""
+    NUL, joins the next one to a line ending in a backslash, and ignores one that is not
+    UTF-8; so those are refused."""
     found = CONTROL.search(text)
     if found is not None:
         raise UsageError(
             f"{where}: holds the control character {found[0]!r}, which would end the unit's "
             "line; write it on one line without control characters"
         )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # an argument or a path's byte that was not UTF-8
+        raise UsageError(
+            f"{where}: holds a byte that is not UTF-8; systemd ignores a unit line that is not "
+            "UTF-8 text"
+        ) from None
     if text.endswith("\\"):
         raise UsageError(f"{where}: ends in a backslash, which joins the unit's next line to it")
     return text
