@@ -47,7 +47,7 @@ def _is_name(name: str) -> bool:
 def read_env_file(path: Path) -> EnvLayer:
     """A dotenv file as a layer; a line python-dotenv cannot parse is an error, not skipped.
     As root, a file others could have written is refused: it shapes the server's env."""
-    values = {found.key: found.value for found in env_file_lines(path)}
+    values = {each.key: each.value for each in env_file_lines(path)}
     return EnvLayer(source=f"{ENV_FILE}{path}", values=values)
 
 
