@@ -50,12 +50,29 @@ def is_secret(name: str) -> bool:
     return any(word.endswith(SECRET_WORDS) for word in words if word)
 
 
+def _password_of(authority: str) -> str | None:
+    """The password of a URL's `user:password@host`, None without one."""
+    user_info, at, _ = authority.rpartition("@")
+    _, colon, password = user_info.partition(":")
+    return password if at and colon else None
+
+
 def _mask_authority(match: re.Match[str]) -> str:
-    user_info, at, host = match["authority"].rpartition("@")
-    user, colon, _ = user_info.partition(":")
-    if not at or not colon:
+    password = _password_of(match["authority"])
+    if password is None:
         return match[0]
-    return f"://{user}:{MASK}@{host}"
+    user_info, _, host = match["authority"].rpartition("@")
+    return f"://{user_info.partition(':')[0]}:{MASK}@{host}"
+
+
+def _passwords(text: str) -> set[str]:
+    """What `mask_credentials` hides in `text`: each URL's password, each `password=` value."""
+    found = {match[2] for match in _PASSWORD_PAIR.finditer(text)}
+    for match in _URL.finditer(text):
+        password = _password_of(match["authority"])
+        if password is not None:
+            found.add(password)
+    return found
 
 
 def mask_credentials(text: str) -> str:
@@ -110,14 +127,16 @@ def mask_argv(argv: Sequence[str]) -> list[str]:
 
 
 def masked_values(argv: Sequence[str]) -> set[str]:
-    """What `mask_argv` hides of `argv` as a whole word or after `=`: the value of each
-    credential flag (`--api-key X`, `--admin-api=X`), each `password=X`."""
+    """What `mask_argv` hides of `argv`: the value of each credential flag (`--api-key X`,
+    `--admin-api=X`), each `password=X`, each URL's password."""
     hidden = set()
     for word, masked in zip(argv, mask_argv(argv), strict=True):
         if masked == MASK:
             hidden.add(word)
-        elif masked != word and masked.endswith(f"={MASK}"):
-            hidden.add(word[len(masked) - len(MASK) :])
+        elif _secret_flag(word) and "=" in word:
+            hidden.add(word.split("=", 1)[1])
+        else:
+            hidden |= _passwords(word)
     return hidden
 
 

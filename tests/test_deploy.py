@@ -319,11 +319,13 @@ def test_the_servers_arguments_end_both_exec_lines_and_only_references_hold_cred
     )
     path.with_name("served.env").write_text("API_KEY=sk-live-1\n")
     target = tmp_path / "sglang-served.service"
-    args = ["--api-key", "${API_KEY}", "--served-model-name", "a$b c", ";", "--log-level", "debug"]
+    args = ["--api-key", "${API_KEY}", "--served-model-name", "a$b c", ";", "--log-level", "debug",
+            "--otlp-traces-endpoint", "https://u:${API_KEY}@otel:4317"]  # fmt: skip
     result = run_cli("systemd", "served", "-o", str(target), "--", *args)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
-    tail = ' -- --api-key "${API_KEY}" --served-model-name "a$$b c" ";" --log-level debug'
+    tail = (' -- --api-key "${API_KEY}" --served-model-name "a$$b c" ";" --log-level debug '
+            '--otlp-traces-endpoint "https://u:${API_KEY}@otel:4317"')  # fmt: skip
     lines = target.read_text().splitlines()
     for command in ("ExecStartPre=", "ExecStart="):
         [line] = [line for line in lines if line.startswith(command)]
@@ -341,6 +343,11 @@ def test_the_servers_arguments_end_both_exec_lines_and_only_references_hold_cred
     refusals = {
         ("--api-key", "sk-live-1"): "-- ARGS: a credential would be written into the unit",
         ("--api-k=sk-${API_KEY}",): "-- ARGS: a credential would be written into the unit",
+        # What every printed argv masks: a URL's password, a password= pair, a flag and its
+        # value in one word (SGLang's error shows it).
+        ("--otlp-traces-endpoint", "https://u:hunter2@otel:4317"): "-- ARGS: a credential",
+        ("--x=password=hunter2&tls=1",): "-- ARGS: a credential",
+        ("--api-key sk-live-1",): "-- ARGS: a credential",
         ("--log-level", "a\nExecStartPost=/bin/evil"): "-- ARGS: argument 2: holds the control",
         ("--tp", "4"): "extra argument --tp repeats the field tp_size",
     }
@@ -349,6 +356,28 @@ def test_the_servers_arguments_end_both_exec_lines_and_only_references_hold_cred
         assert refused.returncode == 2
         assert refused.stderr.startswith(f"nccl-launch: {refusal}"), refused.stderr
         assert not target.exists()
+
+
+def test_a_reference_set_only_by_an_export_line_reaches_systemd_empty(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """systemd's EnvironmentFile= reads `export API_KEY=...` as a variable named
+    `export API_KEY` (and drops it), so `${API_KEY}` gives SGLang `--api-key ''`: no key."""
+    path = write_profile(
+        "served", 'env_files = ["served.env"]\n' + SERVER.format(python=sys.executable)
+    )
+    path.with_name("served.env").write_text("# sourced by bash too\nexport API_KEY=sk-live-1\n")
+    result = run_cli("systemd", "served", "--", "--api-key", "${API_KEY}")
+    assert result.returncode == 0
+    assert result.stderr == (
+        f"nccl-launch: warning: ${{API_KEY}}: {path.with_name('served.env')}:2 sets it with "
+        "'export', which systemd's EnvironmentFile= does not read; write API_KEY=VALUE there, "
+        "or systemd passes an empty argument\n"
+    )
+    # A later plain line sets it for systemd.
+    path.with_name("served.env").write_text("export API_KEY=sk-1\nAPI_KEY=sk-live-1\n")
+    result = run_cli("systemd", "served", "--", "--api-key", "${API_KEY}")
+    assert (result.returncode, result.stderr) == (0, "")
 
 
 def test_the_hint_after_writing_a_unit_says_how_systemd_gets_to_read_it(
@@ -490,6 +519,26 @@ def test_systemd_refuses_a_profile_path_with_a_line_break(
     result = run_cli("systemd", str(path))
     assert (result.returncode, result.stdout) == (2, "")
     assert "the profile's path: holds the control character '\\n'" in result.stderr
+
+
+def test_systemd_refuses_a_byte_that_is_not_utf8(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """A byte that is not UTF-8 (`$'\\xff'`) reaches Python as a lone surrogate: it could not
+    be written (an internal error), and systemd ignores a line that is not UTF-8."""
+    write_profile("served", SERVER.format(python=sys.executable))
+    target = tmp_path / "served.service"
+    result = run_cli("systemd", "served", "-o", str(target), "--", "--log-level", "a\udcffb")
+    assert (result.returncode, result.stderr) == (
+        2,
+        "nccl-launch: -- ARGS: argument 2: holds a byte that is not UTF-8; systemd ignores a "
+        "unit line that is not UTF-8 text\n",
+    )
+    path = write_profile("served", SERVER.format(python=sys.executable), folder="units\udcff")
+    result = run_cli("systemd", str(path))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert "the profile's path: holds a byte that is not UTF-8" in result.stderr
+    assert not target.exists()
 
 
 def test_systemd_keeps_a_hostile_but_printable_description_on_its_line(

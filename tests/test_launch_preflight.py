@@ -417,6 +417,31 @@ def test_a_broken_interpreter_is_a_failed_check_not_a_crash(
     assert f"{fake} answered " in line or f"{fake} did not answer" in line
 
 
+def test_the_probe_reads_no_input_and_a_timeout_names_no_argument(
+    write_profile: WriteProfile,
+    run_cli: RunCli,
+    nccl_launch: RunCli,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With PYTHONINSPECT in the server's environment, a terminal on the probe's stdin held it
+    at Python's prompt; the timeout's message then printed the argv, --api-key and all."""
+    fake = tmp_path / "python3"
+    fake.write_text('#!/bin/sh\necho "stdin is $(readlink /proc/self/fd/0)"\nsleep "${SLOW:-0}"\n')
+    fake.chmod(0o755)
+    with_python(write_profile, SHIPPED_SERVERS[0], str(fake))
+    args = ("preflight", *SKIP_HOST, "under-test", "--", "--api-key", "sk-live-1")
+    typed = tmp_path / "typed"
+    typed.write_text("import os\n")
+    result = nccl_launch(*args, stdin_path=typed)  # preflight's stdin: a pipe
+    assert "did not answer: stdin is /dev/null" in result.stdout
+    monkeypatch.setattr("nccl_launch.sglang.parser.PROBE_TIMEOUT_S", 1)
+    result = run_cli(*args, env={"SLOW": "5"})
+    assert result.returncode == 3
+    assert f"fail  sglang       {fake} did not answer in 1 s\n" in result.stdout
+    assert "sk-live-1" not in result.stdout + result.stderr
+
+
 def run_with_stderr_on_a_terminal(
     args: list[str], env: dict[str, str], columns: int = 0
 ) -> tuple[int, str, str]:

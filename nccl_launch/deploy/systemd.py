@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nccl_launch.deploy.exports import CONTROL
-from nccl_launch.env.env_files import read_profile_env_file
+from nccl_launch.env.env_files import env_file_lines
 from nccl_launch.errors import NcclLaunchError, UsageError
 from nccl_launch.files import write_output
 from nccl_launch.masking import masked_values
@@ -54,13 +54,21 @@ def exec_word(argument: str, expand: bool = False) -> str:
 
 def _one_line(where: str, text: str) -> str:
     """`text` when it can be the value of a unit line: systemd ends a line at a newline, CR or
-    NUL, and joins the next one to a line ending in a backslash; so those are refused."""
+    NUL, joins the next one to a line ending in a backslash, and ignores one that is not
+    UTF-8; so those are refused."""
     found = CONTROL.search(text)
     if found is not None:
         raise UsageError(
             f"{where}: holds the control character {found[0]!r}, which would end the unit's "
             "line; write it on one line without control characters"
         )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # an argument or a path's byte that was not UTF-8
+        raise UsageError(
+            f"{where}: holds a byte that is not UTF-8; systemd ignores a unit line that is not "
+            "UTF-8 text"
+        ) from None
     if text.endswith("\\"):
         raise UsageError(f"{where}: ends in a backslash, which joins the unit's next line to it")
     return text
@@ -91,35 +99,45 @@ def server_words(
     loaded: LoadedProfile, server: Server, ref: str, args: Sequence[str]
 ) -> tuple[str, list[str]]:
     """` -- ARGS` of the Exec lines for the server's extra arguments `args` (empty without
-    any), `${NAME}` kept for systemd to expand; and a note for each NAME none of the
-    profile's env files sets (systemd would give an empty argument). A credential flag's
-    value must be such a reference: written out, anyone could read it in the unit."""
+    any), `${NAME}` kept for systemd to expand; and a note for each NAME that none of the
+    profile's env files sets as systemd reads them (it would pass an empty argument). A
+    credential flag's value must be such a reference: written out, anyone could read it."""
     if not args:
         return "", []
     refuse_repeated(server, args, str(loaded.path), ref)
     for index, word in enumerate(args, start=1):
         _one_line(f"-- ARGS: argument {index}", word)
-    if any(_REFERENCE.sub("", value) for value in masked_values(args)):
+    # Split at blanks too, as SGLang's error shows a word: `'--api-key sk-1'` as one word.
+    hidden = masked_values(args) | masked_values(" ".join(args).split())
+    if any(_REFERENCE.sub("", value) for value in hidden):
         raise UsageError(
             "-- ARGS: a credential would be written into the unit, which any user may read "
             "(systemctl cat); keep it in an env file of the profile and pass ${NAME}, e.g. "
             "-- --api-key '${API_KEY}'"
         )
+    words = " -- " + " ".join(exec_word(word, expand=True) for word in args)
     names = {name[2:-1] for word in args for name in _REFERENCE.findall(word)}
-    notes = []
     try:
-        set_by_files = {
-            key for path in loaded.env_files for key in read_profile_env_file(loaded, path).values
-        }
+        found = [(path, each) for path in loaded.env_files for each in env_file_lines(path)]
     except NcclLaunchError:
-        set_by_files = names  # a file this user cannot read: nothing to say
-    for name in sorted(names - set_by_files):
-        files = ", ".join(map(str, loaded.env_files)) or "none"
-        notes.append(
-            f"${{{name}}} is set by none of the profile's env files ({files}): unless the "
-            "unit's environment has it, systemd passes an empty argument"
-        )
-    return " -- " + " ".join(exec_word(word, expand=True) for word in args), notes
+        return words, []  # a file this user cannot read: nothing to say
+    set_for_systemd = {each.key for _, each in found if not each.exported}
+    exported = {each.key: f"{path}:{each.line}" for path, each in found if each.exported}
+    files = ", ".join(map(str, loaded.env_files)) or "none"
+    notes = []
+    for name in sorted(names - set_for_systemd):
+        if name in exported:
+            notes.append(
+                f"${{{name}}}: {exported[name]} sets it with 'export', which systemd's "
+                f"EnvironmentFile= does not read; write {name}=VALUE there, or systemd passes "
+                "an empty argument"
+            )
+        else:
+            notes.append(
+                f"${{{name}}} is set by none of the profile's env files ({files}): unless the "
+                "unit's environment has it, systemd passes an empty argument"
+            )
+    return words, notes
 
 
 def unit_file(

@@ -4,7 +4,9 @@ those a profile names (`env_files`), which declare their variables as the profil
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
+from typing import NamedTuple
 
 from nccl_launch.env.merge import ENV_FILE, EnvLayer
 from nccl_launch.errors import HostError, UsageError
@@ -18,6 +20,17 @@ _UNSHOWN = (
     "(not shown: an env file holds secrets); "
     "valid: KEY=VALUE, export KEY=VALUE, a # comment or a blank line"
 )
+_EXPORT = re.compile(r"\s*export[^\S\r\n]")  # python-dotenv's `export KEY=VALUE`
+
+
+class Assignment(NamedTuple):
+    """One `KEY=VALUE` of a dotenv file; `exported` when written `export KEY=VALUE`, a line
+    systemd's EnvironmentFile= does not read as KEY (it takes `export KEY` for the name)."""
+
+    line: int
+    key: str
+    value: str
+    exported: bool
 
 
 def _is_name(name: str) -> bool:
@@ -34,13 +47,13 @@ def _is_name(name: str) -> bool:
 def read_env_file(path: Path) -> EnvLayer:
     """A dotenv file as a layer; a line python-dotenv cannot parse is an error, not skipped.
     As root, a file others could have written is refused: it shapes the server's env."""
-    values = {key: value for _, key, value in env_file_lines(path)}
+    values = {each.key: each.value for each in env_file_lines(path)}
     return EnvLayer(source=f"{ENV_FILE}{path}", values=values)
 
 
-def env_file_lines(path: Path) -> list[tuple[int, str, str]]:
-    """Each assignment of a dotenv file, in order, with its line: (line, key, value); the
-    last one of a key is the one that counts."""
+def env_file_lines(path: Path) -> list[Assignment]:
+    """Each assignment of a dotenv file, in order; the last one of a key is the one that
+    counts."""
     text = read_text(path, "env file", trusted=True)
     assignments = []
     # Imported here: python-dotenv (and the traceback module it loads) only for --env-file.
@@ -58,7 +71,8 @@ def env_file_lines(path: Path) -> list[tuple[int, str, str]]:
             raise UsageError(f"{path}:{line}: a name without =VALUE {_UNSHOWN}")
         if "\x00" in binding.value:
             raise UsageError(f"{path}:{line}: {binding.key}: a NUL byte cannot be in a value")
-        assignments.append((line, binding.key, binding.value))
+        exported = _EXPORT.match(binding.original.string) is not None
+        assignments.append(Assignment(line, binding.key, binding.value, exported))
     return assignments
 
 

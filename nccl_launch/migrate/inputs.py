@@ -48,8 +48,8 @@ def read_input(path: str, kind: str | None, environ: Mapping[str, str]) -> Start
 def read_env_input(path: Path) -> StartCommand:
     """The variables of an environment file, parsed as `run --env-file` parses it."""
     start = StartCommand(env={}, argv=[])
-    for line, key, value in env_file_lines(path):
-        start.env[key], start.lines[key] = value, f"line {line}"
+    for each in env_file_lines(path):
+        start.env[each.key], start.lines[each.key] = each.value, f"line {each.line}"
     return start
 
 

@@ -18,11 +18,14 @@ PROBE_TIMEOUT_S = 300  # importing SGLang (and torch) on a cold disk is slow
 def probe_sglang(server: Server, server_args: list[str], env: Mapping[str, str]) -> dict[str, Any]:
     """Run the probe under the server's interpreter, with the environment `run` gives the
     server (its PATH finds a bare interpreter, its PYTHONPATH the package); the script
-    travels inline (`-c`) so that nothing beside it on disk can shadow the `sglang` package."""
+    travels inline (`-c`) so that nothing beside it on disk can shadow the `sglang` package.
+    It reads no input: with PYTHONINSPECT in that environment, a terminal's would hold it at
+    Python's prompt."""
     source = resources.files("nccl_launch.sglang").joinpath("probe.py").read_text("utf-8")
     try:
         done = subprocess.run(
             [server.python, "-c", source, *server_args],
+            stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
             errors="replace",
@@ -36,8 +39,9 @@ def probe_sglang(server: Server, server_args: list[str], env: Mapping[str, str])
             problem = f"cannot change to the server's cwd {server.cwd} ([server] cwd)"
             return {"stage": "interpreter", "error": f"{problem}: {error.strerror}"}
         return {"stage": "interpreter", "error": f"cannot run {server.python}: {error}"}
-    except subprocess.TimeoutExpired as error:
-        return {"stage": "interpreter", "error": f"cannot run {server.python}: {error}"}
+    except subprocess.TimeoutExpired:  # its text holds the argv, credentials and all
+        late = f"{server.python} did not answer in {PROBE_TIMEOUT_S} s"
+        return {"stage": "interpreter", "error": late}
     for line in done.stdout.splitlines():
         if line.startswith(MARK):
             answer = _answer(line.removeprefix(MARK))
