@@ -110,6 +110,22 @@ def _abbreviates_credential_flag(option: str) -> bool:
     )
 
 
+def empty_credentials(argv: Sequence[str]) -> list[str]:
+    """SGLang's credential flags in `argv` given an empty value (`--api-key ''`, `--api-key=`,
+    as a unit's `${NAME}` that no environment file sets becomes): SGLang takes an empty key
+    as none, and serves every request."""
+    found = []
+    for index, word in enumerate(argv):
+        option, equals, value = word.partition("=")
+        if not _abbreviates_credential_flag(option):
+            continue
+        if not equals:  # its value is the next word; a flag last has none (SGLang refuses it)
+            value = argv[index + 1] if index + 1 < len(argv) else option
+        if not value:
+            found.append(option)
+    return found
+
+
 def mask_argv(argv: Sequence[str]) -> list[str]:
     """An argv as people see it: the value of `--api-key X` or `--token=X` masked, and the
     passwords in every word. A word after a credential flag is its value unless it is

@@ -305,6 +305,23 @@ def test_server_arguments_before_the_dashes_are_a_usage_error(
     assert error.endswith(hint)
 
 
+@pytest.mark.parametrize("command", [["run", "--dry-run"], ["preflight"]])
+@pytest.mark.parametrize("args", [["--api-key", ""], ["--ap="], ["--admin-api-key", ""]])
+def test_an_empty_credential_is_refused_before_the_server_starts(
+    command: list[str], args: list[str], run_cli: RunCli
+) -> None:
+    """SGLang takes `--api-key ''` as no key and serves every request: what a unit's
+    `${API_KEY}` becomes when no EnvironmentFile= sets it."""
+    result = run_cli(*command, "kimi-k25-rtx6000bw-tp8-eagle3", "--", *args)
+    assert (result.returncode, result.stdout) == (2, "")
+    option = args[0].removesuffix("=")
+    assert result.stderr == (
+        f"nccl-launch: {option} has an empty value, which SGLang takes as none (with --api-key, "
+        "every request served); give the value (a unit's ${NAME} that no EnvironmentFile= "
+        "sets is empty)\n"
+    )
+
+
 def test_everything_after_the_dashes_is_the_servers(
     tuned: Path, tmp_path: Path, nccl_launch: RunCli
 ) -> None:

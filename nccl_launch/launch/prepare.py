@@ -16,6 +16,7 @@ from nccl_launch.env.merge import EnvLayer, MergeResult, inherited_environment, 
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files import FileError, check_trusted, read_text
 from nccl_launch.launch.placement import Placement, placement_args
+from nccl_launch.masking import empty_credentials
 from nccl_launch.nccl.conf import ConfEntry, conf_paths, parse
 from nccl_launch.profile.lint import run_notes
 from nccl_launch.profile.load import LoadedProfile, check_pin, load_profile
@@ -123,6 +124,13 @@ def prepare_launch(
             raise ProfileError([f"{loaded.path}: server.{mtp[0]}: {mtp[1]}"])
         refuse_repeated(server, extra, str(loaded.path), ref)
         argv = plan.argv + placement_args(server, placement, calling) + list(extra)
+        empty = empty_credentials(argv)
+        if empty:
+            raise UsageError(
+                f"{empty[0]} has an empty value, which SGLang takes as none (with --api-key, "
+                "every request served); give the value (a unit's ${NAME} that no "
+                "EnvironmentFile= sets is empty)"
+            )
     elif placement != Placement():
         raise UsageError(f"profile {plan.label} has no [server] table to place on a node")
     else:
