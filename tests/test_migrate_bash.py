@@ -327,6 +327,7 @@ def test_a_sourced_file_that_cannot_be_followed_is_refused_with_why(run_cli: Run
     Path("link.sh").symlink_to("real.sh")
     assert convert("source link.sh\n{serve}", run_cli).returncode == 0
     write_sourced({f"d{depth}.sh": f"source d{depth + 1}.sh\n" for depth in range(9)})
+    write_sourced({"loop.sh": "source back.sh\n", "back.sh": ". ./loop.sh\n"})
     refusals = {
         "source missing.sh": "sourced file missing.sh: cannot read: No such file or directory",
         ". dev.sh": "sourced file dev.sh: a character device; only regular files are read",
@@ -337,6 +338,8 @@ def test_a_sourced_file_that_cannot_be_followed_is_refused_with_why(run_cli: Run
         "source d1.sh": "d1.sh: line 1: d2.sh: line 1: d3.sh: line 1: d4.sh: line 1: d5.sh: "
         "line 1: d6.sh: line 1: d7.sh: line 1: d8.sh: line 1: sourced file d9.sh: sourced "
         "files nest more than 8 deep (does one source itself?)",
+        "source loop.sh": "loop.sh: line 1: back.sh: line 1: sourced file loop.sh: already "
+        "being read (loop.sh -> back.sh -> loop.sh): bash would loop",
     }
     for line, why in refusals.items():
         result = convert(f"{line}\n{{serve}}", run_cli)

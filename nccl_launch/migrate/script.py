@@ -45,8 +45,7 @@ class _Script:
         self.readonly: set[str] = set()
         self.removed: set[str] = set()  # unset here: the caller's value is gone too
         self.lines: dict[str, str] = {}  # where each variable was set: "line 3", "a.sh line 2"
-        self.file = ""  # the sourced file being followed; "" for the script itself
-        self.depth = 0  # how many sourced files deep
+        self.within: list[str] = []  # the sourced files being followed, outermost first
         self.returned = False  # `return` in a sourced file: the rest of it does not run
         self.path_first: list[str] = []  # folders the script puts before the caller's PATH
         self.allexport = False
@@ -60,7 +59,7 @@ class _Script:
         self.skipping = 0  # the depth of a group or subshell that does not run
 
     def at(self, line: int) -> str:  # where `line` of the file being followed is
-        return f"{self.file} line {line}" if self.file else f"line {line}"
+        return f"{self.within[-1]} line {line}" if self.within else f"line {line}"
 
     def lookup(self, name: str) -> str | None:
         found = self.variables.get(name, None if name in self.removed else self.environ.get(name))
@@ -164,7 +163,7 @@ class _Script:
         try:
             named = self.expand(words[0], line, split=True)
             found = sourced.find(
-                words[0].literal(), named, self.cwd, self.lookup("PATH"), self.depth
+                words[0].literal(), named, self.cwd, self.lookup("PATH"), self.within
             )
         except UsageError as error:
             raise UsageError(f"line {line}: {error}") from None
@@ -180,12 +179,13 @@ class _Script:
                 "first on PATH for the server's command (VIRTUAL_ENV is not converted)"
             )
             return True
-        outer, self.file, self.depth = self.file, path, self.depth + 1
+        self.within.append(path)
         try:
             self.follow_all(found.text)
         except (UsageError, shell.ShellError) as error:
             raise UsageError(f"line {line}: {path}: {error}") from None
-        self.file, self.depth, self.returned = outer, self.depth - 1, False
+        self.within.pop()
+        self.returned = False
         return self.succeeded
 
     def interpreter(self, name: str, line: int) -> str:
@@ -260,7 +260,7 @@ class _Script:
         if name == "exit":
             self.done = True
             return None
-        if name == "return" and self.depth:
+        if name == "return" and self.within:
             self.returned = True
             return self.succeeded if len(words) == 1 else None
         subshell = command.background or command.pipes

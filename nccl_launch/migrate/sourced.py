@@ -5,6 +5,7 @@ environment's `activate` is recognised, never run)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -79,10 +80,13 @@ class Sourced:
     venv_bin: str | None = None
 
 
-def find(written: str, name: str, cwd: str | None, search: str | None, depth: int) -> Sourced:
-    """What `source NAME` reads (`written` so, expanded to `name`), `depth` sourced files
-    deep; UsageError when it cannot be followed: a variable the script does not set, missing,
-    not a regular file, untrusted, too large, or nesting too deep."""
+def find(
+    written: str, name: str, cwd: str | None, search: str | None, within: Sequence[str]
+) -> Sourced:
+    """What `source NAME` reads (`written` so, expanded to `name`) from inside the sourced
+    files `within`; UsageError when it cannot be followed: a variable the script does not
+    set, missing, not a regular file, untrusted, too large, one of `within` (a file that
+    sources itself), or nesting too deep."""
     try:
         name = known(name)
     except UsageError as error:
@@ -91,7 +95,10 @@ def find(written: str, name: str, cwd: str | None, search: str | None, depth: in
     folder = venv_bin(path)
     if folder is not None:
         return Sourced(path, venv_bin=folder)
-    if depth == MAX_DEPTH:
+    if path in within:
+        chain = " -> ".join([*within[within.index(path) :], path])
+        raise UsageError(f"sourced file {path}: already being read ({chain}): bash would loop")
+    if len(within) == MAX_DEPTH:
         raise UsageError(
             f"sourced file {path}: sourced files nest more than {MAX_DEPTH} deep (does one "
             "source itself?)"
