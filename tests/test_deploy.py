@@ -380,6 +380,31 @@ def test_a_reference_set_only_by_an_export_line_reaches_systemd_empty(
     assert (result.returncode, result.stderr) == (0, "")
 
 
+def test_an_env_file_value_systemd_may_read_otherwise_is_named_when_the_unit_is_written(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """systemd's EnvironmentFile= and run's dotenv reader part ways on backslashes, `$` in
+    double quotes and comments after a value; the unit's run would then refuse the value as
+    drift. Such a line is named, never its value; plain and quoted-plain ones are not."""
+    path = write_profile(
+        "served", 'env_files = ["served.env"]\n' + SERVER.format(python=sys.executable)
+    )
+    env_file = path.with_name("served.env")
+    env_file.write_text(
+        '# keys\n\nA=plain/x:1\nB=\'single q\'\nC = "double q"\nD=a\\ b\nE="x\\$y"\n'
+        "F=abc # note\nexport G=x\n"
+    )
+    result = run_cli("systemd", "served")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        f"nccl-launch: warning: {env_file}:{line}: {key}: systemd's EnvironmentFile= may read "
+        "this value otherwise than run does (quotes, blanks, backslashes, $), and the unit's "
+        "run would refuse the difference as drift; write it plainly or in single quotes"
+        for line, key in ((6, "D"), (7, "E"), (8, "F"))
+    ]
+    assert "x\\$y" not in result.stderr and "abc" not in result.stderr
+
+
 def test_the_hint_after_writing_a_unit_says_how_systemd_gets_to_read_it(
     write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
 ) -> None:

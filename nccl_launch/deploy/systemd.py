@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nccl_launch.deploy.exports import CONTROL
-from nccl_launch.env.env_files import env_file_lines
+from nccl_launch.env.env_files import Assignment, env_file_lines
 from nccl_launch.errors import NcclLaunchError, UsageError
 from nccl_launch.files import write_output
 from nccl_launch.masking import masked_values
@@ -95,8 +95,15 @@ def _user(user: str) -> str:
     return user
 
 
+Assignments = list[tuple[Path, Assignment]]
+
+
 def server_words(
-    loaded: LoadedProfile, server: Server, ref: str, args: Sequence[str]
+    loaded: LoadedProfile,
+    server: Server,
+    ref: str,
+    args: Sequence[str],
+    assignments: Assignments | None,
 ) -> tuple[str, list[str]]:
     """` -- ARGS` of the Exec lines for the server's extra arguments `args` (empty without
     any), `${NAME}` kept for systemd to expand; and a note for each NAME that none of the
@@ -117,12 +124,10 @@ def server_words(
         )
     words = " -- " + " ".join(exec_word(word, expand=True) for word in args)
     names = {name[2:-1] for word in args for name in _REFERENCE.findall(word)}
-    try:
-        found = [(path, each) for path in loaded.env_files for each in env_file_lines(path)]
-    except NcclLaunchError:
+    if assignments is None:
         return words, []  # a file this user cannot read: nothing to say
-    set_for_systemd = {each.key for _, each in found if not each.exported}
-    exported = {each.key: f"{path}:{each.line}" for path, each in found if each.exported}
+    set_for_systemd = {each.key for _, each in assignments if not each.exported}
+    exported = {each.key: f"{path}:{each.line}" for path, each in assignments if each.exported}
     files = ", ".join(map(str, loaded.env_files)) or "none"
     notes = []
     for name in sorted(names - set_for_systemd):
@@ -207,7 +212,18 @@ def write_unit(
     server = loaded.profile.server
     if server is None:
         raise UsageError(f"{loaded.path}: no [server] table, so no server to run as a service")
-    extra, notes = server_words(loaded, server, ref, args)
+    try:
+        assignments = [(path, each) for path in loaded.env_files for each in env_file_lines(path)]
+    except NcclLaunchError:
+        assignments = None  # a file this user cannot read: nothing to say of it
+    extra, notes = server_words(loaded, server, ref, args, assignments)
+    notes += [
+        f"{path}:{each.line}: {each.key}: systemd's EnvironmentFile= may read this value "
+        "otherwise than run does (quotes, blanks, backslashes, $), and the unit's run would "
+        "refuse the difference as drift; write it plainly or in single quotes"
+        for path, each in assignments or []
+        if not each.alike
+    ]
     text = unit_file(loaded, server, user, pin, extra)
     if output is not None:
         try:

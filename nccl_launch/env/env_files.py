@@ -21,16 +21,25 @@ _UNSHOWN = (
     "valid: KEY=VALUE, export KEY=VALUE, a # comment or a blank line"
 )
 _EXPORT = re.compile(r"\s*export[^\S\r\n]")  # python-dotenv's `export KEY=VALUE`
+# A line python-dotenv and systemd's EnvironmentFile= surely read alike: a value of plain
+# characters, or in single or double quotes around no quote, backslash, `$` or backtick;
+# blanks around `=` and at the end (both drop them), no comment after it.
+_ALIKE = re.compile(
+    r"\s*(?:export[ \t]+)?[A-Za-z_][A-Za-z0-9_]*[ \t]*=[ \t]*"
+    r"""(?:[A-Za-z0-9_@%+=:,./-]*|'[^'\\\n]*'|"[^"\\$`\n]*")[ \t]*\r?\n?"""
+)
 
 
 class Assignment(NamedTuple):
     """One `KEY=VALUE` of a dotenv file; `exported` when written `export KEY=VALUE`, a line
-    systemd's EnvironmentFile= does not read as KEY (it takes `export KEY` for the name)."""
+    systemd's EnvironmentFile= does not read as KEY (it takes `export KEY` for the name);
+    `alike` when systemd surely reads the same value."""
 
     line: int
     key: str
     value: str
     exported: bool
+    alike: bool
 
 
 def _is_name(name: str) -> bool:
@@ -71,8 +80,9 @@ def env_file_lines(path: Path) -> list[Assignment]:
             raise UsageError(f"{path}:{line}: a name without =VALUE {_UNSHOWN}")
         if "\x00" in binding.value:
             raise UsageError(f"{path}:{line}: {binding.key}: a NUL byte cannot be in a value")
-        exported = _EXPORT.match(binding.original.string) is not None
-        assignments.append(Assignment(line, binding.key, binding.value, exported))
+        raw = binding.original.string
+        exported, alike = _EXPORT.match(raw) is not None, _ALIKE.fullmatch(raw) is not None
+        assignments.append(Assignment(line, binding.key, binding.value, exported, alike))
     return assignments
 
 
