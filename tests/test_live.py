@@ -645,6 +645,24 @@ def test_unreadable_is_never_reported_as_missing_keys() -> None:
     assert evaluate(plan, policy, "p.toml", mixed).exit_code == 1
 
 
+@pytest.mark.parametrize(
+    ("undeclared", "clause"),
+    [
+        ("NCCL_IB_HCA", "; an undeclared variable it should keep goes in [nccl] first"),
+        ("NCCL_PROTOCOL", ""),  # a misspelling: [nccl] refuses it, so it is no fix
+    ],
+)
+def test_the_restart_line_fits_the_profile_and_the_drift(undeclared: str, clause: str) -> None:
+    """A profile without [server] is restarted with its command after `--`."""
+    plan, policy = plan_and_policy()
+    env = {"NCCL_PROTO": "LL", "NCCL_CUMEM_ENABLE": "1", undeclared: "x"}
+    report = evaluate(plan, policy, "p.toml", [ProcessSnapshot(1, 0.0, "main", env)])
+    assert live_lines(report)[-1] == (
+        "fix: a process keeps the environment it started with: restart the server through "
+        f"nccl-launch run p.toml -- COMMAND... (its unit, or that command){clause}"
+    )
+
+
 def test_an_empty_environment_is_read_not_called_overwritten(
     write_profile: WriteProfile, run_cli: RunCli
 ) -> None:

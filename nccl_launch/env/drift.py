@@ -49,6 +49,11 @@ class DriftEntry(BaseModel):
         """Shown but not failed."""
         return self.reason != "drift"
 
+    @property
+    def read_by_nccl(self) -> bool:
+        """Whether NCCL documents or reads the name: else a misspelling it ignores."""
+        return catalog.lookup(self.key) is not None
+
     @field_serializer("expected", "actual")
     def _masked(self, value: str | None) -> str | None:
         return None if value is None else mask_value(self.key, value)

@@ -49,6 +49,9 @@ class LiveReport(Report):
     profile_error: str | None = None
     # The profile's env files this checker could not read (whose keys went unchecked): why.
     unchecked_env_files: list[str] = Field(default_factory=list)
+    # Whether the profile has a [server] (else `run` takes the command after `--`); not in
+    # the JSON, which has the profile's path.
+    server: bool = Field(default=True, exclude=True)
 
     @property
     def digest_differs(self) -> bool:
@@ -122,4 +125,5 @@ def evaluate(
         processes=[process_report(declared, policy, snapshot) for snapshot in snapshots],
         profile_error=profile_error,
         unchecked_env_files=list(unchecked_env_files),
+        server=bool(plan.argv),
     )

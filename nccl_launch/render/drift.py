@@ -10,7 +10,6 @@ from nccl_launch.env.merge import CALLING_ENV, ENV_FILE
 from nccl_launch.escaping import escaped, shell_word
 from nccl_launch.launch.prepare import LaunchPlan
 from nccl_launch.masking import mask_argv, mask_value
-from nccl_launch.nccl import catalog
 
 _MARKS: dict[DriftKind, str] = {"changed": "~", "missing": "-", "undeclared": "+"}
 # At start, what ends each kind of drift besides removing the value where it came from, and
@@ -85,11 +84,7 @@ def fix_lines(entries: Sequence[DriftEntry]) -> list[str]:
     values came from, and the [policy] that would tolerate them; a name NCCL does not read
     (a misspelling) has a line of its own, as declaring it is no fix."""
     drifted = [entry for entry in entries if not entry.tolerated]
-    unknown = [
-        entry
-        for entry in drifted
-        if entry.kind == "undeclared" and catalog.lookup(entry.key) is None
-    ]
+    unknown = [entry for entry in drifted if entry.kind == "undeclared" and not entry.read_by_nccl]
     lines = []
     for kind, (what, tolerate) in _FIXES.items():
         found = [entry for entry in drifted if entry.kind == kind and entry not in unknown]
@@ -103,13 +98,15 @@ def fix_lines(entries: Sequence[DriftEntry]) -> list[str]:
     return lines
 
 
-def restart_line(path: str, undeclared: bool) -> str:
+def restart_line(path: str, server: bool, undeclared: bool) -> str:
     """How to end drift in a running server, whose environment cannot change: a restart
-    through `run` with the profile at `path`."""
+    through `run` with the profile at `path` (its command after `--` without a [server]);
+    `undeclared` when it runs with a variable NCCL reads that the profile does not declare."""
+    command = shell_word(path) + ("" if server else " -- COMMAND...")
     declare = "; an undeclared variable it should keep goes in [nccl] first" if undeclared else ""
     return (
         "fix: a process keeps the environment it started with: restart the server through "
-        f"nccl-launch run {shell_word(path)} (its unit, or that command){declare}"
+        f"nccl-launch run {command} (its unit, or that command){declare}"
     )
 
 

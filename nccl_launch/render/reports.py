@@ -77,8 +77,10 @@ def live_lines(report: LiveReport) -> list[str]:
         lines.append(f"drift: {', '.join(parts)}, of {total}")
     drifted_entries = [entry for process in report.processes for entry in process.drifted]
     if drifted_entries or report.digest_differs:
-        undeclared = any(entry.kind == "undeclared" for entry in drifted_entries)
-        lines.append(restart_line(report.path, undeclared))
+        undeclared = any(
+            entry.kind == "undeclared" and entry.read_by_nccl for entry in drifted_entries
+        )
+        lines.append(restart_line(report.path, report.server, undeclared))
     return lines
 
 
