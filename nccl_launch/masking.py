@@ -9,6 +9,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 from nccl_launch.sglang.facts import (
+    API_KEY_FLAGS,
     CREDENTIAL_FLAGS,
     FLAGS_STARTING_CREDENTIAL_FLAGS,
     NAMED_LIKE_CREDENTIALS,
@@ -97,27 +98,27 @@ def _secret_flag(word: str) -> bool:
     name = option.lstrip("-")
     if not word.startswith("-") or name.endswith(":") or option in NAMED_LIKE_CREDENTIALS:
         return False
-    return is_secret(name) or _abbreviates_credential_flag(option)
+    return is_secret(name) or _abbreviates(option, CREDENTIAL_FLAGS)
 
 
-def _abbreviates_credential_flag(option: str) -> bool:
-    """A prefix argparse may read as one of SGLang's credential flags (an ambiguous one too:
-    SGLang refuses it, and the argv is still shown)."""
+def _abbreviates(option: str, flags: Sequence[str]) -> bool:
+    """A prefix argparse may read as one of SGLang's `flags` (an ambiguous one too: SGLang
+    refuses it, and the argv is still shown)."""
     return (
         len(option) > len("--")
         and option not in FLAGS_STARTING_CREDENTIAL_FLAGS
-        and any(flag.startswith(option) for flag in CREDENTIAL_FLAGS)
+        and any(flag.startswith(option) for flag in flags)
     )
 
 
 def empty_credentials(argv: Sequence[str]) -> list[str]:
-    """SGLang's credential flags in `argv` given an empty value (`--api-key ''`, `--api-key=`,
+    """SGLang's API-key flags in `argv` given an empty value (`--api-key ''`, `--api-key=`,
     as a unit's `${NAME}` that no environment file sets becomes): SGLang takes an empty key
     as none, and serves every request."""
     found = []
     for index, word in enumerate(argv):
         option, equals, value = word.partition("=")
-        if not _abbreviates_credential_flag(option):
+        if not _abbreviates(option, API_KEY_FLAGS):
             continue
         if not equals:  # its value is the next word; a flag last has none (SGLang refuses it)
             value = argv[index + 1] if index + 1 < len(argv) else option

@@ -350,6 +350,8 @@ def test_the_servers_arguments_end_both_exec_lines_and_only_references_hold_cred
         ("--api-key sk-live-1",): "-- ARGS: a credential",
         ("--log-level", "a\nExecStartPost=/bin/evil"): "-- ARGS: argument 2: holds the control",
         ("--tp", "4"): "extra argument --tp repeats the field tp_size",
+        ("--api-key", ""): "-- ARGS: --api-key has an empty value, which SGLang takes as no key",
+        ("--admin-api=",): "-- ARGS: --admin-api has an empty value",
     }
     for words, refusal in refusals.items():
         refused = run_cli("systemd", "served", "-o", str(target), "--", *words)

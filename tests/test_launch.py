@@ -316,9 +316,9 @@ def test_an_empty_credential_is_refused_before_the_server_starts(
     assert (result.returncode, result.stdout) == (2, "")
     option = args[0].removesuffix("=")
     assert result.stderr == (
-        f"nccl-launch: {option} has an empty value, which SGLang takes as none (with --api-key, "
-        "every request served); give the value (a unit's ${NAME} that no EnvironmentFile= "
-        "sets is empty)\n"
+        f"nccl-launch: {option} has an empty value, which SGLang takes as no key (every "
+        "request served); give the key (a unit's ${NAME} that no EnvironmentFile= sets is "
+        "empty)\n"
     )
 
 

@@ -12,7 +12,7 @@ from nccl_launch.deploy.exports import CONTROL
 from nccl_launch.env.env_files import Assignment, env_file_lines
 from nccl_launch.errors import NcclLaunchError, UsageError
 from nccl_launch.files import write_output
-from nccl_launch.masking import masked_values
+from nccl_launch.masking import empty_credentials, masked_values
 from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.sglang.argv import refuse_repeated
 from nccl_launch.sglang.server import Server
@@ -115,6 +115,12 @@ def server_words(
     for index, word in enumerate(args, start=1):
         _one_line(f"-- ARGS: argument {index}", word)
     # Split at blanks too, as SGLang's error shows a word: `'--api-key sk-1'` as one word.
+    empty = empty_credentials(args)
+    if empty:
+        raise UsageError(
+            f"-- ARGS: {empty[0]} has an empty value, which SGLang takes as no key (every "
+            "request served); pass ${NAME} of an env file of the profile"
+        )
     hidden = masked_values(args) | masked_values(" ".join(args).split())
     if any(_REFERENCE.sub("", value) for value in hidden):
         raise UsageError(

@@ -127,9 +127,8 @@ def prepare_launch(
         empty = empty_credentials(argv)
         if empty:
             raise UsageError(
-                f"{empty[0]} has an empty value, which SGLang takes as none (with --api-key, "
-                "every request served); give the value (a unit's ${NAME} that no "
-                "EnvironmentFile= sets is empty)"
+                f"{empty[0]} has an empty value, which SGLang takes as no key (every request "
+                "served); give the key (a unit's ${NAME} that no EnvironmentFile= sets is empty)"
             )
     elif placement != Placement():
         raise UsageError(f"profile {plan.label} has no [server] table to place on a node")

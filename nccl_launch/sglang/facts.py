@@ -20,7 +20,8 @@ API_KEY_FLAG, API_KEY_SHORTEST = "--api-key", "--ap"
 # --watermark-config, whose JSON holds the watermark's keys (SGLang redacts it from its logs).
 # Its parser takes any unambiguous prefix of them (`--admin-api`); a flag of its own that
 # starts one (`--ssl-keyfile`) it takes as itself.
-CREDENTIAL_FLAGS = (API_KEY_FLAG, "--admin-api-key", "--ssl-keyfile-password", "--watermark-config")
+API_KEY_FLAGS = (API_KEY_FLAG, "--admin-api-key")  # an empty one checks nothing
+CREDENTIAL_FLAGS = (*API_KEY_FLAGS, "--ssl-keyfile-password", "--watermark-config")
 FLAGS_STARTING_CREDENTIAL_FLAGS = ("--ssl-keyfile",)
 # SGLang's flags with a word that reads as a credential's (TOKEN, PASS) and values that are
 # none (latency buckets, a token map's path, metrics names): shown, not masked.
