@@ -405,6 +405,10 @@ def test_an_env_file_value_systemd_may_read_otherwise_is_named_when_the_unit_is_
         for line, key in ((6, "D"), (7, "E"), (8, "F"))
     ]
     assert "x\\$y" not in result.stderr and "abc" not in result.stderr
+    env_file.write_text("A=1\nthis is junk\n")  # what run would refuse at every start
+    result = run_cli("systemd", "served")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith(f"nccl-launch: {env_file}:2: not a KEY=VALUE line")
 
 
 def test_the_hint_after_writing_a_unit_says_how_systemd_gets_to_read_it(

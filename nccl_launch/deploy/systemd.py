@@ -10,8 +10,8 @@ from pathlib import Path
 
 from nccl_launch.deploy.exports import CONTROL
 from nccl_launch.env.env_files import Assignment, env_file_lines
-from nccl_launch.errors import NcclLaunchError, UsageError
-from nccl_launch.files import write_output
+from nccl_launch.errors import UsageError
+from nccl_launch.files import FileError, write_output
 from nccl_launch.masking import empty_credentials, masked_values
 from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.sglang.argv import refuse_repeated
@@ -218,11 +218,14 @@ def write_unit(
     server = loaded.profile.server
     if server is None:
         raise UsageError(f"{loaded.path}: no [server] table, so no server to run as a service")
+    unread = []
     try:
         assignments = [(path, each) for path in loaded.env_files for each in env_file_lines(path)]
-    except NcclLaunchError:
-        assignments = None  # a file this user cannot read: nothing to say of it
+    except FileError as error:  # root writing the unit of a file the service's User= owns
+        assignments = None
+        unread = [f"the env files' values are not checked: {error}"]
     extra, notes = server_words(loaded, server, ref, args, assignments)
+    notes = unread + notes
     notes += [
         f"{path}:{each.line}: {each.key}: systemd's EnvironmentFile= may read this value "
         "otherwise than run does (quotes, blanks, backslashes, $), and the unit's run would "
