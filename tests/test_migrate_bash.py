@@ -299,8 +299,9 @@ def test_an_nccl_value_set_without_export_is_left_out_as_bash_leaves_it_with_a_n
     assert tomllib.loads(Path("out.toml").read_text())["nccl"] == {"IB_HCA": "mlx5_0"}
     left_out = [line for line in result.stderr.splitlines() if "not exported" in line]
     assert left_out == [
-        f"nccl-launch: warning: {where}: {name} is not exported: the server gets this value only "
-        "where the caller exports the variable; left out (export it to keep it)"
+        f"nccl-launch: warning: {where}: {name} is not exported: bash gives the server this "
+        "value only if the caller exported it (never after export -n); left out (export it "
+        "to keep it)"
         for where, name in (
             ("line 2", "NCCL_ALGO"),
             ("line 3", "NCCL_BUFFSIZE"),

@@ -339,8 +339,9 @@ class _Script:
             env = {name: self.variables[name] for name in sorted(kept & self.exported)}
             self.found = (self.at(line), env | prefix, argv)
             self.notes += [
-                f"{self.lines[name]}: {name} is not exported: the server gets this value only "
-                "where the caller exports the variable; left out (export it to keep it)"
+                f"{self.lines[name]}: {name} is not exported: bash gives the server this "
+                "value only if the caller exported it (never after export -n); left out "
+                "(export it to keep it)"
                 for name in sorted(kept - self.exported - prefix.keys())
                 if name.startswith(catalog.PREFIX)
             ]
