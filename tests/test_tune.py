@@ -69,6 +69,7 @@ JSON_KEYS = {
     "winner",
     "written",
     "unchanged",
+    "baseline",
     "written_ref",
     "gain_over_profile",
     "gain_over_defaults",
@@ -409,8 +410,9 @@ def test_write_when_the_profiles_own_values_win_writes_nothing(seed: int, run_cl
     assert result.returncode == 0, result.stdout + result.stderr
     last = result.stdout.splitlines()[-1]
     assert re.fullmatch(
-        r"nothing written: standin@1's own values won; to record the figure, set \[baseline\] "
-        r"decode_tok_s = [0-9.]+ in profiles/standin.toml",
+        r"nothing written: standin@1's own values won; to record the figure, set in "
+        r"\[baseline\] of profiles/standin.toml: decode_tok_s = [0-9.]+, max_tokens = 40, "
+        r"runs = 3",
         last,
     ), last
     assert not Path("profiles/standin-2.toml").exists()

@@ -131,10 +131,11 @@ def summary_lines(report: TuneReport) -> list[str]:
     lines.append(f"journal {report.journal}")
     if report.written is not None and report.written_ref is not None:
         lines += _adopting(report.profile, report.written, report.written_ref)
-    if report.unchanged:
+    if report.unchanged and report.baseline is not None:
+        table = ", ".join(f"{key} = {value}" for key, value in report.baseline.items())
         lines.append(
             f"nothing written: {report.profile}'s own values won; to record the figure, set "
-            f"[baseline] decode_tok_s = {winner.score.mean:.1f} in {report.path}"
+            f"in [baseline] of {report.path}: {table}"
         )
     return lines
 

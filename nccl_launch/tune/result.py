@@ -61,6 +61,8 @@ class TuneReport(Report):
     written: str | None = None  # --write's file
     # --write found the profile's own values fastest: a version of the same values is not new
     unchanged: bool = False
+    # With --write, the winner's [baseline]: written with it, or to record when unchanged.
+    baseline: dict[str, float] | None = None
     # How `run` names it: NAME@VERSION where the search path finds it there, else its path.
     written_ref: str | None = None
 

@@ -163,13 +163,14 @@ def run_tune(
     score = winner.score if winner is not None else None
     if not write or winner is None or score is None:
         return report
-    if winner.number == report.profile_trial:
-        return report.model_copy(update={"unchanged": True})
-    baseline = {"decode_tok_s": round(score.mean, 1)}
+    baseline: dict[str, float] = {"decode_tok_s": round(score.mean, 1)}
     if base.profile.baseline is not None:  # the profile's own tolerance stays
         baseline["tolerance"] = base.profile.baseline.tolerance
     method = settings.method
     baseline |= {"max_tokens": method.max_tokens, "runs": method.runs}
+    report = report.model_copy(update={"baseline": baseline})
+    if winner.number == report.profile_trial:
+        return report.model_copy(update={"unchanged": True})
     provenance = _provenance(report, winner, score)
     path, plan = candidates.write_next(candidates.get(winner.values), baseline, provenance)
     try:
