@@ -8,12 +8,7 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 
-from nccl_launch.sglang.facts import (
-    API_KEY_FLAGS,
-    CREDENTIAL_FLAGS,
-    FLAGS_STARTING_CREDENTIAL_FLAGS,
-    NAMED_LIKE_CREDENTIALS,
-)
+from nccl_launch.sglang.facts import CREDENTIAL_FLAGS, NAMED_LIKE_CREDENTIALS, abbreviates
 
 MASK = "***"
 # A word of a name (split at `_` or `-`) that ends in one of these names a credential:
@@ -98,33 +93,7 @@ def _secret_flag(word: str) -> bool:
     name = option.lstrip("-")
     if not word.startswith("-") or name.endswith(":") or option in NAMED_LIKE_CREDENTIALS:
         return False
-    return is_secret(name) or _abbreviates(option, CREDENTIAL_FLAGS)
-
-
-def _abbreviates(option: str, flags: Sequence[str]) -> bool:
-    """A prefix argparse may read as one of SGLang's `flags` (an ambiguous one too: SGLang
-    refuses it, and the argv is still shown)."""
-    return (
-        len(option) > len("--")
-        and option not in FLAGS_STARTING_CREDENTIAL_FLAGS
-        and any(flag.startswith(option) for flag in flags)
-    )
-
-
-def empty_credentials(argv: Sequence[str]) -> list[str]:
-    """SGLang's API-key flags in `argv` given an empty value (`--api-key ''`, `--api-key=`,
-    as a unit's `${NAME}` that no environment file sets becomes): SGLang takes an empty key
-    as none, and serves every request."""
-    found = []
-    for index, word in enumerate(argv):
-        option, equals, value = word.partition("=")
-        if not _abbreviates(option, API_KEY_FLAGS):
-            continue
-        if not equals:  # its value is the next word; a flag last has none (SGLang refuses it)
-            value = argv[index + 1] if index + 1 < len(argv) else option
-        if not value:
-            found.append(option)
-    return found
+    return is_secret(name) or abbreviates(option, CREDENTIAL_FLAGS)
 
 
 def mask_argv(argv: Sequence[str]) -> list[str]:

@@ -322,6 +322,31 @@ def test_an_empty_credential_is_refused_before_the_server_starts(
     )
 
 
+def test_an_empty_key_in_the_profiles_args_is_refused_by_validate_as_by_run(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    path = write_profile("keyless", KEYLESS)
+    refusal = (
+        f"{Path('profiles/keyless.toml')}: server.args: --api-key has an empty value, which "
+        "SGLang takes as no key (every request served); pass the key after '--'\n"
+    )
+    for command in (["validate", str(path)], ["run", "--dry-run", "keyless"]):
+        result = run_cli(*command)
+        assert (result.returncode, result.stdout) == (2, ""), command
+        assert result.stderr.endswith(refusal), result.stderr
+
+
+KEYLESS = """
+schema = 1
+name = "keyless"
+version = 1
+[server]
+python = "/usr/bin/python3"
+model_path = "/m"
+args = ["--api-key", ""]
+"""
+
+
 def test_everything_after_the_dashes_is_the_servers(
     tuned: Path, tmp_path: Path, nccl_launch: RunCli
 ) -> None:

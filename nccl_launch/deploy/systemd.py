@@ -12,9 +12,9 @@ from nccl_launch.deploy.exports import CONTROL
 from nccl_launch.env.env_files import Assignment, env_file_lines
 from nccl_launch.errors import UsageError
 from nccl_launch.files import FileError, write_output
-from nccl_launch.masking import empty_credentials, masked_values
+from nccl_launch.masking import masked_values
 from nccl_launch.profile.load import LoadedProfile, load_profile
-from nccl_launch.sglang.argv import refuse_repeated
+from nccl_launch.sglang.argv import empty_credentials, refuse_repeated
 from nccl_launch.sglang.server import Server
 
 START_TIMEOUT_S = 1800  # model load and CUDA-graph capture take minutes on 8 GPUs

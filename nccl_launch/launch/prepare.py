@@ -16,13 +16,12 @@ from nccl_launch.env.merge import EnvLayer, MergeResult, inherited_environment, 
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files import FileError, check_trusted, read_text
 from nccl_launch.launch.placement import Placement, placement_args
-from nccl_launch.masking import empty_credentials
 from nccl_launch.nccl.conf import ConfEntry, conf_paths, parse
 from nccl_launch.profile.lint import run_notes
 from nccl_launch.profile.load import LoadedProfile, check_pin, load_profile
 from nccl_launch.profile.markers import MARKER_NCCL_DEBUG, NCCL_DEBUG_ENV
 from nccl_launch.profile.plan import ProfilePlan
-from nccl_launch.sglang.argv import refuse_repeated
+from nccl_launch.sglang.argv import empty_credentials, refuse_repeated
 from nccl_launch.sglang.rules import mtp_problem
 
 

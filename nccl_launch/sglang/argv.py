@@ -6,7 +6,15 @@ import shlex
 from collections.abc import Iterable, Sequence
 
 from nccl_launch.errors import UsageError
-from nccl_launch.sglang.facts import FLAGS, Flag, Scalar, extra_flag, flag_for
+from nccl_launch.sglang.facts import (
+    API_KEY_FLAGS,
+    FLAGS,
+    Flag,
+    Scalar,
+    abbreviates,
+    extra_flag,
+    flag_for,
+)
 from nccl_launch.sglang.server import Server
 
 # Emitted only when they differ from SGLang's default, so that simple profiles stay short.
@@ -69,3 +77,19 @@ def refuse_repeated(server: Server, extra: Sequence[str], path: str, ref: str) -
             f"change: set {flag.place} of {path} (or of a copy: nccl-launch new NAME --from "
             f"{shlex.quote(ref)})"
         )
+
+
+def empty_credentials(argv: Sequence[str]) -> list[str]:
+    """SGLang's API-key flags in `argv` given an empty value (`--api-key ''`, `--api-key=`,
+    as a unit's `${NAME}` that no environment file sets becomes): SGLang takes an empty key
+    as none, and serves every request."""
+    found = []
+    for index, word in enumerate(argv):
+        option, equals, value = word.partition("=")
+        if not abbreviates(option, API_KEY_FLAGS):
+            continue
+        if not equals:  # its value is the next word; a flag last has none (SGLang refuses it)
+            value = argv[index + 1] if index + 1 < len(argv) else option
+        if not value:
+            found.append(option)
+    return found

@@ -5,6 +5,7 @@ A leaf: the profile model and everything built on it read these facts; nothing h
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 ALGORITHMS = (
@@ -14,7 +15,8 @@ DEFAULT_ENTRYPOINT = "-m sglang.launch_server"
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 30000  # `--host` and `--port` when not given
 # With `--api-key KEY`, SGLang answers every path but /health*, /ready* and /metrics* with 401
 # unless it carries `Authorization: Bearer KEY` (utils/auth.py); an empty KEY checks nothing.
-# Its parser takes a prefix of the flag down to `--ap`, the only flag that starts so.
+# Its parser reads a prefix of the flag down to `--ap`, the shortest no other flag starts
+# (`abbreviates` below answers what it may read, an ambiguous prefix too, which it refuses).
 API_KEY_FLAG, API_KEY_SHORTEST = "--api-key", "--ap"
 # The flags whose value is a credential (server_args' API and SSL fields), and
 # --watermark-config, whose JSON holds the watermark's keys (SGLang redacts it from its logs).
@@ -23,6 +25,18 @@ API_KEY_FLAG, API_KEY_SHORTEST = "--api-key", "--ap"
 API_KEY_FLAGS = (API_KEY_FLAG, "--admin-api-key")  # an empty one checks nothing
 CREDENTIAL_FLAGS = (*API_KEY_FLAGS, "--ssl-keyfile-password", "--watermark-config")
 FLAGS_STARTING_CREDENTIAL_FLAGS = ("--ssl-keyfile",)
+
+
+def abbreviates(option: str, flags: Sequence[str]) -> bool:
+    """Whether SGLang's parser may read `option` as one of `flags`: a prefix of one (an
+    ambiguous one too, which it refuses), but not a flag of its own that starts one."""
+    return (
+        len(option) > len("--")
+        and option not in FLAGS_STARTING_CREDENTIAL_FLAGS
+        and any(flag.startswith(option) for flag in flags)
+    )
+
+
 # SGLang's flags with a word that reads as a credential's (TOKEN, PASS) and values that are
 # none (latency buckets, a token map's path, metrics names): shown, not masked.
 NAMED_LIKE_CREDENTIALS = (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nccl_launch.sglang.argv import duplicated_flags, extra_settings
+from nccl_launch.sglang.argv import duplicated_flags, empty_credentials, extra_settings
 from nccl_launch.sglang.facts import MTP_ARCHITECTURES
 from nccl_launch.sglang.server import Server
 
@@ -84,6 +84,9 @@ def server_problems(server: Server) -> list[tuple[str, str]]:
         ("args", f"{option} repeats the field {flag.field}; set it there")
         for option, flag in duplicated_flags(server.args, extra_settings(server))
     ]
+    for option in empty_credentials(server.args):
+        why = "which SGLang takes as no key (every request served)"
+        problems.append(("args", f"{option} has an empty value, {why}; pass the key after '--'"))
     return problems + speculative_problems(server)
 
 
