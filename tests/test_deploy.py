@@ -353,6 +353,11 @@ def test_the_servers_arguments_end_both_exec_lines_and_only_references_hold_cred
         ("--api-key", ""): "-- ARGS: --api-key has an empty value, which SGLang takes as no key",
         ("--admin-api=",): "-- ARGS: --admin-api has an empty value",
     }
+    typed = run_cli("systemd", "served", "--api-key", "sk-live-1")  # before '--': a hint
+    assert typed.returncode == 2
+    assert typed.stderr.splitlines()[-1].endswith(
+        "nccl-launch systemd PROFILE -- --api-key '${API_KEY}'"
+    )
     for words, refusal in refusals.items():
         refused = run_cli("systemd", "served", "-o", str(target), "--", *words)
         assert refused.returncode == 2

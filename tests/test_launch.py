@@ -300,7 +300,7 @@ def test_server_arguments_before_the_dashes_are_a_usage_error(
     assert not out.exists()
     error = result.stderr.splitlines()[-1]
     assert error.startswith(f"Error: {message}")
-    shown = " ".join(args).replace("sk-live-1", "'***'")  # the value too, never a credential
+    shown = " ".join(args).replace("sk-live-1", '"$API_KEY"')  # the value, or a variable
     hint = f"Arguments for the server go after '--': nccl-launch {command} PROFILE -- {shown}"
     assert error.endswith(hint)
 

@@ -39,7 +39,7 @@ class LaunchCommand(click.Command):
             if flag_for(error.option_name) is not None:  # not a near miss of one of ours
                 message = f"No such option {error.option_name!r}."
             stop = "" if message.endswith((".", "?")) else "."
-            where = _where_it_goes(error.option_name, own, hint)
+            where = _where_it_goes(error.option_name, own, hint, ctx.info_name == "systemd")
             raise click.UsageError(f"{escaped(message)}{stop} {where}", ctx) from None
         if extra and ctx.resilient_parsing:
             raise click.exceptions.Exit(0)  # completing after a stray argument: nothing fits
@@ -53,11 +53,12 @@ class LaunchCommand(click.Command):
         return [*super().collect_usage_pieces(ctx), "[-- ARGS...]"]
 
 
-def _where_it_goes(option: str, own: list[str], hint: str) -> str:
+def _where_it_goes(option: str, own: list[str], hint: str, unit: bool) -> str:
     """Where an unknown `option` belongs: a structured `[server]` field in the profile (after
-    `--` it is refused), any other server flag after `--` with the value it was given
-    (masked: an `--api-key` typed before `--` is not echoed to a log)."""
-    from nccl_launch.masking import mask_argv  # a mistake's path, not a TAB's
+    `--` it is refused), any other server flag after `--` with the value it was given; a
+    credential's value is never echoed to a log, but given as a variable (`"$API_KEY"`, or
+    for a `unit`, `'${API_KEY}'` that systemd fills from an env file)."""
+    from nccl_launch.masking import MASK, mask_argv  # a mistake's path, not a TAB's
 
     flag = flag_for(option)
     if flag is not None:
@@ -71,7 +72,13 @@ def _where_it_goes(option: str, own: list[str], hint: str) -> str:
     rest = [word for word in own[: at - 1] + own[at + 1 :] if not word.startswith("-")]
     if words == [option] and at < len(own) and not own[at].startswith("-") and rest:
         words.append(own[at])
-    return " ".join([hint, *map(shell_word, mask_argv(words or [option]))])
+    name = option.lstrip("-").upper().replace("-", "_")
+    reference = f"'${{{name}}}'" if unit else f'"${name}"'
+    shown = [
+        word.replace(MASK, reference) if MASK in word else shell_word(word)
+        for word in mask_argv(words or [option])
+    ]
+    return " ".join([hint, *shown])
 
 
 def warn(message: str) -> None:
