@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import pwd
 import shlex
 import subprocess
 import sys
@@ -414,6 +416,35 @@ def test_an_env_file_value_systemd_may_read_otherwise_is_named_when_the_unit_is_
     result = run_cli("systemd", "served")
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr.startswith(f"nccl-launch: {env_file}:2: not a KEY=VALUE line")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_a_file_the_services_user_may_not_read_is_named_when_the_unit_is_written(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """convert writes secrets 0600 for whoever ran it: under User= the unit would fail at
+    every start. Named with the fix; once the user owns it, root says only that it cannot
+    check its values, not to give it back to root."""
+    path = write_profile(
+        "served", 'env_files = ["served.env"]\n' + SERVER.format(python=sys.executable)
+    )
+    env_file = path.with_name("served.env")
+    env_file.write_text("HF_TOKEN=hf_x\n")
+    env_file.chmod(0o600)
+    result = run_cli("systemd", "served", "--user", "nobody")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == (
+        f"nccl-launch: warning: {env_file}: User=nobody may not read it (mode 0600, uid 0), so "
+        "the unit's preflight and run would fail at start: chown nobody, or chgrp its group "
+        "and chmod 0640\n"
+    )
+    assert run_cli("systemd", "served", "--user", "root").stderr == ""
+    os.chown(env_file, pwd.getpwnam("nobody").pw_uid, -1)
+    result = run_cli("systemd", "served", "--user", "nobody")
+    assert result.stderr == (
+        "nccl-launch: warning: the env files' values are not checked here: env file "
+        f"{env_file}: owned by uid {pwd.getpwnam('nobody').pw_uid}, not root\n"
+    )
 
 
 def test_the_hint_after_writing_a_unit_says_how_systemd_gets_to_read_it(

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 import re
+import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from nccl_launch.deploy.exports import CONTROL
+from nccl_launch.digits import is_ascii_digits
 from nccl_launch.env.env_files import Assignment, env_file_lines
 from nccl_launch.errors import UsageError
 from nccl_launch.files import FileError, write_output
@@ -203,6 +207,36 @@ def unit_file(
     return "\n".join(lines) + "\n"
 
 
+def unreadable_by(user: str, paths: Sequence[Path]) -> list[str]:
+    """A note for each of `paths` (the profile's files, its env files) that the service's
+    `user` may not read by its mode, where the unit's preflight and run would fail at every
+    start; none for root, or for a user this host does not know (it may be made later)."""
+    try:
+        entry = pwd.getpwuid(int(user)) if is_ascii_digits(user) else pwd.getpwnam(user)
+    except (KeyError, OverflowError):
+        return []
+    if entry.pw_uid == 0:
+        return []
+    member = {group.gr_gid for group in grp.getgrall() if entry.pw_name in group.gr_mem}
+    notes = []
+    for path in paths:
+        try:
+            status = path.stat()
+        except OSError:
+            continue  # missing: preflight says so
+        if status.st_uid == entry.pw_uid:
+            bit = stat.S_IRUSR
+        else:
+            bit = stat.S_IRGRP if status.st_gid in {entry.pw_gid, *member} else stat.S_IROTH
+        if not status.st_mode & bit:
+            notes.append(
+                f"{path}: User={user} may not read it (mode {stat.S_IMODE(status.st_mode):04o}, "
+                f"uid {status.st_uid}), so the unit's preflight and run would fail at start: "
+                f"chown {user}, or chgrp its group and chmod 0640"
+            )
+    return notes
+
+
 def write_unit(
     ref: str,
     user: str | None,
@@ -223,7 +257,8 @@ def write_unit(
         assignments = [(path, each) for path in loaded.env_files for each in env_file_lines(path)]
     except FileError as error:  # root writing the unit of a file the service's User= owns
         assignments = None
-        unread = [f"the env files' values are not checked: {error}"]
+        why = str(error).split("; ")[0]  # not its fix: it is the service's user that reads it
+        unread = [f"the env files' values are not checked here: {why}"]
     extra, notes = server_words(loaded, server, ref, args, assignments)
     notes = unread + notes
     notes += [
@@ -233,6 +268,8 @@ def write_unit(
         for path, each in assignments or []
         if not each.alike
     ]
+    if user is not None:
+        notes += unreadable_by(_user(user), [*loaded.chain, *loaded.env_files])
     text = unit_file(loaded, server, user, pin, extra)
     if output is not None:
         try:
