@@ -118,13 +118,13 @@ def server_words(
     refuse_repeated(server, args, str(loaded.path), ref)
     for index, word in enumerate(args, start=1):
         _one_line(f"-- ARGS: argument {index}", word)
-    # Split at blanks too, as SGLang's error shows a word: `'--api-key sk-1'` as one word.
     empty = empty_credentials(args)
     if empty:
         raise UsageError(
             f"-- ARGS: {empty[0]} has an empty value, which SGLang takes as no key (every "
             "request served); pass ${NAME} of an env file of the profile"
         )
+    # Split at blanks too, as SGLang's error shows a word: `'--api-key sk-1'` as one word.
     hidden = masked_values(args) | masked_values(" ".join(args).split())
     if any(_REFERENCE.sub("", value) for value in hidden):
         raise UsageError(
@@ -252,15 +252,15 @@ def write_unit(
     server = loaded.profile.server
     if server is None:
         raise UsageError(f"{loaded.path}: no [server] table, so no server to run as a service")
-    unread = []
+    notes = []
     try:
         assignments = [(path, each) for path in loaded.env_files for each in env_file_lines(path)]
     except FileError as error:  # root writing the unit of a file the service's User= owns
         assignments = None
         why = str(error).split("; ")[0]  # not its fix: it is the service's user that reads it
-        unread = [f"the env files' values are not checked here: {why}"]
-    extra, notes = server_words(loaded, server, ref, args, assignments)
-    notes = unread + notes
+        notes.append(f"the env files' values are not checked here: {why}")
+    extra, on_args = server_words(loaded, server, ref, args, assignments)
+    notes += on_args
     notes += [
         f"{path}:{each.line}: {each.key}: systemd's EnvironmentFile= may read this value "
         "otherwise than run does (quotes, blanks, backslashes, $), and the unit's run would "
