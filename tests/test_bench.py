@@ -1069,10 +1069,14 @@ def test_listeners_of_two_trees_where_bench_connects_are_refused(
     result = run_cli("bench", "standin", "--url", url(server), *FAST)
     other.communicate()
     assert result.returncode == 3, result.stdout + result.stderr
-    pids = ", ".join(map(str, sorted([server.process.pid, other.pid])))
-    assert result.stderr == (
-        f"nccl-launch: processes of different trees listen on 127.0.0.1:{server.port} "
-        f"(pids {pids}): name one address in --url (e.g. 127.0.0.1), or the server with --pid\n"
+    first, second = sorted([server.process.pid, other.pid])  # each named, with its title
+    assert result.stderr.startswith(
+        f"nccl-launch: processes of different trees listen on 127.0.0.1:{server.port}: "
+        f"pid {first} ("
+    )
+    assert f"), pid {second} (" in result.stderr
+    assert result.stderr.endswith(
+        "); name one address in --url (e.g. 127.0.0.1), or the server with --pid\n"
     )
 
 

@@ -548,7 +548,7 @@ ONE_TARGET = "nccl-launch: name the server with exactly one of --pid, --port, --
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
-        (["--pid", "999999999"], 3, "nccl-launch: no process with pid 999999999\n"),
+        (["--pid", "4194303"], 3, "nccl-launch: no process with pid 4194303\n"),
         (["--pidfile", "missing.pid"], 3,
          "nccl-launch: pidfile missing.pid: cannot read: No such file or directory\n"),
         ([], 2, ONE_TARGET),
@@ -808,11 +808,31 @@ def test_a_pidfile_holds_ascii_digits_in_a_small_regular_file(
     assert (result.returncode, result.stderr) == (3, f"nccl-launch: {message}\n")
 
 
-@pytest.mark.parametrize("pid", ["-5", "0"])
-def test_a_pid_below_one_is_a_usage_error(run_cli: RunCli, pid: str) -> None:
-    result = run_cli("check", "--pid", pid)
+@pytest.mark.parametrize(
+    ("option", "value", "valid"),
+    [
+        ("--pid", "-5", "1<=x<=4194303"),
+        ("--pid", "0", "1<=x<=4194303"),
+        ("--pid", "4194304", "1<=x<=4194303"),  # above any pid_max Linux allows
+        ("--pid", "99999999999999999999", "1<=x<=4194303"),
+        ("--port", "-5", "1<=x<=65535"),
+        ("--port", "0", "1<=x<=65535"),
+        ("--port", "70000", "1<=x<=65535"),
+    ],
+)
+def test_a_pid_or_port_no_process_can_have_is_a_usage_error(
+    run_cli: RunCli, option: str, value: str, valid: str
+) -> None:
+    result = run_cli("check", option, value)
     assert result.returncode == 2
-    assert f"Invalid value for '--pid': {pid} is not in the range x>=1." in result.stderr
+    assert f"Invalid value for '{option}': {value} is not in the range {valid}." in result.stderr
+    if option == "--pid":  # bench and capture take a PID the same way
+        for command in (["bench", "standin"], ["capture"]):
+            other = run_cli(*command, "--pid", value)
+            assert other.returncode == 2, command
+            assert f"Invalid value for '--pid': {value} is not in the range {valid}." in (
+                other.stderr
+            )
 
 
 def test_bytes_that_are_not_utf8_are_shown_escaped_in_every_format(
@@ -979,9 +999,9 @@ def test_a_process_title_cannot_forge_a_line_of_checks_report() -> None:
 REUSE = """
 import json, signal, subprocess, sys, time
 
-def server():
+def server(**markers):
     argv = [sys.executable, "-c", "import time; time.sleep(60)"]
-    return subprocess.Popen(argv, env={"NCCL_PROTO": "LL"})
+    return subprocess.Popen(argv, env={"NCCL_PROTO": "LL", **markers})
 
 def reuse(old, env=None):
     old.kill()
@@ -992,8 +1012,9 @@ def reuse(old, env=None):
     assert newcomer.pid == old.pid, (newcomer.pid, old.pid)
     return newcomer
 
-def watch(profile, script):
-    old = server()
+def watch(profile, script, digest):
+    # Started as `run` starts it: --on-drift stop signals nothing else.
+    old = server(NCCL_LAUNCH_PROFILE="evil@1", NCCL_LAUNCH_DIGEST=digest)
     argv = [script, "check", profile, "--pid", str(old.pid), "--watch", "0.3",
             "--on-drift", "stop", "--grace", "1"]
     watcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -1067,7 +1088,8 @@ def test_a_watch_whose_server_pid_is_reused_ends_and_never_signals_the_newcomer(
     write_profile: WriteProfile,
 ) -> None:
     path = write_profile("evil", EVIL)
-    found = in_own_pid_namespace("watch", str(path), console_script())
+    digest = build_plan(load_profile(str(path)).profile).digest
+    found = in_own_pid_namespace("watch", str(path), console_script(), digest)
     pid = found["pid"]
     assert (found["code"], found["alive"]) == (3, True), found["out"]
     assert found["out"].splitlines()[-1] == (

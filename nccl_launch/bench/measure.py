@@ -19,12 +19,13 @@ from nccl_launch.errors import HostError, UsageError
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.live.processes import (
     HeldProcess,
-    Target,
-    descendants,
     hold,
     listening_pids,
+    listening_server,
     snapshot_tree,
+    tree_pids,
 )
+from nccl_launch.live.target import Target
 from nccl_launch.live.watch import compare_tree
 from nccl_launch.profile.load import LoadedProfile
 
@@ -71,13 +72,6 @@ def _serves(listener: IPAddress, address: IPAddress) -> bool:
     return listener == address
 
 
-def _tree(pid: int) -> set[int]:
-    try:
-        return {pid} | {child.pid for child in descendants(psutil.Process(pid))}
-    except psutil.Error:
-        return {pid}
-
-
 def _is_here(addresses: set[IPAddress]) -> bool:
     local = {
         _ip(found.address)
@@ -103,23 +97,20 @@ def locate(url: str, pid: int | None) -> Endpoint:
             )
         return Endpoint(url=url, target=Target(pid=pid))
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    owners = listening_pids(
-        port, where, lambda ip: any(_serves(_ip(ip), address) for address in addresses)
-    )
-    main = pid if pid is not None else min(owners)
-    strangers = sorted(owners - _tree(main))
-    if strangers and pid is not None:
+
+    def accepts(ip: str) -> bool:
+        return any(_serves(_ip(ip), address) for address in addresses)
+
+    if pid is None:
+        hint = "name one address in --url (e.g. 127.0.0.1), or the server with --pid"
+        return Endpoint(url=url, target=Target(pid=listening_server(port, where, hint, accepts)))
+    strangers = sorted(listening_pids(port, where, accepts) - tree_pids(pid))
+    if strangers:
         raise HostError(
             f"--pid {pid}: pid {strangers[0]} listens on {where}, and it is not in pid "
             f"{pid}'s tree; the server measured must be the one checked"
         )
-    if strangers:
-        pids = ", ".join(map(str, sorted(owners)))
-        raise HostError(
-            f"processes of different trees listen on {where} (pids {pids}): name one "
-            "address in --url (e.g. 127.0.0.1), or the server with --pid"
-        )
-    return Endpoint(url=url, target=Target(pid=main))
+    return Endpoint(url=url, target=Target(pid=pid))
 
 
 def check_held(server: HeldProcess, loaded: LoadedProfile) -> LiveReport:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from nccl_launch.bench import TOKEN_LIMIT
+from nccl_launch.commands.checking import PID
 from nccl_launch.commands.options import (
     F,
     echo_lines,
@@ -133,7 +134,7 @@ def _history(profile: str | None, record: Path, fmt: str) -> int:
 )
 @click.option(
     "--pid",
-    type=click.IntRange(min=1),
+    type=PID,
     help="The server's main process; it must own the URL's listener  [default: the one "
     "listening on the URL's address and port]",
 )

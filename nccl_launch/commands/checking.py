@@ -18,12 +18,16 @@ from nccl_launch.commands.options import (
     warn,
 )
 from nccl_launch.errors import UsageError
+from nccl_launch.live.target import PID_LIMIT, PORT_LIMIT
 
 if TYPE_CHECKING:
     from nccl_launch.live.compare import LiveReport
     from nccl_launch.live.watch import OnDrift
 
 LIVE_FORMATS = ("text", "json", "prometheus")
+# A number no process or socket can have is a usage error, not a server not found.
+PID = click.IntRange(min=1, max=PID_LIMIT)
+PORT = click.IntRange(min=1, max=PORT_LIMIT)
 
 
 def _rendered(fmt: str, report: LiveReport) -> str:
@@ -39,8 +43,8 @@ def _rendered(fmt: str, report: LiveReport) -> str:
 @click.command()
 @profile_argument(required=False)
 @digest_option
-@click.option("--pid", type=click.IntRange(min=1), help="The server's main process.")
-@click.option("--port", type=int, help="The server's port: the process listening there.")
+@click.option("--pid", type=PID, help="The server's main process.")
+@click.option("--port", type=PORT, help="The server's port: the process listening there.")
 @click.option("--pidfile", type=click.Path(path_type=Path), help="A file holding the PID.")
 @click.option("--unit", help="A systemd unit: its MainPID.")
 @format_option(*LIVE_FORMATS, default="text")
@@ -85,7 +89,7 @@ def check(
     """
     from nccl_launch.files import write_output
     from nccl_launch.live import watch as live
-    from nccl_launch.live.processes import Target
+    from nccl_launch.live.target import Target
 
     if on_drift == "stop" and watch is None:
         raise UsageError("--on-drift stop needs --watch SECONDS: one check never stops a server")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from nccl_launch.commands.checking import PID
 from nccl_launch.commands.options import echo_lines, output_options, say_wrote_profile, warn
 from nccl_launch.errors import EXIT_OK
 
@@ -91,7 +92,7 @@ def convert(script: str, kind: str | None, name: str | None, **options: Any) -> 
 @click.command()
 @click.option(
     "--pid",
-    type=click.IntRange(min=1),
+    type=PID,
     metavar="PID",
     required=True,
     help="The running server's main process.",

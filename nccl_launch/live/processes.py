@@ -19,15 +19,13 @@ import psutil
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import HostError, UsageError
 from nccl_launch.files import FileError, read_text
+from nccl_launch.live.environ import OVERWRITTEN, getenv_view
+from nccl_launch.live.target import PID_LIMIT, Target
 from nccl_launch.masking import mask_argv
 
 TITLE_WIDTH = 100
 PIDFILE_LIMIT = 64  # a PID and a newline; anything longer is not a pidfile
 PROC = Path("/proc")
-OVERWRITTEN = (
-    "environment overwritten by setproctitle; start the server with SPT_NOENV=1 "
-    "(nccl-launch run sets it)"
-)
 
 
 @dataclass(frozen=True)
@@ -42,19 +40,12 @@ class ProcessSnapshot:
     unreadable: str | None = None
 
 
-@dataclass(frozen=True)
-class Target:
-    """How the user named the server: exactly one of these."""
-
-    pid: int | None = None
-    port: int | None = None
-    pidfile: Path | None = None
-    unit: str | None = None
+def any_address(address: str) -> bool:
+    """Every address of a port: where `check --port` looks."""
+    return True
 
 
-def listening_pids(
-    port: int, where: str, accepts: Callable[[str], bool] = lambda address: True
-) -> set[int]:
+def listening_pids(port: int, where: str, accepts: Callable[[str], bool] = any_address) -> set[int]:
     """The PIDs listening on `port` at an address `accepts` takes; `where` names the place in
     the error raised when none listens there or a listener is not this user's to see."""
     try:
@@ -98,9 +89,38 @@ def _pidfile_pid(path: Path) -> int:
         text = read_text(path, "pidfile", limit=PIDFILE_LIMIT).strip()
     except FileError as error:  # the server's file, not the user's input: a target problem
         raise HostError(str(error)) from None
-    if not is_ascii_digits(text) or int(text) == 0:
+    if not is_ascii_digits(text) or not 0 < int(text) <= PID_LIMIT:
         raise HostError(f"pidfile {path} holds {text!r}, not a PID")
     return int(text)
+
+
+def tree_pids(pid: int) -> set[int]:
+    """`pid` and every live descendant's PID."""
+    try:
+        return {pid} | {child.pid for child in descendants(psutil.Process(pid))}
+    except psutil.Error:
+        return {pid}
+
+
+def listening_server(
+    port: int, where: str, hint: str, accepts: Callable[[str], bool] = any_address
+) -> int:
+    """The main process of the one tree listening on `port` at an address `accepts` takes:
+    the listener whose tree holds the others. Listeners of different trees (a stranger on
+    another address of the port) are refused, each named, with `hint` on naming one."""
+    owners = listening_pids(port, where, accepts)
+    for pid in sorted(owners):
+        if owners <= tree_pids(pid):
+            return pid
+    named = ", ".join(f"pid {pid} ({_title_of(pid)})" for pid in sorted(owners))
+    raise HostError(f"processes of different trees listen on {where}: {named}; {hint}")
+
+
+def _title_of(pid: int) -> str:
+    try:
+        return title(psutil.Process(pid))
+    except psutil.Error:
+        return "ended"
 
 
 def main_pid(target: Target) -> int:
@@ -111,7 +131,8 @@ def main_pid(target: Target) -> int:
     if target.pid is not None:
         return target.pid
     if target.port is not None:
-        return min(listening_pids(target.port, f"port {target.port}"))
+        where = f"port {target.port}"
+        return listening_server(target.port, where, "name the server with --pid")
     if target.unit is not None:
         return _unit_pid(target.unit)
     if target.pidfile is not None:
@@ -207,22 +228,14 @@ def _snapshot(process: psutil.Process) -> ProcessSnapshot:
     """Raises psutil.NoSuchProcess when it vanished; the caller decides what that means."""
     with process.oneshot():
         create_time, shown = process.create_time(), title(process)
-        try:
-            env = {readable(key): readable(value) for key, value in process.environ().items()}
-        except psutil.AccessDenied:
-            return ProcessSnapshot(process.pid, create_time, shown, None, "permission denied")
-    if not env and _environ_has_bytes(process.pid):
-        # setproctitle cleared the memory /proc/PID/environ shows: its bytes remain, all
-        # zero, with no KEY=VALUE among them. A truly empty environment (env -i) has none.
-        return ProcessSnapshot(process.pid, create_time, shown, None, OVERWRITTEN)
-    return ProcessSnapshot(process.pid, create_time, shown, env)
-
-
-def _environ_has_bytes(pid: int) -> bool:
     try:
-        return bool(Path(f"/proc/{pid}/environ").read_bytes())
-    except OSError:
-        return True  # unreadable now: still not known to be empty
+        env = getenv_view(process.pid)
+    except psutil.AccessDenied:
+        return ProcessSnapshot(process.pid, create_time, shown, None, "permission denied")
+    if env is None:
+        return ProcessSnapshot(process.pid, create_time, shown, None, OVERWRITTEN)
+    readable_env = {readable(key): readable(value) for key, value in env.items()}
+    return ProcessSnapshot(process.pid, create_time, shown, readable_env)
 
 
 def descendants(main: psutil.Process, proc: Path = PROC) -> list[psutil.Process]:

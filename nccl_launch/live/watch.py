@@ -21,9 +21,10 @@ from nccl_launch.errors import (
     UsageError,
 )
 from nccl_launch.live.compare import LiveReport, evaluate
-from nccl_launch.live.processes import ProcessSnapshot, Target, hold, snapshot_tree, stop_tree
+from nccl_launch.live.processes import ProcessSnapshot, hold, snapshot_tree, stop_tree
+from nccl_launch.live.target import Target
 from nccl_launch.profile.load import LoadedProfile, check_pin, load_profile
-from nccl_launch.profile.markers import MARKER_PROFILE, MARKER_PROFILE_FILE
+from nccl_launch.profile.markers import MARKER_DIGEST, MARKER_PROFILE, MARKER_PROFILE_FILE
 
 OnDrift = Literal["warn", "stop"]
 # NAME@VERSION with a name as profile/model.py allows it; never a path (`.toml` is one to
@@ -38,13 +39,37 @@ def _started_name(pid: int, env: Mapping[str, str]) -> str:
             f"pid {pid} was not started by nccl-launch (no {MARKER_PROFILE}); "
             "name the PROFILE to check it against"
         )
-    found = _LABEL.fullmatch(label)
-    if found is None or found.group(1).endswith(".toml"):
+    name = _label_name(label)
+    if name is None:
         raise UsageError(
             f"pid {pid}: {MARKER_PROFILE} is {label!r}, not NAME@VERSION of a profile; "
             "name the PROFILE to check it against"
         )
-    return found.group(1)
+    return name
+
+
+def _label_name(label: str) -> str | None:
+    """The profile's name in a NAME@VERSION marker; None when it is no such label."""
+    found = _LABEL.fullmatch(label)
+    return None if found is None or found.group(1).endswith(".toml") else found.group(1)
+
+
+def _stoppable(main: ProcessSnapshot, loaded: LoadedProfile) -> None:
+    """Refuses a tree that nccl-launch did not start as `loaded`'s profile: a stale pidfile or
+    a reused PID may name any process, and `--on-drift stop` must never signal it."""
+    name = loaded.profile.name
+    if main.env is None:
+        said = f"its environment cannot be read ({main.unreadable})"
+    elif MARKER_PROFILE not in main.env or MARKER_DIGEST not in main.env:
+        said = f"it has no {MARKER_PROFILE} and {MARKER_DIGEST}"
+    elif _label_name(main.env[MARKER_PROFILE]) != name:
+        said = f"its {MARKER_PROFILE} is {main.env[MARKER_PROFILE]!r}"
+    else:
+        return
+    raise HostError(
+        f"pid {main.pid} was not started by nccl-launch as {name}: {said}; --on-drift stop "
+        "signals only such a server (a stale pidfile names another process)"
+    )
 
 
 def _started_file(pid: int, env: Mapping[str, str]) -> str | None:
@@ -141,8 +166,10 @@ def watch(
     """Check every `interval` seconds, new processes included, until a signal or a stop.
 
     SIGINT and SIGTERM end the watch and never touch the server. On drift with
-    `on_drift="stop"` the server's tree is stopped and the exit code is 1. While the profile
-    is invalid, each round compares with its last good version and `warn` says why, once.
+    `on_drift="stop"` the server's tree is stopped and the exit code is 1; a tree that
+    nccl-launch did not start as the profile is refused at each look, before any signal.
+    While the profile is invalid, each round compares with its last good version and `warn`
+    says why, once.
     """
     done = threading.Event()
     for number in (signal.SIGINT, signal.SIGTERM):
@@ -160,6 +187,8 @@ def watch(
             if now is not None and now != problem:
                 warn(f"profile invalid, still checking against {good.profile.label}: {now}")
             problem = now
+            if on_drift == "stop":
+                _stoppable(snapshots[0], good)
             report = compare_tree(snapshots, good, problem)
             emit(report)
             if report.drifts and on_drift == "stop":

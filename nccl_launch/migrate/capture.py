@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import psutil
 
 from nccl_launch.errors import HostError
 from nccl_launch.escaping import escaped
+from nccl_launch.live.environ import OVERWRITTEN, getenv_view
 from nccl_launch.migrate.start import StartCommand
 from nccl_launch.nccl import catalog
 from nccl_launch.profile.markers import MARKER_PROFILE, OWN_VARIABLES
@@ -17,6 +19,21 @@ CAPTURED_PREFIXES = (
     "CUDA_", "SGLANG_", "HF_", "TORCH_", "PYTORCH_", "TRANSFORMERS_", "FLASHINFER_",
     "NVSHMEM_", "UCX_", "TOKENIZERS_", "OMP_NUM_THREADS",
 )  # fmt: skip
+
+
+# What the kernel appends to the directory of /proc/PID/cwd once that directory is deleted.
+DELETED = " (deleted)"
+
+
+def _cwd_deleted(pid: int) -> bool:
+    """Whether the process's working directory was removed: no name links to it any more (the
+    path /proc shows ends in DELETED, as a directory's own name also may)."""
+    try:
+        return Path(f"/proc/{pid}/cwd").stat().st_nlink == 0
+    except PermissionError:
+        raise psutil.AccessDenied(pid) from None
+    except FileNotFoundError:
+        raise psutil.NoSuchProcess(pid) from None
 
 
 def _utf8(text: str) -> bool:
@@ -36,17 +53,21 @@ def _check_text(pid: int, what: str, text: str) -> None:
 
 
 def read_process(pid: int) -> StartCommand:
-    """A running process's own environment, command line and directory."""
+    """A running process's own environment (as NCCL's getenv reads it), command line and
+    directory."""
     try:
         process = psutil.Process(pid)
         with process.oneshot():
-            environ, argv, cwd = process.environ(), process.cmdline(), process.cwd()
+            argv, cwd, deleted = process.cmdline(), process.cwd(), _cwd_deleted(pid)
+        environ = getenv_view(pid)
     except psutil.NoSuchProcess:
         raise HostError(f"no process with pid {pid}") from None
     except psutil.AccessDenied:
         raise HostError(
             f"permission denied reading process {pid}; run as its user or root"
         ) from None
+    if environ is None:
+        raise HostError(f"process {pid}: {OVERWRITTEN}")
     if argv and "/" not in argv[0]:
         argv[0] = shutil.which(argv[0], path=environ.get("PATH")) or argv[0]
     wanted = (catalog.PREFIX, *CAPTURED_PREFIXES)
@@ -65,6 +86,12 @@ def read_process(pid: int) -> StartCommand:
     # nccl-launch's own markers aside, which `run` sets again.
     left = sorted(escaped(name) for name in environ.keys() - keep.keys() - OWN_VARIABLES)
     notes = []
+    if deleted:
+        cwd = cwd.removesuffix(DELETED)
+        notes.append(
+            f"its working directory {escaped(cwd)} was deleted after it started; [server] cwd "
+            "names that path, where `run` fails until it exists again: create it or edit cwd"
+        )
     if left:
         notes.append(
             f"left out {len(left)} variable{'s' if len(left) > 1 else ''} of the process (neither "

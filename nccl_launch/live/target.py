@@ -1,0 +1,20 @@
+"""How a user names a running server: the target, and the numbers it may hold (a fact, read
+by the options without importing psutil)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+PID_LIMIT = (1 << 22) - 1  # pid_max is at most 2**22 (PID_MAX_LIMIT), and PIDs stay below it
+PORT_LIMIT = 65535
+
+
+@dataclass(frozen=True)
+class Target:
+    """How the user named the server: exactly one of these."""
+
+    pid: int | None = None
+    port: int | None = None
+    pidfile: Path | None = None
+    unit: str | None = None
