@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +34,7 @@ from nccl_launch.profile.plan import ProfilePlan, build_plan
 from nccl_launch.render.prometheus import metrics
 from nccl_launch.render.reports import live_lines, live_text
 from tests.conftest import RunCli, WriteProfile, console_script
-from tests.helpers import STANDIN, free_port, wait_for
+from tests.helpers import STANDIN, free_port, wait_for, wait_for_record
 
 PROFILE = """
 schema = 1
@@ -1114,3 +1115,161 @@ def test_bench_refuses_to_check_after_its_runs_another_process_than_before(
     assert found["out"].splitlines()[-1] == (
         f"nccl-launch: pid {found['pid']} ended, and its PID now names another process"
     )
+
+
+# Which process a target names, and what `--on-drift stop` may signal.
+
+
+def test_check_refuses_listeners_of_two_trees_on_its_port(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    port = free_port()
+    # A stranger on ::1, started first (the lower PID), and the profile's server on 127.0.0.1.
+    argv = [sys.executable, "-m", "http.server", "--bind", "::1", str(port)]
+    stranger = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    write_profile(
+        "standin", PROFILE.format(version=1, buffsize="16MiB", python=sys.executable, port=port)
+    )
+    try:
+        wait_for(lambda: listening(stranger.pid, port), "http.server to listen on ::1")
+        server = Server([console_script(), "run", "standin"], {}, port)
+        try:
+            once = run_cli("check", "standin", "--port", str(port))
+            watcher = Watcher("standin", "--port", str(port), "--watch", "0.2", "--on-drift",
+                              "stop", "--grace", "1")  # fmt: skip
+            watcher.finish()
+            assert watcher.process.stderr is not None
+            stopping = watcher.process.stderr.read()
+        finally:
+            server.stop()
+        assert stranger.poll() is None  # never signalled
+    finally:
+        stranger.kill()
+        stranger.wait()
+    first, second = sorted([stranger.pid, server.process.pid])
+    for code, stderr in [(once.returncode, once.stderr), (watcher.process.returncode, stopping)]:
+        assert code == 3, stderr
+        assert stderr.startswith(
+            f"nccl-launch: processes of different trees listen on port {port}: pid {first} ("
+        )
+        assert f"), pid {second} (" in stderr
+        assert stderr.endswith("); name the server with --pid\n")
+        assert len(stderr.splitlines()) == 1
+
+
+def listening(pid: int, port: int) -> bool:
+    return any(
+        connection.laddr and connection.laddr.port == port
+        for connection in psutil.Process(pid).net_connections()
+    )
+
+
+@pytest.mark.parametrize(
+    ("markers", "said"),
+    [
+        ({}, "it has no NCCL_LAUNCH_PROFILE and NCCL_LAUNCH_DIGEST"),
+        ({b"NCCL_LAUNCH_PROFILE": b"other@1", b"NCCL_LAUNCH_DIGEST": b"sha256:0"},
+         "its NCCL_LAUNCH_PROFILE is 'other@1'"),
+    ],
+)  # fmt: skip
+def test_a_stale_pidfile_is_refused_before_on_drift_stop_signals_anything(
+    write_profile: WriteProfile, markers: dict[bytes, bytes], said: str
+) -> None:
+    write_profile("evil", EVIL)
+    # Whatever now has the PID the pidfile holds: a process nccl-launch did not start as evil,
+    # whose environment drifts. It is this test's child, not reaped, so its PID is its own.
+    with sleeper({b"NCCL_PROTO": b"Simple", **markers}) as pid:
+        Path("server.pid").write_text(f"{pid}\n")
+        watcher = Watcher("evil", "--pidfile", "server.pid", "--watch", "0.2", "--on-drift",
+                          "stop", "--grace", "1")  # fmt: skip
+        out = watcher.finish()
+        alive = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    assert watcher.process.stderr is not None
+    assert (watcher.process.returncode, out, alive) == (3, "", True)
+    assert watcher.process.stderr.read() == (
+        f"nccl-launch: pid {pid} was not started by nccl-launch as evil: {said}; --on-drift stop "
+        "signals only such a server (a stale pidfile names another process)\n"
+    )
+
+
+# The environment as NCCL reads it: glibc's getenv scans it in order and takes the first entry
+# of a name; an entry without '=' (an empty one too) is one that matches no name.
+
+
+@contextlib.contextmanager
+def raw_environ(*entries: bytes) -> Iterator[int]:
+    """A real process whose environment is exactly `entries`, in order, as execve takes them
+    (duplicates and empty entries included: no mapping in between); its PID."""
+    script = (
+        "import ctypes, os, sys\n"
+        "def array(words):\n"
+        "    return (ctypes.c_char_p * (len(words) + 1))(*words, None)\n"
+        "argv = [os.fsencode(sys.executable), b'-c', b'import time; time.sleep(60)']\n"
+        "env = [os.fsencode(word) for word in sys.argv[1:]]\n"
+        "ctypes.CDLL(None, use_errno=True).execve(argv[0], array(argv), array(env))\n"
+        "sys.exit(f'execve: {os.strerror(ctypes.get_errno())}')\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", script, *map(os.fsdecode, entries)])
+    try:
+        shown = b"".join(entry + b"\0" for entry in entries)
+        environ = Path(f"/proc/{process.pid}/environ")
+        wait_for(lambda: environ.read_bytes() == shown, "the exec", process=process)
+        yield process.pid
+    finally:
+        process.kill()
+        process.wait()
+
+
+@pytest.mark.parametrize(
+    ("entries", "code"),
+    [
+        ((b"NCCL_PROTO=Simple", b"NCCL_PROTO=LL"), 1),  # NCCL reads Simple
+        ((b"NCCL_PROTO=LL", b"NCCL_PROTO=Simple"), 0),  # NCCL reads LL
+        ((b"LANG=C", b"", b"NCCL_PROTO=LL"), 0),  # read past the empty entry
+        ((b"NCCL_PROTO", b"NCCL_PROTO=LL"), 0),  # no '=': matches no name
+    ],
+)
+def test_check_reads_the_environment_as_nccls_getenv_does(
+    write_profile: WriteProfile, run_cli: RunCli, entries: tuple[bytes, ...], code: int
+) -> None:
+    write_profile("evil", EVIL)
+    with raw_environ(*entries) as pid:
+        result = run_cli("check", "evil", "--pid", str(pid))
+    assert result.returncode == code, result.stdout + result.stderr
+    assert ('"LL" -> "Simple"' in result.stdout) == (code == 1)
+
+
+def test_capture_writes_what_nccls_getenv_reads(run_cli: RunCli) -> None:
+    with raw_environ(b"NCCL_PROTO=Simple", b"", b"NCCL_ALGO=Ring", b"NCCL_PROTO=LL") as pid:
+        result = run_cli("capture", "--pid", str(pid), "-o", "live.toml")
+    assert result.returncode == 0, result.stderr
+    assert tomllib.loads(Path("live.toml").read_text())["nccl"] == {
+        "PROTO": "Simple",
+        "ALGO": "Ring",
+    }
+
+
+def test_capture_of_a_server_whose_directory_was_deleted_says_so(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    gone = tmp_path / "release-1"
+    gone.mkdir()
+    argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", "/m"]
+    record = tmp_path / "server.json"
+    env = {"PYTHONPATH": str(STANDIN), "STANDIN_RECORD": str(record), "STANDIN_WAIT": "1",
+           "NCCL_PROTO": "LL"}  # fmt: skip
+    process = subprocess.Popen(argv, env=env, cwd=gone)
+    try:
+        wait_for_record(record, process)
+        gone.rmdir()
+        result = run_cli("capture", "--pid", str(process.pid), "-o", "live.toml")
+    finally:
+        process.kill()
+        process.wait()
+    assert result.returncode == 0, result.stderr
+    assert tomllib.loads(Path("live.toml").read_text())["server"]["cwd"] == str(gone)
+    assert (
+        f"nccl-launch: warning: its working directory {gone} was deleted after it started; "
+        "[server] cwd names that path, where `run` fails until it exists again: create it or "
+        "edit cwd"
+    ) in result.stderr.splitlines()
