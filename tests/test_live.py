@@ -901,7 +901,8 @@ def test_a_server_started_by_run_is_checked_from_any_directory(
 
 # The tree walk through /proc/PID/task/TID/children, against psutil's scan of every process.
 
-from nccl_launch.live.processes import Target, descendants, hold, snapshot_tree  # noqa: E402
+from nccl_launch.live.processes import descendants, hold, snapshot_tree  # noqa: E402
+from nccl_launch.live.target import Target  # noqa: E402
 
 
 def _has_children_files() -> bool:
@@ -1032,7 +1033,8 @@ def watch(profile, script, digest):
 
 def held():
     from nccl_launch.errors import HostError
-    from nccl_launch.live.processes import Target, hold, snapshot_tree, stop_tree
+    from nccl_launch.live.processes import hold, snapshot_tree, stop_tree
+    from nccl_launch.live.target import Target
 
     old = server()
     with hold(Target(pid=old.pid)) as server_held:
