@@ -11,17 +11,19 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn, Protocol
 
+import psutil
 import pytest
 from hypothesis import settings
 
 from nccl_launch.cli import main
 from nccl_launch.nccl.conf import SYSTEM_CONF_VAR
 from nccl_launch.profile.markers import SYSTEM_DIR_VAR
+from tests.helpers import stop_left
 
 HERE = Path(__file__).parent
 
@@ -43,10 +45,14 @@ settings.register_profile("ci", derandomize=True, database=None)
 if os.environ.get("CI") == "true":
     settings.load_profile("ci")
 
-# A suite started in the background of a script inherits SIGINT ignored, and so would every
-# process it starts (Ctrl-C tests would then see no Ctrl-C): caught here, it is reset to the
-# default at each exec.
+# A suite started in the background of a script inherits SIGINT ignored, and under `nohup`
+# SIGHUP ignored, and so would every process it starts (Ctrl-C tests would then see no Ctrl-C,
+# the closed terminal's tests no SIGHUP): caught here, each is reset to the default at each
+# exec. An ignored SIGHUP is caught by a handler that does nothing: the suite itself still
+# outlives its terminal, as `nohup` asked.
 signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, lambda number, frame: None)
 
 # A venv with the real SGLang 0.5.23 (made by .ci/sglang-venv); read before isolation clears it.
 SGLANG_PYTHON = os.environ.get("NCCL_LAUNCH_TEST_SGLANG_PYTHON")
@@ -135,6 +141,15 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Isolation:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "profiles").mkdir()
     return isolation
+
+
+@pytest.fixture(autouse=True)
+def reaped() -> Iterator[None]:
+    """No process a test started outlives it: one left running (the test failed, or timed out
+    waiting for it) is killed and reaped, so that no later test meets it."""
+    kept = {process.pid for process in psutil.Process().children(recursive=True)}
+    yield
+    stop_left(kept)
 
 
 class WriteProfile(Protocol):
