@@ -143,13 +143,29 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Isolation:
     return isolation
 
 
+# The most a test may take (the slowest, building a wheel, takes about a minute).
+TEST_LIMIT = 600
+
+
 @pytest.fixture(autouse=True)
 def reaped() -> Iterator[None]:
     """No process a test started outlives it: one left running (the test failed, or timed out
-    waiting for it) is killed and reaped, so that no later test meets it."""
+    waiting for it) is killed and reaped, so that no later test meets it. A test still running
+    after TEST_LIMIT seconds fails (SIGALRM interrupts what it waits for, and subprocess.run
+    kills its child on the way out)."""
+
+    def hang(number: int, frame: object) -> None:
+        raise Hang(f"the test still ran after {TEST_LIMIT} s")
+
     kept = {process.pid for process in psutil.Process().children(recursive=True)}
-    yield
-    stop_left(kept)
+    handler = signal.signal(signal.SIGALRM, hang)
+    signal.setitimer(signal.ITIMER_REAL, TEST_LIMIT)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, handler)
+        stop_left(kept)
 
 
 class WriteProfile(Protocol):
@@ -202,7 +218,8 @@ class Exec(BaseException):
 
 class Hang(BaseException):
     """`run_cli` past its timeout, raised in the main thread from SIGUSR1 (which interrupts a
-    blocking call, an open() of a FIFO): the test fails, as the console script's would."""
+    blocking call, an open() of a FIFO): the test fails, as the console script's would. Or a
+    test past TEST_LIMIT, from SIGALRM."""
 
 
 # What the nccl_launch fixture allows a command, and so run_cli too.
