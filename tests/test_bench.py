@@ -35,7 +35,7 @@ from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import PROFILE as LIVE_PROFILE
 from tests.helpers import STANDIN, Server, free_port, wait_for
 
-PROFILE = LIVE_PROFILE.replace('BUFFSIZE = "{buffsize}"\n', "")  # test_live's, less BUFFSIZE
+PROFILE = LIVE_PROFILE.replace('BUFFSIZE = "{buffsize}"\n', "")  # the live tests', less BUFFSIZE
 FAST = ("--max-tokens", "60", "--runs", "2", "--warmup", "1")
 RUN_LINE = re.compile(r"Run (\d+)/(\d+): (\d+) tokens in \d+\.\d\d s = (\d+\.\d) tok/s")
 MEAN = re.compile(r"^mean (\d+\.\d) tok/s over", re.MULTILINE)
