@@ -11,17 +11,19 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn, Protocol
 
+import psutil
 import pytest
 from hypothesis import settings
 
 from nccl_launch.cli import main
 from nccl_launch.nccl.conf import SYSTEM_CONF_VAR
 from nccl_launch.profile.markers import SYSTEM_DIR_VAR
+from tests.helpers import stop_left
 
 HERE = Path(__file__).parent
 
@@ -43,10 +45,14 @@ settings.register_profile("ci", derandomize=True, database=None)
 if os.environ.get("CI") == "true":
     settings.load_profile("ci")
 
-# A suite started in the background of a script inherits SIGINT ignored, and so would every
-# process it starts (Ctrl-C tests would then see no Ctrl-C): caught here, it is reset to the
-# default at each exec.
+# A suite started in the background of a script inherits SIGINT ignored, and under `nohup`
+# SIGHUP ignored, and so would every process it starts (Ctrl-C tests would then see no Ctrl-C,
+# the closed terminal's tests no SIGHUP): caught here, each is reset to the default at each
+# exec. An ignored SIGHUP is caught by a handler that does nothing: the suite itself still
+# outlives its terminal, as `nohup` asked.
 signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, lambda number, frame: None)
 
 # A venv with the real SGLang 0.5.23 (made by .ci/sglang-venv); read before isolation clears it.
 SGLANG_PYTHON = os.environ.get("NCCL_LAUNCH_TEST_SGLANG_PYTHON")
@@ -137,6 +143,31 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Isolation:
     return isolation
 
 
+# The most a test may take (the slowest, building a wheel, takes about a minute).
+TEST_LIMIT = 600
+
+
+@pytest.fixture(autouse=True)
+def reaped() -> Iterator[None]:
+    """No process a test started outlives it: one left running (the test failed, or timed out
+    waiting for it) is killed and reaped, so that no later test meets it. A test still running
+    after TEST_LIMIT seconds fails (SIGALRM interrupts what it waits for, and subprocess.run
+    kills its child on the way out)."""
+
+    def hang(number: int, frame: object) -> None:
+        raise Hang(f"the test still ran after {TEST_LIMIT} s")
+
+    kept = {process.pid for process in psutil.Process().children(recursive=True)}
+    handler = signal.signal(signal.SIGALRM, hang)
+    signal.setitimer(signal.ITIMER_REAL, TEST_LIMIT)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, handler)
+        stop_left(kept)
+
+
 class WriteProfile(Protocol):
     def __call__(self, name: str, text: str, folder: str = "profiles") -> Path: ...
 
@@ -187,7 +218,8 @@ class Exec(BaseException):
 
 class Hang(BaseException):
     """`run_cli` past its timeout, raised in the main thread from SIGUSR1 (which interrupts a
-    blocking call, an open() of a FIFO): the test fails, as the console script's would."""
+    blocking call, an open() of a FIFO): the test fails, as the console script's would. Or a
+    test past TEST_LIMIT, from SIGALRM."""
 
 
 # What the nccl_launch fixture allows a command, and so run_cli too.

@@ -1,15 +1,22 @@
-"""Shared by the real-process tests: a free port, waiting for an event, the SGLang stand-in."""
+"""Shared by the real-process tests: a free port, waiting for an event, the SGLang stand-in
+and a profile that starts it, processes that end with the test."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import socket
 import subprocess
+import sys
 import time
-from collections.abc import Callable
+import urllib.request
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any, TypedDict, TypeVar
 
+import psutil
 import pytest
 
 STANDIN = Path(__file__).parent / "standin"
@@ -86,3 +93,84 @@ def wait_for_record(
     """The record once the stand-in has written it (a server started in the background)."""
     wait_for(path.exists, f"the stand-in to write {path.name}", process=process, timeout=timeout)
     return read_record(path)
+
+
+PROFILE = """
+schema = 1
+name = "standin"
+version = {version}
+[nccl]
+PROTO = "LL"
+ALGO = "Ring"
+BUFFSIZE = "{buffsize}"
+[server]
+python = "{python}"
+model_path = "/models/m"
+tp_size = 2
+port = {port}
+"""
+
+
+def healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+class Server:
+    """One stand-in server started in its own session; everything in it dies at teardown."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], port: int) -> None:
+        self.port = port
+        self.process = subprocess.Popen(
+            argv,
+            env={**os.environ, "PYTHONPATH": str(STANDIN), **env},
+            start_new_session=True,
+            stderr=subprocess.PIPE,
+        )
+        wait_for(lambda: healthy(port), "the stand-in to answer /health", process=self.process)
+        self.tree = [self.process.pid, *(c.pid for c in self.children())]
+
+    def children(self) -> list[psutil.Process]:
+        return psutil.Process(self.process.pid).children(recursive=True)
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+        if self.process.stderr is not None:
+            self.process.stderr.close()
+
+
+@contextlib.contextmanager
+def sleeper(env: dict[bytes, bytes], *title: bytes) -> Iterator[int]:
+    """A real process with exactly `env` (bytes: it may hold what is not UTF-8); its PID."""
+    argv = [b"python", b"-c", b"import time; time.sleep(60)", *title]  # a title of any checkout
+    process = subprocess.Popen(argv, executable=sys.executable, env=env)  # once exec succeeded
+    try:
+        yield process.pid
+    finally:
+        process.kill()
+        process.wait()
+
+
+def stop_left(kept: Collection[int] = ()) -> list[psutil.Process]:
+    """This process's descendants still running, but those in `kept`: each killed, then
+    reaped (or, where another is its parent, waited for); the list of them."""
+    left = [process for process in psutil.Process().children(recursive=True)
+            if process.pid not in kept and _running(process)]  # fmt: skip
+    for process in left:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    psutil.wait_procs(left, timeout=10)
+    return left
+
+
+def _running(process: psutil.Process) -> bool:
+    """Whether `process` is still there and not a zombie (one exited, waiting to be reaped)."""
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

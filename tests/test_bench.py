@@ -32,11 +32,10 @@ from nccl_launch.profile.model import Baseline
 from nccl_launch.report import SCHEMA_VERSION
 from nccl_launch.sglang.server import Server as ServerTable
 from tests.conftest import RunCli, WriteProfile, console_script
-from tests.helpers import STANDIN, free_port, wait_for
-from tests.test_live import PROFILE as LIVE_PROFILE
-from tests.test_live import Server
+from tests.helpers import PROFILE as LIVE_PROFILE
+from tests.helpers import STANDIN, Server, free_port, wait_for
 
-PROFILE = LIVE_PROFILE.replace('BUFFSIZE = "{buffsize}"\n', "")  # test_live's, less BUFFSIZE
+PROFILE = LIVE_PROFILE.replace('BUFFSIZE = "{buffsize}"\n', "")  # the live tests', less BUFFSIZE
 FAST = ("--max-tokens", "60", "--runs", "2", "--warmup", "1")
 RUN_LINE = re.compile(r"Run (\d+)/(\d+): (\d+) tokens in \d+\.\d\d s = (\d+\.\d) tok/s")
 MEAN = re.compile(r"^mean (\d+\.\d) tok/s over", re.MULTILINE)

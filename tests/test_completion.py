@@ -278,6 +278,31 @@ def test_a_completion_request_no_script_makes_is_refused_with_one_line(
     assert done.stderr.count("\n") == 1
 
 
+NOT_UTF8 = "\udcff"  # byte 0xff as os.environ holds it (surrogateescape)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"COMP_WORDS": f"nccl-launch run tu{NOT_UTF8}", "COMP_CWORD": "2"},
+        {"COMP_WORDS": f"nccl-launch run ./p{NOT_UTF8}", "COMP_CWORD": "2"},  # a path's word
+        {"COMP_WORDS": "nccl-launch run tu", "COMP_CWORD": "2",
+         "COMP_LINE": f"nccl-launch run tu{NOT_UTF8}"},
+        {"_NCCL_LAUNCH_COMPLETE": "zsh_complete", "COMP_WORDS": f"nccl-launch {NOT_UTF8}",
+         "COMP_CWORD": "1"},
+        {"_NCCL_LAUNCH_COMPLETE": "fish_complete", "COMP_WORDS": f"nccl-launch {NOT_UTF8}",
+         "COMP_CWORD": NOT_UTF8},
+    ],
+)  # fmt: skip
+def test_a_word_with_a_byte_that_is_not_utf8_completes_to_nothing(
+    run_cli: RunCli, tuned: dict[str, str], env: dict[str, str]
+) -> None:
+    """No profile name holds such a byte, and click cannot write back a word that does (it
+    exited 4): nothing is offered."""
+    done = run_cli(env=tuned | {"_NCCL_LAUNCH_COMPLETE": "bash_complete"} | env)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
 def test_the_scripts_requests_still_work(run_cli: RunCli) -> None:
     for shell in ("bash", "zsh", "fish"):
         source = run_cli(env={"_NCCL_LAUNCH_COMPLETE": f"{shell}_source"})

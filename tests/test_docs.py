@@ -20,8 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Isolation, RunCli, console_script, require
-from tests.helpers import free_port, wait_for
-from tests.test_live import healthy
+from tests.helpers import free_port, healthy, wait_for
 
 REPO = Path(__file__).parent.parent
 # Where the docs' dry run was taken: the absolute path of the profile's file differs by clone.

@@ -16,7 +16,6 @@ import sys
 import threading
 import time
 import tomllib
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -34,55 +33,7 @@ from nccl_launch.profile.plan import ProfilePlan, build_plan
 from nccl_launch.render.prometheus import metrics
 from nccl_launch.render.reports import live_lines, live_text
 from tests.conftest import RunCli, WriteProfile, console_script
-from tests.helpers import STANDIN, free_port, wait_for, wait_for_record
-
-PROFILE = """
-schema = 1
-name = "standin"
-version = {version}
-[nccl]
-PROTO = "LL"
-ALGO = "Ring"
-BUFFSIZE = "{buffsize}"
-[server]
-python = "{python}"
-model_path = "/models/m"
-tp_size = 2
-port = {port}
-"""
-
-
-def healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
-
-
-class Server:
-    """One stand-in server started in its own session; everything in it dies at teardown."""
-
-    def __init__(self, argv: list[str], env: dict[str, str], port: int) -> None:
-        self.port = port
-        self.process = subprocess.Popen(
-            argv,
-            env={**os.environ, "PYTHONPATH": str(STANDIN), **env},
-            start_new_session=True,
-            stderr=subprocess.PIPE,
-        )
-        wait_for(lambda: healthy(port), "the stand-in to answer /health", process=self.process)
-        self.tree = [self.process.pid, *(c.pid for c in self.children())]
-
-    def children(self) -> list[psutil.Process]:
-        return psutil.Process(self.process.pid).children(recursive=True)
-
-    def stop(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=10)
-        if self.process.stderr is not None:
-            self.process.stderr.close()
+from tests.helpers import PROFILE, STANDIN, Server, free_port, sleeper, wait_for, wait_for_record
 
 
 class StartServer(Protocol):
@@ -708,18 +659,6 @@ def test_nccl_debug_variables_are_tolerated_when_run_added_them(
 
 
 # The process a check reads, as another user or an older nccl-launch may have started it.
-
-
-@contextlib.contextmanager
-def sleeper(env: dict[bytes, bytes], *title: bytes) -> Iterator[int]:
-    """A real process with exactly `env` (bytes: it may hold what is not UTF-8); its PID."""
-    argv = [b"python", b"-c", b"import time; time.sleep(60)", *title]  # a title of any checkout
-    process = subprocess.Popen(argv, executable=sys.executable, env=env)  # once exec succeeded
-    try:
-        yield process.pid
-    finally:
-        process.kill()
-        process.wait()
 
 
 EVIL = 'schema = 1\nname = "evil"\nversion = 1\n[nccl]\nPROTO = "LL"\n'

@@ -13,8 +13,7 @@ import pytest
 from nccl_launch.masking import MASK, is_secret, mask_argv, mask_credentials, mask_value, mask_words
 from nccl_launch.sglang import facts
 from tests.conftest import RunCli, WriteProfile, console_script
-from tests.helpers import free_port
-from tests.test_live import Server
+from tests.helpers import Server, free_port, sleeper
 
 # Every value here is a secret that must not appear in any human output.
 SECRETS = {
@@ -333,8 +332,6 @@ def test_masking_takes_linear_time(word: str) -> None:
 def test_check_masks_a_credential_flag_in_a_process_title(
     fmt: str, write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
-    from tests.test_live import sleeper
-
     write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
     with sleeper({b"NCCL_PROTO": b"LL"}, b"--api-key", b"sk-live-123", b"--token=sk-456") as pid:
         result = run_cli("check", "p", "--pid", str(pid), "--format", fmt)
@@ -379,8 +376,6 @@ def test_a_process_title_is_masked_before_it_is_quoted(
     key: bytes, fmt: str, write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     """Quoting first made `'sk x y'` three words, of which masking hid one."""
-    from tests.test_live import sleeper
-
     write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
     flags = (b"--api-key", key, b"--ssl-keyfile-password=" + key)
     with sleeper({b"NCCL_PROTO": b"LL"}, *flags) as pid:
@@ -419,8 +414,6 @@ def test_a_flag_of_its_own_that_starts_a_credential_flag_is_kept() -> None:
 def test_check_masks_abbreviated_credential_flags_in_a_process_title(
     write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
-    from tests.test_live import sleeper
-
     write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
     with sleeper({b"NCCL_PROTO": b"LL"}, b"--ap", b"k1-9z", b"--admin-api=k2-9z") as pid:
         result = run_cli("check", "p", "--pid", str(pid))

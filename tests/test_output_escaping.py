@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import RunCli
-from tests.test_live import sleeper
+from tests.helpers import sleeper
 
 # ESC, an OSC title sequence, BEL, a newline then a forged line, C1's CSI (U+009B), U+2028
 # (a line separator to some viewers) and U+202E (it reverses what follows on screen).

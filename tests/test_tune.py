@@ -23,8 +23,7 @@ import pytest
 from nccl_launch.tune.journal import Journal
 from nccl_launch.tune.search import Score, Space, Values, descend, grid
 from tests.conftest import RunCli, WriteProfile, console_script
-from tests.helpers import STANDIN, free_port, wait_for
-from tests.test_live import Server
+from tests.helpers import STANDIN, Server, free_port, wait_for
 
 SEED = """
 schema = 1
@@ -48,7 +47,8 @@ accept = ["NCCL_MAX_NCHANNELS deprecated"]
 # Short trials: 3 runs of 40 tokens at about 200 tok/s, no warm-up; a server that is not
 # ready within 2 s never will be (the stand-in is up in a fraction of a second).
 FAST = ("--max-tokens", "40", "--runs", "3", "--warmup", "0", "--ready-timeout", "2")
-MODEL = {"PYTHONPATH": str(STANDIN), "STANDIN_TUNE_MODEL": "1"}
+# The same noise in each run of a test: the winner depends on the rate model alone.
+MODEL = {"PYTHONPATH": str(STANDIN), "STANDIN_TUNE_MODEL": "1", "STANDIN_SEED": "0"}
 
 
 JSON_KEYS = {
@@ -360,6 +360,25 @@ def test_an_interrupted_tune_resumes_without_measuring_a_finished_trial_again(
     digests = [line["digest"] for line in journal_lines(journal)]
     assert digests.count(first["digest"]) == 1
     assert len(digests) == 3  # the seed, NCCL's defaults, PROTO=LL128
+
+
+def test_the_interruptions_reach_tune_when_the_suite_runs_under_nohup(tmp_path: Path) -> None:
+    # `nohup` (or a script's background) starts the suite with SIGHUP (SIGINT) ignored, which
+    # each process it starts would inherit across exec: the test above, run so, must still
+    # see every signal end the tune it started.
+    test = "test_an_interrupted_tune_resumes_without_measuring_a_finished_trial_again"
+    pytest_argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    pytest_argv += [f"--basetemp={tmp_path / 'inner'}", f"{__file__}::{test}"]
+    result = subprocess.run(
+        ["bash", "-c", "trap '' HUP INT; exec \"$@\"", "nohup", *pytest_argv],
+        cwd=Path(__file__).parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "3 passed" in result.stdout
 
 
 def test_write_gives_the_next_version_whose_baseline_bench_meets(

@@ -26,7 +26,7 @@ from nccl_launch.live.compare import LiveReport
 from nccl_launch.tune import trial
 from nccl_launch.tune.trial import TrialSettings, run_trial
 from tests.conftest import WriteProfile
-from tests.helpers import STANDIN, free_port, wait_for
+from tests.helpers import STANDIN, free_port, stop_left, wait_for
 
 RATE = 400  # STANDIN_TOKEN_RATE: a run of 40 tokens takes some 0.1 s
 SETTINGS = TrialSettings(
@@ -84,12 +84,10 @@ def standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     process a trial started may outlive the test."""
     monkeypatch.setenv("PYTHONPATH", str(STANDIN))
     monkeypatch.setenv("STANDIN_TUNE_MODEL", "1")
+    monkeypatch.setenv("STANDIN_SEED", "0")
     monkeypatch.setenv("STANDIN_TOKEN_RATE", str(RATE))
     yield
-    left = psutil.Process().children(recursive=True)
-    for process in left:
-        process.kill()
-    assert left == [], "a trial left processes running"
+    assert stop_left() == [], "a trial left processes running"
 
 
 def free(port: int) -> bool:

@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from click.exceptions import Exit
 from click.shell_completion import (
     BashComplete,
     CompletionItem,
@@ -31,7 +32,9 @@ SPECIAL_PREFIXES = "$@"
 def check_request(environ: Mapping[str, str]) -> None:
     """UsageError, one line, unless `environ` holds a request the completion scripts make:
     a shell and an action click knows, and for `complete` the variables it reads (click would
-    fail on their absence with a KeyError, an internal error, or exit 1 without a word)."""
+    fail on their absence with a KeyError, an internal error, or exit 1 without a word).
+    A line holding a byte that is not UTF-8 ends the request with nothing offered (Exit 0):
+    no profile name holds one, and click could not write a word holding one back."""
     request = environ.get(COMPLETE_VAR, "")
     if not request:  # click runs the command as if it were unset
         return
@@ -50,6 +53,11 @@ def check_request(environ: Mapping[str, str]) -> None:
         raise UsageError(f"COMP_CWORD={word!r}: the index of the word completed, as in 2")
     if request == "fish_complete" and word and not split_arg_string(word):
         raise UsageError(f"COMP_CWORD={word!r}: the word completed, or nothing")
+    line = [environ.get(name, "") for name in ("COMP_WORDS", "COMP_CWORD", "COMP_LINE")]
+    try:
+        "".join(line).encode()
+    except UnicodeEncodeError:  # the shell's bytes, kept as surrogates (surrogateescape)
+        raise Exit(0) from None
 
 
 def replaced_part(value: str, word: str, breaks: str) -> str:

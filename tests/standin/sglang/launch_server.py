@@ -37,7 +37,8 @@ Knobs, for tests:
 - STANDIN_TUNE_MODEL=1 makes the rate a function of the NCCL environment the server started
   with, for `tune`: STANDIN_TOKEN_RATE times one factor per variable of TUNE_FACTORS (a value
   not in its table: 1.0), each request's rate then times a uniform factor in [1-n, 1+n],
-  n = STANDIN_NOISE (default 0.01);
+  n = STANDIN_NOISE (default 0.01), drawn from a generator seeded with STANDIN_SEED (unset:
+  a fresh seed each start);
 - it logs `server_args=ServerArgs(model_path=..., api_key=..., admin_api_key=...)` on stderr
   first, as SGLang does;
 - STANDIN_START_DELAY=S: /health answers 503 for S seconds after the workers are up;
@@ -143,12 +144,12 @@ def base_rate() -> float:
     return rate
 
 
-def request_rate(base: float) -> float:
-    """One request's rate: the tune model's adds its noise."""
+def request_rate(base: float, draw: random.Random) -> float:
+    """One request's rate: the tune model's adds its noise, from `draw`."""
     if os.environ.get("STANDIN_TUNE_MODEL") != "1":
         return base
     noise = float(os.environ.get("STANDIN_NOISE", 0.01))
-    return base * random.uniform(1 - noise, 1 + noise)  # noqa: S311 - noise, not a secret
+    return base * draw.uniform(1 - noise, 1 + noise)
 
 
 def holds_any(spec: str) -> str | None:
@@ -204,6 +205,7 @@ class Server:
         self.ready = False
         self.healthy_at = float("inf")  # time.monotonic() from which /health answers 200
         self.rate = base_rate()  # of the environment at start, as NCCL reads it once
+        self.noise = random.Random(os.environ.get("STANDIN_SEED"))  # noqa: S311 - not a secret
         self.late_started = threading.Event()
         self.requests = 0
         self.lock = threading.Lock()
@@ -357,7 +359,7 @@ def handler(server: Server) -> type[BaseHTTPRequestHandler]:
 
         def stream(self, body: dict[str, Any]) -> None:
             tokens = prelude(body, self.wfile)
-            rate = request_rate(server.rate)
+            rate = request_rate(server.rate, server.noise)
             start = time.monotonic() + float(os.environ.get("STANDIN_TTFT", 0))
             chunk = {"id": "standin", "object": "text_completion", "model": body.get("model")}
             for index in range(tokens):
