@@ -365,10 +365,11 @@ def test_an_interrupted_tune_resumes_without_measuring_a_finished_trial_again(
 def test_the_interruptions_reach_tune_when_the_suite_runs_under_nohup(tmp_path: Path) -> None:
     # `nohup` (or a script's background) starts the suite with SIGHUP (SIGINT) ignored, which
     # each process it starts would inherit across exec: the test above, run so, must still
-    # see every signal end the tune it started.
+    # see those two signals end the tune it started.
     test = "test_an_interrupted_tune_resumes_without_measuring_a_finished_trial_again"
+    cases = "ctrl-c or terminal-closed"
     pytest_argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    pytest_argv += [f"--basetemp={tmp_path / 'inner'}", f"{__file__}::{test}"]
+    pytest_argv += [f"--basetemp={tmp_path / 'inner'}", f"{__file__}::{test}", "-k", cases]
     result = subprocess.run(
         ["bash", "-c", "trap '' HUP INT; exec \"$@\"", "nohup", *pytest_argv],
         cwd=Path(__file__).parent.parent,
@@ -378,7 +379,7 @@ def test_the_interruptions_reach_tune_when_the_suite_runs_under_nohup(tmp_path: 
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "3 passed" in result.stdout
+    assert "2 passed" in result.stdout
 
 
 def test_write_gives_the_next_version_whose_baseline_bench_meets(
