@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nccl_launch.sglang.argv import duplicated_flags, empty_credentials, extra_settings
-from nccl_launch.sglang.facts import MTP_ARCHITECTURES
+from nccl_launch.sglang.facts import MTP_ARCHITECTURES, NCCL_OVERRIDING_FLAGS, abbreviates
 from nccl_launch.sglang.server import Server
 
 # The algorithms that run without a draft model only on a model with built-in MTP layers.
@@ -92,25 +92,34 @@ def server_problems(server: Server) -> list[tuple[str, str]]:
 
 def server_warnings(server: Server, env: dict[str, str]) -> list[tuple[str, str]]:
     """Where SGLang will not honour what the profile declares, and what only the host decides:
-    (subject, message) pairs, the subject a key (`env.X`) or a flag the message starts with."""
+    (subject, message) pairs, the subject a key (`env.X`) or the flag as SGLang reads it."""
     warnings = []
     if mtp_algorithm(server) is not None:
         subject = "server.speculative.draft_model_path"
         why = "built-in MTP layers (DeepSeek-V3 style); preflight and run check its config.json"
         warnings.append((subject, f"{subject}: none given, so the model must have {why}"))
-    args = set(server.args)
     if "CUDA_DEVICE_MAX_CONNECTIONS" in env:
         subject = "env.CUDA_DEVICE_MAX_CONNECTIONS"
         warnings.append((subject, f"{subject}: SGLang always sets it to 8 in its workers"))
     tuned = [key for key in ("NCCL_ALGO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS") if key in env]
     subject = "--enable-deterministic-inference"
-    if subject in args and server.tp_size > 1 and tuned:
+    typed = _typed(server.args, subject)
+    if typed and server.tp_size > 1 and tuned:
         overridden = f"{', '.join(tuned)} (NCCL_ALGO=allreduce:tree, 8 channels)"
-        warnings.append((subject, f"{subject} makes SGLang override {overridden}"))
-    for option, key in (
-        ("--enable-symm-mem", "NCCL_CUMEM_ENABLE"),
-        ("--enable-nccl-nvls", "NCCL_NVLS_ENABLE"),
-    ):
-        if option in args and key in env:
-            warnings.append((option, f"{option} makes SGLang override {key} = {env[key]!r}"))
+        warnings.append((subject, f"{typed} makes SGLang override {overridden}"))
+    for flag, keys in NCCL_OVERRIDING_FLAGS.items():
+        typed = _typed(server.args, flag)
+        declared = ", ".join(f"{key} = {env[key]!r}" for key in keys if key in env)
+        if typed and declared:
+            warnings.append((flag, f"{typed} makes SGLang override {declared}"))
     return warnings
+
+
+def _typed(args: list[str], flag: str) -> str | None:
+    """How `args` spell `flag`, as SGLang's parser reads them (`--enable-symm` for
+    `--enable-symm-mem`, its prefix), with what it reads it as; None when they do not."""
+    for word in args:
+        option = word.partition("=")[0]
+        if abbreviates(option, (flag,)):
+            return flag if option == flag else f"{option} (SGLang reads {flag})"
+    return None
