@@ -568,6 +568,43 @@ def test_systemd_refuses_what_would_become_unit_structure(
     assert f"profiles/served.toml: {message}" in result.stderr.splitlines()[0]
 
 
+# What `run` reads as a directory relative to where it starts, or as a path that systemd
+# refuses or reads otherwise: `-` (ignore a missing one) and `~` (the user's home) are its own.
+@pytest.mark.parametrize(
+    "cwd", ["models", "./models", "-/srv/models", "~", "~/models", " /srv/models", "/srv/a/../b"]
+)
+def test_systemd_refuses_a_cwd_it_would_not_start_in_as_run_does(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path, cwd: str
+) -> None:
+    write_profile("served", SERVER.format(python=sys.executable).replace(CWD, f"cwd = {cwd!r}"))
+    result = run_cli("systemd", "served", "--output", str(tmp_path / "served.service"))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        f"nccl-launch: profiles/served.toml: server.cwd: {cwd!r} is not an absolute path "
+        "without '..', which systemd's WorkingDirectory= needs to start the unit; write the "
+        "directory's absolute path\n"
+    )
+    assert not (tmp_path / "served.service").exists()
+
+
+def test_systemd_writes_an_absolute_cwd_literally_and_refuses_a_trailing_blank(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path, systemd_analyze: str
+) -> None:
+    text = SERVER.format(python=sys.executable).replace(CWD, "cwd = '/srv/50%/./-x'")
+    write_profile("served", text)
+    target = tmp_path / "served.service"
+    assert run_cli("systemd", "served", "--output", str(target)).returncode == 0
+    assert "WorkingDirectory=/srv/50%%/./-x" in target.read_text().splitlines()
+    done = subprocess.run([systemd_analyze, "verify", str(target)], capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    write_profile("served", text.replace("-x'", "-x '"))
+    result = run_cli("systemd", "served")
+    assert (result.returncode, result.stderr) == (
+        2,
+        "nccl-launch: profiles/served.toml: server.cwd: ends in a blank, which systemd drops\n",
+    )
+
+
 @pytest.mark.parametrize("user", ["root\nExecStartPre=/nonexistent/evil", "", "-root", "a b", "%i"])
 def test_systemd_refuses_a_user_that_is_no_user_name(
     write_profile: WriteProfile, run_cli: RunCli, user: str

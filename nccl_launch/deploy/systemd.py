@@ -84,10 +84,30 @@ def _env_file_line(loaded: LoadedProfile, path: Path) -> str:
     resolved but not the file's own (a rotated `current.env` link stays the one named);
     `%` doubled (a specifier); trailing blanks refused (systemd strips them)."""
     named = Path(os.path.realpath(path.parent)) / path.name
-    text = _one_line(f"{loaded.path}: env_files: {path}", str(named))
+    return "EnvironmentFile=" + _unit_path(f"{loaded.path}: env_files: {path}", str(named))
+
+
+def _working_directory(loaded: LoadedProfile, cwd: str) -> str:
+    """`WorkingDirectory=` for the server's cwd, the directory `run` changes to: systemd
+    starts no unit whose path is relative or holds `..`, and reads a leading `-` or `~` as
+    its own syntax (relative paths to `run`), so only an absolute path without `..` is
+    written, literally."""
+    where = f"{loaded.path}: server.cwd"
+    if not cwd.startswith("/") or ".." in cwd.split("/"):
+        raise UsageError(
+            f"{where}: {cwd!r} is not an absolute path without '..', which systemd's "
+            "WorkingDirectory= needs to start the unit; write the directory's absolute path"
+        )
+    return "WorkingDirectory=" + _unit_path(where, cwd)
+
+
+def _unit_path(where: str, path: str) -> str:
+    """`path` as a unit line's value: on one line, `%` doubled (a specifier), a trailing
+    blank refused (systemd drops it)."""
+    text = _one_line(where, path)
     if text != text.rstrip():
-        raise UsageError(f"{loaded.path}: env_files: {path}: ends in a blank, which systemd drops")
-    return "EnvironmentFile=" + text.replace("%", "%%")
+        raise UsageError(f"{where}: ends in a blank, which systemd drops")
+    return text.replace("%", "%%")
 
 
 def _user(user: str) -> str:
@@ -167,14 +187,11 @@ def unit_file(
     description = _one_line(
         f"{loaded.path}: description", profile.description or f"SGLang server of {profile.label}"
     )
-    cwd = server.cwd
-    if cwd:
-        cwd = _one_line(f"{loaded.path}: server.cwd", cwd).replace("%", "%%")
     profile_words = exec_word(path) + (f" --digest {loaded.plan.digest}" if pin else "")
     service = [
         "Type=exec",
         *([f"User={_user(user)}"] if user is not None else []),
-        *([f"WorkingDirectory={cwd}"] if cwd else []),
+        *([_working_directory(loaded, server.cwd)] if server.cwd is not None else []),
         # The unit's processes get the secrets from systemd; run reads the same files and
         # finds the same values, a match.
         *[_env_file_line(loaded, path) for path in loaded.env_files],
