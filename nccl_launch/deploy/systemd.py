@@ -271,11 +271,13 @@ def write_unit(
         raise UsageError(f"{loaded.path}: no [server] table, so no server to run as a service")
     notes = []
     try:
-        assignments = [(path, each) for path in loaded.env_files for each in env_file_lines(path)]
-    except FileError as error:  # root writing the unit of a file the service's User= owns
+        # Read, not trusted: the service's User= runs with them, and its run judges them.
+        assignments = [
+            (path, each) for path in loaded.env_files for each in env_file_lines(path, False)
+        ]
+    except FileError as error:  # a file this user may not read, or none
         assignments = None
-        why = str(error).split("; ")[0]  # not its fix: it is the service's user that reads it
-        notes.append(f"the env files' values are not checked here: {why}")
+        notes.append(f"the env files' values are not checked here: {error}")
     extra, on_args = server_words(loaded, server, ref, args, assignments)
     notes += on_args
     notes += [
