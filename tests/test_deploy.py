@@ -351,7 +351,7 @@ def test_the_servers_arguments_end_both_exec_lines_and_only_references_hold_cred
         ("--x=password=hunter2&tls=1",): "-- ARGS: a credential",
         ("--api-key sk-live-1",): "-- ARGS: a credential",
         ("--log-level", "a\nExecStartPost=/bin/evil"): "-- ARGS: argument 2: holds the control",
-        ("--tp", "4"): "extra argument --tp repeats the field tp_size",
+        ("--tp", "4"): "-- ARGS: --tp repeats the field tp_size",
         ("--api-key", ""): "-- ARGS: --api-key has an empty value, which SGLang takes as no key",
         ("--admin-api=",): "-- ARGS: --admin-api has an empty value",
     }

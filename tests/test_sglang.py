@@ -145,7 +145,7 @@ def test_extra_arguments_may_not_repeat_structured_fields(
     result = run_cli("run", "tp8", "--", "--tp", "8")
     assert result.returncode == 2
     assert result.stderr == (
-        "nccl-launch: extra argument --tp repeats the field tp_size, which `--` cannot change: "
+        "nccl-launch: -- ARGS: --tp repeats the field tp_size, which `--` cannot change; "
         "set tp_size in [server] of profiles/tp8.toml "
         "(or of a copy: nccl-launch new NAME --from tp8)\n"
     )

@@ -16,9 +16,10 @@ from nccl_launch.digits import is_ascii_digits
 from nccl_launch.env.env_files import Assignment, env_file_lines
 from nccl_launch.errors import UsageError
 from nccl_launch.files import FileError, write_output
+from nccl_launch.findings import refuse
 from nccl_launch.masking import masked_values
 from nccl_launch.profile.load import LoadedProfile, load_profile
-from nccl_launch.sglang.argv import empty_credentials, refuse_repeated
+from nccl_launch.sglang.rules import argument_findings
 from nccl_launch.sglang.server import Server
 
 START_TIMEOUT_S = 1800  # model load and CUDA-graph capture take minutes on 8 GPUs
@@ -135,15 +136,9 @@ def server_words(
     credential flag's value must be such a reference: written out, anyone could read it."""
     if not args:
         return "", []
-    refuse_repeated(server, args, str(loaded.path), ref)
+    refuse(argument_findings(server, args, str(loaded.path), ref))
     for index, word in enumerate(args, start=1):
         _one_line(f"-- ARGS: argument {index}", word)
-    empty = empty_credentials(args)
-    if empty:
-        raise UsageError(
-            f"-- ARGS: {empty[0]} has an empty value, which SGLang takes as no key (every "
-            "request served); pass ${NAME} of an env file of the profile"
-        )
     # Split at blanks too, as SGLang's error shows a word: `'--api-key sk-1'` as one word.
     hidden = masked_values(args) | masked_values(" ".join(args).split())
     if any(_REFERENCE.sub("", value) for value in hidden):

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Sequence
+
+from nccl_launch.findings import Finding
 from nccl_launch.sglang.argv import duplicated_flags, empty_credentials, extra_settings
 from nccl_launch.sglang.facts import MTP_ARCHITECTURES, NCCL_OVERRIDING_FLAGS, abbreviates
 from nccl_launch.sglang.server import Server
 
 # The algorithms that run without a draft model only on a model with built-in MTP layers.
 _MTP_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
+# Where the server's arguments come from: the profile, or after `--` (run's, a unit's).
+ARGS, EXTRA_ARGS = "server.args", "-- ARGS"
+_NO_KEY = "which SGLang takes as no key (every request served)"
+_KEY_FIX = "pass the key after '--' (a unit's ${NAME} that no EnvironmentFile= sets is empty)"
 
 
 def speculative_problems(server: Server) -> list[tuple[str, str]]:
@@ -65,29 +73,49 @@ def mtp_problem(server: Server, architecture: str | None) -> tuple[str, str] | N
     return "speculative.draft_model_path", message
 
 
-def server_problems(server: Server) -> list[tuple[str, str]]:
+def server_problems(server: Server) -> list[Finding]:
     """Every rule a resolved `[server]` table must meet before SGLang is started."""
     problems = []
     if server.model_path is None:
-        problems.append(("model_path", "required key is missing"))
+        problems.append(Finding("missing-key", "server.model_path", "required key is missing"))
     if (server.tp_size * server.pp_size) % server.nnodes:
-        problems.append(
-            (
-                "nnodes",
-                f"tp_size * pp_size = {server.tp_size * server.pp_size} is not a multiple of "
-                f"nnodes = {server.nnodes} (SGLang asserts it)",
-            )
+        product = server.tp_size * server.pp_size
+        message = (
+            f"tp_size * pp_size = {product} is not a multiple of nnodes = {server.nnodes} "
+            "(SGLang asserts it)"
         )
+        problems.append(Finding("nnodes", "server.nnodes", message))
     if server.node_rank is not None and server.node_rank >= server.nnodes:
-        problems.append(("node_rank", f"{server.node_rank} is not below nnodes = {server.nnodes}"))
-    problems += [
-        ("args", f"{option} repeats the field {flag.field}; set it there")
-        for option, flag in duplicated_flags(server.args, extra_settings(server))
+        message = f"{server.node_rank} is not below nnodes = {server.nnodes}"
+        problems.append(Finding("node-rank", "server.node_rank", message))
+    problems += argument_findings(server)
+    return problems + [
+        Finding("speculative", f"server.{key}", message)
+        for key, message in speculative_problems(server)
     ]
-    for option in empty_credentials(server.args):
-        why = "which SGLang takes as no key (every request served)"
-        problems.append(("args", f"{option} has an empty value, {why}; pass the key after '--'"))
-    return problems + speculative_problems(server)
+
+
+def argument_findings(
+    server: Server, extra: Sequence[str] = (), path: str = "", ref: str = ""
+) -> list[Finding]:
+    """What SGLang's rules say of the server's arguments, those of `[server] args` and the
+    `extra` ones after `--` (of the profile `ref`, read from `path`): a structured field
+    repeated, an API key given empty (SGLang then serves every request)."""
+    findings = []
+    settings = extra_settings(server)
+    copy = f"(or of a copy: nccl-launch new NAME --from {shlex.quote(ref)})"
+    for where, args in ((ARGS, server.args), (EXTRA_ARGS, extra)):
+        for option, flag in duplicated_flags(list(args), settings):
+            message = f"{option} repeats the field {flag.field}"
+            if where == EXTRA_ARGS:
+                message += ", which `--` cannot change"
+            fix = "set it there" if where == ARGS else f"set {flag.place} of {path} {copy}"
+            findings.append(Finding("repeated-field", where, message, fix))
+        findings += [
+            Finding("empty-key", where, f"{option} has an empty value, {_NO_KEY}", _KEY_FIX)
+            for option in empty_credentials(args)
+        ]
+    return findings
 
 
 def server_warnings(server: Server, env: dict[str, str]) -> list[tuple[str, str]]:
