@@ -120,7 +120,7 @@ def prepare_launch(
     if server is not None:
         mtp = mtp_problem(server, model_architecture(server.model_path or ""))
         if mtp is not None:
-            raise ProfileError([f"{loaded.path}: server.{mtp[0]}: {mtp[1]}"])
+            raise ProfileError([f"{loaded.path}: {mtp.text()}"])
         refuse(argument_findings(server, extra, str(loaded.path), ref))
         argv = plan.argv + placement_args(server, placement, calling) + list(extra)
     elif placement != Placement():

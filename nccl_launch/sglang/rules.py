@@ -18,8 +18,8 @@ _NO_KEY = "which SGLang takes as no key (every request served)"
 _KEY_FIX = "pass the key after '--' (a unit's ${NAME} that no EnvironmentFile= sets is empty)"
 
 
-def speculative_problems(server: Server) -> list[tuple[str, str]]:
-    """SGLang's own speculative rules, checked before start: (key, message) pairs."""
+def speculative_problems(server: Server) -> list[Finding]:
+    """SGLang's own speculative rules, checked before start."""
     spec = server.speculative
     if spec is None:
         return []
@@ -30,22 +30,27 @@ def speculative_problems(server: Server) -> list[tuple[str, str]]:
     if 0 < len(missing) < len(trio):
         message = (
             f"num_steps, eagle_topk and num_draft_tokens go together; {', '.join(missing)} "
-            "missing (SGLang asserts or crashes otherwise): give all three, or none"
+            "missing (SGLang asserts or crashes otherwise)"
         )
-        problems.append(("speculative", message))
+        fix = "give all three, or none"
+        problems.append(Finding("speculative", "server.speculative", message, fix))
     if steps is not None and topk == 1 and drafts is not None and drafts != steps + 1:
+        where = "server.speculative.num_draft_tokens"
         message = (
             f"{drafts} with eagle_topk = 1 and num_steps = {steps}: SGLang silently runs "
-            f"{steps + 1} instead; write num_draft_tokens = {steps + 1}"
+            f"{steps + 1} instead"
         )
-        problems.append(("speculative.num_draft_tokens", message))
+        fix = f"write num_draft_tokens = {steps + 1}"
+        problems.append(Finding("speculative", where, message, fix))
     algorithm, draft = spec.algorithm, spec.draft_model_path
     if algorithm == "DFLASH" and draft is None:
-        problems.append(("speculative.draft_model_path", "DFLASH requires a draft model path"))
+        message = "DFLASH requires a draft model path"
+        problems.append(Finding("speculative", "server.speculative.draft_model_path", message))
     if algorithm in ("UNO", "NGRAM") and draft is not None:
-        problems.append(("speculative.draft_model_path", f"{algorithm} takes no draft model"))
+        message = f"{algorithm} takes no draft model"
+        problems.append(Finding("speculative", "server.speculative.draft_model_path", message))
     if algorithm == "UNO" and not any(arg.startswith("--uno-lora-path") for arg in server.args):
-        problems.append(("args", "UNO needs --uno-lora-path in args"))
+        problems.append(Finding("speculative", ARGS, "UNO needs --uno-lora-path in args"))
     return problems
 
 
@@ -59,7 +64,7 @@ def mtp_algorithm(server: Server) -> str | None:
     return spec.algorithm
 
 
-def mtp_problem(server: Server, architecture: str | None) -> tuple[str, str] | None:
+def mtp_problem(server: Server, architecture: str | None) -> Finding | None:
     """Why the model (of `architecture`, None when unknown) cannot draft for itself under the
     server's speculative algorithm, if it must (`mtp_algorithm`)."""
     algorithm = mtp_algorithm(server)
@@ -70,7 +75,7 @@ def mtp_problem(server: Server, architecture: str | None) -> tuple[str, str] | N
         f"{algorithm} needs a draft model unless the model has built-in MTP layers "
         f"(DeepSeek-V3 style); the model's architecture is {found}"
     )
-    return "speculative.draft_model_path", message
+    return Finding("mtp", "server.speculative.draft_model_path", message)
 
 
 def server_problems(server: Server) -> list[Finding]:
@@ -89,10 +94,7 @@ def server_problems(server: Server) -> list[Finding]:
         message = f"{server.node_rank} is not below nnodes = {server.nnodes}"
         problems.append(Finding("node-rank", "server.node_rank", message))
     problems += argument_findings(server)
-    return problems + [
-        Finding("speculative", f"server.{key}", message)
-        for key, message in speculative_problems(server)
-    ]
+    return problems + speculative_problems(server)
 
 
 def argument_findings(
