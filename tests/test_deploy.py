@@ -337,9 +337,9 @@ def test_the_servers_arguments_end_both_exec_lines_and_only_references_hold_cred
     typo = run_cli("systemd", "served", "--", "--api-key", "${API_KEYS}")
     assert typo.returncode == 0
     assert typo.stderr == (
-        f"nccl-launch: warning: ${{API_KEYS}} is set by none of the profile's env files "
-        f"({path.with_name('served.env')}): unless the unit's environment has it, systemd "
-        "passes an empty argument\n"
+        f"nccl-launch: warning: ${{API_KEYS}}: set by none of the profile's env files "
+        f"({path.with_name('served.env')}), so unless the unit's environment has it, systemd "
+        "passes an empty argument; write API_KEYS=VALUE in one of them\n"
     )
     target.unlink()
     refusals = {
@@ -435,7 +435,7 @@ def test_a_file_the_services_user_may_not_read_is_named_when_the_unit_is_written
     assert result.returncode == 0, result.stderr
     assert result.stderr == (
         f"nccl-launch: warning: {env_file}: User=nobody may not read it (mode 0600, uid 0), so "
-        "the unit's preflight and run would fail at start: chown nobody, or chgrp its group "
+        "the unit's preflight and run would fail at start; chown nobody, or chgrp its group "
         "and chmod 0640\n"
     )
     assert run_cli("systemd", "served", "--user", "root").stderr == ""
@@ -450,7 +450,7 @@ def test_a_file_the_services_user_may_not_read_is_named_when_the_unit_is_written
     env_file.unlink()
     result = run_cli("systemd", "served", "--user", "nobody")
     assert result.stderr == (
-        "nccl-launch: warning: the env files' values are not checked here: env file "
+        "nccl-launch: warning: env_files: their values are not checked here: env file "
         f"{env_file}: cannot read: No such file or directory\n"
     )
 

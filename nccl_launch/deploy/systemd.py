@@ -16,7 +16,7 @@ from nccl_launch.digits import is_ascii_digits
 from nccl_launch.env.env_files import Assignment, env_file_lines
 from nccl_launch.errors import UsageError
 from nccl_launch.files import FileError, write_output
-from nccl_launch.findings import refuse
+from nccl_launch.findings import Finding, refuse
 from nccl_launch.masking import masked_values
 from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.sglang.rules import argument_findings
@@ -129,7 +129,7 @@ def server_words(
     ref: str,
     args: Sequence[str],
     assignments: Assignments | None,
-) -> tuple[str, list[str]]:
+) -> tuple[str, list[Finding]]:
     """` -- ARGS` of the Exec lines for the server's extra arguments `args` (empty without
     any), `${NAME}` kept for systemd to expand; and a note for each NAME that none of the
     profile's env files sets as systemd reads them (it would pass an empty argument). A
@@ -157,16 +157,19 @@ def server_words(
     notes = []
     for name in sorted(names - set_for_systemd):
         if name in exported:
-            notes.append(
-                f"${{{name}}}: {exported[name]} sets it with 'export', which systemd's "
-                f"EnvironmentFile= does not read; write {name}=VALUE there, or systemd passes "
-                "an empty argument"
+            message = (
+                f"{exported[name]} sets it with 'export', which systemd's EnvironmentFile= does "
+                "not read"
             )
+            fix = f"write {name}=VALUE there, or systemd passes an empty argument"
+            notes.append(Finding("exported", f"${{{name}}}", message, fix, "warning"))
         else:
-            notes.append(
-                f"${{{name}}} is set by none of the profile's env files ({files}): unless the "
-                "unit's environment has it, systemd passes an empty argument"
+            message = (
+                f"set by none of the profile's env files ({files}), so unless the unit's "
+                "environment has it, systemd passes an empty argument"
             )
+            fix = f"write {name}=VALUE in one of them"
+            notes.append(Finding("unset-reference", f"${{{name}}}", message, fix, "warning"))
     return words, notes
 
 
@@ -219,7 +222,7 @@ def unit_file(
     return "\n".join(lines) + "\n"
 
 
-def unreadable_by(user: str, paths: Sequence[Path]) -> list[str]:
+def unreadable_by(user: str, paths: Sequence[Path]) -> list[Finding]:
     """A note for each of `paths` (the profile's files, its env files) that the service's
     `user` may not read by its mode, where the unit's preflight and run would fail at every
     start; none for root, or for a user this host does not know (it may be made later)."""
@@ -241,11 +244,12 @@ def unreadable_by(user: str, paths: Sequence[Path]) -> list[str]:
         else:
             bit = stat.S_IRGRP if status.st_gid in {entry.pw_gid, *member} else stat.S_IROTH
         if not status.st_mode & bit:
-            notes.append(
-                f"{path}: User={user} may not read it (mode {stat.S_IMODE(status.st_mode):04o}, "
-                f"uid {status.st_uid}), so the unit's preflight and run would fail at start: "
-                f"chown {user}, or chgrp its group and chmod 0640"
+            message = (
+                f"User={user} may not read it (mode {stat.S_IMODE(status.st_mode):04o}, uid "
+                f"{status.st_uid}), so the unit's preflight and run would fail at start"
             )
+            fix = f"chown {user}, or chgrp its group and chmod 0640"
+            notes.append(Finding("unreadable", str(path), message, fix, "warning"))
     return notes
 
 
@@ -256,7 +260,7 @@ def write_unit(
     force: bool,
     pin: bool = True,
     args: Sequence[str] = (),
-) -> tuple[str, list[str]]:
+) -> tuple[str, list[Finding]]:
     """The unit of profile `ref` (its digest pinned unless `pin` is False, the server's
     extra `args` after `--`), written atomically to `output` when given (never replacing a
     file without `force`); and the notes on `args`."""
@@ -264,7 +268,7 @@ def write_unit(
     server = loaded.profile.server
     if server is None:
         raise UsageError(f"{loaded.path}: no [server] table, so no server to run as a service")
-    notes = []
+    notes: list[Finding] = []
     try:
         # Read, not trusted: the service's User= runs with them, and its run judges them.
         assignments = [
@@ -272,13 +276,22 @@ def write_unit(
         ]
     except FileError as error:  # a file this user may not read, or none
         assignments = None
-        notes.append(f"the env files' values are not checked here: {error}")
+        why = f"their values are not checked here: {error}"
+        notes.append(Finding("unchecked", "env_files", why, "", "warning"))
     extra, on_args = server_words(loaded, server, ref, args, assignments)
     notes += on_args
+    otherwise = (
+        "systemd's EnvironmentFile= may read this value otherwise than run does (quotes, "
+        "blanks, backslashes, $), and the unit's run would refuse the difference as drift"
+    )
     notes += [
-        f"{path}:{each.line}: {each.key}: systemd's EnvironmentFile= may read this value "
-        "otherwise than run does (quotes, blanks, backslashes, $), and the unit's run would "
-        "refuse the difference as drift; write it plainly or in single quotes"
+        Finding(
+            "read-otherwise",
+            f"{path}:{each.line}: {each.key}",
+            otherwise,
+            "write it plainly or in single quotes",
+            "warning",
+        )
         for path, each in assignments or []
         if not each.alike
     ]
