@@ -348,6 +348,15 @@ args = ["--api-key", ""]
 """
 
 
+def test_a_key_flag_ending_the_profiles_args_takes_the_first_word_after_the_dashes(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    write_profile("keyless", KEYLESS.replace('args = ["--api-key", ""]', 'args = ["--api-key"]'))
+    result = run_cli("run", "--dry-run", "keyless", "--", "")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith("nccl-launch: -- ARGS: --api-key has an empty value")
+
+
 def test_everything_after_the_dashes_is_the_servers(
     tuned: Path, tmp_path: Path, nccl_launch: RunCli
 ) -> None:

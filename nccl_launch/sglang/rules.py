@@ -113,10 +113,13 @@ def argument_findings(
                 message += ", which `--` cannot change"
             fix = "set it there" if where == ARGS else f"set {flag.place} of {path} {copy}"
             findings.append(Finding("repeated-field", where, message, fix))
-        findings += [
-            Finding("empty-key", where, f"{option} has an empty value, {_NO_KEY}", _KEY_FIX)
-            for option in empty_credentials(args)
-        ]
+    # Read on from the profile's: its last flag may take the first word after `--`.
+    in_profile = len(empty_credentials(server.args))
+    empty = empty_credentials([*server.args, *extra])
+    for index, option in enumerate(empty):
+        where = ARGS if index < in_profile else EXTRA_ARGS
+        message = f"{option} has an empty value, {_NO_KEY}"
+        findings.append(Finding("empty-key", where, message, _KEY_FIX))
     return findings
 
 
