@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).parent.parent / "nccl_launch"
 # Keep in step with the picture in docs/architecture.md.
 LAYERS = (
     ("nccl_launch", "errors"),
-    ("report", "files", "escaping", "digits"),
+    ("report", "files", "escaping", "digits", "findings"),
     ("nccl",),
     ("sglang",),
     ("masking",),

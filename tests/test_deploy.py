@@ -337,9 +337,9 @@ def test_the_servers_arguments_end_both_exec_lines_and_only_references_hold_cred
     typo = run_cli("systemd", "served", "--", "--api-key", "${API_KEYS}")
     assert typo.returncode == 0
     assert typo.stderr == (
-        f"nccl-launch: warning: ${{API_KEYS}} is set by none of the profile's env files "
-        f"({path.with_name('served.env')}): unless the unit's environment has it, systemd "
-        "passes an empty argument\n"
+        f"nccl-launch: warning: ${{API_KEYS}}: set by none of the profile's env files "
+        f"({path.with_name('served.env')}), so unless the unit's environment has it, systemd "
+        "passes an empty argument; write API_KEYS=VALUE in one of them\n"
     )
     target.unlink()
     refusals = {
@@ -351,7 +351,7 @@ def test_the_servers_arguments_end_both_exec_lines_and_only_references_hold_cred
         ("--x=password=hunter2&tls=1",): "-- ARGS: a credential",
         ("--api-key sk-live-1",): "-- ARGS: a credential",
         ("--log-level", "a\nExecStartPost=/bin/evil"): "-- ARGS: argument 2: holds the control",
-        ("--tp", "4"): "extra argument --tp repeats the field tp_size",
+        ("--tp", "4"): "-- ARGS: --tp repeats the field tp_size",
         ("--api-key", ""): "-- ARGS: --api-key has an empty value, which SGLang takes as no key",
         ("--admin-api=",): "-- ARGS: --admin-api has an empty value",
     }
@@ -435,15 +435,23 @@ def test_a_file_the_services_user_may_not_read_is_named_when_the_unit_is_written
     assert result.returncode == 0, result.stderr
     assert result.stderr == (
         f"nccl-launch: warning: {env_file}: User=nobody may not read it (mode 0600, uid 0), so "
-        "the unit's preflight and run would fail at start: chown nobody, or chgrp its group "
+        "the unit's preflight and run would fail at start; chown nobody, or chgrp its group "
         "and chmod 0640\n"
     )
     assert run_cli("systemd", "served", "--user", "root").stderr == ""
     os.chown(env_file, pwd.getpwnam("nobody").pw_uid, -1)
+    env_file.write_text("HF_TOKEN=hf x\n")  # read, not run: root still checks its values
     result = run_cli("systemd", "served", "--user", "nobody")
     assert result.stderr == (
-        "nccl-launch: warning: the env files' values are not checked here: env file "
-        f"{env_file}: owned by uid {pwd.getpwnam('nobody').pw_uid}, not root\n"
+        f"nccl-launch: warning: {env_file}:1: HF_TOKEN: systemd's EnvironmentFile= may read "
+        "this value otherwise than run does (quotes, blanks, backslashes, $), and the unit's "
+        "run would refuse the difference as drift; write it plainly or in single quotes\n"
+    )
+    env_file.unlink()
+    result = run_cli("systemd", "served", "--user", "nobody")
+    assert result.stderr == (
+        "nccl-launch: warning: env_files: their values are not checked here: env file "
+        f"{env_file}: cannot read: No such file or directory\n"
     )
 
 
@@ -566,6 +574,43 @@ def test_systemd_refuses_what_would_become_unit_structure(
     # The profile's validation refuses control characters in `cwd` before the unit is built
     # (a line of its own, no prefix); the unit writer refuses the rest (prefixed).
     assert f"profiles/served.toml: {message}" in result.stderr.splitlines()[0]
+
+
+# What `run` reads as a directory relative to where it starts, or as a path that systemd
+# refuses or reads otherwise: `-` (ignore a missing one) and `~` (the user's home) are its own.
+@pytest.mark.parametrize(
+    "cwd", ["models", "./models", "-/srv/models", "~", "~/models", " /srv/models", "/srv/a/../b"]
+)
+def test_systemd_refuses_a_cwd_it_would_not_start_in_as_run_does(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path, cwd: str
+) -> None:
+    write_profile("served", SERVER.format(python=sys.executable).replace(CWD, f"cwd = {cwd!r}"))
+    result = run_cli("systemd", "served", "--output", str(tmp_path / "served.service"))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        f"nccl-launch: profiles/served.toml: server.cwd: {cwd!r} is not an absolute path "
+        "without '..', which systemd's WorkingDirectory= needs to start the unit; write the "
+        "directory's absolute path\n"
+    )
+    assert not (tmp_path / "served.service").exists()
+
+
+def test_systemd_writes_an_absolute_cwd_literally_and_refuses_a_trailing_blank(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path, systemd_analyze: str
+) -> None:
+    text = SERVER.format(python=sys.executable).replace(CWD, "cwd = '/srv/50%/./-x'")
+    write_profile("served", text)
+    target = tmp_path / "served.service"
+    assert run_cli("systemd", "served", "--output", str(target)).returncode == 0
+    assert "WorkingDirectory=/srv/50%%/./-x" in target.read_text().splitlines()
+    done = subprocess.run([systemd_analyze, "verify", str(target)], capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    write_profile("served", text.replace("-x'", "-x '"))
+    result = run_cli("systemd", "served")
+    assert (result.returncode, result.stderr) == (
+        2,
+        "nccl-launch: profiles/served.toml: server.cwd: ends in a blank, which systemd drops\n",
+    )
 
 
 @pytest.mark.parametrize("user", ["root\nExecStartPre=/nonexistent/evil", "", "-root", "a b", "%i"])

@@ -316,9 +316,9 @@ def test_an_empty_credential_is_refused_before_the_server_starts(
     assert (result.returncode, result.stdout) == (2, "")
     option = args[0].removesuffix("=")
     assert result.stderr == (
-        f"nccl-launch: {option} has an empty value, which SGLang takes as no key (every "
-        "request served); give the key (a unit's ${NAME} that no EnvironmentFile= sets is "
-        "empty)\n"
+        f"nccl-launch: -- ARGS: {option} has an empty value, which SGLang takes as no key "
+        "(every request served); pass the key after '--' (a unit's ${NAME} that no "
+        "EnvironmentFile= sets is empty)\n"
     )
 
 
@@ -328,7 +328,8 @@ def test_an_empty_key_in_the_profiles_args_is_refused_by_validate_as_by_run(
     path = write_profile("keyless", KEYLESS)
     refusal = (
         f"{Path('profiles/keyless.toml')}: server.args: --api-key has an empty value, which "
-        "SGLang takes as no key (every request served); pass the key after '--'\n"
+        "SGLang takes as no key (every request served); pass the key after '--' (a unit's "
+        "${NAME} that no EnvironmentFile= sets is empty)\n"
     )
     for command in (["validate", str(path)], ["run", "--dry-run", "keyless"]):
         result = run_cli(*command)
@@ -345,6 +346,15 @@ python = "/usr/bin/python3"
 model_path = "/m"
 args = ["--api-key", ""]
 """
+
+
+def test_a_key_flag_ending_the_profiles_args_takes_the_first_word_after_the_dashes(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    write_profile("keyless", KEYLESS.replace('args = ["--api-key", ""]', 'args = ["--api-key"]'))
+    result = run_cli("run", "--dry-run", "keyless", "--", "")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith("nccl-launch: -- ARGS: --api-key has an empty value")
 
 
 def test_everything_after_the_dashes_is_the_servers(

@@ -605,3 +605,25 @@ def test_who_holds_a_busy_port_is_named_with_its_credentials_masked(host: Prefli
     message = checks["port"][0]["message"]
     assert message.endswith(f"by pid {holder.pid} (python -c 'import time; time.sleep(60)' "
                             "--api-key '***')"), message  # fmt: skip
+
+
+def test_every_check_the_report_names_can_be_skipped_by_that_name(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """`--skip` takes the names the report gives its lines, and leaves out those lines only."""
+    write_profile("named", SERVER.format(python=sys.executable, model=tmp_path, tp=1,
+                                         port=free_port(), extra=""))  # fmt: skip
+
+    def names(*skip: str) -> list[str]:
+        words = [word for name in skip for word in ("--skip", name)]
+        result = run_cli("preflight", "--format", "json", "--skip", "sglang", *words, "named")
+        assert result.returncode in (0, 3), result.stderr
+        return [check["name"] for check in json.loads(result.stdout)["checks"]]
+
+    everything = names()
+    assert "python" in everything
+    for name in sorted(set(everything) - {"profile", "environment"}):
+        assert names(name) == [each for each in everything if each != name]
+    refused = run_cli("preflight", "--skip", "environment", "named")
+    assert refused.returncode == 2
+    assert "'environment' is not one of" in refused.stderr

@@ -25,7 +25,9 @@ DEPRECATED = (
 )
 ACCEPT_HINT = '[accept: "NCCL_MAX_NCHANNELS deprecated"]'
 # No GPU, model files or SGLang are needed for the profile's own lines.
-SKIP_HOST = ("--skip", "gpus", "--skip", "paths", "--skip", "port", "--skip", "sglang")
+SKIP_HOST = tuple(
+    word for name in ("gpus", "python", "paths", "port", "sglang") for word in ("--skip", name)
+)
 
 
 def kimi_accepting(write_profile: WriteProfile, *accept: str) -> str:
@@ -221,3 +223,24 @@ def test_accepting_every_id_leaves_no_warning_and_none_for_run() -> None:
     assert found.warnings == []
     assert [note.id for note in found.acknowledged] == ids
     assert run_notes(accepting) == []
+
+
+def test_a_flag_sglang_reads_by_its_prefix_is_named_where_it_overrides_the_profile(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """SGLang's parser takes `--enable-symm` for `--enable-symm-mem`, which sets
+    NCCL_NVLS_ENABLE=1 (and NCCL_CUMEM_ENABLE=1) whatever the environment holds."""
+    server = f'[server]\npython = "{sys.executable}"\nmodel_path = "/m"\nargs = ["--enable-symm"]\n'
+    write_profile(
+        "symm", f'schema = 1\nname = "symm"\nversion = 1\n[nccl]\nNVLS_ENABLE = 0\n{server}'
+    )
+    said = (
+        "--enable-symm (SGLang reads --enable-symm-mem) makes SGLang override "
+        "NCCL_NVLS_ENABLE = '0'"
+    )
+    validated = run_cli("validate", "symm")
+    assert validated.returncode == 0
+    assert validated.stderr == (
+        f'nccl-launch: warning: profiles/symm.toml: {said} [accept: "--enable-symm-mem sglang"]\n'
+    )
+    assert run_cli("run", "--dry-run", "symm").stderr == f"nccl-launch: warning: {said}\n"

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import tomli_w
 
+from nccl_launch.findings import Finding
 from nccl_launch.launch.prepare import model_architecture
 from nccl_launch.sglang import argv, facts, rules
 from nccl_launch.sglang.server import Server
@@ -84,13 +85,15 @@ def test_eagle_without_draft_is_fine_for_a_model_with_builtin_mtp(tmp_path: Path
     assert rules.server_problems(eagle) == []  # the profile alone is valid either way
     assert rules.mtp_problem(eagle, model_architecture(str(model))) is None
     (model / "config.json").write_text(json.dumps({"architectures": ["KimiK25ForCausalLM"]}))
-    assert rules.mtp_problem(eagle, model_architecture(str(model))) == (
-        "speculative.draft_model_path",
+    assert rules.mtp_problem(eagle, model_architecture(str(model))) == Finding(
+        "mtp",
+        "server.speculative.draft_model_path",
         "EAGLE needs a draft model unless the model has built-in MTP layers (DeepSeek-V3 "
         "style); the model's architecture is KimiK25ForCausalLM",
     )
-    assert rules.mtp_problem(eagle, model_architecture(str(tmp_path / "absent"))) == (
-        "speculative.draft_model_path",
+    assert rules.mtp_problem(eagle, model_architecture(str(tmp_path / "absent"))) == Finding(
+        "mtp",
+        "server.speculative.draft_model_path",
         "EAGLE needs a draft model unless the model has built-in MTP layers (DeepSeek-V3 "
         "style); the model's architecture is unknown (no readable config.json)",
     )
@@ -145,7 +148,7 @@ def test_extra_arguments_may_not_repeat_structured_fields(
     result = run_cli("run", "tp8", "--", "--tp", "8")
     assert result.returncode == 2
     assert result.stderr == (
-        "nccl-launch: extra argument --tp repeats the field tp_size, which `--` cannot change: "
+        "nccl-launch: -- ARGS: --tp repeats the field tp_size, which `--` cannot change; "
         "set tp_size in [server] of profiles/tp8.toml "
         "(or of a copy: nccl-launch new NAME --from tp8)\n"
     )

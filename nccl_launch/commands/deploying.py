@@ -48,7 +48,7 @@ def systemd(
 
     text, notes = write_unit(profile, user, output, force, pin=not no_pin, args=command)
     for note in notes:
-        warn(note)
+        warn(note.text())
     if output is None:
         click.echo(text, nl=False)
     else:

@@ -17,9 +17,7 @@ from nccl_launch.commands.options import (
     warn,
 )
 from nccl_launch.errors import EXIT_OK
-
-# The checks `preflight --skip` can leave out: the names run_preflight gives its checks.
-SKIPPABLE = ("nccl.conf", "env-plugin", "gpus", "port", "paths", "sglang")
+from nccl_launch.launch.check_names import SKIPPABLE
 
 
 @click.command(cls=LaunchCommand)
@@ -64,7 +62,7 @@ def run(dry_run: bool, **options: Any) -> int:
     "--skip",
     multiple=True,
     type=click.Choice(SKIPPABLE),
-    help="Leave out a check (repeatable), e.g. gpus and paths in a profiles repo's CI.",
+    help="Leave out the check of this name (repeatable), e.g. gpus and paths in CI.",
 )
 def preflight(fmt: str, skip: tuple[str, ...], **options: Any) -> int:
     """Check everything `run` would, then the host and SGLang's own parser on the argv.

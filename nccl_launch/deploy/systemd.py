@@ -16,9 +16,10 @@ from nccl_launch.digits import is_ascii_digits
 from nccl_launch.env.env_files import Assignment, env_file_lines
 from nccl_launch.errors import UsageError
 from nccl_launch.files import FileError, write_output
+from nccl_launch.findings import Finding, refuse
 from nccl_launch.masking import masked_values
 from nccl_launch.profile.load import LoadedProfile, load_profile
-from nccl_launch.sglang.argv import empty_credentials, refuse_repeated
+from nccl_launch.sglang.rules import argument_findings
 from nccl_launch.sglang.server import Server
 
 START_TIMEOUT_S = 1800  # model load and CUDA-graph capture take minutes on 8 GPUs
@@ -84,10 +85,30 @@ def _env_file_line(loaded: LoadedProfile, path: Path) -> str:
     resolved but not the file's own (a rotated `current.env` link stays the one named);
     `%` doubled (a specifier); trailing blanks refused (systemd strips them)."""
     named = Path(os.path.realpath(path.parent)) / path.name
-    text = _one_line(f"{loaded.path}: env_files: {path}", str(named))
+    return "EnvironmentFile=" + _unit_path(f"{loaded.path}: env_files: {path}", str(named))
+
+
+def _working_directory(loaded: LoadedProfile, cwd: str) -> str:
+    """`WorkingDirectory=` for the server's cwd, the directory `run` changes to: systemd
+    starts no unit whose path is relative or holds `..`, and reads a leading `-` or `~` as
+    its own syntax (relative paths to `run`), so only an absolute path without `..` is
+    written, literally."""
+    where = f"{loaded.path}: server.cwd"
+    if not cwd.startswith("/") or ".." in cwd.split("/"):
+        raise UsageError(
+            f"{where}: {cwd!r} is not an absolute path without '..', which systemd's "
+            "WorkingDirectory= needs to start the unit; write the directory's absolute path"
+        )
+    return "WorkingDirectory=" + _unit_path(where, cwd)
+
+
+def _unit_path(where: str, path: str) -> str:
+    """`path` as a unit line's value: on one line, `%` doubled (a specifier), a trailing
+    blank refused (systemd drops it)."""
+    text = _one_line(where, path)
     if text != text.rstrip():
-        raise UsageError(f"{loaded.path}: env_files: {path}: ends in a blank, which systemd drops")
-    return "EnvironmentFile=" + text.replace("%", "%%")
+        raise UsageError(f"{where}: ends in a blank, which systemd drops")
+    return text.replace("%", "%%")
 
 
 def _user(user: str) -> str:
@@ -108,22 +129,16 @@ def server_words(
     ref: str,
     args: Sequence[str],
     assignments: Assignments | None,
-) -> tuple[str, list[str]]:
+) -> tuple[str, list[Finding]]:
     """` -- ARGS` of the Exec lines for the server's extra arguments `args` (empty without
     any), `${NAME}` kept for systemd to expand; and a note for each NAME that none of the
     profile's env files sets as systemd reads them (it would pass an empty argument). A
     credential flag's value must be such a reference: written out, anyone could read it."""
     if not args:
         return "", []
-    refuse_repeated(server, args, str(loaded.path), ref)
+    refuse(argument_findings(server, args, str(loaded.path), ref))
     for index, word in enumerate(args, start=1):
         _one_line(f"-- ARGS: argument {index}", word)
-    empty = empty_credentials(args)
-    if empty:
-        raise UsageError(
-            f"-- ARGS: {empty[0]} has an empty value, which SGLang takes as no key (every "
-            "request served); pass ${NAME} of an env file of the profile"
-        )
     # Split at blanks too, as SGLang's error shows a word: `'--api-key sk-1'` as one word.
     hidden = masked_values(args) | masked_values(" ".join(args).split())
     if any(_REFERENCE.sub("", value) for value in hidden):
@@ -142,16 +157,19 @@ def server_words(
     notes = []
     for name in sorted(names - set_for_systemd):
         if name in exported:
-            notes.append(
-                f"${{{name}}}: {exported[name]} sets it with 'export', which systemd's "
-                f"EnvironmentFile= does not read; write {name}=VALUE there, or systemd passes "
-                "an empty argument"
+            message = (
+                f"{exported[name]} sets it with 'export', which systemd's EnvironmentFile= does "
+                "not read"
             )
+            fix = f"write {name}=VALUE there, or systemd passes an empty argument"
+            notes.append(Finding("exported", f"${{{name}}}", message, fix, "warning"))
         else:
-            notes.append(
-                f"${{{name}}} is set by none of the profile's env files ({files}): unless the "
-                "unit's environment has it, systemd passes an empty argument"
+            message = (
+                f"set by none of the profile's env files ({files}), so unless the unit's "
+                "environment has it, systemd passes an empty argument"
             )
+            fix = f"write {name}=VALUE in one of them"
+            notes.append(Finding("unset-reference", f"${{{name}}}", message, fix, "warning"))
     return words, notes
 
 
@@ -167,14 +185,11 @@ def unit_file(
     description = _one_line(
         f"{loaded.path}: description", profile.description or f"SGLang server of {profile.label}"
     )
-    cwd = server.cwd
-    if cwd:
-        cwd = _one_line(f"{loaded.path}: server.cwd", cwd).replace("%", "%%")
     profile_words = exec_word(path) + (f" --digest {loaded.plan.digest}" if pin else "")
     service = [
         "Type=exec",
         *([f"User={_user(user)}"] if user is not None else []),
-        *([f"WorkingDirectory={cwd}"] if cwd else []),
+        *([_working_directory(loaded, server.cwd)] if server.cwd is not None else []),
         # The unit's processes get the secrets from systemd; run reads the same files and
         # finds the same values, a match.
         *[_env_file_line(loaded, path) for path in loaded.env_files],
@@ -207,7 +222,7 @@ def unit_file(
     return "\n".join(lines) + "\n"
 
 
-def unreadable_by(user: str, paths: Sequence[Path]) -> list[str]:
+def unreadable_by(user: str, paths: Sequence[Path]) -> list[Finding]:
     """A note for each of `paths` (the profile's files, its env files) that the service's
     `user` may not read by its mode, where the unit's preflight and run would fail at every
     start; none for root, or for a user this host does not know (it may be made later)."""
@@ -229,11 +244,12 @@ def unreadable_by(user: str, paths: Sequence[Path]) -> list[str]:
         else:
             bit = stat.S_IRGRP if status.st_gid in {entry.pw_gid, *member} else stat.S_IROTH
         if not status.st_mode & bit:
-            notes.append(
-                f"{path}: User={user} may not read it (mode {stat.S_IMODE(status.st_mode):04o}, "
-                f"uid {status.st_uid}), so the unit's preflight and run would fail at start: "
-                f"chown {user}, or chgrp its group and chmod 0640"
+            message = (
+                f"User={user} may not read it (mode {stat.S_IMODE(status.st_mode):04o}, uid "
+                f"{status.st_uid}), so the unit's preflight and run would fail at start"
             )
+            fix = f"chown {user}, or chgrp its group and chmod 0640"
+            notes.append(Finding("unreadable", str(path), message, fix, "warning"))
     return notes
 
 
@@ -244,7 +260,7 @@ def write_unit(
     force: bool,
     pin: bool = True,
     args: Sequence[str] = (),
-) -> tuple[str, list[str]]:
+) -> tuple[str, list[Finding]]:
     """The unit of profile `ref` (its digest pinned unless `pin` is False, the server's
     extra `args` after `--`), written atomically to `output` when given (never replacing a
     file without `force`); and the notes on `args`."""
@@ -252,19 +268,30 @@ def write_unit(
     server = loaded.profile.server
     if server is None:
         raise UsageError(f"{loaded.path}: no [server] table, so no server to run as a service")
-    notes = []
+    notes: list[Finding] = []
     try:
-        assignments = [(path, each) for path in loaded.env_files for each in env_file_lines(path)]
-    except FileError as error:  # root writing the unit of a file the service's User= owns
+        # Read, not trusted: the service's User= runs with them, and its run judges them.
+        assignments = [
+            (path, each) for path in loaded.env_files for each in env_file_lines(path, False)
+        ]
+    except FileError as error:  # a file this user may not read, or none
         assignments = None
-        why = str(error).split("; ")[0]  # not its fix: it is the service's user that reads it
-        notes.append(f"the env files' values are not checked here: {why}")
+        why = f"their values are not checked here: {error}"
+        notes.append(Finding("unchecked", "env_files", why, "", "warning"))
     extra, on_args = server_words(loaded, server, ref, args, assignments)
     notes += on_args
+    otherwise = (
+        "systemd's EnvironmentFile= may read this value otherwise than run does (quotes, "
+        "blanks, backslashes, $), and the unit's run would refuse the difference as drift"
+    )
     notes += [
-        f"{path}:{each.line}: {each.key}: systemd's EnvironmentFile= may read this value "
-        "otherwise than run does (quotes, blanks, backslashes, $), and the unit's run would "
-        "refuse the difference as drift; write it plainly or in single quotes"
+        Finding(
+            "read-otherwise",
+            f"{path}:{each.line}: {each.key}",
+            otherwise,
+            "write it plainly or in single quotes",
+            "warning",
+        )
         for path, each in assignments or []
         if not each.alike
     ]

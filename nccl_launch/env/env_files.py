@@ -60,10 +60,11 @@ def read_env_file(path: Path) -> EnvLayer:
     return EnvLayer(source=f"{ENV_FILE}{path}", values=values)
 
 
-def env_file_lines(path: Path) -> list[Assignment]:
+def env_file_lines(path: Path, trusted: bool = True) -> list[Assignment]:
     """Each assignment of a dotenv file, in order; the last one of a key is the one that
-    counts."""
-    text = read_text(path, "env file", trusted=True)
+    counts. As root, one others could have written is refused unless `trusted` is False:
+    whoever only reads its values, and runs nothing with them, need not trust it."""
+    text = read_text(path, "env file", trusted=trusted)
     assignments = []
     # Imported here: python-dotenv (and the traceback module it loads) only for --env-file.
     from dotenv.parser import parse_stream

@@ -128,15 +128,16 @@ def run_preflight(launch: LaunchPlan, skip: frozenset[str] = frozenset()) -> Pre
         host |= {
             "gpus": lambda: [gpu_check(server, env)],
             "port": lambda: [port_check(server)],
-            "paths": lambda: [interpreter_check(server, env), *path_checks(server)],
+            "python": lambda: [interpreter_check(server, env)],
+            "paths": lambda: path_checks(server),
         }
     for name, run in host.items():
         if name not in skip:
             checks += run()
     probe: dict[str, Any] | None = None
-    if server is not None and "sglang" not in skip:
+    if server is not None and "sglang" not in skip:  # argv is what the same probe parsed
         more, probe = sglang_checks(server, launch.argv, env)
-        checks += more
+        checks += [check for check in more if check.name not in skip]
     return PreflightReport(
         profile=plan.label, digest=plan.digest, argv=launch.argv, checks=checks, sglang=probe
     )

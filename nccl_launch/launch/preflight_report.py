@@ -8,6 +8,7 @@ from pydantic import BaseModel, field_serializer
 
 from nccl_launch.env.drift import DriftReport
 from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK
+from nccl_launch.launch.check_names import CheckName
 from nccl_launch.masking import mask_argv, mask_words
 from nccl_launch.report import Report
 
@@ -17,7 +18,7 @@ Status = Literal["ok", "warn", "fail"]
 class Check(BaseModel):
     """One line of the preflight report; the environment check carries its drift report."""
 
-    name: str
+    name: CheckName
     status: Status
     message: str
     detail: list[str] = []

@@ -15,14 +15,14 @@ from nccl_launch.env.env_files import read_env_file, read_profile_env_file
 from nccl_launch.env.merge import EnvLayer, MergeResult, inherited_environment, merge_environment
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files import FileError, check_trusted, read_text
+from nccl_launch.findings import refuse
 from nccl_launch.launch.placement import Placement, placement_args
 from nccl_launch.nccl.conf import ConfEntry, conf_paths, parse
 from nccl_launch.profile.lint import run_notes
 from nccl_launch.profile.load import LoadedProfile, check_pin, load_profile
 from nccl_launch.profile.markers import MARKER_NCCL_DEBUG, NCCL_DEBUG_ENV
 from nccl_launch.profile.plan import ProfilePlan
-from nccl_launch.sglang.argv import empty_credentials, refuse_repeated
-from nccl_launch.sglang.rules import mtp_problem
+from nccl_launch.sglang.rules import argument_findings, mtp_problem
 
 
 @dataclass(frozen=True)
@@ -120,15 +120,9 @@ def prepare_launch(
     if server is not None:
         mtp = mtp_problem(server, model_architecture(server.model_path or ""))
         if mtp is not None:
-            raise ProfileError([f"{loaded.path}: server.{mtp[0]}: {mtp[1]}"])
-        refuse_repeated(server, extra, str(loaded.path), ref)
+            raise ProfileError([f"{loaded.path}: {mtp.text()}"])
+        refuse(argument_findings(server, extra, str(loaded.path), ref))
         argv = plan.argv + placement_args(server, placement, calling) + list(extra)
-        empty = empty_credentials(argv)
-        if empty:
-            raise UsageError(
-                f"{empty[0]} has an empty value, which SGLang takes as no key (every request "
-                "served); give the key (a unit's ${NAME} that no EnvironmentFile= sets is empty)"
-            )
     elif placement != Placement():
         raise UsageError(f"profile {plan.label} has no [server] table to place on a node")
     else:

@@ -109,7 +109,7 @@ def validate_resolved(source: Path | str, data: dict[str, Any]) -> Profile:
     if profile.server is not None:
         problems = server_problems(profile.server)
         if problems:
-            raise ProfileError([f"{source}: server.{key}: {text}" for key, text in problems])
+            raise ProfileError([f"{source}: {problem.text()}" for problem in problems])
     return profile
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterable, Sequence
 
-from nccl_launch.errors import UsageError
 from nccl_launch.sglang.facts import (
     API_KEY_FLAGS,
     FLAGS,
@@ -64,19 +63,6 @@ def duplicated_flags(args: list[str], settings: Iterable[str] = ()) -> list[tupl
         if flag is not None:
             repeated.append((option.split("=", 1)[0], flag))
     return repeated
-
-
-def refuse_repeated(server: Server, extra: Sequence[str], path: str, ref: str) -> None:
-    """UsageError when an argument after `--` sets a field of the [server] of the profile
-    `ref`, read from `path`."""
-    repeated = duplicated_flags(list(extra), extra_settings(server))
-    if repeated:
-        option, flag = repeated[0]
-        raise UsageError(
-            f"extra argument {option} repeats the field {flag.field}, which `--` cannot "
-            f"change: set {flag.place} of {path} (or of a copy: nccl-launch new NAME --from "
-            f"{shlex.quote(ref)})"
-        )
 
 
 def empty_credentials(argv: Sequence[str]) -> list[str]:

@@ -50,6 +50,12 @@ NAMED_LIKE_CREDENTIALS = (
 # What SGLang adds to its workers' environment when unset (`_set_envs_and_config` in
 # entrypoints/engine.py; NCCL_GRAPH_REGISTER in parallel_hook.py).
 OWNED_ENV = ("NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "NCCL_GRAPH_REGISTER")
+# The flags that make SGLang set NCCL variables whatever the environment holds, and those
+# variables (`_set_envs_and_config`: symmetric memory needs cuMem buffers and NVLS).
+NCCL_OVERRIDING_FLAGS = {
+    "--enable-symm-mem": ("NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE"),
+    "--enable-nccl-nvls": ("NCCL_NVLS_ENABLE",),
+}
 
 
 @dataclass(frozen=True)

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Sequence
+
+from nccl_launch.findings import Finding
 from nccl_launch.sglang.argv import duplicated_flags, empty_credentials, extra_settings
-from nccl_launch.sglang.facts import MTP_ARCHITECTURES
+from nccl_launch.sglang.facts import MTP_ARCHITECTURES, NCCL_OVERRIDING_FLAGS, abbreviates
 from nccl_launch.sglang.server import Server
 
 # The algorithms that run without a draft model only on a model with built-in MTP layers.
 _MTP_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
+# Where the server's arguments come from: the profile, or after `--` (run's, a unit's).
+ARGS, EXTRA_ARGS = "server.args", "-- ARGS"
+_NO_KEY = "which SGLang takes as no key (every request served)"
+_KEY_FIX = "pass the key after '--' (a unit's ${NAME} that no EnvironmentFile= sets is empty)"
 
 
-def speculative_problems(server: Server) -> list[tuple[str, str]]:
-    """SGLang's own speculative rules, checked before start: (key, message) pairs."""
+def speculative_problems(server: Server) -> list[Finding]:
+    """SGLang's own speculative rules, checked before start."""
     spec = server.speculative
     if spec is None:
         return []
@@ -22,22 +30,27 @@ def speculative_problems(server: Server) -> list[tuple[str, str]]:
     if 0 < len(missing) < len(trio):
         message = (
             f"num_steps, eagle_topk and num_draft_tokens go together; {', '.join(missing)} "
-            "missing (SGLang asserts or crashes otherwise): give all three, or none"
+            "missing (SGLang asserts or crashes otherwise)"
         )
-        problems.append(("speculative", message))
+        fix = "give all three, or none"
+        problems.append(Finding("speculative", "server.speculative", message, fix))
     if steps is not None and topk == 1 and drafts is not None and drafts != steps + 1:
+        where = "server.speculative.num_draft_tokens"
         message = (
             f"{drafts} with eagle_topk = 1 and num_steps = {steps}: SGLang silently runs "
-            f"{steps + 1} instead; write num_draft_tokens = {steps + 1}"
+            f"{steps + 1} instead"
         )
-        problems.append(("speculative.num_draft_tokens", message))
+        fix = f"write num_draft_tokens = {steps + 1}"
+        problems.append(Finding("speculative", where, message, fix))
     algorithm, draft = spec.algorithm, spec.draft_model_path
     if algorithm == "DFLASH" and draft is None:
-        problems.append(("speculative.draft_model_path", "DFLASH requires a draft model path"))
+        message = "DFLASH requires a draft model path"
+        problems.append(Finding("speculative", "server.speculative.draft_model_path", message))
     if algorithm in ("UNO", "NGRAM") and draft is not None:
-        problems.append(("speculative.draft_model_path", f"{algorithm} takes no draft model"))
+        message = f"{algorithm} takes no draft model"
+        problems.append(Finding("speculative", "server.speculative.draft_model_path", message))
     if algorithm == "UNO" and not any(arg.startswith("--uno-lora-path") for arg in server.args):
-        problems.append(("args", "UNO needs --uno-lora-path in args"))
+        problems.append(Finding("speculative", ARGS, "UNO needs --uno-lora-path in args"))
     return problems
 
 
@@ -51,7 +64,7 @@ def mtp_algorithm(server: Server) -> str | None:
     return spec.algorithm
 
 
-def mtp_problem(server: Server, architecture: str | None) -> tuple[str, str] | None:
+def mtp_problem(server: Server, architecture: str | None) -> Finding | None:
     """Why the model (of `architecture`, None when unknown) cannot draft for itself under the
     server's speculative algorithm, if it must (`mtp_algorithm`)."""
     algorithm = mtp_algorithm(server)
@@ -62,55 +75,84 @@ def mtp_problem(server: Server, architecture: str | None) -> tuple[str, str] | N
         f"{algorithm} needs a draft model unless the model has built-in MTP layers "
         f"(DeepSeek-V3 style); the model's architecture is {found}"
     )
-    return "speculative.draft_model_path", message
+    return Finding("mtp", "server.speculative.draft_model_path", message)
 
 
-def server_problems(server: Server) -> list[tuple[str, str]]:
+def server_problems(server: Server) -> list[Finding]:
     """Every rule a resolved `[server]` table must meet before SGLang is started."""
     problems = []
     if server.model_path is None:
-        problems.append(("model_path", "required key is missing"))
+        problems.append(Finding("missing-key", "server.model_path", "required key is missing"))
     if (server.tp_size * server.pp_size) % server.nnodes:
-        problems.append(
-            (
-                "nnodes",
-                f"tp_size * pp_size = {server.tp_size * server.pp_size} is not a multiple of "
-                f"nnodes = {server.nnodes} (SGLang asserts it)",
-            )
+        product = server.tp_size * server.pp_size
+        message = (
+            f"tp_size * pp_size = {product} is not a multiple of nnodes = {server.nnodes} "
+            "(SGLang asserts it)"
         )
+        problems.append(Finding("nnodes", "server.nnodes", message))
     if server.node_rank is not None and server.node_rank >= server.nnodes:
-        problems.append(("node_rank", f"{server.node_rank} is not below nnodes = {server.nnodes}"))
-    problems += [
-        ("args", f"{option} repeats the field {flag.field}; set it there")
-        for option, flag in duplicated_flags(server.args, extra_settings(server))
-    ]
-    for option in empty_credentials(server.args):
-        why = "which SGLang takes as no key (every request served)"
-        problems.append(("args", f"{option} has an empty value, {why}; pass the key after '--'"))
+        message = f"{server.node_rank} is not below nnodes = {server.nnodes}"
+        problems.append(Finding("node-rank", "server.node_rank", message))
+    problems += argument_findings(server)
     return problems + speculative_problems(server)
+
+
+def argument_findings(
+    server: Server, extra: Sequence[str] = (), path: str = "", ref: str = ""
+) -> list[Finding]:
+    """What SGLang's rules say of the server's arguments, those of `[server] args` and the
+    `extra` ones after `--` (of the profile `ref`, read from `path`): a structured field
+    repeated, an API key given empty (SGLang then serves every request)."""
+    findings = []
+    settings = extra_settings(server)
+    copy = f"(or of a copy: nccl-launch new NAME --from {shlex.quote(ref)})"
+    for where, args in ((ARGS, server.args), (EXTRA_ARGS, extra)):
+        for option, flag in duplicated_flags(list(args), settings):
+            message = f"{option} repeats the field {flag.field}"
+            if where == EXTRA_ARGS:
+                message += ", which `--` cannot change"
+            fix = "set it there" if where == ARGS else f"set {flag.place} of {path} {copy}"
+            findings.append(Finding("repeated-field", where, message, fix))
+    # Read on from the profile's: its last flag may take the first word after `--`.
+    in_profile = len(empty_credentials(server.args))
+    empty = empty_credentials([*server.args, *extra])
+    for index, option in enumerate(empty):
+        where = ARGS if index < in_profile else EXTRA_ARGS
+        message = f"{option} has an empty value, {_NO_KEY}"
+        findings.append(Finding("empty-key", where, message, _KEY_FIX))
+    return findings
 
 
 def server_warnings(server: Server, env: dict[str, str]) -> list[tuple[str, str]]:
     """Where SGLang will not honour what the profile declares, and what only the host decides:
-    (subject, message) pairs, the subject a key (`env.X`) or a flag the message starts with."""
+    (subject, message) pairs, the subject a key (`env.X`) or the flag as SGLang reads it."""
     warnings = []
     if mtp_algorithm(server) is not None:
         subject = "server.speculative.draft_model_path"
         why = "built-in MTP layers (DeepSeek-V3 style); preflight and run check its config.json"
         warnings.append((subject, f"{subject}: none given, so the model must have {why}"))
-    args = set(server.args)
     if "CUDA_DEVICE_MAX_CONNECTIONS" in env:
         subject = "env.CUDA_DEVICE_MAX_CONNECTIONS"
         warnings.append((subject, f"{subject}: SGLang always sets it to 8 in its workers"))
     tuned = [key for key in ("NCCL_ALGO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS") if key in env]
     subject = "--enable-deterministic-inference"
-    if subject in args and server.tp_size > 1 and tuned:
+    typed = _typed(server.args, subject)
+    if typed and server.tp_size > 1 and tuned:
         overridden = f"{', '.join(tuned)} (NCCL_ALGO=allreduce:tree, 8 channels)"
-        warnings.append((subject, f"{subject} makes SGLang override {overridden}"))
-    for option, key in (
-        ("--enable-symm-mem", "NCCL_CUMEM_ENABLE"),
-        ("--enable-nccl-nvls", "NCCL_NVLS_ENABLE"),
-    ):
-        if option in args and key in env:
-            warnings.append((option, f"{option} makes SGLang override {key} = {env[key]!r}"))
+        warnings.append((subject, f"{typed} makes SGLang override {overridden}"))
+    for flag, keys in NCCL_OVERRIDING_FLAGS.items():
+        typed = _typed(server.args, flag)
+        declared = ", ".join(f"{key} = {env[key]!r}" for key in keys if key in env)
+        if typed and declared:
+            warnings.append((flag, f"{typed} makes SGLang override {declared}"))
     return warnings
+
+
+def _typed(args: list[str], flag: str) -> str | None:
+    """How `args` spell `flag`, as SGLang's parser reads them (`--enable-symm` for
+    `--enable-symm-mem`, its prefix), with what it reads it as; None when they do not."""
+    for word in args:
+        option = word.partition("=")[0]
+        if abbreviates(option, (flag,)):
+            return flag if option == flag else f"{option} (SGLang reads {flag})"
+    return None
