@@ -16,6 +16,7 @@ from nccl_launch.bench.result import BenchReport
 from nccl_launch.errors import EXIT_OK
 from nccl_launch.files import BaseDirectory, append_line, base_directory, read_text
 from nccl_launch.jsonlines import absent, open_store, parse_lines
+from nccl_launch.profile.search import split_reference
 from nccl_launch.report import Report
 
 FILE_NAME = "bench.jsonl"
@@ -96,7 +97,7 @@ class History(Report):
 
 def _matches(result: BenchReport, ref: str) -> bool:
     """PROFILE as `--history` takes it: NAME@VERSION exactly, or NAME in any version."""
-    return result.profile == ref or result.profile.rpartition("@")[0] == ref
+    return result.profile == ref or split_reference(result.profile)[0] == ref
 
 
 def read_history(path: Path, ref: str | None = None) -> History:
