@@ -30,12 +30,14 @@ def open_store(
     full: Callable[[int], str | None],
     beneath: tuple[BaseDirectory, PurePath, str] | None = None,
     busy: str | None = None,
+    aside: str | None = None,
 ) -> int:
     """A descriptor to append to the store `what` at `path`, a regular file, created with the
     folders to it when absent; or at `beneath` (a base directory, the name under it, the fix
     of a refusal), as files.open_beneath opens it. `full(size)` is why a file of that size
     takes no more lines, None while it does. With `busy`, the file is locked until closed:
-    HostError(`busy`) while another holds it."""
+    HostError(`busy`) while another holds it. `aside`, when given, is the fix said of a
+    symlink or a file that is no regular one."""
     flags = _FLAGS | os.O_CREAT
     try:
         if beneath is None:
@@ -47,14 +49,14 @@ def open_store(
         raise FileError(f"{what} {path}: {error}") from None
     except OSError as error:
         with contextlib.suppress(OSError):
-            _refuse_kind(what, path, os.lstat(path).st_mode)  # why, if it is no regular file
+            _refuse_kind(what, path, os.lstat(path).st_mode, aside)  # why, if it is no regular file
         why = error.strerror
         if isinstance(error, (FileExistsError, NotADirectoryError)):  # mkdir met a file
             why = "a folder on its path is a file, not a directory"
         raise FileError(f"{what} {path}: cannot append: {why}") from None
     try:
         status = os.fstat(fd)
-        _refuse_kind(what, path, status.st_mode)
+        _refuse_kind(what, path, status.st_mode, aside)
         refused = full(status.st_size)
         if refused is not None:
             raise FileError(f"{what} {path}: {refused}")
@@ -83,11 +85,13 @@ def absent(what: str, path: Path) -> bool:
     raise FileError(f"{what} {path}: cannot append: {why}")
 
 
-def _refuse_kind(what: str, path: Path, mode: int) -> None:
+def _refuse_kind(what: str, path: Path, mode: int, aside: str | None) -> None:
     if stat.S_ISLNK(mode):
-        raise FileError(f"{what} {path}: a symlink; name the file it points to")
+        fix = aside or "name the file it points to"
+        raise FileError(f"{what} {path}: a symlink; {fix}")
     if not stat.S_ISREG(mode):
-        raise FileError(f"{what} {path}: {kind_of(mode)}; only a regular file is appended to")
+        fix = aside or "only a regular file is appended to"
+        raise FileError(f"{what} {path}: {kind_of(mode)}; {fix}")
 
 
 def _lock(fd: int, busy: str) -> None:

@@ -295,13 +295,14 @@ def test_an_output_that_is_no_regular_file_is_refused_by_every_writer(
     make(out)
     make(tmp_path / new)
     server = start_standin(tmp_path, {}, [])
+    both: list[list[str]] = [[], ["--force"]]
     try:
         for command, path, force in [
-            (["check", "srv", "--pid", str(server.pid), "-o", str(out)], out, [[]]),
-            (["systemd", "srv", "-o", str(out)], out, [[], ["--force"]]),
-            (["convert", "start.sh", "-o", str(out)], out, [[], ["--force"]]),
-            (["capture", "--pid", str(server.pid), "-o", str(out)], out, [[], ["--force"]]),
-            (["new", "made"], new, [[], ["--force"]]),
+            (["check", "srv", "--pid", str(server.pid), "-o", str(out)], out, both[:1]),
+            (["systemd", "srv", "-o", str(out)], out, both),
+            (["convert", "start.sh", "-o", str(out)], out, both),
+            (["capture", "--pid", str(server.pid), "-o", str(out)], out, both),
+            (["new", "made"], new, both),
         ]:
             for extra in force:
                 done = run_cli(*command, *extra)

@@ -56,6 +56,7 @@ def opened(path: Path | None) -> Iterator[Recorder]:
     """The history (None: the default one, under the state home), checked before measuring:
     a file that cannot take the result fails at once, not after the benchmark; a file named
     with --record is created by the first result only."""
+    fd: int | None
     if path is None:
         state = state_home()
         path = state.path / IN_STATE

@@ -68,8 +68,11 @@ class Journal:
             self._keep(line)
 
 
+_ASIDE = "move it aside to start the tune afresh"
+
+
 def _full(size: int) -> str | None:
-    return "larger than a journal; move it aside to start the tune afresh" if size > LIMIT else None
+    return f"larger than a journal; {_ASIDE}" if size > LIMIT else None
 
 
 def _open(folder: PurePath) -> tuple[Path, int]:
@@ -83,7 +86,7 @@ def _open(folder: PurePath) -> tuple[Path, int]:
         "it, or stop it and run this again to resume"
     )  # two tunes of one journal would race for the port
     beneath = (state, folder / FILE_NAME, _FIX)
-    return path, open_store(WHAT, path, full=_full, beneath=beneath, busy=busy)
+    return path, open_store(WHAT, path, full=_full, beneath=beneath, busy=busy, aside=_ASIDE)
 
 
 @contextlib.contextmanager
