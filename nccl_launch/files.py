@@ -32,6 +32,11 @@ class FileError(UsageError):
     """A file that is not read: missing, not a regular file, too large, untrusted, not text."""
 
 
+def kind_of(mode: int) -> str:
+    """What a file of `mode` that is no regular file is, in words ("a FIFO")."""
+    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
 def _open_regular(path: Path, what: str, trusted: bool) -> int:
     """A descriptor of `path` when it is a regular file (and trusted, if asked); never blocks:
     O_NONBLOCK keeps a FIFO from hanging the open."""
@@ -44,7 +49,7 @@ def _open_regular(path: Path, what: str, trusted: bool) -> int:
     try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
-            kind = _KINDS.get(stat.S_IFMT(status.st_mode), "not a regular file")
+            kind = kind_of(status.st_mode)
             raise FileError(f"{what} {path}: {kind}; only regular files are read")
         if trusted:
             check_trusted(path, status, what)
@@ -147,11 +152,13 @@ def atomic_write(path: Path, text: str, *, replace: bool, mode: int | None = Non
 
     The mode is `mode` when given (0600 for secrets), else that of the file replaced, else
     0666 less the umask, as a plain write would create it. On any error (a full disk) the
-    temporary file is removed. Raises FileExistsError when `replace` is false and the file
-    exists, even if it appears meanwhile: the last step is then a hard link, which fails
-    rather than overwrite.
+    temporary file is removed. A path that is no regular file (a device, a FIFO, a directory,
+    or a symlink to one) is refused, never replaced. Raises FileExistsError when `replace` is
+    false and the file exists, even if it appears meanwhile: the last step is then a hard
+    link, which fails rather than overwrite.
     """
     data = text.encode("utf-8")  # an unencodable text fails here, before any file exists
+    refuse_special(path)
     if not replace and path.exists():
         raise FileExistsError(path)
     if mode is None:
@@ -180,14 +187,26 @@ def atomic_write(path: Path, text: str, *, replace: bool, mode: int | None = Non
         temporary.unlink(missing_ok=True)
 
 
-def write_output(path: Path, text: str, *, replace: bool) -> None:
-    """`atomic_write` of a file named on the command line: any OSError but the file's own
-    FileExistsError is a FileError naming the path (a folder this user may not write)."""
+def refuse_special(path: Path) -> None:
+    """FileError when `path` (through symlinks) exists and is no regular file: a device, a
+    FIFO or a directory is never replaced by a file (as root, /dev/null would be)."""
     try:
-        atomic_write(path, text, replace=replace)
+        status = path.stat()
+    except (OSError, ValueError):  # absent (or a dangling symlink): a file is created
+        return
+    if not stat.S_ISREG(status.st_mode):
+        raise FileError(f"{path}: {kind_of(status.st_mode)}; only a regular file is written")
+
+
+def write_output(path: Path, text: str, *, replace: bool, mode: int | None = None) -> None:
+    """`atomic_write`, the writer of every file a command writes: any OSError is a FileError
+    naming the path (a folder this user may not write), an existing file kept without
+    `replace` one that says to pass --force."""
+    try:
+        atomic_write(path, text, replace=replace, mode=mode)
     except FileExistsError as error:
         if error.errno is None or error.filename2 is not None:  # the file, not a folder
-            raise
+            raise FileError(f"{path} exists; pass --force to replace it") from None
         raise FileError(f"{path}: cannot write: {error.filename} is not a directory") from None
     except PermissionError as error:
         raise FileError(

@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).parent.parent / "nccl_launch"
 LAYERS = (
     ("nccl_launch", "errors"),
     ("report", "files", "escaping", "digits", "findings"),
+    ("jsonlines",),
     ("nccl",),
     ("sglang",),
     ("masking",),

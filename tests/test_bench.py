@@ -556,6 +556,17 @@ def test_a_history_that_is_no_regular_file_is_refused_before_measuring(
     assert not record.with_name("target.jsonl").exists()
 
 
+def test_a_record_file_is_created_by_its_first_result_only(
+    run_cli: RunCli, write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    write_profile("standin", PROFILE.format(version=1, python=sys.executable, port=1))
+    record = tmp_path / "new" / "history.jsonl"
+    args = ("bench", "standin", "--url", "http://127.0.0.1:1", "--record", str(record))
+    result = run_cli(*args)  # nothing listens on port 1: nothing to record
+    assert result.returncode == 3, result.stderr
+    assert not (tmp_path / "new").exists()
+
+
 def measured() -> BenchReport:
     """A result of one run: 1 token in 0.5 s."""
     runs = [RunFigure(tokens=1, seconds=0.5, ttft_s=0.1)]

@@ -8,11 +8,13 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from nccl_launch.files import FileError, atomic_write, check_trusted, open_stream, read_text
 from tests.conftest import RunCli, console_script
+from tests.test_migrate import start_standin
 
 AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="trust is checked for root only")
 NOBODY = 65534
@@ -252,6 +254,68 @@ def test_an_output_that_cannot_be_written_is_one_line_naming_it(
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _link_to_fifo(path: Path) -> None:
+    os.mkfifo(path.with_name(f"{path.name}.fifo"))
+    path.symlink_to(f"{path.name}.fifo")
+
+
+def _device(path: Path) -> None:
+    """A twin of /dev/null: a character device that is safe to destroy."""
+    if os.geteuid() != 0:
+        pytest.skip("only root makes a device")
+    os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+
+
+@pytest.mark.parametrize(
+    ("make", "kind", "is_kind"),
+    [
+        (_fifo, "a FIFO", stat.S_ISFIFO),
+        (_link_to_fifo, "a FIFO", stat.S_ISFIFO),
+        (_device, "a character device", stat.S_ISCHR),
+        (Path.mkdir, "a directory", stat.S_ISDIR),
+    ],
+    ids=["fifo", "symlink-to-fifo", "device", "directory"],
+)
+def test_an_output_that_is_no_regular_file_is_refused_by_every_writer(
+    make: Any, kind: str, is_kind: Any, tmp_path: Path, run_cli: RunCli
+) -> None:
+    """check/systemd/convert/capture -o and new's file, with or without --force: exit 2, one
+    line naming the path and what it is; the FIFO, device or folder is still there after."""
+    (tmp_path / "profiles" / "srv.toml").write_text(
+        'schema = 1\nname = "srv"\nversion = 1\n[server]\nmodel_path = "/m"\n'
+    )
+    (tmp_path / "start.sh").write_text("python3 -m sglang.launch_server --model-path /m\n")
+    out, new = tmp_path / "out", Path("profiles/made.toml")
+    make(out)
+    make(tmp_path / new)
+    server = start_standin(tmp_path, {}, [])
+    both: list[list[str]] = [[], ["--force"]]
+    try:
+        for command, path, force in [
+            (["check", "srv", "--pid", str(server.pid), "-o", str(out)], out, both[:1]),
+            (["systemd", "srv", "-o", str(out)], out, both),
+            (["convert", "start.sh", "-o", str(out)], out, both),
+            (["capture", "--pid", str(server.pid), "-o", str(out)], out, both),
+            (["new", "made"], new, both),
+        ]:
+            for extra in force:
+                done = run_cli(*command, *extra)
+                assert (done.returncode, done.stderr) == (
+                    2,
+                    f"nccl-launch: {path}: {kind}; only a regular file is written\n",
+                ), command
+    finally:
+        server.kill()
+        server.wait()
+    assert is_kind(out.stat().st_mode)
+    assert is_kind((tmp_path / new).stat().st_mode)
+    assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith(".")) == []
 
 
 FULL_DISK = """

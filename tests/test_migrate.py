@@ -670,11 +670,11 @@ def no_space_left(limit: int) -> None:
 @pytest.mark.parametrize(
     ("output", "force", "cause"),
     [
-        ("/proc/self/x.toml", True, "No such file or directory"),
-        ("adir", True, "Is a directory"),
-        ("realfile/x.toml", True, "realfile is not a directory"),
-        ("realfile/x.toml", False, "realfile is not a directory"),
-        ("full.toml", False, "File too large"),
+        ("/proc/self/x.toml", True, "cannot write: No such file or directory"),
+        ("adir", True, "a directory; only a regular file is written"),
+        ("realfile/x.toml", True, "cannot write: realfile is not a directory"),
+        ("realfile/x.toml", False, "cannot write: realfile is not a directory"),
+        ("full.toml", False, "cannot write: File too large"),
     ],
 )
 def test_convert_and_capture_say_why_the_output_cannot_be_written(
@@ -693,7 +693,7 @@ def test_convert_and_capture_say_why_the_output_cannot_be_written(
                 preexec_fn=lambda: no_space_left(limit),
             )  # fmt: skip
             assert result.returncode == 2, result.stderr
-            assert result.stderr == f"nccl-launch: {output}: cannot write: {cause}\n"
+            assert result.stderr == f"nccl-launch: {output}: {cause}\n"
     finally:
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=10)

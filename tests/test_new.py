@@ -245,7 +245,7 @@ def test_new_says_up_front_that_its_file_is_a_directory(run_cli: RunCli, tmp_pat
         refused = run_cli("new", "dir", *force)
         assert (refused.returncode, refused.stderr) == (
             2,
-            "nccl-launch: profiles/dir.toml is a directory; give another NAME or --dir\n",
+            "nccl-launch: profiles/dir.toml: a directory; only a regular file is written\n",
         )
 
 

@@ -423,6 +423,21 @@ def test_a_second_tune_of_the_same_journal_is_refused_while_one_runs(
     )
 
 
+def test_a_journal_that_is_no_regular_file_says_to_move_it_aside(
+    seed: int, run_cli: RunCli, tmp_path: Path
+) -> None:
+    tune = ("tune", "standin", "--try", "PROTO=LL128", *FAST, "--budget", "1")
+    assert run_cli(*tune, env=MODEL).returncode == 0
+    (journal,) = journals(tmp_path)
+    journal.unlink()
+    os.mkfifo(journal)
+    again = run_cli(*tune, env=MODEL)
+    assert (again.returncode, again.stdout) == (2, "")
+    assert again.stderr == (
+        f"nccl-launch: tune journal {journal}: a FIFO; move it aside to start the tune afresh\n"
+    )
+
+
 def test_write_when_the_profiles_own_values_win_writes_nothing(seed: int, run_cli: RunCli) -> None:
     """A version of the same values would be a new name for what runs now (the same digest):
     the figure is said instead."""

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from nccl_launch.commands.options import profile_option, say_wrote_profile
+from nccl_launch.commands.echo import say_wrote_profile
+from nccl_launch.commands.options import profile_option
 from nccl_launch.errors import EXIT_OK
 
 

@@ -9,14 +9,8 @@ import click
 
 from nccl_launch.bench import TOKEN_LIMIT
 from nccl_launch.commands.checking import PID
-from nccl_launch.commands.options import (
-    F,
-    echo_lines,
-    format_option,
-    profile_argument,
-    seconds_option,
-    warn,
-)
+from nccl_launch.commands.echo import echo_lines, warn
+from nccl_launch.commands.options import F, format_option, profile_argument, seconds_option
 from nccl_launch.errors import UsageError
 
 if TYPE_CHECKING:

@@ -8,14 +8,13 @@ from typing import TYPE_CHECKING
 
 import click
 
+from nccl_launch.commands.echo import echo_lines, warn
 from nccl_launch.commands.options import (
     digest_option,
-    echo_lines,
     format_option,
     output_options,
     profile_argument,
     seconds_option,
-    warn,
 )
 from nccl_launch.errors import UsageError
 from nccl_launch.live.target import PID_LIMIT, PORT_LIMIT

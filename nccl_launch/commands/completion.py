@@ -1,4 +1,4 @@
-"""Bash completion that survives `NAME@VERSION`: click's, reading the line bash was given."""
+"""Shell completion: of PROFILE (each NAME and NAME@VERSION), and bash's that survives `@`."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import click
 from click.exceptions import Exit
 from click.shell_completion import (
     BashComplete,
@@ -103,3 +104,25 @@ class LineBashComplete(BashComplete):
 
 
 add_completion_class(LineBashComplete)
+
+
+def complete_profiles(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """What a PROFILE can be: each NAME and NAME@VERSION on the search path that starts with
+    `incomplete`, and a file path (the shell completes it: bash only when no name matches)."""
+    from nccl_launch.profile.search import (
+        declared_identity,
+        is_reference,
+        profile_files,
+        search_path,
+    )
+
+    files = profile_files([folder for folder, _ in search_path()])
+    found = [declared_identity(path) for path in files]  # an unusable file is skipped
+    # Only what a profile could be named: bash evaluates what it is offered (`x;touch y`).
+    identities = [item for item in found if isinstance(item, tuple) and is_reference(*item)]
+    refs = {name for name, _ in identities} | {f"{name}@{version}" for name, version in identities}
+    matching = sorted(ref for ref in refs if ref.startswith(incomplete))
+    # First: bash's script forgets the names it was given before a file item.
+    return [CompletionItem(incomplete, type="file"), *map(CompletionItem, matching)]

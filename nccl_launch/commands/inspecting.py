@@ -6,7 +6,8 @@ import json
 
 import click
 
-from nccl_launch.commands.options import echo_lines, format_option, profile_argument
+from nccl_launch.commands.echo import echo_lines
+from nccl_launch.commands.options import format_option, profile_argument
 from nccl_launch.deploy import exports
 from nccl_launch.errors import EXIT_OK
 

@@ -11,13 +11,8 @@ from typing import TYPE_CHECKING
 import click
 
 from nccl_launch.commands.benching import Echo, measuring_method, method_options
-from nccl_launch.commands.options import (
-    echo_lines,
-    format_option,
-    profile_argument,
-    seconds_option,
-    warn,
-)
+from nccl_launch.commands.echo import echo_lines, warn
+from nccl_launch.commands.options import format_option, profile_argument, seconds_option
 from nccl_launch.errors import EXIT_INTERRUPTED
 
 if TYPE_CHECKING:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from nccl_launch.commands.options import echo_lines, format_option, profile_argument
+from nccl_launch.commands.echo import echo_lines
+from nccl_launch.commands.options import format_option, profile_argument
 
 
 @click.command(name="verify-log")

@@ -299,10 +299,7 @@ def write_unit(
         notes += unreadable_by(_user(user), [*loaded.chain, *loaded.env_files])
     text = unit_file(loaded, server, user, pin, extra)
     if output is not None:
-        try:
-            write_output(output, text, replace=force)
-        except FileExistsError:
-            raise UsageError(f"{output} exists; pass --force to replace it") from None
+        write_output(output, text, replace=force)
     return text, notes
 
 

@@ -15,7 +15,7 @@ import tomli_w
 
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.escaping import toml_escaped
-from nccl_launch.files import FileError, atomic_write
+from nccl_launch.files import write_output
 from nccl_launch.masking import holds_secret
 from nccl_launch.migrate.secrets import SECRETS_MODE, SecretsFile, secrets_file, secrets_text
 from nccl_launch.migrate.server_table import server_table
@@ -211,17 +211,7 @@ def save_profile(
         existing = [file for file in (secrets.path, path) if os.path.lexists(file)]
         if existing and not force:  # said before either file is written
             raise UsageError(f"{existing[0]} exists; pass --force to replace it")
-        _write(secrets.path, secrets_text(secrets, path, source), force, SECRETS_MODE)
-    _write(path, text, force, mode)
+        secret_text = secrets_text(secrets, path, source)
+        write_output(secrets.path, secret_text, replace=force, mode=SECRETS_MODE)
+    write_output(path, text, replace=force, mode=mode)
     return path, built.plan, built.notes, secrets
-
-
-def _write(path: Path, text: str, force: bool, mode: int | None) -> None:
-    try:
-        atomic_write(path, text, replace=force, mode=mode)
-    except FileExistsError as error:
-        if error.errno is None or error.filename2 is not None:  # the file, not a folder
-            raise UsageError(f"{path} exists; pass --force to replace it") from None
-        raise FileError(f"{path}: cannot write: {error.filename} is not a directory") from None
-    except OSError as error:  # a directory, a folder that cannot hold files, a full disk
-        raise FileError(f"{path}: cannot write: {error.strerror}") from None

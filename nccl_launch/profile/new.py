@@ -17,7 +17,7 @@ from typing import Any
 import tomli_w
 
 from nccl_launch.errors import ProfileError, UsageError
-from nccl_launch.files import FileError, atomic_write, check_trusted
+from nccl_launch.files import FileError, check_trusted, refuse_special, write_output
 from nccl_launch.masking import holds_secret
 from nccl_launch.profile.chain import ProfileChain, read_chain
 from nccl_launch.profile.document import parse_profile_toml
@@ -101,8 +101,7 @@ def new_profile(
     # Said up front in `new`'s words; write_profile checks again, for every caller.
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--dir {folder}: not a directory")
-    if path.is_dir():
-        raise UsageError(f"{path} is a directory; give another NAME or --dir")
+    refuse_special(path)
     if not force and os.path.lexists(path):
         raise UsageError(f"{path} exists; pass --force to replace it")
     if source is None:
@@ -119,19 +118,12 @@ def write_profile(path: Path, text: str, *, private: bool, force: bool) -> Profi
     folder = path.parent
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"{folder}: not a directory, so {path.name} cannot be written in it")
-    if path.is_dir():
-        raise UsageError(f"{path} is a directory; nothing is written")
-    exists = UsageError(f"{path} exists; it is not replaced")
+    refuse_special(path)
     if not force and os.path.lexists(path):  # said before what --force would still meet
-        raise exists
+        raise UsageError(f"{path} exists; it is not replaced")
     mode = _mode(path, private)
     _check_runnable(path, mode)
-    try:
-        atomic_write(path, text, replace=force, mode=mode)
-    except FileExistsError:
-        raise exists from None
-    except OSError as error:
-        raise FileError(f"{path}: cannot write: {error.strerror}") from None
+    write_output(path, text, replace=force, mode=mode)
     return build_plan(profile)
 
 

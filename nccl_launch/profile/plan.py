@@ -17,6 +17,11 @@ from nccl_launch.sglang.argv import server_argv
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}", re.ASCII)
 
 
+def short_digest(digest: str) -> str:
+    """The digest as people read it: `sha256:` and its first 8 hex digits."""
+    return digest[: len("sha256:") + 8]
+
+
 @dataclass(frozen=True)
 class ProfilePlan:
     """The environment a profile declares and the command it runs, identified by a digest."""
@@ -28,7 +33,7 @@ class ProfilePlan:
 
     @property
     def short_digest(self) -> str:
-        return self.digest[: len("sha256:") + 8]
+        return short_digest(self.digest)
 
     def markers(self, profile_file: Path) -> dict[str, str]:
         """The variables nccl-launch sets in the child, the one list `run` and `show` print:

@@ -98,6 +98,13 @@ def is_reference(name: str, version: int) -> bool:
     return bool(PROFILE_NAME.fullmatch(name)) and type(version) is int and version >= 1
 
 
+def split_reference(ref: str) -> tuple[str, str]:
+    """NAME and VERSION of `NAME@VERSION`; VERSION is empty for a bare NAME (a name holds no
+    `@`, so the first one splits)."""
+    name, _, version = ref.partition("@")
+    return name, version
+
+
 Identity = tuple[str, int] | UsageError | None
 
 
@@ -133,7 +140,7 @@ def find_profile(ref: str, near: Path | None = None) -> Path:
         if not os.path.exists(path):  # noqa: PTH110 (False, not an error, for a name too long)
             raise UsageError(f"profile file not found: {path}")
         return path  # reading it says what else may be wrong (a FIFO, a device, untrusted)
-    name, _, version = ref.partition("@")
+    name, version = split_reference(ref)
     # Few enough digits for a 64-bit version.
     if version and not (is_ascii_digits(version) and len(version) <= 19):
         raise UsageError(f"{ref!r}: a version after '@' is a positive integer, as in {name}@4")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from nccl_launch.bench.result import BenchReport, RunFigure, Verdict
 from nccl_launch.escaping import escaped
 from nccl_launch.live.compare import LiveReport
+from nccl_launch.profile.plan import short_digest
 from nccl_launch.render.reports import live_lines
 
 
@@ -22,7 +23,8 @@ def verified_line(when: str, report: LiveReport) -> str | None:
         return None
     count = len(report.processes)
     return (
-        f"checked {when}: pid {report.main_pid} runs {report.profile} ({report.digest[:15]}), "
+        f"checked {when}: pid {report.main_pid} runs {report.profile} "
+        f"({short_digest(report.digest)}), "
         f"no drift in {count} process{'' if count == 1 else 'es'}"
     )
 
@@ -129,7 +131,7 @@ def history_lines(results: list[BenchReport]) -> list[str]:
         widths = [max(len(row[i]) for row in rows) for i in range(len(HISTORY_HEADER))]
         count = len(group)
         lines += [""] if lines else []  # a blank line between two tables
-        lines.append(f"{profile} {digest[:15]}: {count} result{'' if count == 1 else 's'}")
+        lines.append(f"{profile} {short_digest(digest)}: {count} result{'' if count == 1 else 's'}")
         lines += [
             "  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
             for row in rows

@@ -7,6 +7,7 @@ from collections import Counter
 
 from nccl_launch.env.drift import DRIFT_KINDS
 from nccl_launch.live.compare import LiveReport
+from nccl_launch.profile.search import split_reference
 
 Samples = list[tuple[dict[str, str], float]]
 
@@ -26,7 +27,7 @@ def _number(value: float) -> str:
 def metrics(report: LiveReport, now: float | None = None) -> str:
     """The textfile: drift gauge, drifted variables by kind, processes by state, whether the
     profile is valid, what runs."""
-    name, _, version = report.profile.rpartition("@")
+    name, version = split_reference(report.profile)
     base = {"profile": name, "version": version, "digest": report.digest}
     kinds = Counter(entry.kind for p in report.processes for entry in p.drifted)
     states = Counter(

@@ -8,6 +8,7 @@ from nccl_launch.escaping import escaped
 from nccl_launch.launch.preflight_report import PreflightReport
 from nccl_launch.live.compare import LiveReport, ProcessReport
 from nccl_launch.live.verify_log import LogReport
+from nccl_launch.profile.plan import short_digest
 from nccl_launch.render.drift import drift_lines, fix_lines, restart_line
 
 
@@ -51,7 +52,7 @@ def live_text(report: LiveReport) -> str:
 
 def live_lines(report: LiveReport) -> list[str]:
     """A header, each process with its entries, a verdict."""
-    lines = [f"check {report.profile} ({report.digest[:15]}) from {report.path}"]
+    lines = [f"check {report.profile} ({short_digest(report.digest)}) from {report.path}"]
     if report.profile_error is not None:
         why = report.profile_error
         lines.append(f"profile invalid now, checked against this last good version: {why}")
@@ -60,8 +61,9 @@ def live_lines(report: LiveReport) -> list[str]:
         if report.processes[0].readable:  # else its markers could not be read
             lines.append(f"pid {report.main_pid} was not started by nccl-launch")
     elif report.digest_differs:
-        running = f"{report.running_profile} ({(report.running_digest or '')[:15]})"
-        lines.append(f"server runs {running}, the file is {report.profile} ({report.digest[:15]})")
+        running = f"{report.running_profile} ({short_digest(report.running_digest or '')})"
+        file = f"{report.profile} ({short_digest(report.digest)})"
+        lines.append(f"server runs {running}, the file is {file}")
     for process in report.processes:
         lines += _process_lines(process)
     drifted = sum(bool(process.drifted) for process in report.processes)
@@ -90,7 +92,7 @@ _LOG_STATUS = {"ok": "ok", "mismatch": "fail", "unconfirmed": "fail", "not-logge
 def log_lines(report: LogReport) -> list[str]:
     """verify-log's text: one line per declared key, then undeclared values NCCL applied."""
     count = len(report.processes)
-    header = f"verify-log {report.profile} ({report.digest[:15]}) against {report.source}"
+    header = f"verify-log {report.profile} ({short_digest(report.digest)}) against {report.source}"
     lines = [f"{header}: {count} NCCL process{'' if count == 1 else 'es'}"]
     names = [key.key for key in report.keys] + list(report.undeclared)
     width = max(map(len, names), default=0)  # a profile may declare no NCCL key at all

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nccl_launch.escaping import escaped, shell_word
+from nccl_launch.profile.plan import short_digest
 from nccl_launch.tune.result import TrialRow, TuneReport
 from nccl_launch.tune.trial import TrialOutcome
 
@@ -35,7 +36,7 @@ def began_line(label: str, journal: Path, done: int) -> str:
 
 def started_line(number: int, changes: str, digest: str) -> str:
     """`trial 3: starting sha256:7333272b, changes: PROTO=LL128`, before its server starts."""
-    return f"trial {number}: starting {digest[:15]}, changes: {changes}"
+    return f"trial {number}: starting {short_digest(digest)}, changes: {changes}"
 
 
 def ended_line(row: TrialRow) -> str:

@@ -1,30 +1,29 @@
 """The journal of a tune: one JSON line appended per finished trial, under the XDG state
 directory, read back at the start so that the same command resumes where it stopped.
 
-A line is whole or absent (one write to a file opened O_APPEND; files.append_line); a line
-that is not a trial (torn by a crash, edited) is a warning with its number, never the end.
+A line is whole or absent (the JSON-lines store of nccl_launch.jsonlines); a line that is
+not a trial (torn by a crash, edited) is a warning with its number, never the end.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePath
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from nccl_launch.bench.history import state_home
-from nccl_launch.errors import HostError
-from nccl_launch.files import FileError, append_line, open_beneath
+from nccl_launch.files import FileError, append_line
+from nccl_launch.jsonlines import open_store, parse_lines
 from nccl_launch.profile.plan import DIGEST
 from nccl_launch.tune.trial import TrialOutcome
 
 FILE_NAME = "journal.jsonl"
+WHAT = "tune journal"
 LIMIT = 64 << 20  # some 20,000 trials: a larger file is not a journal
 _FIX = "set XDG_STATE_HOME to a folder of your own"
 
@@ -56,7 +55,7 @@ class Journal:
     problems: list[str] = field(default_factory=list)
 
     def append(self, line: JournalLine) -> None:
-        append_line(self.fd, line.model_dump_json() + "\n", f"tune journal {self.path}")
+        append_line(self.fd, line.model_dump_json() + "\n", f"{WHAT} {self.path}")
         self._keep(line)
 
     def _keep(self, line: JournalLine) -> None:
@@ -64,18 +63,16 @@ class Journal:
             self.done[line.digest] = line
 
     def read_lines(self, text: str) -> None:
-        for number, raw in enumerate(text.split("\n"), start=1):
-            if not raw.strip():
-                continue
-            try:
-                line = JournalLine.model_validate_json(raw)
-            except ValidationError as error:
-                first = error.errors()[0]
-                where = ".".join(str(part) for part in first["loc"])
-                why = f"{where}: {first['msg']}" if where else first["msg"]
-                self.problems.append(f"{self.path}:{number}: not a trial ({why}); skipped")
-                continue
+        lines, self.problems = parse_lines(text, self.path, JournalLine, "trial")
+        for line in lines:
             self._keep(line)
+
+
+_ASIDE = "move it aside to start the tune afresh"
+
+
+def _full(size: int) -> str | None:
+    return f"larger than a journal; {_ASIDE}" if size > LIMIT else None
 
 
 def _open(folder: PurePath) -> tuple[Path, int]:
@@ -84,28 +81,12 @@ def _open(folder: PurePath) -> tuple[Path, int]:
     HostError while another tune holds it."""
     state = state_home()
     path = state.path / folder / FILE_NAME
-    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK
-    try:
-        fd = open_beneath(state, folder / FILE_NAME, flags, _FIX)
-    except FileError as error:
-        raise FileError(f"tune journal {path}: {error}") from None
-    except OSError as error:
-        raise FileError(f"tune journal {path}: cannot open: {error.strerror}") from None
-    status = os.fstat(fd)
-    if not stat.S_ISREG(status.st_mode) or status.st_size > LIMIT:
-        os.close(fd)
-        why = "larger than a journal" if stat.S_ISREG(status.st_mode) else "not a regular file"
-        raise FileError(f"tune journal {path}: {why}; move it aside to start the tune afresh")
-    try:  # held until the fd is closed: two tunes of one journal would race for the port
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        raise HostError(
-            f"tune journal {path}: another tune of this profile and method is running (it "
-            "holds the journal); wait for it, or stop it and run this again to resume"
-        ) from None
-    os.set_blocking(fd, True)
-    return path, fd
+    busy = (
+        "another tune of this profile and method is running (it holds the journal); wait for "
+        "it, or stop it and run this again to resume"
+    )  # two tunes of one journal would race for the port
+    beneath = (state, folder / FILE_NAME, _FIX)
+    return path, open_store(WHAT, path, full=_full, beneath=beneath, busy=busy, aside=_ASIDE)
 
 
 @contextlib.contextmanager
@@ -116,7 +97,7 @@ def opened(folder: PurePath) -> Iterator[Journal]:
         try:
             data = os.pread(fd, LIMIT, 0)
         except OSError as error:
-            raise FileError(f"tune journal {path}: cannot read: {error.strerror}") from None
+            raise FileError(f"{WHAT} {path}: cannot read: {error.strerror}") from None
         journal = Journal(path, fd)
         journal.read_lines(data.decode("utf-8", "replace"))
         yield journal

@@ -14,6 +14,7 @@ from nccl_launch.bench.result import Method
 from nccl_launch.errors import UsageError
 from nccl_launch.profile.chain import read_chain
 from nccl_launch.profile.load import LoadedProfile
+from nccl_launch.profile.plan import short_digest
 from nccl_launch.profile.search import find_profile
 from nccl_launch.tune import journal
 from nccl_launch.tune.candidates import Candidates, changes
@@ -200,7 +201,7 @@ def _provenance(report: TuneReport, winner: TrialRow, score: Score) -> dict[str,
         "measured": ", ".join([measured, *gains]),
         "date": datetime.now(UTC).date().isoformat(),
         "source": (
-            f"nccl-launch tune {report.profile} ({report.digest[:15]}, {report.path}): "
+            f"nccl-launch tune {report.profile} ({short_digest(report.digest)}, {report.path}): "
             f"{len(report.trials)} trials ({report.strategy}, {report.stop}), changed "
             f"{winner.changes}; journal {report.journal}"
         ),

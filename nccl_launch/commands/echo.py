@@ -1,0 +1,36 @@
+"""What commands print for people: warnings, escaped lines, the line after a written profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from nccl_launch.errors import WARNING_PREFIX
+from nccl_launch.escaping import escaped, shell_word
+
+if TYPE_CHECKING:
+    from nccl_launch.profile.plan import ProfilePlan
+
+
+def warn(message: str) -> None:
+    """One line on stderr, escaped: a note may quote a path, a key or a value."""
+    click.echo(escaped(f"{WARNING_PREFIX}{message}"), err=True)
+
+
+def say_wrote_profile(path: Path, plan: ProfilePlan) -> None:
+    """The line after writing a profile (`new`, `convert`, `capture`), and a command that
+    checks it when pasted: `run --dry-run` needs a `[server]`, and a path that starts with
+    `-` would be read as options."""
+    wrote = f"wrote {path} ({plan.label}, {plan.short_digest}); check it with:"
+    word = shell_word(f"./{path}" if str(path).startswith("-") else str(path))
+    command = "run --dry-run" if plan.argv else "validate"
+    echo_lines([wrote, f"  nccl-launch {command} {word}"])
+
+
+def echo_lines(lines: list[str], err: bool = False) -> None:
+    """Lines for people, each escaped: a path, a name, a value or a log's text they quote
+    cannot forge a line or drive the terminal. Machine formats are printed as they are."""
+    for line in lines:
+        click.echo(escaped(line), err=err)

@@ -1,0 +1,120 @@
+"""A JSON-lines store, under bench's history and tune's journal: a regular file appended to
+one whole line at a time (files.append_line), under a size cap, never through a symlink,
+optionally locked, and read back with each line that is no record named by its number."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path, PurePath
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from nccl_launch.errors import HostError
+from nccl_launch.escaping import escaped
+from nccl_launch.files import BaseDirectory, FileError, kind_of, open_beneath
+
+Record = TypeVar("Record", bound=BaseModel)
+_FLAGS = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def open_store(
+    what: str,
+    path: Path,
+    *,
+    full: Callable[[int], str | None],
+    beneath: tuple[BaseDirectory, PurePath, str] | None = None,
+    busy: str | None = None,
+    aside: str | None = None,
+) -> int:
+    """A descriptor to append to the store `what` at `path`, a regular file, created with the
+    folders to it when absent; or at `beneath` (a base directory, the name under it, the fix
+    of a refusal), as files.open_beneath opens it. `full(size)` is why a file of that size
+    takes no more lines, None while it does. With `busy`, the file is locked until closed:
+    HostError(`busy`) while another holds it. `aside`, when given, is the fix said of a
+    symlink or a file that is no regular one."""
+    flags = _FLAGS | os.O_CREAT
+    try:
+        if beneath is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, flags, 0o644)
+        else:
+            fd = open_beneath(beneath[0], beneath[1], flags, beneath[2])
+    except FileError as error:
+        raise FileError(f"{what} {path}: {error}") from None
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            _refuse_kind(what, path, os.lstat(path).st_mode, aside)  # why, if it is no regular file
+        why = error.strerror
+        if isinstance(error, (FileExistsError, NotADirectoryError)):  # mkdir met a file
+            why = "a folder on its path is a file, not a directory"
+        raise FileError(f"{what} {path}: cannot append: {why}") from None
+    try:
+        status = os.fstat(fd)
+        _refuse_kind(what, path, status.st_mode, aside)
+        refused = full(status.st_size)
+        if refused is not None:
+            raise FileError(f"{what} {path}: {refused}")
+        if busy is not None:
+            _lock(fd, f"{what} {path}: {busy}")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def absent(what: str, path: Path) -> bool:
+    """Whether no file is at `path`, for a store created by its first line only; FileError
+    at once when none could be created there (a folder on the path is a file, or one this
+    user may not write)."""
+    if os.path.lexists(path):
+        return False
+    folder = next(folder for folder in path.absolute().parents if os.path.lexists(folder))
+    if not folder.is_dir():
+        why = "a folder on its path is a file, not a directory"
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        why = os.strerror(errno.EACCES)  # as the open would fail
+    else:
+        return True
+    raise FileError(f"{what} {path}: cannot append: {why}")
+
+
+def _refuse_kind(what: str, path: Path, mode: int, aside: str | None) -> None:
+    if stat.S_ISLNK(mode):
+        fix = aside or "name the file it points to"
+        raise FileError(f"{what} {path}: a symlink; {fix}")
+    if not stat.S_ISREG(mode):
+        fix = aside or "only a regular file is appended to"
+        raise FileError(f"{what} {path}: {kind_of(mode)}; {fix}")
+
+
+def _lock(fd: int, busy: str) -> None:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        raise HostError(busy) from None
+
+
+def parse_lines(
+    text: str, path: Path, model: type[Record], noun: str
+) -> tuple[list[Record], list[str]]:
+    """Each line of `text` that is a `model`, and a problem (escaped) naming each other
+    line but blank ones by its number: `PATH:N: not a NOUN (why); skipped`."""
+    found, problems = [], []
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            found.append(model.model_validate_json(line))
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            why = f"{where}: {first['msg']}" if where else first["msg"]
+            problems.append(escaped(f"{path}:{number}: not a {noun} ({why}); skipped"))
+    return found, problems
