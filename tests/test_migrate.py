@@ -239,7 +239,7 @@ BAD = "nccl-launch: bad.sh: "  # a script's error names it
          BAD + "line 1: command substitution is not supported"),
         ("echo hello\n", BAD + "no `python -m sglang.launch_server` (or `sglang serve`)"),
         ("python3 -m sglang.launch_server --model-path $MODEL_DIR\n",
-         BAD + "$MODEL_DIR is not set in the script or this environment"),
+         BAD + "line 1: $MODEL_DIR is not set in the script or this environment"),
         ("python3 -m sglang.launch_server --model-path /m --speculative-num-steps 2\n",
          "bad.sh: server.speculative.algorithm: required key is missing"),
         ('python3 -m sglang.launch_server --model-path "/m\n',
@@ -274,7 +274,7 @@ BAD = "nccl-launch: bad.sh: "  # a script's error names it
         ("cd /srv\n" + SERVE.replace("/m", "/m\x00x"), BAD + "line 2: a NUL byte; a start "
          "script is text\n"),
         # An Arabic-Indic 3: str.isdigit() and int() take it, SGLang's argparse does not.
-        (SERVE.replace("\n", " --tp-size ٣\n"), BAD + "--tp-size '٣' is not an integer\n"),
+        (SERVE.replace("\n", " --tp-size ٣\n"), BAD + "line 1: --tp-size '٣' is not an integer\n"),
         ('NAME="my model"\npython3 -m sglang.launch_server --served-model-name $NAME\n',
          BAD + "line 2: $NAME holds blanks and is not quoted, so bash splits it into "
          'several arguments; quote it ("$NAME") or write the words out\n'),
@@ -475,17 +475,14 @@ def test_convert_reads_only_a_regular_script_of_at_most_1_mib(run_cli: RunCli) -
         "fifo.sh": "nccl-launch: script fifo.sh: a FIFO; only regular files are read\n",
         "/dev/zero": "nccl-launch: script /dev/zero: a character device; only regular files are "
         "read\n",
-        "big.sh": "nccl-launch: script big.sh: longer than 1048576 characters; this is not a start "
-        "script\n",
+        "big.sh": "nccl-launch: script big.sh: larger than 1048576 bytes; this is not a script\n",
     }
     for path, message in refused.items():
         result = run_cli("convert", path, "--name", "x")
         assert (result.returncode, result.stderr) == (2, message), path
     piped = run_cli("convert", "-", "--name", "x", stdin_path=Path("big.sh"))
     assert piped.returncode == 2
-    assert piped.stderr == (
-        "nccl-launch: stdin: longer than 1048576 characters; this is not a start script\n"
-    )
+    assert piped.stderr == ("nccl-launch: stdin: larger than 1048576 bytes; this is not a script\n")
     assert list(Path("profiles").iterdir()) == []
 
 

@@ -1,4 +1,5 @@
-"""A word's value as bash expands it: `~`, `$NAME`, `${NAME:-default}`, `$((...))`."""
+"""A word's value as bash expands it: `~`, `$NAME`, `${NAME:-default}`, `$((...))`; and the
+arguments a command's word becomes, or a refusal where bash would make others."""
 
 from __future__ import annotations
 
@@ -11,6 +12,11 @@ from nccl_launch.migrate.arithmetic import Lookup, arithmetic
 _VARIABLE = re.compile(
     r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))"
 )
+DEFAULT_IFS = " \t\n"  # bash's IFS when the script sets none: it ignores the caller's
+_GLOB = re.compile(r"[*?]|\[.*\]")
+# `{a,b}` or `{1..3}` with unquoted braces: bash makes one argument of each item.
+_BRACES = re.compile(r"\{[^{}]*(?:,|\.\.)[^{}]*\}")
+_QUOTED = "\x01"  # stands for a quoted character, which no expansion treats as special
 
 
 def expand(
@@ -18,40 +24,90 @@ def expand(
     lookup: Lookup,
     line: int,
     unset: Callable[[str], str] | None = None,
-    split: bool = False,
     assignment: bool = False,
 ) -> str:
     """The word's value, `~`, `$NAME`, `${NAME}`, `${NAME:-default}` and `$((...))` replaced.
 
-    A variable `lookup` does not know becomes `unset(name)`, or an error without one. With
-    `split` (a command's word), an unquoted value holding blanks is refused: bash would split
-    it into several arguments. An `assignment`'s value, or a command's word that looks like
-    one (`a=~/x`), also expands `~` after each unquoted `:`, as bash does.
+    A variable `lookup` does not know becomes `unset(name)`, or an error without one. An
+    `assignment`'s value also expands `~` after each unquoted `:`, as bash does.
     """
+    return "".join(text for text, _ in _expanded(word, lookup, line, unset, None, assignment))
+
+
+def arguments(
+    word: shell.Word,
+    lookup: Lookup,
+    line: int,
+    unset: Callable[[str], str] | None = None,
+    ifs: str = DEFAULT_IFS,
+) -> list[str]:
+    """The arguments a command's word becomes in bash: none for an unquoted expansion that is
+    empty, else one; refused (naming the line) where bash would make others of it: an
+    unquoted value holding a character of `ifs`, a brace expansion, or a glob (`*`, `?`,
+    `[...]` unquoted: what it matches depends on the files at start time). A word that looks
+    like an assignment (`a=~/x`) expands `~` after each `:` too, as bash does."""
     named = word.assignment()
-    if split and named is not None:
+    pieces = _expanded(word, lookup, line, unset, ifs, assignment=named is not None)
+    text = "".join(text for text, _ in pieces)
+    if all(kind == shell.PLAIN for _, kind in word.segments) and not text:
+        return []
+    refuse_braces(word, line)
+    if _GLOB.search("".join(text if plain else _QUOTED * len(text) for text, plain in pieces)):
+        raise shell.ShellError(
+            f"line {line}: `{word.literal()}` is a glob: bash passes the files it matches when "
+            "the server starts; quote it, or write them out"
+        )
+    return [text]
+
+
+def refuse_braces(word: shell.Word, line: int) -> None:
+    """Refuse a word bash brace-expands (`{a,b}`, `{1..3}`): a command's, or a declaration
+    builtin's (`export A={a,b}` is `export A=a A=b`)."""
+    raw = "".join(
+        _VARIABLE.sub(_QUOTED, text) if kind == shell.PLAIN else _QUOTED
+        for text, kind in word.segments
+    )
+    if _BRACES.search(raw):
+        raise shell.ShellError(
+            f"line {line}: `{word.literal()}` is a brace expansion: bash passes each word it "
+            "expands to; quote it, or write them out"
+        )
+
+
+def _expanded(
+    word: shell.Word,
+    lookup: Lookup,
+    line: int,
+    unset: Callable[[str], str] | None,
+    ifs: str | None,
+    assignment: bool,
+) -> list[tuple[str, bool]]:
+    """The word's expanded pieces, each with whether bash would glob it (unquoted). `ifs`:
+    the word is a command's, whose unquoted values bash splits at these characters."""
+    named = word.assignment()
+    if ifs is not None and named is not None:
         name, value, appends = named
         equals = "+=" if appends else "="
-        return name + equals + expand(value, lookup, line, unset, split, assignment=True)
-    out = []
+        return [(name + equals, True), *_expanded(value, lookup, line, unset, ifs, True)]
+    out: list[tuple[str, bool]] = []
     for index, (text, kind) in enumerate(word.segments):
         if kind == shell.LITERAL:
-            out.append(text)
+            out.append((text, False))
         elif kind == shell.COMMAND:
             raise shell.ShellError(f"line {line}: command substitution is not supported")
         elif kind == shell.ARITHMETIC:
-            out.append(str(arithmetic(text, lookup, line)))
+            out.append((str(arithmetic(text, lookup, line)), False))
         elif kind == shell.QUOTED:
-            out.append(_expand_text(text, False, lookup, line, unset))
+            out.append((_expand_text(text, None, lookup, line, unset), False))
         else:
             last = index + 1 == len(word.segments)
             for piece in _tildes(text, index == 0, last, assignment, line):
                 out.append(
-                    _home(lookup, line)
+                    (_home(lookup, line), False)
                     if piece is None
-                    else _expand_text(piece, split, lookup, line, unset)
+                    else (_expand_text(piece, ifs, lookup, line, unset), True)
                 )
-    return "".join(out)
+    return out
 
 
 def _tildes(text: str, first: bool, last: bool, assignment: bool, line: int) -> list[str | None]:
@@ -86,7 +142,7 @@ def _home(lookup: Lookup, line: int) -> str:
 
 
 def _expand_text(
-    text: str, split: bool, lookup: Lookup, line: int, unset: Callable[[str], str] | None
+    text: str, ifs: str | None, lookup: Lookup, line: int, unset: Callable[[str], str] | None
 ) -> str:
     def value(match: re.Match[str]) -> str:
         name = match.group(1) or match.group(4)
@@ -97,9 +153,10 @@ def _expand_text(
             if unset is None:
                 raise shell.ShellError(f"line {line}: ${name} is not set in the script")
             return unset(name)
-        if split and re.search(r"[ \t\n]", found):
+        if ifs and any(char in ifs for char in found):
+            holds = "blanks" if ifs == DEFAULT_IFS else f"a character of IFS ({ifs!r})"
             raise shell.ShellError(
-                f"line {line}: ${name} holds blanks and is not quoted, so bash splits it into "
+                f"line {line}: ${name} holds {holds} and is not quoted, so bash splits it into "
                 f'several arguments; quote it ("${name}") or write the words out'
             )
         return found

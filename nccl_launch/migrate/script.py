@@ -12,7 +12,7 @@ from pathlib import PurePosixPath
 
 from nccl_launch.errors import UsageError
 from nccl_launch.migrate import shell, sourced
-from nccl_launch.migrate.expansion import expand, references
+from nccl_launch.migrate.expansion import DEFAULT_IFS, arguments, expand, references, refuse_braces
 from nccl_launch.migrate.server_table import from_caller, known, server_split
 from nccl_launch.migrate.start import StartCommand
 from nccl_launch.nccl import catalog
@@ -31,6 +31,7 @@ _UNFOLLOWED = frozenset({
     "source", ".", "eval", "builtin", "pushd", "popd", "read", "mapfile", "readarray", "let",
     "getopts", *_DECLARES,
 })  # fmt: skip
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
 _BY_HAND = "convert the branch that runs, or write the profile by hand"
 _SOURCE = ("source", ".")
 
@@ -67,10 +68,13 @@ class _Script:
             return ":".join([*self.path_first, found or ""])  # after `PATH=/opt/bin:$PATH`
         return found
 
-    def expand(
-        self, word: shell.Word, line: int, split: bool = False, assignment: bool = False
-    ) -> str:
-        return expand(word, self.lookup, line, from_caller, split=split, assignment=assignment)
+    def expand(self, word: shell.Word, line: int, assignment: bool = False) -> str:
+        return expand(word, self.lookup, line, from_caller, assignment=assignment)
+
+    def arguments(self, word: shell.Word, line: int) -> list[str]:
+        """The arguments bash makes of a command's word, split at the script's IFS."""
+        ifs = self.variables.get("IFS", DEFAULT_IFS)
+        return arguments(word, self.lookup, line, from_caller, ifs)
 
     def assign(self, word: shell.Word, line: int, export: bool | None) -> None:
         """`NAME=value` or `NAME+=value` as bash sets it; `export` says whether it reaches the
@@ -139,6 +143,7 @@ class _Script:
         export: bool | None = "x" in on or (False if "x" in off else None)
         export = "n" not in on if builtin == "export" else export
         for word in words:
+            refuse_braces(word, line)
             named = word.assignment()
             if named is None and "=" in word.literal():  # `export "A=$X"`: the builtin splits it
                 name, _, value = self.expand(word, line).partition("=")
@@ -161,9 +166,11 @@ class _Script:
         if len(words) != 1:
             raise UsageError(f"line {line}: `source` is followed with one file, no arguments")
         try:
-            named = self.expand(words[0], line, split=True)
+            named = self.arguments(words[0], line)
+            if len(named) != 1:
+                raise UsageError(f"`source {words[0].literal()}` names no file")
             found = sourced.find(
-                words[0].literal(), named, self.cwd, self.lookup("PATH"), self.within
+                words[0].literal(), named[0], self.cwd, self.lookup("PATH"), self.within
             )
         except UsageError as error:
             raise UsageError(f"line {line}: {error}") from None
@@ -296,7 +303,7 @@ class _Script:
             return True
         if words[0].literal() == "false":
             return False
-        argv = [self.expand(word, line, split=True) for word in words]
+        argv = [argument for word in words for argument in self.arguments(word, line)]
         return self.run(argv, prefix, line, command)
 
     def run(
@@ -359,7 +366,8 @@ class _Script:
             if len(targets) > 1 or any(target.startswith("-") for target in targets):
                 raise UsageError(f"line {line}: `{' '.join(argv)}` is not followed; cd DIRECTORY")
             target = targets[0] if targets else self.lookup("HOME") or "/"
-            self.cwd = os.path.normpath(PurePosixPath(self.cwd or "") / known(target))
+            target = utf8(known(target), f"line {line}", "cd")
+            self.cwd = os.path.normpath(PurePosixPath(self.cwd or "") / target)
             return True
         if argv[0] == "unset":
             names, functions = argv[1:], False
@@ -383,6 +391,18 @@ class _Script:
         return None
 
 
+def utf8(text: str, where: str, what: str) -> str:
+    """`text`, which a profile will hold, unless it holds a byte that is not UTF-8 (read with
+    surrogateescape, as bash reads bytes): a profile is UTF-8 text."""
+    byte = _NOT_UTF8.search(text)
+    if byte is not None:
+        raise UsageError(
+            f"{where}: {what} holds the byte \\x{ord(byte.group()) - 0xDC00:02x}, which is not "
+            "UTF-8; a profile is UTF-8 text: write it in UTF-8"
+        )
+    return text
+
+
 def read_script(text: str, environ: Mapping[str, str]) -> StartCommand:
     """Follow a start script (or one raw line) up to its SGLang command."""
     if "\x00" in text:  # bash will not run such a file either
@@ -395,6 +415,9 @@ def read_script(text: str, environ: Mapping[str, str]) -> StartCommand:
         raise UsageError(str(error)) from None
     if script.found is None:
         raise UsageError("no `python -m sglang.launch_server` (or `sglang serve`) command found")
-    _, env, argv = script.found
+    at, env, argv = script.found
     lines = {name: script.lines[name] for name in env if name in script.lines}
-    return StartCommand(env=env, argv=argv, cwd=script.cwd, lines=lines, notes=script.notes)
+    for name, value in env.items():
+        utf8(value, lines.get(name, at), name)
+    utf8(" ".join(argv), at, "the server's command")
+    return StartCommand(env=env, argv=argv, cwd=script.cwd, lines=lines, notes=script.notes, at=at)
