@@ -13,8 +13,7 @@ from pathlib import Path, PurePosixPath
 from nccl_launch.errors import UsageError
 from nccl_launch.files import MAX_BYTES, read_text
 from nccl_launch.migrate import shell
-from nccl_launch.migrate.arithmetic import Lookup
-from nccl_launch.migrate.expansion import expand
+from nccl_launch.migrate.expansion import Lookup, expand
 from nccl_launch.migrate.server_table import known
 
 # How deep sourced files may nest; deeper is a file that sources itself, in all likelihood.
