@@ -153,7 +153,8 @@ class _Script:
         self, argv: list[str], prefix: dict[str, str], line: int, command: shell.Command
     ) -> bool | None:
         """An expanded command: the server's (its env and argv kept), or a builtin's."""
-        state, start, replaces, removed = self.shell, 0, False, set()
+        state, start, replaces = self.shell, 0, False
+        removed: set[str] = set()
         while start < len(argv) and argv[start] in (*_WRAPPERS, "env"):
             replaces = replaces or argv[start] == "exec"
             start += 1
