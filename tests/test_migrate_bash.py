@@ -139,6 +139,9 @@ CORPUS = [
     ("{serve} a?", 1),
     ("{serve} [ab]", 1),
     ("X='*'\n{serve} $X", 2),
+    ("set -f\nX='*'\n{serve} $X *.json\nset +f", None),
+    ("set -o noglob\nset +o noglob\n{serve} *.json", 3),
+    ("cd $NOWHERE\n{serve}", 1),
     ("X='*'\nexport HF_HOME=*\n{serve} \"$X\" '*' \\? \"[ab]\" a[", None),
 ]
 
@@ -209,6 +212,7 @@ LINES = st.sampled_from([
     "unset {n}", "declare -x {n}={v}", "declare +x {n}", "local {n}={v}", "set -a", "set +a",
     "{n}+=,{v}", "cd ~/srv", "export {n}={v} | cat", "readonly {n}", "env -u {n} {serve}",
     ". ~/sub.sh", "IFS=,", "IFS=", "unset IFS", "# {v}\r{n}={v}", "{n}={v} {serve} ${n}",
+    "set -f", "set +o noglob",
 ])  # fmt: skip
 # What `. ~/sub.sh` runs, in the script's shell: its `set -a` stays on after it.
 SUB = "NCCL_IB_HCA=s\nexport HF_HOME=~/s\nset -a\n"

@@ -15,8 +15,7 @@ from pathlib import PurePosixPath
 from nccl_launch.errors import UsageError
 from nccl_launch.migrate import shell
 from nccl_launch.migrate.expansion import refuse_braces
-from nccl_launch.migrate.server_table import known
-from nccl_launch.migrate.state import Shell, utf8
+from nccl_launch.migrate.state import Shell, known_at, utf8
 
 Builtin = Callable[[Shell, list[shell.Word], int], "bool | None"]
 Utility = Callable[[Shell, list[str], int], "bool | None"]
@@ -81,7 +80,8 @@ def _declare(builtin: str, state: Shell, words: list[shell.Word], line: int) -> 
 
 
 def _set(state: Shell, words: list[shell.Word], line: int) -> bool:
-    """`set -a` and `set -o allexport` turn allexport on, their `+` forms off."""
+    """`set -a` and `set -o allexport` turn allexport on, `set -f` and `set -o noglob`
+    noglob; their `+` forms off."""
     options = [word.literal() for word in words]
     for index, option in enumerate(options):
         if option in ("-", "--") or option[:1] not in ("-", "+"):
@@ -89,6 +89,8 @@ def _set(state: Shell, words: list[shell.Word], line: int) -> bool:
         named = options[index + 1 : index + 2] if "o" in option else []
         if "a" in option or named == ["allexport"]:
             state.allexport = option[0] == "-"
+        if "f" in option or named == ["noglob"]:
+            state.noglob = option[0] == "-"
     return True
 
 
@@ -104,7 +106,7 @@ def _cd(state: Shell, argv: list[str], line: int) -> bool:
         targets = targets[1:]
     if len(targets) > 1 or any(target.startswith("-") for target in targets):
         raise UsageError(f"line {line}: `{' '.join(['cd', *argv])}` is not followed; cd DIRECTORY")
-    target = known(targets[0]) if targets else state.lookup("HOME") or "/"
+    target = known_at(targets[0], line) if targets else state.lookup("HOME") or "/"
     state.cwd = os.path.normpath(
         PurePosixPath(state.cwd or "") / utf8(target, f"line {line}", "cd")
     )

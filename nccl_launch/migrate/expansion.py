@@ -41,19 +41,21 @@ def arguments(
     line: int,
     unset: Callable[[str], str] | None = None,
     ifs: str = DEFAULT_IFS,
+    glob: bool = True,
 ) -> list[str]:
     """The arguments a command's word becomes in bash: none for an unquoted expansion that is
     empty, else one; refused (naming the line) where bash would make others of it: an
     unquoted value holding a character of `ifs`, a brace expansion, or a glob (`*`, `?`,
-    `[...]` unquoted: what it matches depends on the files at start time). A word that looks
-    like an assignment (`a=~/x`) expands `~` after each `:` too, as bash does."""
+    `[...]` unquoted; what it matches depends on the files at start time), unless not `glob`
+    (`set -f`). A word like an assignment (`a=~/x`) expands `~` after each `:` too."""
     named = word.assignment()
     pieces = _expanded(word, lookup, line, unset, ifs, assignment=named is not None)
     text = "".join(text for text, _ in pieces)
     if all(kind == shell.PLAIN for _, kind in word.segments) and not text:
         return []
     refuse_braces(word, line)
-    if _GLOB.search("".join(text if plain else _QUOTED * len(text) for text, plain in pieces)):
+    unquoted = "".join(text if plain else _QUOTED * len(text) for text, plain in pieces)
+    if glob and _GLOB.search(unquoted):
         raise shell.ShellError(
             f"line {line}: `{word.literal()}` is a glob: bash passes the files it matches when "
             "the server starts; quote it, or write them out"

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from nccl_launch.errors import UsageError
 from nccl_launch.migrate import shell, sourced
 from nccl_launch.migrate.builtins import AFTER_EXPANSION, BUILTINS, DECLARATIONS
-from nccl_launch.migrate.server_table import known, server_split
+from nccl_launch.migrate.server_table import server_split
 from nccl_launch.migrate.start import StartCommand
-from nccl_launch.migrate.state import Shell, utf8
+from nccl_launch.migrate.state import Shell, known_at, utf8
 
 _WRAPPERS = ("exec", "nohup", "command", "time")
 _BY_HAND = "convert the branch that runs, or write the profile by hand"
@@ -140,7 +140,7 @@ class _Script:
         for word in words[:assignments]:
             variable, value, appends = word.assignment()  # type: ignore[misc]
             before = (state.lookup(variable) or "") if appends else ""
-            prefix[variable] = before + _known(state.expand(value, line, assignment=True), line)
+            prefix[variable] = before + known_at(state.expand(value, line, assignment=True), line)
             state.lines[variable] = state.at(line)
         words = words[assignments:]
         builtin = BUILTINS.get(words[0].literal())
@@ -196,7 +196,7 @@ class _Script:
                 prefix.pop(name, None)
             elif "=" in word and not word.startswith("-"):
                 name, _, value = word.partition("=")
-                prefix[name], self.shell.lines[name] = _known(value, line), self.shell.at(line)
+                prefix[name], self.shell.lines[name] = known_at(value, line), self.shell.at(line)
                 removed.discard(name)
             elif word.startswith("-"):
                 raise UsageError(f"line {line}: env {word} is not supported")
@@ -204,13 +204,6 @@ class _Script:
                 break
             start += 1
         return start
-
-
-def _known(value: str, line: int) -> str:
-    try:
-        return known(value)
-    except UsageError as error:
-        raise UsageError(f"line {line}: {error}") from None
 
 
 def read_script(text: str, environ: Mapping[str, str]) -> StartCommand:

@@ -29,6 +29,14 @@ def utf8(text: str, where: str, what: str) -> str:
     return text
 
 
+def known_at(value: str, line: int) -> str:
+    """`value` with every variable resolved; one the caller provides is refused naming `line`."""
+    try:
+        return known(value)
+    except UsageError as error:
+        raise UsageError(f"line {line}: {error}") from None
+
+
 @dataclass
 class Shell:
     """What bash holds while it runs the script, as far as it reaches the server."""
@@ -42,6 +50,7 @@ class Shell:
     within: list[str] = field(default_factory=list)  # the sourced files followed, outermost first
     path_first: list[str] = field(default_factory=list)  # put before the caller's PATH
     allexport: bool = False
+    noglob: bool = False  # `set -f`: no word is a glob
     cwd: str | None = None
     functions: dict[str, int] = field(default_factory=dict)  # name: the line defining it
     notes: list[str] = field(default_factory=list)
@@ -63,7 +72,7 @@ class Shell:
         """The arguments bash makes of a command's word, split at the script's IFS (bash
         ignores the caller's)."""
         ifs = self.variables.get("IFS", DEFAULT_IFS)
-        return arguments(word, self.lookup, line, from_caller, ifs)
+        return arguments(word, self.lookup, line, from_caller, ifs, glob=not self.noglob)
 
     def assign(self, word: shell.Word, line: int, export: bool | None) -> None:
         """`NAME=value` or `NAME+=value` as bash sets it; `export` says whether it reaches the
@@ -86,10 +95,7 @@ class Shell:
                     f"line {line}: {name} extends the caller's value, which a profile cannot "
                     "hold; write the whole value"
                 )
-        try:
-            text = known(self.expand(value, line, assignment=True))
-        except UsageError as error:
-            raise UsageError(f"line {line}: {error}") from None
+        text = known_at(self.expand(value, line, assignment=True), line)
         self.variables[name] = self.variables.get(name, "") + text if appends else text
         self.lines[name] = self.at(line)
         self.mark(name, export)
