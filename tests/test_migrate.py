@@ -187,6 +187,22 @@ def test_convert_a_raw_line_from_stdin(run_cli: RunCli) -> None:
     assert profile["provenance"]["source"] == "stdin"
 
 
+def test_convert_reads_stdin_as_bash_reads_a_pipe_bytes_where_only_lf_ends_a_line() -> None:
+    """A lone CR keeps a comment a comment, a CR before LF stays in its word, and a byte that
+    is not UTF-8 in a comment changes nothing. A real process: the in-process runner passes
+    stdin as text, which would turn the CRs into line ends before convert sees them."""
+    line = (
+        b"# caf\xe9, tuned\rexport NCCL_PROTO=Simple\n"
+        b"export NCCL_ALGO=Ring HF_HOME=/data\r\n"
+        b"python3 -m sglang.launch_server --model-path /m\n"
+    )
+    command = [console_script(), "convert", "-", "--name", "raw", "-o", "raw.toml"]
+    result = subprocess.run(command, input=line, capture_output=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    profile = tomllib.loads(Path("raw.toml").read_text())
+    assert (profile["nccl"], profile["env"]) == ({"ALGO": "Ring"}, {"HF_HOME": "/data\r"})
+
+
 def test_convert_of_16mb_says_what_nccl_read_and_what_was_probably_meant(run_cli: RunCli) -> None:
     line = Path("line.sh")
     line.write_text("NCCL_BUFFSIZE=16MB /opt/ml/bin/python -m sglang.launch_server --model /m\n")
