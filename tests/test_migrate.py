@@ -187,6 +187,22 @@ def test_convert_a_raw_line_from_stdin(run_cli: RunCli) -> None:
     assert profile["provenance"]["source"] == "stdin"
 
 
+def test_convert_reads_stdin_as_bash_reads_a_pipe_bytes_where_only_lf_ends_a_line() -> None:
+    """A lone CR keeps a comment a comment, a CR before LF stays in its word, and a byte that
+    is not UTF-8 in a comment changes nothing. A real process: the in-process runner passes
+    stdin as text, which would turn the CRs into line ends before convert sees them."""
+    line = (
+        b"# caf\xe9, tuned\rexport NCCL_PROTO=Simple\n"
+        b"export NCCL_ALGO=Ring HF_HOME=/data\r\n"
+        b"python3 -m sglang.launch_server --model-path /m\n"
+    )
+    command = [console_script(), "convert", "-", "--name", "raw", "-o", "raw.toml"]
+    result = subprocess.run(command, input=line, capture_output=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    profile = tomllib.loads(Path("raw.toml").read_text())
+    assert (profile["nccl"], profile["env"]) == ({"ALGO": "Ring"}, {"HF_HOME": "/data\r"})
+
+
 def test_convert_of_16mb_says_what_nccl_read_and_what_was_probably_meant(run_cli: RunCli) -> None:
     line = Path("line.sh")
     line.write_text("NCCL_BUFFSIZE=16MB /opt/ml/bin/python -m sglang.launch_server --model /m\n")
@@ -239,7 +255,11 @@ BAD = "nccl-launch: bad.sh: "  # a script's error names it
          BAD + "line 1: command substitution is not supported"),
         ("echo hello\n", BAD + "no `python -m sglang.launch_server` (or `sglang serve`)"),
         ("python3 -m sglang.launch_server --model-path $MODEL_DIR\n",
-         BAD + "$MODEL_DIR is not set in the script or this environment"),
+         BAD + "line 1: $MODEL_DIR is not set in the script or this environment"),
+        ("cd /srv\nNCCL_ALGO=$NOPE " + SERVE,
+         BAD + "line 2: $NOPE is not set in the script or this environment"),
+        ("env NCCL_ALGO=$NOPE " + SERVE,
+         BAD + "line 1: $NOPE is not set in the script or this environment"),
         ("python3 -m sglang.launch_server --model-path /m --speculative-num-steps 2\n",
          "bad.sh: server.speculative.algorithm: required key is missing"),
         ('python3 -m sglang.launch_server --model-path "/m\n',
@@ -274,7 +294,7 @@ BAD = "nccl-launch: bad.sh: "  # a script's error names it
         ("cd /srv\n" + SERVE.replace("/m", "/m\x00x"), BAD + "line 2: a NUL byte; a start "
          "script is text\n"),
         # An Arabic-Indic 3: str.isdigit() and int() take it, SGLang's argparse does not.
-        (SERVE.replace("\n", " --tp-size ٣\n"), BAD + "--tp-size '٣' is not an integer\n"),
+        (SERVE.replace("\n", " --tp-size ٣\n"), BAD + "line 1: --tp-size '٣' is not an integer\n"),
         ('NAME="my model"\npython3 -m sglang.launch_server --served-model-name $NAME\n',
          BAD + "line 2: $NAME holds blanks and is not quoted, so bash splits it into "
          'several arguments; quote it ("$NAME") or write the words out\n'),
@@ -475,17 +495,14 @@ def test_convert_reads_only_a_regular_script_of_at_most_1_mib(run_cli: RunCli) -
         "fifo.sh": "nccl-launch: script fifo.sh: a FIFO; only regular files are read\n",
         "/dev/zero": "nccl-launch: script /dev/zero: a character device; only regular files are "
         "read\n",
-        "big.sh": "nccl-launch: script big.sh: longer than 1048576 characters; this is not a start "
-        "script\n",
+        "big.sh": "nccl-launch: script big.sh: larger than 1048576 bytes; this is not a script\n",
     }
     for path, message in refused.items():
         result = run_cli("convert", path, "--name", "x")
         assert (result.returncode, result.stderr) == (2, message), path
     piped = run_cli("convert", "-", "--name", "x", stdin_path=Path("big.sh"))
     assert piped.returncode == 2
-    assert piped.stderr == (
-        "nccl-launch: stdin: longer than 1048576 characters; this is not a start script\n"
-    )
+    assert piped.stderr == ("nccl-launch: stdin: larger than 1048576 bytes; this is not a script\n")
     assert list(Path("profiles").iterdir()) == []
 
 

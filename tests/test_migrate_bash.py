@@ -19,10 +19,11 @@ from nccl_launch.nccl import catalog, rules
 from tests.conftest import RunCli, run_in_process
 
 SERVE = "python3 -m sglang.launch_server --model-path /m"
-# Stands in for the server: what bash exported to it, and where it started.
+# Stands in for the server: what bash exported to it, where it started, and the arguments
+# it got after those of the launch line.
 DUMP = (
-    f"{sys.executable} -c 'import json, os, sys; "
-    'json.dump({"env": dict(os.environ), "cwd": os.getcwd()}, open(sys.argv[1], "w"))\''
+    f"{sys.executable} -c 'import json, os, sys; json.dump("
+    '{"env": dict(os.environ), "cwd": os.getcwd(), "args": sys.argv[2:]}, open(sys.argv[1], "w"))\''
 )
 
 # (script, the line convert refuses or None); {serve} is the launch line.
@@ -112,42 +113,80 @@ CORPUS = [
     ("declare -x NCCL_ALGO=Ring\ndeclare -x -n NCCL_ALGO\n{serve}", 2),
     ("export -fn NCCL_ALGO\n{serve}", None),
     ("NCCL_IB_HCA=a\nset -a\nreadonly NCCL_IB_HCA\ndeclare NCCL_IB_HCA\n{serve}", None),
+    # Read as bash reads it: only LF ends a line, a CR is part of its word.
+    ("# tuned\rexport NCCL_PROTO=Simple\n{serve}", None),
+    ("export HF_HOME=/data\r\n{serve} a\r", None),
+    ("export NCCL_PROTO=LL\r\n{serve}", 1),
+    ("X=a\\\r\nexport HF_HOME=$X\n{serve}", None),
+    # A byte that is not UTF-8 (a surrogate here): fine where it is only a comment or data,
+    # refused where it would reach the profile.
+    ("# caf\udce9\necho caf\udce9\nexport NCCL_ALGO=Ring\n{serve}", None),
+    ("export HF_HOME=/caf\udce9\n{serve}", 1),
+    ("X=\udce9\n{serve} $X", 2),
+    # Words as bash makes them: IFS, empty unquoted expansions, braces, globs.
+    ("IFS=,\nX='a b'\n{serve} $X", None),
+    ("IFS=\nX='a,b c'\n{serve} $X", None),
+    ("IFS=,\nX=a,b\n{serve} $X", 3),
+    ("IFS=,\nunset IFS\nX='a b'\n{serve} $X", 4),
+    ('IFS=,\nexport HF_HOME=a,b\n{serve} "$HF_HOME"', None),
+    ("E=\n{serve} $E a \"$E\" '' $E$E", None),
+    ("E=\nexport NCCL_ALGO=Ring\n$E {serve}", None),
+    ("{serve} {a,b}", 1),
+    ("{serve} x{1..2}", 1),
+    ("export HF_HOME={a,b}\n{serve}", 1),
+    ("HF_HOME={a,b} {serve} '{a,b}' \"{a,b}\" {c} a{b} \\{a,b}", None),
+    ("{serve} *.json", 1),
+    ("{serve} a?", 1),
+    ("{serve} [ab]", 1),
+    ("X='*'\n{serve} $X", 2),
+    ("set -f\nX='*'\n{serve} $X *.json\nset +f", None),
+    ("set -o noglob\nset +o noglob\n{serve} *.json", 3),
+    ("cd $NOWHERE\n{serve}", 1),
+    ("X='*'\nexport HF_HOME=*\n{serve} \"$X\" '*' \\? \"[ab]\" a[", None),
 ]
+
+
+def script_bytes(script: str, serve: str) -> bytes:
+    """`script` with its launch line, as a file holds it: a surrogate stands for a byte that
+    is not UTF-8, and a CR stays a CR."""
+    return (script.replace("{serve}", serve) + "\n").encode("utf-8", "surrogateescape")
 
 
 def bash_exports(
     script: str, home: str, tmp_path: Path, caller: dict[str, str] | None = None
-) -> tuple[dict[str, str], str]:
-    """The environment and directory bash, called with `caller` added to the clean
-    environment, gives the launch line of `script`."""
+) -> tuple[dict[str, str], str, list[str]]:
+    """The environment, directory and arguments (after `--model-path /m`) bash, called with
+    `caller` added to the clean environment, gives the launch line of `script`."""
     out = tmp_path / "dump.json"
     out.unlink(missing_ok=True)
     path = tmp_path / "bash.sh"
-    path.write_text(script.replace("{serve}", f"{DUMP} {out}") + "\n")
+    path.write_bytes(script_bytes(script, f"{DUMP} {out}"))
     calling = {"HOME": home, "PATH": os.environ["PATH"], **(caller or {})}
     subprocess.run(["bash", str(path)], env=calling, cwd=tmp_path, check=True, timeout=30)
     dumped = json.loads(out.read_text())
-    return dumped["env"], dumped["cwd"]
+    return dumped["env"], dumped["cwd"], dumped["args"]
 
 
 def convert(script: str, run: RunCli) -> subprocess.CompletedProcess[str]:
-    Path("start.sh").write_text(script.replace("{serve}", SERVE) + "\n")
+    Path("start.sh").write_bytes(script_bytes(script, SERVE))
     return run("convert", "start.sh", "-o", "out.toml", "--force")
 
 
 def assert_profile_holds_what_bash_exports(script: str, tmp_path: Path) -> None:
     """Every variable out.toml declares has the value bash exported, every NCCL_* bash
-    exported is declared, and the server starts where bash ran it."""
+    exported is declared, and the server starts where bash ran it, with the arguments bash
+    gave it."""
     home = os.environ["HOME"]
     (Path(home) / "srv").mkdir(exist_ok=True)
     profile = tomllib.loads((tmp_path / "out.toml").read_text())
-    env, cwd = bash_exports(script, home, tmp_path)
+    env, cwd, args = bash_exports(script, home, tmp_path)
     declared = {catalog.PREFIX + key: rules.canonical(catalog.PREFIX + key, value)
                 for key, value in profile.get("nccl", {}).items()}  # fmt: skip
     declared |= profile.get("env", {})
     assert declared == {key: env[key] for key in declared if key in env}
     assert {key for key in env if key.startswith(catalog.PREFIX)} <= set(declared)
     assert os.path.normpath(tmp_path / profile["server"].get("cwd", ".")) == cwd
+    assert profile["server"].get("args", []) == args
 
 
 @pytest.mark.parametrize(("script", "refused"), CORPUS)
@@ -164,12 +203,16 @@ def test_convert_writes_what_bash_exports_or_refuses_with_the_line(
 
 
 NAMES = st.sampled_from(["NCCL_IB_HCA", "HF_HOME"])
-VALUES = st.sampled_from(["a", "~/a", "'~'", '"${NCCL_IB_HCA:-x}"'])
+VALUES = st.sampled_from([
+    "a", "~/a", "'~'", '"${NCCL_IB_HCA:-x}"', "a,b", "'a b'", "''", "{a,b}", "'*'", "a\r",
+    "\udce9",
+])  # fmt: skip
 LINES = st.sampled_from([
     "export {n}={v}", "{n}={v}", "export {n}", "export -n {n}", "export -n {n}={v}",
     "unset {n}", "declare -x {n}={v}", "declare +x {n}", "local {n}={v}", "set -a", "set +a",
     "{n}+=,{v}", "cd ~/srv", "export {n}={v} | cat", "readonly {n}", "env -u {n} {serve}",
-    ". ~/sub.sh",
+    ". ~/sub.sh", "IFS=,", "IFS=", "unset IFS", "# {v}\r{n}={v}", "{n}={v} {serve} ${n}",
+    "set -f", "set +o noglob",
 ])  # fmt: skip
 # What `. ~/sub.sh` runs, in the script's shell: its `set -a` stays on after it.
 SUB = "NCCL_IB_HCA=s\nexport HF_HOME=~/s\nset -a\n"
@@ -184,12 +227,13 @@ def test_any_script_of_these_lines_converts_as_bash_runs_it(script: str) -> None
     """Scripts drawn from the lines that change what bash exports, in any order."""
     tmp_path = Path.cwd()
     Path(os.environ["HOME"], "sub.sh").write_text(SUB)
-    result = convert(script + "\n{serve}", run_in_process)
+    script += "\n{serve} $HF_HOME"
+    result = convert(script, run_in_process)
     if result.returncode == 2:
         assert re.search(r"start.sh: line \d+: ", result.stderr), result.stderr
         return
     assert result.returncode == 0, result.stderr
-    assert_profile_holds_what_bash_exports(script + "\n{serve}", tmp_path)
+    assert_profile_holds_what_bash_exports(script, tmp_path)
 
 
 def test_a_variable_that_extends_the_callers_nccl_value_is_refused(run_cli: RunCli) -> None:
@@ -211,7 +255,7 @@ def test_a_variable_unset_in_the_script_no_longer_has_the_callers_value(
     Path("start.sh").write_text(script.replace("{serve}", SERVE) + "\n")
     caller = {"NCCL_ALGO": "Tree"}
     assert run_cli("convert", "start.sh", "-o", "out.toml", env=caller).returncode == 0
-    env, _ = bash_exports(script, os.environ["HOME"], tmp_path, caller)
+    env, _, _ = bash_exports(script, os.environ["HOME"], tmp_path, caller)
     assert tomllib.loads(Path("out.toml").read_text())["nccl"] == {"PROTO": env["NCCL_PROTO"]}
 
 
@@ -240,6 +284,10 @@ SOURCED = [
     ({"srv/x.sh": ""}, "source srv\n{serve}", 1),
     ({"if.sh": "if true; then export NCCL_ALGO=Ring; fi\n"},
      "export NCCL_PROTO=LL\nsource if.sh\n{serve}", 2),
+    # read as the script is: bytes, only LF ends a line
+    ({"cr.sh": "# tuned\rexport NCCL_PROTO=Simple\nexport HF_HOME=/x\r\n"}, ". ./cr.sh\n{serve}",
+     None),
+    ({"latin1.sh": "# caf\udce9\nexport NCCL_ALGO=Ring\n"}, ". ./latin1.sh\n{serve}", None),
 ]  # fmt: skip
 
 
@@ -247,7 +295,7 @@ def write_sourced(files: dict[str, str]) -> None:
     for name, text in files.items():
         path = Path(os.environ["HOME"], name[2:]) if name.startswith("~/") else Path(name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        path.write_bytes(text.encode("utf-8", "surrogateescape"))
 
 
 @pytest.mark.parametrize(("files", "script", "refused"), SOURCED)
@@ -262,6 +310,24 @@ def test_convert_follows_a_sourced_file_as_bash_does_or_refuses_with_the_line(
         return
     assert result.returncode == 0, result.stderr
     assert_profile_holds_what_bash_exports(script, tmp_path)
+
+
+def test_a_byte_that_is_not_utf8_is_refused_where_it_reaches_the_profile(run_cli: RunCli) -> None:
+    """Bash passes the byte; a profile is UTF-8 text, so convert names the file and line that
+    set it. In a comment, or in what only `echo` prints, the byte changes nothing."""
+    write_sourced({"latin1.sh": "# caf\udce9\nexport HF_HOME=/caf\udce9\n"})
+    refusals = {
+        "echo caf\udce9\n. ./latin1.sh\n{serve}": "start.sh: latin1.sh line 2: HF_HOME holds "
+        "the byte \\xe9",
+        "X=caf\udce9\n{serve} $X": "start.sh: line 2: the server's command holds the byte \\xe9",
+        "cd \udce9\n{serve}": "start.sh: line 1: cd holds the byte \\xe9",
+    }
+    for script, why in refusals.items():
+        result = convert(script, run_cli)
+        assert (result.returncode, result.stderr) == (
+            2,
+            f"nccl-launch: {why}, which is not UTF-8; a profile is UTF-8 text: write it in UTF-8\n",
+        )
 
 
 def test_each_sourced_value_names_its_file_and_line(run_cli: RunCli) -> None:

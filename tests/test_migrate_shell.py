@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nccl_launch.errors import UsageError
-from nccl_launch.migrate.expansion import expand
+from nccl_launch.migrate.expansion import arguments, expand
 from nccl_launch.migrate.script import read_script
 from nccl_launch.migrate.shell import ShellError, parse
 
@@ -137,12 +137,15 @@ def test_time_is_linear_in_the_text() -> None:
     assert expand(command.words[1], lambda _: None, 1) == "qx" * 200_000
     _, run = parse(f"cat <<EOF\n{blanks}\n{word}\nEOF\nrun")
     assert expand(run.words[0], lambda _: None, 1) == "run"
+    for text in ("[" * 2_000_000, "{," * 1_000_000, "{" * 2_000_000 + "}"):  # no glob, no braces
+        [command] = parse(f"run {text}\n")
+        assert arguments(command.words[1], lambda _: None, 1) == [text]
 
 
 @settings(max_examples=500, deadline=1000)
 @given(
     st.text(
-        alphabet=" \t\n;&|<>'\"\\$#{}()=-:`abAB012",
+        alphabet=" \t\r\n;&|<>'\"\\$#{}()=-:`abAB012*?[],\udce9",
         max_size=60,
     ).map(lambda text: text + "\npython3 -m sglang.launch_server --model-path /m\n")
 )

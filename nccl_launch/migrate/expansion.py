@@ -1,4 +1,6 @@
-"""A word's value as bash expands it: `~`, `$NAME`, `${NAME:-default}`, `$((...))`."""
+"""A word's value as bash expands it: `~`, `$NAME`, `${NAME:-default}`, `$((...))` (for the
+few operators a start script uses); and the arguments a command's word becomes, or a refusal
+where bash would make others."""
 
 from __future__ import annotations
 
@@ -6,11 +8,15 @@ import re
 from collections.abc import Callable
 
 from nccl_launch.migrate import shell
-from nccl_launch.migrate.arithmetic import Lookup, arithmetic
 
+Lookup = Callable[[str], "str | None"]
 _VARIABLE = re.compile(
     r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))"
 )
+DEFAULT_IFS = " \t\n"  # bash's IFS when the script sets none: it ignores the caller's
+# `{a,b}` or `{1..3}` with unquoted braces: bash makes one argument of each item.
+_BRACES = re.compile(r"\{[^{}]*(?:,|\.\.)[^{}]*\}")
+_QUOTED = "\x01"  # stands for a quoted character, which no expansion treats as special
 
 
 def expand(
@@ -18,40 +24,99 @@ def expand(
     lookup: Lookup,
     line: int,
     unset: Callable[[str], str] | None = None,
-    split: bool = False,
     assignment: bool = False,
 ) -> str:
     """The word's value, `~`, `$NAME`, `${NAME}`, `${NAME:-default}` and `$((...))` replaced.
 
-    A variable `lookup` does not know becomes `unset(name)`, or an error without one. With
-    `split` (a command's word), an unquoted value holding blanks is refused: bash would split
-    it into several arguments. An `assignment`'s value, or a command's word that looks like
-    one (`a=~/x`), also expands `~` after each unquoted `:`, as bash does.
+    A variable `lookup` does not know becomes `unset(name)`, or an error without one. An
+    `assignment`'s value also expands `~` after each unquoted `:`, as bash does.
     """
+    return "".join(text for text, _ in _expanded(word, lookup, line, unset, None, assignment))
+
+
+def arguments(
+    word: shell.Word,
+    lookup: Lookup,
+    line: int,
+    unset: Callable[[str], str] | None = None,
+    ifs: str = DEFAULT_IFS,
+    glob: bool = True,
+) -> list[str]:
+    """The arguments a command's word becomes in bash: none for an unquoted expansion that is
+    empty, else one; refused (naming the line) where bash would make others of it: an
+    unquoted value holding a character of `ifs`, a brace expansion, or a glob (`*`, `?`,
+    `[...]` unquoted; what it matches depends on the files at start time), unless not `glob`
+    (`set -f`). A word like an assignment (`a=~/x`) expands `~` after each `:` too."""
     named = word.assignment()
-    if split and named is not None:
+    pieces = _expanded(word, lookup, line, unset, ifs, assignment=named is not None)
+    text = "".join(text for text, _ in pieces)
+    if all(kind == shell.PLAIN for _, kind in word.segments) and not text:
+        return []
+    refuse_braces(word, line)
+    unquoted = "".join(text if plain else _QUOTED * len(text) for text, plain in pieces)
+    if glob and _is_pattern(unquoted):
+        raise shell.ShellError(
+            f"line {line}: `{word.literal()}` is a glob: bash passes the files it matches when "
+            "the server starts; quote it, or write them out"
+        )
+    return [text]
+
+
+def _is_pattern(text: str) -> bool:
+    """Whether unquoted `text` is a pattern bash matches against file names: a `*`, a `?`, or
+    a `[` with a `]` after it (in linear time: a 1 MiB script may hold one long word)."""
+    bracket = text.find("[")
+    return "*" in text or "?" in text or (bracket >= 0 and "]" in text[bracket + 1 :])
+
+
+def refuse_braces(word: shell.Word, line: int) -> None:
+    """Refuse a word bash brace-expands (`{a,b}`, `{1..3}`): a command's, or a declaration
+    builtin's (`export A={a,b}` is `export A=a A=b`)."""
+    raw = "".join(
+        _VARIABLE.sub(_QUOTED, text) if kind == shell.PLAIN else _QUOTED
+        for text, kind in word.segments
+    )
+    if _BRACES.search(raw):
+        raise shell.ShellError(
+            f"line {line}: `{word.literal()}` is a brace expansion: bash passes each word it "
+            "expands to; quote it, or write them out"
+        )
+
+
+def _expanded(
+    word: shell.Word,
+    lookup: Lookup,
+    line: int,
+    unset: Callable[[str], str] | None,
+    ifs: str | None,
+    assignment: bool,
+) -> list[tuple[str, bool]]:
+    """The word's expanded pieces, each with whether bash would glob it (unquoted). `ifs`:
+    the word is a command's, whose unquoted values bash splits at these characters."""
+    named = word.assignment()
+    if ifs is not None and named is not None:
         name, value, appends = named
         equals = "+=" if appends else "="
-        return name + equals + expand(value, lookup, line, unset, split, assignment=True)
-    out = []
+        return [(name + equals, True), *_expanded(value, lookup, line, unset, ifs, True)]
+    out: list[tuple[str, bool]] = []
     for index, (text, kind) in enumerate(word.segments):
         if kind == shell.LITERAL:
-            out.append(text)
+            out.append((text, False))
         elif kind == shell.COMMAND:
             raise shell.ShellError(f"line {line}: command substitution is not supported")
         elif kind == shell.ARITHMETIC:
-            out.append(str(arithmetic(text, lookup, line)))
+            out.append((str(arithmetic(text, lookup, line)), False))
         elif kind == shell.QUOTED:
-            out.append(_expand_text(text, False, lookup, line, unset))
+            out.append((_expand_text(text, None, lookup, line, unset), False))
         else:
             last = index + 1 == len(word.segments)
             for piece in _tildes(text, index == 0, last, assignment, line):
                 out.append(
-                    _home(lookup, line)
+                    (_home(lookup, line), False)
                     if piece is None
-                    else _expand_text(piece, split, lookup, line, unset)
+                    else (_expand_text(piece, ifs, lookup, line, unset), True)
                 )
-    return "".join(out)
+    return out
 
 
 def _tildes(text: str, first: bool, last: bool, assignment: bool, line: int) -> list[str | None]:
@@ -86,7 +151,7 @@ def _home(lookup: Lookup, line: int) -> str:
 
 
 def _expand_text(
-    text: str, split: bool, lookup: Lookup, line: int, unset: Callable[[str], str] | None
+    text: str, ifs: str | None, lookup: Lookup, line: int, unset: Callable[[str], str] | None
 ) -> str:
     def value(match: re.Match[str]) -> str:
         name = match.group(1) or match.group(4)
@@ -97,9 +162,10 @@ def _expand_text(
             if unset is None:
                 raise shell.ShellError(f"line {line}: ${name} is not set in the script")
             return unset(name)
-        if split and re.search(r"[ \t\n]", found):
+        if ifs and any(char in ifs for char in found):
+            holds = "blanks" if ifs == DEFAULT_IFS else f"a character of IFS ({ifs!r})"
             raise shell.ShellError(
-                f"line {line}: ${name} holds blanks and is not quoted, so bash splits it into "
+                f"line {line}: ${name} holds {holds} and is not quoted, so bash splits it into "
                 f'several arguments; quote it ("${name}") or write the words out'
             )
         return found
@@ -113,3 +179,98 @@ def _expand_text(
 def references(word: shell.Word, name: str) -> bool:
     """Whether the word reads variable `name` (`$NAME`, `${NAME...}`)."""
     return re.search(rf"\$\{{?{name}\b", word.literal()) is not None
+
+
+_TOKEN = re.compile(r"[ \t\n]*(?:([0-9]+)|\$?\{?([A-Za-z_][A-Za-z0-9_]*)\}?|([-+*/%()]))")
+_DECIMAL = re.compile(r"-?(0|[1-9][0-9]{0,18})")
+_INT64 = 1 << 64
+_ONLY = "only + - * / % ( ), decimal numbers and variables are evaluated; write the value"
+
+
+def arithmetic(text: str, lookup: Lookup, line: int) -> int:
+    """`$((text))` as bash computes it (64 bits, division truncating) for + - * / % and
+    parentheses over decimal numbers and variables holding one; anything else is refused."""
+    where = f"line {line}: $(({text}))"
+    tokens: list[int | str] = []
+    index, end = 0, len(text.rstrip(" \t\n"))
+    while index < end:
+        match = _TOKEN.match(text, index)
+        if match is None:
+            raise shell.ShellError(f"{where}: {_ONLY}")
+        number, name, operator = match.groups()
+        if name is not None:
+            number = lookup(name)
+            if number is None:
+                raise shell.ShellError(f"{where}: ${name} is not set in the script")
+        if number is not None:
+            if not _DECIMAL.fullmatch(number):
+                raise shell.ShellError(f"{where}: {number!r} is not a decimal 64-bit number")
+            tokens.append(int(number))
+        else:
+            tokens.append(operator)
+        index = match.end()
+    return _Arithmetic(tokens, where).value()
+
+
+class _Arithmetic:
+    """Precedence climbing over the tokens; nesting is capped, so no deep recursion."""
+
+    def __init__(self, tokens: list[int | str], where: str) -> None:
+        self.tokens, self.index, self.where, self.depth = tokens, 0, where, 0
+
+    def fail(self) -> shell.ShellError:
+        return shell.ShellError(f"{self.where}: {_ONLY}")
+
+    def value(self) -> int:
+        result = self.sum()
+        if self.index != len(self.tokens):
+            raise self.fail()
+        return result
+
+    def next(self) -> int | str | None:
+        return self.tokens[self.index] if self.index < len(self.tokens) else None
+
+    def sum(self) -> int:
+        result = self.product()
+        while (operator := self.next()) in ("+", "-"):
+            self.index += 1
+            other = self.product()
+            result = _wrap(result + other if operator == "+" else result - other)
+        return result
+
+    def product(self) -> int:
+        result = self.unary()
+        while (operator := self.next()) in ("*", "/", "%"):
+            self.index += 1
+            other = self.unary()
+            if operator == "*":
+                result = _wrap(result * other)
+                continue
+            if other == 0:
+                raise shell.ShellError(f"{self.where}: division by 0")
+            # C's division truncates toward 0; the remainder takes the dividend's sign
+            quotient = abs(result) // abs(other) * (1 if (result < 0) == (other < 0) else -1)
+            result = _wrap(quotient if operator == "/" else result - quotient * other)
+        return result
+
+    def unary(self) -> int:
+        sign = 1
+        while (operator := self.next()) in ("+", "-"):
+            sign, self.index = (-sign if operator == "-" else sign), self.index + 1
+        operand = self.next()
+        self.index += 1
+        if isinstance(operand, int):
+            return _wrap(sign * operand)
+        if operand != "(" or self.depth >= 32:
+            raise self.fail()
+        self.depth += 1
+        result = self.sum()
+        self.depth -= 1
+        if self.next() != ")":
+            raise self.fail()
+        self.index += 1
+        return _wrap(sign * result)
+
+
+def _wrap(number: int) -> int:
+    return (number + _INT64 // 2) % _INT64 - _INT64 // 2

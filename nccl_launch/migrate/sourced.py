@@ -5,15 +5,15 @@ environment's `activate` is recognised, never run)."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from nccl_launch.errors import UsageError
-from nccl_launch.files import MAX_BYTES, open_stream, read_text
+from nccl_launch.files import MAX_BYTES, read_text
 from nccl_launch.migrate import shell
-from nccl_launch.migrate.arithmetic import Lookup
-from nccl_launch.migrate.expansion import expand
+from nccl_launch.migrate.expansion import Lookup, expand
 from nccl_launch.migrate.server_table import known
 
 # How deep sourced files may nest; deeper is a file that sources itself, in all likelihood.
@@ -22,13 +22,15 @@ _CALLERS = "\x01"  # stands for $PATH as it was before an assignment
 
 
 def read_script_file(path: str) -> str:
-    """The text of a start script (a regular file, or `-` for stdin), at most 1 MiB of it."""
-    with open_stream(path, "script") as stream:
-        text = stream.read(MAX_BYTES + 1)
-    if len(text) > MAX_BYTES:
-        where = "stdin" if path == "-" else f"script {path}"
-        raise UsageError(f"{where}: longer than {MAX_BYTES} characters; this is not a start script")
-    return text
+    """The text of a start script (a regular file, or `-` for stdin), at most 1 MiB of it, as
+    bash reads it: bytes, where only LF ends a line (a CR is part of its word) and a byte
+    that is not UTF-8 is kept (as a surrogate) for the reader to refuse where it counts."""
+    if path != "-":
+        return read_text(Path(path), "script", errors="surrogateescape")
+    data = sys.stdin.buffer.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise UsageError(f"stdin: larger than {MAX_BYTES} bytes; this is not a script")
+    return data.decode("utf-8", "surrogateescape")
 
 
 def _here(cwd: str | None, path: str) -> str:
@@ -49,9 +51,10 @@ def locate(name: str, cwd: str | None, search: str | None) -> str:
 
 
 def read_sourced(path: str) -> str:
-    """The text of a sourced file: a regular file (a symlink is resolved, then checked), at
-    most 1 MiB, UTF-8, and as root one no other user could have written."""
-    text = read_text(Path(path), "sourced file", trusted=True)
+    """The text of a sourced file as the start script's (`read_script_file`): a regular file
+    (a symlink is resolved, then checked), at most 1 MiB, and as root one no other user could
+    have written."""
+    text = read_text(Path(path), "sourced file", trusted=True, errors="surrogateescape")
     if "\x00" in text:  # bash stops reading such a file: what follows would be lost
         raise UsageError(f"sourced file {path}: a NUL byte; a sourced file is text")
     return text

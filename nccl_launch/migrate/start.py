@@ -37,6 +37,7 @@ class StartCommand:
     lines: dict[str, str] = field(default_factory=dict)  # where each was set: "a.sh line 2"
     notes: list[str] = field(default_factory=list)
     origin: str = ""  # where every variable came from, for one without a line ("pid 42")
+    at: str = ""  # where the server's command is: "line 9", "a.sh line 2"
 
     def where(self, key: str) -> str:
         """Where `key` was set, as a comment in the profile says it."""
@@ -145,8 +146,8 @@ def build_profile(
     data |= {"env": env} if env else {}
     try:
         server, server_notes = server_table(start.argv)
-    except UsageError as error:  # `$MODEL_DIR is not set`: in which script
-        raise UsageError(f"{source}: {error}") from None
+    except UsageError as error:  # `$MODEL_DIR is not set`: in which script, on which line
+        raise UsageError(f"{source}: {start.at}{': ' if start.at else ''}{error}") from None
     notes += server_notes
     if server is not None:
         data["server"] = server | ({"cwd": start.cwd} if start.cwd else {})

@@ -1,0 +1,154 @@
+"""The shell state a start script builds that reaches the server: its variables (which are
+exported, readonly or unset, and where each was set), the folders it puts first on PATH, its
+directory, its functions, and the notes on what a profile leaves out."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from nccl_launch.errors import UsageError
+from nccl_launch.migrate import shell, sourced
+from nccl_launch.migrate.expansion import DEFAULT_IFS, arguments, expand, references
+from nccl_launch.migrate.server_table import from_caller, known
+from nccl_launch.nccl import catalog
+
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
+
+
+def utf8(text: str, where: str, what: str) -> str:
+    """`text`, which a profile will hold, unless it holds a byte that is not UTF-8 (read with
+    surrogateescape, as bash reads bytes): a profile is UTF-8 text."""
+    byte = _NOT_UTF8.search(text)
+    if byte is not None:
+        raise UsageError(
+            f"{where}: {what} holds the byte \\x{ord(byte.group()) - 0xDC00:02x}, which is not "
+            "UTF-8; a profile is UTF-8 text: write it in UTF-8"
+        )
+    return text
+
+
+def known_at(value: str, line: int) -> str:
+    """`value` with every variable resolved; one the caller provides is refused naming `line`."""
+    try:
+        return known(value)
+    except UsageError as error:
+        raise UsageError(f"line {line}: {error}") from None
+
+
+@dataclass
+class Shell:
+    """What bash holds while it runs the script, as far as it reaches the server."""
+
+    environ: Mapping[str, str]  # the caller's: what the script reads without setting
+    variables: dict[str, str] = field(default_factory=dict)
+    exported: set[str] = field(default_factory=set)  # names set or to be set that reach the server
+    readonly: set[str] = field(default_factory=set)
+    removed: set[str] = field(default_factory=set)  # unset here: the caller's value is gone too
+    lines: dict[str, str] = field(default_factory=dict)  # where each was set: "a.sh line 2"
+    within: list[str] = field(default_factory=list)  # the sourced files followed, outermost first
+    path_first: list[str] = field(default_factory=list)  # put before the caller's PATH
+    allexport: bool = False
+    noglob: bool = False  # `set -f`: no word is a glob
+    cwd: str | None = None
+    functions: dict[str, int] = field(default_factory=dict)  # name: the line defining it
+    notes: list[str] = field(default_factory=list)
+
+    def at(self, line: int) -> str:
+        """Where `line` of the file being followed is: "line 3", "a.sh line 2"."""
+        return f"{self.within[-1]} line {line}" if self.within else f"line {line}"
+
+    def lookup(self, name: str) -> str | None:
+        found = self.variables.get(name, None if name in self.removed else self.environ.get(name))
+        if name == "PATH" and name not in self.variables and self.path_first:
+            return ":".join([*self.path_first, found or ""])  # after `PATH=/opt/bin:$PATH`
+        return found
+
+    def expand(self, word: shell.Word, line: int, assignment: bool = False) -> str:
+        return expand(word, self.lookup, line, from_caller, assignment=assignment)
+
+    def arguments(self, word: shell.Word, line: int) -> list[str]:
+        """The arguments bash makes of a command's word, split at the script's IFS (bash
+        ignores the caller's)."""
+        ifs = self.variables.get("IFS", DEFAULT_IFS)
+        return arguments(word, self.lookup, line, from_caller, ifs, glob=not self.noglob)
+
+    def assign(self, word: shell.Word, line: int, export: bool | None) -> None:
+        """`NAME=value` or `NAME+=value` as bash sets it; `export` says whether it reaches the
+        server, None leaves that as it was (exported under `set -a`)."""
+        name, value, appends = word.assignment() or ("", word, False)
+        self.writable(name, line)
+        if (appends or references(value, name)) and name not in self.variables:
+            if name in self.environ and not name.startswith(catalog.PREFIX):
+                # PATH=/opt/bin:$PATH depends on whoever runs it, and stays theirs
+                self.notes.append(
+                    f"{self.at(line)}: {name} extends the caller's value; not converted"
+                )
+                if name == "PATH" and not appends:  # but it tells where the server's python is
+                    self.path_first = (
+                        sourced.folders_before(value, self.lookup, line) + self.path_first
+                    )
+                return
+            if name in self.environ:
+                raise UsageError(
+                    f"line {line}: {name} extends the caller's value, which a profile cannot "
+                    "hold; write the whole value"
+                )
+        text = known_at(self.expand(value, line, assignment=True), line)
+        self.variables[name] = self.variables.get(name, "") + text if appends else text
+        self.lines[name] = self.at(line)
+        self.mark(name, export)
+
+    def mark(self, name: str, export: bool | None) -> None:
+        if export or (export is None and self.allexport):
+            self.exported.add(name)
+        elif export is False:
+            self.exported.discard(name)
+
+    def writable(self, name: str, line: int) -> None:
+        if name in self.readonly:
+            raise UsageError(
+                f"line {line}: {name} is readonly since {self.lines.get(name)}: bash "
+                "fails here and keeps that value; remove the line that does not count"
+            )
+
+    def unset(self, name: str, line: int) -> None:
+        """`unset NAME`: gone from the script, and the caller's value with it."""
+        self.writable(name, line)
+        self.variables.pop(name, None)
+        self.exported.discard(name)
+        self.removed.add(name)
+
+    def activate(self, folder: str) -> None:
+        """A virtual environment's `activate`: it exports PATH with its `bin` first."""
+        if "PATH" in self.variables:  # all of PATH is the script's: the value changes
+            self.variables["PATH"] = f"{folder}:{self.variables['PATH']}"
+            self.exported.add("PATH")
+        else:
+            self.path_first.insert(0, folder)
+
+    def interpreter(self, name: str, line: int) -> str:
+        """The server's command found on the PATH the script set, else as it is, and a note."""
+        path = self.variables.get("PATH")
+        found = sourced.on_path(name, path.split(":") if path is not None else self.path_first)
+        if found is None and "/" not in name:
+            self.notes.append(
+                f"{self.at(line)}: `{name}` is looked up on the PATH of whoever starts the "
+                "server (systemd's is not this shell's); written as is: put the interpreter's "
+                "absolute path in [server] python"
+            )
+        return found or name
+
+    def server_env(self, removed: set[str], prefix: dict[str, str]) -> dict[str, str]:
+        """What the server's command gets: the exported variables, less those `env -u`
+        removed, with its own `NAME=value` prefix; each NCCL value left out is noted."""
+        kept = self.variables.keys() - removed
+        self.notes += [
+            f"{self.lines[name]}: {name} is not exported: bash gives the server this "
+            "value only if the caller exported it (never after export -n); left out "
+            "(export it to keep it)"
+            for name in sorted(kept - self.exported - prefix.keys())
+            if name.startswith(catalog.PREFIX)
+        ]
+        return {name: self.variables[name] for name in sorted(kept & self.exported)} | prefix
