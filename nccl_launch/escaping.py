@@ -14,6 +14,16 @@ def escaped(text: str) -> str:
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
 
+def not_utf8(text: str) -> str | None:
+    """The first character of `text` that UTF-8 cannot hold, written as the byte it was read
+    from (`\\xe9`: a byte that was not UTF-8, kept with surrogateescape) or as its escape (a
+    lone surrogate); None when `text` is UTF-8 text."""
+    for char in text:
+        if 0xD800 <= ord(char) <= 0xDFFF:
+            return _bash_escape(char) if 0xDC80 <= ord(char) <= 0xDCFF else repr(char)[1:-1]
+    return None
+
+
 def toml_escaped(text: str) -> str:
     """TOML written by tomli-w with each character that is not printable (bar newlines) as
     TOML's `\\uXXXX`: tomli-w escapes C0 controls but writes the rest (C1's CSI, U+2028) raw.

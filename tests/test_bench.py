@@ -890,7 +890,7 @@ def test_secrets_in_the_url_are_masked_in_output_and_history(
         (("--timeout", "nan"), "--timeout nan: valid: 0 < SECONDS <= 86400"),
         (("--timeout", "inf"), "--timeout inf: valid: 0 < SECONDS <= 86400"),
         (("--timeout", "0"), "--timeout 0: valid: 0 < SECONDS <= 86400"),
-        (("--prompt", "a\udcffb"), "--prompt: holds a byte that is not UTF-8"),
+        (("--prompt", "a\udcffb"), "--prompt: holds the byte \\xff, which is not UTF-8"),
         (("--max-tokens", str(2**31)), "Invalid value for '--max-tokens'"),
     ],
     ids=["nan", "inf", "zero", "prompt", "max-tokens"],

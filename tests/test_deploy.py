@@ -643,13 +643,13 @@ def test_systemd_refuses_a_byte_that_is_not_utf8(
     result = run_cli("systemd", "served", "-o", str(target), "--", "--log-level", "a\udcffb")
     assert (result.returncode, result.stderr) == (
         2,
-        "nccl-launch: -- ARGS: argument 2: holds a byte that is not UTF-8; systemd ignores a "
-        "unit line that is not UTF-8 text\n",
+        "nccl-launch: -- ARGS: argument 2: holds the byte \\xff, which is not UTF-8; systemd "
+        "ignores a unit line that is not UTF-8 text\n",
     )
     path = write_profile("served", SERVER.format(python=sys.executable), folder="units\udcff")
     result = run_cli("systemd", str(path))
     assert (result.returncode, result.stdout) == (2, "")
-    assert "the profile's path: holds a byte that is not UTF-8" in result.stderr
+    assert "the profile's path: holds the byte \\xff, which is not UTF-8" in result.stderr
     assert not target.exists()
 
 

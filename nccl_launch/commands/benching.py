@@ -90,11 +90,11 @@ def measuring_method(
     """The method of the options, the baseline's max_tokens and runs (else bench's) where
     they are not given."""
     from nccl_launch.bench.result import Method
+    from nccl_launch.escaping import not_utf8
 
-    try:
-        prompt.encode()
-    except UnicodeEncodeError:  # argv bytes that were not UTF-8 (surrogateescape)
-        raise UsageError("--prompt: holds a byte that is not UTF-8; write it in UTF-8") from None
+    byte = not_utf8(prompt)
+    if byte is not None:
+        raise UsageError(f"--prompt: holds the byte {byte}, which is not UTF-8; write it in UTF-8")
     return Method(
         max_tokens=max_tokens or (baseline and baseline.max_tokens) or DEFAULT_MAX_TOKENS,
         runs=runs or (baseline and baseline.runs) or DEFAULT_RUNS,

@@ -17,6 +17,7 @@ from click.shell_completion import (
 
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import UsageError
+from nccl_launch.escaping import not_utf8
 
 COMPLETE_VAR = "_NCCL_LAUNCH_COMPLETE"
 REQUESTS = [
@@ -55,10 +56,8 @@ def check_request(environ: Mapping[str, str]) -> None:
     if request == "fish_complete" and word and not split_arg_string(word):
         raise UsageError(f"COMP_CWORD={word!r}: the word completed, or nothing")
     line = [environ.get(name, "") for name in ("COMP_WORDS", "COMP_CWORD", "COMP_LINE")]
-    try:
-        "".join(line).encode()
-    except UnicodeEncodeError:  # the shell's bytes, kept as surrogates (surrogateescape)
-        raise Exit(0) from None
+    if not_utf8("".join(line)) is not None:  # the shell's bytes, kept with surrogateescape
+        raise Exit(0)
 
 
 def replaced_part(value: str, word: str, breaks: str) -> str:

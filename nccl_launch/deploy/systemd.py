@@ -15,6 +15,7 @@ from nccl_launch.deploy.exports import CONTROL
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.env.env_files import Assignment, env_file_lines
 from nccl_launch.errors import UsageError
+from nccl_launch.escaping import not_utf8
 from nccl_launch.files import FileError, write_output
 from nccl_launch.findings import Finding, refuse
 from nccl_launch.masking import masked_values
@@ -67,13 +68,12 @@ def _one_line(where: str, text: str) -> str:
             f"{where}: holds the control character {found[0]!r}, which would end the unit's "
             "line; write it on one line without control characters"
         )
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # an argument or a path's byte that was not UTF-8
+    byte = not_utf8(text)
+    if byte is not None:
         raise UsageError(
-            f"{where}: holds a byte that is not UTF-8; systemd ignores a unit line that is not "
-            "UTF-8 text"
-        ) from None
+            f"{where}: holds the byte {byte}, which is not UTF-8; systemd ignores a unit line "
+            "that is not UTF-8 text"
+        )
     if text.endswith("\\"):
         raise UsageError(f"{where}: ends in a backslash, which joins the unit's next line to it")
     return text

@@ -8,7 +8,7 @@ from pathlib import Path
 import psutil
 
 from nccl_launch.errors import HostError
-from nccl_launch.escaping import escaped
+from nccl_launch.escaping import escaped, not_utf8
 from nccl_launch.live.environ import OVERWRITTEN, getenv_view
 from nccl_launch.migrate.start import StartCommand
 from nccl_launch.nccl import catalog
@@ -36,16 +36,8 @@ def _cwd_deleted(pid: int) -> bool:
         raise psutil.NoSuchProcess(pid) from None
 
 
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # psutil keeps a byte that is not UTF-8 as a surrogate
-        return False
-    return True
-
-
 def _check_text(pid: int, what: str, text: str) -> None:
-    if not _utf8(text):
+    if not_utf8(text) is not None:  # psutil keeps a byte that is not UTF-8 as a surrogate
         raise HostError(
             f"process {pid}: {what} is not UTF-8 text, which a profile cannot hold; "
             "write the profile by hand"
@@ -73,7 +65,7 @@ def read_process(pid: int) -> StartCommand:
     wanted = (catalog.PREFIX, *CAPTURED_PREFIXES)
     keep = {k: v for k, v in environ.items() if k.startswith(wanted) and k not in OWN_VARIABLES}
     for key, value in keep.items():
-        _check_text(pid, f"${key}" if _utf8(key) else "a variable's name", key + value)
+        _check_text(pid, f"${key}" if not_utf8(key) is None else "a variable's name", key + value)
         if not key.isprintable():  # nor a name a profile's [env] can hold
             raise HostError(
                 f"process {pid}: ${key}: a variable's name holds a control character, "

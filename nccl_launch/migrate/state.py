@@ -4,27 +4,25 @@ directory, its functions, and the notes on what a profile leaves out."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from nccl_launch.errors import UsageError
+from nccl_launch.escaping import not_utf8
 from nccl_launch.migrate import shell, sourced
 from nccl_launch.migrate.expansion import DEFAULT_IFS, arguments, expand, references
 from nccl_launch.migrate.server_table import from_caller, known
 from nccl_launch.nccl import catalog
 
-_NOT_UTF8 = re.compile("[\udc80-\udcff]")
-
 
 def utf8(text: str, where: str, what: str) -> str:
     """`text`, which a profile will hold, unless it holds a byte that is not UTF-8 (read with
     surrogateescape, as bash reads bytes): a profile is UTF-8 text."""
-    byte = _NOT_UTF8.search(text)
+    byte = not_utf8(text)
     if byte is not None:
         raise UsageError(
-            f"{where}: {what} holds the byte \\x{ord(byte.group()) - 0xDC00:02x}, which is not "
-            "UTF-8; a profile is UTF-8 text: write it in UTF-8"
+            f"{where}: {what} holds the byte {byte}, which is not UTF-8; a profile is UTF-8 "
+            "text: write it in UTF-8"
         )
     return text
 
