@@ -187,10 +187,11 @@ def _debug_requested(args: list[str]) -> bool:
 
 
 def _complain(lines: list[str]) -> None:
-    """An error's lines on stderr, each escaped: a path or a key may hold a newline."""
-    from nccl_launch.escaping import escaped  # only on an error: not on --version's path
+    """An error's lines on stderr, each as people see it: a path or a key may hold a newline,
+    a value a credential."""
+    from nccl_launch.masking import for_people  # only on an error: not on --version's path
 
-    click.echo("\n".join(map(escaped, lines)), err=True)
+    click.echo("\n".join(map(for_people, lines)), err=True)
 
 
 def main(args: list[str] | None = None) -> int:
@@ -205,6 +206,9 @@ def main(args: list[str] | None = None) -> int:
     except click.exceptions.Exit as done:
         code = done.exit_code
     except click.ClickException as error:
+        from nccl_launch.masking import for_people  # click echoes a value given to an option
+
+        error.message = for_people(error.message)
         error.show()
         code = error.exit_code
     except (click.Abort, KeyboardInterrupt):

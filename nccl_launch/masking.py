@@ -9,6 +9,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from urllib.parse import unquote
 
+from nccl_launch.escaping import escaped
 from nccl_launch.sglang.facts import CREDENTIAL_FLAGS, NAMED_LIKE_CREDENTIALS, abbreviates
 
 MASK = "***"
@@ -115,6 +116,13 @@ def mask_credentials(text: str) -> str:
     return _mask_pairs(_RUN.sub(_mask_url, text))
 
 
+def for_people(text: str) -> str:
+    """A line as it leaves the program for people (printed, a message, a warning, a line of
+    a file they read): the one last step, its URLs' user info and its credential pairs masked,
+    then its control characters escaped. What was masked before is kept as it is."""
+    return escaped(mask_credentials(text))
+
+
 def mask_value(name: str, value: str) -> str:
     """A variable's value as people see it: masked whole for a secret name, else masked as a
     command line (`EXTRA_ARGS="--api-key sk-1 --tp 8"`) with the passwords in it masked."""
@@ -145,6 +153,16 @@ def _credential_value(previous: str, word: str) -> bool:
     )
 
 
+def _line_words(word: str) -> list[str]:
+    """The words of a shell line, or of a text that is none (`can't`) between its spaces."""
+    return _shell_words(word) or word.split()
+
+
+def _holds_a_line(word: str) -> bool:
+    """Whether an argv word is itself a shell line of words (`bash -c '... --api-key K'`)."""
+    return _SPACES.search(word) is not None and len(_line_words(word)) > 1
+
+
 def mask_argv(argv: Sequence[str]) -> list[str]:
     """An argv as people see it: the value of `--api-key X` or `--token=X` masked, and the
     credentials in every word; a word that is a shell line (`bash -c '... --api-key X'`) is
@@ -155,7 +173,7 @@ def mask_argv(argv: Sequence[str]) -> list[str]:
             masked.append(f"{word.split('=', 1)[0]}={MASK}")
         elif _credential_value(argv[index - 1] if index else "", word):
             masked.append(MASK)
-        elif _SPACES.search(word):
+        elif _holds_a_line(word):
             masked.append(mask_command_line(word))
         else:
             masked.append(mask_credentials(word))
@@ -172,8 +190,8 @@ def masked_values(argv: Sequence[str]) -> set[str]:
             hidden.add(word)
         elif _secret_flag(word) and "=" in word:
             hidden.add(word.split("=", 1)[1])
-        elif _SPACES.search(word):
-            hidden |= masked_values(_shell_words(word) or word.split()) | _passwords(word)
+        elif _holds_a_line(word):
+            hidden |= masked_values(_line_words(word)) | _passwords(word)
         else:
             hidden |= _passwords(word)
     return hidden

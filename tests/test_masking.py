@@ -632,3 +632,22 @@ def test_credentials_in_urls_pairs_and_json_members_are_masked(
         assert shown in result.stdout
     assert '"password": "***"' in result.stdout.replace('\\"', '"')
     assert '"api_key": "***"' in result.stdout.replace('\\"', '"')
+
+
+# The last step: every error, warning and line for people goes through the one masking.
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["check", "chat", "--port", "http://app:pw-9z@host:30000"],  # click echoes the value
+        ["check", "chat", "--pid", "password = pw-9z"],
+    ],
+)
+def test_an_error_never_echoes_a_credential_given_to_an_option(
+    command: list[str], run_cli: RunCli
+) -> None:
+    result = run_cli(*command)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "9z" not in result.stdout + result.stderr
+    assert "***" in result.stderr

@@ -11,6 +11,7 @@ import click
 
 from nccl_launch.errors import WARNING_PREFIX, UsageError
 from nccl_launch.escaping import escaped, shell_word
+from nccl_launch.masking import for_people
 from nccl_launch.sglang.facts import flag_for
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ def _where_it_goes(option: str, own: list[str], hint: str, unit: bool) -> str:
 
 def warn(message: str) -> None:
     """One line on stderr, escaped: a note may quote a path, a key or a value."""
-    click.echo(escaped(f"{WARNING_PREFIX}{message}"), err=True)
+    click.echo(for_people(f"{WARNING_PREFIX}{message}"), err=True)
 
 
 def say_wrote_profile(path: Path, plan: ProfilePlan) -> None:
@@ -100,7 +101,7 @@ def echo_lines(lines: list[str], err: bool = False) -> None:
     """Lines for people, each escaped: a path, a name, a value or a log's text they quote
     cannot forge a line or drive the terminal. Machine formats are printed as they are."""
     for line in lines:
-        click.echo(escaped(line), err=err)
+        click.echo(for_people(line), err=err)
 
 
 def _bundle(command: F, decorators: Sequence[Callable[[Any], Any]]) -> F:
