@@ -194,6 +194,16 @@ def _complain(lines: list[str]) -> None:
     click.echo("\n".join(map(for_people, lines)), err=True)
 
 
+def _complain_as_click(error: click.ClickException) -> None:
+    """click's usage and message for `error`, each line as people see it: click echoes what
+    an option was given (`'http://u:pw@db' is not a valid integer`)."""
+    import io
+
+    shown = io.StringIO()
+    error.show(shown)
+    _complain(shown.getvalue().splitlines())
+
+
 def main(args: list[str] | None = None) -> int:
     """Run the CLI and map every outcome to a documented exit code, in this one place."""
     args = sys.argv[1:] if args is None else args
@@ -206,10 +216,7 @@ def main(args: list[str] | None = None) -> int:
     except click.exceptions.Exit as done:
         code = done.exit_code
     except click.ClickException as error:
-        from nccl_launch.masking import for_people  # click echoes a value given to an option
-
-        error.message = for_people(error.message)
-        error.show()
+        _complain_as_click(error)
         code = error.exit_code
     except (click.Abort, KeyboardInterrupt):
         code = EXIT_INTERRUPTED

@@ -564,9 +564,12 @@ def test_an_entrypoint_that_is_no_shell_line_is_refused_without_its_text(
 @pytest.mark.parametrize(
     ("server", "line"),
     [
-        ('args = ["--api-key", 12345678]', "server.args.1: Input should be a valid string (got '***')"),
-        ('args = {api-key = "sk-live-9z"}', "server.args: Input should be a valid list (got {'api-key': '***'})"),
-        ('host = ["--api-key", "sk-live-9z"]', "server.host: Input should be a valid string (got ['--api-key', '***'])"),
+        ('args = ["--api-key", 12345678]', "server.args.1: Input should be a valid string "
+         "(got '***')"),
+        ('args = {api-key = "sk-live-9z"}', "server.args: Input should be a valid list "
+         "(got {'api-key': '***'})"),
+        ('host = ["--api-key", "sk-live-9z"]', "server.host: Input should be a valid string "
+         "(got ['--api-key', '***'])"),
     ],
 )  # fmt: skip
 @pytest.mark.parametrize("command", [["validate"], ["show"], ["run", "--dry-run"]])

@@ -68,15 +68,26 @@ def _masked_items(items: list[Any]) -> list[Any]:
     ]
 
 
+def _at(data: Any, loc: tuple[str | int, ...]) -> Any:
+    """What `data` holds at pydantic's `loc`; None where it holds nothing."""
+    for part in loc:
+        if isinstance(data, dict):
+            data = data.get(part)
+        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        else:
+            return None
+    return data
+
+
 def _shown_input(loc: tuple[str | int, ...], value: Any, data: Any) -> str:
     """The offending value as an error echoes it: masked under a secret-looking key, where it
     follows a credential flag in its list, and as an argv or a shell line itself."""
     if any(is_secret(str(part)) for part in loc):
         return MASK
-    for part in loc[:-1]:
-        data = data[part] if isinstance(data, dict | list) else None
-    if isinstance(data, list) and isinstance(loc[-1], int):
-        value = _masked_items(data)[loc[-1]]
+    within = _at(data, loc[:-1])
+    if isinstance(within, list) and isinstance(loc[-1], int):
+        value = _masked_items(within)[loc[-1]]
     if isinstance(value, list):
         value = _masked_items(value)
     if isinstance(value, str):  # `args = "--api-key X"` is echoed as one string
