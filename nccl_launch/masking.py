@@ -49,6 +49,8 @@ _VALUE = re.compile(r""""[^"]*"|'[^']*'|[^\s&;#"']+""")
 # A value that only names a variable (`"$API_KEY"`, `'${API_KEY}'`, a hint's `"$API_KEY")`)
 # holds no credential.
 _REFERENCE = re.compile(r"""(["']?)\$\{?[A-Za-z_][A-Za-z0-9_]*\}?\1[).,]?""")
+# A pair's value in capitals alone is prose's placeholder (`KEY=VALUE`, `API_KEY=VALUE`).
+_PLACEHOLDER = re.compile(r"[A-Z]+(?:_[A-Z]+)*[).,]?")
 
 
 def is_secret(name: str) -> bool:
@@ -66,6 +68,11 @@ def _names_credential(name: str) -> bool:
     return is_secret(unquote(name)) and flag not in NAMED_LIKE_CREDENTIALS
 
 
+def _names_a_value(text: str) -> bool:
+    """Whether a pair's value only names one: a variable or a placeholder."""
+    return bool(_REFERENCE.fullmatch(text) or _PLACEHOLDER.fullmatch(text))
+
+
 def _credential_pairs(text: str) -> list[re.Match[str]]:
     """The values of `text`'s pairs whose names hold a credential, in order."""
     values: list[re.Match[str]] = []
@@ -74,7 +81,7 @@ def _credential_pairs(text: str) -> list[re.Match[str]]:
         if inside or not _names_credential(pair["member"] or pair["name"]):
             continue
         value = _VALUE.match(text, pair.end())
-        if value and value[0].strip("\"'") not in ("", MASK) and not _REFERENCE.fullmatch(value[0]):
+        if value and value[0].strip("\"'") not in ("", MASK) and not _names_a_value(value[0]):
             values.append(value)
     return values
 
