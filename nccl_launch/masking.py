@@ -81,7 +81,9 @@ def _credential_pairs(text: str) -> list[re.Match[str]]:
         if inside or not _names_credential(pair["member"] or pair["name"]):
             continue
         value = _VALUE.match(text, pair.end())
-        if value and value[0].strip("\"'") not in ("", MASK) and not _names_a_value(value[0]):
+        shown = value[0].strip("\"'") if value else ""
+        # None, masked before (`?token=***:`), or naming a value (`"$API_KEY"`, `VALUE`).
+        if value and shown and not shown.startswith(MASK) and not _names_a_value(value[0]):
             values.append(value)
     return values
 
