@@ -10,7 +10,15 @@ import time
 
 import pytest
 
-from nccl_launch.masking import MASK, is_secret, mask_argv, mask_credentials, mask_value, mask_words
+from nccl_launch.masking import (
+    MASK,
+    is_secret,
+    mask_argv,
+    mask_credentials,
+    mask_value,
+    mask_words,
+    masked_values,
+)
 from nccl_launch.sglang import facts
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import free_port
@@ -654,3 +662,20 @@ def test_an_error_never_echoes_a_credential_given_to_an_option(
     assert result.returncode == 2, result.stdout + result.stderr
     assert "9z" not in result.stdout + result.stderr
     assert "***" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bash", "-c", "exec python3 -m sglang.launch_server --api-key sk-live-9z --tp 8"],
+        ["--url", "http://app:p/ss?w-9z@db/x", "--x", "password = pw-9z"],
+        ["--config", '{"password": "js-9z", "port": 1}', "--hf-token=hf-9z"],
+        ["--u", "https://t0k-9z@hub/m", "--q", "https://h/v1?token=q-9z&n=1"],
+    ],
+)
+def test_masked_values_are_what_the_masked_argv_hides(argv: list[str]) -> None:
+    """tune masks a server's log tail with these values wherever they appear."""
+    hidden = masked_values(argv)
+    assert {value for value in hidden if "9z" in value} == hidden != set()
+    assert all("9z" not in word for word in mask_argv(argv))
+    assert all(any(value in word for word in argv) for value in hidden)
