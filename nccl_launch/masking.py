@@ -1,6 +1,7 @@
-"""Credentials kept out of what people read: values of credential-looking names, passwords in
-URLs, the values of credential flags in an argv. What is meant for the server keeps the real
-values (`show`'s export formats and its JSON)."""
+"""Credentials kept out of what people read: values of credential-looking names, the user
+info of URLs, the values of credential flags in an argv and of pairs named like credentials.
+One rule, and the last step of every line for people (`for_people`). What is meant for the
+server keeps the real values (`show`'s export formats and its JSON)."""
 
 from __future__ import annotations
 
