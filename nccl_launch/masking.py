@@ -192,8 +192,8 @@ def mask_argv(argv: Sequence[str]) -> list[str]:
 
 def masked_values(argv: Sequence[str]) -> set[str]:
     """What `mask_argv` hides of `argv`: the value of each credential flag (`--api-key X`,
-    `--admin-api=X`), each credential pair's value, each URL's user info, and what it hides
-    of a shell line in a word."""
+    `--admin-api=X`), each credential pair's value, each URL's password (a user alone when
+    it has none), and what it hides of a shell line in a word."""
     hidden = set()
     for word, masked in zip(argv, mask_argv(argv), strict=True):
         if masked == MASK:
