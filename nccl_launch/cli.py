@@ -187,10 +187,21 @@ def _debug_requested(args: list[str]) -> bool:
 
 
 def _complain(lines: list[str]) -> None:
-    """An error's lines on stderr, each escaped: a path or a key may hold a newline."""
-    from nccl_launch.escaping import escaped  # only on an error: not on --version's path
+    """An error's lines on stderr, each as people see it: a path or a key may hold a newline,
+    a value a credential."""
+    from nccl_launch.masking import for_people  # only on an error: not on --version's path
 
-    click.echo("\n".join(map(escaped, lines)), err=True)
+    click.echo("\n".join(map(for_people, lines)), err=True)
+
+
+def _complain_as_click(error: click.ClickException) -> None:
+    """click's usage and message for `error`, each line as people see it: click echoes what
+    an option was given (`'http://u:pw@db' is not a valid integer`)."""
+    import io
+
+    shown = io.StringIO()
+    error.show(shown)
+    _complain(shown.getvalue().splitlines())
 
 
 def main(args: list[str] | None = None) -> int:
@@ -205,7 +216,7 @@ def main(args: list[str] | None = None) -> int:
     except click.exceptions.Exit as done:
         code = done.exit_code
     except click.ClickException as error:
-        error.show()
+        _complain_as_click(error)
         code = error.exit_code
     except (click.Abort, KeyboardInterrupt):
         code = EXIT_INTERRUPTED

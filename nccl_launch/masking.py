@@ -1,13 +1,16 @@
-"""Credentials kept out of what people read: values of credential-looking names, passwords in
-URLs, the values of credential flags in an argv. What is meant for the server keeps the real
-values (`show`'s export formats and its JSON)."""
+"""Credentials kept out of what people read: values of credential-looking names, the user
+info of URLs, the values of credential flags in an argv and of pairs named like credentials.
+One rule, and the last step of every line for people (`for_people`). What is meant for the
+server keeps the real values (`show`'s export formats and its JSON)."""
 
 from __future__ import annotations
 
 import re
 import shlex
 from collections.abc import Mapping, Sequence
+from urllib.parse import unquote
 
+from nccl_launch.escaping import escaped
 from nccl_launch.sglang.facts import CREDENTIAL_FLAGS, NAMED_LIKE_CREDENTIALS, abbreviates
 
 MASK = "***"
@@ -30,12 +33,25 @@ SECRET_WORDS = (
 _NEVER = "NCCL_"
 _WORDS = re.compile(r"[^A-Za-z0-9]+")
 _SPACES = re.compile(r"(\s+)")  # kept, as a group, between the words split at them
-# scheme://user:password@host: the authority runs to the first `/`, `?`, `#` or space, and
-# the user info to its last `@`, so a password holding `@` or `:` is masked whole. Matched
-# from the literal `://` (not from the scheme), so a long word takes linear time.
-_URL = re.compile(r"://(?P<authority>[^/?#\s]*)")
-# libpq's keyword DSN (`host=db password=x`) and the like.
-_PASSWORD_PAIR = re.compile(r"(?i)\b(password|passwd)=([^\s&;]+)")
+# scheme://userinfo@host: the user info runs from the first `://` of a run of characters
+# between spaces and quotes to its last `@`, and is masked whole (`https://***@host`): a
+# password may hold an unencoded `/`, `?`, `#`, `@` or `:` (`http://u:p/ss?w@host`), and a
+# user alone may be a token. Each run is looked at once, so a long word takes linear time.
+_RUN = re.compile(r"[^\s'\"]+")
+# A pair whose name holds a credential: `password=x`, `password = 'x y'`, a query's `?token=x`,
+# a log's `api_key='x'`, a JSON or Python member `"password": "x"`; `name: x` unquoted is
+# prose. A name starts only after a character no name holds, so names never overlap, and
+# only the value of a credential's name is read: linear time. Matched apart, a value may
+# itself name a pair (`--x=password=y`).
+_NAME = re.compile(
+    r"""(?<![\w%.-])(?:(?P<quote>["'])(?P<member>[\w%.-]+)(?P=quote)\s*[:=]|(?P<name>[\w%.-]+)\s*=)\s*"""
+)
+_VALUE = re.compile(r""""[^"]*"|'[^']*'|[^\s&;#"']+""")
+# A value that only names a variable (`"$API_KEY"`, `'${API_KEY}'`, a hint's `"$API_KEY")`)
+# holds no credential.
+_REFERENCE = re.compile(r"""(["']?)\$\{?[A-Za-z_][A-Za-z0-9_]*\}?\1[).,]?""")
+# A pair's value in capitals alone is prose's placeholder (`KEY=VALUE`, `API_KEY=VALUE`).
+_PLACEHOLDER = re.compile(r"[A-Z]+(?:_[A-Z]+)*[).,]?")
 
 
 def is_secret(name: str) -> bool:
@@ -46,35 +62,75 @@ def is_secret(name: str) -> bool:
     return any(word.endswith(SECRET_WORDS) for word in words if word)
 
 
-def _password_of(authority: str) -> str | None:
-    """The password of a URL's `user:password@host`, None without one."""
-    user_info, at, _ = authority.rpartition("@")
-    _, colon, password = user_info.partition(":")
-    return password if at and colon else None
+def _names_credential(name: str) -> bool:
+    """Whether a pair's name (`password`, `api_key`, `--hf-token`) holds a credential: not
+    one of SGLang's flags only named like one (`speculative_token_map`)."""
+    flag = "--" + unquote(name).lstrip("-").replace("_", "-").lower()
+    return is_secret(unquote(name)) and flag not in NAMED_LIKE_CREDENTIALS
 
 
-def _mask_authority(match: re.Match[str]) -> str:
-    password = _password_of(match["authority"])
-    if password is None:
-        return match[0]
-    user_info, _, host = match["authority"].rpartition("@")
-    return f"://{user_info.partition(':')[0]}:{MASK}@{host}"
+def _names_a_value(text: str) -> bool:
+    """Whether a pair's value only names one: a variable or a placeholder."""
+    return bool(_REFERENCE.fullmatch(text) or _PLACEHOLDER.fullmatch(text))
+
+
+def _credential_pairs(text: str) -> list[re.Match[str]]:
+    """The values of `text`'s pairs whose names hold a credential, in order."""
+    values: list[re.Match[str]] = []
+    for pair in _NAME.finditer(text):
+        inside = values and pair.start() < values[-1].end()
+        if inside or not _names_credential(pair["member"] or pair["name"]):
+            continue
+        value = _VALUE.match(text, pair.end())
+        shown = value[0].strip("\"'") if value else ""
+        # None, masked before (`?token=***:`), or naming a value (`"$API_KEY"`, `VALUE`).
+        if value and shown and not shown.startswith(MASK) and not _names_a_value(value[0]):
+            values.append(value)
+    return values
+
+
+def _mask_pairs(text: str) -> str:
+    parts, at = [], 0
+    for value in _credential_pairs(text):
+        quote = value[0][0] if value[0][0] in "\"'" else ""
+        parts += [text[at : value.start()], f"{quote}{MASK}{quote}"]
+        at = value.end()
+    return "".join([*parts, text[at:]])
+
+
+def _userinfo(run: str) -> tuple[int, int] | None:
+    """Where the user info of a URL in `run` (no space, no quote) starts and ends."""
+    start, end = run.find("://"), run.rfind("@")
+    return (start + 3, end) if -1 < start < end - 3 else None
+
+
+def _mask_url(match: re.Match[str]) -> str:
+    found = _userinfo(match[0])
+    return match[0] if found is None else f"{match[0][: found[0]]}{MASK}{match[0][found[1] :]}"
 
 
 def _passwords(text: str) -> set[str]:
-    """What `mask_credentials` hides in `text`: each URL's password, each `password=` value."""
-    found = {match[2] for match in _PASSWORD_PAIR.finditer(text)}
-    for match in _URL.finditer(text):
-        password = _password_of(match["authority"])
-        if password is not None:
-            found.add(password)
+    """What `mask_credentials` hides in `text`: each URL's password (its user info when it
+    has none: a user alone may be a token), each credential pair's value."""
+    found = {value[0].strip("\"'") for value in _credential_pairs(text)}
+    for run in _RUN.findall(text):
+        if (where := _userinfo(run)) is not None:
+            user, colon, password = run[where[0] : where[1]].partition(":")
+            found |= {password if colon else user} - {"", MASK}
     return found
 
 
 def mask_credentials(text: str) -> str:
-    """`text` with the password of each URL (`postgres://u:***@db/x`) and each `password=`
-    pair masked."""
-    return _PASSWORD_PAIR.sub(rf"\1={MASK}", _URL.sub(_mask_authority, text))
+    """`text` with the user info of each URL (`postgres://***@db/x`) and the value of each
+    pair named like a credential (`password=***`, `?token=***`, `"api_key": "***"`) masked."""
+    return _mask_pairs(_RUN.sub(_mask_url, text))
+
+
+def for_people(text: str) -> str:
+    """A line as it leaves the program for people (printed, a message, a warning, a line of
+    a file they read): the one last step, its URLs' user info and its credential pairs masked,
+    then its control characters escaped. What was masked before is kept as it is."""
+    return escaped(mask_credentials(text))
 
 
 def mask_value(name: str, value: str) -> str:
@@ -96,17 +152,39 @@ def _secret_flag(word: str) -> bool:
     return is_secret(name) or abbreviates(option, CREDENTIAL_FLAGS)
 
 
+def _credential_value(previous: str, word: str) -> bool:
+    """Whether `word` is the value of credential flag `previous` (`--api-key X`): not another
+    `--option`, nor a variable's name (`"$API_KEY"`), which holds no credential."""
+    return (
+        _secret_flag(previous)
+        and "=" not in previous
+        and not word.startswith("--")
+        and not _REFERENCE.fullmatch(word)
+    )
+
+
+def _line_words(word: str) -> list[str]:
+    """The words of a shell line, or of a text that is none (`can't`) between its spaces."""
+    return _shell_words(word) or word.split()
+
+
+def _holds_a_line(word: str) -> bool:
+    """Whether an argv word is itself a shell line of words (`bash -c '... --api-key K'`)."""
+    return _SPACES.search(word) is not None and len(_line_words(word)) > 1
+
+
 def mask_argv(argv: Sequence[str]) -> list[str]:
     """An argv as people see it: the value of `--api-key X` or `--token=X` masked, and the
-    passwords in every word. A word after a credential flag is its value unless it is
-    another `--option`."""
+    credentials in every word; a word that is a shell line (`bash -c '... --api-key X'`) is
+    masked as one."""
     masked: list[str] = []
     for index, word in enumerate(argv):
-        previous = argv[index - 1] if index else ""
         if _secret_flag(word) and "=" in word:
             masked.append(f"{word.split('=', 1)[0]}={MASK}")
-        elif _secret_flag(previous) and "=" not in previous and not word.startswith("--"):
+        elif _credential_value(argv[index - 1] if index else "", word):
             masked.append(MASK)
+        elif _holds_a_line(word):
+            masked.append(mask_command_line(word))
         else:
             masked.append(mask_credentials(word))
     return masked
@@ -114,13 +192,16 @@ def mask_argv(argv: Sequence[str]) -> list[str]:
 
 def masked_values(argv: Sequence[str]) -> set[str]:
     """What `mask_argv` hides of `argv`: the value of each credential flag (`--api-key X`,
-    `--admin-api=X`), each `password=X`, each URL's password."""
+    `--admin-api=X`), each credential pair's value, each URL's password (a user alone when
+    it has none), and what it hides of a shell line in a word."""
     hidden = set()
     for word, masked in zip(argv, mask_argv(argv), strict=True):
         if masked == MASK:
             hidden.add(word)
         elif _secret_flag(word) and "=" in word:
             hidden.add(word.split("=", 1)[1])
+        elif _holds_a_line(word):
+            hidden |= masked_values(_line_words(word)) | _passwords(word)
         else:
             hidden |= _passwords(word)
     return hidden
@@ -131,21 +212,28 @@ def mask_words(text: str) -> str:
     its words, between runs of any whitespace, masked as `mask_argv` masks an argv."""
     parts = _SPACES.split(text)
     parts[::2] = mask_argv(parts[::2])
-    return "".join(parts)
+    return mask_credentials("".join(parts))  # and the pairs spaced out: `password = x`
+
+
+def _shell_words(text: str) -> list[str] | None:
+    """`text` split as a shell splits it; None when it is no shell line (`can't`)."""
+    try:
+        return shlex.split(text)
+    except ValueError:
+        return None
 
 
 def mask_command_line(text: str) -> str:
     """A text that may be a shell line (an entrypoint, a variable's value) as people see it:
     when a credential flag is among its shell words, masked as `mask_argv` masks them and
     quoted again (`--api-key 'sk 1'` is one value); else masked as `mask_words` masks it."""
-    try:
-        words = shlex.split(text)
-    except ValueError:  # not a shell line: `can't`
+    words = _shell_words(text)
+    if words is None:  # not a shell line: `can't`
         return mask_words(text)
     masked = mask_argv(words)
     if masked == [mask_credentials(word) for word in words]:
         return mask_words(text)
-    return shlex.join(masked)
+    return mask_credentials(shlex.join(masked))  # and the pairs spaced out: `password = x`
 
 
 def holds_secret(argv: Sequence[str], env: Mapping[str, str]) -> bool:

@@ -555,7 +555,7 @@ def test_sglangs_parsed_values_are_masked_as_the_argv_is(
     )
     result = run_cli("preflight", *SKIP_HOST, "under-test")
     assert "hunter2" not in result.stdout + result.stderr
-    assert "SGLang's parser accepts: model_path=https://user:***@hub.example/Kimi," in result.stdout
+    assert "SGLang's parser accepts: model_path=https://***@hub.example/Kimi," in result.stdout
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,15 @@ import time
 
 import pytest
 
-from nccl_launch.masking import MASK, is_secret, mask_argv, mask_credentials, mask_value, mask_words
+from nccl_launch.masking import (
+    MASK,
+    is_secret,
+    mask_argv,
+    mask_credentials,
+    mask_value,
+    mask_words,
+    masked_values,
+)
 from nccl_launch.sglang import facts
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import Server, free_port, sleeper
@@ -93,13 +101,15 @@ def test_names_that_hold_no_secret(name: str) -> None:
 @pytest.mark.parametrize(
     ("text", "masked"),
     [
-        ("postgres://u:pw@db/x", "postgres://u:***@db/x"),
-        ("redis://:pw@cache:6379/0", "redis://:***@cache:6379/0"),
-        ("https://u:p@ss:w@host/p?q=1", "https://u:***@host/p?q=1"),
-        ("mysql://user@db/x", "mysql://user@db/x"),
+        ("postgres://u:pw@db/x", "postgres://***@db/x"),
+        ("redis://:pw@cache:6379/0", "redis://***@cache:6379/0"),
+        ("https://u:p@ss:w@host/p?q=1", "https://***@host/p?q=1"),
+        ("mysql://tok3n@db/x", "mysql://***@db/x"),
+        ("http://u:p/ss?w@host:1/", "http://***@host:1/"),
+        ("https://h/v1?token=t0k&n=1", "https://h/v1?token=***&n=1"),
         ("http://host:8000/v1", "http://host:8000/v1"),
         ("host=db user=u password=pw dbname=x", "host=db user=u password=*** dbname=x"),
-        ("a s3://k:s@b/o and ftp://x:y@z", "a s3://k:***@b/o and ftp://x:***@z"),
+        ("a s3://k:s@b/o and ftp://x:y@z", "a s3://***@b/o and ftp://***@z"),
     ],
 )
 def test_passwords_in_urls_are_masked(text: str, masked: str) -> None:
@@ -118,7 +128,7 @@ def test_credential_flags_have_their_values_masked() -> None:
             "--port", "8", "--num-draft-tokens", "3", "--url", "http://u:pw@h/"]  # fmt: skip
     assert mask_argv(argv) == [
         "py", "-m", "x", "--api-key", "***", "--token=***", "--password", "***", "--hf-token",
-        "--port", "8", "--num-draft-tokens", "3", "--url", "http://u:***@h/",
+        "--port", "8", "--num-draft-tokens", "3", "--url", "http://***@h/",
     ]  # fmt: skip
 
 
@@ -141,7 +151,7 @@ def test_dry_run_masks_env_changes_and_argv(secretive: None, run_cli: RunCli) ->
     assert any(line.split()[:3] == ["+", "HF_TOKEN", '"***"'] for line in lines)
     assert any(line.split()[:3] == ["+", "TOKENIZERS_PARALLELISM", '"false"'] for line in lines)
     assert any(line.split()[:3] == ["+", "NCCL_PROTO", '"LL"'] for line in lines)
-    assert any('"postgres://app:***@db:5432/x"' in line for line in lines)
+    assert any('"postgres://***@db:5432/x"' in line for line in lines)
     argv = lines[lines.index("argv:") + 1]
     assert "--api-key '***' '--hf-token=***' --password '***'" in argv
     assert "--admin-api-key '***' --max-total-tokens 4096" in argv
@@ -156,7 +166,7 @@ def test_a_refusal_masks_what_drifts(secretive: None, run_cli: RunCli) -> None:
     assert "other-pw" not in result.stderr
     lines = result.stderr.splitlines()
     assert any(line.split()[:5] == ["~", "HF_TOKEN", '"***"', "->", '"***"'] for line in lines)
-    url = '"postgres://app:***@db:5432/x" -> "postgres://app:***@db:5432/x"'
+    url = '"postgres://***@db:5432/x" -> "postgres://***@db:5432/x"'
     assert any("DATABASE_URL" in line and url in line for line in lines)
 
 
@@ -169,12 +179,12 @@ def test_preflight_masks_text_and_json_drift(secretive: None, run_cli: RunCli) -
     assert_hidden(text.stdout + text.stderr)
     assert "other-pw" not in text.stdout
     assert "other-pa55" not in text.stdout
-    assert "postgres://app:***@db:5432/x" in text.stdout
+    assert "postgres://***@db:5432/x" in text.stdout
     data = run_cli("preflight", "secretive", *skip, "--format", "json", env=calling).stdout
     drift = next(check["drift"] for check in json.loads(data)["checks"] if check["drift"])
     values = {entry["key"]: (entry["expected"], entry["actual"]) for entry in drift["entries"]}
     assert values["DB_PASSWORD"] == ("***", "***")
-    assert values["DATABASE_URL"] == ("postgres://app:***@db:5432/x",) * 2
+    assert values["DATABASE_URL"] == ("postgres://***@db:5432/x",) * 2
 
 
 def test_show_toml_masks_and_says_so_while_machine_formats_keep_values(
@@ -214,7 +224,7 @@ def test_diff_masks_env_and_argv(
     lines = result.stdout.splitlines()
     assert '  ~ HF_TOKEN      "***" -> "***"' in lines
     assert any(line.startswith("  ~ argv") and "--api-key '***'" in line for line in lines)
-    assert "postgres://app:***@db:5432/x" in result.stdout
+    assert "postgres://***@db:5432/x" in result.stdout
 
 
 LIVE = """
@@ -246,7 +256,7 @@ def test_check_masks_live_drift(write_profile: WriteProfile, run_cli: RunCli) ->
     assert_hidden(result.stdout + result.stderr)
     assert "n3w" not in result.stdout
     assert '"***" -> "***"' in result.stdout
-    assert '"postgres://app:***@db/x" -> "postgres://app:***@db/x"' in result.stdout
+    assert '"postgres://***@db/x" -> "postgres://***@db/x"' in result.stdout
 
 
 # Validation errors and warnings.
@@ -277,7 +287,7 @@ def test_validation_errors_do_not_echo_secret_values(
     assert_hidden(result.stdout + result.stderr)
     lines = result.stderr.splitlines()
     assert f"{path}: env.HF_TOKEN: *** is not text or an integer; quote it as a string" in lines
-    assert f"{path}: env.DB_URL: ['postgres://u:***@db/x'] is not text or an integer; " \
+    assert f"{path}: env.DB_URL: ['postgres://***@db/x'] is not text or an integer; " \
         "quote it as a string" in lines  # fmt: skip
     assert f"{path}: server.args: Input should be a valid list (got \"--api-key '***'\")" in lines
     assert f"{path}: server.speculative: api_key: *** is not a single value" in lines
@@ -312,14 +322,16 @@ def test_validate_is_quiet_about_profiles_without_secrets(
         version = 1
         [env]
         TOKENIZERS_PARALLELISM = "false"
-        DB_URL = "postgres://u@db/x"
+        DB_URL = "postgres://db:5432/x"
         """,
     )
     result = run_cli("validate", "profiles/quiet.toml")
     assert (result.returncode, result.stderr) == (0, "")
 
 
-@pytest.mark.parametrize("word", ["a" * 1_000_000, "a:" * 500_000, "x://" * 250_000])
+@pytest.mark.parametrize(
+    "word", ["a" * 1_000_000, "a:" * 500_000, "x://" * 250_000, "a=" * 500_000]
+)
 def test_masking_takes_linear_time(word: str) -> None:
     started = time.monotonic()
     assert mask_credentials(word) == word
@@ -468,10 +480,10 @@ print(json.dumps([options, landed, [dests.get(flag) for flag in flags]]))
     ("value", "masked"),
     [
         ("--api-key sk-1 --tp 8", "--api-key '***' --tp 8"),
-        ("--tp 8 --hf-token=hf-1", "--tp 8 '--hf-token=***'"),
+        ("--tp 8 --hf-token=hf-1", "--tp 8 --hf-token=***"),
         ("--api-key 'sk 1' --tp 8", "--api-key '***' --tp 8"),
         ("--ap sk-1", "--ap '***'"),
-        ("--url postgres://u:pw@db/x", "--url postgres://u:***@db/x"),
+        ("--url postgres://u:pw@db/x", "--url postgres://***@db/x"),
         ("can't --api-key sk-1", "can't --api-key ***"),
         ("--tp 8 'x y'", "--tp 8 'x y'"),
     ],
@@ -547,3 +559,118 @@ def test_an_entrypoint_that_is_no_shell_line_is_refused_without_its_text(
     assert (result.returncode, result.stderr) == (2, (
         f"{path}: server.entrypoint: no closing quotation; quote as a shell would\n"
     ))  # fmt: skip
+
+
+# What pydantic echoes of an invalid value: a credential of the argv stays hidden.
+
+
+@pytest.mark.parametrize(
+    ("server", "line"),
+    [
+        ('args = ["--api-key", 12345678]', "server.args.1: Input should be a valid string "
+         "(got '***')"),
+        ('args = {api-key = "sk-live-9z"}', "server.args: Input should be a valid list "
+         "(got {'api-key': '***'})"),
+        ('host = ["--api-key", "sk-live-9z"]', "server.host: Input should be a valid string "
+         "(got ['--api-key', '***'])"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("command", [["validate"], ["show"], ["run", "--dry-run"]])
+def test_validation_errors_never_echo_a_credential_flags_value(
+    server: str, line: str, command: list[str], write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    path = write_profile(
+        "v", f'schema = 1\nname = "v"\nversion = 1\n[server]\nmodel_path = "/m"\n{server}\n'
+    )
+    result = run_cli(*command, str(path))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"{path}: {line}" in result.stderr.splitlines()
+    assert "9z" not in result.stdout + result.stderr
+    assert "12345678" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_check_masks_a_credential_inside_a_shell_line_of_a_process_title(
+    fmt: str, write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """`bash -c '... --api-key K'`: the key is inside one word of the argv."""
+    from tests.test_live import sleeper
+
+    write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    line = b"exec sglang --api-key sk-live-9z --tp 8"
+    with sleeper({b"NCCL_PROTO": b"LL"}, b"-c", line) as pid:
+        result = run_cli("check", "p", "--pid", str(pid), "--format", fmt)
+    assert result.returncode == 0, result.stderr
+    assert "9z" not in result.stdout
+    title = result.stdout
+    if fmt == "json":
+        [process] = json.loads(result.stdout)["processes"]
+        title = process["title"]
+    assert "--api-key '\"'\"'***'\"'\"' --tp 8" in title
+
+
+# Credentials in values that no flag names: a URL, a `password = x` pair, a JSON member.
+
+SPELLED = """schema = 1
+name = "spelled"
+version = 1
+[env]
+DB = "http://app:p/ss?w-9z@db:5432/x"
+LIBPQ = "host=db password = pw-9z"
+CONF = '{"password": "js-9z", "port": 1}'
+[server]
+python = "/usr/bin/python3"
+model_path = "/m"
+args = ["--x", "password = arg-9z", "--y", '{"api_key": "json-9z"}', "--u", "https://t0k-9z@hub/m"]
+"""
+
+
+@pytest.mark.parametrize("command", [["show"], ["run", "--dry-run"], ["diff", "spelled", "plain"]])
+def test_credentials_in_urls_pairs_and_json_members_are_masked(
+    command: list[str], write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    write_profile("spelled", SPELLED)
+    write_profile("plain", 'schema = 1\nname = "plain"\nversion = 1\n')
+    result = run_cli(*command, *(["spelled"] if command[0] != "diff" else []))
+    assert result.returncode in (0, 1), result.stdout + result.stderr
+    assert "9z" not in result.stdout + result.stderr
+    for shown in ("http://***@db:5432/x", "password = ***", "password = ***", "https://***@hub/m"):
+        assert shown in result.stdout
+    assert '"password": "***"' in result.stdout.replace('\\"', '"')
+    assert '"api_key": "***"' in result.stdout.replace('\\"', '"')
+
+
+# The last step: every error, warning and line for people goes through the one masking.
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["check", "chat", "--port", "http://app:pw-9z@host:30000"],  # click echoes the value
+        ["check", "chat", "--pid", "password = pw-9z"],
+    ],
+)
+def test_an_error_never_echoes_a_credential_given_to_an_option(
+    command: list[str], run_cli: RunCli
+) -> None:
+    result = run_cli(*command)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "9z" not in result.stdout + result.stderr
+    assert "***" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bash", "-c", "exec python3 -m sglang.launch_server --api-key sk-live-9z --tp 8"],
+        ["--url", "http://app:p/ss?w-9z@db/x", "--x", "password = pw-9z"],
+        ["--config", '{"password": "js-9z", "port": 1}', "--hf-token=hf-9z"],
+        ["--u", "https://t0k-9z@hub/m", "--q", "https://h/v1?token=q-9z&n=1"],
+    ],
+)
+def test_masked_values_are_what_the_masked_argv_hides(argv: list[str]) -> None:
+    """tune masks a server's log tail with these values wherever they appear."""
+    hidden = masked_values(argv)
+    assert {value for value in hidden if "9z" in value} == hidden != set()
+    assert all("9z" not in word for word in mask_argv(argv))
+    assert all(any(value in word for word in argv) for value in hidden)

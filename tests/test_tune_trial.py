@@ -146,9 +146,7 @@ def test_a_server_that_exits_at_start_is_a_failed_trial_with_its_code_and_masked
     outcome = run_trial(candidate(PROTO="Simple"), SETTINGS, tmp_path / "log", Progress())
     assert (outcome.status, outcome.exit_code) == ("exited", 1), outcome
     assert outcome.detail == "the server exited with code 1"
-    assert (
-        outcome.log_tail[-1] == r"Invalid value DATABASE_URL=postgres://tuner:***@db/\x1b[31mruns"
-    )
+    assert outcome.log_tail[-1] == r"Invalid value DATABASE_URL=postgres://***@db/\x1b[31mruns"
     assert outcome.log_tail[1].startswith("torch.distributed.DistBackendError: NCCL error")
     assert "hunter2" in (tmp_path / "log").read_text()  # the log keeps what the server said
     assert outcome.runs == []

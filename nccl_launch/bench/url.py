@@ -3,41 +3,26 @@ control characters escaped (a URL, a server's answer and a history line are read
 
 from __future__ import annotations
 
-import re
 from typing import NamedTuple
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 from nccl_launch.errors import UsageError
 from nccl_launch.escaping import escaped
-from nccl_launch.masking import MASK, is_secret
+from nccl_launch.masking import mask_credentials
 from nccl_launch.sglang import facts
 from nccl_launch.sglang.server import Server
 
 URL_LIMIT = 4096  # far beyond any server's base URL; a longer one is a mistake or an attack
 SHOWN_LIMIT = 200  # of a URL refused for its length
-# `name=value` in a query, a fragment or a path parameter: `?token=x`, `#access_token=x`.
-# A name starts only after a separator: tried at every letter, a long path took quadratic time.
-_PAIR = re.compile(r"(?<![^?&#;=/])(?P<name>[^?&#;=/]+)=(?P<value>[^&#;]*)")
 EXAMPLE = "valid: http://127.0.0.1:30000"
 # A server listening on every address is reached on the loopback one of its family.
 WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1"}  # noqa: S104 - read, not bound
 
 
-def _masked_pair(found: re.Match[str]) -> str:
-    secret = is_secret(unquote(found["name"]))
-    return f"{found['name']}={MASK}" if secret else found[0]
-
-
 def masked_url(url: str) -> str:
-    """`url` as people see it: the user info up to the last `@` masked whole (a password may
-    hold an unencoded `/`, `?` or `#`, so the authority cannot be trusted to end before it),
-    the values of secret-looking names (`token=`, `api_key=`) masked, controls escaped."""
-    scheme, separator, rest = url.partition("://")
-    if separator and "@" in rest:
-        rest = f"{MASK}@{rest.rpartition('@')[2]}"
-    end = re.search(r"[/?#]", rest)
-    cut = end.start() if end else len(rest)
-    return escaped(f"{scheme}{separator}{rest[:cut]}{_PAIR.sub(_masked_pair, rest[cut:])}")
+    """`url` as people see it: masked by the one rule of every output (its user info whole,
+    the values of secret-looking names such as `token=`), controls escaped."""
+    return escaped(mask_credentials(url))
 
 
 class Address(NamedTuple):

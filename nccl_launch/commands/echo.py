@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 import click
 
 from nccl_launch.errors import WARNING_PREFIX
-from nccl_launch.escaping import escaped, shell_word
+from nccl_launch.escaping import shell_word
+from nccl_launch.masking import for_people
 
 if TYPE_CHECKING:
     from nccl_launch.profile.plan import ProfilePlan
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
 
 def warn(message: str) -> None:
     """One line on stderr, escaped: a note may quote a path, a key or a value."""
-    click.echo(escaped(f"{WARNING_PREFIX}{message}"), err=True)
+    click.echo(for_people(f"{WARNING_PREFIX}{message}"), err=True)
 
 
 def say_wrote_profile(path: Path, plan: ProfilePlan) -> None:
@@ -33,4 +34,4 @@ def echo_lines(lines: list[str], err: bool = False) -> None:
     """Lines for people, each escaped: a path, a name, a value or a log's text they quote
     cannot forge a line or drive the terminal. Machine formats are printed as they are."""
     for line in lines:
-        click.echo(escaped(line), err=err)
+        click.echo(for_people(line), err=err)

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from nccl_launch.errors import PinError, ProfileError
-from nccl_launch.masking import MASK, is_secret, mask_command_line, mask_credentials
+from nccl_launch.masking import MASK, is_secret, mask_argv, mask_command_line, mask_credentials
 from nccl_launch.profile.chain import ProfileChain, read_chain
 from nccl_launch.profile.model import Baseline, Policy, Profile, Provenance
 from nccl_launch.profile.plan import ProfilePlan, build_plan
@@ -60,18 +60,44 @@ def _unechoed(message: str, table: Any) -> str:
     return f"{name}: {mask_credentials(hidden)}"
 
 
-def _shown_input(loc: list[str], value: Any) -> str:
-    """The offending value as an error echoes it: masked under a secret-looking key."""
-    if any(is_secret(part) for part in loc):
+def _masked_items(items: list[Any]) -> list[Any]:
+    """A list as an error echoes it: masked as an argv (`["--api-key", 1234]` hides 1234)."""
+    masked = mask_argv([str(item) for item in items])
+    return [
+        item if shown == str(item) else shown for item, shown in zip(items, masked, strict=True)
+    ]
+
+
+def _at(data: Any, loc: tuple[str | int, ...]) -> Any:
+    """What `data` holds at pydantic's `loc`; None where it holds nothing."""
+    for part in loc:
+        if isinstance(data, dict):
+            data = data.get(part)
+        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        else:
+            return None
+    return data
+
+
+def _shown_input(loc: tuple[str | int, ...], value: Any, data: Any) -> str:
+    """The offending value as an error echoes it: masked under a secret-looking key, where it
+    follows a credential flag in its list, and as an argv or a shell line itself."""
+    if any(is_secret(str(part)) for part in loc):
         return MASK
+    within = _at(data, loc[:-1])
+    if isinstance(within, list) and isinstance(loc[-1], int):
+        value = _masked_items(within)[loc[-1]]
+    if isinstance(value, list):
+        value = _masked_items(value)
     if isinstance(value, str):  # `args = "--api-key X"` is echoed as one string
         value = mask_command_line(value)
     return mask_credentials(repr(value))
 
 
-def validation_problems(path: Path | str, error: ValidationError) -> list[str]:
-    """One line per pydantic error, naming the file, the dotted key and what would be valid;
-    a value under a secret-looking key is never echoed."""
+def validation_problems(path: Path | str, error: ValidationError, data: Any) -> list[str]:
+    """One line per pydantic error in validating `data`, naming the file, the dotted key and
+    what would be valid; a credential is never echoed."""
     lines = []
     for item in error.errors():
         loc = [str(part) for part in item["loc"]]
@@ -91,7 +117,7 @@ def validation_problems(path: Path | str, error: ValidationError) -> list[str]:
         elif item["type"] == "missing":
             lines.append(f"{path}: {key}: required key is missing")
         else:
-            got = _shown_input(loc, item["input"])
+            got = _shown_input(item["loc"], item["input"], data)
             lines.append(f"{path}: {key}: {item['msg']} (got {got})")
     return lines
 
@@ -100,7 +126,7 @@ def _validate(path: Path | str, data: dict[str, Any]) -> Profile:
     try:
         return Profile.model_validate(data)
     except ValidationError as error:
-        raise ProfileError(validation_problems(path, error)) from None
+        raise ProfileError(validation_problems(path, error, data)) from None
 
 
 def validate_resolved(source: Path | str, data: dict[str, Any]) -> Profile:

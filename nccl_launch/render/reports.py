@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from nccl_launch.escaping import escaped
 from nccl_launch.launch.preflight_report import PreflightReport
 from nccl_launch.live.compare import LiveReport, ProcessReport
 from nccl_launch.live.verify_log import LogReport
+from nccl_launch.masking import for_people
 from nccl_launch.profile.plan import short_digest
 from nccl_launch.render.drift import drift_lines, fix_lines, restart_line
 
@@ -46,8 +46,9 @@ def _process_lines(process: ProcessReport) -> list[str]:
 
 
 def live_text(report: LiveReport) -> str:
-    """The text form of `check`, each line escaped, for a terminal or the file of `-o`."""
-    return "\n".join(map(escaped, live_lines(report)))
+    """The text form of `check`, each line as people see it (masked, escaped), for a
+    terminal or the file of `-o`."""
+    return "\n".join(map(for_people, live_lines(report)))
 
 
 def live_lines(report: LiveReport) -> list[str]:
