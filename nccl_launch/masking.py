@@ -5,13 +5,18 @@ server keeps the real values (`show`'s export formats and its JSON)."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from nccl_launch.escaping import escaped
 from nccl_launch.sglang.facts import CREDENTIAL_FLAGS, NAMED_LIKE_CREDENTIALS, abbreviates
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 MASK = "***"
 # A word of a name (split at `_` or `-`) that ends in one of these names a credential:
@@ -131,6 +136,23 @@ def for_people(text: str) -> str:
     a file they read): the one last step, its URLs' user info and its credential pairs masked,
     then its control characters escaped. What was masked before is kept as it is."""
     return escaped(mask_credentials(text))
+
+
+def masked_json(report: BaseModel) -> str:
+    """`report` as the JSON a command prints or writes, each text in it (never a key) through
+    the same last step as `for_people`'s lines; JSON escapes the control characters, and
+    the bytes that were not UTF-8 (kept as surrogates), itself."""
+    return json.dumps(_masked_texts(report.model_dump(mode="json")), indent=2)
+
+
+def _masked_texts(value: Any) -> Any:
+    if isinstance(value, str):
+        return mask_credentials(value)
+    if isinstance(value, list):
+        return [_masked_texts(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _masked_texts(item) for key, item in value.items()}
+    return value
 
 
 def mask_value(name: str, value: str) -> str:

@@ -594,8 +594,6 @@ def test_check_masks_a_credential_inside_a_shell_line_of_a_process_title(
     fmt: str, write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     """`bash -c '... --api-key K'`: the key is inside one word of the argv."""
-    from tests.test_live import sleeper
-
     write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
     line = b"exec sglang --api-key sk-live-9z --tp 8"
     with sleeper({b"NCCL_PROTO": b"LL"}, b"-c", line) as pid:

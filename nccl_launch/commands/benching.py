@@ -12,6 +12,7 @@ from nccl_launch.commands.checking import PID
 from nccl_launch.commands.echo import echo_lines, warn
 from nccl_launch.commands.options import F, format_option, profile_argument, seconds_option
 from nccl_launch.errors import UsageError
+from nccl_launch.masking import masked_json
 
 if TYPE_CHECKING:
     from nccl_launch.bench.result import Method, RunFigure
@@ -111,7 +112,7 @@ def _history(profile: str | None, record: Path, fmt: str) -> int:
     for problem in found.problems:
         warn(problem)
     if fmt == "json":
-        click.echo(found.model_dump_json(indent=2))
+        click.echo(masked_json(found))
     elif not found.results:
         echo_lines([f"no results{f' of {profile}' if profile else ''} in {record}"])
     else:
@@ -190,7 +191,7 @@ def bench(
         if report.status == "measured":
             recorder.append(report)
     if fmt == "json":
-        click.echo(report.model_dump_json(indent=2))
+        click.echo(masked_json(report))
     else:
         echo_lines(summary_lines(report))
     if report.status == "measured":

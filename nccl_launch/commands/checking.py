@@ -18,6 +18,7 @@ from nccl_launch.commands.options import (
 )
 from nccl_launch.errors import UsageError
 from nccl_launch.live.target import PID_LIMIT, PORT_LIMIT
+from nccl_launch.masking import masked_json
 
 if TYPE_CHECKING:
     from nccl_launch.live.compare import LiveReport
@@ -36,7 +37,7 @@ def _rendered(fmt: str, report: LiveReport) -> str:
 
     if fmt == "prometheus":
         return metrics(report)
-    return report.model_dump_json(indent=2) + "\n" if fmt == "json" else live_text(report) + "\n"
+    return masked_json(report) + "\n" if fmt == "json" else live_text(report) + "\n"
 
 
 @click.command()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +12,7 @@ from nccl_launch.commands.options import format_option, launch_options
 from nccl_launch.errors import EXIT_OK
 from nccl_launch.escaping import escaped, shell_word
 from nccl_launch.launch.check_names import SKIPPABLE
+from nccl_launch.masking import masked_json
 from nccl_launch.sglang.facts import flag_for
 
 if TYPE_CHECKING:
@@ -156,9 +156,9 @@ def preflight(fmt: str, skip: tuple[str, ...], **options: Any) -> int:
 
     report = run_preflight(prepare(**options), frozenset(skip))
     if fmt == "json":
-        # json.dumps, not model_dump_json: an nccl.conf may hold bytes that are not UTF-8, kept
-        # as NCCL reads them (surrogates), which pydantic cannot encode and JSON escapes.
-        click.echo(json.dumps(report.model_dump(mode="json"), indent=2))
+        # An nccl.conf may hold bytes that are not UTF-8, kept as NCCL reads them
+        # (surrogates), which pydantic's own JSON cannot encode and masked_json escapes.
+        click.echo(masked_json(report))
     else:
         echo_lines(preflight_lines(report))
     return report.exit_code

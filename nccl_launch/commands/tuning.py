@@ -14,6 +14,7 @@ from nccl_launch.commands.benching import Echo, measuring_method, method_options
 from nccl_launch.commands.echo import echo_lines, warn
 from nccl_launch.commands.options import format_option, profile_argument, seconds_option
 from nccl_launch.errors import EXIT_INTERRUPTED
+from nccl_launch.masking import masked_json
 
 if TYPE_CHECKING:
     from nccl_launch.tune.result import TrialRow
@@ -159,7 +160,7 @@ def tune(
         )
         return EXIT_INTERRUPTED
     if fmt == "json":
-        click.echo(report.model_dump_json(indent=2))
+        click.echo(masked_json(report))
     else:
         echo_lines(summary_lines(report))
     return report.exit_code

@@ -6,6 +6,7 @@ import click
 
 from nccl_launch.commands.echo import echo_lines
 from nccl_launch.commands.options import format_option, profile_argument
+from nccl_launch.masking import masked_json
 
 
 @click.command(name="verify-log")
@@ -25,7 +26,7 @@ def verify_log(profile: str, log: str, fmt: str) -> int:
     with open_stream(log, "log") as lines:
         report = verify_profile(profile, lines, "stdin" if log == "-" else log)
     if fmt == "json":
-        click.echo(report.model_dump_json(indent=2))
+        click.echo(masked_json(report))
     else:
         echo_lines(log_lines(report))
     return report.exit_code
