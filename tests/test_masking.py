@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -672,3 +673,21 @@ def test_masked_values_are_what_the_masked_argv_hides(argv: list[str]) -> None:
     assert {value for value in hidden if "9z" in value} == hidden != set()
     assert all("9z" not in word for word in mask_argv(argv))
     assert all(any(value in word for word in argv) for value in hidden)
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_value_nccl_logged_is_masked_in_verify_logs_text_and_json(
+    fmt: str, write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """A value quoted from NCCL's log reaches the JSON as it reaches the text: masked."""
+    write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    log = tmp_path / "server.log"
+    log.write_text(
+        "h:1:1 [0] NCCL INFO NCCL_PROTO set by environment to LL\n"
+        "h:1:1 [0] NCCL INFO NCCL_NET_PLUGIN set by environment to "
+        "https://bob:hunter2@plugins.example/net.so\n"
+    )
+    result = run_cli("verify-log", "p", str(log), "--format", fmt)
+    assert result.returncode == 0, result.stderr
+    assert "hunter2" not in result.stdout + result.stderr
+    assert "https://***@plugins.example/net.so" in result.stdout
