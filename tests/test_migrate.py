@@ -24,7 +24,7 @@ from nccl_launch.migrate.start import typed
 from nccl_launch.nccl import rules
 from nccl_launch.sglang import facts
 from tests.conftest import HERE, RunCli, console_script
-from tests.helpers import STANDIN, Record, read_record, wait_for_record
+from tests.helpers import STANDIN, Record, read_record, sleeper, wait_for_record
 
 SCRIPTS = HERE / "scripts"
 SERVE = "python3 -m sglang.launch_server --model-path /m\n"
@@ -486,6 +486,18 @@ def test_convert_follows_unset_and_says_what_it_did_not_follow(run_cli: RunCli) 
     assert result.returncode == 0, result.stderr
     assert result.stderr.splitlines() == ["nccl-launch: warning: line 5: ignored `numactl`"]
     assert tomllib.loads(Path("profiles/start.toml").read_text())["nccl"] == {"PROTO": "LL"}
+
+
+def test_a_process_that_is_no_sglang_server_is_captured_with_its_key_masked(
+    run_cli: RunCli,
+) -> None:
+    """The note that says how to run it is printed and kept in the profile's provenance."""
+    with sleeper({b"NCCL_PROTO": b"LL"}, b"--api-key", b"sk-live-77") as pid:
+        result = run_cli("capture", "--pid", str(pid), "-o", "live.toml")
+    assert result.returncode == 0, result.stderr
+    written = Path("live.toml").read_text()
+    assert "sk-live-77" not in result.stdout + result.stderr + written
+    assert "--api-key ***" in written
 
 
 def test_convert_reads_only_a_regular_script_of_at_most_1_mib(run_cli: RunCli) -> None:

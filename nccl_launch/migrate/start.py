@@ -16,7 +16,7 @@ import tomli_w
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.escaping import toml_escaped
 from nccl_launch.files import write_output
-from nccl_launch.masking import holds_secret
+from nccl_launch.masking import holds_secret, mask_argv
 from nccl_launch.migrate.secrets import SECRETS_MODE, SecretsFile, secrets_file, secrets_text
 from nccl_launch.migrate.server_table import server_table
 from nccl_launch.nccl import catalog, rules
@@ -152,7 +152,9 @@ def build_profile(
     if server is not None:
         data["server"] = server | ({"cwd": start.cwd} if start.cwd else {})
     elif start.argv:
-        notes.append(f"not an SGLang command, run it with: -- {' '.join(start.argv)}")
+        # Kept in the profile's provenance, which is shown, diffed and committed.
+        shown = " ".join(mask_argv(start.argv))
+        notes.append(f"not an SGLang command, run it with: -- {shown}")
     data["provenance"] = {"source": source} | ({"notes": "; ".join(notes)} if notes else {})
     plan = build_plan(validate_resolved(source, data))
     return BuiltProfile(data, plan, comments, notes)
