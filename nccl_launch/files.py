@@ -198,6 +198,14 @@ def refuse_special(path: Path) -> None:
         raise FileError(f"{path}: {kind_of(status.st_mode)}; only a regular file is written")
 
 
+def check_output(path: Path, *, replace: bool) -> None:
+    """What `write_output` would refuse of `path`, said now: a command writing two files says
+    it before it writes either."""
+    refuse_special(path)
+    if not replace and os.path.lexists(path):
+        raise FileError(f"{path} exists; pass --force to replace it")
+
+
 def write_output(path: Path, text: str, *, replace: bool, mode: int | None = None) -> None:
     """`atomic_write`, the writer of every file a command writes: any OSError is a FileError
     naming the path (a folder this user may not write), an existing file kept without

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -15,7 +14,7 @@ import tomli_w
 
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.escaping import toml_escaped
-from nccl_launch.files import write_output
+from nccl_launch.files import check_output, write_output
 from nccl_launch.masking import holds_secret, mask_argv
 from nccl_launch.migrate.secrets import SECRETS_MODE, SecretsFile, secrets_file, secrets_text
 from nccl_launch.migrate.server_table import server_table
@@ -211,9 +210,8 @@ def save_profile(
     text = profile_text(built.data, built.comments)
     mode = 0o600 if holds_secret(start.argv, start.env) else None
     if secrets is not None:
-        existing = [file for file in (secrets.path, path) if os.path.lexists(file)]
-        if existing and not force:  # said before either file is written
-            raise UsageError(f"{existing[0]} exists; pass --force to replace it")
+        for file in (secrets.path, path):
+            check_output(file, replace=force)
         secret_text = secrets_text(secrets, path, source)
         write_output(secrets.path, secret_text, replace=force, mode=SECRETS_MODE)
     write_output(path, text, replace=force, mode=mode)
