@@ -96,11 +96,9 @@ def review(profile: Profile) -> Review:
 
 def accept_line(finding: Finding) -> str:
     """The finding's text with the id to copy into `[policy] accept`, for what it can take."""
-    return (
-        finding.text()
-        if finding.code == _UNMATCHED
-        else f'{finding.text()} [accept: "{finding.id}"]'
-    )
+    if finding.code == _UNMATCHED:  # an accept entry names a finding, not another entry
+        return finding.text()
+    return f'{finding.text()} [accept: "{finding.id}"]'
 
 
 def run_notes(profile: Profile) -> list[Finding]:
