@@ -6,8 +6,6 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Literal
 
-from nccl_launch.findings import Finding
-
 Kind = Literal["int", "size", "bool", "enum", "list", "string", "level"]
 
 PREFIX = "NCCL_"
@@ -110,21 +108,23 @@ def unknown_name_message(name: str) -> str:
     return f"{name} is not a variable NCCL documents or reads (NCCL ignores it){suggestion}"
 
 
-def name_note(name: str) -> Finding | None:
-    """A known name's note, its code `deprecated` (NCCL still reads it: a note), `ignored`
-    (deprecated and no longer read: a warning, the value does nothing) or `undocumented`
-    (only the source reads it: a note)."""
+def name_note(name: str) -> tuple[str, str, str] | None:
+    """A known name's note as (kind, what is said of the name, the fix or ""): `deprecated`
+    (NCCL still reads it), `ignored` (deprecated and no longer read) or `undocumented` (only
+    the source reads it)."""
     var = catalog()[name]
     reason = var.summary.rstrip(".")
     if var.deprecated and not var.read_by_source:
-        message = f"deprecated and NCCL 2.30 no longer reads it ({reason})"
-        return Finding("ignored", name, message, severity="warning")
+        return "ignored", f"deprecated and NCCL 2.30 no longer reads it ({reason})", ""
     if var.deprecated:
         # NCCL_MAX_NCHANNELS: docs/explanation.md cites the code that still reads it.
         message = f"deprecated ({reason}), but NCCL 2.30 still reads it and the value applies"
-        fix = "moving to the replacement is a tuning change to measure again"
-        return Finding("deprecated", name, message, fix, "note")
+        return (
+            "deprecated",
+            message,
+            "moving to the replacement is a tuning change to measure again",
+        )
     if not var.documented:
         message = f"not in NCCL's documentation but the source reads it ({var.summary})"
-        return Finding("undocumented", name, message, severity="note")
+        return "undocumented", message, ""
     return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nccl_launch.findings import Finding
+from nccl_launch.findings import Finding, Severity
 from nccl_launch.masking import is_secret, mask_argv, mask_credentials, mask_value
 from nccl_launch.nccl import catalog
 from nccl_launch.profile.model import Profile
@@ -14,6 +14,9 @@ from nccl_launch.sglang.rules import server_warnings
 
 _ELSEWHERE = "it belongs in an env file (mode 0600) named in env_files"
 _UNMATCHED = "unmatched-accept"
+# A name NCCL no longer reads is a warning, said on every start: the value does nothing. A
+# deprecated or undocumented name NCCL still reads is a note on how the profile is written.
+_WARNING_KINDS = ("ignored",)
 
 
 @dataclass(frozen=True)
@@ -53,9 +56,12 @@ def notes(profile: Profile) -> list[Finding]:
     not; `[policy] accept` names each by its id."""
     found = []
     for key in profile.nccl:
-        note = catalog.name_note(catalog.PREFIX + key)
+        name = catalog.PREFIX + key
+        note = catalog.name_note(name)
         if note is not None:
-            found.append(note)
+            kind, message, fix = note
+            severity: Severity = "warning" if kind in _WARNING_KINDS else "note"
+            found.append(Finding(kind, name, message, fix, severity))
     if profile.server is not None:
         found += server_warnings(profile.server, profile.declared_env())
         found += _interpreter_notes(profile.server.python)
