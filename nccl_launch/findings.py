@@ -12,7 +12,9 @@ from typing import Literal
 
 from nccl_launch.errors import UsageError
 
-Severity = Literal["error", "warning"]
+# An error stops what would fail; a warning is said wherever the finding applies (`run` says
+# it on every start); a note is for whoever writes the profile (`validate`, `preflight`).
+Severity = Literal["error", "warning", "note"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,11 @@ class Finding:
     message: str
     fix: str = ""
     severity: Severity = "error"
+
+    @property
+    def id(self) -> str:
+        """`WHERE CODE`, by which `[policy] accept` acknowledges a profile's warning."""
+        return f"{self.where} {self.code}"
 
     def text(self) -> str:
         """`WHERE: MESSAGE; FIX`, the one wording of a finding."""

@@ -307,7 +307,9 @@ def test_validate_warns_about_secrets_written_in_the_profile(
     assert f"{where}: env.HF_TOKEN: holds a literal secret; {elsewhere} {accept}" in warnings
     accept = '[accept: "env.DATABASE_URL secret"]'
     assert f"{where}: env.DATABASE_URL: holds a password in a URL; {elsewhere} {accept}" in warnings
-    assert any(f"{where}: server: its command line holds a credential" in line for line in warnings)
+    assert any(
+        f"{where}: server.args: holds a credential; pass it after '--'" in line for line in warnings
+    )
     assert not any("TOKENIZERS_PARALLELISM" in line for line in warnings)
     assert len(warnings) == len(SECRETS) + 2
 

@@ -294,16 +294,18 @@ def test_the_profile_error_for_16mb_names_both_sizes(
 
 
 def test_deprecated_and_undocumented_names_get_notes() -> None:
-    kind, message = catalog.name_note("NCCL_MAX_NCHANNELS") or ("", "")
+    kind, message, fix = catalog.name_note("NCCL_MAX_NCHANNELS") or ("", "", "")
     assert kind == "deprecated"
     assert "deprecated in favor of NCCL_MAX_CTAS" in message
     assert "NCCL 2.30 still reads it and the value applies" in message
+    assert fix == "moving to the replacement is a tuning change to measure again"
     assert catalog.name_note("NCCL_CHECKS_DISABLE") == (
         "ignored",
-        "NCCL_CHECKS_DISABLE is deprecated and NCCL 2.30 no longer reads it (Disabled per-call "
-        "argument checks; deprecated 2.2.12, no longer read)",
+        "deprecated and NCCL 2.30 no longer reads it (Disabled per-call argument checks; "
+        "deprecated 2.2.12, no longer read)",
+        "",
     )
-    kind, message = catalog.name_note("NCCL_LL_BUFFSIZE") or ("", "")
+    kind, message, _ = catalog.name_note("NCCL_LL_BUFFSIZE") or ("", "", "")
     assert kind == "undocumented"
     assert "not in NCCL's documentation" in message
     assert catalog.name_note("NCCL_PROTO") is None

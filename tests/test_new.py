@@ -96,7 +96,8 @@ def test_new_writes_where_dir_says(run_cli: RunCli, tmp_path: Path) -> None:
     refused = run_cli("new", "site", "--dir", "plain")
     assert (refused.returncode, refused.stderr) == (
         2,
-        "nccl-launch: --dir plain: not a directory\n",
+        "nccl-launch: plain: not a directory, so site.toml cannot be written in it; give another "
+        "--dir\n",
     )
 
 

@@ -114,17 +114,20 @@ def test_warnings_where_sglang_will_not_honour_the_profile() -> None:
     env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "NCCL_ALGO": "Ring", "NCCL_CUMEM_ENABLE": "1"}
     args = ["--enable-deterministic-inference", "--enable-symm-mem"]
     warnings = rules.server_warnings(server(tp_size=8, args=args), env)
-    assert warnings == [
+    assert [(warning.id, warning.text()) for warning in warnings] == [
         (
-            "env.CUDA_DEVICE_MAX_CONNECTIONS",
+            "env.CUDA_DEVICE_MAX_CONNECTIONS sglang",
             "env.CUDA_DEVICE_MAX_CONNECTIONS: SGLang always sets it to 8 in its workers",
         ),
         (
-            "--enable-deterministic-inference",
-            "--enable-deterministic-inference makes SGLang override NCCL_ALGO "
+            "--enable-deterministic-inference sglang",
+            "--enable-deterministic-inference: makes SGLang override NCCL_ALGO "
             "(NCCL_ALGO=allreduce:tree, 8 channels)",
         ),
-        ("--enable-symm-mem", "--enable-symm-mem makes SGLang override NCCL_CUMEM_ENABLE = '1'"),
+        (
+            "--enable-symm-mem sglang",
+            "--enable-symm-mem: makes SGLang override NCCL_CUMEM_ENABLE = '1'",
+        ),
     ]
     assert rules.server_warnings(server(tp_size=1, args=args[:1]), {"NCCL_ALGO": "Ring"}) == []
 

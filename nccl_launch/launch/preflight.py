@@ -21,7 +21,7 @@ from nccl_launch.launch.host import (
 from nccl_launch.launch.preflight_report import Check, PreflightReport
 from nccl_launch.launch.prepare import LaunchPlan
 from nccl_launch.masking import mask_words
-from nccl_launch.profile.lint import review
+from nccl_launch.profile.lint import accept_line, review
 from nccl_launch.sglang.server import Server
 
 
@@ -105,7 +105,7 @@ def run_preflight(launch: LaunchPlan, skip: frozenset[str] = frozenset()) -> Pre
     valid = f"{plan.label} ({plan.short_digest}) from {launch.path} is valid"
     checks = [Check(name="profile", status="ok", message=valid)]
     notes = review(profile).warnings
-    checks += [Check(name="profile", status="warn", message=note.line()) for note in notes]
+    checks += [Check(name="profile", status="warn", message=accept_line(note)) for note in notes]
     report = launch.merged.report
     if report.drifted:
         checks.append(

@@ -73,7 +73,7 @@ class LaunchPlan:
     def warnings(self) -> list[str]:
         """The profile's notes worth saying on every start, and the nccl.conf files that could
         not be read."""
-        return [*run_notes(self.loaded.profile), *self.unreadable_conf]
+        return [*(note.text() for note in run_notes(self.loaded.profile)), *self.unreadable_conf]
 
 
 def read_conf(env: Mapping[str, str]) -> tuple[list[ConfEntry], list[str]]:

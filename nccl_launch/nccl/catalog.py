@@ -108,21 +108,23 @@ def unknown_name_message(name: str) -> str:
     return f"{name} is not a variable NCCL documents or reads (NCCL ignores it){suggestion}"
 
 
-def name_note(name: str) -> tuple[str, str] | None:
-    """A known name's note as (kind, message): `deprecated` (NCCL still reads it), `ignored`
-    (deprecated and no longer read) or `undocumented` (only the source reads it)."""
+def name_note(name: str) -> tuple[str, str, str] | None:
+    """A known name's note as (kind, what is said of the name, the fix or ""): `deprecated`
+    (NCCL still reads it), `ignored` (deprecated and no longer read) or `undocumented` (only
+    the source reads it)."""
     var = catalog()[name]
     reason = var.summary.rstrip(".")
     if var.deprecated and not var.read_by_source:
-        return "ignored", f"{name} is deprecated and NCCL 2.30 no longer reads it ({reason})"
+        return "ignored", f"deprecated and NCCL 2.30 no longer reads it ({reason})", ""
     if var.deprecated:
         # NCCL_MAX_NCHANNELS: docs/explanation.md cites the code that still reads it.
-        return "deprecated", (
-            f"{name} is deprecated ({reason}), but NCCL 2.30 still reads it and the value "
-            "applies; moving to the replacement is a tuning change to measure again"
+        message = f"deprecated ({reason}), but NCCL 2.30 still reads it and the value applies"
+        return (
+            "deprecated",
+            message,
+            "moving to the replacement is a tuning change to measure again",
         )
     if not var.documented:
-        return "undocumented", (
-            f"{name} is not in NCCL's documentation but the source reads it ({var.summary})"
-        )
+        message = f"not in NCCL's documentation but the source reads it ({var.summary})"
+        return "undocumented", message, ""
     return None

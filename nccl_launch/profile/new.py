@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -98,29 +99,45 @@ def new_profile(
     checked as `validate` would first, never replacing a file without `force`."""
     check_name(name)
     path = folder / f"{name}.toml"
-    # Said up front in `new`'s words; write_profile checks again, for every caller.
-    if folder.exists() and not folder.is_dir():
-        raise UsageError(f"--dir {folder}: not a directory")
-    refuse_special(path)
-    if not force and os.path.lexists(path):
-        raise UsageError(f"{path} exists; pass --force to replace it")
+    fixes = Fixes("give another --dir", "pass --force to replace it")
+    _check_target(path, force, fixes)  # before the copy is resolved: its errors come after
     if source is None:
         text = SCRATCH.format(name=json.dumps(name))  # a checked name needs no TOML escape
-        return path, write_profile(path, text, private=False, force=force)
+        return path, write_profile(path, text, private=False, force=force, fixes=fixes)
     data, private = _copied(source, name)
-    return path, write_profile(path, tomli_w.dumps(data), private=private, force=force)
+    text = tomli_w.dumps(data)
+    return path, write_profile(path, text, private=private, force=force, fixes=fixes)
 
 
-def write_profile(path: Path, text: str, *, private: bool, force: bool) -> ProfilePlan:
-    """Write the profile `text` to `path` atomically (0600 when `private`), checked as
-    `validate` would first, never replacing a file without `force`; its plan."""
-    profile = validate_resolved(path, parse_profile_toml(path, text))
+@dataclass(frozen=True)
+class Fixes:
+    """What the caller's user can do when the file cannot be written: its folder is not a
+    directory, the file exists; by default, what is not done."""
+
+    folder: str = "nothing is written"
+    exists: str = "it is not replaced"
+
+
+def _check_target(path: Path, force: bool, fixes: Fixes) -> None:
+    """UsageError, ending with the caller's fix, unless `path` can be written: its folder a
+    directory, itself a regular file (`refuse_special`), and not there unless `force`."""
     folder = path.parent
     if folder.exists() and not folder.is_dir():
-        raise UsageError(f"{folder}: not a directory, so {path.name} cannot be written in it")
+        message = f"{folder}: not a directory, so {path.name} cannot be written in it"
+        raise UsageError(f"{message}; {fixes.folder}")
     refuse_special(path)
     if not force and os.path.lexists(path):  # said before what --force would still meet
-        raise UsageError(f"{path} exists; it is not replaced")
+        raise UsageError(f"{path} exists; {fixes.exists}")
+
+
+def write_profile(
+    path: Path, text: str, *, private: bool, force: bool, fixes: Fixes = Fixes()
+) -> ProfilePlan:
+    """Write the profile `text` to `path` atomically (0600 when `private`), checked as
+    `validate` would first, never replacing a file without `force`; its plan. What cannot be
+    written is refused with the caller's `fixes`."""
+    profile = validate_resolved(path, parse_profile_toml(path, text))
+    _check_target(path, force, fixes)
     mode = _mode(path, private)
     _check_runnable(path, mode)
     write_output(path, text, replace=force, mode=mode)

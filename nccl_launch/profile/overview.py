@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from nccl_launch.errors import EXIT_OK, EXIT_USAGE, NcclLaunchError
-from nccl_launch.profile.lint import lint, review
+from nccl_launch.profile.lint import accept_line, review
 from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.profile.model import Baseline
 from nccl_launch.profile.search import pick, profile_files
@@ -58,7 +58,7 @@ def validate(refs: tuple[str, ...]) -> Validation:
                 path=str(loaded.path),
                 label=plan.label,
                 short_digest=plan.short_digest,
-                warnings=[note.line() for note in found.warnings],
+                warnings=[accept_line(note) for note in found.warnings],
                 acknowledged=[note.id for note in found.acknowledged],
                 baseline=loaded.profile.baseline,
             )
@@ -98,7 +98,7 @@ def show(loaded: LoadedProfile) -> ShownProfile:
         sources={key: str(path) for key, path in loaded.origins.items()},
         markers=plan.markers(loaded.path),
         argv=plan.argv,
-        warnings=lint(loaded.profile),
+        warnings=[note.text() for note in review(loaded.profile).warnings],
         resolved={key: value for key, value in dumped.items() if value not in ({}, [])},
     )
 

@@ -123,36 +123,40 @@ def argument_findings(
     return findings
 
 
-def server_warnings(server: Server, env: dict[str, str]) -> list[tuple[str, str]]:
+def server_warnings(server: Server, env: dict[str, str]) -> list[Finding]:
     """Where SGLang will not honour what the profile declares, and what only the host decides:
-    (subject, message) pairs, the subject a key (`env.X`) or the flag as SGLang reads it."""
+    warnings of code `sglang`, each where a key (`env.X`) or the flag as SGLang reads it."""
     warnings = []
     if mtp_algorithm(server) is not None:
-        subject = "server.speculative.draft_model_path"
+        where = "server.speculative.draft_model_path"
         why = "built-in MTP layers (DeepSeek-V3 style); preflight and run check its config.json"
-        warnings.append((subject, f"{subject}: none given, so the model must have {why}"))
+        warnings.append(_warning(where, f"none given, so the model must have {why}"))
     if "CUDA_DEVICE_MAX_CONNECTIONS" in env:
-        subject = "env.CUDA_DEVICE_MAX_CONNECTIONS"
-        warnings.append((subject, f"{subject}: SGLang always sets it to 8 in its workers"))
+        message = "SGLang always sets it to 8 in its workers"
+        warnings.append(_warning("env.CUDA_DEVICE_MAX_CONNECTIONS", message))
     tuned = [key for key in ("NCCL_ALGO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS") if key in env]
-    subject = "--enable-deterministic-inference"
-    typed = _typed(server.args, subject)
-    if typed and server.tp_size > 1 and tuned:
+    flag = "--enable-deterministic-inference"
+    typed = _typed(server.args, flag)
+    if typed is not None and server.tp_size > 1 and tuned:
         overridden = f"{', '.join(tuned)} (NCCL_ALGO=allreduce:tree, 8 channels)"
-        warnings.append((subject, f"{typed} makes SGLang override {overridden}"))
+        warnings.append(_warning(flag, f"{typed}makes SGLang override {overridden}"))
     for flag, keys in NCCL_OVERRIDING_FLAGS.items():
         typed = _typed(server.args, flag)
         declared = ", ".join(f"{key} = {env[key]!r}" for key in keys if key in env)
-        if typed and declared:
-            warnings.append((flag, f"{typed} makes SGLang override {declared}"))
+        if typed is not None and declared:
+            warnings.append(_warning(flag, f"{typed}makes SGLang override {declared}"))
     return warnings
 
 
+def _warning(where: str, message: str) -> Finding:
+    return Finding("sglang", where, message, severity="warning")
+
+
 def _typed(args: list[str], flag: str) -> str | None:
-    """How `args` spell `flag`, as SGLang's parser reads them (`--enable-symm` for
-    `--enable-symm-mem`, its prefix), with what it reads it as; None when they do not."""
+    """How `args` spell `flag`, as SGLang's parser reads them: "" when as `flag`, `written
+    --enable-symm, ` when by a prefix of it (`--enable-symm-mem`); None when they do not."""
     for word in args:
         option = word.partition("=")[0]
         if abbreviates(option, (flag,)):
-            return flag if option == flag else f"{option} (SGLang reads {flag})"
+            return "" if option == flag else f"written {option}, "
     return None
