@@ -16,14 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn, Protocol
 
-import psutil
 import pytest
 from hypothesis import settings
 
 from nccl_launch.cli import main
 from nccl_launch.nccl.conf import SYSTEM_CONF_VAR
 from nccl_launch.profile.markers import SYSTEM_DIR_VAR
-from tests.helpers import stop_left
+from tests.helpers import descendant_pids, stop_left
 
 HERE = Path(__file__).parent
 
@@ -157,7 +156,7 @@ def reaped() -> Iterator[None]:
     def hang(number: int, frame: object) -> None:
         raise Hang(f"the test still ran after {TEST_LIMIT} s")
 
-    kept = {process.pid for process in psutil.Process().children(recursive=True)}
+    kept = descendant_pids()
     handler = signal.signal(signal.SIGALRM, hang)
     signal.setitimer(signal.ITIMER_REAL, TEST_LIMIT)
     try:

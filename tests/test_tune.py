@@ -365,7 +365,7 @@ def test_an_interrupted_tune_resumes_without_measuring_a_finished_trial_again(
 def test_the_interruptions_reach_tune_when_the_suite_runs_under_nohup(tmp_path: Path) -> None:
     # `nohup` (or a script's background) starts the suite with SIGHUP (SIGINT) ignored, which
     # each process it starts would inherit across exec: the test above, run so, must still
-    # see those two signals end the tune it started.
+    # see Ctrl-C and the closed terminal end the tune it started.
     test = "test_an_interrupted_tune_resumes_without_measuring_a_finished_trial_again"
     cases = "ctrl-c or terminal-closed"
     pytest_argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
