@@ -55,8 +55,9 @@ _VALUE = re.compile(r""""[^"]*"|'[^']*'|[^\s&;#"']+""")
 # A value that only names a variable (`"$API_KEY"`, `'${API_KEY}'`, a hint's `"$API_KEY")`)
 # holds no credential.
 _REFERENCE = re.compile(r"""(["']?)\$\{?[A-Za-z_][A-Za-z0-9_]*\}?\1[).,]?""")
-# A pair's value in capitals alone is prose's placeholder (`KEY=VALUE`, `API_KEY=VALUE`).
-_PLACEHOLDER = re.compile(r"[A-Z]+(?:_[A-Z]+)*[).,]?")
+# A pair's value in capitals alone is prose's placeholder (`KEY=VALUE`, `API_KEY=VALUE`), and
+# Python's None or JSON's null (`ServerArgs(admin_api_key=None)`) is no value.
+_PLACEHOLDER = re.compile(r"[A-Z]+(?:_[A-Z]+)*[).,]?|None|null")
 
 
 def is_secret(name: str) -> bool:
@@ -79,27 +80,32 @@ def _names_a_value(text: str) -> bool:
     return bool(_REFERENCE.fullmatch(text) or _PLACEHOLDER.fullmatch(text))
 
 
-def _credential_pairs(text: str) -> list[re.Match[str]]:
-    """The values of `text`'s pairs whose names hold a credential, in order."""
-    values: list[re.Match[str]] = []
+def _credential_pairs(text: str) -> list[tuple[int, int]]:
+    """Where the values of `text`'s pairs whose names hold a credential start and end, in
+    order. An unquoted value ends before the `)` and `,` that close what holds it
+    (`f(token=x), y`)."""
+    values: list[tuple[int, int]] = []
     for pair in _NAME.finditer(text):
-        inside = values and pair.start() < values[-1].end()
+        inside = values and pair.start() < values[-1][1]
         if inside or not _names_credential(pair["member"] or pair["name"]):
             continue
         value = _VALUE.match(text, pair.end())
-        shown = value[0].strip("\"'") if value else ""
+        if value is None:
+            continue
+        written = value[0] if value[0][0] in "\"'" else value[0].rstrip("),")
+        shown = written.strip("\"'")
         # None, masked before (`?token=***:`), or naming a value (`"$API_KEY"`, `VALUE`).
-        if value and shown and not shown.startswith(MASK) and not _names_a_value(value[0]):
-            values.append(value)
+        if shown and not shown.startswith(MASK) and not _names_a_value(written):
+            values.append((value.start(), value.start() + len(written)))
     return values
 
 
 def _mask_pairs(text: str) -> str:
     parts, at = [], 0
-    for value in _credential_pairs(text):
-        quote = value[0][0] if value[0][0] in "\"'" else ""
-        parts += [text[at : value.start()], f"{quote}{MASK}{quote}"]
-        at = value.end()
+    for start, end in _credential_pairs(text):
+        quote = text[start] if text[start] in "\"'" else ""
+        parts += [text[at:start], f"{quote}{MASK}{quote}"]
+        at = end
     return "".join([*parts, text[at:]])
 
 
@@ -117,7 +123,7 @@ def _mask_url(match: re.Match[str]) -> str:
 def _passwords(text: str) -> set[str]:
     """What `mask_credentials` hides in `text`: each URL's password (its user info when it
     has none: a user alone may be a token), each credential pair's value."""
-    found = {value[0].strip("\"'") for value in _credential_pairs(text)}
+    found = {text[start:end].strip("\"'") for start, end in _credential_pairs(text)}
     for run in _RUN.findall(text):
         if (where := _userinfo(run)) is not None:
             user, colon, password = run[where[0] : where[1]].partition(":")

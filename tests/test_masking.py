@@ -111,6 +111,12 @@ def test_names_that_hold_no_secret(name: str) -> None:
         ("http://host:8000/v1", "http://host:8000/v1"),
         ("host=db user=u password=pw dbname=x", "host=db user=u password=*** dbname=x"),
         ("a s3://k:s@b/o and ftp://x:y@z", "a s3://***@b/o and ftp://***@z"),
+        # What closes the call or list a pair stands in is not its value; None is no value.
+        (
+            "ServerArgs(api_key='k', admin_api_key=None)",
+            "ServerArgs(api_key='***', admin_api_key=None)",
+        ),
+        ("f(token=abc123), next", "f(token=***), next"),
     ],
 )
 def test_passwords_in_urls_are_masked(text: str, masked: str) -> None:
