@@ -796,6 +796,26 @@ def test_bytes_that_are_not_utf8_are_shown_escaped_in_every_format(
     assert any(text.startswith(line) for text in results["text"].stdout.splitlines())
 
 
+def test_what_a_process_says_of_its_profile_is_masked_and_escaped_in_every_format(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """The markers are the process's to write: a credential or a CR in them reaches no output."""
+    write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    env = {b"NCCL_PROTO": b"LL", b"NCCL_LAUNCH_PROFILE": b"http://u:pw1secret@h\r",
+           b"NCCL_LAUNCH_DIGEST": b"password=pw2secret"}  # fmt: skip
+    with sleeper(env) as pid:
+        results = {fmt: run_cli("check", "p", "--pid", str(pid), "--format", fmt)
+                   for fmt in ("text", "json", "prometheus")}  # fmt: skip
+    for fmt, result in results.items():
+        assert result.returncode in (0, 1), (fmt, result.stderr)
+        written = result.stdout + result.stderr
+        assert "secret" not in written and "\r" not in written, fmt
+    families = text_string_to_metric_families(results["prometheus"].stdout)
+    [info] = [family for family in families if family.name == "nccl_launch_running_info"]
+    assert info.samples[0].labels["running_profile"] == "http://***@h\\r"
+    assert info.samples[0].labels["running_digest"] == "password=***"
+
+
 def test_a_report_against_the_last_good_version_says_so_in_every_format() -> None:
     plan, policy = plan_and_policy()
     env = {"NCCL_PROTO": "LL", "NCCL_CUMEM_ENABLE": "1"}

@@ -7,6 +7,7 @@ from collections import Counter
 
 from nccl_launch.env.drift import DRIFT_KINDS
 from nccl_launch.live.compare import LiveReport
+from nccl_launch.masking import for_people
 from nccl_launch.profile.search import split_reference
 
 Samples = list[tuple[dict[str, str], float]]
@@ -14,7 +15,9 @@ Samples = list[tuple[dict[str, str], float]]
 
 def _labels(labels: dict[str, str]) -> str:
     def label_value(value: str) -> str:
-        return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        # A label may quote what the live process says of itself: masked and escaped as
+        # every line for people is, then in the exposition format's escapes.
+        return for_people(value).replace("\\", "\\\\").replace('"', '\\"')
 
     return "{" + ",".join(f'{key}="{label_value(value)}"' for key, value in labels.items()) + "}"
 
