@@ -414,8 +414,9 @@ def test_an_env_file_value_systemd_may_read_otherwise_is_named_when_the_unit_is_
     assert "x\\$y" not in result.stderr and "abc" not in result.stderr
     env_file.write_text("A=1\nthis is junk\n")  # what run would refuse at every start
     result = run_cli("systemd", "served")
-    assert (result.returncode, result.stdout) == (2, "")
-    assert result.stderr.startswith(f"nccl-launch: {env_file}:2: not a KEY=VALUE line")
+    assert (result.returncode, result.stdout) == (3, "")
+    assert f"env_files: {env_file}:2: not a KEY=VALUE line" in result.stderr
+    assert result.stderr == run_cli("run", "--dry-run", "served").stderr
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
@@ -450,9 +451,49 @@ def test_a_file_the_services_user_may_not_read_is_named_when_the_unit_is_written
     env_file.unlink()
     result = run_cli("systemd", "served", "--user", "nobody")
     assert result.stderr == (
-        "nccl-launch: warning: env_files: their values are not checked here: env file "
-        f"{env_file}: cannot read: No such file or directory\n"
+        "nccl-launch: warning: env_files: their values are not checked here: this user cannot "
+        f"read {env_file}\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ("NCCL_PROTO=LL", "NCCL_PROTO: NCCL variables belong in [nccl], validated: PROTO = 'LL'"),
+        ("A.B=1", "A.B: not a valid environment variable name"),
+        ("HF_HOME=/b", "HF_HOME: the profile declares it too; keep it in one place"),
+    ],
+)
+def test_systemd_refuses_an_env_file_run_would_refuse_at_every_start(
+    line: str, said: str, write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """The unit's own run would fail at every start: said before anything is written."""
+    (tmp_path / "e.env").write_text(f"{line}\n")
+    (tmp_path / "e.env").chmod(0o600)
+    text = SERVER.format(python=sys.executable).replace(
+        "[server]", '[env]\nHF_HOME = "/a"\n[server]'
+    )
+    write_profile("served", f'env_files = ["{tmp_path / "e.env"}"]\n{text}')
+    unit = tmp_path / "sglang.service"
+    refused = run_cli("systemd", "served", "-o", str(unit))
+    run = run_cli("run", "--dry-run", "served")
+    assert (refused.returncode, run.returncode) == (3, 3), refused.stdout + refused.stderr
+    assert said in refused.stderr
+    assert refused.stderr == run.stderr
+    assert not unit.exists()
+
+
+def test_the_units_description_is_masked_as_show_masks_it(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    text = SERVER.format(python=sys.executable).replace(
+        "Kimi-K2.5 at 100% on 8 GPUs", "db postgres://u:descpw11@h/x password=descpw22"
+    )
+    write_profile("served", text)
+    result = run_cli("systemd", "served")
+    assert result.returncode == 0, result.stderr
+    assert "descpw" not in result.stdout + result.stderr
+    assert "Description=db postgres://***@h/x password=*** (served@2)\n" in result.stdout
 
 
 def test_the_hint_after_writing_a_unit_says_how_systemd_gets_to_read_it(
@@ -613,7 +654,13 @@ def test_systemd_writes_an_absolute_cwd_literally_and_refuses_a_trailing_blank(
     )
 
 
-@pytest.mark.parametrize("user", ["root\nExecStartPre=/nonexistent/evil", "", "-root", "a b", "%i"])
+# systemd refuses a uid of (uid_t) -1, 65535 (a 16-bit -1) or more, and the unit then never
+# starts: systemd-analyze verify says "Invalid user/group name or numeric ID" of each.
+@pytest.mark.parametrize(
+    "user",
+    ["root\nExecStartPre=/nonexistent/evil", "", "-root", "a b", "%i",
+     "4294967295", "65535", "99999999999999999999", "9" * 5000],
+)  # fmt: skip
 def test_systemd_refuses_a_user_that_is_no_user_name(
     write_profile: WriteProfile, run_cli: RunCli, user: str
 ) -> None:
@@ -621,6 +668,15 @@ def test_systemd_refuses_a_user_that_is_no_user_name(
     result = run_cli("systemd", "served", "--user", user)
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr.startswith(f"nccl-launch: --user: {user!r} is not a user name; valid:")
+
+
+def test_systemd_takes_the_highest_uid_systemd_takes(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    write_profile("served", SERVER.format(python=sys.executable))
+    result = run_cli("systemd", "served", "--user", "4294967294")
+    assert result.returncode == 0, result.stderr
+    assert "\nUser=4294967294\n" in result.stdout
 
 
 def test_systemd_refuses_a_profile_path_with_a_line_break(

@@ -13,12 +13,12 @@ from pathlib import Path
 
 from nccl_launch.deploy.exports import CONTROL
 from nccl_launch.digits import is_ascii_digits
-from nccl_launch.env.env_files import Assignment, env_file_lines
+from nccl_launch.env.env_files import Assignment, profile_env_file_lines
 from nccl_launch.errors import UsageError
 from nccl_launch.escaping import not_utf8
-from nccl_launch.files import FileError, write_output
+from nccl_launch.files import write_output
 from nccl_launch.findings import Finding, refuse
-from nccl_launch.masking import masked_values
+from nccl_launch.masking import mask_credentials, masked_values
 from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.sglang.rules import argument_findings
 from nccl_launch.sglang.server import Server
@@ -29,6 +29,7 @@ _PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
 _REFERENCE = re.compile(r"(\$\{[A-Za-z_][A-Za-z0-9_]*\})")  # `${NAME}`, which systemd expands
 # A name or a numeric uid, as useradd and systemd's User= read it; nothing systemd expands.
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]*\$?")
+UID_INVALID = 2**32 - 1
 # Where systemd's managers load units from (systemd.unit(5)); the user ones under HOME too.
 SYSTEM_UNIT_DIRS = (
     "/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system",
@@ -112,10 +113,15 @@ def _unit_path(where: str, path: str) -> str:
 
 
 def _user(user: str) -> str:
-    if not _USER.fullmatch(user):
+    if is_ascii_digits(user):  # a uid to systemd, which refuses (uid_t) -1 and 65535 (16-bit -1)
+        valid = len(user) <= 10 and int(user) < UID_INVALID and int(user) != 65535
+    else:
+        valid = _USER.fullmatch(user) is not None
+    if not valid:
         raise UsageError(
             f"--user: {user!r} is not a user name; valid: a name of letters, digits, '_', "
-            "'.', '-', '@' (not starting with '-' or '.') or a numeric uid"
+            f"'.', '-', '@' (not starting with '-' or '.') or a numeric uid below {UID_INVALID} "
+            "but 65535"
         )
     return user
 
@@ -182,8 +188,10 @@ def unit_file(
     profile = loaded.profile
     path = _one_line(f"{loaded.path}: the profile's path", str(loaded.path.resolve()))
     command = " ".join(exec_word(word) for word in launcher())
+    # Masked as `show` masks it: `systemctl status` shows it to every user.
     description = _one_line(
-        f"{loaded.path}: description", profile.description or f"SGLang server of {profile.label}"
+        f"{loaded.path}: description",
+        mask_credentials(profile.description or f"SGLang server of {profile.label}"),
     )
     profile_words = exec_word(path) + (f" --digest {loaded.plan.digest}" if pin else "")
     service = [
@@ -269,15 +277,19 @@ def write_unit(
     if server is None:
         raise UsageError(f"{loaded.path}: no [server] table, so no server to run as a service")
     notes: list[Finding] = []
-    try:
-        # Read, not trusted: the service's User= runs with them, and its run judges them.
-        assignments = [
-            (path, each) for path in loaded.env_files for each in env_file_lines(path, False)
-        ]
-    except FileError as error:  # a file this user may not read, or none
-        assignments = None
-        why = f"their values are not checked here: {error}"
+    unread = [str(path) for path in loaded.env_files if not os.access(path, os.R_OK)]
+    assignments: Assignments | None = None
+    if unread:  # the service's User= may read them (or they come later): its run judges them
+        why = f"their values are not checked here: this user cannot read {', '.join(unread)}"
         notes.append(Finding("unchecked", "env_files", why, "", "warning"))
+    else:
+        # Held to run's rules, which would refuse them at every start; read, not trusted: the
+        # service's User= runs with them, and its run judges who may write them.
+        assignments = [
+            (path, each)
+            for path in loaded.env_files
+            for each in profile_env_file_lines(loaded, path, trusted=False)
+        ]
     extra, on_args = server_words(loaded, server, ref, args, assignments)
     notes += on_args
     otherwise = (

@@ -88,13 +88,22 @@ def env_file_lines(path: Path, trusted: bool = True) -> list[Assignment]:
 
 
 def read_profile_env_file(loaded: LoadedProfile, path: Path) -> EnvLayer:
-    """One env file of `loaded.env_files`, read as `--env-file` is, each variable held to the
-    rules of [env] and declared in one place only. Any problem is a HostError (exit 3) naming
-    the profile, the key and the file: the profile is valid on every host (`validate` reads
-    no env file); the file belongs to this host, like a model path."""
+    """One env file of `loaded.env_files` as a layer (`profile_env_file_lines`)."""
+    values = {each.key: each.value for each in profile_env_file_lines(loaded, path)}
+    return EnvLayer(source=f"{ENV_FILE}{path}", values=values)
+
+
+def profile_env_file_lines(
+    loaded: LoadedProfile, path: Path, trusted: bool = True
+) -> list[Assignment]:
+    """The assignments of one env file of `loaded.env_files`, read as `--env-file` is, each
+    variable held to the rules of [env] and declared in one place only. Any problem is a
+    HostError (exit 3) naming the profile, the key and the file: the profile is valid on
+    every host (`validate` reads no env file); the file belongs to this host, like a model
+    path. `trusted` as for `env_file_lines`."""
     try:
-        layer = read_env_file(path)
-        for key, value in layer.values.items():
+        assignments = env_file_lines(path, trusted)
+        for key, value in {each.key: each.value for each in assignments}.items():
             try:
                 env_value(key, value)
             except ValueError as error:
@@ -105,4 +114,4 @@ def read_profile_env_file(loaded: LoadedProfile, path: Path) -> EnvLayer:
         raise HostError(f"{loaded.path}: env_files: env file {path}: {error}") from None
     except UsageError as error:
         raise HostError(f"{loaded.path}: env_files: {error}") from None
-    return layer
+    return assignments
