@@ -144,11 +144,15 @@ def for_people(text: str) -> str:
     return escaped(mask_credentials(text))
 
 
-def masked_json(report: BaseModel) -> str:
-    """`report` as the JSON a command prints or writes, each text in it (never a key) through
-    the same last step as `for_people`'s lines; JSON escapes the control characters, and
-    the bytes that were not UTF-8 (kept as surrogates), itself."""
-    return json.dumps(_masked_texts(report.model_dump(mode="json")), indent=2)
+def masked_json(
+    report: BaseModel, indent: int | None = 2, exclude: set[str] | None = None
+) -> str:
+    """`report` as the JSON a command prints or writes (on one line without `indent`), each
+    text in it (never a key) through the same last step as `for_people`'s lines; JSON
+    escapes the control characters, and the bytes that were not UTF-8 (kept as surrogates),
+    itself."""
+    document = report.model_dump(mode="json", exclude=exclude)
+    return json.dumps(_masked_texts(document), indent=indent)
 
 
 def _masked_texts(value: Any) -> Any:

@@ -884,6 +884,18 @@ def test_secrets_in_the_url_are_masked_in_output_and_history(
     assert "s3cr" not in default_history(tmp_path / "home").read_text() + result.stdout
 
 
+def test_a_credential_in_the_prompt_is_masked_in_the_history_as_in_json(
+    start: Started, run_cli: RunCli, tmp_path: Path
+) -> None:
+    server = start()
+    prompt = ("--prompt", "password=promptpw3 http://a:urlpw66@h/")
+    result = run_cli("bench", "standin", "--url", url(server), *FAST, *prompt, "--format", "json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    history = default_history(tmp_path / "home").read_text()
+    assert "pw3" not in history + result.stdout and "pw66" not in history + result.stdout
+    assert json.loads(history)["method"] == json.loads(result.stdout)["method"]
+
+
 @pytest.mark.parametrize(
     ("option", "message"),
     [

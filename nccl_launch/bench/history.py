@@ -16,6 +16,7 @@ from nccl_launch.bench.result import BenchReport
 from nccl_launch.errors import EXIT_OK
 from nccl_launch.files import BaseDirectory, append_line, base_directory, read_text
 from nccl_launch.jsonlines import absent, open_store, parse_lines
+from nccl_launch.masking import masked_json
 from nccl_launch.profile.search import split_reference
 from nccl_launch.report import Report
 
@@ -80,7 +81,7 @@ class Recorder:
         """One line, in one write; after a torn last line, on a line of its own."""
         if self.fd is None:
             self.fd = _open(self.path)
-        line = report.model_dump_json(exclude={"drift"}) + "\n"
+        line = masked_json(report, indent=None, exclude={"drift"}) + "\n"
         append_line(self.fd, line, f"{WHAT} {self.path}")
 
 
