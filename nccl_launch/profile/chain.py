@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files import read_text
@@ -18,8 +18,7 @@ from nccl_launch.profile.search import find_profile
 MAX_EXTENDS = 64
 
 
-@dataclass(frozen=True)
-class ChainFile:
+class ChainFile(NamedTuple):
     """One file of the chain: where it is and its TOML."""
 
     path: Path
