@@ -7,18 +7,24 @@ import contextlib
 import itertools
 import os
 import pwd
+import re
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import TextIO
+from typing import BinaryIO
 
 from nccl_launch.errors import HostError, UsageError
 
 # A profile, env file, nccl.conf or pidfile is a few KiB; anything larger is a mistake.
 MAX_BYTES = 1 << 20
+# A line read from a stream is held in memory: NCCL's INFO lines and a server's events are
+# some 200 bytes, so a longer line than this is none of them.
+LINE_LIMIT = 1 << 20
+LINE_END = re.compile(rb"\r\n|\r|\n")
+CHUNK = 1 << 16
 _KINDS = {
     stat.S_IFDIR: "a directory",
     stat.S_IFCHR: "a character device",
@@ -76,17 +82,63 @@ def read_text(
         raise FileError(f"{what} {path}: not UTF-8 text (byte {error.start})") from None
 
 
+def split_lines(chunks: Iterable[bytes]) -> Iterator[bytes | None]:
+    """The lines of a byte stream without their ends (LF, CRLF or CR, as universal newlines
+    and server-sent events have them; a CRLF may be split between two chunks), and None in
+    place of a line longer than LINE_LIMIT, said as soon as it passes the limit and dropped
+    as it comes: a line is held in memory, so an endless one must never be."""
+    pending = bytearray()
+    after_cr = too_long = False
+    for whole in chunks:
+        # The LF of a CRLF whose CR ended the chunk before ends no second line.
+        chunk = whole[1:] if after_cr and whole.startswith(b"\n") else whole
+        after_cr = chunk.endswith(b"\r") or (after_cr and not chunk)
+        *ended, rest = LINE_END.split(chunk)
+        for part in ended:
+            if not too_long:
+                pending += part
+                yield None if len(pending) > LINE_LIMIT else bytes(pending)
+            pending.clear()
+            too_long = False
+        if not too_long:
+            pending += rest
+        if len(pending) > LINE_LIMIT and not too_long:
+            yield None
+            pending.clear()
+            too_long = True
+    if pending:
+        yield bytes(pending)
+
+
+class StreamLines:
+    """The lines of a binary stream as text (undecodable bytes replaced), those longer than
+    LINE_LIMIT skipped and counted: `skipped` of them, the first at line `first_skipped`."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._chunks = iter(lambda: stream.read(CHUNK), b"")
+        self.skipped = 0
+        self.first_skipped: int | None = None
+
+    def __iter__(self) -> Iterator[str]:
+        for number, line in enumerate(split_lines(self._chunks), 1):
+            if line is not None:
+                yield line.decode("utf-8", "replace")
+                continue
+            self.skipped += 1
+            if self.first_skipped is None:
+                self.first_skipped = number
+
+
 @contextlib.contextmanager
-def open_stream(path: str, what: str) -> Iterator[TextIO]:
-    """A regular file (or `-`, standard input) read as it goes, undecodable bytes replaced:
-    for logs and scripts, which may be large; devices and FIFOs are refused like elsewhere."""
+def open_stream(path: str, what: str) -> Iterator[StreamLines]:
+    """The lines of a regular file (or `-`, standard input) read as they come: for logs,
+    which may be large; devices and FIFOs are refused like elsewhere."""
     if path == "-":
-        sys.stdin.reconfigure(encoding="utf-8", errors="replace")  # type: ignore[union-attr]
-        yield sys.stdin
+        yield StreamLines(sys.stdin.buffer)
         return
     fd = _open_regular(Path(path), what, trusted=False)
-    with os.fdopen(fd, encoding="utf-8", errors="replace") as handle:
-        yield handle
+    with os.fdopen(fd, "rb") as handle:
+        yield StreamLines(handle)
 
 
 def _writable_by_others(status: os.stat_result) -> bool:

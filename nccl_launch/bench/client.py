@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import time
 from collections.abc import Iterator
 from types import TracebackType
@@ -21,13 +20,12 @@ import httpx
 from nccl_launch.bench.result import RunFigure
 from nccl_launch.bench.url import masked_url
 from nccl_launch.errors import HostError
+from nccl_launch.files import LINE_LIMIT, split_lines
 from nccl_launch.sglang.facts import API_KEY_FLAG
 
 SHOWN_BODY = 200  # of an error answer, enough for a reason, not a page of HTML
 INFO_PATHS = ("/server_info", "/get_server_info")  # the second before SGLang 0.5
 BODY_LIMIT = 1 << 20  # an info or error body: SGLang's is a few KiB
-LINE_LIMIT = 1 << 20  # one line of the stream: one token's event is some 200 bytes
-LINE_END = re.compile(rb"\r\n|\r|\n")  # the SSE format's three
 MIN_RATE = 1.0  # tok/s: a request lasts at most --timeout + max_tokens / MIN_RATE seconds
 
 
@@ -194,26 +192,14 @@ class Client:
         return first, tokens
 
     def _lines(self, path: str, chunks: Iterator[bytes]) -> Iterator[str]:
-        """The stream's lines, ended by CRLF, LF or CR as the SSE format allows (a CRLF may be
-        split between two chunks), none longer than LINE_LIMIT (a line is held in memory)."""
-        pending = bytearray()
-        after_cr = False
-        for whole in chunks:
-            # The LF of a CRLF whose CR ended the chunk before ends no second line.
-            chunk = whole[1:] if after_cr and whole.startswith(b"\n") else whole
-            after_cr = chunk.endswith(b"\r") or (after_cr and not chunk)
-            *ended, rest = LINE_END.split(chunk)
-            for part in ended:
-                pending += part
-                yield pending.decode(errors="replace")
-                pending.clear()
-            pending += rest
-            if len(pending) > LINE_LIMIT:
+        """The stream's lines, ended by CRLF, LF or CR as the SSE format allows; HostError at
+        one longer than LINE_LIMIT (a line is held in memory)."""
+        for line in split_lines(chunks):
+            if line is None:
                 raise HostError(
                     f"{self.masked_url}{path} streamed a line longer than {LINE_LIMIT >> 20} MiB"
                 )
-        if pending:
-            yield pending.decode(errors="replace")
+            yield line.decode(errors="replace")
 
     def _event(self, path: str, data: str) -> dict[str, Any]:
         event = _json(data, f"{self.masked_url}{path} streamed an event that is not JSON")

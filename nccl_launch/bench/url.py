@@ -46,6 +46,12 @@ def url_address(url: str) -> Address:
         parts = urlsplit(url)
     except ValueError as error:
         raise UsageError(f"--url {masked_url(url)}: not a valid URL ({error}); {EXAMPLE}") from None
+    if "@" in url:  # an HTTP client would send it as Basic auth, in place of the key's header
+        raise UsageError(
+            f"--url {masked_url(url)}: holds user info (USER:PASSWORD@), which SGLang does not "
+            f"read; bench sends the {facts.API_KEY_FLAG} of the server's command line itself; "
+            f"{EXAMPLE}"
+        )
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(
             f"--url {masked_url(url)}: not an http:// or https:// URL with a host; {EXAMPLE}"
@@ -55,8 +61,7 @@ def url_address(url: str) -> Address:
     except ValueError:
         given = 0
     if given == 0:  # out of range, not a number, or 0 (which no server listens on)
-        hint = " (percent-encode a / ? # in the password)" if "@" in url else ""
-        raise UsageError(f"--url {masked_url(url)}: not a valid port{hint}; {EXAMPLE}")
+        raise UsageError(f"--url {masked_url(url)}: not a valid port; {EXAMPLE}")
     if url.partition("://")[2][len(parts.netloc) :] not in ("", "/"):
         raise UsageError(
             f"--url {masked_url(url)}: holds a path, query or fragment; give only "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from nccl_launch.commands.echo import echo_lines
+from nccl_launch.commands.echo import echo_lines, warn
 from nccl_launch.commands.options import format_option, profile_argument
 from nccl_launch.masking import masked_json
 
@@ -19,12 +19,19 @@ def verify_log(profile: str, log: str, fmt: str) -> int:
 
     journalctl -u sglang | nccl-launch verify-log PROFILE
     """
-    from nccl_launch.files import open_stream
+    from nccl_launch.files import LINE_LIMIT, open_stream
     from nccl_launch.live.verify_log import verify_profile
     from nccl_launch.render.reports import log_lines
 
+    source = "stdin" if log == "-" else log
     with open_stream(log, "log") as lines:
-        report = verify_profile(profile, lines, "stdin" if log == "-" else log)
+        report = verify_profile(profile, lines, source)
+    if lines.skipped:
+        said = "1 line" if lines.skipped == 1 else f"{lines.skipped} lines"
+        warn(
+            f"log {source}: {said} longer than {LINE_LIMIT >> 20} MiB skipped (the first is line "
+            f"{lines.first_skipped}); NCCL's INFO lines are short"
+        )
     if fmt == "json":
         click.echo(masked_json(report))
     else:
