@@ -129,12 +129,19 @@ class StreamLines:
                 self.first_skipped = number
 
 
+def stdin_bytes() -> BinaryIO:
+    """Standard input as bytes; FileError when the caller closed it (`<&-`)."""
+    if sys.stdin is None:
+        raise FileError("stdin: closed; give a file, or '-' with something on standard input")
+    return sys.stdin.buffer
+
+
 @contextlib.contextmanager
 def open_stream(path: str, what: str) -> Iterator[StreamLines]:
     """The lines of a regular file (or `-`, standard input) read as they come: for logs,
     which may be large; devices and FIFOs are refused like elsewhere."""
     if path == "-":
-        yield StreamLines(sys.stdin.buffer)
+        yield StreamLines(stdin_bytes())
         return
     fd = _open_regular(Path(path), what, trusted=False)
     with os.fdopen(fd, "rb") as handle:

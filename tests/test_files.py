@@ -346,3 +346,21 @@ def test_a_line_the_disk_takes_in_part_or_not_at_all_is_a_host_problem(tmp_path:
             capture_output=True, text=True, check=True,
         )  # fmt: skip
         assert done.stdout == f"3 tune journal {journal}: {said}\n", done.stderr
+
+
+@pytest.mark.parametrize("command", [["verify-log", "p.toml", "-"], ["convert", "-"]])
+def test_a_closed_stdin_is_named_not_an_internal_error(command: list[str], tmp_path: Path) -> None:
+    """`<&-` starts the process with no fd 0 at all: Python then has no sys.stdin."""
+    (tmp_path / "p.toml").write_text('schema = 1\nname = "p"\nversion = 1\n')
+    result = subprocess.run(
+        ["bash", "-c", 'exec "$@" <&-', "closed", console_script(), *command],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "nccl-launch: stdin: closed; give a file, or '-' with something on standard input\n"
+    )

@@ -5,13 +5,12 @@ environment's `activate` is recognised, never run)."""
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from nccl_launch.errors import UsageError
-from nccl_launch.files import MAX_BYTES, read_text
+from nccl_launch.files import MAX_BYTES, read_text, stdin_bytes
 from nccl_launch.migrate import shell
 from nccl_launch.migrate.expansion import Lookup, expand
 from nccl_launch.migrate.server_table import known
@@ -27,7 +26,7 @@ def read_script_file(path: str) -> str:
     that is not UTF-8 is kept (as a surrogate) for the reader to refuse where it counts."""
     if path != "-":
         return read_text(Path(path), "script", errors="surrogateescape")
-    data = sys.stdin.buffer.read(MAX_BYTES + 1)
+    data = stdin_bytes().read(MAX_BYTES + 1)
     if len(data) > MAX_BYTES:
         raise UsageError(f"stdin: larger than {MAX_BYTES} bytes; this is not a script")
     return data.decode("utf-8", "surrogateescape")
