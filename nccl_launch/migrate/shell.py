@@ -29,7 +29,6 @@ _PLAIN_RUN = re.compile(r"[^ \t\n\\'\"`$<>;&|()]+")
 _QUOTED_RUN = re.compile(r'[^"\\`$]+')
 _STOPS = {"(": re.compile(r"[()'\"\\]"), "{": re.compile(r"[{}'\"\\]")}
 _ESCAPED_IN_QUOTES = ("$", "`", '"', "\\", "\n")
-_DEEPEST = 32  # nesting of `${...}`: deeper is refused, so expanding never recurses deep
 _BACKTICK = re.compile(r"(?:[^`\\]|\\.)*`", re.DOTALL)
 _REDIRECTION = re.compile(r"<<-|<<<|<<|<>|<&|>&|>>|>\||&>>|&>|<|>")
 _OPERATOR = re.compile(r";;|&&|\|\||\|&|[;&|()]")
@@ -300,8 +299,6 @@ def closing(text: str, start: int, line: int) -> int:
         elif char == '"':
             quoted = _DOUBLE_QUOTED.match(text, index)
             index = quoted.end() if quoted else len(text)
-        elif char == "{" and depth == _DEEPEST:
-            raise ShellError(f"line {line}: ${{ nested more than {_DEEPEST} deep")
         elif char == opener:
             depth += 1
         elif depth:
