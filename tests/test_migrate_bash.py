@@ -143,6 +143,22 @@ CORPUS = [
     ("set -o noglob\nset +o noglob\n{serve} *.json", 3),
     ("cd $NOWHERE\n{serve}", 1),
     ("X='*'\nexport HF_HOME=*\n{serve} \"$X\" '*' \\? \"[ab]\" a[", None),
+    # A default word is expanded as bash expands it: tilde, variables, arithmetic, quotes;
+    # only when it is used; split and globbed where it is not quoted.
+    ('B=/models\nexport HF_HOME=${U:-$B/hf}\n{serve} "${U:-$B/l}" "${U:-${V:-z}}" ${U:-~}', None),
+    ('export HF_HOME=${U:-a:~/b} SGLANG_X=${U:-a=~}\n{serve} x${U:-~/a} ${U:-~"/a"}', None),
+    ('{serve} ${U:-$((2*3))} "${U:-$((1+1))}" "${U:-~}" ${U:-{a}} ${U:-#x}', None),
+    ('{serve} "${U:-\'a b\'}" ${U:-"a  b"} "${U:-"q r"}" ${U:-\'}\'} "${U:-\\}}"', None),
+    ('E=\nexport HF_HOME=${E-~/x} NCCL_ALGO=${U-Ring}\n{serve} ${E-d} ${E:-d} ${U:-""}', None),
+    ("Y=set\n{serve} ${Y:-$(hostname)} ${Y-`hostname`} ${U:-'*'} \"${U:-*}\"", None),
+    ('{serve} "${U:-$(hostname)}"', 1),
+    ("export HF_HOME=${U:-`hostname`}\n{serve}", 1),
+    ("{serve} ${U:-a b}", 1),
+    ("B='a b'\n{serve} ${U:-$B}", 2),
+    ("IFS=,\n{serve} ${U:-a,b}", 2),
+    ("{serve} ${U:-*.json}", 1),
+    ("export HF_HOME=${U:=/a}\n{serve}", 1),
+    ("{serve} ${U+a} ${U:?a}", 1),
 ]
 
 
@@ -205,7 +221,7 @@ def test_convert_writes_what_bash_exports_or_refuses_with_the_line(
 NAMES = st.sampled_from(["NCCL_IB_HCA", "HF_HOME"])
 VALUES = st.sampled_from([
     "a", "~/a", "'~'", '"${NCCL_IB_HCA:-x}"', "a,b", "'a b'", "''", "{a,b}", "'*'", "a\r",
-    "\udce9",
+    "\udce9", "${NCCL_IB_HCA:-~/$HF_HOME}", '"${HF_HOME-${NCCL_IB_HCA:-\'a b\'}}"',
 ])  # fmt: skip
 LINES = st.sampled_from([
     "export {n}={v}", "{n}={v}", "export {n}", "export -n {n}", "export -n {n}={v}",

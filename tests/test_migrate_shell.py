@@ -55,6 +55,7 @@ def words(text: str, variables: dict[str, str] | None = None) -> list[list[str]]
         ),
         ("a $((9223372036854775807 + 1))", [["a", "-9223372036854775808"]]),
         ('a "$((A+B))x" "${A}$((${B} * 2))"', [["a", "3x", "14"]]),
+        ('a ${U:-${V:-$A}}x "${U-\'$B\'}" ${U:-"}"} ${A:-$(b)}', [["a", "1x", "'2'", "}", "1"]]),
     ],
 )
 def test_words_as_a_posix_shell_splits_them(text: str, expected: list[list[str]]) -> None:
@@ -77,6 +78,9 @@ def test_words_as_a_posix_shell_splits_them(text: str, expected: list[list[str]]
         ("a $(( (" * 40 + "1" + ")" * 40 + "))", "line 1: $(("),
         ("a $((1 + 2)", "line 1: $(( without its closing ))"),
         ("a $(b", "line 1: $( without its closing )"),
+        ("a ${A:-'}", "line 1: ${ without its closing }"),
+        ("a ${U:-$(b)}", "line 1: command substitution is not supported"),
+        ("a ${U:-" * 40 + "x" + "}" * 40, "line 1: a default word with more than 32 ${...} in"),
         ("f() (a)", "line 1: function f: only a { ... } body is supported"),
         ("f() { a", "line 1: function without its closing }"),
         ("a && && b", "line 1: `&&` without a command before it"),

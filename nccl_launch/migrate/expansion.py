@@ -10,9 +10,9 @@ from collections.abc import Callable
 from nccl_launch.migrate import shell
 
 Lookup = Callable[[str], "str | None"]
-_VARIABLE = re.compile(
-    r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))"
-)
+# `$NAME`, or `${NAME` and what follows it: `}`, or `:-` or `-` before a default word
+_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(\}|:?-)|([A-Za-z_][A-Za-z0-9_]*))")
+_MOST_IN_DEFAULT = 32  # `${...}` inside one default word: more is refused, so no deep recursion
 DEFAULT_IFS = " \t\n"  # bash's IFS when the script sets none: it ignores the caller's
 # `{a,b}` or `{1..3}` with unquoted braces: bash makes one argument of each item.
 _BRACES = re.compile(r"\{[^{}]*(?:,|\.\.)[^{}]*\}")
@@ -48,9 +48,14 @@ def arguments(
     `[...]` unquoted; what it matches depends on the files at start time), unless not `glob`
     (`set -f`). A word like an assignment (`a=~/x`) expands `~` after each `:` too."""
     named = word.assignment()
-    pieces = _expanded(word, lookup, line, unset, ifs, assignment=named is not None)
+    if named is None:
+        pieces = _expanded(word, lookup, line, unset, ifs, assignment=False)
+    else:
+        name, value, appends = named
+        equals = "+=" if appends else "="
+        pieces = [(name + equals, True), *_expanded(value, lookup, line, unset, ifs, True)]
     text = "".join(text for text, _ in pieces)
-    if all(kind == shell.PLAIN for _, kind in word.segments) and not text:
+    if all(plain for _, plain in pieces) and not text:
         return []
     refuse_braces(word, line)
     unquoted = "".join(text if plain else _QUOTED * len(text) for text, plain in pieces)
@@ -73,14 +78,24 @@ def refuse_braces(word: shell.Word, line: int) -> None:
     """Refuse a word bash brace-expands (`{a,b}`, `{1..3}`): a command's, or a declaration
     builtin's (`export A={a,b}` is `export A=a A=b`)."""
     raw = "".join(
-        _VARIABLE.sub(_QUOTED, text) if kind == shell.PLAIN else _QUOTED
-        for text, kind in word.segments
+        _masked(text, line) if kind == shell.PLAIN else _QUOTED for text, kind in word.segments
     )
     if _BRACES.search(raw):
         raise shell.ShellError(
             f"line {line}: `{word.literal()}` is a brace expansion: bash passes each word it "
             "expands to; quote it, or write them out"
         )
+
+
+def _masked(text: str, line: int) -> str:
+    """`text` with each `${...}` in it hidden as quoted characters, its length kept: what
+    bash does with the text around the expansions is not done to the default words."""
+    out, index = [], 0
+    while (start := text.find("${", index)) >= 0:
+        end = shell.closing(text, start, line) + 1
+        out += [text[index:start], _QUOTED * (end - start)]
+        index = end
+    return "".join(out) + text[index:]
 
 
 def _expanded(
@@ -93,11 +108,6 @@ def _expanded(
 ) -> list[tuple[str, bool]]:
     """The word's expanded pieces, each with whether bash would glob it (unquoted). `ifs`:
     the word is a command's, whose unquoted values bash splits at these characters."""
-    named = word.assignment()
-    if ifs is not None and named is not None:
-        name, value, appends = named
-        equals = "+=" if appends else "="
-        return [(name + equals, True), *_expanded(value, lookup, line, unset, ifs, True)]
     out: list[tuple[str, bool]] = []
     for index, (text, kind) in enumerate(word.segments):
         if kind == shell.LITERAL:
@@ -107,15 +117,14 @@ def _expanded(
         elif kind == shell.ARITHMETIC:
             out.append((str(arithmetic(text, lookup, line)), False))
         elif kind == shell.QUOTED:
-            out.append((_expand_text(text, None, lookup, line, unset), False))
+            out += _expand_text(text, lookup, line, unset, None, None)
         else:
             last = index + 1 == len(word.segments)
             for piece in _tildes(text, index == 0, last, assignment, line):
-                out.append(
-                    (_home(lookup, line), False)
-                    if piece is None
-                    else (_expand_text(piece, ifs, lookup, line, unset), True)
-                )
+                if piece is None:
+                    out.append((_home(lookup, line), False))
+                else:
+                    out += _expand_text(piece, lookup, line, unset, ifs, assignment)
     return out
 
 
@@ -123,13 +132,14 @@ def _tildes(text: str, first: bool, last: bool, assignment: bool, line: int) -> 
     """Unquoted `text` cut at each `~` bash expands (None): at the start of the word and, in
     an assignment, after each `:`. `~"/x"` stays as it is; `~user`, `~+` are refused."""
     starts = [0] if first and text.startswith("~") else []
+    masked = _masked(text, line)
     if assignment:
-        starts += [match.start() + 1 for match in re.finditer(":~", text)]
+        starts += [match.start() + 1 for match in re.finditer(":~", masked)]
     stop = re.compile("[/:]" if assignment else "/")
     pieces: list[str | None] = []
     done = 0
     for start in starts:
-        found = stop.search(text, start)
+        found = stop.search(masked, start)
         end = found.start() if found else len(text)
         if end == len(text) and not last:
             continue  # quoted text follows: bash leaves the `~`
@@ -151,29 +161,75 @@ def _home(lookup: Lookup, line: int) -> str:
 
 
 def _expand_text(
-    text: str, ifs: str | None, lookup: Lookup, line: int, unset: Callable[[str], str] | None
-) -> str:
-    def value(match: re.Match[str]) -> str:
-        name = match.group(1) or match.group(4)
+    text: str,
+    lookup: Lookup,
+    line: int,
+    unset: Callable[[str], str] | None,
+    ifs: str | None,
+    assignment: bool | None,
+) -> list[tuple[str, bool]]:
+    """Text's `$NAME`, `${NAME}` and `${NAME:-word}` expanded, in pieces as `_expanded`'s.
+    `assignment` None: the text is double-quoted, and so is a default word in it."""
+    plain = assignment is not None
+    out: list[tuple[str, bool]] = []
+    index = 0
+    while (start := text.find("$", index)) >= 0:
+        match = _VARIABLE.match(text, start)
+        if match is None:
+            raise shell.ShellError(
+                f"line {line}: only $NAME, ${{NAME}} and ${{NAME:-default}} expand"
+            )
+        out.append((text[index:start], plain))
+        name, operator, index = match.group(1) or match.group(3), match.group(2), match.end()
         found = lookup(name)
-        if (match.group(2) == ":-" and not found) or (match.group(2) == "-" and found is None):
-            found = match.group(3)
+        if operator in ("-", ":-"):
+            index = shell.closing(text, start, line) + 1
+            if found is None or (operator == ":-" and not found):
+                word = text[match.end() : index - 1]
+                out += _default(text[start:index], word, lookup, line, unset, ifs, assignment)
+                continue
         if found is None:
             if unset is None:
                 raise shell.ShellError(f"line {line}: ${name} is not set in the script")
-            return unset(name)
-        if ifs and any(char in ifs for char in found):
-            holds = "blanks" if ifs == DEFAULT_IFS else f"a character of IFS ({ifs!r})"
-            raise shell.ShellError(
-                f"line {line}: ${name} holds {holds} and is not quoted, so bash splits it into "
-                f'several arguments; quote it ("${name}") or write the words out'
-            )
-        return found
+            found = unset(name)
+        elif ifs:
+            _refuse_split(found, f"${name}", ifs, line)
+        out.append((found, plain))
+    return [*out, (text[index:], plain)]
 
-    expanded = _VARIABLE.sub(value, text)
-    if "$" in _VARIABLE.sub("", text):
-        raise shell.ShellError(f"line {line}: only $NAME, ${{NAME}} and ${{NAME:-default}} expand")
-    return expanded
+
+def _default(
+    expansion: str,
+    word_text: str,
+    lookup: Lookup,
+    line: int,
+    unset: Callable[[str], str] | None,
+    ifs: str | None,
+    assignment: bool | None,
+) -> list[tuple[str, bool]]:
+    """The pieces of `expansion`'s (`${NAME:-word}`'s) default word, expanded as bash does:
+    tilde, variables, arithmetic and quotes, the same as a word's."""
+    if word_text.count("${") > _MOST_IN_DEFAULT:
+        raise shell.ShellError(
+            f"line {line}: a default word with more than {_MOST_IN_DEFAULT} ${{...}} in it is "
+            "not followed; write the value"
+        )
+    word = shell.default_word(word_text, assignment is None, line)
+    pieces = _expanded(word, lookup, line, unset, ifs, bool(assignment))
+    for value, plain in pieces:
+        if ifs and plain:
+            _refuse_split(value, expansion, ifs, line)
+    return pieces
+
+
+def _refuse_split(value: str, shown: str, ifs: str, line: int) -> None:
+    """Refuse an unquoted `value` bash would split into several arguments at `ifs`."""
+    if any(char in ifs for char in value):
+        holds = "blanks" if ifs == DEFAULT_IFS else f"a character of IFS ({ifs!r})"
+        raise shell.ShellError(
+            f"line {line}: {shown} holds {holds} and is not quoted, so bash splits it into "
+            f'several arguments; quote it ("{shown}") or write the words out'
+        )
 
 
 def references(word: shell.Word, name: str) -> bool:

@@ -27,8 +27,8 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _BLANKS = re.compile(r"[ \t]+")
 _PLAIN_RUN = re.compile(r"[^ \t\n\\'\"`$<>;&|()]+")
 _QUOTED_RUN = re.compile(r'[^"\\`$]+')
-_PARENS = re.compile(r"[()]")
-_SUBSTITUTION_STOP = re.compile(r"[()'\"\\]")
+_STOPS = {"(": re.compile(r"[()'\"\\]"), "{": re.compile(r"[{}'\"\\]")}
+_ESCAPED_IN_QUOTES = ("$", "`", '"', "\\", "\n")
 _BACKTICK = re.compile(r"(?:[^`\\]|\\.)*`", re.DOTALL)
 _REDIRECTION = re.compile(r"<<-|<<<|<<|<>|<&|>&|>>|>\||&>>|&>|<|>")
 _OPERATOR = re.compile(r";;|&&|\|\||\|&|[;&|()]")
@@ -109,10 +109,9 @@ def _merged(parts: list[Segment]) -> list[Segment]:
 
 
 class _Lexer:
-    def __init__(self, text: str) -> None:
-        self.text, self.pos, self.line = text, 0, 1
+    def __init__(self, text: str, line: int = 1) -> None:
+        self.text, self.pos, self.line, self.word_line = text, 0, line, line
         self.parts: list[Segment] | None = None  # the word being read
-        self.word_line = 1
         self.target: str | None = None  # a redirection waiting for its target word
         self.heredocs: list[tuple[str, bool]] = []  # delimiter, and whether tabs are stripped
 
@@ -220,23 +219,29 @@ class _Lexer:
             self.add(text[start : self.advance_run(_PLAIN_RUN)], PLAIN)
 
     def advance_run(self, run: re.Pattern[str]) -> int:
-        start = self.pos
-        match = run.match(self.text, start)
-        self.advance(match.end() if match else start + 1)
+        match = run.match(self.text, self.pos)
+        self.advance(match.end() if match else self.pos + 1)
         return self.pos
 
     def double_quoted(self) -> None:
-        text, opened = self.text, self.line
+        opened = self.line
         self.add("", QUOTED)  # `""` is a word too
         self.advance(self.pos + 1)
-        while True:
-            if self.pos >= len(text):
-                raise ShellError(f'line {opened}: unterminated "')
+        if not self.quoted_text('"', _ESCAPED_IN_QUOTES):
+            raise ShellError(f'line {opened}: unterminated "')
+
+    def quoted_text(self, stop: str, escaped: tuple[str, ...]) -> bool:
+        """Text read as double quotes read it, where a backslash escapes only the `escaped`, up
+        to and past `stop`: whether `stop` was found. Without one, a `"` opens nested quotes."""
+        text = self.text
+        while self.pos < len(text):
             char, start = text[self.pos], self.pos
-            if char == '"':
+            if char == stop:
                 self.advance(start + 1)
-                return
-            if char == "\\" and text[start + 1 : start + 2] in ("$", "`", '"', "\\", "\n"):
+                return True
+            if char == '"':
+                self.double_quoted()
+            elif char == "\\" and text[start + 1 : start + 2] in escaped:
                 if text[start + 1] != "\n":
                     self.add(text[start + 1], LITERAL)
                 self.advance(start + 2)
@@ -247,16 +252,17 @@ class _Lexer:
                 self.dollar(QUOTED)
             else:
                 self.add(text[start : self.advance_run(_QUOTED_RUN)], QUOTED)
+        return False
 
     def dollar(self, kind: str) -> None:
         """`$((...))`, `$(...)`, a backquote, `${...}` or `$NAME`, read whole."""
         text, start = self.text, self.pos
         if text.startswith("$((", start):
-            end = self.arithmetic_end(start + 3)
+            end = closing(text, start, self.line)
             self.add(text[start + 3 : end], ARITHMETIC)
             self.advance(end + 2)
         elif text.startswith("$(", start):
-            end = self.substitution_end(start + 2)
+            end = closing(text, start, self.line)
             self.add(text[start + 2 : end], COMMAND)
             self.advance(end + 1)
         elif text[start] == "`":
@@ -266,9 +272,7 @@ class _Lexer:
             self.add(text[start + 1 : match.end() - 1], COMMAND)
             self.advance(match.end())
         elif text.startswith("${", start):
-            end = text.find("}", start)
-            if end < 0:
-                raise ShellError(f"line {self.line}: unterminated ${{")
+            end = closing(text, start, self.line)
             self.add(text[start : end + 1], kind)
             self.advance(end + 1)
         else:
@@ -277,41 +281,46 @@ class _Lexer:
             self.add(text[start:end], kind)
             self.advance(end)
 
-    def arithmetic_end(self, index: int) -> int:
-        depth = 0
-        while match := _PARENS.search(self.text, index):
-            index = match.end()
-            if match.group() == "(":
-                depth += 1
-            elif depth:
-                depth -= 1
-            elif self.text.startswith("))", match.start()):
-                return match.start()
-            else:
-                break
-        raise ShellError(f"line {self.line}: $(( without its closing ))")
-
-    def substitution_end(self, index: int) -> int:
-        depth = 0
-        while match := _SUBSTITUTION_STOP.search(self.text, index):
-            char, index = match.group(), match.end()
-            if char == "\\":
-                index += 1
-            elif char == "'":
-                index = self.text.find("'", index) + 1 or len(self.text)
-            elif char == '"':
-                quoted = _DOUBLE_QUOTED.match(self.text, index)
-                index = quoted.end() if quoted else len(self.text)
-            elif char == "(":
-                depth += 1
-            elif depth:
-                depth -= 1
-            else:
-                return match.start()
-        raise ShellError(f"line {self.line}: $( without its closing )")
-
 
 _DOUBLE_QUOTED = re.compile(r'(?:[^"\\]|\\.)*"', re.DOTALL)
+
+
+def closing(text: str, start: int, line: int) -> int:
+    """Where the `)`, `))` or `}` that closes the `$(`, `$((` or `${` at `start` is: nested
+    pairs, quotes and backslashes skipped, as bash finds it."""
+    opens = "$((" if text.startswith("$((", start) else text[start : start + 2]
+    index, depth, opener = start + len(opens), 0, opens[-1]
+    while match := _STOPS[opener].search(text, index):
+        char, index = match.group(), match.end()
+        if char == "\\":
+            index += 1
+        elif char == "'":
+            index = text.find("'", index) + 1 or len(text)
+        elif char == '"':
+            quoted = _DOUBLE_QUOTED.match(text, index)
+            index = quoted.end() if quoted else len(text)
+        elif char == opener:
+            depth += 1
+        elif depth:
+            depth -= 1
+        elif opens != "$((" or text.startswith("))", match.start()):
+            return match.start()
+        else:
+            break
+    closes = opens[1:].translate(str.maketrans("({", ")}"))
+    raise ShellError(f"line {line}: {opens} without its closing {closes}")
+
+
+def default_word(text: str, quoted: bool, line: int) -> Word:
+    """The `word` of `${NAME:-word}` as bash reads it: within double quotes, as their text
+    (a `'` is kept, a `\\}` escapes); unquoted, as a word whose blanks are its text."""
+    lexer = _Lexer(text, line)
+    lexer.add("", QUOTED if quoted else PLAIN)  # so a leading `#` is text, not a comment
+    if quoted:
+        lexer.quoted_text("", (*_ESCAPED_IN_QUOTES, "}"))
+    while lexer.pos < len(text):
+        lexer.word_part(text[lexer.pos])
+    return Word(_merged(lexer.parts or []), line)
 
 
 def _skip_body(tokens: Iterator[Word | Op], line: int) -> None:
