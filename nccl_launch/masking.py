@@ -144,9 +144,7 @@ def for_people(text: str) -> str:
     return escaped(mask_credentials(text))
 
 
-def masked_json(
-    report: BaseModel, indent: int | None = 2, exclude: set[str] | None = None
-) -> str:
+def masked_json(report: BaseModel, indent: int | None = 2, exclude: set[str] | None = None) -> str:
     """`report` as the JSON a command prints or writes (on one line without `indent`), each
     text in it (never a key) through the same last step as `for_people`'s lines; JSON
     escapes the control characters, and the bytes that were not UTF-8 (kept as surrogates),
