@@ -58,3 +58,30 @@ def test_the_hostile_etc_nccl_conf_of_ci_is_there_and_ignored(nccl_launch: RunCl
     Path("profiles/plain.toml").write_text('schema = 1\nname = "plain"\nversion = 1\n')
     result = nccl_launch("run", "--dry-run", "plain", "--", "true")
     assert (result.returncode, result.stderr) == (0, "")
+
+
+SIGNALS_OF_A_CHILD = """
+import signal, subprocess
+import tests.conftest  # what the suite does at start, started here with SIGHUP and SIGINT ignored
+status = subprocess.run(["cat", "/proc/self/status"], capture_output=True, text=True).stdout
+mask = next(line for line in status.splitlines() if line.startswith("SigIgn:"))
+ignored = int(mask.split()[1], 16)
+print(sorted(n for n in (signal.SIGHUP, signal.SIGINT) if ignored & 1 << (n - 1)))
+print(signal.getsignal(signal.SIGHUP) is signal.SIG_IGN)
+"""
+
+
+def test_a_process_the_suite_starts_gets_sighup_and_sigint_though_nohup_ignored_them() -> None:
+    """`nohup` (or a script's background) starts the suite with SIGHUP (SIGINT) ignored, which
+    each process it starts would inherit across exec: the Ctrl-C and closed-terminal tests
+    would then wait for a signal their child never sees. The suite itself stays immune."""
+    result = subprocess.run(
+        ["bash", "-c", "trap '' HUP INT; exec \"$@\"", "nohup", sys.executable, "-c",
+         SIGNALS_OF_A_CHILD],
+        cwd=Path(__file__).parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert (result.returncode, result.stdout) == (0, "[]\nFalse\n"), result.stderr

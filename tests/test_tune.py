@@ -362,26 +362,6 @@ def test_an_interrupted_tune_resumes_without_measuring_a_finished_trial_again(
     assert len(digests) == 3  # the seed, NCCL's defaults, PROTO=LL128
 
 
-def test_the_interruptions_reach_tune_when_the_suite_runs_under_nohup(tmp_path: Path) -> None:
-    # `nohup` (or a script's background) starts the suite with SIGHUP (SIGINT) ignored, which
-    # each process it starts would inherit across exec: the test above, run so, must still
-    # see Ctrl-C and the closed terminal end the tune it started.
-    test = "test_an_interrupted_tune_resumes_without_measuring_a_finished_trial_again"
-    cases = "ctrl-c or terminal-closed"
-    pytest_argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    pytest_argv += [f"--basetemp={tmp_path / 'inner'}", f"{__file__}::{test}", "-k", cases]
-    result = subprocess.run(
-        ["bash", "-c", "trap '' HUP INT; exec \"$@\"", "nohup", *pytest_argv],
-        cwd=Path(__file__).parent.parent,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "2 passed" in result.stdout
-
-
 def test_write_gives_the_next_version_whose_baseline_bench_meets(
     seed: int, run_cli: RunCli, tmp_path: Path
 ) -> None:
