@@ -296,6 +296,20 @@ def test_no_gpu_found_by_the_driver_fails_with_its_words(host: Preflight) -> Non
     )
 
 
+def test_a_byte_nvidia_smi_prints_that_is_not_utf8_is_read_not_a_crash(
+    host: Preflight, tmp_path: Path
+) -> None:
+    fake_nvidia_smi(tmp_path / "bin", 0)
+    (tmp_path / "bin" / "nvidia-smi").write_text(
+        "#!/bin/sh\nprintf 'No GPU \\377 here\\n'; exit 6\n"
+    )
+    code, checks = host(gpus=None)
+    assert code == 3
+    assert checks["gpus"][0]["message"] == (
+        "0 GPUs visible (0 installed) (No GPU \ufffd here); this node's ranks need 8"
+    )
+
+
 def test_no_gpu_tooling_at_all_fails_clearly(host: Preflight) -> None:
     code, checks = host(gpus=None)
     assert code == 3

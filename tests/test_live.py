@@ -534,9 +534,11 @@ def test_pidfile_and_systemd_unit_targets(
     show = "show --property MainPID --value"
     systemctl.write_text(
         "#!/bin/sh\n"
-        f'[ "$*" = "{show} sglang.service" ] && echo {server.process.pid} && exit 0\n'
-        f'[ "$*" = "{show} stopped.service" ] && echo 0 && exit 0\n'
-        "exit 1\n"
+        f'[ "$*" = "{show} -- sglang.service" ] && echo {server.process.pid} && exit 0\n'
+        f'[ "$*" = "{show} -- stopped.service" ] && echo 0 && exit 0\n'
+        # What another machine (-H) would answer: a unit's name is never an option.
+        f'[ "$*" = "{show} -Hroot@elsewhere" ] && echo {server.process.pid} && exit 0\n'
+        "printf 'Failed to get properties: \\377\\n' >&2; exit 1\n"
     )
     systemctl.chmod(0o755)
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
@@ -544,6 +546,10 @@ def test_pidfile_and_systemd_unit_targets(
     stopped = run_cli("check", "--unit", "stopped.service", env=env)
     assert (stopped.returncode, stopped.stderr) == (
         3, "nccl-launch: unit stopped.service has no running main process\n")  # fmt: skip
+    elsewhere = run_cli("check", "--unit=-Hroot@elsewhere", env=env)
+    assert (elsewhere.returncode, elsewhere.stderr) == (
+        3, "nccl-launch: systemctl show -Hroot@elsewhere failed: Failed to get properties: "
+           "\ufffd\n")  # fmt: skip
 
 
 def test_a_unit_systemctl_cannot_answer_for_is_one_clean_line(

@@ -9,6 +9,7 @@ import subprocess
 from nccl_launch.bench.result import Gpu
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import HostError
+from nccl_launch.tools import ask
 
 QUERY = "index,name,memory.total,driver_version,pci.bus_id"
 TIMEOUT = 10  # seconds: a wedged driver must not hang the benchmark
@@ -47,9 +48,7 @@ def _smi(query: str) -> tuple[str | None, str | None]:
         return None, NO_SMI
     command = [program, query, "--format=csv,noheader"]
     try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, errors="replace", timeout=TIMEOUT, check=False
-        )  # a byte that is not UTF-8 is shown as U+FFFD, never a crash
+        done = ask(command, timeout=TIMEOUT)
     except (OSError, subprocess.TimeoutExpired) as error:
         return None, f"nvidia-smi failed: {error}"
     if done.returncode != 0:

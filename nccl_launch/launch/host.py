@@ -17,6 +17,7 @@ from nccl_launch.launch.preflight_report import Check
 from nccl_launch.nccl.conf import ConfEntry, applied, conf_paths
 from nccl_launch.sglang import facts
 from nccl_launch.sglang.server import Server
+from nccl_launch.tools import ask
 
 ENV_PLUGIN = "libnccl-env.so"
 LIBRARY_DIRS = (
@@ -52,10 +53,7 @@ def _library_dirs(env: Mapping[str, str]) -> list[Path]:
     dirs = [Path(entry) for entry in env.get("LD_LIBRARY_PATH", "").split(":") if entry]
     ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
     try:
-        done = subprocess.run(
-            [ldconfig, "-p"], capture_output=True, text=True, timeout=10, check=False
-        )
-        cache = done.stdout
+        cache = ask([ldconfig, "-p"], timeout=10).stdout
     except (OSError, subprocess.TimeoutExpired):
         cache = ""
     for line in cache.splitlines():
@@ -108,7 +106,7 @@ def gpu_check(server: Server, env: Mapping[str, str]) -> Check:
         message = "no GPU tooling: nvidia-smi is not on PATH (is the NVIDIA driver installed?)"
         return Check(name="gpus", status="fail", message=message)
     try:
-        done = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=60, check=False)
+        done = ask([smi, "-L"], timeout=60)
     except (OSError, subprocess.TimeoutExpired) as error:
         return Check(name="gpus", status="fail", message=f"nvidia-smi -L failed: {error}")
     installed = len(_GPU_LINE.findall(done.stdout)) if done.returncode == 0 else 0

@@ -22,6 +22,7 @@ from nccl_launch.files import FileError, read_text
 from nccl_launch.live.environ import OVERWRITTEN, getenv_view
 from nccl_launch.live.target import PID_LIMIT, Target
 from nccl_launch.masking import mask_argv
+from nccl_launch.tools import ask
 
 TITLE_WIDTH = 100
 PIDFILE_LIMIT = 64  # a PID and a newline; anything longer is not a pidfile
@@ -68,9 +69,10 @@ def listening_pids(port: int, where: str, accepts: Callable[[str], bool] = any_a
 
 
 def _unit_pid(unit: str) -> int:
-    command = ["systemctl", "show", "--property", "MainPID", "--value", unit]
+    # `--` ends systemctl's options: a unit named `-H host` is not another machine's.
+    command = ["systemctl", "show", "--property", "MainPID", "--value", "--", unit]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+        done = ask(command, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as error:
         raise HostError(f"cannot ask systemd for {unit}: {error}") from None
     value = done.stdout.strip()
