@@ -500,6 +500,29 @@ def test_a_process_that_is_no_sglang_server_is_captured_with_its_key_masked(
     assert "--api-key ***" in written
 
 
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [("x.toml", "--name: 'x.toml': give the name without .toml, as in 'x'"),
+     ("a" * 201, "--name: 201 characters; a profile name has at most 200")],
+    ids=["toml", "long"],
+)  # fmt: skip
+def test_convert_and_capture_hold_a_name_to_news_rule(
+    name: str, said: str, run_cli: RunCli
+) -> None:
+    """`x.toml` would be written as profiles/x.toml.toml, which `show x.toml` cannot find."""
+    Path("start.sh").write_text(
+        "export NCCL_PROTO=LL\npython3 -m sglang.launch_server --model-path /m\n"
+    )
+    with sleeper({b"NCCL_PROTO": b"LL"}) as pid:
+        results = [run_cli("convert", "start.sh", "--name", name),
+                   run_cli("capture", "--pid", str(pid), "--name", name)]  # fmt: skip
+    for result in results:
+        assert (result.returncode, result.stderr) == (2, f"nccl-launch: {said}\n")
+    new = run_cli("new", name)  # the rule's own words there: its argument is NAME
+    assert (new.returncode, new.stderr) == (2, f"nccl-launch: {said.replace('--name', 'NAME')}\n")
+    assert list(Path().rglob("*.toml")) == []
+
+
 def test_convert_reads_only_a_regular_script_of_at_most_1_mib(run_cli: RunCli) -> None:
     os.mkfifo("fifo.sh")  # opening it for reading would wait for a writer forever
     Path("big.sh").write_text(" " * (2 << 20) + "\n")

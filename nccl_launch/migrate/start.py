@@ -23,6 +23,7 @@ from nccl_launch.nccl.grammar import BoolRule, IntRule, LevelRule, SizeRule, Tom
 from nccl_launch.profile.load import validate_resolved
 from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.profile.model import PROFILE_SCHEMA
+from nccl_launch.profile.new import check_name
 from nccl_launch.profile.plan import ProfilePlan, build_plan
 
 
@@ -200,7 +201,8 @@ def save_profile(
     `env_files` (`secrets_to`, else beside it with the suffix `.env`), unless
     `secrets_in_profile`; never the profile itself, nor the `script` read. A profile still
     holding a secret (a credential flag, or the variables kept in it) is readable by its
-    owner only."""
+    owner only. The name is held to `new`'s rule."""
+    check_name(name, "--name")
     path = output or Path("profiles") / f"{name}.toml"
     secrets = None if secrets_in_profile else secrets_file(path, secrets_to, start.env, script)
     if secrets is not None:

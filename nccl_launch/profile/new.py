@@ -53,14 +53,15 @@ description = ""
 """
 
 
-def check_name(name: str) -> None:
-    """UsageError, one line, unless `name` is a profile name that can name a file."""
+def check_name(name: str, given: str = "NAME") -> None:
+    """UsageError, one line naming where it was `given`, unless `name` is a profile name
+    that can name a file."""
     if len(name) > MAX_NAME:
-        raise UsageError(f"NAME: {len(name)} characters; a profile name has at most {MAX_NAME}")
+        raise UsageError(f"{given}: {len(name)} characters; a profile name has at most {MAX_NAME}")
     if name.endswith(".toml"):  # `run x.toml` reads a path: such a name could not be looked up
-        raise UsageError(f"NAME: {name!r}: give the name without .toml, as in {name[:-5]!r}")
+        raise UsageError(f"{given}: {name!r}: give the name without .toml, as in {name[:-5]!r}")
     try:
-        validate_resolved("NAME", {"schema": PROFILE_SCHEMA, "name": name, "version": 1})
+        validate_resolved(given, {"schema": PROFILE_SCHEMA, "name": name, "version": 1})
     except ProfileError as error:
         raise UsageError(error.problems[0]) from None
 
