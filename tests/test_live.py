@@ -169,6 +169,18 @@ def test_one_drifted_worker_is_named(start: StartServer, run_cli: RunCli) -> Non
     ]
 
 
+def test_check_never_writes_its_report_over_the_profile_it_checks(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    path = write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    text = path.read_text()
+    with sleeper({b"NCCL_PROTO": b"LL"}) as pid:
+        result = run_cli("check", str(path), "--pid", str(pid), "-o", str(path))
+    said = f"nccl-launch: -o {path}: the profile checked; give the report a file of its own\n"
+    assert (result.returncode, result.stderr) == (2, said)
+    assert path.read_text() == text
+
+
 def test_prometheus_textfile_parses_and_says_drift(
     start: StartServer, run_cli: RunCli, tmp_path: Path
 ) -> None:

@@ -99,6 +99,11 @@ def check(
     def emit(report: LiveReport) -> None:
         rendered = _rendered(fmt, report)
         if output is not None:
+            # Rewritten at each look, so no --force: but never over the profile it reads.
+            if output.exists() and output.samefile(report.path):
+                raise UsageError(
+                    f"-o {output}: the profile checked; give the report a file of its own"
+                )
             write_output(output, rendered, replace=True)
             return
         if watch is not None and fmt == "text":
