@@ -331,6 +331,24 @@ class Watcher:
         return "\n".join(self.seen)
 
 
+def test_a_json_watch_prints_one_object_a_line_when_it_changes(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    path = write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    with sleeper({b"NCCL_PROTO": b"LL"}) as pid:
+        watcher = Watcher(str(path), "--pid", str(pid), "--watch", "0.1", "--format", "json")
+        watcher.wait_for_start("{")
+        time.sleep(0.5)  # five more looks at the same environment: nothing more to say
+        watcher.process.send_signal(signal.SIGTERM)
+        out = watcher.finish()
+    assert watcher.process.returncode == 0
+    [line] = out.splitlines()
+    assert json.loads(line)["processes"][0]["pid"] == pid
+    prometheus = run_cli("check", str(path), "--pid", "1", "--watch", "1", "--format", "prometheus")
+    said = "nccl-launch: --watch --format prometheus rewrites a textfile: give -o FILE\n"
+    assert (prometheus.returncode, prometheus.stderr) == (2, said)
+
+
 IN_CLOSE_NOWRITE, IN_OPEN = 0x10, 0x20
 _EVENT = struct.Struct("iIII")  # struct inotify_event without its name: wd, mask, cookie, len
 

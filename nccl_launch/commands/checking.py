@@ -30,14 +30,16 @@ PID = click.IntRange(min=1, max=PID_LIMIT)
 PORT = click.IntRange(min=1, max=PORT_LIMIT)
 
 
-def _rendered(fmt: str, report: LiveReport) -> str:
-    """`report` in `fmt`, one of LIVE_FORMATS."""
+def _rendered(fmt: str, report: LiveReport, stream: bool) -> str:
+    """`report` in `fmt`, one of LIVE_FORMATS; JSON on one line in a `stream` (JSON Lines)."""
     from nccl_launch.render.prometheus import metrics
     from nccl_launch.render.reports import live_text
 
     if fmt == "prometheus":
         return metrics(report)
-    return masked_json(report) + "\n" if fmt == "json" else live_text(report) + "\n"
+    if fmt == "json":
+        return masked_json(report, indent=None if stream else 2) + "\n"
+    return live_text(report) + "\n"
 
 
 @click.command()
@@ -93,11 +95,14 @@ def check(
 
     if on_drift == "stop" and watch is None:
         raise UsageError("--on-drift stop needs --watch SECONDS: one check never stops a server")
+    stream = watch is not None and output is None
+    if stream and fmt == "prometheus":  # its text format holds one sample of each series
+        raise UsageError("--watch --format prometheus rewrites a textfile: give -o FILE")
     target = Target(pid=pid, port=port, pidfile=pidfile, unit=unit)
     last: list[str] = []
 
     def emit(report: LiveReport) -> None:
-        rendered = _rendered(fmt, report)
+        rendered = _rendered(fmt, report, stream)
         if output is not None:
             # Rewritten at each look, so no --force: but never over the profile it reads.
             if output.exists() and output.samefile(report.path):
@@ -106,9 +111,9 @@ def check(
                 )
             write_output(output, rendered, replace=True)
             return
-        if watch is not None and fmt == "text":
-            if last == [rendered]:
-                return  # a watch prints the text report when it changes
+        if stream and last == [rendered]:
+            return  # a watch prints the report when it changes
+        if stream and fmt == "text":
             click.echo(f"--- {datetime.now(UTC).isoformat(timespec='seconds')}")
         last[:] = [rendered]
         click.echo(rendered, nl=False)
