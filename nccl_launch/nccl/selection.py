@@ -83,7 +83,7 @@ class SelectionRule:
         return entries
 
     def parse(self, value: TomlValue) -> str:
-        entries = self._entries(as_str(value, f"a list of {self.what} names"))
+        entries = self._entries(as_str(value, f"a list of names, each {self.what}"))
         return ";".join(
             (f"{func}:" if func else "") + ("^" if negate else "") + ",".join(names)
             for func, negate, names in entries
