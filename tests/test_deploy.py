@@ -354,6 +354,9 @@ def test_the_servers_arguments_end_both_exec_lines_and_only_references_hold_cred
         ("--tp", "4"): "-- ARGS: --tp repeats the field tp_size",
         ("--api-key", ""): "-- ARGS: --api-key has an empty value, which SGLang takes as no key",
         ("--admin-api=",): "-- ARGS: --admin-api has an empty value",
+        # `-- --api-key ${API_KEY}` unquoted in a shell where it is unset: the word is gone.
+        ("--api-key",): "-- ARGS: --api-key has no value (another option follows, or nothing)",
+        ("--api-key", "--log-level", "info"): "-- ARGS: --api-key has no value",
     }
     typed = run_cli("systemd", "served", "--api-key", "sk-live-1")  # before '--': a hint
     assert typed.returncode == 2

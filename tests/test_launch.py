@@ -357,6 +357,37 @@ def test_a_key_flag_ending_the_profiles_args_takes_the_first_word_after_the_dash
     assert result.stderr.startswith("nccl-launch: -- ARGS: --api-key has an empty value")
 
 
+NO_VALUE = (
+    "--api-key has no value (another option follows, or nothing), which SGLang refuses at "
+    'start; give the key after it; quote a variable ("$API_KEY"): unquoted, an unset one is '
+    "dropped\n"
+)
+
+
+@pytest.mark.parametrize("command", [["run", "--dry-run"], ["preflight"]])
+@pytest.mark.parametrize("args", [["--api-key"], ["--api-key", "--log-level", "info"]])
+def test_a_credential_flag_without_a_value_is_refused_before_the_server_starts(
+    command: list[str], args: list[str], run_cli: RunCli
+) -> None:
+    """`-- --api-key $API_KEY` in a shell where it is unset: the shell drops the word."""
+    result = run_cli(*command, "kimi-k25-rtx6000bw-tp8-eagle3", "--", *args)
+    assert (result.returncode, result.stdout, result.stderr) == (
+        2, "", f"nccl-launch: -- ARGS: {NO_VALUE}")  # fmt: skip
+
+
+def test_a_key_flag_followed_by_another_in_the_profile_is_refused_by_validate_as_by_run(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """A key flag that ends the profile's args is valid: the key may come after `--`."""
+    write_profile("keyless", KEYLESS.replace('"--api-key", ""', '"--api-key", "--log-level"'))
+    for command in (["validate", "keyless"], ["run", "--dry-run", "keyless", "--", "info"]):
+        result = run_cli(*command)
+        assert (result.returncode, result.stdout) == (2, ""), command
+        assert result.stderr.endswith(f"server.args: {NO_VALUE}"), result.stderr
+    write_profile("keyless", KEYLESS.replace('"--api-key", ""', '"--api-key"'))
+    assert run_cli("validate", "keyless").returncode == 0
+
+
 def test_everything_after_the_dashes_is_the_servers(
     tuned: Path, tmp_path: Path, nccl_launch: RunCli
 ) -> None:

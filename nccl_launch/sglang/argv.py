@@ -65,17 +65,24 @@ def duplicated_flags(args: list[str], settings: Iterable[str] = ()) -> list[tupl
     return repeated
 
 
-def empty_credentials(argv: Sequence[str]) -> list[str]:
-    """SGLang's API-key flags in `argv` given an empty value (`--api-key ''`, `--api-key=`,
-    as a unit's `${NAME}` that no environment file sets becomes): SGLang takes an empty key
-    as none, and serves every request."""
+def empty_credentials(argv: Sequence[str], complete: bool = True) -> list[tuple[int, str, bool]]:
+    """SGLang's API-key flags in `argv` that give no key, each with its index and whether it
+    has a value at all: an empty one (`--api-key ''`, `--api-key=`, as a unit's `${NAME}`
+    that no environment file sets becomes), which SGLang takes as no key and so serves every
+    request; or none (another option follows; last, when `argv` is `complete`: a shell drops
+    an unset `$API_KEY` unquoted), which SGLang refuses at start."""
     found = []
     for index, word in enumerate(argv):
         option, equals, value = word.partition("=")
         if not abbreviates(option, API_KEY_FLAGS):
             continue
-        if not equals:  # its value is the next word; a flag last has none (SGLang refuses it)
-            value = argv[index + 1] if index + 1 < len(argv) else option
-        if not value:
-            found.append(option)
+        if equals:
+            valued = True
+        elif index + 1 < len(argv):
+            value = argv[index + 1]
+            valued = not value.startswith("--")
+        else:
+            value, valued = option, not complete
+        if not valued or not value:
+            found.append((index, option, valued))
     return found

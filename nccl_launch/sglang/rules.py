@@ -16,6 +16,10 @@ _MTP_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
 ARGS, EXTRA_ARGS = "server.args", "-- ARGS"
 _NO_KEY = "which SGLang takes as no key (every request served)"
 _KEY_FIX = "pass the key after '--' (a unit's ${NAME} that no EnvironmentFile= sets is empty)"
+_REFUSED = "which SGLang refuses at start"
+_VALUE_FIX = (
+    'give the key after it; quote a variable ("$API_KEY"): unquoted, an unset one is dropped'
+)
 
 
 def speculative_problems(server: Server) -> list[Finding]:
@@ -98,15 +102,16 @@ def server_problems(server: Server) -> list[Finding]:
 
 
 def argument_findings(
-    server: Server, extra: Sequence[str] = (), path: str = "", ref: str = ""
+    server: Server, extra: Sequence[str] | None = None, path: str = "", ref: str = ""
 ) -> list[Finding]:
     """What SGLang's rules say of the server's arguments, those of `[server] args` and the
-    `extra` ones after `--` (of the profile `ref`, read from `path`): a structured field
-    repeated, an API key given empty (SGLang then serves every request)."""
+    `extra` ones after `--` (of the profile `ref`, read from `path`; None where not known
+    yet, as for `validate`): a structured field repeated, an API key given empty (SGLang
+    then serves every request) or not given at all."""
     findings = []
     settings = extra_settings(server)
     copy = f"(or of a copy: nccl-launch new NAME --from {shlex.quote(ref)})"
-    for where, args in ((ARGS, server.args), (EXTRA_ARGS, extra)):
+    for where, args in ((ARGS, server.args), (EXTRA_ARGS, extra or ())):
         for option, flag in duplicated_flags(list(args), settings):
             message = f"{option} repeats the field {flag.field}"
             if where == EXTRA_ARGS:
@@ -114,12 +119,16 @@ def argument_findings(
             fix = "set it there" if where == ARGS else f"set {flag.place} of {path} {copy}"
             findings.append(Finding("repeated-field", where, message, fix))
     # Read on from the profile's: its last flag may take the first word after `--`.
-    in_profile = len(empty_credentials(server.args))
-    empty = empty_credentials([*server.args, *extra])
-    for index, option in enumerate(empty):
-        where = ARGS if index < in_profile else EXTRA_ARGS
-        message = f"{option} has an empty value, {_NO_KEY}"
-        findings.append(Finding("empty-key", where, message, _KEY_FIX))
+    argv = [*server.args, *(extra or ())]
+    for index, option, valued in empty_credentials(argv, complete=extra is not None):
+        at = index + 1 if valued and "=" not in argv[index] else index  # where the value is
+        where = ARGS if at < len(server.args) else EXTRA_ARGS
+        if valued:
+            message = f"{option} has an empty value, {_NO_KEY}"
+            findings.append(Finding("empty-key", where, message, _KEY_FIX))
+        else:
+            message = f"{option} has no value (another option follows, or nothing), {_REFUSED}"
+            findings.append(Finding("no-key", where, message, _VALUE_FIX))
     return findings
 
 
