@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nccl_launch.env.drift import DriftReport
+from nccl_launch.env.drift import DriftEntry, DriftReport
 from nccl_launch.env.merge import (
     CALLING_ENV,
     EnvLayer,
@@ -15,7 +15,7 @@ from nccl_launch.env.merge import (
 )
 from nccl_launch.profile.model import Policy, Profile
 from nccl_launch.profile.plan import build_plan, digest
-from nccl_launch.render.drift import drift_lines
+from nccl_launch.render.drift import drift_lines, fix_lines
 
 CALLING = ["(calling", "environment)"]
 FILE = Path("profiles/tuned.toml")
@@ -231,3 +231,16 @@ def test_nccl_conf_values_the_environment_lacks_count_as_inherited() -> None:
         )
         [entry] = [e for e in merged.report.entries if e.key == "NCCL_IB_HCA"]
         assert entry.tolerated is tolerated, policy
+
+
+def test_a_fix_line_never_says_to_write_a_secret_into_the_profile() -> None:
+    """The profile is shown, diffed and committed: a secret's value goes in an env file."""
+    entries = [
+        DriftEntry(key=key, kind="changed", expected="a", actual="b", source="calling environment")
+        for key in ("API_KEY", "NCCL_PROTO")
+    ]
+    assert [line.split(", unset")[0] for line in fix_lines(entries)] == [
+        "fix ~ (changed): put the value the server should get in an env file the profile names "
+        "(env_files), never the profile itself",
+        "fix ~ (changed): put the value the server should get in the profile",
+    ]

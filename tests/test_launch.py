@@ -711,6 +711,12 @@ def test_another_value_of_an_env_files_variable_is_drift_shown_masked(
         f"{tmp_path}/profiles/served.env)"
     )
     assert "hf_" not in result.stderr
+    # The fix names the file that holds the secret, never the profile, which is shown,
+    # diffed and committed.
+    assert result.stderr.splitlines()[3].startswith(
+        "fix ~ (changed): put the value the server should get in env file "
+        f"{tmp_path}/profiles/served.env, "
+    )
 
 
 def test_run_dry_run_names_the_env_file_of_each_value_and_masks_secrets(

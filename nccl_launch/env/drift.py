@@ -29,6 +29,11 @@ Reason = Literal["drift", "server-owned", "policy", "stripped", "nccl-debug"]
 Stage = Literal["start", "nccl.conf", "live"]
 
 
+# The note of an entry whose expected value an env file of the profile holds: "declared by
+# env file PATH".
+DECLARED_BY = "declared by "
+
+
 class DriftEntry(BaseModel):
     """One variable that differs: `expected` is the profile's value, `actual` the one found.
     JSON masks secret-looking values and passwords in URLs, as the text does."""
@@ -160,7 +165,7 @@ def diff_env(
     def entry(key: str, kind: DriftKind, note: str | None) -> DriftEntry:
         reason = classify(key, kind, policy, stage, nccl_debug=nccl_debug)
         if key in files:  # never an NCCL key, so never a note of NCCL's reading
-            note = f"declared by {files[key]}"
+            note = f"{DECLARED_BY}{files[key]}"
         return DriftEntry(
             key=key,
             kind=kind,

@@ -5,24 +5,18 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from nccl_launch.env.drift import DriftEntry, DriftKind, DriftReport, Reason
+from nccl_launch.env.drift import DECLARED_BY, DriftEntry, DriftKind, DriftReport, Reason
 from nccl_launch.env.merge import CALLING_ENV, ENV_FILE
 from nccl_launch.escaping import escaped, shell_word
 from nccl_launch.launch.prepare import LaunchPlan
-from nccl_launch.masking import mask_argv, mask_value
+from nccl_launch.masking import is_secret, mask_argv, mask_value
 
 _MARKS: dict[DriftKind, str] = {"changed": "~", "missing": "-", "undeclared": "+"}
 # At start, what ends each kind of drift besides removing the value where it came from, and
 # the [policy] that tolerates it ("missing" is only found in a running server).
-_FIXES: dict[DriftKind, tuple[str, str]] = {
-    "changed": (
-        "put the value the server should get in the profile",
-        'or start with the profile\'s value anyway: [policy] conflict = "warn"',
-    ),
-    "undeclared": (
-        "declare it in [nccl] with the value the server should get",
-        'or let the server have it: [policy] undeclared_nccl = "warn"',
-    ),
+_FIXES: dict[DriftKind, str] = {
+    "changed": 'or start with the profile\'s value anyway: [policy] conflict = "warn"',
+    "undeclared": 'or let the server have it: [policy] undeclared_nccl = "warn"',
 }
 
 
@@ -79,6 +73,20 @@ def _places(entries: Sequence[DriftEntry]) -> str:
     return ", ".join(dict.fromkeys(_removal(entry.source) for entry in entries))
 
 
+def _declaring(entry: DriftEntry) -> str:
+    """Where the value the server should get goes: [nccl] for an undeclared variable, the
+    env file that declares it, an env file of the profile for a secret (the profile is
+    shown, diffed and committed), else the profile."""
+    if entry.kind == "undeclared":
+        return "declare it in [nccl] with the value the server should get"
+    where = "the profile"
+    if entry.note is not None and entry.note.startswith(DECLARED_BY):
+        where = entry.note.removeprefix(DECLARED_BY)
+    elif is_secret(entry.key):
+        where = "an env file the profile names (env_files), never the profile itself"
+    return f"put the value the server should get in {where}"
+
+
 def fix_lines(entries: Sequence[DriftEntry]) -> list[str]:
     """How to end each kind of drift among `entries` at start, one line per kind: where the
     values came from, and the [policy] that would tolerate them; a name NCCL does not read
@@ -86,10 +94,11 @@ def fix_lines(entries: Sequence[DriftEntry]) -> list[str]:
     drifted = [entry for entry in entries if not entry.tolerated]
     unknown = [entry for entry in drifted if entry.kind == "undeclared" and not entry.read_by_nccl]
     lines = []
-    for kind, (what, tolerate) in _FIXES.items():
+    for kind, tolerate in _FIXES.items():
         found = [entry for entry in drifted if entry.kind == kind and entry not in unknown]
-        if found:
-            lines.append(f"fix {_MARKS[kind]} ({kind}): {what}, {_places(found)}, {tolerate}")
+        for what in dict.fromkeys(map(_declaring, found)):
+            alike = [entry for entry in found if _declaring(entry) == what]
+            lines.append(f"fix {_MARKS[kind]} ({kind}): {what}, {_places(alike)}, {tolerate}")
     if unknown:
         lines.append(
             f"fix {_MARKS['undeclared']} (unknown to NCCL): NCCL reads no such name, so it is "
