@@ -257,12 +257,13 @@ def refuse_special(path: Path) -> None:
         raise FileError(f"{path}: {kind_of(status.st_mode)}; only a regular file is written")
 
 
-def check_output(path: Path, *, replace: bool) -> None:
-    """What `write_output` would refuse of `path`, said now: a command writing two files says
-    it before it writes either."""
+def check_output(path: Path, *, replace: bool, fix: str = "pass --force to replace it") -> None:
+    """What `write_output` would refuse of `path`, said now (an existing file kept without
+    `replace` with the caller's `fix`): a command writing two files says it before it writes
+    either, one that validates first says it before that."""
     refuse_special(path)
     if not replace and os.path.lexists(path):
-        raise FileError(f"{path} exists; pass --force to replace it")
+        raise FileError(f"{path} exists; {fix}")
 
 
 def write_output(path: Path, text: str, *, replace: bool, mode: int | None = None) -> None:

@@ -5,10 +5,9 @@ server keeps the real values (`show`'s export formats and its JSON)."""
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -149,17 +148,20 @@ def masked_json(report: BaseModel, indent: int | None = 2, exclude: set[str] | N
     text in it (never a key) through the same last step as `for_people`'s lines; JSON
     escapes the control characters, and the bytes that were not UTF-8 (kept as surrogates),
     itself."""
+    import json  # only for a JSON output: not on a TAB's path, which imports this module
+
     document = report.model_dump(mode="json", exclude=exclude)
-    return json.dumps(_masked_texts(document), indent=indent)
+    return json.dumps(masked_texts(document), indent=indent)
 
 
-def _masked_texts(value: Any) -> Any:
+def masked_texts(value: Any, mask: Callable[[str], str] = mask_credentials) -> Any:
+    """A JSON-able `value` with each text in it (never a key) masked by `mask`."""
     if isinstance(value, str):
-        return mask_credentials(value)
+        return mask(value)
     if isinstance(value, list):
-        return [_masked_texts(item) for item in value]
+        return [masked_texts(item, mask) for item in value]
     if isinstance(value, dict):
-        return {key: _masked_texts(item) for key, item in value.items()}
+        return {key: masked_texts(item, mask) for key, item in value.items()}
     return value
 
 

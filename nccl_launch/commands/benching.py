@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING
 import click
 
 from nccl_launch.bench import TOKEN_LIMIT
-from nccl_launch.commands.checking import PID
 from nccl_launch.commands.echo import echo_lines, warn
-from nccl_launch.commands.options import F, format_option, profile_argument, seconds_option
+from nccl_launch.commands.options import PID, F, format_option, profile_argument, seconds_option
 from nccl_launch.errors import UsageError
 from nccl_launch.masking import masked_json
 

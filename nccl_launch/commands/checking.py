@@ -10,6 +10,8 @@ import click
 
 from nccl_launch.commands.echo import echo_lines, warn
 from nccl_launch.commands.options import (
+    PID,
+    PORT,
     digest_option,
     format_option,
     output_options,
@@ -17,7 +19,6 @@ from nccl_launch.commands.options import (
     seconds_option,
 )
 from nccl_launch.errors import UsageError
-from nccl_launch.live.target import PID_LIMIT, PORT_LIMIT
 from nccl_launch.masking import masked_json
 
 if TYPE_CHECKING:
@@ -25,9 +26,6 @@ if TYPE_CHECKING:
     from nccl_launch.live.watch import OnDrift
 
 LIVE_FORMATS = ("text", "json", "prometheus")
-# A number no process or socket can have is a usage error, not a server not found.
-PID = click.IntRange(min=1, max=PID_LIMIT)
-PORT = click.IntRange(min=1, max=PORT_LIMIT)
 
 
 def _rendered(fmt: str, report: LiveReport, stream: bool) -> str:
@@ -105,7 +103,7 @@ def check(
         rendered = _rendered(fmt, report, stream)
         if output is not None:
             # Rewritten at each look, so no --force: but never over the profile it reads.
-            if output.exists() and output.samefile(report.path):
+            if output.resolve() == Path(report.path).resolve():
                 raise UsageError(
                     f"-o {output}: the profile checked; give the report a file of its own"
                 )

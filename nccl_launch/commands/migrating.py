@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from nccl_launch.commands.checking import PID
 from nccl_launch.commands.echo import echo_lines, say_wrote_profile, warn
-from nccl_launch.commands.options import output_options
+from nccl_launch.commands.options import PID, output_options
 from nccl_launch.errors import EXIT_OK
 
 if TYPE_CHECKING:

@@ -1,4 +1,5 @@
-"""The option bundles several commands share: formats, outputs, seconds, PROFILE, digests."""
+"""The option bundles several commands share: formats, outputs, seconds, PROFILE, digests, and
+the PIDs and ports a server may have."""
 
 from __future__ import annotations
 
@@ -10,8 +11,12 @@ import click
 
 from nccl_launch.commands.completion import complete_profiles
 from nccl_launch.errors import UsageError
+from nccl_launch.live.target import PID_LIMIT, PORT_LIMIT
 
 F = TypeVar("F", bound=Callable[..., Any])
+# A number no process or socket can have is a usage error, not a server not found.
+PID = click.IntRange(min=1, max=PID_LIMIT)
+PORT = click.IntRange(min=1, max=PORT_LIMIT)
 
 
 def _bundle(command: F, decorators: Sequence[Callable[[Any], Any]]) -> F:

@@ -9,7 +9,7 @@ from pydantic import BaseModel, field_serializer
 from nccl_launch.env.drift import DriftReport
 from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK
 from nccl_launch.launch.check_names import CheckName
-from nccl_launch.masking import mask_argv, mask_words
+from nccl_launch.masking import mask_argv, mask_words, masked_texts
 from nccl_launch.report import Report
 
 Status = Literal["ok", "warn", "fail"]
@@ -23,15 +23,6 @@ class Check(BaseModel):
     message: str
     detail: list[str] = []
     drift: DriftReport | None = None
-
-
-def _masked_texts(value: Any) -> Any:
-    """The probe's answer with every text in it (its error, the parsed values) masked."""
-    if isinstance(value, str):
-        return mask_words(value)
-    if isinstance(value, dict):
-        return {key: _masked_texts(item) for key, item in value.items()}
-    return value
 
 
 class PreflightReport(Report):
@@ -50,7 +41,8 @@ class PreflightReport(Report):
 
     @field_serializer("sglang")
     def _masked_probe(self, probe: dict[str, Any] | None) -> dict[str, Any] | None:
-        return _masked_texts(probe)  # type: ignore[no-any-return]
+        # Every text of the probe's answer (its error, the parsed values) masked as words.
+        return masked_texts(probe, mask_words)  # type: ignore[no-any-return]
 
     @property
     def exit_code(self) -> int:

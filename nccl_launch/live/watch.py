@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Literal
 
+from nccl_launch.digits import is_ascii_digits
 from nccl_launch.env.env_files import read_profile_env_file
 from nccl_launch.errors import (
     EXIT_DRIFT,
@@ -25,11 +25,11 @@ from nccl_launch.live.processes import ProcessSnapshot, hold, snapshot_tree, sto
 from nccl_launch.live.target import Target
 from nccl_launch.profile.load import LoadedProfile, check_pin, load_profile
 from nccl_launch.profile.markers import MARKER_DIGEST, MARKER_PROFILE, MARKER_PROFILE_FILE
+from nccl_launch.profile.search import is_reference, split_reference
+
+_DIGITS = 18  # of a version a marker may hold: more is no profile's (int() refuses 4,301)
 
 OnDrift = Literal["warn", "stop"]
-# NAME@VERSION with a name as profile/model.py allows it; never a path (`.toml` is one to
-# find_profile), since another user's process may say anything here.
-_LABEL = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)@[0-9]+", re.ASCII)
 
 
 def _started_name(pid: int, env: Mapping[str, str]) -> str:
@@ -49,9 +49,13 @@ def _started_name(pid: int, env: Mapping[str, str]) -> str:
 
 
 def _label_name(label: str) -> str | None:
-    """The profile's name in a NAME@VERSION marker; None when it is no such label."""
-    found = _LABEL.fullmatch(label)
-    return None if found is None or found.group(1).endswith(".toml") else found.group(1)
+    """The profile's name in a NAME@VERSION marker; None when it is no such label, or one
+    naming a path (`.toml` is one to find_profile): another user's process may say anything
+    here."""
+    name, version = split_reference(label)
+    if name.endswith(".toml") or not is_ascii_digits(version) or len(version) > _DIGITS:
+        return None
+    return name if is_reference(name, int(version)) else None
 
 
 def _stoppable(main: ProcessSnapshot, loaded: LoadedProfile) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import tomli_w
 
 from nccl_launch.errors import ProfileError, UsageError
-from nccl_launch.files import FileError, check_trusted, refuse_special, write_output
+from nccl_launch.files import FileError, check_output, check_trusted, write_output
 from nccl_launch.masking import holds_secret
 from nccl_launch.profile.chain import ProfileChain, read_chain
 from nccl_launch.profile.document import parse_profile_toml
@@ -121,14 +121,12 @@ class Fixes:
 
 def _check_target(path: Path, force: bool, fixes: Fixes) -> None:
     """UsageError, ending with the caller's fix, unless `path` can be written: its folder a
-    directory, itself a regular file (`refuse_special`), and not there unless `force`."""
+    directory, itself a regular file, and not there unless `force` (`check_output`)."""
     folder = path.parent
     if folder.exists() and not folder.is_dir():
         message = f"{folder}: not a directory, so {path.name} cannot be written in it"
         raise UsageError(f"{message}; {fixes.folder}")
-    refuse_special(path)
-    if not force and os.path.lexists(path):  # said before what --force would still meet
-        raise UsageError(f"{path} exists; {fixes.exists}")
+    check_output(path, replace=force, fix=fixes.exists)
 
 
 def write_profile(
