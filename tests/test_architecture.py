@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).parent.parent / "nccl_launch"
 # Keep in step with the picture in docs/architecture.md.
 LAYERS = (
     ("nccl_launch", "errors"),
-    ("report", "files", "escaping", "digits", "findings", "tools"),
+    ("report", "files", "escaping", "digits", "findings", "tools", "references"),
     ("jsonlines",),
     ("nccl",),
     ("sglang",),

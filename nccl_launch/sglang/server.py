@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from nccl_launch import references
 from nccl_launch.sglang import facts
 
 # How every table of a profile is read: unknown keys are errors, no coercion, immutable.
@@ -134,3 +135,9 @@ class Server(BaseModel):
             # Not echoed: an unclosed quote leaves a credential flag's value unmasked.
             raise ValueError(f"{str(error).lower()}; quote as a shell would") from None
         return entrypoint
+
+    @field_validator("args")
+    @classmethod
+    def _references(cls, args: list[str]) -> list[str]:
+        references.names(args)  # a `${` that opens no reference: not the word, it may be a key
+        return args

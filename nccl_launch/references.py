@@ -1,0 +1,52 @@
+"""`${NAME}` in a profile's `[server] args`: a value filled in at start from the env files the
+profile names, so that a secret lives in one file of the host while the profile (its digest,
+`show`, `diff`, every report) holds only the name. `$$` stands for one `$`; any other `$` is
+itself."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+
+# `$$`, `${NAME}`, or a `${` that opens no reference (group 2: an error).
+_DOLLAR = re.compile(r"\$(?:(\$)|\{([A-Za-z_][A-Za-z0-9_]*)\}|(\{))")
+BAD_REFERENCE = (
+    "'${' opens no reference (valid: ${NAME}, a name of letters, digits and '_', closed by "
+    "'}'); write $${ for a literal '${'"
+)
+
+
+def _replace(word: str, value: Callable[[str], str]) -> str:
+    def one(match: re.Match[str]) -> str:
+        if match.group(1):
+            return "$"
+        if match.group(3):
+            raise ValueError(BAD_REFERENCE)
+        return value(match.group(2))
+
+    return _DOLLAR.sub(one, word)
+
+
+def names(words: Iterable[str]) -> list[str]:
+    """The names `words` refer to, each once, in order; ValueError for a `${` that opens none."""
+    found: dict[str, None] = {}
+
+    def note(name: str) -> str:
+        found[name] = None
+        return ""
+
+    for word in words:
+        _replace(word, note)
+    return list(found)
+
+
+def fill(word: str, values: dict[str, str]) -> str:
+    """`word` with each `${NAME}` replaced by its value in `values` (KeyError for a name it
+    lacks) and `$$` by `$`: one argument, never split or expanded again."""
+    return _replace(word, values.__getitem__)
+
+
+def literal(text: str) -> str:
+    """`text` written so that `fill` gives it back unchanged: each `$` before a `$` or a `{`
+    doubled."""
+    return re.sub(r"\$(?=[${])", "$$", text)
