@@ -211,8 +211,9 @@ def mask_argv(argv: Sequence[str]) -> list[str]:
     masked as one."""
     masked: list[str] = []
     for index, word in enumerate(argv):
-        if _secret_flag(word) and "=" in word:
-            masked.append(f"{word.split('=', 1)[0]}={MASK}")
+        flag, equals, value = word.partition("=")
+        if _secret_flag(word) and equals and not _REFERENCE.fullmatch(value):
+            masked.append(f"{flag}={MASK}")
         elif _credential_value(argv[index - 1] if index else "", word):
             masked.append(MASK)
         elif _holds_a_line(word):
@@ -230,7 +231,7 @@ def masked_values(argv: Sequence[str]) -> set[str]:
     for word, masked in zip(argv, mask_argv(argv), strict=True):
         if masked == MASK:
             hidden.add(word)
-        elif _secret_flag(word) and "=" in word:
+        elif _secret_flag(word) and "=" in word and masked != word:
             hidden.add(word.split("=", 1)[1])
         elif _holds_a_line(word):
             hidden |= masked_values(_line_words(word)) | _passwords(word)

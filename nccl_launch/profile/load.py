@@ -10,7 +10,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from nccl_launch import references
 from nccl_launch.errors import PinError, ProfileError
+from nccl_launch.findings import Finding
 from nccl_launch.masking import MASK, is_secret, mask_argv, mask_command_line, mask_credentials
 from nccl_launch.profile.chain import ProfileChain, read_chain
 from nccl_launch.profile.model import Baseline, Policy, Profile, Provenance
@@ -133,10 +135,28 @@ def validate_resolved(source: Path | str, data: dict[str, Any]) -> Profile:
     """A whole profile (its `extends` resolved), `[server]` checked against SGLang's rules too."""
     profile = _validate(source, data)
     if profile.server is not None:
-        problems = server_problems(profile.server)
+        problems = server_problems(profile.server) + _unfillable(profile, profile.server)
         if problems:
             raise ProfileError([f"{source}: {problem.text()}" for problem in problems])
     return profile
+
+
+def _unfillable(profile: Profile, server: Server) -> list[Finding]:
+    """A `${NAME}` of `[server] args` that nothing could fill: the profile names no env file,
+    and its policy takes no such name from the calling environment."""
+    if profile.env_files:
+        return []
+    allowed = profile.policy.environment_references
+    return [
+        Finding(
+            "reference",
+            "server.args",
+            f"${{{name}}} can be filled from nothing: the profile names no env_files",
+            f"name the env file that sets {name} in env_files",
+        )
+        for name in references.names(server.args)
+        if name not in allowed
+    ]
 
 
 def validate_chain(chain: ProfileChain) -> LoadedProfile:

@@ -102,6 +102,17 @@ class Policy(StrictModel):
     # Warnings the profile has decided to live with, by the id `validate` prints
     # ("NCCL_MAX_NCHANNELS deprecated"); an id that matches no warning is itself a warning.
     accept: list[Text] = Field(default_factory=list)
+    # The names of `${NAME}` in [server] args that may be filled from the calling environment
+    # (a secret manager's, a unit's Environment=) where no env file of the profile sets them.
+    environment_references: list[Text] = Field(default_factory=list)
+
+    @field_validator("environment_references")
+    @classmethod
+    def _variable_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not _ENV_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not a variable name (letters, digits, '_')")
+        return names
 
     @field_validator("server_owned")
     @classmethod
