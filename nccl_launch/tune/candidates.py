@@ -17,7 +17,7 @@ from nccl_launch.errors import UsageError
 from nccl_launch.profile.chain import ProfileChain
 from nccl_launch.profile.load import validate_resolved
 from nccl_launch.profile.model import nccl_value
-from nccl_launch.profile.new import resolved_copy, write_profile
+from nccl_launch.profile.new import env_files_from, resolved_copy, write_profile
 from nccl_launch.profile.plan import ProfilePlan, build_plan
 from nccl_launch.profile.search import find_profile, shipped_dir
 from nccl_launch.tune.search import Values
@@ -54,7 +54,8 @@ class Candidates:
     """The candidates of one base profile (`chain`), each built once."""
 
     def __init__(self, chain: ProfileChain) -> None:
-        self.data, self.base, self.private = resolved_copy(chain)
+        copied = resolved_copy(chain, chain.path.parent)
+        self.data, self.base, self.private = copied.data, copied.loaded, copied.private
         self._built: dict[tuple[tuple[str, str | None], ...], Candidate] = {}
 
     def start(self, names: list[str]) -> Values:
@@ -90,7 +91,10 @@ class Candidates:
     def write(self, candidate: Candidate, folder: Path) -> Path:
         """The candidate's profile file in `folder` (written again, the same, if there)."""
         path = folder / f"{candidate.digest.removeprefix('sha256:')[:16]}.toml"
-        text = tomli_w.dumps(candidate.data)
+        data = copy.deepcopy(candidate.data)
+        if self.base.env_files:  # found from the tune's folder
+            data["env_files"], _ = env_files_from(self.base, folder)
+        text = tomli_w.dumps(data)
         write_profile(path, text, private=self.private, force=True)
         return path
 
