@@ -196,3 +196,32 @@ def test_the_unit_of_a_profile_with_a_reference_needs_nothing_after_the_dashes(
         [systemd_analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60
     )
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        '["--api-key", "${K}"]',
+        '["--api-key=${K}"]',
+        '["--ssl-keyfile-passw", "x${K}"]',
+        '["--url", "http://user:${K}@db/"]',
+    ],
+)
+def test_a_reference_that_fills_a_credential_must_be_named_as_a_secret(
+    args: str, write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """Masking goes by name: a key filled from `K` would be shown as `+ K "sk-..."` by
+    `run --dry-run`, drift reports and `check`."""
+    path = keyed(write_profile)
+    path.write_text(
+        path.read_text().replace('args = ["--api-key", "${API_KEY}"', f"args = {args[:-1]}")
+    )
+    (path.parent / "secrets.env").write_text(f"K={KEY}\n")
+    result = run_cli("validate", "keyed")
+    assert (result.returncode, result.stderr) == (
+        2,
+        f"{Path('profiles/keyed.toml')}: server.args: ${{K}} fills a credential, but masking "
+        "shows a variable named K, so its value would be printed wherever the server's "
+        "environment is; name it with a word ending in KEY, TOKEN, SECRET or PASSWORD "
+        "(API_KEY)\n",
+    )
