@@ -55,6 +55,27 @@ def test_devices_and_directories_are_refused_through_a_symlink(
         read_text(link, "profile")
 
 
+@pytest.mark.parametrize(
+    ("target", "why"),
+    [
+        ("loop.toml", "Too many levels of symbolic links"),
+        ("absent.toml", "No such file or directory"),
+    ],
+)
+def test_a_profile_path_through_a_link_that_loops_or_names_nothing_says_so(
+    target: str, why: str, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """Not "not found": the link is there, and `list` says the same of it."""
+    link = tmp_path / "loop.toml"
+    link.symlink_to(target)
+    for command in (["validate", str(link)], ["show", str(link)]):
+        result = run_cli(*command)
+        assert (result.returncode, result.stderr) == (
+            2,
+            f"nccl-launch: profile {link}: cannot read: {why}\n",
+        )
+
+
 def test_size_nul_and_encoding_are_clear_errors(tmp_path: Path) -> None:
     big = tmp_path / "big.env"
     big.write_bytes(b"A=1\n" * 300_000)

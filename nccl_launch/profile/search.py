@@ -137,9 +137,11 @@ def find_profile(ref: str, near: Path | None = None) -> Path:
     as `pick` says)."""
     if _looks_like_path(ref):
         path = Path(os.path.normpath(near / ref if near is not None else ref))
-        if not os.path.exists(path):  # noqa: PTH110 (False, not an error, for a name too long)
+        if not os.path.lexists(path):  # False, not an error, for a name too long
             raise UsageError(f"profile file not found: {path}")
-        return path  # reading it says what else may be wrong (a FIFO, a device, untrusted)
+        # Reading it says what else may be wrong: a FIFO, a device, untrusted, a symlink
+        # that loops or names nothing.
+        return path
     name, version = split_reference(ref)
     # Few enough digits for a 64-bit version.
     if version and not (is_ascii_digits(version) and len(version) <= 19):
