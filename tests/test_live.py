@@ -282,9 +282,12 @@ def _alive(pids: list[int]) -> list[int]:
 class Watcher:
     """`check --watch` in the background, its output read line by line as it comes."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, ignoring: str = "") -> None:
+        # `ignoring` a signal as `nohup` or a script's background job does: sh's trap "",
+        # which exec keeps.
         self.process = subprocess.Popen(
-            [console_script(), "check", *args],
+            (["sh", "-c", f'trap "" {ignoring}; exec "$0" "$@"'] if ignoring else [])
+            + [console_script(), "check", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,  # a few warning lines at most: never fills the pipe
             text=True,
@@ -415,6 +418,19 @@ def test_sigterm_ends_the_watch_and_leaves_the_server_alone(start: StartServer) 
     out = watcher.finish(timeout=10)
     assert watcher.process.returncode == 0
     assert out.count("--- ") == 1  # printed once: nothing changed
+    assert _alive(server.tree) == server.tree
+
+
+def test_a_watch_started_with_sigint_ignored_keeps_it_ignored(start: StartServer) -> None:
+    server = start()
+    watcher = Watcher("--port", str(server.port), "--watch", "0.2", ignoring="INT")
+    watcher.wait_for_line("no drift in 5 processes")
+    watcher.process.send_signal(signal.SIGINT)
+    with Opens(Path("profiles/standin.toml")) as profile_reads:
+        profile_reads.wait(3, watcher.process)  # still looking, three rounds later
+    watcher.process.send_signal(signal.SIGTERM)
+    watcher.finish(timeout=10)
+    assert watcher.process.returncode == 0
     assert _alive(server.tree) == server.tree
 
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +12,7 @@ from nccl_launch.commands.benching import Echo, measuring_method, method_options
 from nccl_launch.commands.echo import echo_lines, warn
 from nccl_launch.commands.options import format_option, profile_argument, seconds_option
 from nccl_launch.errors import EXIT_INTERRUPTED
+from nccl_launch.live.signals import catching
 from nccl_launch.masking import masked_json
 
 if TYPE_CHECKING:
@@ -33,21 +32,6 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 def _interrupt(number: int, frame: object) -> None:
     raise KeyboardInterrupt
-
-
-@contextlib.contextmanager
-def _stopped_as_interrupted() -> Iterator[None]:
-    """STOP_SIGNALS, those not ignored, raise KeyboardInterrupt until the block ends."""
-    previous = {
-        number: signal.signal(number, _interrupt)
-        for number in STOP_SIGNALS
-        if signal.getsignal(number) is not signal.SIG_IGN
-    }
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
 
 
 class TuneEcho(Echo):
@@ -148,7 +132,7 @@ def tune(
     )
     echo = TuneEcho(err=fmt == "json", asked=method.max_tokens)
     try:
-        with _stopped_as_interrupted():
+        with catching(STOP_SIGNALS, _interrupt):
             report = run_tune(candidates, space, settings, budget, grid, write, echo)
     except KeyboardInterrupt:
         echo_lines(

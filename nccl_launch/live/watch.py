@@ -22,6 +22,7 @@ from nccl_launch.errors import (
 )
 from nccl_launch.live.compare import LiveReport, evaluate
 from nccl_launch.live.processes import ProcessSnapshot, hold, snapshot_tree, stop_tree
+from nccl_launch.live.signals import catching
 from nccl_launch.live.target import Target
 from nccl_launch.profile.load import LoadedProfile, check_pin, load_profile
 from nccl_launch.profile.markers import MARKER_DIGEST, MARKER_PROFILE, MARKER_PROFILE_FILE
@@ -176,11 +177,10 @@ def watch(
     says why, once.
     """
     done = threading.Event()
-    for number in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(number, lambda *_: done.set())
     good: LoadedProfile | None = None
     problem: str | None = None
-    with hold(target) as server:
+    stopping = (signal.SIGINT, signal.SIGTERM)
+    with catching(stopping, lambda *_: done.set()), hold(target) as server:
         while not done.is_set():
             try:
                 snapshots = snapshot_tree(server)
