@@ -43,7 +43,11 @@ def test_usage_errors_exit_2(run_cli: RunCli) -> None:
 
 def test_python_dash_m_runs_the_same_cli() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "nccl_launch", "--help"], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "nccl_launch", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
     assert result.returncode == 0
     assert "Usage: nccl-launch" in result.stdout
@@ -103,7 +107,12 @@ def test_a_reader_that_goes_away_ends_it_by_sigpipe_not_exit_1(entry: list[str])
     reader, writer = os.pipe()
     os.close(reader)  # gone before the first write
     done = subprocess.run(
-        [*entry, "schema"], stdout=writer, stderr=subprocess.PIPE, text=True, check=False
+        [*entry, "schema"],
+        stdout=writer,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+        timeout=120,
     )
     os.close(writer)
     assert done.returncode == -signal.SIGPIPE
@@ -134,6 +143,7 @@ def test_a_deleted_current_directory_is_no_internal_error(
         capture_output=True,
         text=True,
         check=False,
+        timeout=120,
     )
     assert result.returncode == code, result.stderr
     assert "internal error" not in result.stderr
@@ -150,6 +160,7 @@ def test_completion_in_a_deleted_current_directory_offers_the_shipped_names(
         text=True,
         env={**os.environ, **env, "COMP_CWORD": "2"},
         check=False,
+        timeout=120,
     )
     assert (result.returncode, result.stderr) == (0, "")
     assert "plain,rtx6000bw-pcie-tp8" in result.stdout.splitlines()

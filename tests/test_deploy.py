@@ -74,7 +74,7 @@ def test_bash_sources_the_shell_form(
     exports.write_text(show(run_cli, "shell"))
     dump = f'{sys.executable} -c "import json, os; print(json.dumps(dict(os.environ)))"'
     done = subprocess.run(["bash", "-c", f". {exports} && {dump}"], env={"PATH": "/usr/bin:/bin"},
-                          capture_output=True, text=True, check=True)  # fmt: skip
+                          capture_output=True, text=True, check=True, timeout=120)  # fmt: skip
     sourced = json.loads(done.stdout)
     assert {key: sourced[key] for key in expected} == expected
 
@@ -88,11 +88,15 @@ def test_systemd_parses_the_environment_lines(
     unit = tmp_path / "tricky.service"
     body = "[Unit]\nDescription=t\n\n[Service]\nType=exec\n{env}ExecStart=/bin/true\n"
     unit.write_text(body.format(env=lines))
-    done = subprocess.run([systemd_analyze, "verify", str(unit)], capture_output=True, text=True)
+    done = subprocess.run(
+        [systemd_analyze, "verify", str(unit)], capture_output=True, text=True, timeout=120
+    )
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
     # The same check does notice a badly quoted line: it really parses Environment=.
     unit.write_text(body.format(env='Environment="A=x y" "B=q"uote" "=x"\n'))
-    done = subprocess.run([systemd_analyze, "verify", str(unit)], capture_output=True, text=True)
+    done = subprocess.run(
+        [systemd_analyze, "verify", str(unit)], capture_output=True, text=True, timeout=120
+    )
     assert "Invalid syntax" in done.stderr
 
 
@@ -159,7 +163,7 @@ def dotenv_hostile(write_profile: WriteProfile, run_cli: RunCli) -> dict[str, st
 def export(fmt: str, tmp_path: Path) -> Path:
     """`show hostile --format FMT > FILE`, byte for byte (no newline translation)."""
     command = [console_script(), "show", "hostile", "--format", fmt]
-    done = subprocess.run(command, capture_output=True, check=False)
+    done = subprocess.run(command, capture_output=True, check=False, timeout=120)
     assert done.returncode == 0, done.stderr
     path = tmp_path / f"hostile.{fmt}"
     path.write_bytes(done.stdout)
@@ -216,7 +220,7 @@ def test_shells_source_hostile_values_exactly(
 ) -> None:
     path = export("shell", tmp_path)
     done = subprocess.run([sh, "-c", f". {path} && env -0"], env={"PATH": "/usr/bin:/bin"},
-                          capture_output=True, check=True)  # fmt: skip
+                          capture_output=True, check=True, timeout=120)  # fmt: skip
     sourced = dict(item.split("=", 1) for item in done.stdout.decode().split("\0") if item)
     assert {key: sourced[key] for key in hostile} == hostile
     assert not {"EVIL_NL", "EVIL_Q"} & set(sourced)
@@ -234,12 +238,16 @@ def test_systemd_reads_hostile_environment_lines_as_one_assignment_each(
     unit = tmp_path / "hostile.service"
     body = "[Unit]\nDescription=t\n\n[Service]\nType=exec\n{env}\nExecStart=/bin/true\n"
     unit.write_text(body.format(env="\n".join(lines)))
-    done = subprocess.run([systemd_analyze, "verify", str(unit)], capture_output=True, text=True)
+    done = subprocess.run(
+        [systemd_analyze, "verify", str(unit)], capture_output=True, text=True, timeout=120
+    )
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
     # The same check sees a value that escapes its line: the canary ExecStartPre= is read.
     raw = 'Environment="CR_INJECT=x\rExecStartPre=/nonexistent/evil-cr\r#"'
     unit.write_text(body.format(env=raw))
-    done = subprocess.run([systemd_analyze, "verify", str(unit)], capture_output=True, text=True)
+    done = subprocess.run(
+        [systemd_analyze, "verify", str(unit)], capture_output=True, text=True, timeout=120
+    )
     assert "/nonexistent/evil-cr" in done.stderr
 
 
@@ -301,7 +309,9 @@ def test_systemd_unit_passes_systemd_analyze(
     target = tmp_path / "units" / "sglang-served.service"
     written = run_cli("systemd", "served", "--output", str(target))
     assert written.returncode == 0
-    done = subprocess.run([systemd_analyze, "verify", str(target)], capture_output=True, text=True)
+    done = subprocess.run(
+        [systemd_analyze, "verify", str(target)], capture_output=True, text=True, timeout=120
+    )
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
     again = run_cli("systemd", "served", "--output", str(target))
     assert (again.returncode, again.stderr) == (
@@ -332,7 +342,9 @@ def test_the_servers_arguments_end_both_exec_lines_and_only_references_hold_cred
     for command in ("ExecStartPre=", "ExecStart="):
         [line] = [line for line in lines if line.startswith(command)]
         assert line.endswith(tail)
-    done = subprocess.run([systemd_analyze, "verify", str(target)], capture_output=True, text=True)
+    done = subprocess.run(
+        [systemd_analyze, "verify", str(target)], capture_output=True, text=True, timeout=120
+    )
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
     typo = run_cli("systemd", "served", "--", "--api-key", "${API_KEYS}")
     assert typo.returncode == 0
@@ -647,7 +659,9 @@ def test_systemd_writes_an_absolute_cwd_literally_and_refuses_a_trailing_blank(
     target = tmp_path / "served.service"
     assert run_cli("systemd", "served", "--output", str(target)).returncode == 0
     assert "WorkingDirectory=/srv/50%%/./-x" in target.read_text().splitlines()
-    done = subprocess.run([systemd_analyze, "verify", str(target)], capture_output=True, text=True)
+    done = subprocess.run(
+        [systemd_analyze, "verify", str(target)], capture_output=True, text=True, timeout=120
+    )
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
     write_profile("served", text.replace("-x'", "-x '"))
     result = run_cli("systemd", "served")
@@ -726,7 +740,9 @@ def test_systemd_keeps_a_hostile_but_printable_description_on_its_line(
     assert f"Description={description.replace('%', '%%')} (served@2)" in lines
     assert sum(line.startswith("ExecStartPre=") for line in lines) == 1
     assert "User=sglang-1" in lines
-    done = subprocess.run([systemd_analyze, "verify", str(target)], capture_output=True, text=True)
+    done = subprocess.run(
+        [systemd_analyze, "verify", str(target)], capture_output=True, text=True, timeout=120
+    )
     assert (done.returncode, done.stdout) == (0, "")
     assert "Description" not in done.stderr
 
@@ -751,7 +767,9 @@ def test_a_unit_names_the_profiles_env_files_and_runs_with_what_systemd_reads(
         f"EnvironmentFile={tmp_path}/my units%%/kimi.env",
         f"EnvironmentFile={tmp_path}/shared/site.env",
     ]
-    done = subprocess.run([systemd_analyze, "verify", str(target)], capture_output=True, text=True)
+    done = subprocess.run(
+        [systemd_analyze, "verify", str(target)], capture_output=True, text=True, timeout=120
+    )
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
     # ExecStart= with the environment systemd gives it from those files: no drift.
     env: dict[str, str] = {}

@@ -64,7 +64,12 @@ def test_a_docs_example_prints_what_the_docs_show(command: str, isolated: Isolat
     expected, code = documented(command)
     script = command.replace("nccl-launch", console_script(), 1)
     result = subprocess.run(
-        ["bash", "-c", f"{script} 2>&1"], cwd=REPO, capture_output=True, text=True, check=False
+        ["bash", "-c", f"{script} 2>&1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
     assert result.stdout.replace(str(REPO), DOC_CHECKOUT).splitlines() == expected
     assert result.returncode == code
@@ -84,6 +89,7 @@ def test_a_verify_log_example_prints_what_the_docs_show(command: str, isolated: 
         capture_output=True,
         text=True,
         check=False,
+        timeout=120,
     )
     assert (result.stdout.splitlines(), result.returncode) == (expected, code)
 
@@ -123,6 +129,7 @@ def test_the_direnv_recipe_exports_what_show_json_lists(
         capture_output=True,
         text=True,
         check=True,
+        timeout=120,
     )
     expected = shown["env"] | shown["markers"]
     sourced = json.loads(done.stdout)
@@ -162,7 +169,7 @@ def test_the_baseline_guide_runs_as_printed(isolated: Isolation) -> None:
     env = os.environ | {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
     validated = subprocess.run(
         ["nccl-launch", "validate", "profiles/kimi-standin.toml"],
-        cwd=clone, env=env, capture_output=True, text=True, check=False,
+        cwd=clone, env=env, capture_output=True, text=True, check=False, timeout=120
     )  # fmt: skip
     assert (validated.returncode, validated.stderr) == (0, "")
     fast = start.removesuffix(" &").replace("RATE=90", "RATE=5000").replace("TTFT=0.12", "TTFT=0")
@@ -177,6 +184,7 @@ def test_the_baseline_guide_runs_as_printed(isolated: Isolation) -> None:
             capture_output=True,
             text=True,
             check=False,
+            timeout=120,
         )
     finally:
         with contextlib.suppress(ProcessLookupError):
@@ -194,7 +202,12 @@ def test_the_readmes_refusal_prints_what_the_readme_shows(isolated: Isolation) -
     command = first.removesuffix("\\") + second.replace("nccl-launch", console_script(), 1)
     output, code = rest.split("$ echo $?\n")
     done = subprocess.run(
-        ["bash", "-c", f"{command} 2>&1"], cwd=REPO, capture_output=True, text=True, check=False
+        ["bash", "-c", f"{command} 2>&1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
     assert (done.stdout, done.returncode) == (output, int(code))
 
@@ -267,7 +280,7 @@ def test_the_sourcing_example_of_migrating_prints_what_the_docs_show(
     for name in ("nccl.env", "start.sh"):
         text, _ = documented(f"cat {name}", "migrating.md")
         Path(name).write_text("\n".join(text) + "\n")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "venv"], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "venv"], check=True, timeout=120)
     expected, _ = documented("nccl-launch convert start.sh", "migrating.md")
     result = run_cli("convert", "start.sh")
     assert result.returncode == 0
@@ -289,7 +302,9 @@ def test_the_tutorials_completion_lines_write_each_shells_script(isolated: Isola
     lines = [line for line in block.splitlines() if not line.startswith("#")]
     path = f"{Path(console_script()).parent}:{os.environ['PATH']}"
     for line in lines:
-        subprocess.run(["bash", "-ec", line], env=os.environ | {"PATH": path}, check=True)
+        subprocess.run(
+            ["bash", "-ec", line], env=os.environ | {"PATH": path}, check=True, timeout=120
+        )
     written = {
         ".local/share/bash-completion/completions/nccl-launch": "_nccl_launch_completion()",
         ".nccl-launch-complete.bash": "_nccl_launch_completion()",
@@ -317,6 +332,7 @@ def test_the_tutorials_first_steps_print_what_the_tutorial_shows(isolated: Isola
             capture_output=True,
             text=True,
             check=False,
+            timeout=120,
         )
         assert (done.stdout.splitlines(), done.returncode) == expected, command
 
@@ -375,7 +391,7 @@ def test_the_systemd_guides_api_key_and_drift_units_pass_systemd_analyze(
     ]  # fmt: skip
     (isolated.root / "sglang.service").write_text("[Service]\nExecStart=/bin/true\n")
     done = subprocess.run(
-        [systemd_analyze, "verify", *map(str, units)], capture_output=True, text=True
+        [systemd_analyze, "verify", *map(str, units)], capture_output=True, text=True, timeout=120
     )
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
     assert "User=sglang" in units[1].read_text() and "User=sglang" in units[3].read_text()

@@ -189,7 +189,11 @@ def test_atomic_write_leaves_nothing_behind_on_error(tmp_path: Path) -> None:
         "atomic_write(Path(sys.argv[1]), 'x' * 100_000, replace=True)"
     )
     done = subprocess.run(
-        [sys.executable, "-c", script, str(path)], capture_output=True, text=True, check=False
+        [sys.executable, "-c", script, str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
     assert "File too large" in done.stderr
     assert list(path.parent.iterdir()) == []
@@ -230,7 +234,7 @@ def test_written_files_follow_the_umask_and_keep_a_replaced_mode(
     ):
         done = subprocess.run(
             ["sh", "-c", 'umask 027 && exec "$@"', "sh", console_script(), *args],
-            capture_output=True, text=True, check=False,
+            capture_output=True, text=True, check=False, timeout=120
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
     assert stat.S_IMODE(converted.stat().st_mode) == 0o640
@@ -364,7 +368,7 @@ def test_a_line_the_disk_takes_in_part_or_not_at_all_is_a_host_problem(tmp_path:
     ):
         done = subprocess.run(
             [sys.executable, "-c", FULL_DISK, str(journal), str(limit)],
-            capture_output=True, text=True, check=True,
+            capture_output=True, text=True, check=True, timeout=120
         )  # fmt: skip
         assert done.stdout == f"3 tune journal {journal}: {said}\n", done.stderr
 

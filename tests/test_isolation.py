@@ -41,7 +41,9 @@ def test_the_host_variables_are_dropped_and_the_paths_moved() -> None:
 
 def test_a_subprocess_inherits_the_isolated_environment(isolated: Isolation) -> None:
     dump = "import json, os; print(json.dumps(dict(os.environ)))"
-    done = subprocess.run([sys.executable, "-c", dump], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", dump], capture_output=True, text=True, check=True, timeout=120
+    )
     seen: dict[str, str] = json.loads(done.stdout)
     assert seen["HOME"] == str(isolated.home)
     assert seen["NCCL_LAUNCH_SYSTEM_CONF"] == str(isolated.system_conf)

@@ -468,7 +468,9 @@ print(json.dumps([options, landed, [dests.get(flag) for flag in flags]]))
     flags = facts.CREDENTIAL_FLAGS
     prefixes = sorted({flag[:end] for flag in flags for end in range(3, len(flag) + 1)})
     argument = json.dumps([flags, prefixes])
-    ran = subprocess.run([sglang_python, "-c", script, argument], capture_output=True, text=True)
+    ran = subprocess.run(
+        [sglang_python, "-c", script, argument], capture_output=True, text=True, timeout=120
+    )
     assert ran.returncode == 0, ran.stderr
     options, landed, dests = json.loads(ran.stdout)
     assert None not in dests, dests  # every credential flag is SGLang's

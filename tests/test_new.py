@@ -71,6 +71,7 @@ def test_the_command_new_suggests_works_when_pasted(
         env={**os.environ, "PATH": path},
         cwd=tmp_path,
         check=False,
+        timeout=120,
     )
     assert pasted.returncode == 0, (suggested, pasted.stderr)
 

@@ -102,6 +102,8 @@ def test_the_command_new_suggests_pastes_back_into_bash_as_the_same_path(
     assert result.returncode == 0, result.stderr
     hint = result.stdout.splitlines()[1].removeprefix("  nccl-launch validate ")
     assert hint == "$'d\\xff\\x1b/n.toml'"
-    pasted = subprocess.run(["bash", "-c", f'printf "%s" {hint}'], capture_output=True, check=True)
+    pasted = subprocess.run(
+        ["bash", "-c", f'printf "%s" {hint}'], capture_output=True, check=True, timeout=120
+    )
     assert pasted.stdout == os.fsencode(f"{folder}/n.toml")
     assert (tmp_path / folder / "n.toml").is_file()

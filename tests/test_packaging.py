@@ -122,18 +122,20 @@ def test_the_wheel_installed_in_a_fresh_venv_carries_its_profiles(tmp_path: Path
     source = tmp_path / "source"
     junk = shutil.ignore_patterns(".*", "build", "dist", "*.egg-info", "__pycache__")
     shutil.copytree(REPO, source, ignore=junk)
-    subprocess.run([sys.executable, "-m", "venv", tmp_path / "venv"], check=True)
+    subprocess.run([sys.executable, "-m", "venv", tmp_path / "venv"], check=True, timeout=900)
     python = str(tmp_path / "venv" / "bin" / "python")
     pip = [python, "-m", "pip", "--disable-pip-version-check", "install", "-q"]
-    subprocess.run([*pip, "build"], check=True)
+    subprocess.run([*pip, "build"], check=True, timeout=900)
     dist = tmp_path / "dist"
-    subprocess.run([python, "-m", "build", "-q", "-o", str(dist), str(source)], check=True)
+    subprocess.run(
+        [python, "-m", "build", "-q", "-o", str(dist), str(source)], check=True, timeout=900
+    )
     (sdist,) = dist.glob("nccl_launch-*.tar.gz")
     with tarfile.open(sdist) as archive:
         shipped = {name.split("/", 1)[1] for name in archive.getnames() if "/profiles/" in name}
     assert {f"profiles/{KIMI}.toml", "profiles/nccl-launch.schema.json"} <= shipped
     (wheel,) = dist.glob("nccl_launch-*.whl")  # built from the sdist
-    subprocess.run([*pip, str(wheel)], check=True)
+    subprocess.run([*pip, str(wheel)], check=True, timeout=900)
     empty = tmp_path / "empty"
     empty.mkdir()
 

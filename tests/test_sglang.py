@@ -231,6 +231,6 @@ def test_dry_run_escapes_control_characters_in_args(
     shown = lines[lines.index("argv:") + 1]
     assert shown.endswith(f" $'--x\\x1b[31m' $'y\\n{FORGED}' $'it\\'s \\\\ \\U00000085'")
     words = subprocess.run(
-        ["bash", "-c", f'printf "%s\\0" {shown}'], capture_output=True, check=True
+        ["bash", "-c", f'printf "%s\\0" {shown}'], capture_output=True, check=True, timeout=120
     ).stdout
     assert words.decode().split("\0")[-4:-1] == hostile

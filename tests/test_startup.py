@@ -43,6 +43,7 @@ def imported(*args: str, cwd: Path | None = None, **env: str) -> set[str]:
         check=False,
         cwd=cwd,
         env={**os.environ, "COLUMNS": "80", **env},
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     return set(result.stderr.splitlines())
@@ -141,7 +142,7 @@ def test_a_command_leaves_the_start_up_heap_frozen_and_the_collector_on() -> Non
         "print(code, gc.get_freeze_count() > 1000, gc.isenabled(), file=sys.stderr)\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=False
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=120
     )
     assert result.stderr.strip() == "0 True True"
 
