@@ -20,6 +20,7 @@ from dotenv import dotenv_values
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nccl_launch import references
 from nccl_launch.migrate.start import typed
 from nccl_launch.nccl import rules
 from nccl_launch.sglang import facts
@@ -570,8 +571,13 @@ def start_standin(tmp_path: Path, env: dict[str, str], flags: list[str]) -> subp
         ({"SGLANG_DB_URL": "postgres://u:pw@db/x"}, [], [], 0o644,
          {"SGLANG_DB_URL": "postgres://u:pw@db/x"}),
         ({"HF_TOKEN": "hf_x", "HF_HOME": "/c"}, [], ["--secrets-in-profile"], 0o600, {}),
-        ({"NCCL_PROTO": "LL"}, ["--api-key", "sk-x"], [], 0o600, {}),
-        ({"NCCL_PROTO": "LL", "TOKENIZERS_PARALLELISM": "false"}, ["--tp", "2"], [], 0o644, {}),
+        ({"NCCL_PROTO": "LL"}, ["--api-key", "sk-x"], [], 0o644, {"API_KEY": "sk-x"}),
+        ({"NCCL_PROTO": "LL"}, ["--api-key", "sk-x"], ["--secrets-in-profile"], 0o600, {}),
+        ({"HF_TOKEN": "hf_x"}, ["--admin-api=sk-x", "--api-key", "sk-y", "--api-key=sk-z"], [],
+         0o644, {"HF_TOKEN": "hf_x", "ADMIN_API_KEY": "sk-x", "API_KEY": "sk-y",
+                 "API_KEY_2": "sk-z"}),
+        ({"NCCL_PROTO": "LL", "TOKENIZERS_PARALLELISM": "false"}, ["--enable-metrics"], [], 0o644,
+         {}),
     ],
 )  # fmt: skip
 def test_capture_keeps_secrets_in_an_env_file_readable_by_its_owner_only(
@@ -603,6 +609,9 @@ def test_capture_keeps_secrets_in_an_env_file_readable_by_its_owner_only(
         if not key.startswith("NCCL_") and key not in secrets
     }
     assert profile.get("env_files") == (["live.env"] if secrets else None)
+    args = profile["server"].get("args", [])
+    assert [references.fill(word, secrets) for word in args] == flags
+    assert not any(value in written.read_text() for value in secrets.values())
     if secrets:
         assert env_file.stat().st_mode & 0o777 == 0o600
         assert dotenv_values(env_file) == secrets
