@@ -164,8 +164,8 @@ CORPUS = [
     ("{serve} ${U+a} ${U:?a}", 1),
     # A `$` bash passes as it is stays itself once the profile's args are filled.
     ("{serve} '$HOME' 'a$$b' '${X}' \"\\${Y}\" '$' '${' '$${' \"a\\$\"", None),
-    ("X='${A} $$ $'\n{serve} \"$X\" --served-model-name=\"$X\"", None),
-    ("X='$A $$ $'\n{serve} \"$X\" --api-key \"$X\"x --admin-api-key=\"$X\"", None),
+    ('X=\'${A} $$ $\'\n{serve} "$X" --served-model-name="$X"', None),
+    ('X=\'$A $$ $\'\n{serve} "$X" --api-key "$X"x --admin-api-key="$X"', None),
     ("{serve} --api-key 'sk-$$1$' --admin-api=\"a b\" --ssl-keyfile-password=p", None),
 ]
 
@@ -207,8 +207,9 @@ def env_files_values(profile: dict[str, Any], folder: Path) -> dict[str, str]:
 
 def assert_profile_holds_what_bash_exports(script: str, tmp_path: Path) -> None:
     """Every variable out.toml declares has the value bash exported, and so has each its env
-    files hold that bash exported; every NCCL_* bash exported is declared, and the server starts where bash ran it, with the
-    arguments bash gave it once its args are filled from its env files."""
+    files hold that bash exported; every NCCL_* bash exported is declared, and the server
+    starts where bash ran it, with the arguments bash gave it once its args are filled from
+    its env files."""
     home = os.environ["HOME"]
     (Path(home) / "srv").mkdir(exist_ok=True)
     profile = tomllib.loads((tmp_path / "out.toml").read_text())
@@ -333,9 +334,10 @@ SOURCED = [
      None),
     ({"secrets.env": KEYS}, ". ./secrets.env\nAPI_KEY=sk-2\n{serve} --api-key \"$API_KEY\"", None),
     # ... or, where the file cannot be an env file of the profile, its values
-    ({"secrets.env": KEYS + "export NCCL_ALGO=Ring\n"}, ". ./secrets.env\n{serve} --api-key $API_KEY",
-     None),
-    ({"secrets.env": "API_KEY=\"a\\$b\"\n"}, ". ./secrets.env\n{serve} --api-key \"$API_KEY\"", None),
+    ({"secrets.env": KEYS + "export NCCL_ALGO=Ring\n"},
+     ". ./secrets.env\n{serve} --api-key $API_KEY", None),
+    ({"secrets.env": "API_KEY=\"a\\$b\"\n"},
+     ". ./secrets.env\n{serve} --api-key \"$API_KEY\"", None),
     ({"secrets.env": KEYS + "export HF_HOME=/a\n"},
      ". ./secrets.env\nexport HF_HOME=/b\n{serve} --api-key \"$API_KEY\"", None),
 ]  # fmt: skip
