@@ -818,3 +818,108 @@ def test_convert_names_the_script_and_escapes_it(run_cli: RunCli) -> None:
     assert result.stdout.splitlines()[0].startswith("wrote out\\x1b.toml (")
     assert result.stdout.splitlines()[1] == "  nccl-launch run --dry-run $'out\\x1b.toml'"
     assert "\x1b" not in result.stdout
+
+
+KEY = "sk-live-" + "1234"  # an API key as a sourced file or a script holds it
+
+
+def holding(text: str, tmp_path: Path) -> list[str]:
+    """The files under `tmp_path` whose bytes hold `text`."""
+    return sorted(
+        str(path.relative_to(tmp_path))
+        for path in tmp_path.rglob("*")
+        if path.is_file() and text.encode() in path.read_bytes()
+    )
+
+
+@pytest.mark.parametrize("absolute", [False, True], ids=["relative", "absolute"])
+def test_a_key_from_a_sourced_file_stays_in_that_file_and_args_refer_to_it(
+    absolute: bool, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """The file is named in env_files as the script names it (a relative path from the
+    profile's folder); the key is in no other byte convert writes or prints."""
+    Path("conf").mkdir()
+    Path("conf/secrets.env").write_text(f"API_KEY={KEY}\nMODEL_DIR=/models/kimi\n")
+    sourced = tmp_path / "conf/secrets.env" if absolute else "./conf/secrets.env"
+    Path("start.sh").write_text(
+        f". {sourced}\nexport NCCL_PROTO=LL\n"
+        'python3 -m sglang.launch_server --model-path "$MODEL_DIR" --api-key "$API_KEY" '
+        "--enable-metrics\n"
+    )
+    result = run_cli("convert", "start.sh", "-o", "out/p.toml")
+    assert result.returncode == 0, result.stderr
+    profile = tomllib.loads(Path("out/p.toml").read_text())
+    assert profile["env_files"] == [str(sourced) if absolute else "../conf/secrets.env"]
+    assert profile["server"]["model_path"] == "/models/kimi"
+    assert profile["server"]["args"] == ["--api-key", "${API_KEY}", "--enable-metrics"]
+    assert holding(KEY, tmp_path) == ["conf/secrets.env"]
+    assert KEY not in result.stdout + result.stderr
+    assert Path("out/p.toml").stat().st_mode & 0o077 == 0o044  # it holds no secret
+    warnings = [line.removeprefix("nccl-launch: warning: ") for line in result.stderr.splitlines()]
+    assert warnings[-2:] == [
+        f"{str(sourced).removeprefix('./')} sets API_KEY, MODEL_DIR without export; named in "
+        "env_files, it gives the server's env these too",
+        "--model-path ${MODEL_DIR}: written as its value, since only [server] args refer to an "
+        "env file's variables",
+    ]
+
+
+def test_a_sourced_file_that_cannot_be_an_env_file_gives_its_key_to_the_secrets_file(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    """An NCCL variable in it (a profile declares those in [nccl]): the key is moved as a
+    literal one would be, and a note says why."""
+    Path("secrets.env").write_text(f"API_KEY={KEY}\nexport NCCL_ALGO=Ring\n")
+    Path("start.sh").write_text(
+        '. ./secrets.env\npython3 -m sglang.launch_server --model-path /m --api-key "$API_KEY"\n'
+    )
+    result = run_cli("convert", "start.sh", "-o", "p.toml")
+    assert result.returncode == 0, result.stderr
+    profile = tomllib.loads(Path("p.toml").read_text())
+    assert profile["env_files"] == ["p.env"]
+    assert profile["server"]["args"] == ["--api-key", "${API_KEY}"]
+    assert dotenv_values("p.env") == {"API_KEY": KEY}
+    assert holding(KEY, tmp_path) == ["p.env", "secrets.env"]
+    assert KEY not in result.stdout + result.stderr
+    assert result.stderr.splitlines()[1:] == [
+        "nccl-launch: warning: secrets.env: not named in env_files (p.toml: env_files: env "
+        "file secrets.env: NCCL_ALGO: NCCL variables belong in [nccl], validated: ALGO = "
+        "'Ring'): its variables in [server] args are written as their values",
+        "nccl-launch: warning: --api-key's value is kept in p.env as API_KEY: [server] args "
+        "say ${API_KEY}",
+    ]
+
+
+def test_a_literal_key_in_the_servers_argv_moves_to_the_secrets_file(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    """Under a name from its flag, numbered where the script's variables took it; the key is
+    in no other byte convert writes or prints. --secrets-in-profile keeps it in args, 0600."""
+    Path("start.sh").write_text(
+        f"export API_KEY=other\npython3 -m sglang.launch_server --model-path /m --api-key {KEY} "
+        "--admin-api=adm1n\n"
+    )
+    result = run_cli("convert", "start.sh", "-o", "p.toml")
+    assert result.returncode == 0, result.stderr
+    profile = tomllib.loads(Path("p.toml").read_text())
+    assert profile["env_files"] == ["p.env"]
+    args = ["--api-key", "${API_KEY_2}", "--admin-api=${ADMIN_API_KEY}"]
+    assert profile["server"]["args"] == args
+    secrets = {"API_KEY": "other", "API_KEY_2": KEY, "ADMIN_API_KEY": "adm1n"}
+    assert dotenv_values("p.env") == secrets
+    assert Path("p.env").stat().st_mode & 0o777 == 0o600
+    assert result.stdout.splitlines()[0] == (
+        "wrote secrets API_KEY, API_KEY_2, ADMIN_API_KEY to p.env (0600); the profile names it "
+        "in env_files"
+    )
+    assert holding(KEY, tmp_path) == ["p.env", "start.sh"]
+    assert KEY not in result.stdout + result.stderr
+    assert "--api-key's value is kept in p.env as API_KEY_2: [server] args say ${API_KEY_2}" in (
+        result.stderr
+    )
+    kept = run_cli("convert", "start.sh", "-o", "q.toml", "--secrets-in-profile")
+    assert kept.returncode == 0, kept.stderr
+    assert tomllib.loads(Path("q.toml").read_text())["server"]["args"] == [
+        "--api-key", KEY, "--admin-api=adm1n"
+    ]  # fmt: skip
+    assert Path("q.toml").stat().st_mode & 0o777 == 0o600

@@ -230,7 +230,8 @@ def _profile(
     words = list(start.words) or [references.literal(word) for word in start.argv]
     notes = list(start.notes)
     notes += [
-        f"{file}: not named in env_files, so [server] args hold its values: {why}"
+        f"{file}: not named in env_files ({why}): its variables in [server] args are "
+        "written as their values"
         for file, why in unnamed.items()
         if why is not None
     ]
