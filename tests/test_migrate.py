@@ -611,7 +611,8 @@ def test_capture_keeps_secrets_in_an_env_file_readable_by_its_owner_only(
     assert profile.get("env_files") == (["live.env"] if secrets else None)
     args = profile["server"].get("args", [])
     assert [references.fill(word, secrets) for word in args] == flags
-    assert not any(value in written.read_text() for value in secrets.values())
+    printed = written.read_text() + result.stdout + result.stderr
+    assert not any(value in printed for value in secrets.values())
     if secrets:
         assert env_file.stat().st_mode & 0o777 == 0o600
         assert dotenv_values(env_file) == secrets
