@@ -859,7 +859,7 @@ def test_a_key_from_a_sourced_file_stays_in_that_file_and_args_refer_to_it(
     warnings = [line.removeprefix("nccl-launch: warning: ") for line in result.stderr.splitlines()]
     assert warnings[-2:] == [
         f"{str(sourced).removeprefix('./')} sets API_KEY, MODEL_DIR without export; named in "
-        "env_files, it gives the server's env these too",
+        "env_files, it gives them to the server's env too",
         "--model-path ${MODEL_DIR}: written as its value, since only [server] args refer to an "
         "env file's variables",
     ]

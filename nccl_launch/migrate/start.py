@@ -256,7 +256,7 @@ def _profile(
         if unexported:
             notes.append(
                 f"{file} sets {', '.join(unexported)} without export; named in env_files, it "
-                "gives the server's env these too"
+                "gives them to the server's env too"
             )
     env = {key: value for key, value in start.env.items() if given.get(key) != value}
     values = {} if secrets.in_profile else secret_variables(env)
