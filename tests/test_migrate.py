@@ -924,3 +924,22 @@ def test_a_literal_key_in_the_servers_argv_moves_to_the_secrets_file(
         "--api-key", KEY, "--admin-api=adm1n"
     ]  # fmt: skip
     assert Path("q.toml").stat().st_mode & 0o777 == 0o600
+    Path("url.sh").write_text("python3 -m sglang.launch_server --model-path https://u:pw@hub/m\n")
+    assert run_cli("convert", "url.sh", "-o", "url.toml").returncode == 0
+    assert Path("url.toml").stat().st_mode & 0o777 == 0o600  # a password in a field
+
+
+def test_the_secrets_file_is_never_a_sourced_file_the_profile_names(run_cli: RunCli) -> None:
+    """Writing it would replace the key the profile refers to, even with --force."""
+    Path("secrets.env").write_text(f"API_KEY={KEY}\n")
+    Path("start.sh").write_text(
+        ". ./secrets.env\npython3 -m sglang.launch_server --model-path /m --api-key "
+        '"$API_KEY" --admin-api-key adm1n\n'
+    )
+    result = run_cli("convert", "start.sh", "--secrets-file", "secrets.env", "--force")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "nccl-launch: secrets file secrets.env is a file the script sources, secrets.env; name "
+        "another with --secrets-file\n"
+    )
+    assert Path("secrets.env").read_text() == f"API_KEY={KEY}\n"

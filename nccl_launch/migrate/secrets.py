@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,15 +36,22 @@ def secret_variables(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def secrets_file(
-    profile: Path, given: Path | None, values: dict[str, str], script: Path | None = None
+    profile: Path,
+    given: Path | None,
+    values: dict[str, str],
+    script: Path | None = None,
+    sourced: Sequence[Path] = (),
 ) -> SecretsFile | None:
     """The env file for the secret `values` (none without any): `given`, else the profile's
-    path with the suffix `.env`. It may be neither the profile nor the `script` read (the
-    same path, a symlink or a hard link): writing it would replace the one or the other."""
+    path with the suffix `.env`. It may be neither the profile, nor the `script` read, nor a
+    file it sources that the profile names (the same path, a symlink or a hard link): writing
+    it would replace the one or the other."""
     if not values:
         return None
     path = given or profile.with_suffix(".env")
-    for what, other in (("the profile", profile), ("the script read,", script)):
+    others = [("the profile", profile), ("the script read,", script)]
+    others += [("a file the script sources,", file) for file in sourced]
+    for what, other in others:
         if other is not None and _same_file(path, other):
             raise UsageError(
                 f"secrets file {path} is {what} {other}; name another with --secrets-file"

@@ -219,23 +219,14 @@ class _Secrets:
     script: Path | None
 
 
-def _profile(
-    start: StartCommand, name: str, source: str, how: str, path: Path, secrets: _Secrets,
-    unnamed: Mapping[str, str | None],
-) -> tuple[BuiltProfile, SecretsFile | None]:  # fmt: skip
-    """The profile of `start`, to be written to `path`: a word of its args refers (`${NAME}`)
-    to a variable a sourced file set, a file then named in `env_files`, but those `unnamed`,
-    whose words are values; the secrets kept in their own env file (`secrets`); _Unnamed for
-    a sourced file that cannot be one of the profile's env files."""
+def _env_file_words(
+    start: StartCommand, unnamed: Mapping[str, str | None]
+) -> tuple[list[str], dict[str, dict[str, str]]]:
+    """`start`'s words as `[server] args` write them, a variable a sourced file set referring
+    to it unless that file is `unnamed`, and what each file referred to gives the server's
+    env; _Unnamed for one that reads as no env file, or gives a variable another value."""
     words = list(start.words) or [references.literal(word) for word in start.argv]
-    notes = list(start.notes)
-    notes += [
-        f"{file}: not named in env_files ({why}): its variables in [server] args are "
-        "written as their values"
-        for file, why in unnamed.items()
-        if why is not None
-    ]
-    files: dict[str, dict[str, str]] = {}  # what each sourced file named gives the server's env
+    files: dict[str, dict[str, str]] = {}
     for index, word in enumerate(words):
         origins = sorted({start.sourced[each][0] for each in references.names([word])})
         if unnamed.keys() & origins:
@@ -250,6 +241,40 @@ def _profile(
             file, value = start.sourced[each]
             if files[file].get(each) != value:
                 raise _Unnamed(file, f"read as an env file, it gives {each} another value")
+    return words, files
+
+
+def _check_env_files(
+    built: BuiltProfile, path: Path, start: StartCommand, files: list[str]
+) -> None:
+    """_Unnamed for a sourced file `built` (to be written to `path`) names that no word of its
+    args refers to, or that is no env file of it by `profile_env_file_lines`' rules."""
+    loaded = LoadedProfile(built.profile, built.plan, path, (path,), {})
+    used = references.names(built.data.get("server", {}).get("args", []))
+    for file in files:
+        if not any(start.sourced[each][0] == file for each in used):
+            raise _Unnamed(file, None)  # its variables only in fields, which hold values
+        try:
+            profile_env_file_lines(loaded, Path(file))
+        except HostError as error:
+            raise _Unnamed(file, str(error)) from None
+
+
+def _profile(
+    start: StartCommand, name: str, source: str, how: str, path: Path, secrets: _Secrets,
+    unnamed: Mapping[str, str | None],
+) -> tuple[BuiltProfile, SecretsFile | None, bool]:  # fmt: skip
+    """The profile of `start`, to be written to `path`, naming in `env_files` the sourced
+    files its args refer to (`_env_file_words`) and the env file its secrets go to
+    (`secrets`); that file, and whether the profile still holds a secret."""
+    words, files = _env_file_words(start, unnamed)
+    notes = list(start.notes)
+    notes += [
+        f"{file}: not named in env_files ({why}): its variables in [server] args are "
+        "written as their values"
+        for file, why in unnamed.items()
+        if why is not None
+    ]
     given = {key: value for declared in files.values() for key, value in declared.items()}
     for file, declared in files.items():
         unexported = sorted(declared.keys() - start.env.keys())
@@ -264,7 +289,7 @@ def _profile(
     moved = {}
     if not secrets.in_profile and server_split(start.argv) is not None:
         moved = moved_credentials(start.argv, words, values, env.keys() | given.keys())
-    kept = secrets_file(path, secrets.to, values, secrets.script)
+    kept = secrets_file(path, secrets.to, values, secrets.script, [Path(file) for file in files])
     flags = credential_values(start.argv)
     notes += [
         f"{flags[index][0]}'s value is kept in {kept.path} as {variable}: [server] args say "
@@ -275,16 +300,8 @@ def _profile(
     env_files = ([kept.named] if kept else []) + [env_file_name(Path(file), path) for file in files]
     moved_start = dataclasses.replace(start, env=env, words=words, notes=notes)
     built = build_profile(moved_start, name, source, how, env_files)
-    loaded = LoadedProfile(built.profile, built.plan, path, (path,), {})
-    used = references.names(built.data.get("server", {}).get("args", []))
-    for file in files:
-        if not any(start.sourced[each][0] == file for each in used):
-            raise _Unnamed(file, None)  # its variables only in fields, which hold values
-        try:
-            profile_env_file_lines(loaded, Path(file))
-        except HostError as error:
-            raise _Unnamed(file, str(error)) from None
-    return built, kept
+    _check_env_files(built, path, start, list(files))
+    return built, kept, holds_secret(words, env)
 
 
 def save_profile(
@@ -312,13 +329,12 @@ def save_profile(
     secrets = _Secrets(secrets_to, secrets_in_profile, script)
     while True:  # each turn leaves one more file unnamed: as many turns as sourced files
         try:
-            built, kept = _profile(start, name, source, how, path, secrets, unnamed)
+            built, kept, secret = _profile(start, name, source, how, path, secrets, unnamed)
             break
         except _Unnamed as refused:
             unnamed[refused.file] = refused.why
     text = profile_text(built.data, built.comments)
-    args = built.data.get("server", {}).get("args", [])
-    mode = 0o600 if holds_secret(args, built.data.get("env", {})) else None
+    mode = 0o600 if secret else None
     if kept is not None:
         for file in (kept.path, path):
             check_output(file, replace=force)
