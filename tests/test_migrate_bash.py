@@ -250,10 +250,12 @@ LINES = st.sampled_from([
     "unset {n}", "declare -x {n}={v}", "declare +x {n}", "local {n}={v}", "set -a", "set +a",
     "{n}+=,{v}", "cd ~/srv", "export {n}={v} | cat", "readonly {n}", "env -u {n} {serve}",
     ". ~/sub.sh", "IFS=,", "IFS=", "unset IFS", "# {v}\r{n}={v}", "{n}={v} {serve} ${n}",
-    "set -f", "set +o noglob",
+    "set -f", "set +o noglob", ". ~/keys.env", "KEY={v}", "unset KEY",
 ])  # fmt: skip
 # What `. ~/sub.sh` runs, in the script's shell: its `set -a` stays on after it.
 SUB = "NCCL_IB_HCA=s\nexport HF_HOME=~/s\nset -a\n"
+# What `. ~/keys.env` sets: a variable the server's args refer to, kept in that file.
+KEYS_ENV = "KEY='k ${x} $$'\n"
 SCRIPTS = st.lists(st.tuples(LINES, NAMES, VALUES), min_size=1, max_size=8).map(
     lambda lines: "\n".join(line.replace("{n}", n).replace("{v}", v) for line, n, v in lines)
 )
@@ -265,7 +267,8 @@ def test_any_script_of_these_lines_converts_as_bash_runs_it(script: str) -> None
     """Scripts drawn from the lines that change what bash exports, in any order."""
     tmp_path = Path.cwd()
     Path(os.environ["HOME"], "sub.sh").write_text(SUB)
-    script += "\n{serve} $HF_HOME"
+    Path(os.environ["HOME"], "keys.env").write_text(KEYS_ENV)
+    script += '\n{serve} $HF_HOME "${KEY-}"'
     result = convert(script, run_in_process)
     if result.returncode == 2:
         assert re.search(r"start.sh: line \d+: ", result.stderr), result.stderr
