@@ -228,8 +228,6 @@ def mask_argv(argv: Sequence[str]) -> list[str]:
     for index, word in enumerate(argv):
         if index in values:  # the word ends in the value: `--api-key=X` or `X`
             masked.append(word.removesuffix(values[index][1]) + MASK)
-        elif _secret_flag(word) and "=" in word:  # `--api-key=${API_KEY}`: a name, shown
-            masked.append(word)
         elif _holds_a_line(word):
             masked.append(mask_command_line(word))
         else:
@@ -246,8 +244,6 @@ def masked_values(argv: Sequence[str]) -> set[str]:
     for index, word in enumerate(argv):
         if index in values:
             hidden.add(values[index][1])
-        elif _secret_flag(word) and "=" in word:
-            continue
         elif _holds_a_line(word):
             hidden |= masked_values(_line_words(word)) | _passwords(word)
         else:

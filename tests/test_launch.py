@@ -328,8 +328,8 @@ def test_an_empty_key_in_the_profiles_args_is_refused_by_validate_as_by_run(
     path = write_profile("keyless", KEYLESS)
     refusal = (
         f"{Path('profiles/keyless.toml')}: server.args: --api-key has an empty value, which "
-        "SGLang takes as no key (every request served); pass the key after '--' (a unit's "
-        "${NAME} that no EnvironmentFile= sets is empty)\n"
+        "SGLang takes as no key (every request served); refer to the key (--api-key "
+        "${API_KEY}) and give it a value in an env file the profile names\n"
     )
     for command in (["validate", str(path)], ["run", "--dry-run", "keyless"]):
         result = run_cli(*command)

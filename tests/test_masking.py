@@ -314,7 +314,7 @@ def test_validate_warns_about_secrets_written_in_the_profile(
     accept = '[accept: "env.DATABASE_URL secret"]'
     assert f"{where}: env.DATABASE_URL: holds a password in a URL; {elsewhere} {accept}" in warnings
     assert any(
-        f"{where}: server.args: holds a credential; pass it after '--'" in line for line in warnings
+        f"{where}: server.args: holds a credential; write it in an env file named in env_files and refer to it" in line for line in warnings
     )
     assert not any("TOKENIZERS_PARALLELISM" in line for line in warnings)
     assert len(warnings) == len(SECRETS) + 2

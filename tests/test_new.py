@@ -101,15 +101,46 @@ def test_new_writes_where_dir_says(run_cli: RunCli, tmp_path: Path) -> None:
     )
 
 
-def test_a_copy_elsewhere_names_the_same_env_files(
+CHAT = 'schema = 1\nname = "chat"\nversion = 1\nenv_files = ["chat.env"]\n'
+
+
+def test_a_copy_beside_its_source_keeps_its_env_files_and_digest(
     write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
 ) -> None:
-    write_profile("chat", 'schema = 1\nname = "chat"\nversion = 1\nenv_files = ["chat.env"]\n')
+    write_profile("chat", CHAT)
     (tmp_path / "profiles" / "chat.env").write_text("HF_TOKEN=hf_x\n")
-    made = run_cli("new", "site", "--from", "chat", "--dir", "etc/profiles")
+    made = run_cli("new", "site", "--from", "chat")
+    assert (made.returncode, made.stderr) == (0, "")
+    copy = tmp_path / "profiles" / "site.toml"
+    assert tomllib.loads(copy.read_text())["env_files"] == ["chat.env"]
+    assert digest(run_cli, "site") == digest(run_cli, "chat")
+    assert run_cli("run", "--dry-run", str(copy), "--", "true").returncode == 0
+
+
+@pytest.mark.parametrize("moved", ["dir", "parent"])
+def test_a_copy_elsewhere_names_the_same_env_files_and_says_its_digest_differs(
+    moved: str, write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    write_profile("chat", CHAT)
+    (tmp_path / "profiles" / "chat.env").write_text("HF_TOKEN=hf_x\n")
+    if moved == "dir":  # the copy goes to another folder
+        args, copy = ["--dir", "etc/profiles"], tmp_path / "etc" / "profiles" / "site.toml"
+    else:  # the file that names the env file is a parent in another folder
+        child = 'schema = 1\nname = "child"\nversion = 1\nextends = "../profiles/chat.toml"\n'
+        write_profile("child", child, folder="site")
+        args, copy = ["--dir", "site"], tmp_path / "site" / "site.toml"
+    source = "chat" if moved == "dir" else "site/child.toml"
+    made = run_cli("new", "site", "--from", source, *args)
     assert made.returncode == 0, made.stderr
-    copy = tmp_path / "etc" / "profiles" / "site.toml"
-    assert tomllib.loads(copy.read_text())["env_files"] == [f"{tmp_path}/profiles/chat.env"]
+    absolute = f"{tmp_path}/profiles/chat.env"
+    label = "chat@1" if moved == "dir" else "child@1"
+    assert made.stderr == (
+        f"nccl-launch: warning: env_files: 'chat.env' is written as {absolute}: from the "
+        "copy's folder, the path as written would name another file; so the digest differs "
+        f"from {label}'s by that path\n"
+    )
+    assert tomllib.loads(copy.read_text())["env_files"] == [absolute]
+    assert digest(run_cli, str(copy)) != digest(run_cli, source)
     assert run_cli("run", "--dry-run", str(copy), "--", "true").returncode == 0
 
 

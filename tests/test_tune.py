@@ -14,10 +14,14 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import tomllib
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from nccl_launch.tune.journal import Journal
@@ -269,6 +273,107 @@ def test_a_profile_naming_env_files_by_relative_paths_is_measured_as_is(
     document = json.loads(result.stdout)
     assert document["profile_trial"] == 1
     assert document["gain_over_profile"] == pytest.approx(0.12, abs=0.05)
+
+
+def seed_with(write_profile: WriteProfile, top: str = "", server: str = "") -> int:
+    """The seed, with `top` (keys before its tables) and `server` (keys of its [server]) added;
+    its port."""
+    port = free_port()
+    text = SEED.format(python=sys.executable, port=port, nnodes=1)
+    text = text.replace("version = 1\n", f"version = 1\n{top}")
+    write_profile("standin", text.replace("[server]\n", f"[server]\n{server}"))
+    return port
+
+
+def shown(run_cli: RunCli, ref: str) -> dict[str, Any]:
+    result = run_cli("show", ref, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    document: dict[str, Any] = json.loads(result.stdout)
+    return document
+
+
+def test_write_names_env_files_as_the_profile_does_and_reports_the_written_digest(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    seed_with(write_profile, top='env_files = ["site.env"]\n')
+    (tmp_path / "profiles" / "site.env").write_text("HF_TOKEN=hf_site\n")
+    result = run_cli(
+        "tune", "standin", "--try", "PROTO=LL128", *FAST, "--write", "--format", "json", env=MODEL
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads(result.stdout)
+    written = tmp_path / "profiles" / "standin-2.toml"
+    assert tomllib.loads(written.read_text())["env_files"] == ["site.env"]
+    base, tuned = shown(run_cli, "standin@1"), shown(run_cli, "standin@2")
+    assert tuned["argv"] == base["argv"]
+    changed = {key for key in base["env"].keys() | tuned["env"].keys()
+               if base["env"].get(key) != tuned["env"].get(key)}  # fmt: skip
+    assert changed == {"NCCL_PROTO"}
+    assert winner_of(document)["digest"] == tuned["digest"]
+    assert by_changes(document)["none"]["digest"] == base["digest"]  # the profile as it is
+
+
+@contextlib.contextmanager
+def listening(port: int) -> Iterator[set[str]]:
+    """The addresses seen listening on `port` (TCP) while the block runs."""
+    seen: set[str] = set()
+    done = threading.Event()
+
+    def look() -> None:
+        while not done.wait(0.02):
+            for connection in psutil.net_connections("tcp"):
+                address = connection.laddr  # () for a socket without one
+                if connection.status == psutil.CONN_LISTEN and address and address.port == port:
+                    seen.add(address.ip)
+
+    looking = threading.Thread(target=look)
+    looking.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        looking.join()
+
+
+def test_the_trials_of_a_server_without_a_key_listen_on_the_loopback_address_alone(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    port = seed_with(write_profile, server='host = "0.0.0.0"\n')
+    env = MODEL | {"STANDIN_START_DELAY": "0.5"}  # up, not yet ready: time to look
+    with listening(port) as seen:
+        result = run_cli("tune", "standin", "--try", "PROTO=LL128", *FAST, "--write", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert seen == {"127.0.0.1"}
+    assert result.stderr == (
+        "nccl-launch: warning: standin@1's server gives no --api-key and its host 0.0.0.0 is "
+        "not a loopback address: each trial listens on 127.0.0.1 alone, and is measured "
+        "there; a version --write writes keeps host 0.0.0.0\n"
+    )
+    assert "winner: trial 3 (changes PROTO=LL128)" in result.stdout
+    written = tomllib.loads((tmp_path / "profiles" / "standin-2.toml").read_text())
+    assert written["server"]["host"] == "0.0.0.0"  # noqa: S104 - read, not bound
+
+
+def test_the_trials_of_a_server_with_a_key_from_an_env_file_get_the_key(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    key = "sk-trial-0123456789"
+    (tmp_path / "profiles" / "site.env").write_text(f"API_KEY={key}\n")
+    (tmp_path / "profiles" / "site.env").chmod(0o600)
+    server = 'host = "0.0.0.0"\nargs = ["--api-key", "${API_KEY}"]\n'
+    seed_with(write_profile, top='env_files = ["site.env"]\n', server=server)
+    result = run_cli(
+        "tune", "standin", "--try", "PROTO=LL128", *FAST, "--format", "json", env=MODEL
+    )
+    assert (result.returncode, "--api-key" in result.stderr) == (0, False), result.stderr
+    document = json.loads(result.stdout)
+    assert {row["outcome"]["status"] for row in document["trials"]} == {"measured"}
+    for row in document["trials"]:  # the stand-in (401 without the key) got the key itself
+        assert f"api_key={key!r}" in Path(row["log"]).read_text()
+    # The server's own log holds it, as SGLang prints it; nothing nccl-launch writes does.
+    written = [result.stdout, result.stderr, Path(document["journal"]).read_text()]
+    written += [Path(row["candidate"]).read_text() for row in document["trials"]]
+    assert key not in "".join(written)
 
 
 def test_a_server_that_exits_or_never_gets_ready_is_a_failed_trial(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from nccl_launch.commands.echo import say_wrote_profile
+from nccl_launch.commands.echo import say_wrote_profile, warn
 from nccl_launch.commands.options import profile_option
 from nccl_launch.errors import EXIT_OK
 
@@ -29,10 +29,14 @@ def new(name: str, source: str | None, folder: Path, force: bool) -> int:
 
     It asks nothing: what it needs comes from the options. The copy has the digest of the
     profile it came from until it is edited, and does not change when nccl-launch is
-    upgraded.
+    upgraded; but where the profile names an env file by a relative path that names
+    another file from --dir (the copy goes to another folder than the file naming it),
+    the copy names it by its absolute path, says so, and its digest differs by that path.
     """
     from nccl_launch.profile.new import new_profile
 
-    path, plan = new_profile(name, source, folder, force)
+    path, plan, notes = new_profile(name, source, folder, force)
+    for note in notes:
+        warn(note)
     say_wrote_profile(path, plan)
     return EXIT_OK

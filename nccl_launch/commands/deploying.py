@@ -36,9 +36,11 @@ def systemd(
     with --digest of the profile as it is now (so an edit is refused, exit 1, until the unit
     is written again), a long TimeoutStartSec for model load, Restart=on-failure (at most 5
     starts in 10 minutes), KillMode=mixed; one EnvironmentFile= for each env file the
-    profile names. ARGS after '--' end both lines, for the server; each ${NAME} in them is
-    left for systemd to fill from the unit's environment, so -- --api-key '${API_KEY}' keeps
-    the key in an env file, never in the unit.
+    profile names. A profile whose [server] args refer to its key (--api-key ${API_KEY})
+    needs no ARGS: run fills the key in from the profile's env file at each start. ARGS after
+    '--' end both lines, for the server; each ${NAME} in them is left for systemd to fill
+    from the unit's environment, so -- --api-key '${API_KEY}' keeps the key in an env file,
+    never in the unit.
     """
     from nccl_launch.deploy.systemd import unit_manager, write_unit
 

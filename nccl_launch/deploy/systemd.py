@@ -13,7 +13,8 @@ from pathlib import Path
 
 from nccl_launch.deploy.exports import CONTROL
 from nccl_launch.digits import is_ascii_digits
-from nccl_launch.env.env_files import Assignment, profile_env_file_lines
+from nccl_launch.env.env_files import Assignment, filled_args, profile_env_file_lines
+from nccl_launch.env.merge import EnvLayer
 from nccl_launch.errors import UsageError
 from nccl_launch.escaping import not_utf8
 from nccl_launch.files import write_output
@@ -130,11 +131,7 @@ Assignments = list[tuple[Path, Assignment]]
 
 
 def server_words(
-    loaded: LoadedProfile,
-    server: Server,
-    ref: str,
-    args: Sequence[str],
-    assignments: Assignments | None,
+    loaded: LoadedProfile, args: Sequence[str], assignments: Assignments | None
 ) -> tuple[str, list[Finding]]:
     """` -- ARGS` of the Exec lines for the server's extra arguments `args` (empty without
     any), `${NAME}` kept for systemd to expand; and a note for each NAME that none of the
@@ -142,7 +139,6 @@ def server_words(
     credential flag's value must be such a reference: written out, anyone could read it."""
     if not args:
         return "", []
-    refuse(argument_findings(server, args, str(loaded.path), ref))
     for index, word in enumerate(args, start=1):
         _one_line(f"-- ARGS: argument {index}", word)
     # Split at blanks too, as SGLang's error shows a word: `'--api-key sk-1'` as one word.
@@ -290,7 +286,16 @@ def write_unit(
             for path in loaded.env_files
             for each in profile_env_file_lines(loaded, path, trusted=False)
         ]
-    extra, on_args = server_words(loaded, server, ref, args, assignments)
+    # Refused as run would refuse it at every start: a ${NAME} of [server] args that none of
+    # the env files sets (the unit's environment may set those its policy takes from there),
+    # or a credential flag left without a key.
+    filled = server
+    if assignments is not None:
+        layers = [EnvLayer(str(path), {each.key: each.value}) for path, each in assignments]
+        unit_env = dict.fromkeys(loaded.profile.policy.environment_references, "-")
+        filled = server.model_copy(update={"args": filled_args(loaded, layers, unit_env)})
+    refuse(argument_findings(filled, args, str(loaded.path), ref))
+    extra, on_args = server_words(loaded, args, assignments)
     notes += on_args
     otherwise = (
         "systemd's EnvironmentFile= may read this value otherwise than run does (quotes, "

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from nccl_launch import references
 from nccl_launch.env.merge import ENV_FILE, EnvLayer
 from nccl_launch.errors import HostError, UsageError
 from nccl_launch.files import read_text
@@ -115,3 +117,30 @@ def profile_env_file_lines(
     except UsageError as error:
         raise HostError(f"{loaded.path}: env_files: {error}") from None
     return assignments
+
+
+def filled_args(
+    loaded: LoadedProfile, layers: Sequence[EnvLayer], calling: Mapping[str, str]
+) -> list[str]:
+    """The profile's `[server] args` with each `${NAME}` filled in: from its env files
+    (`layers`, the last that sets it), else from the `calling` environment for a name its
+    `[policy] environment_references` lists. A name neither sets is a HostError naming the
+    files looked in: the profile is valid, this host lacks the value."""
+    server = loaded.profile.server
+    args = server.args if server is not None else []
+    allowed = loaded.profile.policy.environment_references
+    values: dict[str, str] = {}
+    for name in references.names(args):
+        found = [layer.values[name] for layer in layers if name in layer.values]
+        if found:
+            values[name] = found[-1]
+        elif name in allowed and name in calling:
+            values[name] = calling[name]
+        else:
+            files = ", ".join(map(str, loaded.env_files)) or "none"
+            raise HostError(
+                f"{loaded.path}: server.args: ${{{name}}} is set by none of the profile's env "
+                f"files ({files}){' nor the calling environment' if name in allowed else ''}; "
+                f"write {name}=VALUE in one of them"
+            )
+    return [references.fill(word, values) for word in args]

@@ -136,7 +136,7 @@ def run_preflight(launch: LaunchPlan, skip: frozenset[str] = frozenset()) -> Pre
             checks += run()
     probe: dict[str, Any] | None = None
     if server is not None and "sglang" not in skip:  # argv is what the same probe parsed
-        more, probe = sglang_checks(server, launch.argv, env)
+        more, probe = sglang_checks(server, launch.filled, env)
         checks += [check for check in more if check.name not in skip]
     return PreflightReport(
         profile=plan.label, digest=plan.digest, argv=launch.argv, checks=checks, sglang=probe

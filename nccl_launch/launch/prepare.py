@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nccl_launch.env.drift import DriftEntry, DriftReport
-from nccl_launch.env.env_files import read_env_file, read_profile_env_file
+from nccl_launch.env.env_files import filled_args, read_env_file, read_profile_env_file
 from nccl_launch.env.merge import EnvLayer, MergeResult, inherited_environment, merge_environment
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files import FileError, check_trusted, read_text
@@ -22,6 +22,7 @@ from nccl_launch.profile.lint import run_notes
 from nccl_launch.profile.load import LoadedProfile, check_pin, load_profile
 from nccl_launch.profile.markers import MARKER_NCCL_DEBUG, NCCL_DEBUG_ENV
 from nccl_launch.profile.plan import ProfilePlan
+from nccl_launch.sglang.argv import server_argv
 from nccl_launch.sglang.rules import argument_findings, mtp_problem
 
 
@@ -31,10 +32,11 @@ class LaunchPlan:
 
     loaded: LoadedProfile
     merged: MergeResult
-    argv: list[str]
+    argv: list[str]  # as people see it: `${NAME}` of [server] args unfilled
     conf: list[ConfEntry]
     unreadable_conf: list[str]
     env_files: list[EnvLayer] = dataclasses.field(default_factory=list)  # the profile's
+    filled: list[str] = dataclasses.field(default_factory=list)  # `argv` as the server gets it
 
     @property
     def plan(self) -> ProfilePlan:
@@ -58,7 +60,7 @@ class LaunchPlan:
             )
         if not self.argv[0]:  # exec cannot run a program without a name
             raise UsageError("the command after '--' is an empty word; give the program to run")
-        return self.argv
+        return self.filled
 
     def refusal(self) -> DriftReport | None:
         """The drift that stops the launch, or None when nothing drifts."""
@@ -117,19 +119,23 @@ def prepare_launch(
     placement = placement or Placement()
     loaded = check_pin(load_profile(ref), pin)
     plan, server = loaded.plan, loaded.profile.server
+    # The profile's own env files before any --env-file: a problem in them is said first.
+    declared = [read_profile_env_file(loaded, path) for path in loaded.env_files]
+    inherited = inherited_environment(calling, [read_env_file(path) for path in env_files])
     if server is not None:
         mtp = mtp_problem(server, model_architecture(server.model_path or ""))
         if mtp is not None:
             raise ProfileError([f"{loaded.path}: {mtp.text()}"])
-        refuse(argument_findings(server, extra, str(loaded.path), ref))
-        argv = plan.argv + placement_args(server, placement, calling) + list(extra)
+        args = filled_args(loaded, declared, inherited.env)
+        filled_server = server.model_copy(update={"args": args})
+        refuse(argument_findings(filled_server, extra, str(loaded.path), ref))
+        more = placement_args(server, placement, calling) + list(extra)
+        argv, filled = plan.argv + more, server_argv(filled_server) + more
     elif placement != Placement():
         raise UsageError(f"profile {plan.label} has no [server] table to place on a node")
     else:
-        argv = list(extra)  # empty when there is nothing to run: `run` refuses, `preflight` not
-    # The profile's own env files before any --env-file: a problem in them is said first.
-    declared = [read_profile_env_file(loaded, path) for path in loaded.env_files]
-    inherited = inherited_environment(calling, [read_env_file(path) for path in env_files])
+        # Empty when there is nothing to run: `run` refuses, `preflight` not.
+        argv = filled = list(extra)
     origins = {key: str(path) for key, path in loaded.origins.items()}
     # Enough of the child's env to know which nccl.conf files NCCL will read.
     conf, unreadable = read_conf(inherited.env | plan.env)
@@ -151,6 +157,7 @@ def prepare_launch(
         conf=conf,
         unreadable_conf=unreadable,
         env_files=declared,
+        filled=filled,
     )
 
 

@@ -39,10 +39,7 @@ def secret_notes(profile: Profile) -> list[Finding]:
             notes.append(_secret(f"env.{key}", "holds a credential flag's value", _ELSEWHERE))
     argv = server_argv(profile.server) if profile.server is not None else []
     if mask_argv(argv) != argv:
-        fix = (
-            "pass it after '--' from the calling environment "
-            '(nccl-launch run PROFILE -- --api-key "$API_KEY")'
-        )
+        fix = "write it in an env file named in env_files and refer to it: --api-key ${API_KEY}"
         notes.append(_secret("server.args", "holds a credential", fix))
     return notes
 

@@ -10,8 +10,17 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from nccl_launch import references
 from nccl_launch.errors import PinError, ProfileError
-from nccl_launch.masking import MASK, is_secret, mask_argv, mask_command_line, mask_credentials
+from nccl_launch.findings import Finding
+from nccl_launch.masking import (
+    MASK,
+    is_secret,
+    mask_argv,
+    mask_command_line,
+    mask_credentials,
+    masked_values,
+)
 from nccl_launch.profile.chain import ProfileChain, read_chain
 from nccl_launch.profile.model import Baseline, Policy, Profile, Provenance
 from nccl_launch.profile.plan import ProfilePlan, build_plan
@@ -133,10 +142,45 @@ def validate_resolved(source: Path | str, data: dict[str, Any]) -> Profile:
     """A whole profile (its `extends` resolved), `[server]` checked against SGLang's rules too."""
     profile = _validate(source, data)
     if profile.server is not None:
-        problems = server_problems(profile.server)
+        problems = server_problems(profile.server) + _reference_problems(profile, profile.server)
         if problems:
             raise ProfileError([f"{source}: {problem.text()}" for problem in problems])
     return profile
+
+
+def _reference_problems(profile: Profile, server: Server) -> list[Finding]:
+    """A `${NAME}` of `[server] args` that nothing could fill (the profile names no env file,
+    and its policy takes no such name from the calling environment), or that fills a
+    credential (what masking hides of the argv) under a name masking shows: its value would
+    be printed wherever the server's environment is (`run --dry-run`, drift, `check`)."""
+    problems = []
+    names = references.names(server.args)
+    if not profile.env_files:
+        allowed = profile.policy.environment_references
+        problems += [
+            Finding(
+                "reference",
+                "server.args",
+                f"${{{name}}} can be filled from nothing: the profile names no env_files",
+                f"name the env file that sets {name} in env_files",
+            )
+            for name in names
+            if name not in allowed
+        ]
+    marked = {name: f"ref-{name}-ref" for name in names}
+    hidden = " ".join(masked_values([references.fill(arg, marked) for arg in server.args]))
+    problems += [
+        Finding(
+            "reference",
+            "server.args",
+            f"${{{name}}} fills a credential, but masking shows a variable named {name}, so "
+            "its value would be printed wherever the server's environment is",
+            "name it with a word ending in KEY, TOKEN, SECRET or PASSWORD (API_KEY)",
+        )
+        for name, mark in marked.items()
+        if mark in hidden and not is_secret(name)
+    ]
+    return problems
 
 
 def validate_chain(chain: ProfileChain) -> LoadedProfile:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.profile.markers import OWN_VARIABLES
@@ -20,6 +20,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 DEFAULT_TOLERANCE = 0.05  # [baseline]: how far below its figure a mean may fall
+Rate = Annotated[float, Field(gt=0, allow_inf_nan=False)]  # tok/s
 
 
 class Baseline(BaseModel):
@@ -35,6 +36,21 @@ class Baseline(BaseModel):
     tolerance: float = Field(default=DEFAULT_TOLERANCE, ge=0, lt=1)
     max_tokens: int | None = Field(default=None, ge=1)
     runs: int | None = Field(default=None, ge=1)
+    # Where the figure is a mean over separate server starts (`tune`'s confirmation): how
+    # many, and the 95% confidence interval of the mean, [low, high].
+    starts: int | None = Field(default=None, ge=1)
+    interval: list[Rate] | None = Field(default=None, min_length=2, max_length=2)
+
+    @model_validator(mode="after")
+    def _figure_within_interval(self) -> Self:
+        if self.interval is not None:
+            low, high = self.interval
+            if not low <= self.decode_tok_s <= high:
+                raise ValueError(
+                    f"interval: [{low}, {high}] does not hold decode_tok_s = {self.decode_tok_s}"
+                    "; valid: [low, high] with low <= decode_tok_s <= high"
+                )
+        return self
 
     @property
     def floor(self) -> float:
@@ -102,6 +118,17 @@ class Policy(StrictModel):
     # Warnings the profile has decided to live with, by the id `validate` prints
     # ("NCCL_MAX_NCHANNELS deprecated"); an id that matches no warning is itself a warning.
     accept: list[Text] = Field(default_factory=list)
+    # The names of `${NAME}` in [server] args that may be filled from the calling environment
+    # (a secret manager's, a unit's Environment=) where no env file of the profile sets them.
+    environment_references: list[Text] = Field(default_factory=list)
+
+    @field_validator("environment_references")
+    @classmethod
+    def _variable_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not _ENV_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not a variable name (letters, digits, '_')")
+        return names
 
     @field_validator("server_owned")
     @classmethod

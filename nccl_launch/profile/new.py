@@ -3,7 +3,9 @@
 A profile started from another is a copy with its `extends` chain resolved, not a child that
 `extends` it: the site's NCCL environment must not change when nccl-launch (and so its shipped
 set) is upgraded, the file must run on a host without this install, and until it is edited
-the copy has the digest of the profile it came from, which proves it runs the same.
+the copy has the digest of the profile it came from, which proves it runs the same. The one
+exception is an env file named by a relative path that would name another file from the
+copy's folder: the copy names it by its absolute path, and its digest differs by that path.
 """
 
 from __future__ import annotations
@@ -66,23 +68,71 @@ def check_name(name: str, given: str = "NAME") -> None:
         raise UsageError(error.problems[0]) from None
 
 
-def resolved_copy(chain: ProfileChain) -> tuple[dict[str, Any], LoadedProfile, bool]:
-    """The data of a chain with its `extends` resolved and dropped, the profile it validates
-    to, and whether it is to be kept from other users' eyes: like one of its files, or like
-    `convert` keeps what it would mask."""
+@dataclass(frozen=True)
+class MovedEnvFile:
+    """An env file whose path, as written, names another file from a copy's folder: the copy
+    names it by `path`, so its digest differs by that path."""
+
+    written: str
+    path: Path
+
+
+def moved_line(moved: list[MovedEnvFile], label: str) -> str:
+    """The one line that says which env files a copy names by another path, and why its
+    digest differs from `label`'s."""
+    said = "; ".join(f"{file.written!r} is written as {file.path}" for file in moved)
+    return (
+        f"env_files: {said}: from the copy's folder, the path as written would name another "
+        f"file; so the digest differs from {label}'s by that path"
+    )
+
+
+def env_files_from(loaded: LoadedProfile, folder: Path) -> tuple[list[str], list[MovedEnvFile]]:
+    """The env files of `loaded` as a profile in `folder` names the same files: each path as
+    written where it names the same file from there (the digest covers the paths as written),
+    else the file's absolute path; and those rewritten."""
+    seen_from = Path(os.path.realpath(folder))
+    paths, moved = [], []
+    for written, path in zip(loaded.profile.env_files, loaded.env_files, strict=True):
+        if os.path.realpath(seen_from / written) == os.path.realpath(path):
+            paths.append(written)
+        else:
+            paths.append(str(path))
+            moved.append(MovedEnvFile(written, path))
+    return paths, moved
+
+
+@dataclass(frozen=True)
+class ResolvedCopy:
+    """A chain with its `extends` resolved and dropped, as a file in another folder writes it
+    (`data`), the profile it validates to, whether it is to be kept from other users' eyes
+    (like one of its files, or like `convert` keeps what it would mask), and the env files it
+    names by another path than the chain does."""
+
+    data: dict[str, Any]
+    loaded: LoadedProfile
+    private: bool
+    moved: list[MovedEnvFile]
+
+
+def resolved_copy(chain: ProfileChain, folder: Path) -> ResolvedCopy:
+    """The chain resolved as a profile file in `folder` writes it."""
     loaded = validate_chain(chain)
     data = chain.merged()
     data.pop("extends", None)
-    if loaded.env_files:  # written beside another file, a relative path would name another
-        data["env_files"] = [str(path) for path in loaded.env_files]
+    moved: list[MovedEnvFile] = []
+    if loaded.env_files:
+        data["env_files"], moved = env_files_from(loaded, folder)
     private = any(not path.stat().st_mode & stat.S_IROTH for path in chain.paths)
-    return data, loaded, private or holds_secret(loaded.plan.argv, loaded.plan.env)
+    private = private or holds_secret(loaded.plan.argv, loaded.plan.env)
+    return ResolvedCopy(data, loaded, private, moved)
 
 
-def _copied(ref: str, name: str) -> tuple[dict[str, Any], bool]:
-    """`ref` resolved through its `extends` chain, renamed `name` at version 1, its source in
-    `provenance.source`; and whether it is private (`resolved_copy`)."""
-    data, loaded, private = resolved_copy(read_chain(find_profile(ref)))
+def _copied(ref: str, name: str, folder: Path) -> ResolvedCopy:
+    """`ref` resolved through its `extends` chain as a file in `folder`, renamed `name` at
+    version 1, its source in `provenance.source`."""
+    copied = resolved_copy(read_chain(find_profile(ref)), folder)
+    data, loaded = copied.data, copied.loaded
     plan = loaded.plan
     data |= {"name": name, "version": 1}
     source = f"nccl-launch new --from {plan.label} ({plan.short_digest}, {loaded.path})"
@@ -90,24 +140,27 @@ def _copied(ref: str, name: str) -> tuple[dict[str, Any], bool]:
     if "source" in provenance:  # where the copied profile came from stays said
         source += f"; its source: {provenance['source']}"
     data["provenance"] = provenance | {"source": source}  # last, as in the shipped files
-    return data, private
+    return copied
 
 
 def new_profile(
     name: str, source: str | None, folder: Path, force: bool
-) -> tuple[Path, ProfilePlan]:
+) -> tuple[Path, ProfilePlan, list[str]]:
     """Write `folder/NAME.toml` (a copy of `source`, or the scratch template) atomically,
-    checked as `validate` would first, never replacing a file without `force`."""
+    checked as `validate` would first, never replacing a file without `force`; its plan, and
+    a note where the copy's digest differs from the source's (`moved_line`)."""
     check_name(name)
     path = folder / f"{name}.toml"
     fixes = Fixes("give another --dir", "pass --force to replace it")
     _check_target(path, force, fixes)  # before the copy is resolved: its errors come after
     if source is None:
         text = SCRATCH.format(name=json.dumps(name))  # a checked name needs no TOML escape
-        return path, write_profile(path, text, private=False, force=force, fixes=fixes)
-    data, private = _copied(source, name)
-    text = tomli_w.dumps(data)
-    return path, write_profile(path, text, private=private, force=force, fixes=fixes)
+        return path, write_profile(path, text, private=False, force=force, fixes=fixes), []
+    copied = _copied(source, name, folder)
+    text = tomli_w.dumps(copied.data)
+    plan = write_profile(path, text, private=copied.private, force=force, fixes=fixes)
+    notes = [moved_line(copied.moved, copied.loaded.plan.label)] if copied.moved else []
+    return path, plan, notes
 
 
 @dataclass(frozen=True)

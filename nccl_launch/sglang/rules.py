@@ -16,6 +16,10 @@ _MTP_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
 ARGS, EXTRA_ARGS = "server.args", "-- ARGS"
 _NO_KEY = "which SGLang takes as no key (every request served)"
 _KEY_FIX = "pass the key after '--' (a unit's ${NAME} that no EnvironmentFile= sets is empty)"
+# In [server] args: written empty, or a `${NAME}` its env file sets empty.
+_ARGS_KEY_FIX = (
+    "refer to the key (--api-key ${API_KEY}) and give it a value in an env file the profile names"
+)
 _REFUSED = "which SGLang refuses at start"
 _VALUE_FIX = (
     'give the key after it; quote a variable ("$API_KEY"): unquoted, an unset one is dropped'
@@ -125,7 +129,8 @@ def argument_findings(
         where = ARGS if at < len(server.args) else EXTRA_ARGS
         if valued:
             message = f"{option} has an empty value, {_NO_KEY}"
-            findings.append(Finding("empty-key", where, message, _KEY_FIX))
+            fix = _ARGS_KEY_FIX if where == ARGS else _KEY_FIX
+            findings.append(Finding("empty-key", where, message, fix))
         else:
             message = f"{option} has no value (another option follows, or nothing), {_REFUSED}"
             findings.append(Finding("no-key", where, message, _VALUE_FIX))

@@ -1,10 +1,13 @@
-"""Candidates: the profile resolved with a trial's values, each written as a real profile file
-in the tune's folder (so its validation and digest are a profile's own, and the trial starts
-it as `run` would); and the winner written as the profile's next version."""
+"""Candidates: the profile resolved with a trial's values, as its next version would be written
+beside it (its digest names the candidate), each written for its trial as a real profile file
+in the tune's folder (validated as a profile, started as `run` would); and the winner written
+as the profile's next version."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,20 +15,39 @@ from typing import Any
 
 import tomli_w
 
+from nccl_launch.bench.api_key import api_key
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import UsageError
 from nccl_launch.profile.chain import ProfileChain
-from nccl_launch.profile.load import validate_resolved
+from nccl_launch.profile.load import LoadedProfile, validate_resolved
 from nccl_launch.profile.model import nccl_value
-from nccl_launch.profile.new import resolved_copy, write_profile
+from nccl_launch.profile.new import env_files_from, moved_line, resolved_copy, write_profile
 from nccl_launch.profile.plan import ProfilePlan, build_plan
 from nccl_launch.profile.search import find_profile, shipped_dir
+from nccl_launch.sglang.facts import API_KEY_FLAG, DEFAULT_HOST
 from nccl_launch.tune.search import Values
+
+LOOPBACK = "127.0.0.1"  # where a trial of a server that checks no key listens
+
+
+def exposed_host(loaded: LoadedProfile) -> str | None:
+    """The host the profile's server would serve anyone on, unasked: its own (SGLang's default
+    when unset) when its argv gives no API key and it is not a loopback address (a name is
+    not judged); None otherwise."""
+    server = loaded.profile.server
+    if server is None or api_key(loaded.plan.argv) is not None:
+        return None
+    host = server.host or DEFAULT_HOST
+    with contextlib.suppress(ValueError):
+        if ipaddress.ip_address(host).is_loopback:
+            return None
+    return host
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """The profile with `values`: its resolved TOML data and its digest."""
+    """The profile with `values`: its resolved TOML data as its next version would be written
+    beside it, and the digest of that."""
 
     values: Values
     data: dict[str, Any]
@@ -54,7 +76,10 @@ class Candidates:
     """The candidates of one base profile (`chain`), each built once."""
 
     def __init__(self, chain: ProfileChain) -> None:
-        self.data, self.base, self.private = resolved_copy(chain)
+        copied = resolved_copy(chain, chain.path.parent)
+        self.data, self.base, self.private = copied.data, copied.loaded, copied.private
+        self.moved = copied.moved  # env files the next version names by another path
+        self.exposed = exposed_host(self.base)
         self._built: dict[tuple[tuple[str, str | None], ...], Candidate] = {}
 
     def start(self, names: list[str]) -> Values:
@@ -87,10 +112,32 @@ class Candidates:
         plan = build_plan(validate_resolved(label, data))
         return Candidate(values=dict(values), data=data, digest=plan.digest)
 
+    def lockdown(self) -> str | None:
+        """What a trial changes of the server's listening, said once, at the start: None unless
+        the base's server would serve anyone on its host without a key."""
+        if self.exposed is None:
+            return None
+        return (
+            f"{self.base.plan.label}'s server gives no {API_KEY_FLAG} and its host "
+            f"{self.exposed} is not a loopback address: each trial listens on {LOOPBACK} "
+            f"alone, and is measured there; a version --write writes keeps host {self.exposed}"
+        )
+
+    def moved_note(self) -> str | None:
+        """Why the next version's digest differs from the base's by more than its values."""
+        return moved_line(self.moved, self.base.plan.label) if self.moved else None
+
     def write(self, candidate: Candidate, folder: Path) -> Path:
-        """The candidate's profile file in `folder` (written again, the same, if there)."""
+        """The candidate's trial file in `folder` (written again, the same, if there): its env
+        files named so that they are found from there, and its host the loopback address where
+        the base's server would serve anyone without a key."""
         path = folder / f"{candidate.digest.removeprefix('sha256:')[:16]}.toml"
-        text = tomli_w.dumps(candidate.data)
+        data = copy.deepcopy(candidate.data)
+        if self.base.env_files:
+            data["env_files"], _ = env_files_from(self.base, folder)
+        if self.exposed is not None:
+            data["server"]["host"] = LOOPBACK
+        text = tomli_w.dumps(data)
         write_profile(path, text, private=self.private, force=True)
         return path
 

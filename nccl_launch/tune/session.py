@@ -137,6 +137,9 @@ def run_tune(
     with journal.opened(tune_folder(base, settings.method)) as opened:
         for problem in opened.problems:
             progress.warn(problem)
+        lockdown = candidates.lockdown()
+        if lockdown is not None:
+            progress.warn(lockdown)
         progress.began(base.plan.label, opened.path, len(opened.done))
         start = candidates.start(list(space))
         trials = _Trials(candidates, opened, settings, progress, start)
@@ -154,8 +157,8 @@ def run_tune(
         stop=found.stop,
         noise=found.noise,
         trials=trials.rows,
-        # The base's values as a candidate: its digest is the base's but where the base names
-        # env files by relative paths, which a candidate, written elsewhere, names in full.
+        # The base's values as a candidate: its digest is the base's (but where its next
+        # version names an env file by another path: `Candidates.moved_note`).
         profile_trial=numbers.get(candidates.get(start).digest),
         defaults_trial=numbers.get(candidates.get(defaults(space)).digest),
         winner=numbers.get(found.best) if found.best is not None else None,
@@ -174,6 +177,9 @@ def run_tune(
         return report.model_copy(update={"unchanged": True})
     provenance = _provenance(report, winner, score)
     path, plan = candidates.write_next(candidates.get(winner.values), baseline, provenance)
+    moved = candidates.moved_note()
+    if moved is not None:
+        progress.warn(moved)
     try:
         looked_up = find_profile(plan.label).resolve() == path.resolve()
     except UsageError:

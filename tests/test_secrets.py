@@ -1,0 +1,227 @@
+"""`${NAME}` in a profile's [server] args, filled at start from the profile's env files: the
+server gets the value as one argument, every command shows the reference, no digest moves
+when the value does, and no byte nccl-launch writes holds the value."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import RunCli, WriteProfile, console_script
+from tests.helpers import PROFILE, Server, free_port
+
+# Blanks, quotes, `$` and a reference of its own: filled once, as one word, never again.
+KEY = """sk-live 1234 $HOME "q" ${API_KEY} $$"""
+ENV_LINE = f"API_KEY='{KEY}'\n"  # single quotes: python-dotenv takes it as it is
+# The server's own argv, printed as JSON: what exec gave it.
+PRINTS_ARGV = """-c 'import json, sys; print(json.dumps(sys.argv[1:]))'"""
+
+KEYED = """
+schema = 1
+name = "keyed"
+version = 1
+env_files = ["secrets.env"]
+[nccl]
+PROTO = "LL"
+[server]
+python = "{python}"
+entrypoint = "{entrypoint}"
+model_path = "/models/m"
+args = ["--api-key", "${{API_KEY}}", "--note=a$$b:${{API_KEY}}"]
+"""
+
+
+def keyed(write_profile: WriteProfile, entrypoint: str = "-m sglang.launch_server") -> Path:
+    """The profile `keyed` and its 0600 env file, which holds KEY."""
+    text = KEYED.format(python=sys.executable, entrypoint=entrypoint.replace('"', '\\"'))
+    path = write_profile("keyed", text)
+    secrets = path.parent / "secrets.env"
+    secrets.write_text(ENV_LINE)
+    secrets.chmod(0o600)
+    return path
+
+
+def test_the_server_gets_the_env_files_value_as_one_argument(
+    write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    keyed(write_profile, PRINTS_ARGV)
+    result = nccl_launch("run", "keyed")
+    assert result.returncode == 0, result.stderr
+    argv = json.loads(result.stdout)
+    assert argv[-3:] == ["--api-key", KEY, f"--note=a$b:{KEY}"]
+    assert KEY not in result.stderr
+
+
+def test_every_view_shows_the_reference_and_rotating_the_key_changes_no_digest(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    path = keyed(write_profile)
+    shown = run_cli("show", "keyed", "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    digest = json.loads(shown.stdout)["digest"]
+    assert json.loads(shown.stdout)["argv"][-3:-1] == ["--api-key", "${API_KEY}"]
+    views = [
+        run_cli("validate", "keyed"),
+        run_cli("show", "keyed"),
+        run_cli("run", "keyed", "--dry-run"),
+        run_cli("preflight", "keyed", "--skip", "sglang", "--format", "json"),
+    ]
+    assert [view.returncode for view in views[:3]] == [0, 0, 0], [v.stderr for v in views]
+    assert json.loads(views[3].stdout)["argv"][-3:-1] == ["--api-key", "${API_KEY}"]
+    assert "--api-key '${API_KEY}'" in views[2].stdout
+    assert all(KEY not in view.stdout + view.stderr for view in views)
+    copy = path.with_name("keyed-2.toml")
+    copy.write_text(path.read_text().replace("version = 1", "version = 2"))
+    diff = run_cli("diff", "keyed@1", "keyed@2")
+    assert KEY not in diff.stdout + diff.stderr
+    (path.parent / "secrets.env").write_text("API_KEY=rotated\n")
+    after = run_cli("show", "keyed", "--format", "json")
+    assert json.loads(after.stdout)["digest"] == digest
+
+
+@pytest.mark.parametrize(
+    "command", [["run", "--dry-run"], ["preflight", "--skip", "sglang"], ["systemd"]]
+)
+def test_a_name_no_env_file_sets_is_refused_naming_the_files_looked_in(
+    command: list[str], write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    path = keyed(write_profile)
+    (path.parent / "secrets.env").write_text("OTHER=1\n")
+    result = run_cli(*command, "keyed")
+    assert (result.returncode, result.stdout) == (3, "")
+    assert result.stderr == (
+        f"nccl-launch: {Path('profiles/keyed.toml')}: server.args: ${{API_KEY}} is set by none "
+        f"of the profile's env files ({path.parent / 'secrets.env'}); write API_KEY=VALUE in "
+        "one of them\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "command", [["run", "--dry-run"], ["preflight", "--skip", "sglang"], ["systemd"]]
+)
+def test_a_key_its_env_file_sets_empty_is_refused_as_an_empty_key(
+    command: list[str], write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """SGLang takes `--api-key ''` as no key and serves every request."""
+    path = keyed(write_profile)
+    (path.parent / "secrets.env").write_text("API_KEY=\n")
+    result = run_cli(*command, "keyed")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith(
+        "nccl-launch: server.args: --api-key has an empty value, which SGLang takes as no key"
+    )
+
+
+def test_a_reference_nothing_could_fill_is_invalid_unless_the_policy_takes_it_from_the_caller(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    path = keyed(write_profile)
+    text = path.read_text().replace('env_files = ["secrets.env"]\n', "")
+    path.write_text(text)
+    invalid = run_cli("validate", "keyed")
+    assert (invalid.returncode, invalid.stderr) == (
+        2,
+        f"{Path('profiles/keyed.toml')}: server.args: ${{API_KEY}} can be filled from nothing: "
+        "the profile names no env_files; name the env file that sets API_KEY in env_files\n",
+    )
+    path.write_text(text + '[policy]\nenvironment_references = ["API_KEY"]\n')
+    assert run_cli("validate", "keyed").returncode == 0
+    unset = run_cli("run", "keyed", "--dry-run")
+    assert unset.returncode == 3
+    assert "is set by none of the profile's env files (none) nor the calling environment" in (
+        unset.stderr
+    )
+    given = run_cli("run", "keyed", "--dry-run", env={"API_KEY": KEY})
+    assert given.returncode == 0, given.stderr
+    assert KEY not in given.stdout + given.stderr
+
+
+def test_bench_and_check_talk_to_a_server_that_requires_the_referenced_key(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """Through the console script and the stand-in, which answers 401 without the key; then
+    every byte nccl-launch wrote or printed is searched for the key."""
+    port = free_port()
+    text = PROFILE.format(version=1, python=sys.executable, port=port, buffsize="4194304")
+    text = text.replace("version = 1\n", 'version = 1\nenv_files = ["secrets.env"]\n', 1)
+    path = write_profile("standin", text + 'args = ["--api-key", "${API_KEY}"]\n')
+    (path.parent / "secrets.env").write_text(ENV_LINE)
+    (path.parent / "secrets.env").chmod(0o600)
+    server = Server([console_script(), "run", "standin"], {}, port)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        assert httpx.get(f"{url}/server_info").status_code == httpx.codes.UNAUTHORIZED
+        outputs = [
+            run_cli("bench", "standin", "--max-tokens", "20", "--runs", "1", "--warmup", "0"),
+            run_cli("bench", "standin", "--runs", "1", "--warmup", "0", "--format", "json"),
+            run_cli("check", "standin", "--port", str(port)),
+            run_cli("check", "standin", "--port", str(port), "--format", "json"),
+            run_cli("check", "standin", "--port", str(port), "-o", str(tmp_path / "m.prom")),
+            run_cli("preflight", "standin", "--skip", "port", "--format", "json"),
+            run_cli("systemd", "standin", "-o", str(tmp_path / "standin.service")),
+        ]
+    finally:
+        server.stop()
+    codes = [output.returncode for output in outputs]
+    assert codes[:5] == [0, 0, 0, 0, 0], [output.stderr for output in outputs]
+    assert json.loads(outputs[1].stdout)["status"] == "measured"
+    printed = "".join(output.stdout + output.stderr for output in outputs)
+    written = b"".join(
+        file.read_bytes()
+        for file in tmp_path.rglob("*")
+        if file.is_file() and file.name != "secrets.env"
+    )
+    for part in (KEY, "sk-live 1234"):
+        assert part not in printed
+        assert part.encode() not in written
+
+
+def test_the_unit_of_a_profile_with_a_reference_needs_nothing_after_the_dashes(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path, systemd_analyze: str
+) -> None:
+    keyed(write_profile)
+    unit = tmp_path / "units" / "sglang-keyed.service"
+    result = run_cli("systemd", "keyed", "-o", str(unit))
+    assert result.returncode == 0, result.stderr
+    text = unit.read_text()
+    assert KEY not in text
+    assert "--api-key" not in text
+    assert f"EnvironmentFile={tmp_path / 'profiles' / 'secrets.env'}" in text.splitlines()
+    done = subprocess.run(
+        [systemd_analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        '["--api-key", "${K}"]',
+        '["--api-key=${K}"]',
+        '["--ssl-keyfile-passw", "x${K}"]',
+        '["--url", "http://user:${K}@db/"]',
+    ],
+)
+def test_a_reference_that_fills_a_credential_must_be_named_as_a_secret(
+    args: str, write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """Masking goes by name: a key filled from `K` would be shown as `+ K "sk-..."` by
+    `run --dry-run`, drift reports and `check`."""
+    path = keyed(write_profile)
+    path.write_text(
+        path.read_text().replace('args = ["--api-key", "${API_KEY}"', f"args = {args[:-1]}")
+    )
+    (path.parent / "secrets.env").write_text(f"K={KEY}\n")
+    result = run_cli("validate", "keyed")
+    assert (result.returncode, result.stderr) == (
+        2,
+        f"{Path('profiles/keyed.toml')}: server.args: ${{K}} fills a credential, but masking "
+        "shows a variable named K, so its value would be printed wherever the server's "
+        "environment is; name it with a word ending in KEY, TOKEN, SECRET or PASSWORD "
+        "(API_KEY)\n",
+    )
