@@ -943,3 +943,56 @@ def test_the_secrets_file_is_never_a_sourced_file_the_profile_names(run_cli: Run
         "another with --secrets-file\n"
     )
     assert Path("secrets.env").read_text() == f"API_KEY={KEY}\n"
+
+
+def test_run_of_a_converted_profile_gives_the_server_the_keys_bash_gave_it(
+    run_cli: RunCli, nccl_launch: RunCli, server_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Through the console scripts: `run --dry-run` shows the references, never a key, and
+    `run` fills them, so the stand-in gets the argv bash gave it from the script."""
+    Path("secrets.env").write_text(f"API_KEY={KEY}\n")
+    script = tmp_path / "start.sh"
+    script.write_text(
+        '. ./secrets.env\ncd "$SERVER_DIR"\nexec python3 -m sglang.launch_server --model-path /m '
+        "--api-key \"$API_KEY\" --admin-api=adm1n --served-model-name 'kimi ${v2} $$'\n"
+    )
+    original = run_original(script, server_env, tmp_path / "original.json")
+    converted = run_cli("convert", str(script), "--name", "api", env=server_env)
+    assert converted.returncode == 0, converted.stderr
+    dry = nccl_launch("run", "--dry-run", "api", env=server_env)
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.splitlines()[-1].endswith(
+        "--api-key '${API_KEY}' '--admin-api=${ADMIN_API_KEY}' --served-model-name "
+        "'kimi $${v2} $$$'"
+    )
+    assert KEY not in dry.stdout + dry.stderr and "adm1n" not in dry.stdout
+    out = tmp_path / "converted.json"
+    launched = nccl_launch("run", "api", env={**server_env, "STANDIN_RECORD": str(out)})
+    assert launched.returncode == 0, launched.stderr
+    given, meant = canonical_flags(read_record(out)["argv"]), canonical_flags(original["argv"])
+    assert given - meant == Counter({("--tp-size", "1"): 1})  # run writes the default out
+    assert not meant - given
+    assert ("--api-key", KEY) in given and ("--served-model-name", "kimi ${v2} $$") in given
+
+
+def test_a_key_under_a_name_masking_shows_is_kept_under_one_it_masks(run_cli: RunCli) -> None:
+    """A reference that fills a credential must be named as a secret (validate refuses it
+    otherwise): a sourced MYVAL is written as its value, which then moves as a literal key
+    does; --watermark-config's value goes under WATERMARK_CONFIG_SECRET."""
+    Path("s.env").write_text(f"MYVAL={KEY}\n")
+    Path("start.sh").write_text(
+        '. ./s.env\npython3 -m sglang.launch_server --model-path /m --api-key "$MYVAL" '
+        "--watermark-config '{\"k\": 1}'\n"
+    )
+    result = run_cli("convert", "start.sh", "-o", "p.toml")
+    assert result.returncode == 0, result.stderr
+    profile = tomllib.loads(Path("p.toml").read_text())
+    assert profile["env_files"] == ["p.env"]
+    assert profile["server"]["args"] == [
+        "--api-key", "${API_KEY}", "--watermark-config", "${WATERMARK_CONFIG_SECRET}"
+    ]  # fmt: skip
+    assert dotenv_values("p.env") == {"API_KEY": KEY, "WATERMARK_CONFIG_SECRET": '{"k": 1}'}
+    assert (
+        "nccl-launch: warning: --api-key ${MYVAL}: written as its value, since masking shows a "
+        "variable named MYVAL (a name ending in KEY, TOKEN, SECRET or PASSWORD is masked)"
+    ) in result.stderr.splitlines()

@@ -14,7 +14,7 @@ from nccl_launch import references
 from nccl_launch.deploy.exports import dotenv
 from nccl_launch.errors import UsageError
 from nccl_launch.escaping import escaped
-from nccl_launch.masking import credential_values, mask_value
+from nccl_launch.masking import credential_values, is_secret, mask_value
 from nccl_launch.sglang.facts import CREDENTIAL_FLAGS
 
 SECRETS_MODE = 0o600
@@ -67,10 +67,12 @@ def env_file_name(path: Path, profile: Path) -> str:
 
 def variable_for(flag: str) -> str:
     """The variable a credential flag's value is kept in: `--api-key` gives API_KEY, an
-    abbreviation the flag it stands for (`--admin-api` gives ADMIN_API_KEY)."""
+    abbreviation the flag it stands for (`--admin-api` gives ADMIN_API_KEY), a name masking
+    would show one ending in _SECRET (`--watermark-config` gives WATERMARK_CONFIG_SECRET)."""
     meant = [each for each in CREDENTIAL_FLAGS if each.startswith(flag)]
     name = re.sub(r"[^A-Za-z0-9]+", "_", (meant[0] if len(meant) == 1 else flag)).strip("_")
-    return name.upper() if name and not name[0].isdigit() else f"SECRET_{name.upper()}"
+    name = name.upper() if name and not name[0].isdigit() else f"SECRET_{name.upper()}"
+    return name if is_secret(name) else f"{name}_SECRET"
 
 
 def moved_credentials(

@@ -18,7 +18,7 @@ from nccl_launch.env.env_files import env_file_lines, profile_env_file_lines
 from nccl_launch.errors import HostError, ProfileError, UsageError
 from nccl_launch.escaping import toml_escaped
 from nccl_launch.files import check_output, write_output
-from nccl_launch.masking import credential_values, holds_secret, mask_argv
+from nccl_launch.masking import credential_values, holds_secret, is_secret, mask_argv
 from nccl_launch.migrate.secrets import (
     SECRETS_MODE,
     SecretsFile,
@@ -220,16 +220,27 @@ class _Secrets:
 
 
 def _env_file_words(
-    start: StartCommand, unnamed: Mapping[str, str | None]
+    start: StartCommand, unnamed: Mapping[str, str | None], notes: list[str]
 ) -> tuple[list[str], dict[str, dict[str, str]]]:
     """`start`'s words as `[server] args` write them, a variable a sourced file set referring
-    to it unless that file is `unnamed`, and what each file referred to gives the server's
-    env; _Unnamed for one that reads as no env file, or gives a variable another value."""
+    to it unless that file is `unnamed`, or it fills a credential under a name masking shows
+    (noted in `notes`: its value would be printed wherever the server's env is); and what
+    each file referred to gives the server's env. _Unnamed for a file that reads as no env
+    file, or gives a variable another value."""
     words = list(start.words) or [references.literal(word) for word in start.argv]
     files: dict[str, dict[str, str]] = {}
+    credentials = credential_values(start.argv)
     for index, word in enumerate(words):
-        origins = sorted({start.sourced[each][0] for each in references.names([word])})
-        if unnamed.keys() & origins:
+        names = references.names([word])
+        origins = sorted({start.sourced[each][0] for each in names})
+        shown = [each for each in names if not is_secret(each)] if index in credentials else []
+        if shown:
+            notes.append(
+                f"{credentials[index][0]} {word}: written as its value, since masking shows a "
+                f"variable named {shown[0]} (a name ending in KEY, TOKEN, SECRET or PASSWORD "
+                "is masked)"
+            )
+        if shown or unnamed.keys() & origins:
             words[index] = references.literal(start.argv[index])
             continue
         for file in origins:
@@ -267,8 +278,8 @@ def _profile(
     """The profile of `start`, to be written to `path`, naming in `env_files` the sourced
     files its args refer to (`_env_file_words`) and the env file its secrets go to
     (`secrets`); that file, and whether the profile still holds a secret."""
-    words, files = _env_file_words(start, unnamed)
     notes = list(start.notes)
+    words, files = _env_file_words(start, unnamed, notes)
     notes += [
         f"{file}: not named in env_files ({why}): its variables in [server] args are "
         "written as their values"
