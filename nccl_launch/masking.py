@@ -205,17 +205,29 @@ def _holds_a_line(word: str) -> bool:
     return _SPACES.search(word) is not None and len(_line_words(word)) > 1
 
 
+def credential_values(argv: Sequence[str]) -> dict[int, tuple[str, str]]:
+    """The credential flags' values in `argv`, by the index of the word holding one, each
+    with its flag: `--api-key X` (X's index) and `--api-key=X` (its own); a value that only
+    names a variable (`${API_KEY}`) is none."""
+    found = {}
+    for index, word in enumerate(argv):
+        option, equals, value = word.partition("=")
+        if _secret_flag(word) and equals and not _REFERENCE.fullmatch(value):
+            found[index] = (option, value)
+        elif _credential_value(argv[index - 1] if index else "", word):
+            found[index] = (argv[index - 1], word)
+    return found
+
+
 def mask_argv(argv: Sequence[str]) -> list[str]:
     """An argv as people see it: the value of `--api-key X` or `--token=X` masked, and the
     credentials in every word; a word that is a shell line (`bash -c '... --api-key X'`) is
     masked as one."""
     masked: list[str] = []
+    values = credential_values(argv)
     for index, word in enumerate(argv):
-        flag, equals, value = word.partition("=")
-        if _secret_flag(word) and equals and not _REFERENCE.fullmatch(value):
-            masked.append(f"{flag}={MASK}")
-        elif _credential_value(argv[index - 1] if index else "", word):
-            masked.append(MASK)
+        if index in values:  # the word ends in the value: `--api-key=X` or `X`
+            masked.append(word.removesuffix(values[index][1]) + MASK)
         elif _holds_a_line(word):
             masked.append(mask_command_line(word))
         else:
@@ -228,11 +240,10 @@ def masked_values(argv: Sequence[str]) -> set[str]:
     `--admin-api=X`), each credential pair's value, each URL's password (a user alone when
     it has none), and what it hides of a shell line in a word."""
     hidden = set()
-    for word, masked in zip(argv, mask_argv(argv), strict=True):
-        if masked == MASK:
-            hidden.add(word)
-        elif _secret_flag(word) and "=" in word and masked != word:
-            hidden.add(word.split("=", 1)[1])
+    values = credential_values(argv)
+    for index, word in enumerate(argv):
+        if index in values:
+            hidden.add(values[index][1])
         elif _holds_a_line(word):
             hidden |= masked_values(_line_words(word)) | _passwords(word)
         else:

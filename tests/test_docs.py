@@ -251,6 +251,18 @@ def test_the_secrets_example_of_migrating_prints_what_the_docs_show(run_cli: Run
     assert "hf_" not in Path("profiles/chat.toml").read_text()
 
 
+def test_the_key_example_of_migrating_prints_what_the_docs_show(run_cli: RunCli) -> None:
+    for name in ("secrets.env", "start_api.sh"):
+        text, _ = documented(f"cat {name}", "migrating.md")
+        Path(name).write_text("\n".join(text) + "\n")
+    expected, _ = documented("nccl-launch convert start_api.sh --name api", "migrating.md")
+    result = run_cli("convert", "start_api.sh", "--name", "api")
+    assert result.returncode == 0
+    assert [*result.stderr.splitlines(), *result.stdout.splitlines()] == expected
+    profile, _ = documented("cat profiles/api.toml", "migrating.md")
+    assert Path("profiles/api.toml").read_text().splitlines() == profile
+
+
 def test_the_nccl_conf_example_of_migrating_prints_what_the_docs_show(run_cli: RunCli) -> None:
     conf, _ = documented("cat nccl.conf", "migrating.md")
     Path("nccl.conf").write_text("\n".join(conf) + "\n")

@@ -20,6 +20,7 @@ from dotenv import dotenv_values
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nccl_launch import references
 from nccl_launch.migrate.start import typed
 from nccl_launch.nccl import rules
 from nccl_launch.sglang import facts
@@ -570,8 +571,13 @@ def start_standin(tmp_path: Path, env: dict[str, str], flags: list[str]) -> subp
         ({"SGLANG_DB_URL": "postgres://u:pw@db/x"}, [], [], 0o644,
          {"SGLANG_DB_URL": "postgres://u:pw@db/x"}),
         ({"HF_TOKEN": "hf_x", "HF_HOME": "/c"}, [], ["--secrets-in-profile"], 0o600, {}),
-        ({"NCCL_PROTO": "LL"}, ["--api-key", "sk-x"], [], 0o600, {}),
-        ({"NCCL_PROTO": "LL", "TOKENIZERS_PARALLELISM": "false"}, ["--tp", "2"], [], 0o644, {}),
+        ({"NCCL_PROTO": "LL"}, ["--api-key", "sk-x"], [], 0o644, {"API_KEY": "sk-x"}),
+        ({"NCCL_PROTO": "LL"}, ["--api-key", "sk-x"], ["--secrets-in-profile"], 0o600, {}),
+        ({"HF_TOKEN": "hf_x"}, ["--admin-api=sk-x", "--api-key", "sk-y", "--api-key=sk-z"], [],
+         0o644, {"HF_TOKEN": "hf_x", "ADMIN_API_KEY": "sk-x", "API_KEY": "sk-y",
+                 "API_KEY_2": "sk-z"}),
+        ({"NCCL_PROTO": "LL", "TOKENIZERS_PARALLELISM": "false"}, ["--enable-metrics"], [], 0o644,
+         {}),
     ],
 )  # fmt: skip
 def test_capture_keeps_secrets_in_an_env_file_readable_by_its_owner_only(
@@ -603,6 +609,10 @@ def test_capture_keeps_secrets_in_an_env_file_readable_by_its_owner_only(
         if not key.startswith("NCCL_") and key not in secrets
     }
     assert profile.get("env_files") == (["live.env"] if secrets else None)
+    args = profile["server"].get("args", [])
+    assert [references.fill(word, secrets) for word in args] == flags
+    printed = written.read_text() + result.stdout + result.stderr
+    assert not any(value in printed for value in secrets.values())
     if secrets:
         assert env_file.stat().st_mode & 0o777 == 0o600
         assert dotenv_values(env_file) == secrets
@@ -809,3 +819,180 @@ def test_convert_names_the_script_and_escapes_it(run_cli: RunCli) -> None:
     assert result.stdout.splitlines()[0].startswith("wrote out\\x1b.toml (")
     assert result.stdout.splitlines()[1] == "  nccl-launch run --dry-run $'out\\x1b.toml'"
     assert "\x1b" not in result.stdout
+
+
+KEY = "sk-live-" + "1234"  # an API key as a sourced file or a script holds it
+
+
+def holding(text: str, tmp_path: Path) -> list[str]:
+    """The files under `tmp_path` whose bytes hold `text`."""
+    return sorted(
+        str(path.relative_to(tmp_path))
+        for path in tmp_path.rglob("*")
+        if path.is_file() and text.encode() in path.read_bytes()
+    )
+
+
+@pytest.mark.parametrize("absolute", [False, True], ids=["relative", "absolute"])
+def test_a_key_from_a_sourced_file_stays_in_that_file_and_args_refer_to_it(
+    absolute: bool, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """The file is named in env_files as the script names it (a relative path from the
+    profile's folder); the key is in no other byte convert writes or prints."""
+    Path("conf").mkdir()
+    Path("conf/secrets.env").write_text(f"API_KEY={KEY}\nMODEL_DIR=/models/kimi\n")
+    sourced = tmp_path / "conf/secrets.env" if absolute else "./conf/secrets.env"
+    Path("start.sh").write_text(
+        f". {sourced}\nexport NCCL_PROTO=LL\n"
+        'python3 -m sglang.launch_server --model-path "$MODEL_DIR" --api-key "$API_KEY" '
+        "--enable-metrics\n"
+    )
+    result = run_cli("convert", "start.sh", "-o", "out/p.toml")
+    assert result.returncode == 0, result.stderr
+    profile = tomllib.loads(Path("out/p.toml").read_text())
+    assert profile["env_files"] == [str(sourced) if absolute else "../conf/secrets.env"]
+    assert profile["server"]["model_path"] == "/models/kimi"
+    assert profile["server"]["args"] == ["--api-key", "${API_KEY}", "--enable-metrics"]
+    assert holding(KEY, tmp_path) == ["conf/secrets.env"]
+    assert KEY not in result.stdout + result.stderr
+    assert Path("out/p.toml").stat().st_mode & 0o077 == 0o044  # it holds no secret
+    warnings = [line.removeprefix("nccl-launch: warning: ") for line in result.stderr.splitlines()]
+    assert warnings[-2:] == [
+        f"{str(sourced).removeprefix('./')} sets API_KEY, MODEL_DIR without export; named in "
+        "env_files, it gives them to the server's env too",
+        "--model-path ${MODEL_DIR}: written as its value, since only [server] args refer to an "
+        "env file's variables",
+    ]
+
+
+def test_a_sourced_file_that_cannot_be_an_env_file_gives_its_key_to_the_secrets_file(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    """An NCCL variable in it (a profile declares those in [nccl]): the key is moved as a
+    literal one would be, and a note says why."""
+    Path("secrets.env").write_text(f"API_KEY={KEY}\nexport NCCL_ALGO=Ring\n")
+    Path("start.sh").write_text(
+        '. ./secrets.env\npython3 -m sglang.launch_server --model-path /m --api-key "$API_KEY"\n'
+    )
+    result = run_cli("convert", "start.sh", "-o", "p.toml")
+    assert result.returncode == 0, result.stderr
+    profile = tomllib.loads(Path("p.toml").read_text())
+    assert profile["env_files"] == ["p.env"]
+    assert profile["server"]["args"] == ["--api-key", "${API_KEY}"]
+    assert dotenv_values("p.env") == {"API_KEY": KEY}
+    assert holding(KEY, tmp_path) == ["p.env", "secrets.env"]
+    assert KEY not in result.stdout + result.stderr
+    assert result.stderr.splitlines()[1:] == [
+        "nccl-launch: warning: secrets.env: not named in env_files (p.toml: env_files: env "
+        "file secrets.env: NCCL_ALGO: NCCL variables belong in [nccl], validated: ALGO = "
+        "'Ring'): its variables in [server] args are written as their values",
+        "nccl-launch: warning: --api-key's value is kept in p.env as API_KEY: [server] args "
+        "say ${API_KEY}",
+    ]
+
+
+def test_a_literal_key_in_the_servers_argv_moves_to_the_secrets_file(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    """Under a name from its flag, numbered where the script's variables took it; the key is
+    in no other byte convert writes or prints. --secrets-in-profile keeps it in args, 0600."""
+    Path("start.sh").write_text(
+        f"export API_KEY=other\npython3 -m sglang.launch_server --model-path /m --api-key {KEY} "
+        "--admin-api=adm1n\n"
+    )
+    result = run_cli("convert", "start.sh", "-o", "p.toml")
+    assert result.returncode == 0, result.stderr
+    profile = tomllib.loads(Path("p.toml").read_text())
+    assert profile["env_files"] == ["p.env"]
+    args = ["--api-key", "${API_KEY_2}", "--admin-api=${ADMIN_API_KEY}"]
+    assert profile["server"]["args"] == args
+    secrets = {"API_KEY": "other", "API_KEY_2": KEY, "ADMIN_API_KEY": "adm1n"}
+    assert dotenv_values("p.env") == secrets
+    assert Path("p.env").stat().st_mode & 0o777 == 0o600
+    assert result.stdout.splitlines()[0] == (
+        "wrote secrets API_KEY, API_KEY_2, ADMIN_API_KEY to p.env (0600); the profile names it "
+        "in env_files"
+    )
+    assert holding(KEY, tmp_path) == ["p.env", "start.sh"]
+    assert KEY not in result.stdout + result.stderr
+    assert "--api-key's value is kept in p.env as API_KEY_2: [server] args say ${API_KEY_2}" in (
+        result.stderr
+    )
+    kept = run_cli("convert", "start.sh", "-o", "q.toml", "--secrets-in-profile")
+    assert kept.returncode == 0, kept.stderr
+    assert tomllib.loads(Path("q.toml").read_text())["server"]["args"] == [
+        "--api-key", KEY, "--admin-api=adm1n"
+    ]  # fmt: skip
+    assert Path("q.toml").stat().st_mode & 0o777 == 0o600
+    Path("url.sh").write_text("python3 -m sglang.launch_server --model-path https://u:pw@hub/m\n")
+    assert run_cli("convert", "url.sh", "-o", "url.toml").returncode == 0
+    assert Path("url.toml").stat().st_mode & 0o777 == 0o600  # a password in a field
+
+
+def test_the_secrets_file_is_never_a_sourced_file_the_profile_names(run_cli: RunCli) -> None:
+    """Writing it would replace the key the profile refers to, even with --force."""
+    Path("secrets.env").write_text(f"API_KEY={KEY}\n")
+    Path("start.sh").write_text(
+        ". ./secrets.env\npython3 -m sglang.launch_server --model-path /m --api-key "
+        '"$API_KEY" --admin-api-key adm1n\n'
+    )
+    result = run_cli("convert", "start.sh", "--secrets-file", "secrets.env", "--force")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "nccl-launch: secrets file secrets.env is a file the script sources, secrets.env; name "
+        "another with --secrets-file\n"
+    )
+    assert Path("secrets.env").read_text() == f"API_KEY={KEY}\n"
+
+
+def test_run_of_a_converted_profile_gives_the_server_the_keys_bash_gave_it(
+    run_cli: RunCli, nccl_launch: RunCli, server_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Through the console scripts: `run --dry-run` shows the references, never a key, and
+    `run` fills them, so the stand-in gets the argv bash gave it from the script."""
+    Path("secrets.env").write_text(f"API_KEY={KEY}\n")
+    script = tmp_path / "start.sh"
+    script.write_text(
+        '. ./secrets.env\ncd "$SERVER_DIR"\nexec python3 -m sglang.launch_server --model-path /m '
+        "--api-key \"$API_KEY\" --admin-api=adm1n --served-model-name 'kimi ${v2} $$'\n"
+    )
+    original = run_original(script, server_env, tmp_path / "original.json")
+    converted = run_cli("convert", str(script), "--name", "api", env=server_env)
+    assert converted.returncode == 0, converted.stderr
+    dry = nccl_launch("run", "--dry-run", "api", env=server_env)
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.splitlines()[-1].endswith(
+        "--api-key '${API_KEY}' '--admin-api=${ADMIN_API_KEY}' --served-model-name "
+        "'kimi $${v2} $$$'"
+    )
+    assert KEY not in dry.stdout + dry.stderr and "adm1n" not in dry.stdout
+    out = tmp_path / "converted.json"
+    launched = nccl_launch("run", "api", env={**server_env, "STANDIN_RECORD": str(out)})
+    assert launched.returncode == 0, launched.stderr
+    given, meant = canonical_flags(read_record(out)["argv"]), canonical_flags(original["argv"])
+    assert given - meant == Counter({("--tp-size", "1"): 1})  # run writes the default out
+    assert not meant - given
+    assert ("--api-key", KEY) in given and ("--served-model-name", "kimi ${v2} $$") in given
+
+
+def test_a_key_under_a_name_masking_shows_is_kept_under_one_it_masks(run_cli: RunCli) -> None:
+    """A reference that fills a credential must be named as a secret (validate refuses it
+    otherwise): a sourced MYVAL is written as its value, which then moves as a literal key
+    does; --watermark-config's value goes under WATERMARK_CONFIG_SECRET."""
+    Path("s.env").write_text(f"MYVAL={KEY}\n")
+    Path("start.sh").write_text(
+        '. ./s.env\npython3 -m sglang.launch_server --model-path /m --api-key "$MYVAL" '
+        "--watermark-config '{\"k\": 1}'\n"
+    )
+    result = run_cli("convert", "start.sh", "-o", "p.toml")
+    assert result.returncode == 0, result.stderr
+    profile = tomllib.loads(Path("p.toml").read_text())
+    assert profile["env_files"] == ["p.env"]
+    assert profile["server"]["args"] == [
+        "--api-key", "${API_KEY}", "--watermark-config", "${WATERMARK_CONFIG_SECRET}"
+    ]  # fmt: skip
+    assert dotenv_values("p.env") == {"API_KEY": KEY, "WATERMARK_CONFIG_SECRET": '{"k": 1}'}
+    assert (
+        "nccl-launch: warning: --api-key ${MYVAL}: written as its value, since masking shows a "
+        "variable named MYVAL (a name ending in KEY, TOKEN, SECRET or PASSWORD is masked)"
+    ) in result.stderr.splitlines()

@@ -10,11 +10,14 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nccl_launch import references
+from nccl_launch.env.env_files import env_file_lines
 from nccl_launch.nccl import catalog, rules
 from tests.conftest import RunCli, run_in_process
 
@@ -159,6 +162,11 @@ CORPUS = [
     ("{serve} ${U:-*.json}", 1),
     ("export HF_HOME=${U:=/a}\n{serve}", 1),
     ("{serve} ${U+a} ${U:?a}", 1),
+    # A `$` bash passes as it is stays itself once the profile's args are filled.
+    ("{serve} '$HOME' 'a$$b' '${X}' \"\\${Y}\" '$' '${' '$${' \"a\\$\"", None),
+    ('X=\'${A} $$ $\'\n{serve} "$X" --served-model-name="$X"', None),
+    ('X=\'$A $$ $\'\n{serve} "$X" --api-key "$X"x --admin-api-key="$X"', None),
+    ("{serve} --api-key 'sk-$$1$' --admin-api=\"a b\" --ssl-keyfile-password=p", None),
 ]
 
 
@@ -188,21 +196,35 @@ def convert(script: str, run: RunCli) -> subprocess.CompletedProcess[str]:
     return run("convert", "start.sh", "-o", "out.toml", "--force")
 
 
+def env_files_values(profile: dict[str, Any], folder: Path) -> dict[str, str]:
+    """What the env files a profile names (from its `folder`) hold, read as `run` reads them."""
+    return {
+        each.key: each.value
+        for named in profile.get("env_files", [])
+        for each in env_file_lines(folder / named)
+    }
+
+
 def assert_profile_holds_what_bash_exports(script: str, tmp_path: Path) -> None:
-    """Every variable out.toml declares has the value bash exported, every NCCL_* bash
-    exported is declared, and the server starts where bash ran it, with the arguments bash
-    gave it."""
+    """Every variable out.toml declares has the value bash exported, and so has each its env
+    files hold that bash exported; every NCCL_* bash exported is declared, and the server
+    starts where bash ran it, with the arguments bash gave it once its args are filled from
+    its env files."""
     home = os.environ["HOME"]
     (Path(home) / "srv").mkdir(exist_ok=True)
     profile = tomllib.loads((tmp_path / "out.toml").read_text())
     env, cwd, args = bash_exports(script, home, tmp_path)
     declared = {catalog.PREFIX + key: rules.canonical(catalog.PREFIX + key, value)
                 for key, value in profile.get("nccl", {}).items()}  # fmt: skip
+    values = env_files_values(profile, tmp_path)
     declared |= profile.get("env", {})
     assert declared == {key: env[key] for key in declared if key in env}
+    assert {key: value for key, value in values.items() if key in env} == {
+        key: env[key] for key in values if key in env
+    }
     assert {key for key in env if key.startswith(catalog.PREFIX)} <= set(declared)
     assert os.path.normpath(tmp_path / profile["server"].get("cwd", ".")) == cwd
-    assert profile["server"].get("args", []) == args
+    assert [references.fill(word, values) for word in profile["server"].get("args", [])] == args
 
 
 @pytest.mark.parametrize(("script", "refused"), CORPUS)
@@ -228,10 +250,12 @@ LINES = st.sampled_from([
     "unset {n}", "declare -x {n}={v}", "declare +x {n}", "local {n}={v}", "set -a", "set +a",
     "{n}+=,{v}", "cd ~/srv", "export {n}={v} | cat", "readonly {n}", "env -u {n} {serve}",
     ". ~/sub.sh", "IFS=,", "IFS=", "unset IFS", "# {v}\r{n}={v}", "{n}={v} {serve} ${n}",
-    "set -f", "set +o noglob",
+    "set -f", "set +o noglob", ". ~/keys.env", "KEY={v}", "unset KEY",
 ])  # fmt: skip
 # What `. ~/sub.sh` runs, in the script's shell: its `set -a` stays on after it.
 SUB = "NCCL_IB_HCA=s\nexport HF_HOME=~/s\nset -a\n"
+# What `. ~/keys.env` sets: a variable the server's args refer to, kept in that file.
+KEYS_ENV = "KEY='k ${x} $$'\n"
 SCRIPTS = st.lists(st.tuples(LINES, NAMES, VALUES), min_size=1, max_size=8).map(
     lambda lines: "\n".join(line.replace("{n}", n).replace("{v}", v) for line, n, v in lines)
 )
@@ -243,7 +267,8 @@ def test_any_script_of_these_lines_converts_as_bash_runs_it(script: str) -> None
     """Scripts drawn from the lines that change what bash exports, in any order."""
     tmp_path = Path.cwd()
     Path(os.environ["HOME"], "sub.sh").write_text(SUB)
-    script += "\n{serve} $HF_HOME"
+    Path(os.environ["HOME"], "keys.env").write_text(KEYS_ENV)
+    script += '\n{serve} $HF_HOME "${KEY-}"'
     result = convert(script, run_in_process)
     if result.returncode == 2:
         assert re.search(r"start.sh: line \d+: ", result.stderr), result.stderr
@@ -280,6 +305,7 @@ def test_a_variable_unset_in_the_script_no_longer_has_the_callers_value(
 # `cd` and `return` act as if written there, and a relative path is from the directory
 # the shell is in, not the sourcing file's.
 ALGO = "export NCCL_ALGO=Ring\n"
+KEYS = "API_KEY=sk-live-1234\nNAME='kimi ${x} $$'\n"
 SOURCED = [
     ({"nccl.env": "NCCL_PROTO=LL\nNCCL_ALGO=Ring\n"},
      "set -a; source nccl.env; set +a\nNCCL_BUFFSIZE=1\n{serve}", None),
@@ -304,6 +330,19 @@ SOURCED = [
     ({"cr.sh": "# tuned\rexport NCCL_PROTO=Simple\nexport HF_HOME=/x\r\n"}, ". ./cr.sh\n{serve}",
      None),
     ({"latin1.sh": "# caf\udce9\nexport NCCL_ALGO=Ring\n"}, ". ./latin1.sh\n{serve}", None),
+    # A key from a sourced file: `${NAME}` in args, the file named in env_files.
+    ({"secrets.env": KEYS}, ". ./secrets.env\n{serve} --api-key \"$API_KEY\"", None),
+    ({"secrets.env": KEYS}, "set -a; . ./secrets.env; set +a\n{serve} --api-key=$API_KEY", None),
+    ({"k/s.env": KEYS}, "cd k\nsource ./s.env\ncd ..\n{serve} x\"$NAME\"' $'y --ap \"$API_KEY\"",
+     None),
+    ({"secrets.env": KEYS}, ". ./secrets.env\nAPI_KEY=sk-2\n{serve} --api-key \"$API_KEY\"", None),
+    # ... or, where the file cannot be an env file of the profile, its values
+    ({"secrets.env": KEYS + "export NCCL_ALGO=Ring\n"},
+     ". ./secrets.env\n{serve} --api-key $API_KEY", None),
+    ({"secrets.env": "API_KEY=\"a\\$b\"\n"},
+     ". ./secrets.env\n{serve} --api-key \"$API_KEY\"", None),
+    ({"secrets.env": KEYS + "export HF_HOME=/a\n"},
+     ". ./secrets.env\nexport HF_HOME=/b\n{serve} --api-key \"$API_KEY\"", None),
 ]  # fmt: skip
 
 

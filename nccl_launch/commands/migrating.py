@@ -42,17 +42,20 @@ profile_output = output_options("Where to write it (default: profiles/NAME.toml)
 name_option = click.option("--name", help="Profile name (default: from the source).")
 
 
-# Where the secret variables go: their own 0600 env file, which the profile names.
+# Where the secrets go (variables, credential flags' values): their own 0600 env file, which
+# the profile names.
 secrets_file_option = click.option(
     "--secrets-file",
     "secrets_to",
     type=click.Path(path_type=Path),
-    help="Env file (0600) for the secret variables (default: the profile's path with .env).",
+    help="Env file (0600) for the secret variables and credential flags' values (default: "
+    "the profile's path with .env).",
 )
 secrets_in_profile_option = click.option(
     "--secrets-in-profile",
     is_flag=True,
-    help="Write secret variables into the profile's [env] instead (a 0600 profile).",
+    help="Keep secrets in the profile instead: variables in [env], credential flags' values "
+    "in [server] args (a 0600 profile).",
 )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from nccl_launch import references
 from nccl_launch.errors import UsageError
 from nccl_launch.migrate import shell, sourced
 from nccl_launch.migrate.builtins import AFTER_EXPANSION, BUILTINS, DECLARATIONS
@@ -27,7 +28,11 @@ class _Script:
 
     def __init__(self, environ: Mapping[str, str]) -> None:
         self.shell = Shell(environ)
-        self.found: tuple[str, dict[str, str], list[str]] | None = None
+        # Where the server's command is, its env, argv, words as written, and each of their
+        # variables a sourced file set last: that file and the value.
+        self.found: (
+            tuple[str, dict[str, str], list[str], list[str], dict[str, tuple[str, str]]] | None
+        ) = None
         # Whether the last command succeeded, as far as a reader can know (None: it cannot).
         self.succeeded: bool | None = True
         self.done = False  # after `exit`, or `exec` of a command
@@ -146,13 +151,23 @@ class _Script:
         builtin = BUILTINS.get(words[0].literal())
         if builtin is not None and words[0].literal() not in DECLARATIONS:
             return builtin(state, words[1:], line)  # `A=1 export A` is refused below
-        argv = [argument for word in words for argument in state.arguments(word, line)]
-        return self.run(argv, prefix, line, command)
+        argv, written = [], []
+        for word in words:
+            for argument in state.arguments(word, line):
+                argv.append(argument)
+                written.append(state.written(word, line, argument))
+        return self.run(argv, written, prefix, line, command)
 
     def run(
-        self, argv: list[str], prefix: dict[str, str], line: int, command: shell.Command
+        self,
+        argv: list[str],
+        written: list[str],
+        prefix: dict[str, str],
+        line: int,
+        command: shell.Command,
     ) -> bool | None:
-        """An expanded command: the server's (its env and argv kept), or a builtin's."""
+        """An expanded command (`written`: its words as a profile writes them): the server's
+        (its env and argv kept), or a builtin's."""
         state, start, replaces = self.shell, 0, False
         removed: set[str] = set()
         while start < len(argv) and argv[start] in (*_WRAPPERS, "env"):
@@ -160,7 +175,7 @@ class _Script:
             start += 1
             if argv[start - 1] == "env":
                 start = self.env_options(argv, start, prefix, removed, line)
-        argv = argv[start:]
+        argv, written = argv[start:], written[start:]
         if not argv:
             return True  # `exec > log 2>&1` only redirects the script's own output
         self.done = replaces  # `exec` replaces the shell: nothing after it runs
@@ -170,7 +185,13 @@ class _Script:
                 raise UsageError(
                     f"line {line}: a second server command (the first: {self.found[0]})"
                 )
-            self.found = (state.at(line), state.server_env(removed, prefix), argv)
+            env = state.server_env(removed, prefix)
+            origins = {
+                name: (state.origins[name], state.variables[name])
+                for name in [*env, *references.names(written)]
+                if name in state.origins
+            }
+            self.found = (state.at(line), env, argv, written, origins)
             return True if command.background else None
         if command.background or command.pipes:
             state.notes.append(f"{state.at(line)}: ignored `{argv[0]} &` (it runs in a subshell)")
@@ -218,10 +239,19 @@ def read_script(text: str, environ: Mapping[str, str]) -> StartCommand:
         raise UsageError(str(error)) from None
     if script.found is None:
         raise UsageError("no `python -m sglang.launch_server` (or `sglang serve`) command found")
-    at, env, argv = script.found
+    at, env, argv, written, origins = script.found
     state = script.shell
     lines = {name: state.lines[name] for name in env if name in state.lines}
     for name, value in env.items():
         utf8(value, lines.get(name, at), name)
     utf8(" ".join(argv), at, "the server's command")
-    return StartCommand(env=env, argv=argv, cwd=state.cwd, lines=lines, notes=state.notes, at=at)
+    return StartCommand(
+        env=env,
+        argv=argv,
+        cwd=state.cwd,
+        lines=lines,
+        notes=state.notes,
+        at=at,
+        words=written,
+        sourced=origins,
+    )

@@ -1,16 +1,21 @@
-"""The secrets of a start command, kept out of its profile: a 0600 env file the profile names."""
+"""The secrets of a start command, kept out of its profile: a 0600 env file the profile names,
+which its secret variables and its credential flags' values (as `${NAME}` in `[server] args`)
+go to."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nccl_launch import references
 from nccl_launch.deploy.exports import dotenv
 from nccl_launch.errors import UsageError
 from nccl_launch.escaping import escaped
-from nccl_launch.masking import mask_value
+from nccl_launch.masking import credential_values, is_secret, mask_value
+from nccl_launch.sglang.facts import CREDENTIAL_FLAGS
 
 SECRETS_MODE = 0o600
 
@@ -31,23 +36,66 @@ def secret_variables(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def secrets_file(
-    profile: Path, given: Path | None, env: Mapping[str, str], script: Path | None = None
+    profile: Path,
+    given: Path | None,
+    values: dict[str, str],
+    script: Path | None = None,
+    sourced: Sequence[Path] = (),
 ) -> SecretsFile | None:
-    """The env file for the secrets of `env` (none without secrets): `given`, else the
-    profile's path with the suffix `.env`; named in the profile relative to its folder, or
-    absolute when given so. It may be neither the profile nor the `script` read (the same
-    path, a symlink or a hard link): writing it would replace the one or the other."""
-    values = secret_variables(env)
+    """The env file for the secret `values` (none without any): `given`, else the profile's
+    path with the suffix `.env`. It may be neither the profile, nor the `script` read, nor a
+    file it sources that the profile names (the same path, a symlink or a hard link): writing
+    it would replace the one or the other."""
     if not values:
         return None
     path = given or profile.with_suffix(".env")
-    for what, other in (("the profile", profile), ("the script read,", script)):
+    others = [("the profile", profile), ("the script read,", script)]
+    others += [("a file the script sources,", file) for file in sourced]
+    for what, other in others:
         if other is not None and _same_file(path, other):
             raise UsageError(
                 f"secrets file {path} is {what} {other}; name another with --secrets-file"
             )
-    named = str(path) if path.is_absolute() else os.path.relpath(path, profile.parent)
-    return SecretsFile(path=path, named=named, values=values)
+    return SecretsFile(path=path, named=env_file_name(path, profile), values=values)
+
+
+def env_file_name(path: Path, profile: Path) -> str:
+    """How `profile` names the env file `path` in `env_files`: relative to its folder, or
+    absolute when `path` is."""
+    return str(path) if path.is_absolute() else os.path.relpath(path, profile.parent)
+
+
+def variable_for(flag: str) -> str:
+    """The variable a credential flag's value is kept in: `--api-key` gives API_KEY, an
+    abbreviation the flag it stands for (`--admin-api` gives ADMIN_API_KEY), a name masking
+    would show one ending in _SECRET (`--watermark-config` gives WATERMARK_CONFIG_SECRET)."""
+    meant = [each for each in CREDENTIAL_FLAGS if each.startswith(flag)]
+    name = re.sub(r"[^A-Za-z0-9]+", "_", (meant[0] if len(meant) == 1 else flag)).strip("_")
+    name = name.upper() if name and not name[0].isdigit() else f"SECRET_{name.upper()}"
+    return name if is_secret(name) else f"{name}_SECRET"
+
+
+def moved_credentials(
+    argv: list[str], words: list[str], secrets: dict[str, str], taken: Collection[str]
+) -> dict[int, str]:
+    """`words` (`argv` as `[server] args` writes it) with each credential flag's value that
+    is still a value (`--api-key sk-1`) replaced by `${NAME}` (`variable_for`), the value
+    added to `secrets` (one it holds with another value, or `taken`, the names the server
+    gets from elsewhere, gets a number: `API_KEY_2`). What moved: each word's index and its
+    name."""
+    moved = {}
+    for index, (flag, value) in credential_values(argv).items():
+        if references.names([words[index]]):  # a variable of an env file already
+            continue
+        base = variable_for(flag)
+        name, number = base, 1
+        while secrets.get(name, value) != value or name in taken:
+            number += 1
+            name = f"{base}_{number}"
+        secrets[name] = value
+        words[index] = references.literal(argv[index].removesuffix(value)) + f"${{{name}}}"
+        moved[index] = name
+    return moved
 
 
 def _same_file(path: Path, other: Path) -> bool:

@@ -7,6 +7,7 @@ import shlex
 from pathlib import PurePosixPath
 from typing import Any
 
+from nccl_launch import references
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import UsageError
 from nccl_launch.sglang.facts import SPECULATIVE_PREFIX, flag_for
@@ -56,14 +57,28 @@ _INTEGERS = {
 }  # fmt: skip
 
 
-def server_table(argv: list[str]) -> tuple[dict[str, Any] | None, list[str]]:
+def _value_only(name: str, value: str, word: str, notes: list[str]) -> None:
+    """Note a structured flag whose `word` in the profile would refer to a variable of an env
+    file: a field holds a value, so the value is written."""
+    if word != references.literal(value):
+        notes.append(
+            f"{name} {word}: written as its value, since only [server] args refer to an env "
+            "file's variables"
+        )
+
+
+def server_table(
+    argv: list[str], words: list[str] | None = None
+) -> tuple[dict[str, Any] | None, list[str]]:
     """The `[server]` table reproducing an SGLang argv (None when it is not one), and notes on
-    what it leaves out."""
+    what it leaves out. `words` are the argv's words as `[server] args` writes them (default:
+    each as it is, `references.literal`), some of them referring to variables (`${NAME}`)."""
     split = server_split(argv)
     if split is None:
         return None, []
     notes: list[str] = []
     python, entrypoint, flags = split
+    written = (words or [references.literal(word) for word in argv])[len(argv) - len(flags) :]
     table: dict[str, Any] = {"python": python, "entrypoint": entrypoint}
     speculative: dict[str, Any] = {}
     args: list[str] = []
@@ -76,11 +91,14 @@ def server_table(argv: list[str]) -> tuple[dict[str, Any] | None, list[str]]:
             value = flags[index + 1]
         flag = flag_for(option) if option.startswith("--") else None
         consumed = 2 if takes_next else 1
+        held = written[index + consumed - 1]
         if flag is None and name.startswith(SPECULATIVE_PREFIX):
             key = name.removeprefix(SPECULATIVE_PREFIX).replace("-", "_")
             speculative[key] = known(value) if (equals or takes_next) else True
+            _value_only(name, flags[index + consumed - 1], held, notes)
         elif flag is None:
-            args.append(known(option))
+            known(option)
+            args.append(written[index])
             consumed = 1
         elif UNSET in value and flag.field in ("node_rank", "dist_init_addr"):
             notes.append(f"{name} comes from the caller's environment; left to run time")
@@ -89,6 +107,7 @@ def server_table(argv: list[str]) -> tuple[dict[str, Any] | None, list[str]]:
             parsed: Any = _number(name, value) if flag.field in _INTEGERS else value
             section, _, key = flag.field.rpartition(".")
             (speculative if section else table)[key] = parsed
+            _value_only(name, flags[index + consumed - 1], held, notes)
         index += consumed
     if speculative:
         table["speculative"] = speculative

@@ -6,23 +6,34 @@ import dataclasses
 import json
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
-from nccl_launch.errors import ProfileError, UsageError
+from nccl_launch import references
+from nccl_launch.env.env_files import env_file_lines, profile_env_file_lines
+from nccl_launch.errors import HostError, ProfileError, UsageError
 from nccl_launch.escaping import toml_escaped
 from nccl_launch.files import check_output, write_output
-from nccl_launch.masking import holds_secret, mask_argv
-from nccl_launch.migrate.secrets import SECRETS_MODE, SecretsFile, secrets_file, secrets_text
-from nccl_launch.migrate.server_table import server_table
+from nccl_launch.masking import credential_values, holds_secret, is_secret, mask_argv
+from nccl_launch.migrate.secrets import (
+    SECRETS_MODE,
+    SecretsFile,
+    env_file_name,
+    moved_credentials,
+    secret_variables,
+    secrets_file,
+    secrets_text,
+)
+from nccl_launch.migrate.server_table import server_split, server_table
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.nccl.grammar import BoolRule, IntRule, LevelRule, SizeRule, TomlValue, Undefined
-from nccl_launch.profile.load import validate_resolved
+from nccl_launch.profile.load import LoadedProfile, validate_resolved
 from nccl_launch.profile.markers import OWN_VARIABLES
-from nccl_launch.profile.model import PROFILE_SCHEMA
+from nccl_launch.profile.model import PROFILE_SCHEMA, Profile
 from nccl_launch.profile.new import check_name
 from nccl_launch.profile.plan import ProfilePlan, build_plan
 
@@ -38,6 +49,11 @@ class StartCommand:
     notes: list[str] = field(default_factory=list)
     origin: str = ""  # where every variable came from, for one without a line ("pid 42")
     at: str = ""  # where the server's command is: "line 9", "a.sh line 2"
+    # `argv` as `[server] args` writes it (`${NAME}` for a variable of an env file, the rest
+    # `references.literal`); empty: each word as it is.
+    words: list[str] = field(default_factory=list)
+    # Each variable of `env` and `words` that a sourced file set last: that file, the value.
+    sourced: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def where(self, key: str) -> str:
         """Where `key` was set, as a comment in the profile says it."""
@@ -97,6 +113,7 @@ class BuiltProfile:
     variable saying where it came from; the notes on what was read differently or left out."""
 
     data: dict[str, Any]
+    profile: Profile
     plan: ProfilePlan
     comments: dict[str, str]
     notes: list[str]
@@ -145,7 +162,7 @@ def build_profile(
     data |= {"nccl": nccl} if nccl else {}
     data |= {"env": env} if env else {}
     try:
-        server, server_notes = server_table(start.argv)
+        server, server_notes = server_table(start.argv, start.words or None)
     except UsageError as error:  # `$MODEL_DIR is not set`: in which script, on which line
         raise UsageError(f"{source}: {start.at}{': ' if start.at else ''}{error}") from None
     notes += server_notes
@@ -156,8 +173,8 @@ def build_profile(
         shown = " ".join(mask_argv(start.argv))
         notes.append(f"not an SGLang command, run it with: -- {shown}")
     data["provenance"] = {"source": source} | ({"notes": "; ".join(notes)} if notes else {})
-    plan = build_plan(validate_resolved(source, data))
-    return BuiltProfile(data, plan, comments, notes)
+    profile = validate_resolved(source, data)
+    return BuiltProfile(data, profile, build_plan(profile), comments, notes)
 
 
 def profile_text(data: dict[str, Any], comments: dict[str, str]) -> str:
@@ -184,6 +201,120 @@ def profile_text(data: dict[str, Any], comments: dict[str, str]) -> str:
     return text
 
 
+class _Unnamed(Exception):
+    """A file the script sourced that the profile does not name in `env_files`, and why (None:
+    no word of `[server] args` refers to it)."""
+
+    def __init__(self, file: str, why: str | None) -> None:
+        super().__init__(file)
+        self.file, self.why = file, why
+
+
+@dataclass(frozen=True)
+class _Secrets:
+    """Where secrets go: `--secrets-file`, unless `--secrets-in-profile`; the `script` read."""
+
+    to: Path | None
+    in_profile: bool
+    script: Path | None
+
+
+def _env_file_words(
+    start: StartCommand, unnamed: Mapping[str, str | None], notes: list[str]
+) -> tuple[list[str], dict[str, dict[str, str]]]:
+    """`start`'s words as `[server] args` write them, a variable a sourced file set referring
+    to it unless that file is `unnamed`, or it fills a credential under a name masking shows
+    (noted in `notes`: its value would be printed wherever the server's env is); and what
+    each file referred to gives the server's env. _Unnamed for a file that reads as no env
+    file, or gives a variable another value."""
+    words = list(start.words) or [references.literal(word) for word in start.argv]
+    files: dict[str, dict[str, str]] = {}
+    credentials = credential_values(start.argv)
+    for index, word in enumerate(words):
+        names = references.names([word])
+        origins = sorted({start.sourced[each][0] for each in names})
+        shown = [each for each in names if not is_secret(each)] if index in credentials else []
+        if shown:
+            notes.append(
+                f"{credentials[index][0]} {word}: written as its value, since masking shows a "
+                f"variable named {shown[0]} (a name ending in KEY, TOKEN, SECRET or PASSWORD "
+                "is masked)"
+            )
+        if shown or unnamed.keys() & origins:
+            words[index] = references.literal(start.argv[index])
+            continue
+        for file in origins:
+            try:
+                files[file] = {each.key: each.value for each in env_file_lines(Path(file))}
+            except UsageError as error:
+                raise _Unnamed(file, str(error)) from None
+        for each in references.names([word]):
+            file, value = start.sourced[each]
+            if files[file].get(each) != value:
+                raise _Unnamed(file, f"read as an env file, it gives {each} another value")
+    return words, files
+
+
+def _check_env_files(
+    built: BuiltProfile, path: Path, start: StartCommand, files: list[str]
+) -> None:
+    """_Unnamed for a sourced file `built` (to be written to `path`) names that no word of its
+    args refers to, or that is no env file of it by `profile_env_file_lines`' rules."""
+    loaded = LoadedProfile(built.profile, built.plan, path, (path,), {})
+    used = references.names(built.data.get("server", {}).get("args", []))
+    for file in files:
+        if not any(start.sourced[each][0] == file for each in used):
+            raise _Unnamed(file, None)  # its variables only in fields, which hold values
+        try:
+            profile_env_file_lines(loaded, Path(file))
+        except HostError as error:
+            raise _Unnamed(file, str(error)) from None
+
+
+def _profile(
+    start: StartCommand, name: str, source: str, how: str, path: Path, secrets: _Secrets,
+    unnamed: Mapping[str, str | None],
+) -> tuple[BuiltProfile, SecretsFile | None, bool]:  # fmt: skip
+    """The profile of `start`, to be written to `path`, naming in `env_files` the sourced
+    files its args refer to (`_env_file_words`) and the env file its secrets go to
+    (`secrets`); that file, and whether the profile still holds a secret."""
+    notes = list(start.notes)
+    words, files = _env_file_words(start, unnamed, notes)
+    notes += [
+        f"{file}: not named in env_files ({why}): its variables in [server] args are "
+        "written as their values"
+        for file, why in unnamed.items()
+        if why is not None
+    ]
+    given = {key: value for declared in files.values() for key, value in declared.items()}
+    for file, declared in files.items():
+        unexported = sorted(declared.keys() - start.env.keys())
+        if unexported:
+            notes.append(
+                f"{file} sets {', '.join(unexported)} without export; named in env_files, it "
+                "gives them to the server's env too"
+            )
+    env = {key: value for key, value in start.env.items() if given.get(key) != value}
+    values = {} if secrets.in_profile else secret_variables(env)
+    env = {key: value for key, value in env.items() if key not in values}
+    moved = {}
+    if not secrets.in_profile and server_split(start.argv) is not None:
+        moved = moved_credentials(start.argv, words, values, env.keys() | given.keys())
+    kept = secrets_file(path, secrets.to, values, secrets.script, [Path(file) for file in files])
+    flags = credential_values(start.argv)
+    notes += [
+        f"{flags[index][0]}'s value is kept in {kept.path} as {variable}: [server] args say "
+        f"${{{variable}}}"
+        for index, variable in moved.items()
+        if kept is not None
+    ]
+    env_files = ([kept.named] if kept else []) + [env_file_name(Path(file), path) for file in files]
+    moved_start = dataclasses.replace(start, env=env, words=words, notes=notes)
+    built = build_profile(moved_start, name, source, how, env_files)
+    _check_env_files(built, path, start, list(files))
+    return built, kept, holds_secret(words, env)
+
+
 def save_profile(
     start: StartCommand,
     name: str,
@@ -197,24 +328,28 @@ def save_profile(
 ) -> tuple[Path, ProfilePlan, list[str], SecretsFile | None]:
     """Write the profile of `start` to `output` (default `profiles/NAME.toml`) atomically,
     never replacing a file without `force`; where it went, its plan, the notes to tell and
-    where its secrets went. Secret variables go to a 0600 env file the profile names in
-    `env_files` (`secrets_to`, else beside it with the suffix `.env`), unless
-    `secrets_in_profile`; never the profile itself, nor the `script` read. A profile still
-    holding a secret (a credential flag, or the variables kept in it) is readable by its
-    owner only. The name is held to `new`'s rule."""
+    where its secrets went. Secret variables, and credential flags' values (as `${NAME}`),
+    go to a 0600 env file the profile names in `env_files` (`secrets_to`, else beside it
+    with the suffix `.env`), unless `secrets_in_profile`; never the profile itself, nor the
+    `script` read. A sourced file whose variables the args use is named itself, where it can
+    be an env file of the profile. A profile still holding a secret is readable by its owner
+    only. The name is held to `new`'s rule."""
     check_name(name, "--name")
     path = output or Path("profiles") / f"{name}.toml"
-    secrets = None if secrets_in_profile else secrets_file(path, secrets_to, start.env, script)
-    if secrets is not None:
-        kept = {key: value for key, value in start.env.items() if key not in secrets.values}
-        start = dataclasses.replace(start, env=kept)
-    built = build_profile(start, name, source, how, [secrets.named] if secrets else None)
+    unnamed: dict[str, str | None] = {}
+    secrets = _Secrets(secrets_to, secrets_in_profile, script)
+    while True:  # each turn leaves one more file unnamed: as many turns as sourced files
+        try:
+            built, kept, secret = _profile(start, name, source, how, path, secrets, unnamed)
+            break
+        except _Unnamed as refused:
+            unnamed[refused.file] = refused.why
     text = profile_text(built.data, built.comments)
-    mode = 0o600 if holds_secret(start.argv, start.env) else None
-    if secrets is not None:
-        for file in (secrets.path, path):
+    mode = 0o600 if secret else None
+    if kept is not None:
+        for file in (kept.path, path):
             check_output(file, replace=force)
-        secret_text = secrets_text(secrets, path, source)
-        write_output(secrets.path, secret_text, replace=force, mode=SECRETS_MODE)
+        secret_text = secrets_text(kept, path, source)
+        write_output(kept.path, secret_text, replace=force, mode=SECRETS_MODE)
     write_output(path, text, replace=force, mode=mode)
-    return path, built.plan, built.notes, secrets
+    return path, built.plan, built.notes, kept

@@ -4,6 +4,7 @@ directory, its functions, and the notes on what a profile leaves out."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -13,6 +14,11 @@ from nccl_launch.migrate import shell, sourced
 from nccl_launch.migrate.expansion import DEFAULT_IFS, arguments, expand, references
 from nccl_launch.migrate.server_table import from_caller, known
 from nccl_launch.nccl import catalog
+from nccl_launch.references import literal
+
+# Around the name of a variable in an argument being written: bytes no script's word holds.
+_OPEN, _CLOSE = "\x02", "\x03"
+_MARKED = re.compile(f"{_OPEN}([A-Za-z_][A-Za-z0-9_]*){_CLOSE}")
 
 
 def utf8(text: str, where: str, what: str) -> str:
@@ -45,6 +51,7 @@ class Shell:
     readonly: set[str] = field(default_factory=set)
     removed: set[str] = field(default_factory=set)  # unset here: the caller's value is gone too
     lines: dict[str, str] = field(default_factory=dict)  # where each was set: "a.sh line 2"
+    origins: dict[str, str] = field(default_factory=dict)  # the sourced file that set each last
     within: list[str] = field(default_factory=list)  # the sourced files followed, outermost first
     path_first: list[str] = field(default_factory=list)  # put before the caller's PATH
     allexport: bool = False
@@ -67,10 +74,32 @@ class Shell:
         return expand(word, self.lookup, line, from_caller, assignment=assignment)
 
     def arguments(self, word: shell.Word, line: int) -> list[str]:
-        """The arguments bash makes of a command's word, split at the script's IFS (bash
-        ignores the caller's)."""
-        ifs = self.variables.get("IFS", DEFAULT_IFS)
-        return arguments(word, self.lookup, line, from_caller, ifs, glob=not self.noglob)
+        """The arguments bash makes of a command's word, split at the script's IFS."""
+        return arguments(word, self.lookup, line, from_caller, self.ifs(), glob=not self.noglob)
+
+    def written(self, word: shell.Word, line: int, argument: str) -> str:
+        """`argument`, which `word` makes, as `[server] args` writes it: each variable a
+        sourced file set last as `${NAME}` (the profile may name that file in `env_files`),
+        the rest as it is (`references.literal`)."""
+
+        def marked(name: str) -> str | None:
+            value = self.lookup(name)
+            return f"{_OPEN}{name}{_CLOSE}" if value and name in self.origins else value
+
+        if _OPEN in argument or _CLOSE in argument:
+            return literal(argument)
+        try:
+            made = arguments(word, marked, line, from_caller, self.ifs(), not self.noglob)
+        except shell.ShellError:  # `$((N + 1))` computes with the value
+            return literal(argument)
+        parts = _MARKED.split(made[0])
+        parts[::2] = [literal(text) for text in parts[::2]]
+        parts[1::2] = [f"${{{name}}}" for name in parts[1::2]]
+        return "".join(parts)
+
+    def ifs(self) -> str:
+        """The script's IFS (bash ignores the caller's)."""
+        return self.variables.get("IFS", DEFAULT_IFS)
 
     def assign(self, word: shell.Word, line: int, export: bool | None) -> None:
         """`NAME=value` or `NAME+=value` as bash sets it; `export` says whether it reaches the
@@ -96,6 +125,10 @@ class Shell:
         text = known_at(self.expand(value, line, assignment=True), line)
         self.variables[name] = self.variables.get(name, "") + text if appends else text
         self.lines[name] = self.at(line)
+        if self.within:
+            self.origins[name] = self.within[-1]
+        else:
+            self.origins.pop(name, None)
         self.mark(name, export)
 
     def mark(self, name: str, export: bool | None) -> None:
@@ -115,6 +148,7 @@ class Shell:
         """`unset NAME`: gone from the script, and the caller's value with it."""
         self.writable(name, line)
         self.variables.pop(name, None)
+        self.origins.pop(name, None)
         self.exported.discard(name)
         self.removed.add(name)
 
