@@ -168,8 +168,9 @@ def bench(
     the profile's name@version and digest and appended to the history; --history [PROFILE]
     prints it as a table per profile and digest. --write-baseline records the figure in the
     profile, only when the server was proved to run it before and after.
-    Exit 0 measured, 1 drift or below the profile's [baseline], 2 bad options or profile,
-    3 no such server, or a connection, timeout, HTTP error, empty or malformed stream.
+    Exit 0 measured, 1 drift or below the profile's [baseline], 2 bad options or profile (or
+    one changed while measured), 3 no such server, or a connection, timeout, HTTP error,
+    empty or malformed stream, or a profile file that cannot be written.
     """
     from nccl_launch.bench import history
     from nccl_launch.bench.baseline_file import hold_profile, write_figure
