@@ -391,6 +391,7 @@ JSON_KEYS = {
     "ttft_s",
     "baseline",
     "drift",
+    "written",
 }
 
 
@@ -429,6 +430,7 @@ def test_json_is_a_versioned_document_stamped_with_profile_server_and_gpus(
     assert [set(run) for run in document["runs"]] == [{"tokens", "seconds", "ttft_s", "tok_s"}] * 2
     assert set(document["baseline"]) == {"decode_tok_s", "tolerance", "floor", "met", "note"}
     assert document["drift"] is None
+    assert document["written"] is None  # only --write-baseline writes
     assert "Run 1/2: " in result.stderr  # progress beside JSON goes to stderr
     assert "recorded in " in result.stderr
 

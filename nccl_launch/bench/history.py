@@ -81,7 +81,7 @@ class Recorder:
         """One line, in one write; after a torn last line, on a line of its own."""
         if self.fd is None:
             self.fd = _open(self.path)
-        line = masked_json(report, indent=None, exclude={"drift"}) + "\n"
+        line = masked_json(report, indent=None, exclude={"drift", "written"}) + "\n"
         append_line(self.fd, line, f"{WHAT} {self.path}")
 
 

@@ -62,6 +62,15 @@ class Verdict(BaseModel):
     note: str | None = None
 
 
+class WrittenBaseline(BaseModel):
+    """What `bench --write-baseline` wrote: the profile file, and the `[baseline]` the profile
+    resolves to with the figure (`previous`: the figure it replaced, None where there was none)."""
+
+    path: str
+    baseline: Baseline
+    previous: float | None
+
+
 def _aware_time(text: str) -> str:
     """`text`, an ISO 8601 time with its offset (as `bench` stamps it); else a ValueError."""
     if datetime.fromisoformat(text).tzinfo is None:
@@ -95,6 +104,7 @@ class BenchReport(Report):
     ttft_s: Summary = None
     baseline: Verdict | None = None
     drift: LiveReport | None = None  # the check that refused or discarded the figures
+    written: WrittenBaseline | None = None  # --write-baseline; never part of a history line
 
     @model_validator(mode="after")
     def _summary_of_its_runs(self) -> Self:

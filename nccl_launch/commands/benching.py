@@ -139,6 +139,12 @@ def _history(profile: str | None, record: Path, fmt: str) -> int:
     help="The history file  [default: $XDG_STATE_HOME/nccl-launch/bench.jsonl]",
 )
 @click.option("--history", "show_history", is_flag=True, help="Print the history instead.")
+@click.option(
+    "--write-baseline",
+    is_flag=True,
+    help="Write the measured mean, max_tokens and runs into the [baseline] of PROFILE's file "
+    "(the file named, not one it extends), even where it is below the old figure.",
+)
 @format_option("text", "json", default="text")
 def bench(
     profile: str | None,
@@ -151,6 +157,7 @@ def bench(
     timeout: float,
     record: Path | None,
     show_history: bool,
+    write_baseline: bool,
     fmt: str,
 ) -> int:
     """Measure decode tok/s of PROFILE's server (or the one at URL), checked against PROFILE
@@ -159,25 +166,31 @@ def bench(
     One streaming request at a time to SGLang's /v1/completions, tokens from its usage
     figures, with the --api-key of the server's own command line. The result is stamped with
     the profile's name@version and digest and appended to the history; --history [PROFILE]
-    prints it as a table per profile and digest.
-    Exit 0 measured, 1 drift or below the profile's [baseline], 2 bad options or profile,
-    3 no such server, or a connection, timeout, HTTP error, empty or malformed stream.
+    prints it as a table per profile and digest. --write-baseline records the figure in the
+    profile, only when the server was proved to run it before and after.
+    Exit 0 measured, 1 drift or below the profile's [baseline], 2 bad options or profile (or
+    one changed while measured), 3 no such server, or a connection, timeout, HTTP error,
+    empty or malformed stream, or a profile file that cannot be written.
     """
     from nccl_launch.bench import history
+    from nccl_launch.bench.baseline_file import hold_profile, write_figure
     from nccl_launch.bench.measure import locate, measure_decode
     from nccl_launch.bench.url import server_url, url_address
     from nccl_launch.profile.load import load_profile
-    from nccl_launch.render.bench import summary_lines
+    from nccl_launch.render.bench import summary_lines, unwritten_line, written_line
 
     if show_history:
-        if url is not None or pid is not None:
-            raise UsageError("--history reads the record only: drop --url and --pid")
+        if url is not None or pid is not None or write_baseline:
+            raise UsageError(
+                "--history reads the record only: drop --url, --pid and --write-baseline"
+            )
         return _history(profile, record or history.default_path(), fmt)
     if profile is None:
         raise UsageError("name the PROFILE (or use --history)")
     if url is not None:
         url_address(url)  # a malformed URL is refused before any file is touched
     loaded = load_profile(profile)
+    held = hold_profile(loaded) if write_baseline else None  # refused now, not after the runs
     if url is None:
         if loaded.profile.server is None:
             raise UsageError(f"{loaded.path}: no [server] table to find the server at; pass --url")
@@ -189,10 +202,21 @@ def bench(
         report = measure_decode(loaded, endpoint, method, timeout, echo)
         if report.status == "measured":
             recorder.append(report)
-    if fmt == "json":
-        click.echo(masked_json(report))
-    else:
+    aside = fmt == "json"  # what is said beside the JSON document goes to stderr
+    if not aside:
         echo_lines(summary_lines(report))
     if report.status == "measured":
-        echo_lines([f"recorded in {recorder.path}"], err=fmt == "json")
+        echo_lines([f"recorded in {recorder.path}"], err=aside)
+    try:
+        if held is not None and report.status != "measured":
+            echo_lines([unwritten_line(report, held.path)], err=aside)
+        elif held is not None:
+            previous = loaded.profile.baseline
+            old = previous.decode_tok_s if previous is not None else None
+            written = write_figure(held, report, old)
+            report = report.model_copy(update={"written": written})
+            echo_lines([written_line(written, report.method)], err=aside)
+    finally:  # the JSON of a figure the host would not keep is printed all the same
+        if aside:
+            click.echo(masked_json(report))
     return report.exit_code

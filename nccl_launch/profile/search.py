@@ -38,6 +38,11 @@ def shipped_dir() -> Path | None:
     return Path(locations[0]).resolve() if locations else None
 
 
+def is_shipped(path: Path) -> bool:
+    """Whether `path` is a file of the installed package's profiles, which nothing writes to."""
+    return real_path(path.parent) == str(shipped_dir())
+
+
 def real_path(folder: Path) -> str:
     """The folder's real path; a relative one as given when the current directory was deleted
     (a shell left in it), where it names nothing and a lookup finds no file in it."""

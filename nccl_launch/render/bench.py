@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from nccl_launch.bench.result import BenchReport, RunFigure, Verdict
+from pathlib import Path
+
+from nccl_launch.bench.result import BenchReport, Method, RunFigure, Verdict, WrittenBaseline
 from nccl_launch.escaping import escaped
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.profile.plan import short_digest
@@ -99,6 +101,25 @@ def summary_lines(report: BenchReport) -> list[str]:
                 f"{report.baseline.floor:.1f} tok/s"
             )
     return lines
+
+
+def written_line(written: WrittenBaseline, method: Method) -> str:
+    """`baseline 88.8 -> 86.1 tok/s (500 tokens x 5 runs) written to FILE`."""
+    figure = f"{written.baseline.decode_tok_s:.1f}"
+    if written.previous is not None:
+        figure = f"{written.previous:.1f} -> {figure}"
+    runs = f"{method.max_tokens} tokens x {method.runs} run{'' if method.runs == 1 else 's'}"
+    return f"baseline {figure} tok/s ({runs}) written to {written.path}"
+
+
+def unwritten_line(report: BenchReport, path: Path) -> str:
+    """Why --write-baseline wrote nothing: no figure of a server proved to run the profile."""
+    why = {
+        "refused": "the server did not run it before the runs",
+        "discarded": "the server drifted from it while measured",
+        "interrupted": "the runs were interrupted",
+    }
+    return f"nothing written to {path}: no figure, {why.get(report.status, report.status)}"
 
 
 def _history_row(report: BenchReport) -> tuple[str, ...]:

@@ -1,0 +1,154 @@
+"""`bench --write-baseline`: the measured figure written into the `[baseline]` table of the
+profile file bench was given, edited with tomlkit so that every byte outside that table stays
+as its author wrote it (comments, blank lines, spacing), and only when the file still is what
+was measured: its bytes as read before the runs, its digest the one the server ran."""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nccl_launch.bench.result import BenchReport, WrittenBaseline
+from nccl_launch.errors import HostError, NcclLaunchError, UsageError
+from nccl_launch.files import FileError, read_text, write_output
+from nccl_launch.profile.chain import ChainFile, ProfileChain, read_chain
+from nccl_launch.profile.document import parse_profile_toml
+from nccl_launch.profile.load import LoadedProfile, validate_chain
+from nccl_launch.profile.search import is_shipped
+
+# What a figure of one server start does not have: `tune`'s mean over several starts.
+OF_SEVERAL_STARTS = ("starts", "interval")
+
+
+@dataclass(frozen=True)
+class HeldProfile:
+    """The profile file bench was given (`path`, not a file it extends), as read before the
+    runs (`text`): the figure is written into it only if it is still that text."""
+
+    path: Path
+    text: str
+
+
+def hold_profile(loaded: LoadedProfile) -> HeldProfile:
+    """The file the figure goes to, refused now rather than after the runs: shipped with
+    nccl-launch, a symlink, or a file (or folder) this user may not write."""
+    path = loaded.path
+    if is_shipped(path):
+        raise UsageError(
+            f"--write-baseline: {loaded.plan.label} is shipped with nccl-launch, and bench "
+            f"writes nothing into the installed package; copy it first (nccl-launch new NAME "
+            f"--from {loaded.profile.name}), then measure the copy"
+        )
+    _check_replaceable(path)
+    return HeldProfile(path, read_text(path, "profile", trusted=True))
+
+
+def _check_replaceable(path: Path) -> None:
+    """UsageError for a symlink (the new text would replace the link, not the file it names);
+    HostError unless this user may replace `path`: a read-only file (no write bit: root too
+    respects it) is its owner's wish, and the new text is written beside it, so its folder
+    must take a file."""
+    if path.is_symlink():
+        raise UsageError(
+            f"--write-baseline: {path} is a symlink; bench writes the figure into the file "
+            f"itself, never through a link: name {os.path.realpath(path)}"
+        )
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if not mode & 0o222 or not os.access(path, os.W_OK):
+        raise HostError(
+            f"--write-baseline: {path}: read-only (mode {mode:04o}); bench does not replace a "
+            "file that may not be written: chmod u+w it, or drop --write-baseline"
+        )
+    if not os.access(path.parent, os.W_OK):
+        raise HostError(
+            f"--write-baseline: {path}: its folder {path.parent} is not writable by this user, "
+            "and the file is replaced by a new one written there"
+        )
+
+
+def measured_baseline(report: BenchReport, path: Path) -> dict[str, Any]:
+    """The `[baseline]` keys bench owns: the mean rounded as the profile shows figures, and
+    the method it was measured with; HostError when the server stopped its runs short of
+    max_tokens, whose figure is not one of that method."""
+    method = report.method
+    fewest = min((run.tokens for run in report.runs), default=0)
+    if report.mean_tok_s is None or fewest < method.max_tokens:
+        raise HostError(
+            f"--write-baseline: nothing written to {path}: the server stopped its runs at "
+            f"{fewest} of the {method.max_tokens} tokens asked (it ignores ignore_eos), so the "
+            f"figure is not one of max_tokens = {method.max_tokens}"
+        )
+    return {
+        "decode_tok_s": round(report.mean_tok_s, 1),
+        "max_tokens": method.max_tokens,
+        "runs": method.runs,
+    }
+
+
+def with_baseline(text: str, baseline: dict[str, Any]) -> str:
+    """`text` with `baseline`'s keys set in its `[baseline]` table (added at the end if it has
+    none) and the keys of a figure of several starts dropped; the rest, byte for byte."""
+    import tomlkit  # only --write-baseline pays for it
+
+    document = tomlkit.parse(text)
+    table = document.get("baseline")
+    if table is None:
+        table = tomlkit.table()
+        document.append("baseline", table)
+    for key, value in baseline.items():
+        table[key] = value
+    for key in OF_SEVERAL_STARTS:
+        table.pop(key, None)
+    return document.as_string()
+
+
+def _resolved(held: HeldProfile, text: str) -> LoadedProfile:
+    """The profile `held.path` resolves to with `text` in place of the file: its parents as
+    they are now."""
+    chain = read_chain(held.path)
+    child = ChainFile(held.path, parse_profile_toml(held.path, text))
+    return validate_chain(ProfileChain((child, *chain.files[1:]), chain.pending))
+
+
+def write_figure(held: HeldProfile, report: BenchReport, previous: float | None) -> WrittenBaseline:
+    """Write the measured figure into `held`'s `[baseline]`, atomically, keeping the file's
+    mode; refused when the file (or a file it extends) changed since it was read, or when the
+    server stopped its runs short of max_tokens."""
+    figure = measured_baseline(report, held.path)
+    _check_replaceable(held.path)
+    if read_text(held.path, "profile", trusted=True) != held.text:
+        raise UsageError(
+            f"--write-baseline: nothing written: {held.path} changed while bench measured, and "
+            "writing the figure would drop that edit; run bench again on the file as it is now"
+        )
+    before = _resolved(held, held.text)
+    if before.plan.digest != report.digest:
+        raise UsageError(
+            f"--write-baseline: nothing written: {held.path} now resolves to "
+            f"{before.plan.digest}, not the {report.digest} measured (a file it extends "
+            "changed meanwhile); run bench again on the profile as it is now"
+        )
+    text = with_baseline(held.text, figure)
+    after = _resolved(held, text)
+    baseline = after.profile.baseline
+    # Cannot happen ([baseline] is outside the digest), and cheap to prove.
+    if after.plan.digest != before.plan.digest or baseline is None:
+        raise NcclLaunchError(
+            f"--write-baseline: nothing written: the edited {held.path} is not the profile "
+            f"measured with a [baseline] (digest {before.plan.digest} -> {after.plan.digest})"
+        )
+    inherited = [key for key in OF_SEVERAL_STARTS if getattr(baseline, key) is not None]
+    if inherited:
+        raise UsageError(
+            f"--write-baseline: nothing written: {held.path} extends a [baseline] with "
+            f"{' and '.join(inherited)}, which a figure of one server start does not have; "
+            "remove them from the [baseline] of the file it extends"
+        )
+    try:
+        write_output(held.path, text, replace=True)
+    except FileError as error:  # the figure is measured: the host refuses to keep it
+        raise HostError(str(error)) from None
+    return WrittenBaseline(path=str(held.path.absolute()), baseline=baseline, previous=previous)
