@@ -719,17 +719,18 @@ def test_another_value_of_an_env_files_variable_is_drift_shown_masked(
     )
 
 
-def test_run_dry_run_names_the_env_file_of_each_value_and_masks_secrets(
+def test_run_dry_run_names_the_env_file_of_each_value_and_masks_every_value_of_one(
     served: Path, tmp_path: Path, run_cli: RunCli
 ) -> None:
+    """An env file of the profile is where its secrets live, under any name (a converted
+    `SK` holding `--api-key "$SK"`'s key): each of its values is masked."""
     result = run_cli("run", "--dry-run", "served", "--", "true")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
+    assert f'  + HF_HOME                   "***"       (env file {tmp_path}/base/site.env)' in lines
+    assert "/site-cache" not in result.stdout
     assert (
-        f'  + HF_HOME                   "/site-cache"  (env file {tmp_path}/base/site.env)' in lines
-    )
-    assert (
-        f'  + HF_TOKEN                  "***"          (env file {tmp_path}/profiles/served.env)'
+        f'  + HF_TOKEN                  "***"       (env file {tmp_path}/profiles/served.env)'
         in lines
     )
     assert "hf_" not in result.stdout

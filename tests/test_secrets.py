@@ -225,3 +225,24 @@ def test_a_reference_that_fills_a_credential_must_be_named_as_a_secret(
         "environment is; name it with a word ending in KEY, TOKEN, SECRET or PASSWORD "
         "(API_KEY)\n",
     )
+
+
+def test_a_variable_holding_the_key_under_any_name_stays_out_of_the_profile_and_its_views(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    """`--api-key "$SK"`: the key moves to the secrets file as API_KEY, and SK, which the
+    script exported with the same key, goes with it rather than into [env]; the secrets
+    file's values are masked whatever their names."""
+    script = tmp_path / "start.sh"
+    script.write_text(
+        f"export SK='{KEY}'\n"
+        'exec /opt/py/bin/python3 -m sglang.launch_server --model-path /m --api-key "$SK"\n'
+    )
+    converted = run_cli("convert", str(script), "--name", "s", "-o", str(tmp_path / "o/s.toml"))
+    assert converted.returncode == 0, converted.stderr
+    shown = run_cli("run", "--dry-run", str(tmp_path / "o/s.toml"))
+    assert shown.returncode == 0, shown.stderr
+    assert "+ SK  " in shown.stdout.replace("    ", "  ")
+    printed = converted.stdout + converted.stderr + shown.stdout + shown.stderr
+    assert KEY not in printed + (tmp_path / "o/s.toml").read_text()
+    assert (tmp_path / "o/s.env").read_text().count(KEY) == 2

@@ -58,12 +58,14 @@ def _dotenv_quoted(value: str) -> str:
     return '"' + escaped.replace('"', '\\"') + '"'
 
 
-def dotenv(env: Env) -> str:
-    """For python-dotenv (and `--env-file`): one line per variable, quoted."""
+def dotenv(env: Env, expanded: bool = True) -> str:
+    """For python-dotenv (and `--env-file`): one line per variable, quoted. Unless the file
+    is read only by readers that expand no `${NAME}` (not `expanded`: nccl-launch's own, and
+    systemd's EnvironmentFile=, as a profile's env file is), a value holding one is refused."""
     _refuse_nul(env, "dotenv")
     _refuse(env, _DOTENV_UNESCAPED, "dotenv", "use --format shell, systemd-env, k8s or json")
     for key, value in env.items():
-        if "${" in value:
+        if expanded and "${" in value:
             raise UsageError(
                 f"{key}: {value!r} holds '${{', which dotenv readers expand; "
                 "use --format shell or json"

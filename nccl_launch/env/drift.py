@@ -13,7 +13,7 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict, computed_field, field_serializer
 
 from nccl_launch.errors import EXIT_DRIFT, EXIT_OK
-from nccl_launch.masking import mask_value
+from nccl_launch.masking import MASK, mask_value
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.nccl.grammar import IntRule, SizeRule, Undefined
 from nccl_launch.nccl.selection import Rejected
@@ -32,6 +32,14 @@ Stage = Literal["start", "nccl.conf", "live"]
 # The note of an entry whose expected value an env file of the profile holds: "declared by
 # env file PATH".
 DECLARED_BY = "declared by "
+ENV_FILE = "env file "  # the source of a value from an env file: "env file PATH"
+
+
+def shown_value(key: str, value: str, held: bool = False) -> str:
+    """A value as people see it: masked when its name looks like a secret's (masking's
+    rule), and whatever its name when an env file of the profile holds it (`held`): those
+    files are where a profile's secrets live, under any name."""
+    return MASK if held else mask_value(key, value)
 
 
 class DriftEntry(BaseModel):
@@ -59,9 +67,16 @@ class DriftEntry(BaseModel):
         """Whether NCCL documents or reads the name: else a misspelling it ignores."""
         return catalog.lookup(self.key) is not None
 
+    def shown(self, value: str | None) -> str | None:
+        """`expected` or `actual` as people see it: both masked where an env file of the
+        profile declares the key (`shown_value`), as the one found may be its key of before."""
+        if value is None:
+            return None
+        return shown_value(self.key, value, (self.note or "").startswith(DECLARED_BY))
+
     @field_serializer("expected", "actual")
     def _masked(self, value: str | None) -> str | None:
-        return None if value is None else mask_value(self.key, value)
+        return self.shown(value)
 
 
 class DriftReport(BaseModel):

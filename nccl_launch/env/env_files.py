@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from nccl_launch import references
-from nccl_launch.env.merge import ENV_FILE, EnvLayer
+from nccl_launch.env.drift import ENV_FILE
+from nccl_launch.env.merge import EnvLayer
 from nccl_launch.errors import HostError, UsageError
 from nccl_launch.files import read_text
 from nccl_launch.profile.load import LoadedProfile

@@ -12,7 +12,6 @@ from nccl_launch.profile.model import Policy
 from nccl_launch.profile.plan import ProfilePlan
 
 CALLING_ENV = "calling environment"
-ENV_FILE = "env file "  # the source of a value from `run --env-file`: "env file PATH"
 LAUNCHER = "nccl-launch"
 
 

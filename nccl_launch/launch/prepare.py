@@ -62,6 +62,11 @@ class LaunchPlan:
             raise UsageError("the command after '--' is an empty word; give the program to run")
         return self.filled
 
+    @property
+    def held_keys(self) -> set[str]:
+        """The variables the profile's env files set: shown masked, whatever their names."""
+        return {key for layer in self.env_files for key in layer.values}
+
     def refusal(self) -> DriftReport | None:
         """The drift that stops the launch, or None when nothing drifts."""
         report = self.merged.report

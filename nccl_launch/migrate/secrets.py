@@ -29,10 +29,15 @@ class SecretsFile:
     values: dict[str, str]
 
 
-def secret_variables(env: Mapping[str, str]) -> dict[str, str]:
+def secret_variables(env: Mapping[str, str], keys: Collection[str] = ()) -> dict[str, str]:
     """The variables people would see masked (masking's one rule): a credential-looking name
-    (`HF_TOKEN`), or a password in the value (`postgres://u:pw@db`)."""
-    return {key: value for key, value in env.items() if mask_value(key, value) != value}
+    (`HF_TOKEN`), or a password in the value (`postgres://u:pw@db`); and those whatever their
+    name that hold one of the `keys` given to credential flags (`SK` of `--api-key "$SK"`)."""
+    return {
+        key: value
+        for key, value in env.items()
+        if mask_value(key, value) != value or (value and value in keys)
+    }
 
 
 def secrets_file(
@@ -114,10 +119,10 @@ def secrets_text(secrets: SecretsFile, profile: Path, source: str) -> str:
     lines = [f"# Secrets of {whose}, kept out of the profile; keep this file 0600.\n"]
     for key, value in secrets.values.items():
         try:
-            lines.append(dotenv({key: value}))
+            lines.append(dotenv({key: value}, expanded=False))
         except UsageError:
             raise UsageError(
-                f"{source}: {key}: its value holds what a dotenv file cannot carry (a control "
-                "character or '${'); keep it in the profile with --secrets-in-profile"
+                f"{source}: {key}: its value holds a control character, which no env file can "
+                "carry; give the server a value without one"
             ) from None
     return "".join(lines)

@@ -295,13 +295,14 @@ def _profile(
                 "gives them to the server's env too"
             )
     env = {key: value for key, value in start.env.items() if given.get(key) != value}
-    values = {} if secrets.in_profile else secret_variables(env)
+    flags = credential_values(start.argv)
+    keys = {value for _, value in flags.values()}
+    values = {} if secrets.in_profile else secret_variables(env, keys)
     env = {key: value for key, value in env.items() if key not in values}
     moved = {}
     if not secrets.in_profile and server_split(start.argv) is not None:
         moved = moved_credentials(start.argv, words, values, env.keys() | given.keys())
     kept = secrets_file(path, secrets.to, values, secrets.script, [Path(file) for file in files])
-    flags = credential_values(start.argv)
     notes += [
         f"{flags[index][0]}'s value is kept in {kept.path} as {variable}: [server] args say "
         f"${{{variable}}}"

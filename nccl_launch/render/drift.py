@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
-from nccl_launch.env.drift import DECLARED_BY, DriftEntry, DriftKind, DriftReport, Reason
-from nccl_launch.env.merge import CALLING_ENV, ENV_FILE
+from nccl_launch.env.drift import (
+    DECLARED_BY,
+    ENV_FILE,
+    DriftEntry,
+    DriftKind,
+    DriftReport,
+    Reason,
+    shown_value,
+)
+from nccl_launch.env.merge import CALLING_ENV
 from nccl_launch.escaping import escaped, shell_word
 from nccl_launch.launch.prepare import LaunchPlan
-from nccl_launch.masking import is_secret, mask_argv, mask_value
+from nccl_launch.masking import is_secret, mask_argv
 
 _MARKS: dict[DriftKind, str] = {"changed": "~", "missing": "-", "undeclared": "+"}
 # At start, what ends each kind of drift besides removing the value where it came from, and
@@ -20,15 +28,16 @@ _FIXES: dict[DriftKind, str] = {
 }
 
 
-def quoted_value(key: str, value: str | None) -> str:
-    """A value as reports print it: quoted, `unset`, masked when it looks like a secret."""
-    return "unset" if value is None else json.dumps(mask_value(key, value))
+def quoted_value(key: str, value: str | None, held: bool = False) -> str:
+    """A value as reports print it: quoted, `unset`, masked when it looks like a secret or an
+    env file of the profile holds it (`shown_value`)."""
+    return "unset" if value is None else json.dumps(shown_value(key, value, held))
 
 
 def _entry_value(entry: DriftEntry) -> str:
-    if entry.kind == "undeclared":
-        return quoted_value(entry.key, entry.actual)
-    return f"{quoted_value(entry.key, entry.expected)} -> {quoted_value(entry.key, entry.actual)}"
+    shown = [json.dumps(entry.shown(value)) if value is not None else "unset"
+             for value in (entry.expected, entry.actual)]  # fmt: skip
+    return shown[1] if entry.kind == "undeclared" else " -> ".join(shown)
 
 
 def _details(entry: DriftEntry) -> list[str]:
@@ -127,18 +136,23 @@ def refusal_lines(launch: LaunchPlan, report: DriftReport) -> list[str]:
 
 
 def env_changes(
-    calling: Mapping[str, str], env: Mapping[str, str], sources: Mapping[str, str]
+    calling: Mapping[str, str],
+    env: Mapping[str, str],
+    sources: Mapping[str, str],
+    held: Collection[str] = (),
 ) -> list[str]:
-    """What the child's environment adds, changes and removes relative to the calling one."""
+    """What the child's environment adds, changes and removes relative to the calling one;
+    the keys an env file of the profile sets (`held`) masked, the value before them too (it
+    may be the key of before)."""
     rows = []
     for key in sorted(set(calling) | set(env)):
         if key not in env:
             rows.append(("-", key, "", f"was {quoted_value(key, calling[key])}"))
         elif key not in calling:
-            rows.append(("+", key, quoted_value(key, env[key]), sources[key]))
+            rows.append(("+", key, quoted_value(key, env[key], key in held), sources[key]))
         elif calling[key] != env[key]:
-            was = quoted_value(key, calling[key])
-            rows.append(("~", key, quoted_value(key, env[key]), f"was {was}; {sources[key]}"))
+            was, now = (quoted_value(key, each, key in held) for each in (calling[key], env[key]))
+            rows.append(("~", key, now, f"was {was}; {sources[key]}"))
     key_width = max((len(key) for _, key, _, _ in rows), default=0)
     # Long values (the digest) are left to overhang rather than push every column right.
     value_width = max((len(value) for _, _, value, _ in rows if len(value) <= 24), default=0)
@@ -154,7 +168,7 @@ def dry_run_lines(launch: LaunchPlan, calling: Mapping[str, str]) -> list[str]:
     lines = [f"profile {plan.label} ({plan.short_digest}) from {launch.path}"]
     lines += [
         "environment changes:",
-        *env_changes(calling, launch.merged.env, launch.merged.sources),
+        *env_changes(calling, launch.merged.env, launch.merged.sources, launch.held_keys),
     ]
     if launch.cwd is not None:
         lines.append(f"cwd: {launch.cwd}")
