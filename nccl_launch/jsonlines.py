@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from nccl_launch.errors import HostError
 from nccl_launch.escaping import escaped
-from nccl_launch.files import BaseDirectory, FileError, kind_of, open_beneath
+from nccl_launch.files import BaseDirectory, FileError, kind_of, open_beneath, write_error
 
 Record = TypeVar("Record", bound=BaseModel)
 _FLAGS = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -53,7 +53,7 @@ def open_store(
         why = error.strerror
         if isinstance(error, (FileExistsError, NotADirectoryError)):  # mkdir met a file
             why = "a folder on its path is a file, not a directory"
-        raise FileError(f"{what} {path}: cannot append: {why}") from None
+        raise write_error(f"{what} {path}: cannot append: {why}", error) from None
     try:
         status = os.fstat(fd)
         _refuse_kind(what, path, status.st_mode, aside)
