@@ -134,8 +134,8 @@ def run_trial(
             more |= {"exit_code": code, "detail": f"the server {how}"}
         if outcome.status in ("exited", "not-ready", "failed") and _full(fd):
             raise HostError(
-                f"the trial's server failed with the file system of its log {log} full; the "
-                "trial is not recorded: free some space, and the same command tries it again"
+                f"the trial's server failed, and the file system of its log {log} is full; "
+                "the trial is not recorded: free some space, and the same command tries it again"
             )
         more |= _proof(launch, fd, log, outcome.status == "measured")
         if more.get("status", outcome.status) not in ("measured", "drift"):

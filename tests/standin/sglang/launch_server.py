@@ -50,6 +50,9 @@ Knobs, for tests:
   `NCCL_X set by environment to V` (an integer with a period) for each NCCL variable of its
   environment, each line as `host:pid:tid [rank] NCCL INFO ...`; STANDIN_NCCL_SAYS=
   "KEY=VALUE,KEY=" reports VALUE instead (NCCL took another value) or nothing (it ignored it);
+- STANDIN_OUTLIVE_PARENT=1 clears the parent-death signal the main process was started with,
+  as a server started through a wrapper that forks does: it outlives the process that started
+  it (its workers still die with it);
 - STANDIN_LOG_BYTES=N logs N bytes of lines at start, as a verbose server does (on a full
   disk that write fails, and the server exits 1);
 - STANDIN_COMPUTE_APPS=FILE: each scheduler appends its PID to FILE, where the stand-in
@@ -435,16 +438,29 @@ def record_and_wait(path: Path, wait: bool) -> int:
     return 7 if signal.sigtimedwait({signal.SIGTERM}, 60) else 3
 
 
+def log_at_start(size: int) -> None:
+    """Log `size` bytes of lines; exit 1 when the log cannot take them (a full disk)."""
+    data = b"loading weights\n" * (size // 16)
+    sys.stderr.flush()
+    try:
+        while data:
+            data = data[os.write(2, data) :]
+    except OSError:
+        sys.exit(1)
+
+
 def main() -> None:
     recording = os.environ.get("STANDIN_RECORD")
     if recording:
         sys.exit(record_and_wait(Path(recording), bool(os.environ.get("STANDIN_WAIT"))))
     args = parse(sys.argv[1:])
+    if os.environ.get("STANDIN_OUTLIVE_PARENT") == "1":
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, 0)
     # As SGLang logs its arguments at start, the API key among them.
     said = f"model_path={args.model_path!r}, api_key={args.api_key!r}"
     said += f", admin_api_key={args.admin_api_key!r}"
     sys.stderr.write(f"server_args=ServerArgs({said})\n")
-    sys.stderr.write("loading weights\n" * (int(os.environ.get("STANDIN_LOG_BYTES", 0)) // 16))
+    log_at_start(int(os.environ.get("STANDIN_LOG_BYTES", 0)))
     refused = holds_any(os.environ.get("STANDIN_EXIT_IF", ""))
     if refused:
         sys.stderr.write(f"{NCCL_ERROR}Last error:\nInvalid value {refused}\n")
