@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import stat
@@ -26,7 +27,7 @@ from nccl_launch.live.compare import LiveReport
 from nccl_launch.tune import trial
 from nccl_launch.tune.orphans import Owner
 from nccl_launch.tune.trial import TrialSettings, run_trial
-from tests.conftest import WriteProfile
+from tests.conftest import RunCli, WriteProfile
 from tests.helpers import STANDIN, free_port, stop_left, wait_for
 
 RATE = 400  # STANDIN_TOKEN_RATE: a run of 40 tokens takes some 0.1 s
@@ -327,3 +328,65 @@ def test_ctrl_c_while_waiting_stops_the_server_and_goes_on(
     assert unshare.returncode == 130, err
     assert json.loads(out) == {"left": []}
     assert free(port)
+
+
+# NCCL's own proof: the stand-in prints NCCL's INFO lines when NCCL_DEBUG=INFO asks for them.
+
+
+def test_a_trial_says_which_values_nccls_own_log_confirmed(
+    candidate: Candidate, tmp_path: Path
+) -> None:
+    outcome = run_trial(candidate(**SEED), SETTINGS, tmp_path / "log", Progress(), OWNER)
+    assert outcome.status == "measured", outcome
+    declared = ["NCCL_PROTO", "NCCL_ALGO", "NCCL_MAX_NCHANNELS", "NCCL_BUFFSIZE", "NCCL_NTHREADS"]
+    assert (sorted(outcome.confirmed), outcome.unconfirmed) == (sorted(declared), [])
+    log = (tmp_path / "log").read_text()
+    assert re.search(
+        r":\d+:\d+ \[1\] NCCL INFO NCCL_BUFFSIZE set by environment to 16777216\.", log
+    )
+
+
+def test_a_trial_whose_values_nccl_contradicted_or_ignored_is_not_measured(
+    candidate: Candidate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # NCCL took another protocol (a tuner plugin, say) and never read the algorithm.
+    monkeypatch.setenv("STANDIN_NCCL_SAYS", "NCCL_PROTO=Simple,NCCL_ALGO=")
+    outcome = run_trial(candidate(**SEED), SETTINGS, tmp_path / "log", Progress(), OWNER)
+    assert (outcome.status, outcome.runs) == ("ignored", []), outcome
+    rank = r"[\w.-]+:\d+ \[\d\]"
+    assert re.fullmatch(
+        "NCCL did not apply the candidate's values: "
+        rf'NCCL_PROTO LL: {rank} applied "Simple"; {rank} applied "Simple"; '
+        rf"NCCL_ALGO Ring: never reported by {rank}, {rank}",
+        outcome.detail,
+    ), outcome.detail
+    assert sorted(outcome.confirmed) == ["NCCL_BUFFSIZE", "NCCL_MAX_NCHANNELS", "NCCL_NTHREADS"]
+
+
+def test_a_log_without_any_nccl_line_leaves_the_values_unconfirmed_not_the_trial_failed(
+    candidate: Candidate, tmp_path: Path
+) -> None:
+    # The profile's own NCCL_DEBUG=WARN: NCCL prints no INFO line, and tune keeps it.
+    outcome = run_trial(
+        candidate(DEBUG="WARN", PROTO="LL"), SETTINGS, tmp_path / "log", Progress(), OWNER
+    )
+    assert outcome.status == "measured", outcome
+    assert (outcome.confirmed, sorted(outcome.unconfirmed)) == ([], ["NCCL_DEBUG", "NCCL_PROTO"])
+    assert " NCCL INFO " not in (tmp_path / "log").read_text()
+
+
+def test_a_candidate_whose_value_nccl_contradicted_never_wins(
+    candidate: Candidate, run_cli: RunCli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # LL128 is the fastest protocol of the stand-in's model, but NCCL says it ran LL.
+    monkeypatch.setenv("STANDIN_NCCL_SAYS", "NCCL_PROTO=LL")
+    seed = candidate("standin", PROTO="LL")
+    method = ("--max-tokens", "20", "--runs", "2", "--warmup", "0")
+    result = run_cli("tune", seed, "--try", "PROTO=LL128", *method, "--format", "json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads(result.stdout)
+    rows = {row["changes"]: row["outcome"] for row in document["trials"]}
+    assert rows["PROTO=LL128"]["status"] == "ignored"
+    assert rows["none"]["confirmed"] == ["NCCL_PROTO"]
+    winner = next(row for row in document["trials"] if row["number"] == document["winner"])
+    assert winner["changes"] == "none"
