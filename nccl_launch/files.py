@@ -4,7 +4,6 @@ ones; writes are atomic, respect the umask and keep the mode of the file they re
 from __future__ import annotations
 
 import contextlib
-import errno
 import itertools
 import os
 import pwd
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import BinaryIO
 
-from nccl_launch.errors import HostError, NcclLaunchError, UsageError
+from nccl_launch.errors import HOST_ERRNOS, HostError, UsageError
 
 # A profile, env file, nccl.conf or pidfile is a few KiB; anything larger is a mistake.
 MAX_BYTES = 1 << 20
@@ -33,10 +32,6 @@ _KINDS = {
     stat.S_IFIFO: "a FIFO",
     stat.S_IFSOCK: "a socket",
 }
-
-
-# A write that fails so fails for the host (a full disk, a quota spent): no input fixes it.
-HOST_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 class FileError(UsageError):
@@ -287,13 +282,8 @@ def write_output(path: Path, text: str, *, replace: bool, mode: int | None = Non
             f"{path.parent}, so that folder must be writable by this user"
         ) from None
     except OSError as error:
-        raise write_error(f"{path}: cannot write: {error.strerror}", error) from None
-
-
-def write_error(message: str, error: OSError) -> NcclLaunchError:
-    """The error to raise for a write that failed with `error`: HostError (exit 3) where the
-    host is at fault (HOST_ERRNOS), else FileError (exit 2)."""
-    return HostError(message) if error.errno in HOST_ERRNOS else FileError(message)
+        failed = HostError if error.errno in HOST_ERRNOS else FileError
+        raise failed(f"{path}: cannot write: {error.strerror}") from None
 
 
 def append_line(fd: int, line: str, what: str) -> None:

@@ -336,7 +336,7 @@ def test_ctrl_c_while_waiting_stops_the_server_and_goes_on(
 def test_a_trial_says_which_values_nccls_own_log_confirmed(
     candidate: Candidate, tmp_path: Path
 ) -> None:
-    outcome = run_trial(candidate(**SEED), SETTINGS, tmp_path / "log", Progress(), OWNER)
+    outcome = run_trial(candidate("seed", **SEED), SETTINGS, tmp_path / "log", Progress(), OWNER)
     assert outcome.status == "measured", outcome
     declared = ["NCCL_PROTO", "NCCL_ALGO", "NCCL_MAX_NCHANNELS", "NCCL_BUFFSIZE", "NCCL_NTHREADS"]
     assert (sorted(outcome.confirmed), outcome.unconfirmed) == (sorted(declared), [])
@@ -351,7 +351,7 @@ def test_a_trial_whose_values_nccl_contradicted_or_ignored_is_not_measured(
 ) -> None:
     # NCCL took another protocol (a tuner plugin, say) and never read the algorithm.
     monkeypatch.setenv("STANDIN_NCCL_SAYS", "NCCL_PROTO=Simple,NCCL_ALGO=")
-    outcome = run_trial(candidate(**SEED), SETTINGS, tmp_path / "log", Progress(), OWNER)
+    outcome = run_trial(candidate("seed", **SEED), SETTINGS, tmp_path / "log", Progress(), OWNER)
     assert (outcome.status, outcome.runs) == ("ignored", []), outcome
     rank = r"[\w.-]+:\d+ \[\d\]"
     assert re.fullmatch(

@@ -91,8 +91,8 @@ class Journal:
         records its identity."""
 
         def started(server: StartedServer) -> None:
-            line = {"digest": digest, "values": values, "candidate": str(candidate)}
-            line |= {"time": now(), "log": str(log), "server": server}
+            line: dict[str, object] = {"digest": digest, "values": values, "server": server}
+            line |= {"time": now(), "candidate": str(candidate), "log": str(log)}
             self.append(JournalLine.model_validate(line))
 
         return Owner(self.path, digest, started)
