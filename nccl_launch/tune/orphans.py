@@ -1,5 +1,5 @@
 """No trial server outlives `tune`: it is started to die with tune (the kernel's parent-death
-signal), tune adopts its orphaned workers while it lives (a child subreaper), and its
+signal), tune adopts its orphaned workers while a trial runs (a child subreaper), and its
 environment carries marks naming the tune's journal and candidate, so that the next tune of
 that journal finds a server a killed tune left, by its identity, and stops it."""
 
@@ -9,7 +9,7 @@ import contextlib
 import ctypes
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +24,7 @@ from nccl_launch.profile.plan import short_digest
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
 _LIBC = ctypes.CDLL(None, use_errno=True)  # loaded before any fork: the child only calls it
 
 
@@ -53,12 +54,19 @@ class Owner:
         }
 
 
-def adopt_orphans() -> None:
-    """Make this process the subreaper of what it starts: a worker whose server exited
-    becomes tune's child, not init's, while tune lives."""
+@contextlib.contextmanager
+def adopting() -> Iterator[None]:
+    """This process the subreaper of what it starts until the block ends: a worker whose
+    server exited meanwhile becomes tune's child, not init's, and is stopped with the trial."""
+    before = ctypes.c_int(0)
+    _LIBC.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(before), 0, 0, 0)
     if _LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         error = ctypes.get_errno()
         raise HostError(f"cannot become the subreaper of trial servers: {os.strerror(error)}")
+    try:
+        yield
+    finally:
+        _LIBC.prctl(PR_SET_CHILD_SUBREAPER, before.value, 0, 0, 0)
 
 
 def die_with(parent: int) -> Callable[[], None]:

@@ -38,7 +38,7 @@ from nccl_launch.live.verify_log import KeyReport, verify
 from nccl_launch.masking import MASK, mask_value, mask_words, masked_values
 from nccl_launch.profile.markers import NCCL_DEBUG_ENV
 from nccl_launch.sglang.server import Server
-from nccl_launch.tune.orphans import Owner, StartedServer, adopt_orphans, die_with, reap
+from nccl_launch.tune.orphans import Owner, StartedServer, adopting, die_with, reap
 
 # "ignored": measured, but NCCL's own log says it did not apply a value of the candidate.
 TrialStatus = Literal["measured", "ignored", "refused", "exited", "not-ready", "drift", "failed"]
@@ -121,7 +121,7 @@ def run_trial(
     port = port_check(server)
     if port.status != "ok":
         raise HostError(f"cannot start a trial: {port.message}")
-    with _log_file(log) as fd, _started(launch, fd, owner) as child:
+    with _log_file(log) as fd, adopting(), _started(launch, fd, owner) as child:
         try:
             outcome = _trial(launch, server, child, settings, progress)
         finally:  # Ctrl-C included: the tree is stopped, then the interrupt goes on
@@ -243,7 +243,6 @@ def _started(launch: LaunchPlan, log: int, owner: Owner) -> Iterator[_Child]:
     of its own so that the terminal's Ctrl-C reaches only tune, dying with tune, held by a
     pidfd, told to `owner` before it is measured; reaped when the block ends."""
     argv, env = launch.command(), launch.merged.env | owner.marks()
-    adopt_orphans()
     try:
         process = subprocess.Popen(
             argv, env=env, cwd=launch.cwd, stdin=subprocess.DEVNULL, stdout=log,
