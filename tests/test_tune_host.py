@@ -155,6 +155,19 @@ def test_a_trial_not_ready_in_time_is_tried_again_when_given_longer(
     assert "winner: trial 1 " in longer.stdout
 
 
+def test_a_trial_whose_request_timed_out_is_tried_again_when_given_longer(
+    port: int, run_cli: RunCli
+) -> None:
+    env = STANDIN_ENV | {"STANDIN_TTFT": "0.5"}  # each request's first token after 0.5 s
+    tune = ["tune", "standin", "--try", "PROTO=LL128", *FAST, "--budget", "1", "--timeout"]
+    short = run_cli(*tune, "0.2", env=env)
+    assert short.returncode == 1, short.stdout + short.stderr
+    assert "trial 1 in " in short.stdout and ": failed: " in short.stdout, short.stdout
+    longer = run_cli(*tune, "5", env=env)
+    assert longer.returncode == 0, longer.stdout + longer.stderr
+    assert "trial 1: starting" in longer.stdout
+
+
 STATE = "home/.local/state"
 
 
