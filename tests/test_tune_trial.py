@@ -40,7 +40,7 @@ SETTINGS = TrialSettings(
 BEST = {"PROTO": "LL128", "ALGO": "Ring", "MAX_NCHANNELS": 8, "BUFFSIZE": "8MiB", "NTHREADS": 256}
 SEED = {"PROTO": "LL", "ALGO": "Ring", "MAX_NCHANNELS": 16, "BUFFSIZE": "16MiB", "NTHREADS": 512}
 # Whose trials these are: no journal records their servers.
-OWNER = Owner(Path("journal.jsonl"), "sha256:" + "0" * 64, lambda server: None)
+OWNER = Owner(Path("journal.jsonl"), "sha256:" + "0" * 64, {}, lambda server: None)
 # The stand-in's factors for BEST (see TUNE_FACTORS in tests/standin/sglang/launch_server.py);
 # SEED's are all 1.0.
 BEST_FACTOR = 1.12 * 1.00 * 1.06 * 1.04 * 1.03
@@ -297,7 +297,7 @@ class Quiet:
 
 settings = TrialSettings(Method(max_tokens=10, runs=1, warmup=0, prompt="x"), 30, 5, 1)
 try:
-    owner = Owner(Path("journal.jsonl"), "sha256:" + "0" * 64, lambda server: None)
+    owner = Owner(Path("journal.jsonl"), "sha256:" + "0" * 64, {}, lambda server: None)
     run_trial(sys.argv[1], settings, Path(sys.argv[2]), Quiet(), owner)
 except KeyboardInterrupt:
     with socket.socket() as probe:
@@ -349,9 +349,11 @@ def test_a_trial_says_which_values_nccls_own_log_confirmed(
 def test_a_trial_whose_values_nccl_contradicted_or_ignored_is_not_measured(
     candidate: Candidate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # NCCL took another protocol (a tuner plugin, say) and never read the algorithm.
-    monkeypatch.setenv("STANDIN_NCCL_SAYS", "NCCL_PROTO=Simple,NCCL_ALGO=")
-    outcome = run_trial(candidate("seed", **SEED), SETTINGS, tmp_path / "log", Progress(), OWNER)
+    # NCCL took another protocol (a tuner plugin, say) and never read the algorithm, the two
+    # values searched; the threads it took otherwise are the profile's, the same in every trial.
+    monkeypatch.setenv("STANDIN_NCCL_SAYS", "NCCL_PROTO=Simple,NCCL_ALGO=,NCCL_NTHREADS=256")
+    owner = Owner(OWNER.journal, OWNER.digest, {"PROTO": "LL", "ALGO": "Ring"}, OWNER.started)
+    outcome = run_trial(candidate("seed", **SEED), SETTINGS, tmp_path / "log", Progress(), owner)
     assert (outcome.status, outcome.runs) == ("ignored", []), outcome
     rank = r"[\w.-]+:\d+ \[\d\]"
     assert re.fullmatch(
@@ -360,7 +362,11 @@ def test_a_trial_whose_values_nccl_contradicted_or_ignored_is_not_measured(
         rf"NCCL_ALGO Ring: never reported by {rank}, {rank}",
         outcome.detail,
     ), outcome.detail
-    assert sorted(outcome.confirmed) == ["NCCL_BUFFSIZE", "NCCL_MAX_NCHANNELS", "NCCL_NTHREADS"]
+    assert sorted(outcome.confirmed) == ["NCCL_BUFFSIZE", "NCCL_MAX_NCHANNELS"]
+    assert sorted(outcome.unconfirmed) == ["NCCL_ALGO", "NCCL_NTHREADS", "NCCL_PROTO"]
+    monkeypatch.setenv("STANDIN_NCCL_SAYS", "NCCL_NTHREADS=256")  # those alone: measured
+    again = run_trial(candidate("seed", **SEED), SETTINGS, tmp_path / "log", Progress(), owner)
+    assert (again.status, again.unconfirmed) == ("measured", ["NCCL_NTHREADS"]), again
 
 
 def test_a_log_without_any_nccl_line_leaves_the_values_unconfirmed_not_the_trial_failed(

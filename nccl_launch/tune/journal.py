@@ -95,7 +95,7 @@ class Journal:
             line |= {"time": now(), "candidate": str(candidate), "log": str(log)}
             self.append(JournalLine.model_validate(line))
 
-        return Owner(self.path, digest, started)
+        return Owner(self.path, digest, values, started)
 
     def stop_leftovers(self) -> list[str]:
         """Stop every server a killed tune of this journal left running; what was stopped."""

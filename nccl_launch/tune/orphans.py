@@ -37,11 +37,13 @@ class StartedServer(BaseModel):
 
 @dataclass(frozen=True)
 class Owner:
-    """Whose trial a server is: the tune of `journal` trying candidate `digest`; `started`
-    is told the server's identity once it runs, before it is measured."""
+    """Whose trial a server is: the tune of `journal` trying candidate `digest`, whose
+    searched `values` (NAME without the prefix: value, None for unset) the trial is about;
+    `started` is told the server's identity once it runs, before it is measured."""
 
     journal: Path
     digest: str
+    values: dict[str, str | None]
     started: Callable[[StartedServer], None]
 
     def marks(self) -> dict[str, str]:

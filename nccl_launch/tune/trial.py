@@ -34,8 +34,9 @@ from nccl_launch.launch.host import port_check
 from nccl_launch.launch.prepare import LaunchPlan, prepare_launch, with_nccl_debug
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.live.processes import HeldProcess, ProcessSnapshot, snapshot_tree, stop_tree
-from nccl_launch.live.verify_log import KeyReport, verify
+from nccl_launch.live.verify_log import verify
 from nccl_launch.masking import MASK, mask_value, mask_words, masked_values
+from nccl_launch.nccl.catalog import PREFIX
 from nccl_launch.profile.markers import NCCL_DEBUG_ENV
 from nccl_launch.sglang.server import Server
 from nccl_launch.tune.orphans import Owner, StartedServer, adopting, die_with, reap
@@ -74,7 +75,7 @@ class TrialOutcome(BaseModel):
     log_tail: list[str] = []  # the last lines of its log (masked, escaped), when it failed
     seconds: float = Field(ge=0, allow_inf_nan=False)  # wall time of the whole trial
     # NCCL's own log of the server: the candidate's NCCL keys it says every process applied;
-    # those it cannot confirm (NCCL does not log them, or the log holds no NCCL line at all).
+    # the others (NCCL does not log them, the log holds no NCCL line, it applied another value).
     confirmed: list[str] = []
     unconfirmed: list[str] = []
     # The time the server was given to get ready, and each request to be answered.
@@ -137,7 +138,8 @@ def run_trial(
                 f"the trial's server failed, and the file system of its log {log} is full; "
                 "the trial is not recorded: free some space, and the same command tries it again"
             )
-        more |= _proof(launch, fd, log, outcome.status == "measured")
+        searched = {f"{PREFIX}{name}" for name, value in owner.values.items() if value}
+        more |= _proof(launch, fd, log, searched if outcome.status == "measured" else set())
         if more.get("status", outcome.status) not in ("measured", "drift"):
             more["log_tail"] = _tail(fd, _secrets(launch))
     return outcome.model_copy(update=more)
@@ -149,25 +151,26 @@ def _full(fd: int) -> bool:
     return found.f_bavail * found.f_frsize < FULL
 
 
-def _proof(launch: LaunchPlan, fd: int, log: Path, measured: bool) -> dict[str, object]:
+def _proof(launch: LaunchPlan, fd: int, log: Path, judged: set[str]) -> dict[str, object]:
     """What NCCL's own lines in the log say of the candidate's NCCL values, read as
-    `verify-log` reads them: the keys confirmed and unconfirmed and, for a measured trial
-    where NCCL contradicted a value or a process that logged its values left one out, the
-    status "ignored" saying which (its figures are not the candidate's)."""
+    `verify-log` reads them: the keys it confirmed, the others; and where NCCL contradicted
+    a value of `judged` (the searched values of a measured trial) or, logging its values,
+    left one out (it never read it, so it made no difference), the status "ignored" saying
+    which: its figures are not the candidate's. A log without NCCL lines judges nothing."""
     with os.fdopen(os.dup(fd), encoding="utf-8", errors="replace") as text:
         text.seek(0)
         report = verify(launch.plan, text, str(log))
-    said: dict[str, list[KeyReport]] = {}
-    for key in report.keys:
-        said.setdefault(key.verdict, []).append(key)
-    silent = said.get("unconfirmed", [])  # by a process, or by all: no NCCL line at all
-    ignored = said.get("mismatch", []) + (silent if report.processes else [])
-    unconfirmed = said.get("not-logged", []) + ([] if report.processes else silent)
+    confirmed = [key.key for key in report.keys if key.verdict == "ok"]
+    ignored = [
+        key
+        for key in report.keys
+        if key.key in judged and report.processes and key.verdict in ("mismatch", "unconfirmed")
+    ]
     found: dict[str, object] = {
-        "confirmed": [key.key for key in said.get("ok", [])],
-        "unconfirmed": [key.key for key in unconfirmed],
+        "confirmed": confirmed,
+        "unconfirmed": [key.key for key in report.keys if key.key not in confirmed],
     }
-    if measured and ignored:
+    if ignored:
         why = "; ".join(f"{key.key} {key.expected}: {key.detail}" for key in ignored)
         detail = escaped(f"NCCL did not apply the candidate's values: {why}")
         found |= {"status": "ignored", "runs": [], "detail": detail}
