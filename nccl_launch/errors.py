@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 EXIT_OK = 0
 EXIT_DRIFT = 1
 EXIT_USAGE = 2
@@ -9,6 +11,9 @@ EXIT_HOST = 3
 EXIT_INTERNAL = 4
 EXIT_INTERRUPTED = 130
 WARNING_PREFIX = "nccl-launch: warning: "
+# A write that fails with one of these fails for the host (a full disk, a spent quota), which
+# no input fixes: HostError, wherever a file is written.
+HOST_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 class NcclLaunchError(Exception):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import BinaryIO
 
-from nccl_launch.errors import HostError, UsageError
+from nccl_launch.errors import HOST_ERRNOS, HostError, UsageError
 
 # A profile, env file, nccl.conf or pidfile is a few KiB; anything larger is a mistake.
 MAX_BYTES = 1 << 20
@@ -282,7 +282,8 @@ def write_output(path: Path, text: str, *, replace: bool, mode: int | None = Non
             f"{path.parent}, so that folder must be writable by this user"
         ) from None
     except OSError as error:
-        raise FileError(f"{path}: cannot write: {error.strerror}") from None
+        failed = HostError if error.errno in HOST_ERRNOS else FileError
+        raise failed(f"{path}: cannot write: {error.strerror}") from None
 
 
 def append_line(fd: int, line: str, what: str) -> None:

@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from nccl_launch.errors import HostError
+from nccl_launch.errors import HOST_ERRNOS, HostError
 from nccl_launch.escaping import escaped
 from nccl_launch.files import BaseDirectory, FileError, kind_of, open_beneath
 
@@ -53,7 +53,8 @@ def open_store(
         why = error.strerror
         if isinstance(error, (FileExistsError, NotADirectoryError)):  # mkdir met a file
             why = "a folder on its path is a file, not a directory"
-        raise FileError(f"{what} {path}: cannot append: {why}") from None
+        failed = HostError if error.errno in HOST_ERRNOS else FileError
+        raise failed(f"{what} {path}: cannot append: {why}") from None
     try:
         status = os.fstat(fd)
         _refuse_kind(what, path, status.st_mode, aside)

@@ -24,8 +24,10 @@ from typing import Any
 import psutil
 import pytest
 
+from nccl_launch.bench.result import Method
 from nccl_launch.tune.journal import Journal
 from nccl_launch.tune.search import Score, Space, Values, descend, grid
+from nccl_launch.tune.trial import TrialSettings
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import STANDIN, Server, free_port, wait_for
 
@@ -95,12 +97,12 @@ def journals(tmp_path: Path) -> list[Path]:
 
 
 def journal_lines(path: Path) -> list[dict[str, Any]]:
-    """The journal's trials (a torn line skipped)."""
+    """The journal's finished trials (a torn line, and the line of a server started, skipped)."""
     found = []
     for line in path.read_text().splitlines():
         with contextlib.suppress(json.JSONDecodeError):
             found.append(json.loads(line))
-    return found
+    return [line for line in found if line.get("outcome") is not None]
 
 
 def by_changes(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -218,7 +220,8 @@ def test_a_forged_journal_line_is_skipped_with_its_number(outcome: str, why: str
     # Each would fail the mean, the noise or the gains of the whole tune.
     forged = json.dumps(TRIAL)[:-1] + f', "outcome": {{"status": "measured", {outcome}, '
     forged += '"seconds": 1}}'
-    opened = Journal(Path("journal.jsonl"), -1)
+    settings = TrialSettings(Method(max_tokens=1, runs=1, warmup=0, prompt="x"), 1, 1, 1)
+    opened = Journal(Path("journal.jsonl"), -1, settings)
     opened.read_lines(f"\n{forged}\n")
     assert opened.done == {}
     assert opened.problems == [f"journal.jsonl:2: not a trial ({why}); skipped"]
@@ -447,6 +450,7 @@ def test_an_interrupted_tune_resumes_without_measuring_a_finished_trial_again(
     assert not port_open(seed)  # its server stopped
     (journal,) = journals(tmp_path)
     (first,) = journal_lines(journal)
+    torn = len(journal.read_text().splitlines()) + 1
     with journal.open("a") as appended:  # and a line a crash left torn
         appended.write('{"time": "2026-')
     resumed = subprocess.run(
@@ -460,7 +464,7 @@ def test_an_interrupted_tune_resumes_without_measuring_a_finished_trial_again(
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "trial 1 (from the journal): measured " in resumed.stdout
     assert "trial 1: starting" not in resumed.stdout
-    assert f"{journal}:2: not a trial (Invalid JSON" in resumed.stderr
+    assert f"{journal}:{torn}: not a trial (Invalid JSON" in resumed.stderr
     assert "Traceback" not in resumed.stderr
     digests = [line["digest"] for line in journal_lines(journal)]
     assert digests.count(first["digest"]) == 1

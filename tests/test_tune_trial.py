@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import stat
@@ -24,8 +25,9 @@ from nccl_launch.bench.result import Method, RunFigure
 from nccl_launch.errors import HostError
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.tune import trial
+from nccl_launch.tune.orphans import Owner
 from nccl_launch.tune.trial import TrialSettings, run_trial
-from tests.conftest import WriteProfile
+from tests.conftest import RunCli, WriteProfile
 from tests.helpers import STANDIN, free_port, stop_left, wait_for
 
 RATE = 400  # STANDIN_TOKEN_RATE: a run of 40 tokens takes some 0.1 s
@@ -37,6 +39,8 @@ SETTINGS = TrialSettings(
 )
 BEST = {"PROTO": "LL128", "ALGO": "Ring", "MAX_NCHANNELS": 8, "BUFFSIZE": "8MiB", "NTHREADS": 256}
 SEED = {"PROTO": "LL", "ALGO": "Ring", "MAX_NCHANNELS": 16, "BUFFSIZE": "16MiB", "NTHREADS": 512}
+# Whose trials these are: no journal records their servers.
+OWNER = Owner(Path("journal.jsonl"), "sha256:" + "0" * 64, {}, lambda server: None)
 # The stand-in's factors for BEST (see TUNE_FACTORS in tests/standin/sglang/launch_server.py);
 # SEED's are all 1.0.
 BEST_FACTOR = 1.12 * 1.00 * 1.06 * 1.04 * 1.03
@@ -108,10 +112,10 @@ def test_a_trial_measures_the_rate_the_candidates_environment_gives(
     monkeypatch.setenv("PATH", f"{STANDIN / 'bin'}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("STANDIN_COMPUTE_APPS", str(apps))
     progress = Progress()
-    best = run_trial(candidate("best", **BEST), SETTINGS, tmp_path / "best.log", progress)
+    best = run_trial(candidate("best", **BEST), SETTINGS, tmp_path / "best.log", progress, OWNER)
     assert len(apps.read_text().split()) == 2  # both schedulers held "GPU memory" while up
     # The same port at once: the first server's port and GPU memory were waited free.
-    seed = run_trial(candidate("seed", **SEED), SETTINGS, tmp_path / "seed.log", Progress())
+    seed = run_trial(candidate("seed", **SEED), SETTINGS, tmp_path / "seed.log", Progress(), OWNER)
     assert (best.status, seed.status) == ("measured", "measured"), (best, seed)
     assert progress.told == ["before ok=True", "run 1/2", "run 2/2", "after ok=True"]
     # The stand-in never sends a token early, and a busy host only delays it: no run is faster
@@ -132,7 +136,7 @@ def test_a_server_that_answers_503_at_first_is_waited_for(
 ) -> None:
     monkeypatch.setenv("STANDIN_START_DELAY", "0.4")  # /health: 503, then 200
     settings = TrialSettings(Method(max_tokens=10, runs=1, warmup=0, prompt="x"), 5, 5, 2)
-    outcome = run_trial(candidate(PROTO="LL"), settings, tmp_path / "log", Progress())
+    outcome = run_trial(candidate(PROTO="LL"), settings, tmp_path / "log", Progress(), OWNER)
     assert outcome.status == "measured", outcome
     assert 0.4 < outcome.seconds < settings.ready_timeout
 
@@ -143,7 +147,7 @@ def test_a_server_that_exits_at_start_is_a_failed_trial_with_its_code_and_masked
     url = "postgres://tuner:hunter2@db/\x1b[31mruns"
     monkeypatch.setenv("DATABASE_URL", url)  # passed through to the server, which prints it
     monkeypatch.setenv("STANDIN_EXIT_IF", f"NCCL_PROTO=LL,DATABASE_URL={url}")
-    outcome = run_trial(candidate(PROTO="Simple"), SETTINGS, tmp_path / "log", Progress())
+    outcome = run_trial(candidate(PROTO="Simple"), SETTINGS, tmp_path / "log", Progress(), OWNER)
     assert (outcome.status, outcome.exit_code) == ("exited", 1), outcome
     assert outcome.detail == "the server exited with code 1"
     assert outcome.log_tail[-1] == r"Invalid value DATABASE_URL=postgres://***@db/\x1b[31mruns"
@@ -171,7 +175,7 @@ args = ["--api-key", "{key}", "--admin-api={admin}"]
     # It logs server_args with the keys, then an error naming the token: neither is an argv.
     monkeypatch.setenv("STANDIN_EXIT_IF", f"HF_TOKEN={token}")
     ref = str(write_profile("secret", text, "tune"))
-    outcome = run_trial(ref, SETTINGS, tmp_path / "log", Progress())
+    outcome = run_trial(ref, SETTINGS, tmp_path / "log", Progress(), OWNER)
     assert outcome.status == "exited", outcome
     assert outcome.log_tail[0] == (
         "server_args=ServerArgs(model_path='/models/m', api_key='***', admin_api_key='***')"
@@ -185,7 +189,7 @@ def test_a_server_never_ready_is_stopped_at_the_timeout(
 ) -> None:
     monkeypatch.setenv("STANDIN_HANG_IF", "NCCL_PROTO=LL")
     settings = TrialSettings(SETTINGS.method, 0.5, SETTINGS.request_timeout, 0.5)
-    outcome = run_trial(candidate(PROTO="LL"), settings, tmp_path / "log", Progress())
+    outcome = run_trial(candidate(PROTO="LL"), settings, tmp_path / "log", Progress(), OWNER)
     assert outcome.status == "not-ready", outcome
     assert outcome.detail == "no answer 200 from /health within 0.5 s"
     assert outcome.exit_code is None
@@ -198,7 +202,9 @@ def test_a_launch_refused_for_drift_starts_nothing(
     candidate: Candidate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("NCCL_ALGO", "Tree")
-    outcome = run_trial(candidate(PROTO="LL", ALGO="Ring"), SETTINGS, tmp_path / "log", Progress())
+    outcome = run_trial(
+        candidate(PROTO="LL", ALGO="Ring"), SETTINGS, tmp_path / "log", Progress(), OWNER
+    )
     assert outcome.status == "refused", outcome
     assert (
         outcome.detail
@@ -223,7 +229,7 @@ def test_a_worker_that_drifts_fails_the_trial_naming_it(
 ) -> None:
     for key, value in knobs.items():
         monkeypatch.setenv(key, value)
-    outcome = run_trial(candidate(PROTO="LL"), SETTINGS, tmp_path / "log", Progress())
+    outcome = run_trial(candidate(PROTO="LL"), SETTINGS, tmp_path / "log", Progress(), OWNER)
     assert outcome.status == "drift", outcome
     assert outcome.detail.startswith(f"checked {when}: pid ")
     assert outcome.detail.endswith(": NCCL_PROTO LL -> Simple")
@@ -235,7 +241,7 @@ def test_a_server_that_fails_the_measurement_is_a_failed_trial(
     candidate: Candidate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("STANDIN_COMPLETIONS_STATUS", "500")
-    outcome = run_trial(candidate(PROTO="LL"), SETTINGS, tmp_path / "log", Progress())
+    outcome = run_trial(candidate(PROTO="LL"), SETTINGS, tmp_path / "log", Progress(), OWNER)
     assert outcome.status == "failed", outcome
     assert outcome.detail.endswith(
         '/v1/completions answered HTTP 500: {"object": "error", "code": 500}'
@@ -250,7 +256,7 @@ def test_a_log_that_is_a_symlink_is_refused_and_its_target_kept(
     target.write_text("kept\n")
     (tmp_path / "log").symlink_to(target)
     with pytest.raises(HostError, match=r"cannot write the trial's log .*: Too many levels"):
-        run_trial(candidate(PROTO="LL"), SETTINGS, tmp_path / "log", Progress())
+        run_trial(candidate(PROTO="LL"), SETTINGS, tmp_path / "log", Progress(), OWNER)
     assert target.read_text() == "kept\n"
 
 
@@ -261,7 +267,7 @@ def test_a_port_taken_before_the_start_stops_the_tune(
         taken.bind(("127.0.0.1", port))
         taken.listen()
         with pytest.raises(HostError, match=f"cannot start a trial: 127.0.0.1:{port} is in use"):
-            run_trial(candidate(PROTO="LL"), SETTINGS, tmp_path / "log", Progress())
+            run_trial(candidate(PROTO="LL"), SETTINGS, tmp_path / "log", Progress(), OWNER)
     assert not (tmp_path / "log").exists()
 
 
@@ -273,7 +279,7 @@ def test_gpu_memory_still_held_after_the_stop_stops_the_tune(
     monkeypatch.setenv("STANDIN_GPU_LINGER", "1")  # a driver that never frees it
     monkeypatch.setattr(trial, "RELEASE_TIMEOUT", 0.3)  # not the 10 s a real driver gets
     with pytest.raises(HostError, match=r"after the trial's server stopped: pids \[\d+, \d+\] "):
-        run_trial(candidate(PROTO="LL"), SETTINGS, tmp_path / "log", Progress())
+        run_trial(candidate(PROTO="LL"), SETTINGS, tmp_path / "log", Progress(), OWNER)
 
 
 # Run as PID 1 of a PID namespace: nothing it starts can outlive it, nor a signal reach others.
@@ -282,6 +288,7 @@ import json, os, socket, sys
 from pathlib import Path
 import psutil
 from nccl_launch.bench.result import Method
+from nccl_launch.tune.orphans import Owner
 from nccl_launch.tune.trial import TrialSettings, run_trial
 
 class Quiet:
@@ -290,7 +297,8 @@ class Quiet:
 
 settings = TrialSettings(Method(max_tokens=10, runs=1, warmup=0, prompt="x"), 30, 5, 1)
 try:
-    run_trial(sys.argv[1], settings, Path(sys.argv[2]), Quiet())
+    owner = Owner(Path("journal.jsonl"), "sha256:" + "0" * 64, {}, lambda server: None)
+    run_trial(sys.argv[1], settings, Path(sys.argv[2]), Quiet(), owner)
 except KeyboardInterrupt:
     with socket.socket() as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -320,3 +328,71 @@ def test_ctrl_c_while_waiting_stops_the_server_and_goes_on(
     assert unshare.returncode == 130, err
     assert json.loads(out) == {"left": []}
     assert free(port)
+
+
+# NCCL's own proof: the stand-in prints NCCL's INFO lines when NCCL_DEBUG=INFO asks for them.
+
+
+def test_a_trial_says_which_values_nccls_own_log_confirmed(
+    candidate: Candidate, tmp_path: Path
+) -> None:
+    outcome = run_trial(candidate("seed", **SEED), SETTINGS, tmp_path / "log", Progress(), OWNER)
+    assert outcome.status == "measured", outcome
+    declared = ["NCCL_PROTO", "NCCL_ALGO", "NCCL_MAX_NCHANNELS", "NCCL_BUFFSIZE", "NCCL_NTHREADS"]
+    assert (sorted(outcome.confirmed), outcome.unconfirmed) == (sorted(declared), [])
+    log = (tmp_path / "log").read_text()
+    assert re.search(
+        r":\d+:\d+ \[1\] NCCL INFO NCCL_BUFFSIZE set by environment to 16777216\.", log
+    )
+
+
+def test_a_trial_whose_values_nccl_contradicted_or_ignored_is_not_measured(
+    candidate: Candidate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # NCCL took another protocol (a tuner plugin, say) and never read the algorithm, the two
+    # values searched; the threads it took otherwise are the profile's, the same in every trial.
+    monkeypatch.setenv("STANDIN_NCCL_SAYS", "NCCL_PROTO=Simple,NCCL_ALGO=,NCCL_NTHREADS=256")
+    owner = Owner(OWNER.journal, OWNER.digest, {"PROTO": "LL", "ALGO": "Ring"}, OWNER.started)
+    outcome = run_trial(candidate("seed", **SEED), SETTINGS, tmp_path / "log", Progress(), owner)
+    assert (outcome.status, outcome.runs) == ("ignored", []), outcome
+    rank = r"[\w.-]+:\d+ \[\d\]"
+    assert re.fullmatch(
+        "NCCL did not apply the candidate's values: "
+        rf'NCCL_PROTO LL: {rank} applied "Simple"; {rank} applied "Simple"; '
+        rf"NCCL_ALGO Ring: never reported by {rank}, {rank}",
+        outcome.detail,
+    ), outcome.detail
+    assert sorted(outcome.confirmed) == ["NCCL_BUFFSIZE", "NCCL_MAX_NCHANNELS"]
+    assert sorted(outcome.unconfirmed) == ["NCCL_ALGO", "NCCL_NTHREADS", "NCCL_PROTO"]
+    monkeypatch.setenv("STANDIN_NCCL_SAYS", "NCCL_NTHREADS=256")  # those alone: measured
+    again = run_trial(candidate("seed", **SEED), SETTINGS, tmp_path / "log", Progress(), owner)
+    assert (again.status, again.unconfirmed) == ("measured", ["NCCL_NTHREADS"]), again
+
+
+def test_a_log_without_any_nccl_line_leaves_the_values_unconfirmed_not_the_trial_failed(
+    candidate: Candidate, tmp_path: Path
+) -> None:
+    # The profile's own NCCL_DEBUG=WARN: NCCL prints no INFO line, and tune keeps it.
+    outcome = run_trial(
+        candidate(DEBUG="WARN", PROTO="LL"), SETTINGS, tmp_path / "log", Progress(), OWNER
+    )
+    assert outcome.status == "measured", outcome
+    assert (outcome.confirmed, sorted(outcome.unconfirmed)) == ([], ["NCCL_DEBUG", "NCCL_PROTO"])
+    assert " NCCL INFO " not in (tmp_path / "log").read_text()
+
+
+def test_a_candidate_whose_value_nccl_contradicted_never_wins(
+    candidate: Candidate, run_cli: RunCli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # LL128 is the fastest protocol of the stand-in's model, but NCCL says it ran LL.
+    monkeypatch.setenv("STANDIN_NCCL_SAYS", "NCCL_PROTO=LL")
+    seed = candidate("standin", PROTO="LL")
+    method = ("--max-tokens", "20", "--runs", "2", "--warmup", "0")
+    result = run_cli("tune", seed, "--try", "PROTO=LL128", *method, "--format", "json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads(result.stdout)
+    rows = {row["changes"]: row["outcome"] for row in document["trials"]}
+    assert rows["PROTO=LL128"]["status"] == "ignored"
+    assert rows["none"]["confirmed"] == ["NCCL_PROTO"]
+    winner = next(row for row in document["trials"] if row["number"] == document["winner"])
+    assert winner["changes"] == "none"

@@ -154,7 +154,7 @@ def prepare_launch(
         env_files=declared,
     )
     if nccl_debug:
-        merged = _with_nccl_debug(merged, plan)
+        merged = with_nccl_debug(merged, plan)
     return LaunchPlan(
         loaded=loaded,
         merged=merged,
@@ -176,7 +176,7 @@ def model_architecture(model_path: str) -> str | None:
     return architecture if isinstance(architecture, str) else None
 
 
-def _with_nccl_debug(merged: MergeResult, plan: ProfilePlan) -> MergeResult:
+def with_nccl_debug(merged: MergeResult, plan: ProfilePlan) -> MergeResult:
     """NCCL_DEBUG=INFO with the ENV subsystem, marked so that `check` tolerates it."""
     declared = [key for key in NCCL_DEBUG_ENV if key in plan.env]
     if declared:

@@ -1,5 +1,7 @@
-"""The journal of a tune: one JSON line appended per finished trial, under the XDG state
-directory, read back at the start so that the same command resumes where it stopped.
+"""The journal of a tune: one JSON line appended per trial server started (its identity,
+before it is measured) and per finished trial, under the XDG state directory, read back at
+the start so that the same command resumes where it stopped, and stops a server a killed tune
+left running.
 
 A line is whole or absent (the JSON-lines store of nccl_launch.jsonlines); a line that is
 not a trial (torn by a crash, edited) is a warning with its number, never the end.
@@ -14,13 +16,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePath
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from nccl_launch.bench.history import state_home
 from nccl_launch.files import FileError, append_line
 from nccl_launch.jsonlines import open_store, parse_lines
 from nccl_launch.profile.plan import DIGEST
-from nccl_launch.tune.trial import TrialOutcome
+from nccl_launch.tune.orphans import Owner, StartedServer, stop_leftover
+from nccl_launch.tune.search import Values
+from nccl_launch.tune.trial import TrialOutcome, TrialSettings
 
 FILE_NAME = "journal.jsonl"
 WHAT = "tune journal"
@@ -29,13 +33,27 @@ _FIX = "set XDG_STATE_HOME to a folder of your own"
 
 
 class JournalLine(BaseModel):
-    """One finished trial: the candidate (its values, digest, file), its log, its outcome."""
+    """One line of a trial: the candidate (its values, digest, file), its log, and either its
+    server's identity (the line written as the server starts) or its outcome (as it ends)."""
 
     time: str
     digest: str = Field(pattern=DIGEST.pattern)
-    values: dict[str, str | None]
+    values: Values
     candidate: str
     log: str
+    server: StartedServer | None = None
+    outcome: TrialOutcome | None = None
+
+    @model_validator(mode="after")
+    def _started_or_finished(self) -> JournalLine:
+        if (self.server is None) == (self.outcome is None):
+            raise ValueError("a trial line has a server or an outcome, and not both")
+        return self
+
+
+class FinishedLine(JournalLine):
+    """The line of a finished trial."""
+
     outcome: TrialOutcome
 
 
@@ -46,12 +64,14 @@ def now() -> str:
 @dataclass
 class Journal:
     """The journal open for appending, and what it held when opened: the last line of each
-    candidate whose trial is final (a launch refused for the calling environment is tried
-    again, as nothing of the candidate ran), and a problem per line that is no trial."""
+    candidate whose outcome is final for a tune of `settings` (TrialOutcome.final), the
+    servers started and never finished, and a problem per line that is no trial."""
 
     path: Path
     fd: int
-    done: dict[str, JournalLine] = field(default_factory=dict)
+    settings: TrialSettings
+    done: dict[str, FinishedLine] = field(default_factory=dict)
+    started: dict[str, JournalLine] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
     def append(self, line: JournalLine) -> None:
@@ -59,8 +79,33 @@ class Journal:
         self._keep(line)
 
     def _keep(self, line: JournalLine) -> None:
-        if line.outcome.status != "refused":
-            self.done[line.digest] = line
+        if line.outcome is None:
+            self.started[line.digest] = line
+            return
+        self.started.pop(line.digest, None)
+        if line.outcome.final(self.settings):
+            self.done[line.digest] = FinishedLine.model_validate(dict(line))
+
+    def owner(self, digest: str, values: Values, candidate: Path, log: Path) -> Owner:
+        """Whose the server of candidate `digest`'s trial is: as it starts, a line of its own
+        records its identity."""
+
+        def started(server: StartedServer) -> None:
+            line: dict[str, object] = {"digest": digest, "values": values, "server": server}
+            line |= {"time": now(), "candidate": str(candidate), "log": str(log)}
+            self.append(JournalLine.model_validate(line))
+
+        return Owner(self.path, digest, values, started)
+
+    def stop_leftovers(self) -> list[str]:
+        """Stop every server a killed tune of this journal left running; what was stopped."""
+        grace = self.settings.stop_grace
+        found = [
+            stop_leftover(line.server, self.path, digest, grace)
+            for digest, line in self.started.items()
+            if line.server is not None
+        ]
+        return [said for said in found if said is not None]
 
     def read_lines(self, text: str) -> None:
         lines, self.problems = parse_lines(text, self.path, JournalLine, "trial")
@@ -90,15 +135,16 @@ def _open(folder: PurePath) -> tuple[Path, int]:
 
 
 @contextlib.contextmanager
-def opened(folder: PurePath) -> Iterator[Journal]:
-    """The journal of the tune in `folder`, read, and open to append to until the end."""
+def opened(folder: PurePath, settings: TrialSettings) -> Iterator[Journal]:
+    """The journal of the tune in `folder` with `settings`, read, and open to append to until
+    the end."""
     path, fd = _open(folder)
     try:
         try:
             data = os.pread(fd, LIMIT, 0)
         except OSError as error:
             raise FileError(f"{WHAT} {path}: cannot read: {error.strerror}") from None
-        journal = Journal(path, fd)
+        journal = Journal(path, fd, settings)
         journal.read_lines(data.decode("utf-8", "replace"))
         yield journal
     finally:

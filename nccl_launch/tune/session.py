@@ -75,8 +75,9 @@ class _Trials:
             self.progress.started(number, said, candidate.digest)
             path = self.candidates.write(candidate, self.journal.path.parent)
             log = path.with_suffix(".log")
-            outcome = run_trial(str(path), self.settings, log, self.progress)
-            line = journal.JournalLine(
+            owner = self.journal.owner(candidate.digest, values, path, log)
+            outcome = run_trial(str(path), self.settings, log, self.progress, owner)
+            line = journal.FinishedLine(
                 time=journal.now(),
                 digest=candidate.digest,
                 values=values,
@@ -134,7 +135,9 @@ def run_tune(
     base = candidates.base
     if write:
         candidates.next_path()  # a version that is taken fails now, not after the tune
-    with journal.opened(tune_folder(base, settings.method)) as opened:
+    with journal.opened(tune_folder(base, settings.method), settings) as opened:
+        for stopped in opened.stop_leftovers():  # before anything else: it holds the port
+            progress.warn(stopped)
         for problem in opened.problems:
             progress.warn(problem)
         lockdown = candidates.lockdown()

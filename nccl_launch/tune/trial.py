@@ -1,11 +1,14 @@
 """One trial of `tune`: start a candidate profile's server as `run` would (as a child, its output
 in a log), wait until it is ready, measure it as `bench` does, stop its tree and wait until the
-port and the GPU memory are free again. A server that exits, never gets ready or drifts is a
-failed trial, not the end of the tune; what keeps the next trial from starting cleanly is."""
+port and the GPU memory are free again; NCCL's own log (NCCL_DEBUG=INFO) then says which of
+the candidate's values it applied. A server that exits, never gets ready or drifts is a
+failed trial, not the end of the tune; what keeps the next trial from starting cleanly is, and
+so is a trial that failed for the host (a full disk): the same command tries it again."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import http.client
 import os
 import signal
@@ -28,17 +31,23 @@ from nccl_launch.env.drift import DriftEntry
 from nccl_launch.errors import HostError, NcclLaunchError, UsageError
 from nccl_launch.escaping import escaped
 from nccl_launch.launch.host import port_check
-from nccl_launch.launch.prepare import LaunchPlan, prepare_launch
+from nccl_launch.launch.prepare import LaunchPlan, prepare_launch, with_nccl_debug
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.live.processes import HeldProcess, ProcessSnapshot, snapshot_tree, stop_tree
+from nccl_launch.live.verify_log import verify
 from nccl_launch.masking import MASK, mask_value, mask_words, masked_values
+from nccl_launch.nccl.catalog import PREFIX
+from nccl_launch.profile.markers import NCCL_DEBUG_ENV
 from nccl_launch.sglang.server import Server
+from nccl_launch.tune.orphans import Owner, StartedServer, adopting, die_with, reap
 
-TrialStatus = Literal["measured", "refused", "exited", "not-ready", "drift", "failed"]
+# "ignored": measured, but NCCL's own log says it did not apply a value of the candidate.
+TrialStatus = Literal["measured", "ignored", "refused", "exited", "not-ready", "drift", "failed"]
 POLL = 0.05  # seconds between two /health requests, and two looks at the freed port and GPUs
 RELEASE_TIMEOUT = 10.0  # seconds for the port and the GPU memory to be free after the stop
 TAIL_LINES = 20  # of the server's log, kept with a failed trial
 TAIL_BYTES = 16384  # read from the log's end for them: a line longer is cut
+FULL = 1 << 20  # bytes free on the log's file system under which a failed trial is the host's
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,13 @@ class TrialOutcome(BaseModel):
     exit_code: int | None = None  # the server's, when it exited
     log_tail: list[str] = []  # the last lines of its log (masked, escaped), when it failed
     seconds: float = Field(ge=0, allow_inf_nan=False)  # wall time of the whole trial
+    # NCCL's own log of the server: the candidate's NCCL keys it says every process applied;
+    # the others (NCCL does not log them, the log holds no NCCL line, it applied another value).
+    confirmed: list[str] = []
+    unconfirmed: list[str] = []
+    # The time the server was given to get ready, and each request to be answered.
+    ready_timeout: float | None = None
+    request_timeout: float | None = None
 
     @model_validator(mode="after")
     def _runs_when_measured(self) -> Self:
@@ -72,13 +88,30 @@ class TrialOutcome(BaseModel):
             raise ValueError("a measured trial has runs, and only a measured one")
         return self
 
+    def final(self, settings: TrialSettings) -> bool:
+        """Whether a tune with `settings` takes this as the candidate's outcome, not to try
+        again: a launch refused for the calling environment ran nothing of the candidate, and
+        a trial that ran out of time (not ready, a request unanswered) gets more now."""
+        if self.status == "refused":
+            return False
+        if self.status == "not-ready":
+            return (self.ready_timeout or 0) >= settings.ready_timeout
+        if self.status == "failed":
+            return (self.request_timeout or 0) >= settings.request_timeout
+        return True
 
-def run_trial(ref: str, settings: TrialSettings, log: Path, progress: Progress) -> TrialOutcome:
-    """Start the candidate profile `ref` (a file) through `run`'s launch path, measure it and
-    stop it. HostError when its port is taken before the start, or not free (nor its GPU
-    memory) after the stop; KeyboardInterrupt stops the server first, then goes on."""
+
+def run_trial(
+    ref: str, settings: TrialSettings, log: Path, progress: Progress, owner: Owner
+) -> TrialOutcome:
+    """Start the candidate profile `ref` (a file) through `run`'s launch path, marked as
+    `owner`'s, measure it and stop it. HostError when its port is taken before the start, not
+    free (nor its GPU memory) after the stop, or it failed on a full disk; KeyboardInterrupt
+    stops the server first, then goes on."""
     start = time.monotonic()
     launch = prepare_launch(ref, [], [], os.environ)
+    if not NCCL_DEBUG_ENV.keys() & launch.plan.env.keys():  # else the profile's own lines
+        launch = dataclasses.replace(launch, merged=with_nccl_debug(launch.merged, launch.plan))
     server = launch.loaded.profile.server
     if server is None:
         raise UsageError(f"profile {launch.plan.label} has no [server] table for tune to start")
@@ -89,18 +122,59 @@ def run_trial(ref: str, settings: TrialSettings, log: Path, progress: Progress) 
     port = port_check(server)
     if port.status != "ok":
         raise HostError(f"cannot start a trial: {port.message}")
-    with _log_file(log) as fd, _started(launch, fd) as child:
+    with _log_file(log) as fd, adopting(), _started(launch, fd, owner) as child:
         try:
             outcome = _trial(launch, server, child, settings, progress)
         finally:  # Ctrl-C included: the tree is stopped, then the interrupt goes on
             code = _stop(child, server, settings.stop_grace)
         more: dict[str, object] = {"seconds": time.monotonic() - start}
+        more |= {"ready_timeout": settings.ready_timeout}
+        more |= {"request_timeout": settings.request_timeout}
         if outcome.status == "exited":
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
             more |= {"exit_code": code, "detail": f"the server {how}"}
-        if outcome.status not in ("measured", "drift"):
+        if outcome.status in ("exited", "not-ready", "failed") and _full(fd):
+            raise HostError(
+                f"the trial's server failed, and the file system of its log {log} is full; "
+                "the trial is not recorded: free some space, and the same command tries it again"
+            )
+        searched = {f"{PREFIX}{name}" for name, value in owner.values.items() if value}
+        more |= _proof(launch, fd, log, searched if outcome.status == "measured" else set())
+        if more.get("status", outcome.status) not in ("measured", "drift"):
             more["log_tail"] = _tail(fd, _secrets(launch))
     return outcome.model_copy(update=more)
+
+
+def _full(fd: int) -> bool:
+    """Whether the file system of the file open at `fd` has less than FULL bytes free."""
+    found = os.fstatvfs(fd)
+    return found.f_bavail * found.f_frsize < FULL
+
+
+def _proof(launch: LaunchPlan, fd: int, log: Path, judged: set[str]) -> dict[str, object]:
+    """What NCCL's own lines in the log say of the candidate's NCCL values, read as
+    `verify-log` reads them: the keys it confirmed, the others; and where NCCL contradicted
+    a value of `judged` (the searched values of a measured trial) or, logging its values,
+    left one out (it never read it, so it made no difference), the status "ignored" saying
+    which: its figures are not the candidate's. A log without NCCL lines judges nothing."""
+    with os.fdopen(os.dup(fd), encoding="utf-8", errors="replace") as text:
+        text.seek(0)
+        report = verify(launch.plan, text, str(log))
+    confirmed = [key.key for key in report.keys if key.verdict == "ok"]
+    ignored = [
+        key
+        for key in report.keys
+        if key.key in judged and report.processes and key.verdict in ("mismatch", "unconfirmed")
+    ]
+    found: dict[str, object] = {
+        "confirmed": confirmed,
+        "unconfirmed": [key.key for key in report.keys if key.key not in confirmed],
+    }
+    if ignored:
+        why = "; ".join(f"{key.key} {key.expected}: {key.detail}" for key in ignored)
+        detail = escaped(f"NCCL did not apply the candidate's values: {why}")
+        found |= {"status": "ignored", "runs": [], "detail": detail}
+    return found
 
 
 def _entries(entries: list[DriftEntry]) -> str:
@@ -167,14 +241,15 @@ class _Child:
 
 
 @contextlib.contextmanager
-def _started(launch: LaunchPlan, log: int) -> Iterator[_Child]:
-    """The server as `run` would exec it (argv, env, cwd), in a session of its own so that the
-    terminal's Ctrl-C reaches only tune, held by a pidfd; reaped when the block ends."""
-    argv, env = launch.command(), launch.merged.env
+def _started(launch: LaunchPlan, log: int, owner: Owner) -> Iterator[_Child]:
+    """The server as `run` would exec it (argv, env, cwd) with `owner`'s marks, in a session
+    of its own so that the terminal's Ctrl-C reaches only tune, dying with tune, held by a
+    pidfd, told to `owner` before it is measured; reaped when the block ends."""
+    argv, env = launch.command(), launch.merged.env | owner.marks()
     try:
         process = subprocess.Popen(
             argv, env=env, cwd=launch.cwd, stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True,
+            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with(os.getpid()),
         )  # fmt: skip
     except OSError as error:
         where = f" in {launch.cwd}" if launch.cwd else ""
@@ -186,6 +261,7 @@ def _started(launch: LaunchPlan, log: int) -> Iterator[_Child]:
         held = HeldProcess(process.pid, psutil.Process(process.pid).create_time(), pidfd)
         child = _Child(process, held, [])
         child.look()
+        owner.started(StartedServer(pid=held.pid, create_time=held.create_time))
         yield child
     finally:
         if process.returncode is None:  # never stopped: its group, while it is not reaped
@@ -247,7 +323,9 @@ def _stop(child: _Child, server: Server, grace: float) -> int:
     child.look()
     stop_tree(child.held, child.tree, grace)
     code = child.process.wait()
-    _wait_released(server, {child.held.pid} | {snapshot.pid for snapshot in child.tree})
+    tree = {child.held.pid} | {snapshot.pid for snapshot in child.tree}
+    reap(tree)
+    _wait_released(server, tree)
     return code
 
 

@@ -45,6 +45,16 @@ Knobs, for tests:
   STANDIN_EXIT_IF="KEY=VALUE,..." exits 1 at start, after an NCCL error like SGLang's on
   stderr, when the environment holds one of those values (`KEY=`: unset);
   STANDIN_HANG_IF="KEY=VALUE,..." answers /health with 503 forever for one of them;
+- with NCCL_DEBUG=INFO (and ENV among NCCL_DEBUG_SUBSYS's subsystems, or it unset), each
+  scheduler prints what NCCL 2.x prints as a communicator is created: its version, then
+  `NCCL_X set by environment to V` (an integer with a period) for each NCCL variable of its
+  environment, each line as `host:pid:tid [rank] NCCL INFO ...`; STANDIN_NCCL_SAYS=
+  "KEY=VALUE,KEY=" reports VALUE instead (NCCL took another value) or nothing (it ignored it);
+- STANDIN_OUTLIVE_PARENT=1 clears the parent-death signal the main process was started with,
+  as a server started through a wrapper that forks does: it outlives the process that started
+  it (its workers still die with it);
+- STANDIN_LOG_BYTES=N logs N bytes of lines at start, as a verbose server does (on a full
+  disk that write fails, and the server exits 1);
 - STANDIN_COMPUTE_APPS=FILE: each scheduler appends its PID to FILE, where the stand-in
   nvidia-smi (tests/standin/bin) lists it as a process holding GPU memory while it runs;
 - STANDIN_DRIFT_AT_REQUEST=N: the Nth /v1/completions request first starts the late
@@ -65,6 +75,7 @@ import multiprocessing
 import os
 import random
 import signal
+import socket
 import sys
 import threading
 import time
@@ -161,6 +172,28 @@ def holds_any(spec: str) -> str | None:
     return None
 
 
+# Those NCCL logs as strings; every other variable it reads is an integer, logged with a period.
+NCCL_STRINGS = {"NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL"}
+
+
+def nccl_info(rank: str) -> None:
+    """NCCL's INFO lines of one rank, when NCCL_DEBUG=INFO asks for them (see the docstring)."""
+    subsystems = os.environ.get("NCCL_DEBUG_SUBSYS", "ENV").split(",")
+    if os.environ.get("NCCL_DEBUG") != "INFO" or "ENV" not in subsystems:
+        return
+    said = {key: value for key, value in os.environ.items() if key.startswith("NCCL_")}
+    for item in filter(None, os.environ.get("STANDIN_NCCL_SAYS", "").split(",")):
+        key, _, value = item.partition("=")
+        said[key] = value
+    head = f"{socket.gethostname()}:{os.getpid()}:{os.getpid()} [{rank}] NCCL INFO "
+    lines = [f"{head}NCCL version 2.27.3+cuda12.9"]
+    for key, value in sorted(said.items()):
+        if value and not key.startswith(("NCCL_LAUNCH_", "NCCL_DEBUG")):
+            period = "" if key in NCCL_STRINGS else "."
+            lines.append(f"{head}{key} set by environment to {value}{period}")
+    os.write(2, "".join(f"{line}\n" for line in lines).encode())
+
+
 def worker(title: str, ready: Connection) -> None:
     """A scheduler or detokenizer: title itself, die with the parent, say ready, then idle."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -172,6 +205,8 @@ def worker(title: str, ready: Connection) -> None:
     if apps and title.startswith("sglang::scheduler"):  # a rank holds its GPU's memory
         with Path(apps).open("a", encoding="ascii") as listed:
             listed.write(f"{os.getpid()}\n")
+    if title.startswith("sglang::scheduler_TP"):
+        nccl_info(title.removeprefix("sglang::scheduler_TP"))
     # Gone at once: the main process terminates its workers, then multiprocessing again at its
     # exit, and a second SIGTERM inside sys.exit's clean-up would print a traceback to the log.
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
@@ -403,15 +438,29 @@ def record_and_wait(path: Path, wait: bool) -> int:
     return 7 if signal.sigtimedwait({signal.SIGTERM}, 60) else 3
 
 
+def log_at_start(size: int) -> None:
+    """Log `size` bytes of lines; exit 1 when the log cannot take them (a full disk)."""
+    data = b"loading weights\n" * (size // 16)
+    sys.stderr.flush()
+    try:
+        while data:
+            data = data[os.write(2, data) :]
+    except OSError:
+        sys.exit(1)
+
+
 def main() -> None:
     recording = os.environ.get("STANDIN_RECORD")
     if recording:
         sys.exit(record_and_wait(Path(recording), bool(os.environ.get("STANDIN_WAIT"))))
     args = parse(sys.argv[1:])
+    if os.environ.get("STANDIN_OUTLIVE_PARENT") == "1":
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, 0)
     # As SGLang logs its arguments at start, the API key among them.
     said = f"model_path={args.model_path!r}, api_key={args.api_key!r}"
     said += f", admin_api_key={args.admin_api_key!r}"
     sys.stderr.write(f"server_args=ServerArgs({said})\n")
+    log_at_start(int(os.environ.get("STANDIN_LOG_BYTES", 0)))
     refused = holds_any(os.environ.get("STANDIN_EXIT_IF", ""))
     if refused:
         sys.stderr.write(f"{NCCL_ERROR}Last error:\nInvalid value {refused}\n")
