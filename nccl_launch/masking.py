@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -163,6 +163,21 @@ def masked_texts(value: Any, mask: Callable[[str], str] = mask_credentials) -> A
     if isinstance(value, dict):
         return {key: masked_texts(item, mask) for key, item in value.items()}
     return value
+
+
+SHORTEST_SECRET = 8  # a shorter value (`1`, `true`) masked wherever it appears garbles a log
+
+
+def mask_known(text: str, secrets: Collection[str]) -> str:
+    """`text` with each of the `secrets` a command knows it handed out (a server's key, an env
+    file's values) masked: anywhere when long enough to mean nothing else, else only as a
+    whole word (`unrecognized arguments: --api-keyy k3y`)."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        if len(secret) >= SHORTEST_SECRET:
+            text = text.replace(secret, MASK)
+        elif secret:
+            text = re.sub(rf"(?<!\S){re.escape(secret)}(?!\S)", MASK, text)
+    return text
 
 
 def mask_value(name: str, value: str) -> str:

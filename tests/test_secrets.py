@@ -5,6 +5,7 @@ when the value does, and no byte nccl-launch writes holds the value."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -246,3 +247,22 @@ def test_a_variable_holding_the_key_under_any_name_stays_out_of_the_profile_and_
     printed = converted.stdout + converted.stderr + shown.stdout + shown.stderr
     assert KEY not in printed + (tmp_path / "o/s.toml").read_text()
     assert (tmp_path / "o/s.env").read_text().count(KEY) == 2
+
+
+@pytest.mark.parametrize("key", ["sk-SECRETKEY-abc123xyz", "k3y"])
+def test_sglangs_parser_quoting_a_filled_key_back_is_masked(
+    key: str, write_profile: WriteProfile, run_cli: RunCli, sglang_python: str
+) -> None:
+    """`--api-keyy ${API_KEY}` is valid to nccl-launch (SGLang's parser judges flags), and
+    SGLang answers `unrecognized arguments: --api-keyy KEY`: the filled key, however short."""
+    path = keyed(write_profile)
+    text = path.read_text().replace(sys.executable, sglang_python)
+    # Alone in its word: a key shorter than 8 characters is masked as a word only.
+    args = 'args = ["--api-keyy", "${API_KEY}"]'
+    path.write_text(re.sub(r"^args = .*$", args, text, flags=re.MULTILINE))
+    (path.parent / "secrets.env").write_text(f"API_KEY={key}\n")
+    for form in ("text", "json"):
+        result = run_cli("preflight", "keyed", "--skip", "gpus", "--format", form)
+        assert result.returncode == 3, result.stdout + result.stderr
+        assert "unrecognized arguments: --api-keyy ***" in result.stdout
+        assert key not in result.stdout + result.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -20,7 +20,7 @@ from nccl_launch.launch.host import (
 )
 from nccl_launch.launch.preflight_report import Check, PreflightReport
 from nccl_launch.launch.prepare import LaunchPlan
-from nccl_launch.masking import mask_words
+from nccl_launch.masking import mask_known, mask_words, masked_texts
 from nccl_launch.profile.lint import accept_line, review
 from nccl_launch.sglang.server import Server
 
@@ -62,15 +62,16 @@ def waiting_for(what: str) -> Iterator[None]:
 
 
 def sglang_checks(
-    server: Server, argv: list[str], env: Mapping[str, str]
+    server: Server, argv: list[str], env: Mapping[str, str], secrets: Collection[str]
 ) -> tuple[list[Check], dict[str, Any]]:
     """The installed SGLang's version and its parser's verdict on the argv, in the server's
-    environment `env`."""
+    environment `env`; what SGLang says masked, the `secrets` given to it among the rest."""
     from nccl_launch.sglang.parser import expected_values, probe_sglang  # not on `run`'s path
 
     server_args = argv[1 + len(shlex.split(server.entrypoint)) :]
     with waiting_for(f"{server.python} imports SGLang and parses the argv"):
-        result = probe_sglang(server, server_args, env)
+        probed = probe_sglang(server, server_args, env)
+    result = masked_texts(probed, lambda text: mask_known(text, secrets))
     stage = result.get("stage")
     if stage == "interpreter":
         return [Check(name="sglang", status="fail", message=result["error"])], result
@@ -136,7 +137,7 @@ def run_preflight(launch: LaunchPlan, skip: frozenset[str] = frozenset()) -> Pre
             checks += run()
     probe: dict[str, Any] | None = None
     if server is not None and "sglang" not in skip:  # argv is what the same probe parsed
-        more, probe = sglang_checks(server, launch.filled, env)
+        more, probe = sglang_checks(server, launch.filled, env, launch.secrets())
         checks += [check for check in more if check.name not in skip]
     return PreflightReport(
         profile=plan.label, digest=plan.digest, argv=launch.argv, checks=checks, sglang=probe

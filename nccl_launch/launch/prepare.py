@@ -17,6 +17,7 @@ from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files import FileError, check_trusted, read_text
 from nccl_launch.findings import refuse
 from nccl_launch.launch.placement import Placement, placement_args
+from nccl_launch.masking import MASK, mask_value, masked_values
 from nccl_launch.nccl.conf import ConfEntry, conf_paths, parse
 from nccl_launch.profile.lint import run_notes
 from nccl_launch.profile.load import LoadedProfile, check_pin, load_profile
@@ -66,6 +67,18 @@ class LaunchPlan:
     def held_keys(self) -> set[str]:
         """The variables the profile's env files set: shown masked, whatever their names."""
         return {key for layer in self.env_files for key in layer.values}
+
+    def secrets(self) -> set[str]:
+        """What the server is given that people must not see, which it may print in forms no
+        rule of masking knows (SGLang's `ServerArgs(..., api_key='...')`, its parser's
+        `unrecognized arguments: ...`): its credential flags' values, filled in, the values of
+        secret-looking variables and every value the profile's env files set."""
+        env = self.merged.env
+        held = self.held_keys
+        found = {
+            value for key, value in env.items() if key in held or mask_value(key, value) == MASK
+        }
+        return (found | masked_values(self.filled)) - {""}
 
     def refusal(self) -> DriftReport | None:
         """The drift that stops the launch, or None when nothing drifts."""

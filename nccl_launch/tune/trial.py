@@ -35,7 +35,7 @@ from nccl_launch.launch.prepare import LaunchPlan, prepare_launch, with_nccl_deb
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.live.processes import HeldProcess, ProcessSnapshot, snapshot_tree, stop_tree
 from nccl_launch.live.verify_log import verify
-from nccl_launch.masking import MASK, mask_value, mask_words, masked_values
+from nccl_launch.masking import mask_known, mask_words
 from nccl_launch.nccl.catalog import PREFIX
 from nccl_launch.profile.markers import NCCL_DEBUG_ENV
 from nccl_launch.sglang.server import Server
@@ -141,7 +141,7 @@ def run_trial(
         searched = {f"{PREFIX}{name}" for name, value in owner.values.items() if value}
         more |= _proof(launch, fd, log, searched if outcome.status == "measured" else set())
         if more.get("status", outcome.status) not in ("measured", "drift"):
-            more["log_tail"] = _tail(fd, _secrets(launch))
+            more["log_tail"] = _tail(fd, launch.secrets())
     return outcome.model_copy(update=more)
 
 
@@ -178,14 +178,15 @@ def _proof(launch: LaunchPlan, fd: int, log: Path, judged: set[str]) -> dict[str
 
 
 def _entries(entries: list[DriftEntry]) -> str:
-    """Drifted keys on one line: `NCCL_PROTO LL -> Simple`, values masked as people see them."""
-    said = [f"{e.key} {_value(e.key, e.expected)} -> {_value(e.key, e.actual)}" for e in entries]
+    """Drifted keys on one line: `NCCL_PROTO LL -> Simple`, values masked as people see them
+    (`DriftEntry.shown`), `unset` for none."""
+    said = [f"{e.key} {_value(e, e.expected)} -> {_value(e, e.actual)}" for e in entries]
     return escaped("; ".join(said))
 
 
-def _value(key: str, value: str | None) -> str:
-    """A drift entry's value as people see it: masked, `unset` for none."""
-    return "unset" if value is None else mask_value(key, value)
+def _value(entry: DriftEntry, value: str | None) -> str:
+    shown = entry.shown(value)
+    return "unset" if shown is None else shown
 
 
 def _live_drift(when: str, report: LiveReport) -> str:
@@ -345,25 +346,10 @@ def _wait_released(server: Server, pids: set[int]) -> None:
         time.sleep(POLL)
 
 
-SHORTEST_SECRET = 8  # a shorter value (`1`, `true`) masked wherever it appears garbles a log
-
-
-def _secrets(launch: LaunchPlan) -> list[str]:
-    """The credentials the server was given (the values of its credential flags and of
-    secret-looking variables), longest first: a server prints them in forms no rule of
-    masking knows, such as SGLang's `server_args=ServerArgs(..., api_key='...')` at start."""
-    found = {value for key, value in launch.merged.env.items() if mask_value(key, value) == MASK}
-    found |= masked_values(launch.command())
-    long_enough = (value for value in found if len(value) >= SHORTEST_SECRET)
-    return sorted(long_enough, key=len, reverse=True)
-
-
-def _tail(fd: int, secrets: list[str]) -> list[str]:
-    """The last lines of the log, masked (`secrets` wherever they appear) and escaped: they
-    are printed and kept in the journal."""
+def _tail(fd: int, secrets: set[str]) -> list[str]:
+    """The last lines of the log, masked (the `secrets` the server was given, `mask_known`)
+    and escaped: they are printed and kept in the journal."""
     size = os.fstat(fd).st_size
     data = os.pread(fd, TAIL_BYTES, max(0, size - TAIL_BYTES))
-    text = data.decode(errors="replace")
-    for secret in secrets:
-        text = text.replace(secret, MASK)
+    text = mask_known(data.decode(errors="replace"), secrets)
     return [escaped(mask_words(line)) for line in text.splitlines()[-TAIL_LINES:]]
