@@ -40,6 +40,11 @@ def names(words: Iterable[str]) -> list[str]:
     return list(found)
 
 
+def is_reference(word: str) -> bool:
+    """Whether `word` is one `${NAME}` and nothing else."""
+    return re.fullmatch(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}", word) is not None
+
+
 def fill(word: str, values: dict[str, str]) -> str:
     """`word` with each `${NAME}` replaced by its value in `values` (KeyError for a name it
     lacks) and `$$` by `$`: one argument, never split or expanded again."""

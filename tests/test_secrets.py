@@ -266,3 +266,61 @@ def test_sglangs_parser_quoting_a_filled_key_back_is_masked(
         assert result.returncode == 3, result.stdout + result.stderr
         assert "unrecognized arguments: --api-keyy ***" in result.stdout
         assert key not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("table", "line", "where"),
+    [
+        ("server", 'entrypoint = "-m sglang.launch_server --api-key ${API_KEY}"', "entrypoint"),
+        ("server", 'model_path = "/models/${MODEL}"', "model_path"),
+        ("server.speculative", 'algorithm = "NGRAM"\nsecret = "${API_KEY}"', "speculative.secret"),
+    ],
+)
+def test_a_reference_outside_args_is_refused_as_nothing_would_fill_it(
+    table: str, line: str, where: str, write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """SGLang would get the text as written: `${API_KEY}` itself as the key."""
+    path = keyed(write_profile)
+    text = path.read_text()
+    if table == "server":
+        key = line.split(" = ")[0]
+        text = re.sub(rf"^{key} = .*$", line, text, flags=re.MULTILINE)
+    else:
+        text += f"[{table}]\n{line}\n"
+    path.write_text(text)
+    result = run_cli("validate", "keyed")
+    assert (result.returncode, result.stderr) == (
+        2,
+        f"{Path('profiles/keyed.toml')}: server: {where}: holds '${{', but only [server] args "
+        'fill a ${NAME} at start; write the flag there (args = ["--api-key", "${API_KEY}"])\n',
+    )
+
+
+def test_a_reference_in_env_is_a_warning_that_nothing_fills_it(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    path = keyed(write_profile)
+    path.write_text(path.read_text() + '[env]\nOPENAI_API_KEY = "${API_KEY}"\n')
+    result = run_cli("validate", "keyed")
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"nccl-launch: warning: {Path('profiles/keyed.toml')}: env.OPENAI_API_KEY: holds '${{', "
+        "which only [server] args fill: the server gets it as written; set OPENAI_API_KEY in an "
+        'env file named in env_files instead [accept: "env.OPENAI_API_KEY reference"]'
+    ) in result.stderr.splitlines()
+
+
+@pytest.mark.parametrize("command", [["run", "--dry-run"], ["preflight", "--skip", "sglang"]])
+def test_a_key_after_the_dashes_no_shell_filled_is_refused(
+    command: list[str], write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """A unit's `-- --api-key '${API_KEY}'` typed in a shell: its quotes keep the text, which
+    SGLang would take as the key (systemd fills the unit's line before run sees it)."""
+    keyed(write_profile)
+    result = run_cli(*command, "keyed", "--", "--admin-api-key", "${API_KEY}")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "nccl-launch: -- ARGS: --admin-api-key's value is a ${NAME} nothing filled, so SGLang "
+        "would take that text as the key; refer to the key in the profile's [server] args, or "
+        'give it: -- --api-key "$API_KEY"\n'
+    )

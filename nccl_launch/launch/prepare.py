@@ -24,7 +24,7 @@ from nccl_launch.profile.load import LoadedProfile, check_pin, load_profile
 from nccl_launch.profile.markers import MARKER_NCCL_DEBUG, NCCL_DEBUG_ENV
 from nccl_launch.profile.plan import ProfilePlan
 from nccl_launch.sglang.argv import server_argv
-from nccl_launch.sglang.rules import argument_findings, mtp_problem
+from nccl_launch.sglang.rules import argument_findings, mtp_problem, unfilled_findings
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,8 @@ def prepare_launch(
             raise ProfileError([f"{loaded.path}: {mtp.text()}"])
         args = filled_args(loaded, declared, inherited.env)
         filled_server = server.model_copy(update={"args": args})
-        refuse(argument_findings(filled_server, extra, str(loaded.path), ref))
+        found = argument_findings(filled_server, extra, str(loaded.path), ref)
+        refuse(found + unfilled_findings(extra))
         more = placement_args(server, placement, calling) + list(extra)
         argv, filled = plan.argv + more, server_argv(filled_server) + more
     elif placement != Placement():

@@ -28,9 +28,14 @@ class Review:
 
 
 def secret_notes(profile: Profile) -> list[Finding]:
-    """Secrets written into the profile, which is read by many and shown in reviews and logs."""
+    """Secrets written into the profile, which is read by many and shown in reviews and logs,
+    and a `${NAME}` in [env] meant to keep one out, which nothing fills."""
     notes = []
     for key, value in profile.env.items():
+        if "${" in value:
+            message = "holds '${', which only [server] args fill: the server gets it as written"
+            fix = f"set {key} in an env file named in env_files instead"
+            notes.append(Finding("reference", f"env.{key}", message, fix, "warning"))
         if is_secret(key):
             notes.append(_secret(f"env.{key}", "holds a literal secret", _ELSEWHERE))
         elif mask_credentials(value) != value:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterable, Sequence
 
+from nccl_launch import references
 from nccl_launch.sglang.facts import (
     API_KEY_FLAGS,
     FLAGS,
@@ -65,24 +66,43 @@ def duplicated_flags(args: list[str], settings: Iterable[str] = ()) -> list[tupl
     return repeated
 
 
+def _credential_words(argv: Sequence[str], complete: bool) -> list[tuple[int, str, str | None]]:
+    """SGLang's API-key flags in `argv`, each with its index and its value: None where it
+    has none (another option follows; last, when `argv` is `complete`)."""
+    found: list[tuple[int, str, str | None]] = []
+    for index, word in enumerate(argv):
+        option, equals, value = word.partition("=")
+        if not abbreviates(option, API_KEY_FLAGS):
+            continue
+        if equals:
+            found.append((index, option, value))
+        elif index + 1 < len(argv):
+            after = argv[index + 1]
+            found.append((index, option, None if after.startswith("--") else after))
+        else:
+            found.append((index, option, None if complete else option))
+    return found
+
+
 def empty_credentials(argv: Sequence[str], complete: bool = True) -> list[tuple[int, str, bool]]:
     """SGLang's API-key flags in `argv` that give no key, each with its index and whether it
     has a value at all: an empty one (`--api-key ''`, `--api-key=`, as a unit's `${NAME}`
     that no environment file sets becomes), which SGLang takes as no key and so serves every
     request; or none (another option follows; last, when `argv` is `complete`: a shell drops
     an unset `$API_KEY` unquoted), which SGLang refuses at start."""
-    found = []
-    for index, word in enumerate(argv):
-        option, equals, value = word.partition("=")
-        if not abbreviates(option, API_KEY_FLAGS):
-            continue
-        if equals:
-            valued = True
-        elif index + 1 < len(argv):
-            value = argv[index + 1]
-            valued = not value.startswith("--")
-        else:
-            value, valued = option, not complete
-        if not valued or not value:
-            found.append((index, option, valued))
-    return found
+    return [
+        (index, option, value is not None)
+        for index, option, value in _credential_words(argv, complete)
+        if not value
+    ]
+
+
+def unfilled_credentials(argv: Sequence[str]) -> list[str]:
+    """SGLang's API-key flags in `argv` whose value is a `${NAME}` nothing filled: the text
+    itself would be the key (`-- --api-key '${API_KEY}'` typed in a shell, where systemd's
+    Exec line would have filled it)."""
+    return [
+        option
+        for _, option, value in _credential_words(argv, complete=True)
+        if value is not None and references.is_reference(value)
+    ]

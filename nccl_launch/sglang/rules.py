@@ -6,7 +6,12 @@ import shlex
 from collections.abc import Sequence
 
 from nccl_launch.findings import Finding
-from nccl_launch.sglang.argv import duplicated_flags, empty_credentials, extra_settings
+from nccl_launch.sglang.argv import (
+    duplicated_flags,
+    empty_credentials,
+    extra_settings,
+    unfilled_credentials,
+)
 from nccl_launch.sglang.facts import MTP_ARCHITECTURES, NCCL_OVERRIDING_FLAGS, abbreviates
 from nccl_launch.sglang.server import Server
 
@@ -135,6 +140,22 @@ def argument_findings(
             message = f"{option} has no value (another option follows, or nothing), {_REFUSED}"
             findings.append(Finding("no-key", where, message, _VALUE_FIX))
     return findings
+
+
+def unfilled_findings(extra: Sequence[str]) -> list[Finding]:
+    """A credential flag after `--` of `run` or `preflight` whose value is a `${NAME}` no
+    shell filled (single quotes, or a unit's line run by hand): SGLang would take the text
+    itself as the key. A unit's Exec line is filled by systemd before `run` sees it."""
+    return [
+        Finding(
+            "unfilled-key",
+            EXTRA_ARGS,
+            f"{option}'s value is a ${{NAME}} nothing filled, so SGLang would take that text "
+            "as the key",
+            'refer to the key in the profile\'s [server] args, or give it: -- --api-key "$API_KEY"',
+        )
+        for option in unfilled_credentials(extra)
+    ]
 
 
 def server_warnings(server: Server, env: dict[str, str]) -> list[Finding]:

@@ -141,3 +141,19 @@ class Server(BaseModel):
     def _references(cls, args: list[str]) -> list[str]:
         references.names(args)  # a `${` that opens no reference: not the word, it may be a key
         return args
+
+    @model_validator(mode="after")
+    def _references_in_args_only(self) -> Server:
+        """A `${NAME}` anywhere else would reach SGLang as it is written (`--api-key
+        ${API_KEY}` in the entrypoint: the literal text as the key)."""
+        texts = self.model_dump(exclude={"args"})
+        texts |= {
+            f"speculative.{key}": value for key, value in (texts.pop("speculative") or {}).items()
+        }
+        for key, value in texts.items():
+            if isinstance(value, str) and "${" in value:
+                raise ValueError(
+                    f"{key}: holds '${{', but only [server] args fill a ${{NAME}} at start; "
+                    'write the flag there (args = ["--api-key", "${API_KEY}"])'
+                )
+        return self
