@@ -105,16 +105,18 @@ def test_a_name_no_env_file_sets_is_refused_naming_the_files_looked_in(
 @pytest.mark.parametrize(
     "command", [["run", "--dry-run"], ["preflight", "--skip", "sglang"], ["systemd"]]
 )
-def test_a_key_its_env_file_sets_empty_is_refused_as_an_empty_key(
+def test_a_key_its_env_file_sets_empty_is_refused_naming_the_file(
     command: list[str], write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     """SGLang takes `--api-key ''` as no key and serves every request."""
     path = keyed(write_profile)
     (path.parent / "secrets.env").write_text("API_KEY=\n")
     result = run_cli(*command, "keyed")
-    assert (result.returncode, result.stdout) == (2, "")
-    assert result.stderr.startswith(
-        "nccl-launch: server.args: --api-key has an empty value, which SGLang takes as no key"
+    assert (result.returncode, result.stdout) == (3, "")
+    assert result.stderr == (
+        f"nccl-launch: {Path('profiles/keyed.toml')}: server.args: --api-key's ${{API_KEY}} is "
+        f"empty in env file {path.parent / 'secrets.env'}, which SGLang takes as no key (every "
+        "request served); write the key there\n"
     )
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from nccl_launch.deploy.exports import CONTROL
 from nccl_launch.digits import is_ascii_digits
+from nccl_launch.env.drift import ENV_FILE
 from nccl_launch.env.env_files import Assignment, filled_args, profile_env_file_lines
 from nccl_launch.env.merge import EnvLayer
 from nccl_launch.errors import UsageError
@@ -291,7 +292,9 @@ def write_unit(
     # or a credential flag left without a key.
     filled = server
     if assignments is not None:
-        layers = [EnvLayer(str(path), {each.key: each.value}) for path, each in assignments]
+        layers = [
+            EnvLayer(f"{ENV_FILE}{path}", {each.key: each.value}) for path, each in assignments
+        ]
         unit_env = dict.fromkeys(loaded.profile.policy.environment_references, "-")
         filled = server.model_copy(update={"args": filled_args(loaded, layers, unit_env)})
     refuse(argument_findings(filled, args, str(loaded.path), ref))

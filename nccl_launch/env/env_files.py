@@ -11,11 +11,12 @@ from typing import NamedTuple
 
 from nccl_launch import references
 from nccl_launch.env.drift import ENV_FILE
-from nccl_launch.env.merge import EnvLayer
+from nccl_launch.env.merge import CALLING_ENV, EnvLayer
 from nccl_launch.errors import HostError, UsageError
 from nccl_launch.files import read_text
 from nccl_launch.profile.load import LoadedProfile
 from nccl_launch.profile.model import env_value
+from nccl_launch.sglang.argv import empty_credentials
 
 # An env file holds secrets, and a line that is not an assignment may be one pasted alone,
 # or a key holding its value: a problem names the line by its number, never by its text.
@@ -125,18 +126,20 @@ def filled_args(
 ) -> list[str]:
     """The profile's `[server] args` with each `${NAME}` filled in: from its env files
     (`layers`, the last that sets it), else from the `calling` environment for a name its
-    `[policy] environment_references` lists. A name neither sets is a HostError naming the
-    files looked in: the profile is valid, this host lacks the value."""
+    `[policy] environment_references` lists. A name neither sets, or one that gives a
+    credential flag an empty key, is a HostError naming where it was looked for: the profile
+    is valid, this host lacks the value."""
     server = loaded.profile.server
     args = server.args if server is not None else []
     allowed = loaded.profile.policy.environment_references
     values: dict[str, str] = {}
+    sources: dict[str, str] = {}
     for name in references.names(args):
-        found = [layer.values[name] for layer in layers if name in layer.values]
+        found = [layer for layer in layers if name in layer.values]
         if found:
-            values[name] = found[-1]
+            values[name], sources[name] = found[-1].values[name], found[-1].source
         elif name in allowed and name in calling:
-            values[name] = calling[name]
+            values[name], sources[name] = calling[name], CALLING_ENV
         else:
             files = ", ".join(map(str, loaded.env_files)) or "none"
             raise HostError(
@@ -144,4 +147,14 @@ def filled_args(
                 f"files ({files}){' nor the calling environment' if name in allowed else ''}; "
                 f"write {name}=VALUE in one of them"
             )
-    return [references.fill(word, values) for word in args]
+    filled = [references.fill(word, values) for word in args]
+    for index, option, valued in empty_credentials(filled, complete=False):
+        at = index + 1 if valued and "=" not in filled[index] else index
+        empty = references.names(args[at : at + 1])
+        if empty:
+            raise HostError(
+                f"{loaded.path}: server.args: {option}'s ${{{empty[0]}}} is empty in "
+                f"{sources[empty[0]]}, which SGLang takes as no key (every request served); "
+                "write the key there"
+            )
+    return filled
