@@ -1,5 +1,7 @@
-"""The journal of a tune: one JSON line appended per finished trial, under the XDG state
-directory, read back at the start so that the same command resumes where it stopped.
+"""The journal of a tune: one JSON line appended per finished trial (one start of a candidate's
+server; a candidate may have several), under the XDG state directory, read back at the start
+and replayed in order so that the same command resumes where it stopped, to the same
+decisions.
 
 A line is whole or absent (the JSON-lines store of nccl_launch.jsonlines); a line that is
 not a trial (torn by a crash, edited) is a warning with its number, never the end.
@@ -29,7 +31,8 @@ _FIX = "set XDG_STATE_HOME to a folder of your own"
 
 
 class JournalLine(BaseModel):
-    """One finished trial: the candidate (its values, digest, file), its log, its outcome."""
+    """One finished trial: the candidate (its values, digest, file), its log, its outcome;
+    `confirm`: a start of the confirmation of the winner, not of the search."""
 
     time: str
     digest: str = Field(pattern=DIGEST.pattern)
@@ -37,6 +40,7 @@ class JournalLine(BaseModel):
     candidate: str
     log: str
     outcome: TrialOutcome
+    confirm: bool = False
 
 
 def now() -> str:
@@ -45,22 +49,29 @@ def now() -> str:
 
 @dataclass
 class Journal:
-    """The journal open for appending, and what it held when opened: the last line of each
-    candidate whose trial is final (a launch refused for the calling environment is tried
-    again, as nothing of the candidate ran), and a problem per line that is no trial."""
+    """The journal open for appending, and what it held when opened: the lines whose trial
+    is final (a launch refused for the calling environment is tried again, as nothing of the
+    candidate ran), in order, and a problem per line that is no trial."""
 
     path: Path
     fd: int
-    done: dict[str, JournalLine] = field(default_factory=dict)
+    done: list[JournalLine] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
     def append(self, line: JournalLine) -> None:
         append_line(self.fd, line.model_dump_json() + "\n", f"{WHAT} {self.path}")
-        self._keep(line)
 
     def _keep(self, line: JournalLine) -> None:
         if line.outcome.status != "refused":
-            self.done[line.digest] = line
+            self.done.append(line)
+
+    def replay(self, digest: str, confirm: bool) -> JournalLine | None:
+        """The next line not yet replayed of that candidate and phase, in order; None when
+        all are: its next start is measured afresh."""
+        for index, line in enumerate(self.done):
+            if (line.digest, line.confirm) == (digest, confirm):
+                return self.done.pop(index)
+        return None
 
     def read_lines(self, text: str) -> None:
         lines, self.problems = parse_lines(text, self.path, JournalLine, "trial")
