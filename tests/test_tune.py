@@ -305,8 +305,14 @@ EFFECT = {
     "STANDIN_TUNE_FACTORS": json.dumps({"NCCL_PROTO": {"LL128": 1.25}}),
     "STANDIN_START_NOISE": "0.08",
 }
-EFFECT_SPACE = ("--try", "PROTO=LL,LL128", "--try", "ALGO=Ring,Tree")
-EFFECT_SPACE += ("--try", "BUFFSIZE=4MiB,16MiB")
+EFFECT_SPACE = (
+    "--try",
+    "PROTO=LL,LL128",
+    "--try",
+    "ALGO=Ring,Tree",
+    "--try",
+    "BUFFSIZE=4MiB,16MiB",
+)
 
 
 def seeded(tmp_path: Path, seed: int) -> dict[str, str]:

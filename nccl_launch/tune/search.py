@@ -104,8 +104,8 @@ class _Trials:
     def _beats(self, candidate: Values, best: Values) -> bool:
         # Each look at the figures is a chance of a false change: the decision's error is
         # split over the most looks it can take (Bonferroni), so that it stays 1 - CONFIDENCE.
-        more = sum(CAP - len(self.starts[self.objective.key(v)]) for v in (candidate, best))
-        confidence = 1 - (1 - CONFIDENCE) / (1 + max(0, more))
+        left = sum(CAP - len(self.starts[self.objective.key(v)]) for v in (candidate, best))
+        confidence = 1 - (1 - CONFIDENCE) / (1 + max(0, left))
         while True:
             mine, theirs = self.figures(candidate), self.figures(best)
             noise = pooled_noise(measured(starts) for starts in self.starts.values())
@@ -114,10 +114,10 @@ class _Trials:
                 return True
             if mean_figure(mine) <= mean_figure(theirs):
                 return False
-            more = self._more(candidate, best)
-            if more is None:
+            again = self._more(candidate, best)
+            if again is None:
                 return False  # no difference the noise allows
-            self.again(more)
+            self.again(again)
 
     def _more(self, candidate: Values, best: Values) -> Values | None:
         """The one of the two to start again: fewer starts first, none past CAP."""
