@@ -639,7 +639,7 @@ def test_write_gives_the_next_version_whose_baseline_bench_meets(
     result = run_cli("tune", "standin", "--try", "PROTO=LL128", *FAST, "--write", env=MODEL)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.endswith(
-        "wrote profiles/standin-2.toml: the winner with its measured [baseline]; start it with: "
+        "wrote profiles/standin-2.toml: the winner with its confirmed [baseline]; start it with: "
         "nccl-launch run standin@2\n"
         "a systemd unit pinned to standin@1's digest keeps running standin@1 until it is "
         "written again: nccl-launch systemd standin@2 -o UNIT --force\n"

@@ -206,7 +206,7 @@ def _adopting(base: str, written: str, ref: str) -> list[str]:
     base until it is written again."""
     word = shell_word(ref)
     return [
-        f"wrote {written}: the winner with its measured [baseline]; start it with: "
+        f"wrote {written}: the winner with its confirmed [baseline]; start it with: "
         f"nccl-launch run {word}",
         f"a systemd unit pinned to {base}'s digest keeps running {base} until it is written "
         f"again: nccl-launch systemd {word} -o UNIT --force",
