@@ -73,19 +73,20 @@ def _scale(rows: list[CandidateRow]) -> tuple[float, float]:
     return (low, high) if high > low else (low * 0.99, high * 1.01 or 1.0)
 
 
+def _column(rate: float, low: float, high: float) -> int:
+    """Where `rate` falls on a bar from `low` to `high`."""
+    return min(BAR - 1, max(0, round((rate - low) / (high - low) * (BAR - 1))))
+
+
 def _bar(estimate: Estimate | None, low: float, high: float) -> str:
     """`|    [---#--]     |`: the interval and the mean, on the scale from `low` to `high`."""
     cells = [" "] * BAR
     if estimate is not None:
-
-        def at(rate: float) -> int:
-            return min(BAR - 1, max(0, round((rate - low) / (high - low) * (BAR - 1))))
-
         if estimate.interval is not None:
-            left, right = map(at, estimate.interval)
+            left, right = (_column(end, low, high) for end in estimate.interval)
             cells[left : right + 1] = "-" * (right - left + 1)
             cells[left], cells[right] = "[", "]"
-        cells[at(estimate.mean)] = "#"
+        cells[_column(estimate.mean, low, high)] = "#"
     return "|" + "".join(cells) + "|"
 
 
@@ -112,14 +113,7 @@ def chart_lines(report: TuneReport, rows: list[CandidateRow]) -> list[str]:
         )
     widths = [max(len(cells[i]) for cells in table) for i in range(len(table[0]))]
     return [
-        " ".join(
-            [
-                cells[0],
-                "  ".join(
-                    cell.ljust(width) for cell, width in zip(cells[1:], widths[1:], strict=True)
-                ),
-            ]
-        ).rstrip()
+        (cells[0] + " " + "  ".join(map(str.ljust, cells[1:], widths[1:]))).rstrip()
         for cells in table
     ]
 

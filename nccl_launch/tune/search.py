@@ -104,7 +104,7 @@ class _Trials:
     def _beats(self, candidate: Values, best: Values) -> bool:
         # Each look at the figures is a chance of a false change: the decision's error is
         # split over the most looks it can take (Bonferroni), so that it stays 1 - CONFIDENCE.
-        left = sum(CAP - len(self.starts[self.objective.key(v)]) for v in (candidate, best))
+        left = sum(CAP - self._count(values) for values in (candidate, best))
         confidence = 1 - (1 - CONFIDENCE) / (1 + max(0, left))
         while True:
             mine, theirs = self.figures(candidate), self.figures(best)
@@ -120,10 +120,14 @@ class _Trials:
             self.again(again)
 
     def _more(self, candidate: Values, best: Values) -> Values | None:
-        """The one of the two to start again: fewer starts first, none past CAP."""
-        counts = [len(self.starts[self.objective.key(values)]) for values in (candidate, best)]
-        order = (candidate, best) if counts[0] <= counts[1] else (best, candidate)
-        return next((v for v in order if len(self.starts[self.objective.key(v)]) < CAP), None)
+        """The one of the two to start again: fewer starts first (the candidate on a tie),
+        none past CAP."""
+        order = sorted((candidate, best), key=self._count)  # stable: a tie keeps the order
+        return next((values for values in order if self._count(values) < CAP), None)
+
+    def _count(self, values: Values) -> int:
+        """How many times `values` was started."""
+        return len(self.starts.get(self.objective.key(values), []))
 
     def found(self, stop: Stop) -> Found:
         best = self.best
