@@ -152,7 +152,7 @@ def test_a_trial_not_ready_in_time_is_tried_again_when_given_longer(
     longer = run_cli(*tune, "5", env=env)
     assert longer.returncode == 0, longer.stdout + longer.stderr
     assert "trial 1: starting" in longer.stdout
-    assert "winner: trial 1 " in longer.stdout
+    assert re.search(r"^trial 1 in [\d.]+ s: measured ", longer.stdout, re.MULTILINE), longer.stdout
 
 
 def test_a_trial_whose_request_timed_out_is_tried_again_when_given_longer(
@@ -227,7 +227,7 @@ def test_a_server_that_failed_on_a_full_disk_is_tried_again_not_journaled(
     full, journal, resumed = on_a_full_disk(tmp_path, script, STANDIN_ENV).split("---\n")
     folder = re.escape(f"{tmp_path / STATE}/nccl-launch/tune/standin@1-") + "[0-9a-f]{12}"
     assert re.search(
-        r"\ntrial 2: starting sha256:(?P<short>[0-9a-f]{8}), changes: PROTO=unset\n"
+        r"\ntrial 2: starting sha256:(?P<short>[0-9a-f]{8}), changes: none\n"
         rf"nccl-launch: the trial's server failed, and the file system of its log {folder}/"
         r"(?P=short)[0-9a-f]{8}\.log is full; the trial is not recorded: free some space, and "
         r"the same command tries it again\nexit 3\n$",
@@ -235,7 +235,9 @@ def test_a_server_that_failed_on_a_full_disk_is_tried_again_not_journaled(
     ), full
     lines = [json.loads(line) for line in journal.splitlines()]
     statuses = [(line["outcome"] or {}).get("status") for line in lines]
-    assert statuses == [None, "measured", None]  # trial 2 started, and never finished
+    # Each trial of the first tune (a start of the search, the confirmation's) started and
+    # finished; the second's trial 2 (the profile's second start) started, and never finished.
+    assert statuses == [None, "measured"] * (len(statuses) // 2) + [None]
     assert "trial 1 (from the journal): measured" in resumed, resumed
     assert "trial 2: starting" in resumed, resumed
     assert resumed.endswith("exit 0\n"), resumed

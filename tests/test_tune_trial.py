@@ -394,5 +394,5 @@ def test_a_candidate_whose_value_nccl_contradicted_never_wins(
     rows = {row["changes"]: row["outcome"] for row in document["trials"]}
     assert rows["PROTO=LL128"]["status"] == "ignored"
     assert rows["none"]["confirmed"] == ["NCCL_PROTO"]
-    winner = next(row for row in document["trials"] if row["number"] == document["winner"])
+    winner = next(row for row in document["trials"] if row["digest"] == document["winner"])
     assert winner["changes"] == "none"

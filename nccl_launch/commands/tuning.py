@@ -42,10 +42,10 @@ class TuneEcho(Echo):
 
         echo_lines([began_line(label, journal, done)], err=self.err)
 
-    def started(self, number: int, changes: str, digest: str) -> None:
+    def started(self, number: int, changes: str, digest: str, confirm: bool) -> None:
         from nccl_launch.render.tune import started_line
 
-        echo_lines([started_line(number, changes, digest)], err=self.err)
+        echo_lines([started_line(number, changes, digest, confirm)], err=self.err)
 
     def ended(self, row: TrialRow) -> None:
         from nccl_launch.render.tune import ended_line
@@ -75,13 +75,24 @@ class TuneEcho(Echo):
 @click.option(
     "--budget",
     type=click.IntRange(min=1),
-    help="At most this many trials, those in the journal included  [default: no limit]",
+    help="At most this many trials (server starts) of the search, those in the journal "
+    "included; the confirmation's come after  [default: no limit]",
 )
 @click.option("--grid", is_flag=True, help="Try every combination, not coordinate descent.")
 @click.option(
+    "--confirm",
+    "rounds",
+    type=click.IntRange(min=2),
+    default=3,
+    show_default=True,
+    help="Rounds of the confirmation: fresh starts of the profile's values, the winner and "
+    "NCCL's defaults, interleaved, that alone judge the winner's gain and give its [baseline].",
+)
+@click.option(
     "--write",
     is_flag=True,
-    help="Write the winner as the profile's next version, its measured [baseline] included.",
+    help="Write the winner as the profile's next version, its confirmed [baseline] included, "
+    "where the confirmation finds it faster than PROFILE's values.",
 )
 @method_options
 @seconds_option(
@@ -99,6 +110,7 @@ def tune(
     tries: tuple[str, ...],
     budget: int | None,
     grid: bool,
+    rounds: int,
     write: bool,
     max_tokens: int | None,
     runs: int | None,
@@ -109,15 +121,19 @@ def tune(
     fmt: str,
 ) -> int:
     """Search NCCL values for PROFILE: start its server with each candidate, measure decode
-    tok/s as bench does, keep the fastest.
+    tok/s as bench does, keep the fastest the noise between server starts allows.
 
-    Coordinate descent from PROFILE's values (one variable at a time; a change is kept when
-    it beats the best by more than the measured noise), NCCL's defaults measured once as the
-    reference, each candidate once. Every finished trial goes to a journal under
-    $XDG_STATE_HOME/nccl-launch/tune: the same command resumes an interrupted tune.
-    Exit 0 with a winner, 1 when no trial could be measured, 2 bad options, space or profile,
-    3 a host problem (the port taken, a full disk, another tune of the journal), 130 on
-    Ctrl-C, SIGTERM or SIGHUP (the server stopped).
+    Coordinate descent from PROFILE's values (started twice) or NCCL's defaults (once),
+    one variable at a time: a change is kept when the 95% lower bound of its gain over the
+    best is above 0, the noise pooled over the candidates started more than once; a
+    candidate that looks faster but not yet surely is started again, at most 4 times. The
+    winner is then confirmed: --confirm rounds of fresh starts of PROFILE's values, the
+    winner and NCCL's defaults judge its gain (with its 95% interval) and give its
+    [baseline]. Every finished trial goes to a journal under $XDG_STATE_HOME/nccl-launch/tune:
+    the same command resumes an interrupted tune to the same decisions. Exit 0 with a winner
+    (or none the noise allows over PROFILE's values), 1 when no trial could be measured, 2
+    bad options, space or profile, 3 a host problem (the port taken, a full disk, another
+    tune of the journal), 130 on Ctrl-C, SIGTERM or SIGHUP (the server stopped).
     """
     from nccl_launch.render.tune import summary_lines
     from nccl_launch.tune.session import open_base, run_tune
@@ -133,7 +149,7 @@ def tune(
     echo = TuneEcho(err=fmt == "json", asked=method.max_tokens)
     try:
         with catching(STOP_SIGNALS, _interrupt):
-            report = run_tune(candidates, space, settings, budget, grid, write, echo)
+            report = run_tune(candidates, space, settings, budget, grid, rounds, write, echo)
     except KeyboardInterrupt:
         echo_lines(
             [

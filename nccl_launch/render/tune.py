@@ -1,4 +1,5 @@
-"""`tune` as text: each trial as it ends, the table of every trial with a bar, the winner."""
+"""`tune` as text: each trial as it ends, a chart of the candidates' rates and intervals, the
+confirmation, the winner."""
 
 from __future__ import annotations
 
@@ -6,10 +7,10 @@ from pathlib import Path
 
 from nccl_launch.escaping import escaped, shell_word
 from nccl_launch.profile.plan import short_digest
-from nccl_launch.tune.result import TrialRow, TuneReport
+from nccl_launch.tune.result import CandidateRow, Confirmation, Estimate, TrialRow, TuneReport
 from nccl_launch.tune.trial import TrialOutcome
 
-BAR = 24  # characters of the fastest trial's bar
+BAR = 24  # characters of a chart's scale
 TAIL = 5  # log lines shown of a failed trial
 
 
@@ -21,10 +22,11 @@ def status_text(outcome: TrialOutcome) -> str:
 
 
 def _figures(row: TrialRow) -> str:
-    score = row.score
-    if score is None:
+    start = row.start
+    if start is None:
         return f"{status_text(row.outcome)}: {row.outcome.detail}"
-    return f"measured {score.mean:.1f} tok/s, spread {score.low:.1f}-{score.high:.1f}"
+    runs = start.runs
+    return f"measured {start.rate:.1f} tok/s, spread {min(runs):.1f}-{max(runs):.1f}"
 
 
 def began_line(label: str, journal: Path, done: int) -> str:
@@ -34,106 +36,158 @@ def began_line(label: str, journal: Path, done: int) -> str:
     )
 
 
-def started_line(number: int, changes: str, digest: str) -> str:
+def _trial(number: int, confirm: bool) -> str:
+    return f"trial {number}{' (confirmation)' if confirm else ''}"
+
+
+def started_line(number: int, changes: str, digest: str, confirm: bool) -> str:
     """`trial 3: starting sha256:7333272b, changes: PROTO=LL128`, before its server starts."""
-    return f"trial {number}: starting {short_digest(digest)}, changes: {changes}"
+    return f"{_trial(number, confirm)}: starting {short_digest(digest)}, changes: {changes}"
 
 
 def ended_line(row: TrialRow) -> str:
-    """`trial 3: measured 251.2 tok/s, spread 249.0-253.1 (PROTO=LL128)`, as each ends."""
+    """`trial 3 in 1.2 s: measured 251.2 tok/s, spread 249.0-253.1; changes: PROTO=LL128`,
+    as each ends."""
     where = " (from the journal)" if row.from_journal else f" in {row.outcome.seconds:.1f} s"
-    return f"trial {row.number}{where}: {_figures(row)}; changes: {row.changes}"
+    return f"{_trial(row.number, row.confirm)}{where}: {_figures(row)}; changes: {row.changes}"
 
 
-def _label(report: TuneReport, row: TrialRow) -> str:
+def _label(report: TuneReport, row: CandidateRow) -> str:
     words = [] if row.changes == "none" else [row.changes]
-    if row.number == report.profile_trial:
+    if row.digest == report.profile_candidate:
         words.append(f"({report.profile} as is)")
-    if row.number == report.defaults_trial:
+    if row.digest == report.defaults_candidate:
         words.append("(NCCL's defaults)")
     return " ".join(words)
 
 
-def _sort_key(row: TrialRow) -> tuple[bool, float, int]:
-    score = row.score
-    return (score is None, -(score.mean if score else 0.0), row.number)
-
-
-HEADER = ("", "#", "TOK/S", "", "SPREAD", "STATUS", "CHANGES")
-
-
-def table_lines(report: TuneReport) -> list[str]:
-    """Every trial, fastest first (those not measured last), a bar scaled to the fastest,
-    the winner marked `*`."""
-    fastest = max((row.score.mean for row in report.trials if row.score), default=0.0)
-    rows: list[tuple[str, ...]] = [HEADER]
-    for row in sorted(report.trials, key=_sort_key):
-        score = row.score
-        bar = "#" * round(BAR * score.mean / fastest) if score else ""
-        cells = (
-            "*" if row.number == report.winner else "",
-            str(row.number),
-            f"{score.mean:.1f}" if score else "-",
-            bar,
-            f"{score.low:.1f}-{score.high:.1f}" if score else "-",
-            status_text(row.outcome),
-            _label(report, row),
-        )
-        rows.append(tuple(map(escaped, cells)))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
-    return [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+def _scale(rows: list[CandidateRow]) -> tuple[float, float]:
+    """The lowest and highest rate a chart of `rows` shows: their intervals' ends."""
+    ends = [
+        rate
         for row in rows
+        if row.estimate is not None
+        for rate in (row.estimate.interval or [row.estimate.mean])
     ]
+    low, high = min(ends, default=0.0), max(ends, default=0.0)
+    return (low, high) if high > low else (low * 0.99, high * 1.01 or 1.0)
+
+
+def _column(rate: float, low: float, high: float) -> int:
+    """Where `rate` falls on a bar from `low` to `high`."""
+    return min(BAR - 1, max(0, round((rate - low) / (high - low) * (BAR - 1))))
+
+
+def _bar(estimate: Estimate | None, low: float, high: float) -> str:
+    """`|    [---#--]     |`: the interval and the mean, on the scale from `low` to `high`."""
+    cells = [" "] * BAR
+    if estimate is not None:
+        if estimate.interval is not None:
+            left, right = (_column(end, low, high) for end in estimate.interval)
+            cells[left : right + 1] = "-" * (right - left + 1)
+            cells[left], cells[right] = "[", "]"
+        cells[_column(estimate.mean, low, high)] = "#"
+    return "|" + "".join(cells) + "|"
+
+
+def chart_lines(report: TuneReport, rows: list[CandidateRow]) -> list[str]:
+    """Each candidate of `rows`, fastest first (those never measured last): its rate (the
+    mean over its starts), its 95% interval as a whisker on one scale, its measured starts
+    of all, the winner marked `*`; 80 columns but for the changes at the end."""
+    low, high = _scale(rows)
+    scale = f"{low:.1f}".ljust(BAR + 2 - len(f"{high:.1f}")) + f"{high:.1f}"
+    table: list[tuple[str, ...]] = [(" ", scale, "TOK/S", "95% INTERVAL", "STARTS", "CANDIDATE")]
+    measured = sorted((row for row in rows if row.estimate), key=lambda row: -_mean(row))
+    for row in [*measured, *(row for row in rows if row.estimate is None)]:
+        estimate = row.estimate
+        interval = estimate.interval if estimate else None
+        table.append(
+            (
+                "*" if row.digest == report.winner else " ",
+                _bar(estimate, low, high),
+                f"{estimate.mean:.1f}" if estimate else "-",
+                f"{interval[0]:.1f}-{interval[1]:.1f}" if interval else "-",
+                f"{estimate.starts if estimate else 0}/{len(row.trials)}",
+                escaped(_label(report, row)),
+            )
+        )
+    widths = [max(len(cells[i]) for cells in table) for i in range(len(table[0]))]
+    return [
+        (cells[0] + " " + "  ".join(map(str.ljust, cells[1:], widths[1:]))).rstrip()
+        for cells in table
+    ]
+
+
+def _mean(row: CandidateRow) -> float:
+    return row.estimate.mean if row.estimate else 0.0
 
 
 def _failures(report: TuneReport) -> list[str]:
     lines = []
     for row in report.trials:
-        if row.score is not None:
+        if row.start is not None:
             continue
-        lines.append(f"trial {row.number} {status_text(row.outcome)}: {row.outcome.detail}")
+        lines.append(
+            f"{_trial(row.number, row.confirm)} {status_text(row.outcome)}: {row.outcome.detail}"
+        )
         if row.outcome.status != "refused":  # nothing started: no log was written
             lines.append(f"  log {row.log}")
         lines += [f"  | {line}" for line in row.outcome.log_tail[-TAIL:]]
     return lines
 
 
-def _gain(gain: float | None, what: str, row: TrialRow | None) -> str | None:
-    if gain is None or row is None or row.score is None:
-        return None
-    return f"{gain * 100:+.1f}% over {what} ({row.score.mean:.1f} tok/s)"
+def _noise(noise: float, dof: int) -> str:
+    if not dof:
+        return "no start-to-start noise measured yet"
+    return f"start-to-start noise {noise * 100:.1f}% ({dof} dof)"
+
+
+def _confirmation_lines(report: TuneReport, confirmation: Confirmation) -> list[str]:
+    method = confirmation.method
+    lines = [
+        f"confirmation: {confirmation.rounds} rounds of fresh starts, {method.runs} runs of "
+        f"{method.max_tokens} tokens each; {_noise(confirmation.noise, confirmation.dof)}",
+        *chart_lines(report, confirmation.candidates),
+    ]
+    winner = next(row for row in confirmation.candidates if row.digest == report.winner)
+    gains = confirmation.gains(report.profile)
+    said = f"changes {winner.changes}" if winner.changes != "none" else f"{report.profile} as is"
+    rate = f"{winner.estimate.mean:.1f} tok/s" if winner.estimate else "not measured"
+    lines.append(f"winner ({said}): {rate}" + "".join(f", {gain}" for gain in gains))
+    if report.confirmed is False:
+        lines.append(
+            f"no difference the noise allows: keep {report.profile}'s values (the interval of "
+            "the gain over them holds 0)"
+        )
+    return lines
 
 
 def summary_lines(report: TuneReport) -> list[str]:
-    """The search, the table, why failed trials failed, the winner and its gains."""
+    """The search, why failed trials failed, the chart of its candidates, the confirmation's
+    chart, the winner and its gains, what was written."""
     reused = sum(row.from_journal for row in report.trials)
     strategy = "grid" if report.strategy == "grid" else "coordinate descent"
-    count = len(report.trials)
+    count = sum(not row.confirm for row in report.trials)
     lines = [
         f"tune {report.profile}: {strategy}, {report.stop} after {count} "
-        f"trial{'' if count == 1 else 's'} ({reused} from the journal), noise "
-        f"{report.noise * 100:.1f}%",
-        *table_lines(report),
+        f"trial{'' if count == 1 else 's'} ({reused} of all from the journal); "
+        f"{_noise(report.noise, report.dof)}",
         *_failures(report),
+        *chart_lines(report, report.candidates),
     ]
-    winner = report.row(report.winner)
-    if winner is None or winner.score is None:
+    if report.winner is None or report.confirmation is None:
         return [*lines, "no trial was measured: no winner"]
-    gains = [
-        _gain(report.gain_over_profile, report.profile, report.row(report.profile_trial)),
-        _gain(report.gain_over_defaults, "NCCL's defaults", report.row(report.defaults_trial)),
-    ]
-    said = f"changes {winner.changes}" if winner.changes != "none" else f"{report.profile} as is"
-    lines.append(
-        f"winner: trial {winner.number} ({said}): {winner.score.mean:.1f} tok/s"
-        + "".join(f", {gain}" for gain in gains if gain)
-    )
+    lines += _confirmation_lines(report, report.confirmation)
     lines.append(f"journal {report.journal}")
     if report.written is not None and report.written_ref is not None:
         lines += _adopting(report.profile, report.written, report.written_ref)
-    if report.unchanged and report.baseline is not None:
-        table = ", ".join(f"{key} = {value}" for key, value in report.baseline.items())
+    if report.kept:
+        lines.append(f"nothing written: {report.profile}'s values are kept")
+    baseline = report.baseline
+    if report.unchanged and baseline is not None:
+        table = ", ".join(
+            f"{key} = {value}" for key, value in baseline.model_dump(exclude_unset=True).items()
+        )
         lines.append(
             f"nothing written: {report.profile}'s own values won; to record the figure, set "
             f"in [baseline] of {report.path}: {table}"
@@ -146,7 +200,7 @@ def _adopting(base: str, written: str, ref: str) -> list[str]:
     base until it is written again."""
     word = shell_word(ref)
     return [
-        f"wrote {written}: the winner with its measured [baseline]; start it with: "
+        f"wrote {written}: the winner with its confirmed [baseline]; start it with: "
         f"nccl-launch run {word}",
         f"a systemd unit pinned to {base}'s digest keeps running {base} until it is written "
         f"again: nccl-launch systemd {word} -o UNIT --force",

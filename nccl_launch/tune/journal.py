@@ -1,7 +1,8 @@
 """The journal of a tune: one JSON line appended per trial server started (its identity,
-before it is measured) and per finished trial, under the XDG state directory, read back at
-the start so that the same command resumes where it stopped, and stops a server a killed tune
-left running.
+before it is measured) and per finished trial (one start of a candidate's server; a candidate
+may have several), under the XDG state directory, read back at the start and replayed in order
+so that the same command resumes where it stopped, to the same decisions, and stops a server a
+killed tune left running.
 
 A line is whole or absent (the JSON-lines store of nccl_launch.jsonlines); a line that is
 not a trial (torn by a crash, edited) is a warning with its number, never the end.
@@ -34,7 +35,8 @@ _FIX = "set XDG_STATE_HOME to a folder of your own"
 
 class JournalLine(BaseModel):
     """One line of a trial: the candidate (its values, digest, file), its log, and either its
-    server's identity (the line written as the server starts) or its outcome (as it ends)."""
+    server's identity (the line written as the server starts) or its outcome (as it ends);
+    `confirm`: a start of the confirmation of the winner, not of the search."""
 
     time: str
     digest: str = Field(pattern=DIGEST.pattern)
@@ -43,6 +45,7 @@ class JournalLine(BaseModel):
     log: str
     server: StartedServer | None = None
     outcome: TrialOutcome | None = None
+    confirm: bool = False
 
     @model_validator(mode="after")
     def _started_or_finished(self) -> JournalLine:
@@ -63,20 +66,19 @@ def now() -> str:
 
 @dataclass
 class Journal:
-    """The journal open for appending, and what it held when opened: the last line of each
-    candidate whose outcome is final for a tune of `settings` (TrialOutcome.final), the
+    """The journal open for appending, and what it held when opened: the lines of finished
+    trials whose outcome is final for a tune of `settings` (TrialOutcome.final), in order, the
     servers started and never finished, and a problem per line that is no trial."""
 
     path: Path
     fd: int
     settings: TrialSettings
-    done: dict[str, FinishedLine] = field(default_factory=dict)
+    done: list[FinishedLine] = field(default_factory=list)
     started: dict[str, JournalLine] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
     def append(self, line: JournalLine) -> None:
         append_line(self.fd, line.model_dump_json() + "\n", f"{WHAT} {self.path}")
-        self._keep(line)
 
     def _keep(self, line: JournalLine) -> None:
         if line.outcome is None:
@@ -84,7 +86,15 @@ class Journal:
             return
         self.started.pop(line.digest, None)
         if line.outcome.final(self.settings):
-            self.done[line.digest] = FinishedLine.model_validate(dict(line))
+            self.done.append(FinishedLine.model_validate(dict(line)))
+
+    def replay(self, digest: str, confirm: bool) -> FinishedLine | None:
+        """The next line not yet replayed of that candidate and phase, in order; None when
+        all are: its next start is measured afresh."""
+        for index, line in enumerate(self.done):
+            if (line.digest, line.confirm) == (digest, confirm):
+                return self.done.pop(index)
+        return None
 
     def owner(self, digest: str, values: Values, candidate: Path, log: Path) -> Owner:
         """Whose the server of candidate `digest`'s trial is: as it starts, a line of its own

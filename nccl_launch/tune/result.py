@@ -1,22 +1,27 @@
-"""What `tune` found, as data: every trial with its outcome, the winner, its gains."""
+"""What `tune` found, as data: every trial (one start of a candidate's server) with its
+outcome, each candidate's rate over its starts, the winner and its confirmed gains."""
 
 from __future__ import annotations
 
-from statistics import fmean
+import math
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, computed_field
 
 from nccl_launch.bench.result import Method
 from nccl_launch.errors import EXIT_DRIFT, EXIT_OK
+from nccl_launch.profile.model import Baseline
 from nccl_launch.report import Report
-from nccl_launch.tune.search import Score, Stop
+from nccl_launch.tune.search import Stop
+from nccl_launch.tune.stats import Noise, Start, mean_figure, rate_interval, ratio_interval
 from nccl_launch.tune.trial import TrialOutcome
 
 
 class TrialRow(BaseModel):
-    """One candidate tried: its searched values, those that differ from the profile's
-    (`changes`), its file and log, whether it came from the journal, and its outcome."""
+    """One start of a candidate: its searched values, those that differ from the profile's
+    (`changes`), its file and log, whether it came from the journal, whether it was a start
+    of the confirmation, and its outcome."""
 
     number: int
     digest: str
@@ -25,15 +30,83 @@ class TrialRow(BaseModel):
     candidate: str
     log: str
     from_journal: bool
+    confirm: bool
     outcome: TrialOutcome
 
     @property
-    def score(self) -> Score | None:
-        """Mean, lowest and highest rate of its runs; None when it was not measured."""
+    def start(self) -> Start | None:
+        """Its runs; None when it was not measured."""
         runs = self.outcome.runs
-        if self.outcome.status != "measured" or not runs:
+        return Start(tuple(runs)) if self.outcome.status == "measured" and runs else None
+
+
+class Estimate(BaseModel):
+    """A candidate's rate over its measured starts: the mean of their ln rates, as a rate,
+    and its 95% interval [low, high] (None before the noise has a degree of freedom)."""
+
+    starts: int
+    mean: float
+    interval: list[float] | None
+
+    @classmethod
+    def of(cls, starts: Sequence[Start], noise: Noise) -> Estimate | None:
+        if not starts:
             return None
-        return Score(mean=fmean(runs), low=min(runs), high=max(runs))
+        interval = rate_interval(starts, noise)
+        return cls(
+            starts=len(starts),
+            mean=math.exp(mean_figure(starts)),
+            interval=list(interval) if interval else None,
+        )
+
+
+class CandidateRow(BaseModel):
+    """One candidate: its values, its changes from the profile's, the numbers of its trials,
+    its estimate (None: no start measured)."""
+
+    digest: str
+    values: dict[str, str | None]
+    changes: str
+    trials: list[int]
+    estimate: Estimate | None
+
+
+class Gain(BaseModel):
+    """One candidate's rate over another's, less 1, and its 95% interval (two-sided)."""
+
+    gain: float
+    interval: list[float]
+
+    @classmethod
+    def of(cls, mine: Sequence[Start], theirs: Sequence[Start], noise: Noise) -> Gain | None:
+        interval = ratio_interval(mine, theirs, noise) if mine and theirs else None
+        if interval is None:
+            return None
+        gain = math.exp(mean_figure(mine) - mean_figure(theirs)) - 1
+        return cls(gain=gain, interval=[interval[0] - 1, interval[1] - 1])
+
+    def over(self, what: str) -> str:
+        """`+24.8% [+19.0%, +30.9%] over standin@1`."""
+        low, high = (f"{end * 100:+.1f}%" for end in self.interval)
+        return f"{self.gain * 100:+.1f}% [{low}, {high}] over {what}"
+
+
+class Confirmation(BaseModel):
+    """The winner measured again against the profile's values and NCCL's defaults, over
+    fresh starts interleaved in `rounds`, with `method`: only these starts judge the gains."""
+
+    method: Method
+    rounds: int
+    noise: float  # the standard deviation of a start's ln rate, pooled over these starts
+    dof: int
+    candidates: list[CandidateRow]
+    gain_over_profile: Gain | None
+    gain_over_defaults: Gain | None
+
+    def gains(self, profile: str) -> list[str]:
+        """Its gains as people read them, over `profile`'s values, then NCCL's defaults."""
+        over = ((self.gain_over_profile, profile), (self.gain_over_defaults, "NCCL's defaults"))
+        return [gain.over(what) for gain, what in over if gain is not None]
 
 
 EXIT_NOTHING = EXIT_DRIFT  # no candidate measured: every trial failed, drifted or was refused
@@ -51,40 +124,42 @@ class TuneReport(Report):
     strategy: Literal["descent", "grid"]
     budget: int | None
     stop: Stop
+    # The standard deviation of a start's ln rate, pooled over the search's candidates of two
+    # starts or more, and its degrees of freedom: the noise its decisions used.
     noise: float
+    dof: int
     trials: list[TrialRow]
-    # Trial numbers: the profile as it is, NCCL's defaults (every searched variable unset),
-    # the winner; None where the budget ended the search first, or nothing was measured.
-    profile_trial: int | None
-    defaults_trial: int | None
-    winner: int | None
+    candidates: list[CandidateRow]  # of the search, in the order first tried
+    # Digests of candidates: the profile as it is, NCCL's defaults (every searched variable
+    # unset), the winner; None where the budget ended the search first, or none was measured.
+    profile_candidate: str | None
+    defaults_candidate: str | None
+    winner: str | None
+    confirmation: Confirmation | None
     written: str | None = None  # --write's file
     # --write found the profile's own values fastest: a version of the same values is not new
     unchanged: bool = False
-    # With --write, the winner's [baseline]: written with it, or to record when unchanged.
-    baseline: dict[str, float] | None = None
+    # --write wrote nothing: the confirmation found no gain over the profile's values
+    kept: bool = False
+    # With --write, the confirmed [baseline] of the winner: written with it, or to record
+    # when unchanged.
+    baseline: Baseline | None = None
     # How `run` names it: NAME@VERSION where the search path finds it there, else its path.
     written_ref: str | None = None
 
-    def row(self, number: int | None) -> TrialRow | None:
-        return next((row for row in self.trials if row.number == number), None)
-
-    def _gain(self, number: int | None) -> float | None:
-        winner, other = self.row(self.winner), self.row(number)
-        mine, theirs = (row.score if row else None for row in (winner, other))
-        return None if mine is None or theirs is None else mine.mean / theirs.mean - 1
+    def candidate(self, digest: str | None) -> CandidateRow | None:
+        return next((row for row in self.candidates if row.digest == digest), None)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
-    def gain_over_profile(self) -> float | None:
-        """The winner's mean over the profile's, less 1."""
-        return self._gain(self.profile_trial)
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def gain_over_defaults(self) -> float | None:
-        """The winner's mean over that of NCCL's defaults, less 1."""
-        return self._gain(self.defaults_trial)
+    def confirmed(self) -> bool | None:
+        """Whether the confirmation's 95% interval of the winner's gain over the profile lies
+        above 0; None where there is no such gain (the winner is the profile's values, the
+        profile's values were not measured, nothing was)."""
+        if self.winner is None or self.winner == self.profile_candidate:
+            return None
+        gain = self.confirmation.gain_over_profile if self.confirmation else None
+        return None if gain is None else gain.interval[0] > 0
 
     @property
     def exit_code(self) -> int:

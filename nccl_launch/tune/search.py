@@ -1,59 +1,55 @@
 """The search, on any objective: coordinate descent from the profile's values (or the whole
-grid), NCCL's defaults measured once as the reference, each candidate tried at most once,
-within a budget of trials. Pure: `tune` gives it trials of real servers, tests a function.
+grid), and the confirmation of its winner, within a budget of trials (one trial: one start of
+a candidate's server). Pure: `tune` gives it trials of real servers, tests a function.
 
-The noise rule: a trial's noise is how far its runs stray from their mean, half their
-min-max spread over the mean; the tune's noise is the median of that over the trials measured
-so far (the median: one trial disturbed by the host does not stall the search). A change is
-kept only when its mean beats the best one's by more than that fraction.
+The noise rule works on ln(rate), where the noise lives: between two starts of the same
+server (NCCL builds its rings, SGLang captures its graphs at every start). A candidate's
+estimate is the mean of its starts' figures (`stats.Start.figure`); the variance of one
+start's figure is pooled over every candidate with two starts or more. The profile's values
+are started twice first, so that there is such a candidate; NCCL's defaults once. A change
+is kept only when the one-sided 95% lower bound of (candidate - best) is above 0; where the
+candidate's estimate is above the best's but its bound is not yet, the one of the two with
+fewer starts (the candidate on a tie) is started again, each at most CAP times, before the
+change is refused as no difference the noise allows.
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from statistics import median
 from typing import Literal, Protocol
+
+from nccl_launch.tune.stats import CONFIDENCE, Start, lower_bound, mean_figure, pooled_noise
 
 # A candidate's value of each searched variable; None: unset, NCCL's default.
 Values = dict[str, str | None]
 # Each variable's values in the order given, canonical as the child gets them.
 Space = dict[str, tuple[str | None, ...]]
 Stop = Literal["converged", "grid done", "budget spent"]
-
-
-@dataclass(frozen=True)
-class Score:
-    """A measured candidate: the mean of its runs and their lowest and highest rate."""
-
-    mean: float
-    low: float
-    high: float
-
-    @property
-    def noise(self) -> float:
-        """How far its runs stray from their mean: half their spread, over the mean."""
-        return (self.high - self.low) / 2 / self.mean
+CAP = 4  # starts of one candidate, at most, while a decision asks for more
 
 
 class Objective(Protocol):
     """What the search measures: `key` names a candidate (the same key, the same candidate);
-    `measure` tries it once, None when it could not be measured."""
+    `measure` starts it once, None when it could not be measured."""
 
     def key(self, values: Values) -> str: ...
 
-    def measure(self, values: Values) -> Score | None: ...
+    def measure(self, values: Values) -> Start | None: ...
 
 
 @dataclass(frozen=True)
 class Found:
-    """The keys tried, in order; the winner's key (None: nothing measured); why the search
-    stopped; the noise its last decision used."""
+    """Every start of each key tried, in the order first tried (None: a start that could
+    not be measured); the winner's key (None: nothing measured); why the search stopped."""
 
-    tried: list[str]
+    starts: dict[str, list[Start | None]]
     best: str | None
     stop: Stop
-    noise: float
+
+
+def measured(starts: list[Start | None]) -> list[Start]:
+    return [start for start in starts if start is not None]
 
 
 class _Spent(Exception):
@@ -61,38 +57,84 @@ class _Spent(Exception):
 
 
 class _Trials:
-    """The objective, each key measured once, at most `budget` keys."""
+    """The objective's starts of each key, at most `budget` in all."""
 
     def __init__(self, objective: Objective, budget: int | None) -> None:
         self.objective = objective
         self.budget = budget
-        self.scores: dict[str, Score | None] = {}
+        self.starts: dict[str, list[Start | None]] = {}
+        self.spent = 0
+        self.decided: dict[tuple[str, str], bool] = {}
+        self.best: Values | None = None  # the best so far
 
-    def __call__(self, values: Values) -> Score | None:
+    def again(self, values: Values) -> None:
+        """One more start of `values`."""
+        if self.budget is not None and self.spent >= self.budget:
+            raise _Spent
+        self.spent += 1
+        found = self.objective.measure(values)
+        self.starts.setdefault(self.objective.key(values), []).append(found)
+
+    def figures(self, values: Values, first: int = 1) -> list[Start]:
+        """The measured starts of `values`, started `first` times where it never was."""
         key = self.objective.key(values)
-        if key not in self.scores:
-            if self.budget is not None and len(self.scores) >= self.budget:
-                raise _Spent
-            self.scores[key] = self.objective.measure(values)
-        return self.scores[key]
+        while len(self.starts.get(key, [])) < first:
+            self.again(values)
+        return measured(self.starts[key])
 
-    @property
-    def noise(self) -> float:
-        """The median noise of the trials measured so far; 0 before any."""
-        found = [score.noise for score in self.scores.values() if score]
-        return median(found) if found else 0.0
+    def kept(self, candidate: Values) -> bool:
+        """Whether `candidate` beats the best so far, which it then becomes."""
+        if self.beats(candidate, self.best):
+            self.best = candidate
+            return True
+        return False
 
-    def beats(self, score: Score | None, best: Score | None) -> bool:
-        """Whether `score` beats `best` by more than the noise (anything beats nothing)."""
-        if score is None:
+    def beats(self, candidate: Values, best: Values | None) -> bool:
+        """Whether `candidate` beats `best` by the noise rule (anything measured beats
+        nothing), starting either again where the data asks for it."""
+        if not self.figures(candidate):
             return False
-        return best is None or score.mean > best.mean * (1 + self.noise)
+        if best is None:
+            return True
+        pair = (self.objective.key(candidate), self.objective.key(best))
+        if pair not in self.decided:  # a later pass asks again: the same decision
+            self.decided[pair] = self._beats(candidate, best)
+        return self.decided[pair]
 
-    def found(self, best: Values | None, stop: Stop) -> Found:
+    def _beats(self, candidate: Values, best: Values) -> bool:
+        # Each look at the figures is a chance of a false change: the decision's error is
+        # split over the most looks it can take (Bonferroni), so that it stays 1 - CONFIDENCE.
+        left = sum(CAP - self._count(values) for values in (candidate, best))
+        confidence = 1 - (1 - CONFIDENCE) / (1 + max(0, left))
+        while True:
+            mine, theirs = self.figures(candidate), self.figures(best)
+            noise = pooled_noise(measured(starts) for starts in self.starts.values())
+            bound = lower_bound(mine, theirs, noise, confidence)
+            if bound is not None and bound > 0:
+                return True
+            if mean_figure(mine) <= mean_figure(theirs):
+                return False
+            again = self._more(candidate, best)
+            if again is None:
+                return False  # no difference the noise allows
+            self.again(again)
+
+    def _more(self, candidate: Values, best: Values) -> Values | None:
+        """The one of the two to start again: fewer starts first (the candidate on a tie),
+        none past CAP."""
+        order = sorted((candidate, best), key=self._count)  # stable: a tie keeps the order
+        return next((values for values in order if self._count(values) < CAP), None)
+
+    def _count(self, values: Values) -> int:
+        """How many times `values` was started."""
+        return len(self.starts.get(self.objective.key(values), []))
+
+    def found(self, stop: Stop) -> Found:
+        best = self.best
         key = self.objective.key(best) if best is not None else None
-        if key is not None and self.scores.get(key) is None:
+        if key is not None and not measured(self.starts.get(key, [])):
             key = None
-        return Found(list(self.scores), key, stop, self.noise)
+        return Found(dict(self.starts), key, stop)
 
 
 def defaults(space: Space) -> Values:
@@ -100,15 +142,24 @@ def defaults(space: Space) -> Values:
     return dict.fromkeys(space)
 
 
+def _begin(trials: _Trials, start: Values, space: Space) -> None:
+    """The profile's values started twice (once where they fail), NCCL's defaults once;
+    the best the better by the noise rule (the defaults where the profile's values fail)."""
+    if trials.figures(start):
+        trials.best = start
+        trials.figures(start, first=2)
+    trials.kept(defaults(space))
+
+
 def descend(start: Values, space: Space, objective: Objective, budget: int | None) -> Found:
-    """Coordinate descent: from `start`, each variable in turn takes the value that beats
-    the best so far by more than the noise, the others held; passes repeat until one changes
-    nothing. Stops early, with the best so far, when the budget is spent."""
+    """Coordinate descent: from the better of `start` and NCCL's defaults, each variable in
+    turn takes the value that beats the best so far by the noise rule, the others held;
+    passes repeat until one changes nothing. Stops early, with the best so far, when the
+    budget is spent."""
     trials = _Trials(objective, budget)
-    current = dict(start)
     try:
-        best = trials(current)
-        trials(defaults(space))
+        _begin(trials, start, space)
+        current = trials.best or start  # nothing measured yet: any candidate that is wins
         changed = True
         while changed:
             changed = False
@@ -116,36 +167,35 @@ def descend(start: Values, space: Space, objective: Objective, budget: int | Non
                 held = current  # the other variables, as this one's values are tried
                 for value in values:
                     candidate = held | {name: value}
-                    if value == held[name]:
-                        continue
-                    score = trials(candidate)
-                    if trials.beats(score, best):
-                        current, best = candidate, score
-                        changed = True
+                    if value != held[name] and trials.kept(candidate):
+                        current, changed = candidate, True
     except _Spent:
-        return trials.found(current, "budget spent")
-    return trials.found(current, "converged")
+        return trials.found("budget spent")
+    return trials.found("converged")
 
 
 def grid(start: Values, space: Space, objective: Objective, budget: int | None) -> Found:
-    """Every combination of the space's values, after `start` and NCCL's defaults; the
-    highest mean wins."""
+    """Every combination of the space's values, after `start` and NCCL's defaults, each
+    kept over the best so far by the noise rule."""
     trials = _Trials(objective, budget)
-    # Lazy: a budget ends a grid of billions of combinations without making them all.
-    combinations = (dict(zip(space, values, strict=True)) for values in _product(space))
-    every = itertools.chain([start, defaults(space)], combinations)
-    stop: Stop = "grid done"
-    best: tuple[Values, Score] | None = None
-    for values in every:
-        try:
-            score = trials(values)
-        except _Spent:
-            stop = "budget spent"
-            break
-        if score is not None and (best is None or score.mean > best[1].mean):
-            best = (values, score)
-    return trials.found(best[0] if best else None, stop)
+    try:
+        _begin(trials, start, space)
+        # Lazy: a budget ends a grid of billions of combinations without making them all.
+        for combination in itertools.product(*space.values()):
+            trials.kept(dict(zip(space, combination, strict=True)))
+    except _Spent:
+        return trials.found("budget spent")
+    return trials.found("grid done")
 
 
-def _product(space: Space) -> itertools.product[tuple[str | None, ...]]:
-    return itertools.product(*space.values())
+def confirm(
+    candidates: list[Values], rounds: int, objective: Objective
+) -> dict[str, list[Start | None]]:
+    """`rounds` fresh starts of each candidate, interleaved, the order rotated each round
+    (a drift of the host over the rounds reaches each alike); each key's starts."""
+    starts: dict[str, list[Start | None]] = {}
+    for number in range(rounds):
+        shift = number % len(candidates)
+        for values in candidates[shift:] + candidates[:shift]:
+            starts.setdefault(objective.key(values), []).append(objective.measure(values))
+    return starts

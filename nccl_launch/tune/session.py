@@ -5,21 +5,25 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path, PurePath
-from typing import Protocol
+from typing import Any, Protocol
 
 from nccl_launch.bench.measure import Progress
 from nccl_launch.bench.result import Method
 from nccl_launch.errors import UsageError
 from nccl_launch.profile.chain import read_chain
 from nccl_launch.profile.load import LoadedProfile
+from nccl_launch.profile.model import Baseline
 from nccl_launch.profile.plan import short_digest
 from nccl_launch.profile.search import find_profile
 from nccl_launch.tune import journal
 from nccl_launch.tune.candidates import Candidates, changes
-from nccl_launch.tune.result import TrialRow, TuneReport
-from nccl_launch.tune.search import Score, Space, Values, defaults, descend, grid
+from nccl_launch.tune.result import CandidateRow, Confirmation, Estimate, Gain, TrialRow, TuneReport
+from nccl_launch.tune.search import Space, Values, confirm, defaults, descend, grid
+from nccl_launch.tune.stats import Noise, Start, pooled_noise
 from nccl_launch.tune.trial import TrialSettings, run_trial
 
 
@@ -28,24 +32,45 @@ class TuneProgress(Progress, Protocol):
 
     def began(self, label: str, journal: Path, done: int) -> None: ...
 
-    def started(self, number: int, changes: str, digest: str) -> None: ...
+    def started(self, number: int, changes: str, digest: str, confirm: bool) -> None: ...
 
     def ended(self, row: TrialRow) -> None: ...
 
     def warn(self, problem: str) -> None: ...
 
 
+def confirming_method(base: LoadedProfile, method: Method) -> Method:
+    """The confirmation's method: the max_tokens and runs of the profile's [baseline] where
+    it records them (its figure is then measured as its own was), else the tune's."""
+    baseline = base.profile.baseline
+    return method.model_copy(
+        update={
+            "max_tokens": (baseline and baseline.max_tokens) or method.max_tokens,
+            "runs": (baseline and baseline.runs) or method.runs,
+        }
+    )
+
+
 def tune_folder(base: LoadedProfile, method: Method) -> PurePath:
-    """The tune's folder under the state home: one per profile digest and method, so that
-    the same command finds its journal, and another method never reads its figures."""
-    document = json.dumps({"digest": base.plan.digest, "method": method.model_dump()})
+    """The tune's folder under the state home: one per profile digest and method (the
+    confirmation's with it), so that the same command finds its journal, and another method
+    never reads its figures."""
+    confirming = confirming_method(base, method)
+    document = json.dumps(
+        {
+            "digest": base.plan.digest,
+            "method": method.model_dump(),
+            "confirm": confirming.model_dump(),
+        }
+    )
     key = hashlib.sha256(document.encode()).hexdigest()[:12]
     return PurePath("nccl-launch", "tune", f"{base.plan.label}-{key}")
 
 
 class _Trials:
-    """The search's objective: a candidate's digest names it; measuring it reads the journal,
-    else runs a real trial and appends its outcome."""
+    """The search's objective: a candidate's digest names it; one start of it replays the
+    journal's next line of that candidate (and phase: `confirm`), else runs a real trial
+    and appends its outcome."""
 
     def __init__(
         self,
@@ -54,25 +79,34 @@ class _Trials:
         settings: TrialSettings,
         progress: TuneProgress,
         start: Values,
+        confirm: bool = False,
+        rows: list[TrialRow] | None = None,
     ) -> None:
         self.candidates = candidates
         self.journal = done
         self.settings = settings
         self.progress = progress
         self.start = start
-        self.rows: list[TrialRow] = []
+        self.confirm = confirm
+        self.rows = [] if rows is None else rows
+
+    def confirming(self, settings: TrialSettings) -> _Trials:
+        """The confirmation's objective: its starts marked, measured with `settings`."""
+        return _Trials(
+            self.candidates, self.journal, settings, self.progress, self.start, True, self.rows
+        )
 
     def key(self, values: Values) -> str:
         return self.candidates.get(values).digest
 
-    def measure(self, values: Values) -> Score | None:
+    def measure(self, values: Values) -> Start | None:
         candidate = self.candidates.get(values)
         number = len(self.rows) + 1
-        line = self.journal.done.get(candidate.digest)
+        line = self.journal.replay(candidate.digest, self.confirm)
         said = changes(values, self.start)
         fresh = line is None
         if line is None:
-            self.progress.started(number, said, candidate.digest)
+            self.progress.started(number, said, candidate.digest, self.confirm)
             path = self.candidates.write(candidate, self.journal.path.parent)
             log = path.with_suffix(".log")
             owner = self.journal.owner(candidate.digest, values, path, log)
@@ -84,6 +118,7 @@ class _Trials:
                 candidate=str(path),
                 log=str(log),
                 outcome=outcome,
+                confirm=self.confirm,
             )
             self.journal.append(line)
         row = TrialRow(
@@ -94,11 +129,41 @@ class _Trials:
             candidate=line.candidate,
             log=line.log,
             from_journal=not fresh,
+            confirm=self.confirm,
             outcome=line.outcome,
         )
         self.rows.append(row)
         self.progress.ended(row)
-        return row.score
+        return row.start
+
+
+def _grouped(rows: list[TrialRow]) -> dict[str, list[TrialRow]]:
+    """The rows of each candidate, in the order first tried."""
+    groups: dict[str, list[TrialRow]] = {}
+    for row in rows:
+        groups.setdefault(row.digest, []).append(row)
+    return groups
+
+
+def _figures(rows: list[TrialRow]) -> list[Start]:
+    return [row.start for row in rows if row.start is not None]
+
+
+def _noise(groups: dict[str, list[TrialRow]]) -> Noise:
+    return pooled_noise(_figures(rows) for rows in groups.values())
+
+
+def _candidates(groups: dict[str, list[TrialRow]], noise: Noise) -> list[CandidateRow]:
+    return [
+        CandidateRow(
+            digest=digest,
+            values=rows[0].values,
+            changes=rows[0].changes,
+            trials=[row.number for row in rows],
+            estimate=Estimate.of(_figures(rows), noise),
+        )
+        for digest, rows in groups.items()
+    ]
 
 
 def open_base(ref: str) -> Candidates:
@@ -127,14 +192,17 @@ def run_tune(
     settings: TrialSettings,
     budget: int | None,
     use_grid: bool,
+    rounds: int,
     write: bool,
     progress: TuneProgress,
 ) -> TuneReport:
-    """Search `space` from the base profile's values, resuming from its journal; with
-    `write`, the winner becomes the profile's next version."""
+    """Search `space` from the base profile's values, resuming from its journal, and confirm
+    the winner over `rounds`; with `write`, a confirmed winner becomes the profile's next
+    version."""
     base = candidates.base
     if write:
         candidates.next_path()  # a version that is taken fails now, not after the tune
+    confirming = replace(settings, method=confirming_method(base, settings.method))
     with journal.opened(tune_folder(base, settings.method), settings) as opened:
         for stopped in opened.stop_leftovers():  # before anything else: it holds the port
             progress.warn(stopped)
@@ -147,7 +215,14 @@ def run_tune(
         start = candidates.start(list(space))
         trials = _Trials(candidates, opened, settings, progress, start)
         found = (grid if use_grid else descend)(start, space, trials, budget)
-    numbers = {row.digest: row.number for row in trials.rows}
+        searched = _grouped(trials.rows)
+        ends = (trials.key(start), trials.key(defaults(space)))  # the profile's, NCCL's
+        if found.best is not None:  # each once: the profile's values, the winner, the defaults
+            chosen = {ends[0]: start, found.best: searched[found.best][0].values}
+            chosen.setdefault(ends[1], defaults(space))
+            measured = [values for key, values in chosen.items() if _figures(searched.get(key, []))]
+            confirm(measured, rounds, trials.confirming(confirming))
+    noise = _noise(searched)
     report = TuneReport(
         profile=base.plan.label,
         digest=base.plan.digest,
@@ -158,28 +233,30 @@ def run_tune(
         strategy="grid" if use_grid else "descent",
         budget=budget,
         stop=found.stop,
-        noise=found.noise,
+        noise=noise.sd,
+        dof=noise.dof,
         trials=trials.rows,
+        candidates=_candidates(searched, noise),
         # The base's values as a candidate: its digest is the base's (but where its next
         # version names an env file by another path: `Candidates.moved_note`).
-        profile_trial=numbers.get(candidates.get(start).digest),
-        defaults_trial=numbers.get(candidates.get(defaults(space)).digest),
-        winner=numbers.get(found.best) if found.best is not None else None,
+        profile_candidate=_tried(ends[0], searched),
+        defaults_candidate=_tried(ends[1], searched),
+        winner=found.best,
+        confirmation=_confirmation(trials.rows, confirming.method, rounds, found.best, ends),
     )
-    winner = report.row(report.winner)
-    score = winner.score if winner is not None else None
-    if not write or winner is None or score is None:
+    report = report.model_copy(update={"baseline": _baseline(report, base)})
+    if not write or report.baseline is None:
         return report
-    baseline: dict[str, float] = {"decode_tok_s": round(score.mean, 1)}
-    if base.profile.baseline is not None:  # the profile's own tolerance stays
-        baseline["tolerance"] = base.profile.baseline.tolerance
-    method = settings.method
-    baseline |= {"max_tokens": method.max_tokens, "runs": method.runs}
-    report = report.model_copy(update={"baseline": baseline})
-    if winner.number == report.profile_trial:
+    if report.confirmed is False:
+        return report.model_copy(update={"kept": True})
+    if report.winner == report.profile_candidate:
         return report.model_copy(update={"unchanged": True})
-    provenance = _provenance(report, winner, score)
-    path, plan = candidates.write_next(candidates.get(winner.values), baseline, provenance)
+    winner = searched[found.best or ""][0].values
+    path, plan = candidates.write_next(
+        candidates.get(winner),
+        report.baseline.model_dump(exclude_unset=True),
+        _provenance(report, report.baseline),
+    )
     moved = candidates.moved_note()
     if moved is not None:
         progress.warn(moved)
@@ -191,27 +268,78 @@ def run_tune(
     return report.model_copy(update={"written": str(path), "written_ref": ref})
 
 
-def _provenance(report: TuneReport, winner: TrialRow, score: Score) -> dict[str, str]:
-    """What the written version says of where it came from."""
-    gains = [
-        f"{gain * 100:+.1f}% over {what}"
-        for gain, what in (
-            (report.gain_over_profile, report.profile),
-            (report.gain_over_defaults, "NCCL's defaults"),
-        )
-        if gain is not None
+def _tried(key: str, groups: dict[str, list[TrialRow]]) -> str | None:
+    return key if key in groups else None
+
+
+def _confirmation(
+    rows: list[TrialRow], method: Method, rounds: int, winner: str | None, ends: tuple[str, str]
+) -> Confirmation | None:
+    """The confirmation's figures: its candidates' estimates, the winner's gains over the
+    profile's values and NCCL's defaults (`ends`), pooled over its starts alone."""
+    groups = _grouped([row for row in rows if row.confirm])
+    if winner is None or not groups:
+        return None
+    noise = _noise(groups)
+    mine = _figures(groups.get(winner, []))
+    over = [
+        Gain.of(mine, _figures(groups.get(key, [])), noise) if key != winner else None
+        for key in ends
     ]
-    method = report.method
-    measured = (
-        f"{score.mean:.1f} tok/s decode (mean of {method.runs} runs of "
-        f"{method.max_tokens} tokens) by nccl-launch tune"
+    return Confirmation(
+        method=method,
+        rounds=rounds,
+        noise=noise.sd,
+        dof=noise.dof,
+        candidates=_candidates(groups, noise),
+        gain_over_profile=over[0],
+        gain_over_defaults=over[1],
     )
+
+
+def _baseline(report: TuneReport, base: LoadedProfile) -> Baseline | None:
+    """The winner's [baseline]: the confirmation's figure of it, its starts and interval
+    (rounded outward), the method it was measured with, the profile's tolerance kept."""
+    confirmation = report.confirmation
+    row = (
+        next((row for row in confirmation.candidates if row.digest == report.winner), None)
+        if confirmation
+        else None
+    )
+    if confirmation is None or row is None or row.estimate is None:
+        return None
+    estimate = row.estimate
+    fields: dict[str, Any] = {"decode_tok_s": round(estimate.mean, 1)}
+    if base.profile.baseline is not None:
+        fields["tolerance"] = base.profile.baseline.tolerance
+    method = confirmation.method
+    fields |= {"max_tokens": method.max_tokens, "runs": method.runs, "starts": estimate.starts}
+    if estimate.interval is not None:
+        low, high = estimate.interval
+        fields["interval"] = [math.floor(low * 10) / 10, math.ceil(high * 10) / 10]
+    return Baseline(**fields)
+
+
+def _provenance(report: TuneReport, baseline: Baseline) -> dict[str, str]:
+    """What the written version says of where it came from."""
+    confirmation = report.confirmation
+    gains = confirmation.gains(report.profile) if confirmation else []
+    within = (
+        f", 95% interval {baseline.interval[0]}-{baseline.interval[1]}" if baseline.interval else ""
+    )
+    measured = (
+        f"{baseline.decode_tok_s:.1f} tok/s decode (mean of {baseline.starts} server starts "
+        f"of {baseline.runs} runs of {baseline.max_tokens} tokens{within}) by nccl-launch tune"
+    )
+    winner = report.candidate(report.winner)
+    changed = winner.changes if winner else "none"
     return {
         "measured": ", ".join([measured, *gains]),
         "date": datetime.now(UTC).date().isoformat(),
         "source": (
             f"nccl-launch tune {report.profile} ({short_digest(report.digest)}, {report.path}): "
-            f"{len(report.trials)} trials ({report.strategy}, {report.stop}), changed "
-            f"{winner.changes}; journal {report.journal}"
+            f"{len(report.trials)} trials ({report.strategy}, {report.stop}, then "
+            f"{confirmation.rounds if confirmation else 0} rounds of confirmation), changed "
+            f"{changed}; journal {report.journal}"
         ),
     }

@@ -36,9 +36,17 @@ Knobs, for tests:
   stream's lines with TEXT (CR or CRLF) instead of LF;
 - STANDIN_TUNE_MODEL=1 makes the rate a function of the NCCL environment the server started
   with, for `tune`: STANDIN_TOKEN_RATE times one factor per variable of TUNE_FACTORS (a value
-  not in its table: 1.0), each request's rate then times a uniform factor in [1-n, 1+n],
-  n = STANDIN_NOISE (default 0.01), drawn from a generator seeded with STANDIN_SEED (unset:
-  a fresh seed each start);
+  not in its table: 1.0; STANDIN_TUNE_FACTORS, a JSON object of the same shape, replaces the
+  table), times a factor of the start, uniform in [1-m, 1+m], m = STANDIN_START_NOISE
+  (default 0: as NCCL's rings and SGLang's graphs, built anew at each start, make each start
+  of a GPU server a little faster or slower), then each request's rate times a uniform
+  factor in [1-n, 1+n], n = STANDIN_NOISE (default 0.01). Both are drawn from a generator
+  seeded with STANDIN_SEED and the start's number: STANDIN_START_COUNT=FILE counts the starts
+  in FILE (each adds one, under a lock), so that the Nth start of a test draws the same
+  factors at every run; without it the number is the PID. Unset STANDIN_SEED: a fresh seed
+  each start; STANDIN_TUNE_MAX_TOKENS=N applies the table to requests for N tokens alone
+  (others run at STANDIN_TOKEN_RATE times the start's factor), as a value that speeds up
+  short decodes only;
 - it logs `server_args=ServerArgs(model_path=..., api_key=..., admin_api_key=...)` on stderr
   first, as SGLang does;
 - STANDIN_START_DELAY=S: /health answers 503 for S seconds after the workers are up;
@@ -70,6 +78,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import fcntl
 import json
 import multiprocessing
 import os
@@ -146,13 +155,41 @@ def set_envs_and_config(args: argparse.Namespace) -> None:
         os.environ.setdefault("NCCL_GRAPH_REGISTER", "0")
 
 
-def base_rate() -> float:
-    """Tokens per second: STANDIN_TOKEN_RATE, times the tune model's factors when it is on."""
+def start_number() -> int:
+    """This start's number: one more than the last in STANDIN_START_COUNT's file (0 first),
+    else the PID."""
+    counted = os.environ.get("STANDIN_START_COUNT")
+    if not counted:
+        return os.getpid()
+    with Path(counted).open("a+", encoding="ascii") as count:
+        fcntl.flock(count, fcntl.LOCK_EX)  # two servers of a test may start at once
+        count.seek(0)
+        number = int(count.read() or -1) + 1
+        count.seek(0)
+        count.truncate()
+        count.write(str(number))
+    return number
+
+
+def draws(number: int) -> random.Random:
+    """The generator of this start's noise: STANDIN_SEED and the start's `number`."""
+    seed = os.environ.get("STANDIN_SEED")
+    return random.Random(None if seed is None else f"{seed}:{number}")  # noqa: S311
+
+
+def base_rates(draw: random.Random) -> tuple[float, float]:
+    """Tokens per second: STANDIN_TOKEN_RATE, times the tune model's start factor when it is
+    on; that times its table's factors, and without them."""
     rate = float(os.environ.get("STANDIN_TOKEN_RATE", 200))
-    if os.environ.get("STANDIN_TUNE_MODEL") == "1":
-        for key, table in TUNE_FACTORS.items():
-            rate *= table.get(os.environ.get(key, ""), 1.0)
-    return rate
+    if os.environ.get("STANDIN_TUNE_MODEL") != "1":
+        return rate, rate
+    noise = float(os.environ.get("STANDIN_START_NOISE", 0))
+    rate *= draw.uniform(1 - noise, 1 + noise)
+    factors = os.environ.get("STANDIN_TUNE_FACTORS")
+    factored = rate
+    for key, table in (json.loads(factors) if factors else TUNE_FACTORS).items():
+        factored *= table.get(os.environ.get(key, ""), 1.0)
+    return factored, rate
 
 
 def request_rate(base: float, draw: random.Random) -> float:
@@ -239,8 +276,9 @@ class Server:
         self.workers: list[multiprocessing.process.BaseProcess] = []
         self.ready = False
         self.healthy_at = float("inf")  # time.monotonic() from which /health answers 200
-        self.rate = base_rate()  # of the environment at start, as NCCL reads it once
-        self.noise = random.Random(os.environ.get("STANDIN_SEED"))  # noqa: S311 - not a secret
+        self.noise = draws(start_number())
+        # Of the environment at start, as NCCL reads it once.
+        self.rate, self.plain_rate = base_rates(self.noise)
         self.late_started = threading.Event()
         self.requests = 0
         self.lock = threading.Lock()
@@ -394,7 +432,9 @@ def handler(server: Server) -> type[BaseHTTPRequestHandler]:
 
         def stream(self, body: dict[str, Any]) -> None:
             tokens = prelude(body, self.wfile)
-            rate = request_rate(server.rate, server.noise)
+            short = os.environ.get("STANDIN_TUNE_MAX_TOKENS")
+            plain = short is not None and body["max_tokens"] != int(short)
+            rate = request_rate(server.plain_rate if plain else server.rate, server.noise)
             start = time.monotonic() + float(os.environ.get("STANDIN_TTFT", 0))
             chunk = {"id": "standin", "object": "text_completion", "model": body.get("model")}
             for index in range(tokens):
