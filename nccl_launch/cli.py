@@ -50,7 +50,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "tuning",
         "tune",
         "Search NCCL values for PROFILE: start its server with each candidate, measure decode "
-        "tok/s as bench does, keep the fastest.",
+        "tok/s as bench does, keep the fastest the noise between server starts allows.",
     ),
     "verify-log": (
         "verifying",
