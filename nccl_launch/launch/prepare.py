@@ -34,10 +34,10 @@ class LaunchPlan:
     loaded: LoadedProfile
     merged: MergeResult
     argv: list[str]  # as people see it: `${NAME}` of [server] args unfilled
+    filled: list[str]  # `argv` as the server gets it
     conf: list[ConfEntry]
     unreadable_conf: list[str]
     env_files: list[EnvLayer] = dataclasses.field(default_factory=list)  # the profile's
-    filled: list[str] = dataclasses.field(default_factory=list)  # `argv` as the server gets it
 
     @property
     def plan(self) -> ProfilePlan:
