@@ -282,3 +282,14 @@ def test_history_takes_no_write_baseline(run_cli: RunCli) -> None:
         2,
         "nccl-launch: --history reads the record only: drop --url, --pid and --write-baseline\n",
     )
+
+
+def test_a_baseline_of_dotted_keys_the_editor_cannot_change_is_refused_in_one_line() -> None:
+    """tomlkit fails to drop the last two `baseline.KEY = ...` of a table (an IndexError)."""
+    from nccl_launch.bench.baseline_file import with_baseline
+    from nccl_launch.errors import UsageError
+
+    text = "schema = 1\nbaseline.decode_tok_s = 100.0\nbaseline.starts = 2\n"
+    text += "baseline.interval = [90.0, 110.0]\n"
+    with pytest.raises(UsageError, match=r"dotted keys, baseline.KEY = \.\.\.\); write it as a"):
+        with_baseline(text, {"decode_tok_s": 99.0, "max_tokens": 20, "runs": 2})

@@ -772,3 +772,40 @@ def test_a_multi_node_profile_is_refused(write_profile: WriteProfile, run_cli: R
     assert "standin@1 is a multi-node profile (nnodes = 2): tune starts one server" in (
         result.stderr
     )
+
+
+@pytest.mark.parametrize("pid", [-5, 99999999999])
+def test_a_started_line_edited_to_name_no_pid_is_a_warning_not_a_crash(
+    pid: int, seed: int, run_cli: RunCli, tmp_path: Path
+) -> None:
+    command = ("tune", "standin", "--try", "PROTO=LL128", *FAST, "--budget", "1", "--confirm", "2")
+    assert run_cli(*command, env=MODEL).returncode == 0
+    (journal,) = journals(tmp_path)
+    line = json.loads(journal.read_text().splitlines()[0])
+    line["server"]["pid"] = pid
+    with journal.open("a") as appended:
+        appended.write(json.dumps(line) + "\n")
+    number = len(journal.read_text().splitlines())
+    again = run_cli(*command, env=MODEL)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"{journal}:{number}: not a trial" in again.stderr
+
+
+def test_write_writes_nothing_where_the_profiles_values_failed_in_the_confirmation(
+    seed: int, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """The search measured the profile's values; their fresh starts all fail: nothing
+    confirms the winner's gain over them, so nothing is written."""
+    command = ("tune", "standin", "--try", "PROTO=LL128", *FAST, "--confirm", "2")
+    assert run_cli(*command, env=MODEL).returncode == 0
+    (journal,) = journals(tmp_path)
+    kept = [line for line in journal.read_text().splitlines() if '"confirm":true' not in line]
+    journal.write_text("\n".join(kept) + "\n")
+    failing = MODEL | {"STANDIN_EXIT_IF": "NCCL_PROTO=LL"}  # the profile's value
+    result = run_cli(*command, "--write", env=failing)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (
+        "not confirmed: standin@1's values were not measured in the confirmation, so nothing "
+        "confirms it; keep them"
+    ) in result.stdout
+    assert not (tmp_path / "profiles" / "standin-2.toml").exists()

@@ -98,10 +98,17 @@ def with_baseline(text: str, baseline: dict[str, Any]) -> str:
     if table is None:
         table = tomlkit.table()
         document.append("baseline", table)
-    for key, value in baseline.items():
-        table[key] = value
-    for key in OF_SEVERAL_STARTS:
-        table.pop(key, None)
+    try:
+        for key, value in baseline.items():
+            table[key] = value
+        for key in OF_SEVERAL_STARTS:
+            table.pop(key, None)
+    except (IndexError, KeyError):  # tomlkit, emptying some `baseline.KEY = ...` dotted keys
+        raise UsageError(
+            "--write-baseline: nothing written: the profile's [baseline] is written in a form "
+            "the TOML editor cannot change (dotted keys, baseline.KEY = ...); write it as a "
+            "[baseline] table"
+        ) from None
     return document.as_string()
 
 

@@ -155,11 +155,22 @@ def _confirmation_lines(report: TuneReport, confirmation: Confirmation) -> list[
     rate = f"{winner.estimate.mean:.1f} tok/s" if winner.estimate else "not measured"
     lines.append(f"winner ({said}): {rate}" + "".join(f", {gain}" for gain in gains))
     if report.confirmed is False:
-        lines.append(
-            f"no difference the noise allows: keep {report.profile}'s values (the interval of "
-            "the gain over them holds 0)"
-        )
+        lines.append(_not_confirmed(report.profile, confirmation))
     return lines
+
+
+def _not_confirmed(profile: str, confirmation: Confirmation) -> str:
+    """Why the winner's gain over the profile's values is not confirmed."""
+    gain = confirmation.gain_over_profile
+    if gain is None:
+        why = f"{profile}'s values were not measured in the confirmation, so nothing confirms it"
+        return f"not confirmed: {why}; keep them"
+    if gain.interval[1] < 0:
+        return f"the confirmation found it slower than {profile}'s values: keep them"
+    return (
+        f"no difference the noise allows: keep {profile}'s values (the interval of the gain "
+        "over them holds 0)"
+    )
 
 
 def summary_lines(report: TuneReport) -> list[str]:

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from nccl_launch.errors import HostError
 from nccl_launch.live.environ import getenv_view
 from nccl_launch.live.processes import HeldProcess, snapshot_tree, stop_tree
+from nccl_launch.live.target import PID_LIMIT
 from nccl_launch.profile.markers import MARKER_TUNE, MARKER_TUNE_DIGEST, MARKER_TUNE_JOURNAL
 from nccl_launch.profile.plan import short_digest
 
@@ -31,8 +32,8 @@ _LIBC = ctypes.CDLL(None, use_errno=True)  # loaded before any fork: the child o
 class StartedServer(BaseModel):
     """A trial server's main process as the journal records it before it is measured."""
 
-    pid: int
-    create_time: float
+    pid: int = Field(ge=1, le=PID_LIMIT)  # a hand-edited line is no trial, not a crash
+    create_time: float = Field(ge=0, allow_inf_nan=False)
 
 
 @dataclass(frozen=True)

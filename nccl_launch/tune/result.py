@@ -154,12 +154,13 @@ class TuneReport(Report):
     @property
     def confirmed(self) -> bool | None:
         """Whether the confirmation's 95% interval of the winner's gain over the profile lies
-        above 0; None where there is no such gain (the winner is the profile's values, the
-        profile's values were not measured, nothing was)."""
-        if self.winner is None or self.winner == self.profile_candidate:
+        above 0 (False too where the profile's values, measured by the search, failed in the
+        confirmation: nothing confirms the gain); None where there is nothing to confirm (the
+        winner is the profile's values, they were never measured, nothing was)."""
+        if None in (self.winner, self.profile_candidate) or self.winner == self.profile_candidate:
             return None
         gain = self.confirmation.gain_over_profile if self.confirmation else None
-        return None if gain is None else gain.interval[0] > 0
+        return gain is not None and gain.interval[0] > 0
 
     @property
     def exit_code(self) -> int:

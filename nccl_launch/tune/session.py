@@ -316,7 +316,8 @@ def _baseline(report: TuneReport, base: LoadedProfile) -> Baseline | None:
     fields |= {"max_tokens": method.max_tokens, "runs": method.runs, "starts": estimate.starts}
     if estimate.interval is not None:
         low, high = estimate.interval
-        fields["interval"] = [math.floor(low * 10) / 10, math.ceil(high * 10) / 10]
+        # Outward to a tenth, where that keeps the low end above 0 (a [baseline] rate is).
+        fields["interval"] = [math.floor(low * 10) / 10 or low, math.ceil(high * 10) / 10]
     return Baseline(**fields)
 
 
