@@ -157,7 +157,14 @@ class TuneReport(Report):
         above 0 (False too where the profile's values, measured by the search, failed in the
         confirmation: nothing confirms the gain); None where there is nothing to confirm (the
         winner is the profile's values, they were never measured, nothing was)."""
-        if None in (self.winner, self.profile_candidate) or self.winner == self.profile_candidate:
+        profile = next(
+            (row for row in self.candidates if row.digest == self.profile_candidate), None
+        )
+        if (
+            self.winner in (None, self.profile_candidate)
+            or profile is None
+            or profile.estimate is None
+        ):
             return None
         gain = self.confirmation.gain_over_profile if self.confirmation else None
         return gain is not None and gain.interval[0] > 0
