@@ -8,8 +8,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 
-# `$$`, `${NAME}`, or a `${` that opens no reference (group 2: an error).
-_DOLLAR = re.compile(r"\$(?:(\$)|\{([A-Za-z_][A-Za-z0-9_]*)\}|(\{))")
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"  # a variable's name
+# `${NAME}`, its one group the whole of it: the form systemd's Exec lines expand too.
+REFERENCE = re.compile(rf"(\$\{{{_NAME}\}})")
+# `$$`, `${NAME}`, or a `${` that opens no reference (group 3: an error).
+_DOLLAR = re.compile(rf"\$(?:(\$)|\{{({_NAME})\}}|(\{{))")
 BAD_REFERENCE = (
     "'${' opens no reference (valid: ${NAME}, a name of letters, digits and '_', closed by "
     "'}'); write $${ for a literal '${'"
@@ -42,7 +45,7 @@ def names(words: Iterable[str]) -> list[str]:
 
 def is_reference(word: str) -> bool:
     """Whether `word` is one `${NAME}` and nothing else."""
-    return re.fullmatch(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}", word) is not None
+    return REFERENCE.fullmatch(word) is not None
 
 
 def fill(word: str, values: dict[str, str]) -> str:

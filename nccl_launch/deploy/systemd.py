@@ -22,13 +22,13 @@ from nccl_launch.files import write_output
 from nccl_launch.findings import Finding, refuse
 from nccl_launch.masking import mask_credentials, masked_values
 from nccl_launch.profile.load import LoadedProfile, load_profile
+from nccl_launch.references import REFERENCE
 from nccl_launch.sglang.rules import argument_findings
 from nccl_launch.sglang.server import Server
 
 START_TIMEOUT_S = 1800  # model load and CUDA-graph capture take minutes on 8 GPUs
 STOP_TIMEOUT_S = 120
 _PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
-_REFERENCE = re.compile(r"(\$\{[A-Za-z_][A-Za-z0-9_]*\})")  # `${NAME}`, which systemd expands
 # A name or a numeric uid, as useradd and systemd's User= read it; nothing systemd expands.
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]*\$?")
 UID_INVALID = 2**32 - 1
@@ -51,7 +51,7 @@ def exec_word(argument: str, expand: bool = False) -> str:
     """One argument of an Exec line: `%` and `$` escaped, quoted when it has other specials;
     with `expand`, each `${NAME}` is kept for systemd to replace with the variable's value
     (as one argument, blanks and all) from the unit's environment."""
-    parts = _REFERENCE.split(argument) if expand else [argument]
+    parts = REFERENCE.split(argument) if expand else [argument]
     escaped = "".join(
         part if index % 2 else part.replace("%", "%%").replace("$", "$$")
         for index, part in enumerate(parts)
@@ -144,14 +144,14 @@ def server_words(
         _one_line(f"-- ARGS: argument {index}", word)
     # Split at blanks too, as SGLang's error shows a word: `'--api-key sk-1'` as one word.
     hidden = masked_values(args) | masked_values(" ".join(args).split())
-    if any(_REFERENCE.sub("", value) for value in hidden):
+    if any(REFERENCE.sub("", value) for value in hidden):
         raise UsageError(
             "-- ARGS: a credential would be written into the unit, which any user may read "
             "(systemctl cat); keep it in an env file of the profile and pass ${NAME}, e.g. "
             "-- --api-key '${API_KEY}'"
         )
     words = " -- " + " ".join(exec_word(word, expand=True) for word in args)
-    names = {name[2:-1] for word in args for name in _REFERENCE.findall(word)}
+    names = {name[2:-1] for word in args for name in REFERENCE.findall(word)}
     if assignments is None:
         return words, []  # a file this user cannot read: nothing to say
     set_for_systemd = {each.key for _, each in assignments if not each.exported}

@@ -67,12 +67,15 @@ class DriftEntry(BaseModel):
         """Whether NCCL documents or reads the name: else a misspelling it ignores."""
         return catalog.lookup(self.key) is not None
 
+    @property
+    def held(self) -> bool:
+        """Whether an env file of the profile declares the key: both values are then masked
+        (`shown_value`), as the one found may be its key of before."""
+        return (self.note or "").startswith(DECLARED_BY)
+
     def shown(self, value: str | None) -> str | None:
-        """`expected` or `actual` as people see it: both masked where an env file of the
-        profile declares the key (`shown_value`), as the one found may be its key of before."""
-        if value is None:
-            return None
-        return shown_value(self.key, value, (self.note or "").startswith(DECLARED_BY))
+        """`expected` or `actual` as people see it (`shown_value`)."""
+        return None if value is None else shown_value(self.key, value, self.held)
 
     @field_serializer("expected", "actual")
     def _masked(self, value: str | None) -> str | None:

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nccl_launch import references
 from nccl_launch.env.drift import DriftEntry, DriftReport
 from nccl_launch.env.env_files import filled_args, read_env_file, read_profile_env_file
 from nccl_launch.env.merge import EnvLayer, MergeResult, inherited_environment, merge_environment
@@ -17,7 +18,7 @@ from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files import FileError, check_trusted, read_text
 from nccl_launch.findings import refuse
 from nccl_launch.launch.placement import Placement, placement_args
-from nccl_launch.masking import MASK, mask_value, masked_values
+from nccl_launch.masking import MASK, SHORTEST_SECRET, mask_value, masked_values
 from nccl_launch.nccl.conf import ConfEntry, conf_paths, parse
 from nccl_launch.profile.lint import run_notes
 from nccl_launch.profile.load import LoadedProfile, check_pin, load_profile
@@ -71,12 +72,18 @@ class LaunchPlan:
     def secrets(self) -> set[str]:
         """What the server is given that people must not see, which it may print in forms no
         rule of masking knows (SGLang's `ServerArgs(..., api_key='...')`, its parser's
-        `unrecognized arguments: ...`): its credential flags' values, filled in, the values of
-        secret-looking variables and every value the profile's env files set."""
-        env = self.merged.env
-        held = self.held_keys
+        `unrecognized arguments: ...`): its credential flags' values and what its `${NAME}`
+        were filled with, at any length (`mask_known` masks a short one as a word), and the
+        values of secret-looking variables and of the profile's env files long enough to mean
+        nothing else (an env file's `1` masked as a word would garble a log)."""
+        env, held = self.merged.env, self.held_keys
+        server = self.loaded.profile.server
+        filled = references.names(server.args) if server is not None else []
         found = {
-            value for key, value in env.items() if key in held or mask_value(key, value) == MASK
+            value
+            for key, value in env.items()
+            if key in filled
+            or ((key in held or mask_value(key, value) == MASK) and len(value) >= SHORTEST_SECRET)
         }
         return (found | masked_values(self.filled)) - {""}
 

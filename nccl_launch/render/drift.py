@@ -35,8 +35,7 @@ def quoted_value(key: str, value: str | None, held: bool = False) -> str:
 
 
 def _entry_value(entry: DriftEntry) -> str:
-    shown = [json.dumps(entry.shown(value)) if value is not None else "unset"
-             for value in (entry.expected, entry.actual)]  # fmt: skip
+    shown = [quoted_value(entry.key, value, entry.held) for value in (entry.expected, entry.actual)]
     return shown[1] if entry.kind == "undeclared" else " -> ".join(shown)
 
 
