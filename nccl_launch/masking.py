@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from nccl_launch.escaping import escaped
-from nccl_launch.sglang.facts import CREDENTIAL_FLAGS, NAMED_LIKE_CREDENTIALS, abbreviates
+from nccl_launch.kinds import KINDS
+from nccl_launch.sglang.facts import NAMED_LIKE_CREDENTIALS
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -196,7 +197,7 @@ def _secret_flag(word: str) -> bool:
     name = option.lstrip("-")
     if not word.startswith("-") or name.endswith(":") or option in NAMED_LIKE_CREDENTIALS:
         return False
-    return is_secret(name) or abbreviates(option, CREDENTIAL_FLAGS)
+    return is_secret(name) or any(kind.reads_as_credential(option) for kind in KINDS.values())
 
 
 def _credential_value(previous: str, word: str) -> bool:

@@ -16,10 +16,12 @@ PACKAGE = Path(__file__).parent.parent / "nccl_launch"
 # Keep in step with the picture in docs/architecture.md.
 LAYERS = (
     ("nccl_launch", "errors"),
-    ("report", "files", "escaping", "digits", "findings", "tools", "references"),
+    ("report", "files", "escaping", "digits", "findings", "tools"),
     ("jsonlines",),
     ("nccl",),
-    ("sglang",),
+    ("serving",),
+    ("sglang", "vllm"),
+    ("kinds",),
     ("masking",),
     ("profile",),
     ("env",),
@@ -33,7 +35,8 @@ LAYERS = (
 )
 # Facts: modules that import nothing of nccl-launch's (but these) and are read by the rest.
 LEAVES = {
-    "nccl_launch.sglang.facts": set(),
+    "nccl_launch.sglang.facts": {"nccl_launch.serving.flags"},
+    "nccl_launch.vllm.facts": {"nccl_launch.serving.flags"},
     "nccl_launch.nccl.catalog": set(),
     "nccl_launch.nccl.grammar": {"nccl_launch.digits"},
     "nccl_launch.nccl.conf": set(),

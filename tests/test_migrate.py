@@ -20,9 +20,9 @@ from dotenv import dotenv_values
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nccl_launch import references
 from nccl_launch.migrate.start import typed
 from nccl_launch.nccl import rules
+from nccl_launch.serving import references
 from nccl_launch.sglang import facts
 from tests.conftest import HERE, RunCli, console_script
 from tests.helpers import STANDIN, Record, read_record, sleeper, wait_for_record

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nccl_launch import references
 from nccl_launch.env.env_files import env_file_lines
 from nccl_launch.nccl import catalog, rules
+from nccl_launch.serving import references
 from tests.conftest import RunCli, run_in_process
 
 SERVE = "python3 -m sglang.launch_server --model-path /m"

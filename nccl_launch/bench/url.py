@@ -8,9 +8,9 @@ from urllib.parse import urlsplit
 
 from nccl_launch.errors import UsageError
 from nccl_launch.escaping import escaped
+from nccl_launch.kinds import kind_of
 from nccl_launch.masking import mask_credentials
-from nccl_launch.sglang import facts
-from nccl_launch.sglang.server import Server
+from nccl_launch.serving.table import ServerTable as Server
 
 URL_LIMIT = 4096  # far beyond any server's base URL; a longer one is a mistake or an attack
 SHOWN_LIMIT = 200  # of a URL refused for its length
@@ -48,8 +48,8 @@ def url_address(url: str) -> Address:
         raise UsageError(f"--url {masked_url(url)}: not a valid URL ({error}); {EXAMPLE}") from None
     if "@" in url:  # an HTTP client would send it as Basic auth, in place of the key's header
         raise UsageError(
-            f"--url {masked_url(url)}: holds user info (USER:PASSWORD@), which SGLang does not "
-            f"read; bench sends the {facts.API_KEY_FLAG} of the server's command line itself; "
+            f"--url {masked_url(url)}: holds user info (USER:PASSWORD@), which the server does not "
+            f"read; bench sends the API key of the server's own command line itself; "
             f"{EXAMPLE}"
         )
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -72,7 +72,7 @@ def url_address(url: str) -> Address:
 
 def server_url(server: Server) -> str:
     """The base URL a client on this host reaches the profile's `[server]` at: its `host` and
-    `port` (SGLang's defaults when unset), a wildcard host read as the loopback address."""
-    host = server.host or facts.DEFAULT_HOST
+    `port` (its kind's defaults when unset), a wildcard host read as the loopback address."""
+    host, port = kind_of(server).address(server)
     host = WILDCARDS.get(host, host)
-    return f"http://{f'[{host}]' if ':' in host else host}:{server.port or facts.DEFAULT_PORT}"
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"

@@ -20,11 +20,11 @@ from nccl_launch.errors import UsageError
 from nccl_launch.escaping import not_utf8
 from nccl_launch.files import write_output
 from nccl_launch.findings import Finding, refuse
+from nccl_launch.kinds import argument_findings
 from nccl_launch.masking import mask_credentials, masked_values
 from nccl_launch.profile.load import LoadedProfile, load_profile
-from nccl_launch.references import REFERENCE
-from nccl_launch.sglang.rules import argument_findings
-from nccl_launch.sglang.server import Server
+from nccl_launch.serving.references import REFERENCE
+from nccl_launch.serving.table import ServerTable as Server
 
 START_TIMEOUT_S = 1800  # model load and CUDA-graph capture take minutes on 8 GPUs
 STOP_TIMEOUT_S = 120

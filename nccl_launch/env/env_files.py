@@ -9,14 +9,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from nccl_launch import references
 from nccl_launch.env.drift import ENV_FILE
 from nccl_launch.env.merge import CALLING_ENV, EnvLayer
 from nccl_launch.errors import HostError, UsageError
 from nccl_launch.files import read_text
+from nccl_launch.kinds import kind_of
 from nccl_launch.profile.load import LoadedProfile
 from nccl_launch.profile.model import env_value
-from nccl_launch.sglang.argv import empty_credentials
+from nccl_launch.serving import references
+from nccl_launch.serving.flags import empty_credentials
 
 # An env file holds secrets, and a line that is not an assignment may be one pasted alone,
 # or a key holding its value: a problem names the line by its number, never by its text.
@@ -130,7 +131,9 @@ def filled_args(
     credential flag an empty key, is a HostError naming where it was looked for: the profile
     is valid, this host lacks the value."""
     server = loaded.profile.server
-    args = server.args if server is not None else []
+    if server is None:
+        return []
+    kind, args = kind_of(server), server.args
     allowed = loaded.profile.policy.environment_references
     values: dict[str, str] = {}
     sources: dict[str, str] = {}
@@ -148,13 +151,13 @@ def filled_args(
                 f"write {name}=VALUE in one of them"
             )
     filled = [references.fill(word, values) for word in args]
-    for index, option, valued in empty_credentials(filled, complete=False):
+    for index, option, valued in empty_credentials(filled, kind.reads_as_api_key, complete=False):
         at = index + 1 if valued and "=" not in filled[index] else index
         empty = references.names(args[at : at + 1])
         if empty:
             raise HostError(
                 f"{loaded.path}: server.args: {option}'s ${{{empty[0]}}} is empty in "
-                f"{sources[empty[0]]}, which SGLang takes as no key (every request served); "
+                f"{sources[empty[0]]}, which {kind.title} takes as no key (every request served); "
                 "write the key there"
             )
     return filled

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import HostError
+from nccl_launch.kinds import kind_of
 from nccl_launch.launch.preflight_report import Check
 from nccl_launch.nccl.conf import ConfEntry, applied, conf_paths
-from nccl_launch.sglang import facts
-from nccl_launch.sglang.server import Server
+from nccl_launch.serving.table import ServerTable as Server
 from nccl_launch.tools import ask
 
 ENV_PLUGIN = "libnccl-env.so"
@@ -125,7 +125,7 @@ def gpu_check(server: Server, env: Mapping[str, str]) -> Check:
 
 def port_check(server: Server) -> Check:
     """The server's port must be free: nothing, another SGLang included, may listen there."""
-    host, port = server.host or facts.DEFAULT_HOST, server.port or facts.DEFAULT_PORT
+    host, port = kind_of(server).address(server)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         # As SGLang binds (uvicorn sets it): the connections a server just stopped leaves in
@@ -180,10 +180,9 @@ def interpreter_check(server: Server, env: Mapping[str, str]) -> Check:
 
 def path_checks(server: Server) -> list[Check]:
     """The server's cwd is a directory; the model and the draft model exist here, or are
-    Hugging Face ids SGLang downloads."""
-    paths = {"model_path": server.model_path}
-    if server.speculative is not None and server.speculative.draft_model_path:
-        paths["draft_model_path"] = server.speculative.draft_model_path
+    Hugging Face ids the server downloads."""
+    kind = kind_of(server)
+    paths = {"model_path": server.model_path, kind.draft_key: kind.draft_model(server)}
     checks = []
     if server.cwd is not None:
         cwd = Path(server.cwd)
@@ -199,7 +198,7 @@ def path_checks(server: Server) -> list[Check]:
         if path.exists():
             checks.append(Check(name="paths", status="ok", message=f"{key} {value} exists"))
         elif not value.startswith((".", "/")) and _HUB_ID.fullmatch(value):
-            message = f"{key} {value} is not a local path; SGLang will fetch it from the Hub"
+            message = f"{key} {value} is not a local path; {kind.title} will fetch it from the Hub"
             checks.append(Check(name="paths", status="warn", message=message))
         else:
             checks.append(

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import UsageError
-from nccl_launch.sglang.server import Server
+from nccl_launch.serving.table import ServerTable as Server
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from nccl_launch.launch.preflight_report import Check, PreflightReport
 from nccl_launch.launch.prepare import LaunchPlan
 from nccl_launch.masking import mask_known, mask_words, masked_texts
 from nccl_launch.profile.lint import accept_line, review
-from nccl_launch.sglang.server import Server
+from nccl_launch.sglang.server import Server as SGLangServer
 
 
 def _cut(text: str, columns: int) -> str:
@@ -62,7 +62,7 @@ def waiting_for(what: str) -> Iterator[None]:
 
 
 def sglang_checks(
-    server: Server, argv: list[str], env: Mapping[str, str], secrets: Collection[str]
+    server: SGLangServer, argv: list[str], env: Mapping[str, str], secrets: Collection[str]
 ) -> tuple[list[Check], dict[str, Any]]:
     """The installed SGLang's version and its parser's verdict on the argv, in the server's
     environment `env`; what SGLang says masked, the `secrets` given to it among the rest."""
@@ -136,7 +136,7 @@ def run_preflight(launch: LaunchPlan, skip: frozenset[str] = frozenset()) -> Pre
         if name not in skip:
             checks += run()
     probe: dict[str, Any] | None = None
-    if server is not None and "sglang" not in skip:  # argv is what the same probe parsed
+    if isinstance(server, SGLangServer) and "sglang" not in skip:  # the argv the probe parsed
         more, probe = sglang_checks(server, launch.filled, env, launch.secrets())
         checks += [check for check in more if check.name not in skip]
     return PreflightReport(

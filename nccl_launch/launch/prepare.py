@@ -10,13 +10,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from nccl_launch import references
 from nccl_launch.env.drift import DriftEntry, DriftReport
 from nccl_launch.env.env_files import filled_args, read_env_file, read_profile_env_file
 from nccl_launch.env.merge import EnvLayer, MergeResult, inherited_environment, merge_environment
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files import FileError, check_trusted, read_text
 from nccl_launch.findings import refuse
+from nccl_launch.kinds import argument_findings, kind_of, unfilled_findings
 from nccl_launch.launch.placement import Placement, placement_args
 from nccl_launch.masking import MASK, SHORTEST_SECRET, mask_value, masked_values
 from nccl_launch.nccl.conf import ConfEntry, conf_paths, parse
@@ -24,8 +24,9 @@ from nccl_launch.profile.lint import run_notes
 from nccl_launch.profile.load import LoadedProfile, check_pin, load_profile
 from nccl_launch.profile.markers import MARKER_NCCL_DEBUG, NCCL_DEBUG_ENV
 from nccl_launch.profile.plan import ProfilePlan
-from nccl_launch.sglang.argv import server_argv
-from nccl_launch.sglang.rules import argument_findings, mtp_problem, unfilled_findings
+from nccl_launch.serving import references
+from nccl_launch.sglang.rules import mtp_problem
+from nccl_launch.sglang.server import Server as SGLangServer
 
 
 @dataclass(frozen=True)
@@ -148,15 +149,16 @@ def prepare_launch(
     declared = [read_profile_env_file(loaded, path) for path in loaded.env_files]
     inherited = inherited_environment(calling, [read_env_file(path) for path in env_files])
     if server is not None:
-        mtp = mtp_problem(server, model_architecture(server.model_path or ""))
-        if mtp is not None:
-            raise ProfileError([f"{loaded.path}: {mtp.text()}"])
+        if isinstance(server, SGLangServer):
+            mtp = mtp_problem(server, model_architecture(server.model_path or ""))
+            if mtp is not None:
+                raise ProfileError([f"{loaded.path}: {mtp.text()}"])
         args = filled_args(loaded, declared, inherited.env)
         filled_server = server.model_copy(update={"args": args})
         found = argument_findings(filled_server, extra, str(loaded.path), ref)
-        refuse(found + unfilled_findings(extra))
+        refuse(found + unfilled_findings(server, extra))
         more = placement_args(server, placement, calling) + list(extra)
-        argv, filled = plan.argv + more, server_argv(filled_server) + more
+        argv, filled = plan.argv + more, kind_of(server).argv(filled_server) + more
     elif placement != Placement():
         raise UsageError(f"profile {plan.label} has no [server] table to place on a node")
     else:

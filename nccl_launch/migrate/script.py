@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from nccl_launch import references
 from nccl_launch.errors import UsageError
 from nccl_launch.migrate import shell, sourced
 from nccl_launch.migrate.builtins import AFTER_EXPANSION, BUILTINS, DECLARATIONS
 from nccl_launch.migrate.server_table import server_split
 from nccl_launch.migrate.start import StartCommand
 from nccl_launch.migrate.state import Shell, known_at, utf8
+from nccl_launch.serving import references
 
 _WRAPPERS = ("exec", "nohup", "command", "time")
 _BY_HAND = "convert the branch that runs, or write the profile by hand"

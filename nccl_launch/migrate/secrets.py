@@ -10,11 +10,11 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from nccl_launch import references
 from nccl_launch.deploy.exports import dotenv
 from nccl_launch.errors import UsageError
 from nccl_launch.escaping import escaped
 from nccl_launch.masking import credential_values, is_secret, mask_value
+from nccl_launch.serving import references
 from nccl_launch.sglang.facts import CREDENTIAL_FLAGS
 
 SECRETS_MODE = 0o600

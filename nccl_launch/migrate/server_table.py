@@ -7,9 +7,9 @@ import shlex
 from pathlib import PurePosixPath
 from typing import Any
 
-from nccl_launch import references
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import UsageError
+from nccl_launch.serving import references
 from nccl_launch.sglang.facts import SPECULATIVE_PREFIX, flag_for
 
 _PYTHON = re.compile(r"python[0-9.]*")

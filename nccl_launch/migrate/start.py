@@ -13,7 +13,6 @@ from typing import Any
 
 import tomli_w
 
-from nccl_launch import references
 from nccl_launch.env.env_files import env_file_lines, profile_env_file_lines
 from nccl_launch.errors import HostError, ProfileError, UsageError
 from nccl_launch.escaping import toml_escaped
@@ -36,6 +35,7 @@ from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.profile.model import PROFILE_SCHEMA, Profile
 from nccl_launch.profile.new import check_name
 from nccl_launch.profile.plan import ProfilePlan, build_plan
+from nccl_launch.serving import references
 
 
 @dataclass

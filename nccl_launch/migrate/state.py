@@ -14,7 +14,7 @@ from nccl_launch.migrate import shell, sourced
 from nccl_launch.migrate.expansion import DEFAULT_IFS, arguments, expand, references
 from nccl_launch.migrate.server_table import from_caller, known
 from nccl_launch.nccl import catalog
-from nccl_launch.references import literal
+from nccl_launch.serving.references import literal
 
 # Around the name of a variable in an argument being written: bytes no script's word holds.
 _OPEN, _CLOSE = "\x02", "\x03"

@@ -6,11 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nccl_launch.findings import Finding, Severity
+from nccl_launch.kinds import kind_of
 from nccl_launch.masking import is_secret, mask_argv, mask_credentials, mask_value
 from nccl_launch.nccl import catalog
 from nccl_launch.profile.model import Profile
-from nccl_launch.sglang.argv import server_argv
-from nccl_launch.sglang.rules import server_warnings
 
 _ELSEWHERE = "it belongs in an env file (mode 0600) named in env_files"
 _UNMATCHED = "unmatched-accept"
@@ -42,7 +41,8 @@ def secret_notes(profile: Profile) -> list[Finding]:
             notes.append(_secret(f"env.{key}", "holds a password in a URL", _ELSEWHERE))
         elif mask_value(key, value) != value:
             notes.append(_secret(f"env.{key}", "holds a credential flag's value", _ELSEWHERE))
-    argv = server_argv(profile.server) if profile.server is not None else []
+    server = profile.server
+    argv = kind_of(server).argv(server) if server is not None else []
     if mask_argv(argv) != argv:
         fix = "write it in an env file named in env_files and refer to it: --api-key ${API_KEY}"
         notes.append(_secret("server.args", "holds a credential", fix))
@@ -65,7 +65,7 @@ def notes(profile: Profile) -> list[Finding]:
             severity: Severity = "warning" if kind in _WARNING_KINDS else "note"
             found.append(Finding(kind, name, message, fix, severity))
     if profile.server is not None:
-        found += server_warnings(profile.server, profile.declared_env())
+        found += kind_of(profile.server).warnings(profile.server, profile.declared_env())
         found += _interpreter_notes(profile.server.python)
     return found + secret_notes(profile)
 

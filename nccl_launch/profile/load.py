@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,9 +11,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from nccl_launch import references
 from nccl_launch.errors import PinError, ProfileError
 from nccl_launch.findings import Finding
+from nccl_launch.kinds import DEFAULT_KIND, INVALID_KIND, KINDS, server_problems
 from nccl_launch.masking import (
     MASK,
     is_secret,
@@ -22,18 +23,17 @@ from nccl_launch.masking import (
     masked_values,
 )
 from nccl_launch.profile.chain import ProfileChain, read_chain
+from nccl_launch.profile.lint import review
 from nccl_launch.profile.model import Baseline, Policy, Profile, Provenance
 from nccl_launch.profile.plan import ProfilePlan, build_plan
 from nccl_launch.profile.search import find_profile
-from nccl_launch.sglang.rules import server_problems
-from nccl_launch.sglang.server import Server, Speculative
+from nccl_launch.serving import references
+from nccl_launch.serving.table import ServerTable
 
 # The keys each table accepts, to tell the user what would be valid instead of an unknown key.
 _TABLES: dict[str, type[BaseModel]] = {
     "": Profile,
     "policy": Policy,
-    "server": Server,
-    "server.speculative": Speculative,
     "provenance": Provenance,
     "baseline": Baseline,
 }
@@ -52,8 +52,15 @@ class LoadedProfile:
     env_files: tuple[Path, ...] = ()
 
 
-def _valid_keys(table: str) -> str:
-    model = _TABLES.get(table)
+def _valid_keys(table: str, kind: str) -> str:
+    server = KINDS[kind].table
+    speculative = server.model_fields["speculative"].annotation
+    if table == "server":
+        model: type[BaseModel] | None = server
+    elif table == "server.speculative":
+        model = next(arg for arg in typing.get_args(speculative) if arg is not type(None))
+    else:
+        model = _TABLES.get(table)
     if model is None:
         return "none"
     return ", ".join(field.alias or name for name, field in model.model_fields.items())
@@ -104,13 +111,27 @@ def _shown_input(loc: tuple[str | int, ...], value: Any, data: Any) -> str:
     return mask_credentials(repr(value))
 
 
+def _kind_and_loc(loc: tuple[str | int, ...]) -> tuple[str, list[str | int]]:
+    """The server kind a `[server]` error was found under (pydantic names the tag in its
+    `loc`: `server.vllm.port`), and the `loc` as the file spells it (`server.port`)."""
+    parts = list(loc)
+    if parts[:1] == ["server"] and len(parts) > 1 and parts[1] in KINDS:
+        return str(parts[1]), ["server", *parts[2:]]
+    return DEFAULT_KIND, parts
+
+
 def validation_problems(path: Path | str, error: ValidationError, data: Any) -> list[str]:
     """One line per pydantic error in validating `data`, naming the file, the dotted key and
     what would be valid; a credential is never echoed."""
     lines = []
     for item in error.errors():
-        loc = [str(part) for part in item["loc"]]
+        kind, parts = _kind_and_loc(item["loc"])
+        loc = [str(part) for part in parts]
         key = ".".join(loc)
+        if item["type"] == INVALID_KIND:
+            shown = mask_credentials(repr(_at(data, ("server", "kind"))))
+            lines.append(f"{path}: server.kind: {shown} is {item['msg']}")
+            continue
         if item["type"] == "value_error" and loc in (["nccl"], ["env"]):
             message = item["msg"].removeprefix("Value error, ")
             lines += [
@@ -122,11 +143,13 @@ def validation_problems(path: Path | str, error: ValidationError, data: Any) -> 
         elif item["type"] == "extra_forbidden":
             table = ".".join(loc[:-1])
             where = f"[{table}]" if table else "the top level"
-            lines.append(f"{path}: {key}: unknown key; valid in {where}: {_valid_keys(table)}")
+            lines.append(
+                f"{path}: {key}: unknown key; valid in {where}: {_valid_keys(table, kind)}"
+            )
         elif item["type"] == "missing":
             lines.append(f"{path}: {key}: required key is missing")
         else:
-            got = _shown_input(item["loc"], item["input"], data)
+            got = _shown_input(tuple(parts), item["input"], data)
             lines.append(f"{path}: {key}: {item['msg']} (got {got})")
     return lines
 
@@ -139,16 +162,18 @@ def _validate(path: Path | str, data: dict[str, Any]) -> Profile:
 
 
 def validate_resolved(source: Path | str, data: dict[str, Any]) -> Profile:
-    """A whole profile (its `extends` resolved), `[server]` checked against SGLang's rules too."""
+    """A whole profile (its `extends` resolved), `[server]` checked against its server's rules
+    too, and where that server would replace a declared value (unless the policy accepts it)."""
     profile = _validate(source, data)
     if profile.server is not None:
         problems = server_problems(profile.server) + _reference_problems(profile, profile.server)
+        problems += [note for note in review(profile).warnings if note.severity == "error"]
         if problems:
             raise ProfileError([f"{source}: {problem.text()}" for problem in problems])
     return profile
 
 
-def _reference_problems(profile: Profile, server: Server) -> list[Finding]:
+def _reference_problems(profile: Profile, server: ServerTable) -> list[Finding]:
     """A `${NAME}` of `[server] args` that nothing could fill (the profile names no env file,
     and its policy takes no such name from the calling environment), or that fills a
     credential (what masking hides of the argv) under a name masking shows: its value would

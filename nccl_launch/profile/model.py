@@ -8,11 +8,11 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from nccl_launch.kinds import DEFAULT_KIND, KINDS, Server, kind_of
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.profile.search import PROFILE_NAME
-from nccl_launch.sglang import facts
-from nccl_launch.sglang.server import NUL_PROBLEM, STRICT, Name, Server, Text
+from nccl_launch.serving.table import NUL_PROBLEM, STRICT, Name, Text
 
 PROFILE_SCHEMA = 1  # the `schema` key of a profile file; JSON output has its own (report.py)
 
@@ -114,7 +114,9 @@ class Policy(StrictModel):
 
     conflict: Literal["refuse", "warn"] = "refuse"
     undeclared_nccl: Literal["refuse", "warn", "strip"] = "refuse"
-    server_owned: list[Text] = Field(default_factory=lambda: list(facts.OWNED_ENV))
+    # The NCCL variables the server sets itself, tolerated where undeclared (and live, where
+    # they differ); by default those its kind sets for this profile (`kinds.py`).
+    server_owned: list[Text] = Field(default_factory=list)
     # Warnings the profile has decided to live with, by the id `validate` prints
     # ("NCCL_MAX_NCHANNELS deprecated"); an id that matches no warning is itself a warning.
     accept: list[Text] = Field(default_factory=list)
@@ -201,6 +203,16 @@ class Profile(StrictModel):
     @classmethod
     def _env(cls, table: Any) -> dict[str, str]:
         return _check_table(table, env_value)
+
+    @model_validator(mode="after")
+    def _server_owned(self) -> Self:
+        """`[policy] server_owned`, when the profile does not write it: what its kind sets."""
+        if "server_owned" in self.policy.model_fields_set:
+            return self
+        kind = kind_of(self.server) if self.server is not None else KINDS[DEFAULT_KIND]
+        owned = list(kind.owned_env(self.server, self.declared_env()))
+        policy = self.policy.model_copy(update={"server_owned": owned})
+        return self.model_copy(update={"policy": policy})
 
     @property
     def label(self) -> str:

@@ -8,9 +8,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from nccl_launch.kinds import kind_of
 from nccl_launch.profile.markers import MARKER_DIGEST, MARKER_PROFILE, MARKER_PROFILE_FILE
 from nccl_launch.profile.model import Profile
-from nccl_launch.sglang.argv import server_argv
 
 # A whole digest as `digest` writes it: a pin is never a prefix, which an edit could be made
 # to match in a few billion tries.
@@ -65,7 +65,7 @@ def build_plan(profile: Profile) -> ProfilePlan:
     """The plan of a resolved profile; argv is empty when it has no `[server]`."""
     env = profile.declared_env()
     server = profile.server
-    argv = server_argv(server) if server is not None else []
+    argv = kind_of(server).argv(server) if server is not None else []
     cwd = server.cwd if server is not None else None
     plan_digest = digest(env, argv, cwd, profile.env_files)
     return ProfilePlan(label=profile.label, env=env, argv=argv, digest=plan_digest)

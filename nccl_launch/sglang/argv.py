@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
-from nccl_launch import references
-from nccl_launch.sglang.facts import (
-    API_KEY_FLAGS,
-    FLAGS,
-    Flag,
-    Scalar,
-    abbreviates,
-    extra_flag,
-    flag_for,
-)
+from nccl_launch.serving.flags import Flag
+from nccl_launch.serving.table import Scalar
+from nccl_launch.sglang.facts import FLAGS, extra_flag, flag_for
 from nccl_launch.sglang.server import Server
 
 # Emitted only when they differ from SGLang's default, so that simple profiles stay short.
@@ -64,45 +57,3 @@ def duplicated_flags(args: list[str], settings: Iterable[str] = ()) -> list[tupl
         if flag is not None:
             repeated.append((option.split("=", 1)[0], flag))
     return repeated
-
-
-def _credential_words(argv: Sequence[str], complete: bool) -> list[tuple[int, str, str | None]]:
-    """SGLang's API-key flags in `argv`, each with its index and its value: None where it
-    has none (another option follows; last, when `argv` is `complete`)."""
-    found: list[tuple[int, str, str | None]] = []
-    for index, word in enumerate(argv):
-        option, equals, value = word.partition("=")
-        if not abbreviates(option, API_KEY_FLAGS):
-            continue
-        if equals:
-            found.append((index, option, value))
-        elif index + 1 < len(argv):
-            after = argv[index + 1]
-            found.append((index, option, None if after.startswith("--") else after))
-        else:
-            found.append((index, option, None if complete else option))
-    return found
-
-
-def empty_credentials(argv: Sequence[str], complete: bool = True) -> list[tuple[int, str, bool]]:
-    """SGLang's API-key flags in `argv` that give no key, each with its index and whether it
-    has a value at all: an empty one (`--api-key ''`, `--api-key=`, as a unit's `${NAME}`
-    that no environment file sets becomes), which SGLang takes as no key and so serves every
-    request; or none (another option follows; last, when `argv` is `complete`: a shell drops
-    an unset `$API_KEY` unquoted), which SGLang refuses at start."""
-    return [
-        (index, option, value is not None)
-        for index, option, value in _credential_words(argv, complete)
-        if not value
-    ]
-
-
-def unfilled_credentials(argv: Sequence[str]) -> list[str]:
-    """SGLang's API-key flags in `argv` whose value is a `${NAME}` nothing filled: the text
-    itself would be the key (`-- --api-key '${API_KEY}'` typed in a shell, where systemd's
-    Exec line would have filled it)."""
-    return [
-        option
-        for _, option, value in _credential_words(argv, complete=True)
-        if value is not None and references.is_reference(value)
-    ]

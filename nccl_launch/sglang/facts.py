@@ -6,7 +6,9 @@ A leaf: the profile model and everything built on it read these facts; nothing h
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from nccl_launch.serving.flags import Flag
+from nccl_launch.serving.flags import flag_for as flags_flag_for
 
 ALGORITHMS = (
     "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO", "FROZEN_KV_MTP",
@@ -37,6 +39,11 @@ def abbreviates(option: str, flags: Sequence[str]) -> bool:
     )
 
 
+def reads_as_api_key(option: str) -> bool:
+    """Whether SGLang's parser may read `option` as one of its API-key flags."""
+    return abbreviates(option, API_KEY_FLAGS)
+
+
 # SGLang's flags with a word that reads as a credential's (TOKEN, PASS) and values that are
 # none (latency buckets, a token map's path, metrics names): shown, not masked.
 NAMED_LIKE_CREDENTIALS = (
@@ -56,25 +63,6 @@ NCCL_OVERRIDING_FLAGS = {
     "--enable-symm-mem": ("NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE"),
     "--enable-nccl-nvls": ("NCCL_NVLS_ENABLE",),
 }
-
-
-@dataclass(frozen=True)
-class Flag:
-    """A structured `[server]` field and the spellings SGLang's parser accepts for it."""
-
-    field: str
-    canonical: str
-    aliases: tuple[str, ...] = ()
-
-    @property
-    def spellings(self) -> tuple[str, ...]:
-        return (self.canonical, *self.aliases)
-
-    @property
-    def place(self) -> str:
-        """Where a profile sets it: `tp_size in [server]`, `num_steps in [server.speculative]`."""
-        section, _, key = self.field.rpartition(".")
-        return f"{key} in [server{'.' + section if section else ''}]"
 
 
 FLAGS = (
@@ -98,8 +86,6 @@ FLAGS = (
 )
 SPECULATIVE_PREFIX = "--speculative-"
 
-Scalar = str | int | float | bool
-
 
 def extra_flag(key: str) -> str:
     """A pass-through key as a flag: `accept_threshold_single` -> `--speculative-accept-...`."""
@@ -107,13 +93,8 @@ def extra_flag(key: str) -> str:
 
 
 def flag_for(option: str, flags: tuple[Flag, ...] = FLAGS) -> Flag | None:
-    """The structured flag an option names, as argparse would resolve it (unique prefixes too)."""
-    name = option.split("=", 1)[0]
-    exact = [flag for flag in flags if name in flag.spellings]
-    if exact:
-        return exact[0]
-    matches = [flag for flag in flags if any(s.startswith(name) for s in flag.spellings)]
-    return matches[0] if len(matches) == 1 and len(name) > 2 else None
+    """The structured flag an option names, as SGLang's parser would resolve it."""
+    return flags_flag_for(option, flags)
 
 
 # Architectures whose checkpoint carries its own MTP draft layers: SGLang 0.5.23 uses the

@@ -2,33 +2,14 @@
 
 from __future__ import annotations
 
-import shlex
-from collections.abc import Sequence
-
 from nccl_launch.findings import Finding
-from nccl_launch.sglang.argv import (
-    duplicated_flags,
-    empty_credentials,
-    extra_settings,
-    unfilled_credentials,
-)
 from nccl_launch.sglang.facts import MTP_ARCHITECTURES, NCCL_OVERRIDING_FLAGS, abbreviates
 from nccl_launch.sglang.server import Server
 
 # The algorithms that run without a draft model only on a model with built-in MTP layers.
 _MTP_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
-# Where the server's arguments come from: the profile, or after `--` (run's, a unit's).
-ARGS, EXTRA_ARGS = "server.args", "-- ARGS"
-_NO_KEY = "which SGLang takes as no key (every request served)"
-_KEY_FIX = "pass the key after '--' (a unit's ${NAME} that no EnvironmentFile= sets is empty)"
-# In [server] args: written empty, or a `${NAME}` its env file sets empty.
-_ARGS_KEY_FIX = (
-    "refer to the key (--api-key ${API_KEY}) and give it a value in an env file the profile names"
-)
-_REFUSED = "which SGLang refuses at start"
-_VALUE_FIX = (
-    'give the key after it; quote a variable ("$API_KEY"): unquoted, an unset one is dropped'
-)
+
+ARGS = "server.args"
 
 
 def speculative_problems(server: Server) -> list[Finding]:
@@ -92,10 +73,8 @@ def mtp_problem(server: Server, architecture: str | None) -> Finding | None:
 
 
 def server_problems(server: Server) -> list[Finding]:
-    """Every rule a resolved `[server]` table must meet before SGLang is started."""
+    """SGLang's own rules for a resolved `[server]` table, beyond those every kind shares."""
     problems = []
-    if server.model_path is None:
-        problems.append(Finding("missing-key", "server.model_path", "required key is missing"))
     if (server.tp_size * server.pp_size) % server.nnodes:
         product = server.tp_size * server.pp_size
         message = (
@@ -103,59 +82,7 @@ def server_problems(server: Server) -> list[Finding]:
             "(SGLang asserts it)"
         )
         problems.append(Finding("nnodes", "server.nnodes", message))
-    if server.node_rank is not None and server.node_rank >= server.nnodes:
-        message = f"{server.node_rank} is not below nnodes = {server.nnodes}"
-        problems.append(Finding("node-rank", "server.node_rank", message))
-    problems += argument_findings(server)
     return problems + speculative_problems(server)
-
-
-def argument_findings(
-    server: Server, extra: Sequence[str] | None = None, path: str = "", ref: str = ""
-) -> list[Finding]:
-    """What SGLang's rules say of the server's arguments, those of `[server] args` and the
-    `extra` ones after `--` (of the profile `ref`, read from `path`; None where not known
-    yet, as for `validate`): a structured field repeated, an API key given empty (SGLang
-    then serves every request) or not given at all."""
-    findings = []
-    settings = extra_settings(server)
-    copy = f"(or of a copy: nccl-launch new NAME --from {shlex.quote(ref)})"
-    for where, args in ((ARGS, server.args), (EXTRA_ARGS, extra or ())):
-        for option, flag in duplicated_flags(list(args), settings):
-            message = f"{option} repeats the field {flag.field}"
-            if where == EXTRA_ARGS:
-                message += ", which `--` cannot change"
-            fix = "set it there" if where == ARGS else f"set {flag.place} of {path} {copy}"
-            findings.append(Finding("repeated-field", where, message, fix))
-    # Read on from the profile's: its last flag may take the first word after `--`.
-    argv = [*server.args, *(extra or ())]
-    for index, option, valued in empty_credentials(argv, complete=extra is not None):
-        at = index + 1 if valued and "=" not in argv[index] else index  # where the value is
-        where = ARGS if at < len(server.args) else EXTRA_ARGS
-        if valued:
-            message = f"{option} has an empty value, {_NO_KEY}"
-            fix = _ARGS_KEY_FIX if where == ARGS else _KEY_FIX
-            findings.append(Finding("empty-key", where, message, fix))
-        else:
-            message = f"{option} has no value (another option follows, or nothing), {_REFUSED}"
-            findings.append(Finding("no-key", where, message, _VALUE_FIX))
-    return findings
-
-
-def unfilled_findings(extra: Sequence[str]) -> list[Finding]:
-    """A credential flag after `--` of `run` or `preflight` whose value is a `${NAME}` no
-    shell filled (single quotes, or a unit's line run by hand): SGLang would take the text
-    itself as the key. A unit's Exec line is filled by systemd before `run` sees it."""
-    return [
-        Finding(
-            "unfilled-key",
-            EXTRA_ARGS,
-            f"{option}'s value is a ${{NAME}} nothing filled, so SGLang would take that text "
-            "as the key",
-            'refer to the key in the profile\'s [server] args, or give it: -- --api-key "$API_KEY"',
-        )
-        for option in unfilled_credentials(extra)
-    ]
 
 
 def server_warnings(server: Server, env: dict[str, str]) -> list[Finding]:

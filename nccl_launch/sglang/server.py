@@ -1,64 +1,13 @@
-"""The `[server]` table of a profile: the SGLang command line, as typed fields."""
+"""The `[server]` table of an SGLang profile: its command line, as typed fields."""
 
 from __future__ import annotations
 
-import re
-import shlex
-import unicodedata
-from datetime import date, time
-from typing import Annotated, Any
+from typing import Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from nccl_launch import references
+from nccl_launch.serving.table import STRICT, Name, Scalar, ServerTable, pass_through
 from nccl_launch.sglang import facts
-
-# How every table of a profile is read: unknown keys are errors, no coercion, immutable.
-STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
-_SETTING = re.compile(r"[a-z][a-z0-9_]*")
-NUL_PROBLEM = "holds a NUL byte, which no argument, path or environment value can carry"
-
-
-def no_nul(text: str) -> str:
-    """`text`, unless it holds a NUL: exec, chdir and open would fail on it at the last step."""
-    if "\x00" in text:
-        raise ValueError(NUL_PROBLEM)
-    return text
-
-
-def no_control(text: str) -> str:
-    """`text`, unless it holds a control character (newline, ESC, DEL...): no path or name
-    needs one, and preflight, `run --dry-run` and the logs print these strings as they are,
-    where a newline would forge a report line and ESC drive the terminal."""
-    no_nul(text)
-    found = next((char for char in text if unicodedata.category(char) == "Cc"), None)
-    if found is not None:
-        raise ValueError(
-            f"holds the control character {found!r}, which no path or name needs; remove it"
-        )
-    return text
-
-
-def not_a_date(value: Any) -> Any:
-    """`value`, unless TOML read it as a date or a time (`date = 2025-01-02`, unquoted)."""
-    if isinstance(value, date | time):  # datetime is a date
-        raise ValueError(f"{value.isoformat()} is a TOML date/time; quote it to keep it as text")
-    return value
-
-
-# Every string of a profile is one of these; free text (args) may hold any character but
-# NUL, and is escaped where people read it.
-Text = Annotated[str, BeforeValidator(not_a_date), AfterValidator(no_nul)]
-# A path, a host or a command name: printed as it is, so no control character.
-Name = Annotated[str, BeforeValidator(not_a_date), AfterValidator(no_control)]
 
 
 class Speculative(BaseModel):
@@ -83,77 +32,20 @@ class Speculative(BaseModel):
     @model_validator(mode="after")
     def _pass_through(self) -> Speculative:
         structured = tuple(flag for flag in facts.FLAGS if flag.field.startswith("speculative."))
-        for key, value in self.extra_settings().items():
-            if not _SETTING.fullmatch(key):
-                raise ValueError(f"{key}: not a setting name (lower case, digits, '_')")
-            if not isinstance(value, str | int | float | bool):
-                raise ValueError(f"{key}: {value!r} is not a single value")
-            if isinstance(value, str) and "\x00" in value:
-                raise ValueError(f"{key}: {NUL_PROBLEM}")
+        for key in pass_through(self.extra_settings()):
             flag = facts.flag_for(facts.extra_flag(key), structured)
             if flag is not None:
                 raise ValueError(f"{key}: SGLang reads it as {flag.field}; write that key instead")
         return self
 
-    def extra_settings(self) -> dict[str, facts.Scalar]:
+    def extra_settings(self) -> dict[str, Scalar]:
         """The pass-through settings, in file order."""
         return dict(self.model_extra or {})
 
 
-class Server(BaseModel):
-    """`[server]`: the SGLang command line the launcher builds."""
+class Server(ServerTable):
+    """`[server]` of kind "sglang" (the default): the SGLang command line the launcher builds."""
 
-    model_config = STRICT
-
-    python: Name = "python3"
+    kind: Literal["sglang"] = "sglang"
     entrypoint: Name = facts.DEFAULT_ENTRYPOINT
-    model_path: Name | None = None  # required once `extends` is resolved
-    tp_size: int = Field(default=1, ge=1)
-    pp_size: int = Field(default=1, ge=1)
-    host: Name | None = None
-    port: int | None = Field(default=None, ge=1, le=65535)
-    nnodes: int = Field(default=1, ge=1)
-    node_rank: int | None = Field(default=None, ge=0)
-    dist_init_addr: Name | None = None
-    cwd: Name | None = None
-    args: list[Text] = Field(default_factory=list)
     speculative: Speculative | None = None
-
-    @field_validator("python")
-    @classmethod
-    def _interpreter(cls, python: str) -> str:
-        if not python.strip():
-            raise ValueError("empty; valid: the server's Python, a path or a name on PATH")
-        return python
-
-    @field_validator("entrypoint")
-    @classmethod
-    def _command_line(cls, entrypoint: str) -> str:
-        try:
-            shlex.split(entrypoint)
-        except ValueError as error:  # the words are split this way into the argv
-            # Not echoed: an unclosed quote leaves a credential flag's value unmasked.
-            raise ValueError(f"{str(error).lower()}; quote as a shell would") from None
-        return entrypoint
-
-    @field_validator("args")
-    @classmethod
-    def _references(cls, args: list[str]) -> list[str]:
-        references.names(args)  # a `${` that opens no reference: not the word, it may be a key
-        return args
-
-    @model_validator(mode="after")
-    def _references_in_args_only(self) -> Server:
-        """A `${NAME}` anywhere else would reach SGLang as it is written (`--api-key
-        ${API_KEY}` in the entrypoint: the literal text as the key)."""
-        texts = self.model_dump(exclude={"args"})
-        texts |= {
-            f"speculative.{key}": value for key, value in (texts.pop("speculative") or {}).items()
-        }
-        for key, value in texts.items():
-            if isinstance(value, str) and "${" in value:
-                raise ValueError(
-                    f"{key}: holds '${{', but only [server] args fill a ${{NAME}} at start; "
-                    'write the flag there (args = ["--api-key", "${API_KEY}"])'
-                )
-        return self

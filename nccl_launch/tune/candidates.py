@@ -18,26 +18,26 @@ import tomli_w
 from nccl_launch.bench.api_key import api_key
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import UsageError
+from nccl_launch.kinds import kind_of
 from nccl_launch.profile.chain import ProfileChain
 from nccl_launch.profile.load import LoadedProfile, validate_resolved
 from nccl_launch.profile.model import nccl_value
 from nccl_launch.profile.new import env_files_from, moved_line, resolved_copy, write_profile
 from nccl_launch.profile.plan import ProfilePlan, build_plan
 from nccl_launch.profile.search import find_profile, shipped_dir
-from nccl_launch.sglang.facts import API_KEY_FLAG, DEFAULT_HOST
 from nccl_launch.tune.search import Values
 
 LOOPBACK = "127.0.0.1"  # where a trial of a server that checks no key listens
 
 
 def exposed_host(loaded: LoadedProfile) -> str | None:
-    """The host the profile's server would serve anyone on, unasked: its own (SGLang's default
-    when unset) when its argv gives no API key and it is not a loopback address (a name is
+    """The host the profile's server would serve anyone on, unasked: its own (its kind's
+    default when unset) when its argv gives no API key and it is not a loopback address (a name is
     not judged); None otherwise."""
     server = loaded.profile.server
     if server is None or api_key(loaded.plan.argv) is not None:
         return None
-    host = server.host or DEFAULT_HOST
+    host, _ = kind_of(server).address(server)
     with contextlib.suppress(ValueError):
         if ipaddress.ip_address(host).is_loopback:
             return None
@@ -115,10 +115,11 @@ class Candidates:
     def lockdown(self) -> str | None:
         """What a trial changes of the server's listening, said once, at the start: None unless
         the base's server would serve anyone on its host without a key."""
-        if self.exposed is None:
+        server = self.base.profile.server
+        if self.exposed is None or server is None:
             return None
         return (
-            f"{self.base.plan.label}'s server gives no {API_KEY_FLAG} and its host "
+            f"{self.base.plan.label}'s server gives no {kind_of(server).api_key_flag} and its host "
             f"{self.exposed} is not a loopback address: each trial listens on {LOOPBACK} "
             f"alone, and is measured there; a version --write writes keeps host {self.exposed}"
         )

@@ -38,7 +38,7 @@ from nccl_launch.live.verify_log import verify
 from nccl_launch.masking import mask_known, mask_words
 from nccl_launch.nccl.catalog import PREFIX
 from nccl_launch.profile.markers import NCCL_DEBUG_ENV
-from nccl_launch.sglang.server import Server
+from nccl_launch.serving.table import ServerTable as Server
 from nccl_launch.tune.orphans import Owner, StartedServer, adopting, die_with, reap
 
 # "ignored": measured, but NCCL's own log says it did not apply a value of the candidate.

@@ -1,0 +1,1 @@
+"""What every server kind shares: the [server] base, its flags as argparse reads them, ${NAME}."""

@@ -1,0 +1,69 @@
+"""The vLLM command line a `[server]` table stands for, every flag spelled canonically."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Sequence
+
+from nccl_launch.serving.flags import Flag
+from nccl_launch.vllm.facts import API_KEY_FLAG, CREDENTIAL_FLAGS, FLAGS, flag_for
+from nccl_launch.vllm.server import VllmServer as Server
+
+# Emitted only when they differ from vLLM's default, so that simple profiles stay short.
+_OMITTED_DEFAULTS = {"tp_size": 1, "pp_size": 1, "nnodes": 1}
+_VALUED = ("tp_size", "pp_size", "host", "port", "nnodes", "node_rank")
+
+
+def speculative_config(server: Server) -> str | None:
+    """`[server.speculative]` as the JSON `--speculative-config` takes, keys in file order."""
+    spec = server.speculative
+    if spec is None:
+        return None
+    config = spec.model_dump(exclude_none=True, exclude=set(spec.extra_settings()))
+    return json.dumps(config | spec.extra_settings(), separators=(",", ":"))
+
+
+def server_argv(server: Server) -> list[str]:
+    """The vLLM command line of a `[server]` table: the model positional after `serve`."""
+    argv = [server.python, *shlex.split(server.entrypoint)]
+    if server.model_path is not None:
+        argv.append(server.model_path)
+    canonical = {flag.field: flag.canonical for flag in FLAGS}
+    for field in _VALUED:
+        value = getattr(server, field)
+        if value is not None and _OMITTED_DEFAULTS.get(field) != value:
+            argv += [canonical[field], str(value)]
+    if server.dist_init_addr is not None:
+        host, _, port = server.dist_init_addr.rpartition(":")
+        argv += ["--master-addr", host.strip("[]"), "--master-port", port]
+    config = speculative_config(server)
+    if config is not None:
+        argv += [canonical["speculative"], config]
+    return argv + list(server.args)
+
+
+def duplicated_flags(server: Server, args: Sequence[str]) -> list[tuple[str, Flag]]:
+    """Options in `args` (as written, without `=VALUE`) that repeat a structured field, as
+    vLLM's parser reads them (a short alias, `_` for `-`, a unique prefix)."""
+    repeated = []
+    for option in args:
+        if not option.startswith("-") or option == "-":
+            continue
+        flag = flag_for(option)
+        if flag is not None:
+            repeated.append((option.split("=", 1)[0], flag))
+    return repeated
+
+
+def reads_as_api_key(option: str) -> bool:
+    """Whether vLLM's parser reads `option` as `--api-key` (`_` for `-`, a unique prefix)."""
+    name = option.replace("_", "-")
+    return len(name) > len("--api") and API_KEY_FLAG.startswith(name)
+
+
+def reads_as_credential(option: str) -> bool:
+    """Whether vLLM's parser may read `option` as a flag whose value is a credential: a
+    prefix of one (an ambiguous one too, which it refuses), `_` for `-`."""
+    name = option.replace("_", "-")
+    return len(name) > len("--") and any(flag.startswith(name) for flag in CREDENTIAL_FLAGS)
