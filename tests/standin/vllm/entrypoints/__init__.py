@@ -1,0 +1,1 @@
+"""The stand-in's entry points: only `vllm.entrypoints.cli.main`."""

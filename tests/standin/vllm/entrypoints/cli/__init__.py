@@ -1,0 +1,1 @@
+"""`vllm serve`, as `python -m vllm.entrypoints.cli.main serve`."""
