@@ -19,7 +19,7 @@ LAYERS = (
     ("report", "files", "escaping", "digits", "findings", "tools", "references"),
     ("jsonlines",),
     ("nccl",),
-    ("sglang",),
+    ("sglang", "vllm"),
     ("masking",),
     ("profile",),
     ("env",),
