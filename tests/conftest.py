@@ -26,9 +26,9 @@ from tests.helpers import descendant_pids, stop_left
 
 HERE = Path(__file__).parent
 
-# What the host's shell may export that nccl-launch, NCCL, SGLang, a scheduler or the tests'
+# What the host's shell may export that nccl-launch, NCCL, SGLang, vLLM, a scheduler or the tests'
 # own profiles and scripts read. NCCL_ covers NCCL_LAUNCH_ too.
-HOST_PREFIXES = ("NCCL_", "SGLANG_", "SPT_", "SLURM_", "LWS_", "CUDA_", "HF_")
+HOST_PREFIXES = ("NCCL_", "SGLANG_", "VLLM_", "SPT_", "SLURM_", "LWS_", "CUDA_", "HF_")
 HOST_NAMES = frozenset(
     {
         "PYTHONPATH",  # would shadow the stand-in `sglang` package, or this checkout
@@ -55,6 +55,8 @@ if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
 
 # A venv with the real SGLang 0.5.23 (made by .ci/sglang-venv); read before isolation clears it.
 SGLANG_PYTHON = os.environ.get("NCCL_LAUNCH_TEST_SGLANG_PYTHON")
+# A venv with the real vLLM 0.33.0 (made by .ci/vllm-venv); read before isolation clears it.
+VLLM_PYTHON = os.environ.get("NCCL_LAUNCH_TEST_VLLM_PYTHON")
 # Set by CI and the README's test command: a missing tool is then a failure, not a skip.
 REQUIRE_TOOLS = os.environ.get("NCCL_LAUNCH_REQUIRE_TOOLS") == "1"
 # Set by .ci/run as root: the suite runs in a mount namespace with a hostile /etc/nccl.conf.
@@ -109,6 +111,13 @@ def sglang_python() -> str:
     """The interpreter of a real SGLang install."""
     message = "set NCCL_LAUNCH_TEST_SGLANG_PYTHON=$(.ci/sglang-venv) to run SGLang's parser"
     return require(SGLANG_PYTHON, message)
+
+
+@pytest.fixture
+def vllm_python() -> str:
+    """The interpreter of a real vLLM install."""
+    message = "set NCCL_LAUNCH_TEST_VLLM_PYTHON=$(.ci/vllm-venv) to run vLLM's parser"
+    return require(VLLM_PYTHON, message)
 
 
 @pytest.fixture
