@@ -47,6 +47,9 @@ class ServerKind:
     # The speculative draft's path, where it has one, and its key in `[server.speculative]`.
     draft_model: Callable[[Any], str | None]
     draft_key: str
+    # The module asking the installed server (`probe`, `expected_values`): imported by
+    # preflight alone, off `run`'s path.
+    parser: str
 
     def address(self, server: ServerTable) -> tuple[str, int]:
         """Where the server listens: its host and port, the kind's defaults where unset."""
@@ -75,6 +78,7 @@ KINDS = {
         default_port=sglang_facts.DEFAULT_PORT,
         draft_model=lambda server: server.speculative and server.speculative.draft_model_path,
         draft_key="draft_model_path",
+        parser="nccl_launch.sglang.parser",
     ),
     "vllm": ServerKind(
         name="vllm",
@@ -93,6 +97,7 @@ KINDS = {
         default_port=vllm_facts.DEFAULT_PORT,
         draft_model=lambda server: server.speculative and server.speculative.model,
         draft_key="model",
+        parser="nccl_launch.vllm.parser",
     ),
 }
 

@@ -449,7 +449,7 @@ def test_the_probe_reads_no_input_and_a_timeout_names_no_argument(
     typed.write_text("import os\n")
     result = nccl_launch(*args, stdin_path=typed)  # preflight's stdin: a pipe
     assert "did not answer: stdin is /dev/null" in result.stdout
-    monkeypatch.setattr("nccl_launch.sglang.parser.PROBE_TIMEOUT_S", 1)
+    monkeypatch.setattr("nccl_launch.serving.asking.PROBE_TIMEOUT_S", 1)
     result = run_cli(*args, env={"SLOW": "5"})
     assert result.returncode == 3
     assert f"fail  sglang       {fake} did not answer in 1 s\n" in result.stdout

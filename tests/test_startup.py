@@ -84,7 +84,7 @@ def test_run_validates_with_pydantic_and_imports_no_psutil_nor_dotenv(tmp_path: 
     modules = imported("run", "--dry-run", "p", "--", "true", cwd=tmp_path)
     assert "nccl_launch.commands.launching" in modules  # the report was read
     assert "pydantic" in modules  # every run validates the profile with the one model
-    unwanted = ("psutil", "dotenv", "traceback", "nccl_launch.sglang.parser")
+    unwanted = ("psutil", "dotenv", "traceback", "nccl_launch.serving.asking")
     assert not {name for name in modules if name.startswith(unwanted)}
     assert "nccl_launch.commands.checking" not in modules
     # Nothing is cached between runs: no file is written under the home directory.

@@ -9,7 +9,7 @@ from typing import Literal, get_args
 
 CheckName = Literal[
     "profile", "environment", "nccl.conf", "env-plugin", "gpus", "port", "python", "paths",
-    "sglang", "argv",
+    "sglang", "vllm", "argv",
 ]  # fmt: skip
 # `run` checks these too: preflight never leaves them out.
 ALWAYS_CHECKED = ("profile", "environment")

@@ -1,15 +1,17 @@
-"""`preflight`: everything `run` checks, then SGLang's own parser on the exact argv."""
+"""`preflight`: everything `run` checks, then the server's own parser on the exact argv."""
 
 from __future__ import annotations
 
+import importlib
 import os
-import shlex
 import sys
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 from nccl_launch.escaping import escaped
+from nccl_launch.kinds import kind_of
+from nccl_launch.launch.check_names import CheckName
 from nccl_launch.launch.host import (
     conf_checks,
     env_plugin_check,
@@ -22,7 +24,7 @@ from nccl_launch.launch.preflight_report import Check, PreflightReport
 from nccl_launch.launch.prepare import LaunchPlan
 from nccl_launch.masking import mask_known, mask_words, masked_texts
 from nccl_launch.profile.lint import accept_line, review
-from nccl_launch.sglang.server import Server as SGLangServer
+from nccl_launch.serving.table import ServerTable
 
 
 def _cut(text: str, columns: int) -> str:
@@ -61,40 +63,42 @@ def waiting_for(what: str) -> Iterator[None]:
             sys.stderr.flush()
 
 
-def sglang_checks(
-    server: SGLangServer, argv: list[str], env: Mapping[str, str], secrets: Collection[str]
+def server_checks(
+    server: ServerTable, argv: list[str], env: Mapping[str, str], secrets: Collection[str]
 ) -> tuple[list[Check], dict[str, Any]]:
-    """The installed SGLang's version and its parser's verdict on the argv, in the server's
-    environment `env`; what SGLang says masked, the `secrets` given to it among the rest."""
-    from nccl_launch.sglang.parser import expected_values, probe_sglang  # not on `run`'s path
-
-    server_args = argv[1 + len(shlex.split(server.entrypoint)) :]
-    with waiting_for(f"{server.python} imports SGLang and parses the argv"):
-        probed = probe_sglang(server, server_args, env)
+    """The installed server's version and its parser's verdict on the argv, in the server's
+    environment `env`; what the server says masked, the `secrets` given to it among the rest.
+    The check is named after the kind (`sglang`, `vllm`), as `--skip` names it."""
+    kind = kind_of(server)
+    name = cast(CheckName, kind.name)
+    parser = importlib.import_module(kind.parser)  # not on `run`'s path
+    with waiting_for(f"{server.python} imports {kind.title} and parses the argv"):
+        probed = parser.probe(server, argv, env)
     result = masked_texts(probed, lambda text: mask_known(text, secrets))
     stage = result.get("stage")
     if stage == "interpreter":
-        return [Check(name="sglang", status="fail", message=result["error"])], result
+        return [Check(name=name, status="fail", message=result["error"])], result
     if stage == "import":
-        message = f"cannot import SGLang with {server.python}: {result['error']}"
-        return [Check(name="sglang", status="fail", message=message)], result
+        message = f"cannot import {kind.title} with {server.python}: {result['error']}"
+        return [Check(name=name, status="fail", message=message)], result
     where = f"{result['python']}, Python {result['python_version']}"
-    checks = [Check(name="sglang", status="ok", message=f"SGLang {result['version']} ({where})")]
+    message = f"{kind.title} {result['version']} ({where})"
+    checks = [Check(name=name, status="ok", message=message)]
     if stage == "parse":
-        message = f"SGLang's parser rejects the argv: {mask_words(result['error'])}"
+        message = f"{kind.title}'s parser rejects the argv: {mask_words(result['error'])}"
         return [*checks, Check(name="argv", status="fail", message=message)], result
-    parsed = result["parsed"]
+    parsed, expected = result["parsed"], parser.expected_values(server)
     differs = [
-        mask_words(f"{key}: SGLang parsed {parsed.get(key)!r}, the profile says {value!r}")
-        for key, value in expected_values(server).items()
+        mask_words(f"{key}: {kind.title} parsed {parsed.get(key)!r}, the profile says {value!r}")
+        for key, value in expected.items()
         if parsed.get(key) != value
     ]
     if differs:
-        message = "SGLang reads the argv differently from the profile"
+        message = f"{kind.title} reads the argv differently from the profile"
         checks.append(Check(name="argv", status="fail", message=message, detail=differs))
     else:
-        shown = ", ".join(f"{key}={parsed[key]}" for key in expected_values(server) if parsed[key])
-        message = mask_words(f"SGLang's parser accepts: {shown}")
+        shown = ", ".join(f"{key}={parsed[key]}" for key in expected if parsed[key])
+        message = mask_words(f"{kind.title}'s parser accepts: {shown}")
         checks.append(Check(name="argv", status="ok", message=message))
     return checks, result
 
@@ -135,10 +139,17 @@ def run_preflight(launch: LaunchPlan, skip: frozenset[str] = frozenset()) -> Pre
     for name, run in host.items():
         if name not in skip:
             checks += run()
-    probe: dict[str, Any] | None = None
-    if isinstance(server, SGLangServer) and "sglang" not in skip:  # the argv the probe parsed
-        more, probe = sglang_checks(server, launch.filled, env, launch.secrets())
+    answers: dict[str, dict[str, Any]] = {}  # the kind's answer, on the argv it parsed
+    if server is not None and kind_of(server).name not in skip:
+        more, answers[kind_of(server).name] = server_checks(
+            server, launch.filled, env, launch.secrets()
+        )
         checks += [check for check in more if check.name not in skip]
     return PreflightReport(
-        profile=plan.label, digest=plan.digest, argv=launch.argv, checks=checks, sglang=probe
+        profile=plan.label,
+        digest=plan.digest,
+        argv=launch.argv,
+        checks=checks,
+        sglang=answers.get("sglang"),
+        vllm=answers.get("vllm"),
     )

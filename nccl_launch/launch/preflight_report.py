@@ -26,20 +26,22 @@ class Check(BaseModel):
 
 
 class PreflightReport(Report):
-    """`preflight`'s result: exit 3 when a host or SGLang check fails, else 1 on drift. JSON
-    masks the argv, and what SGLang's answer quotes of it, as the text does."""
+    """`preflight`'s result: exit 3 when a host or server check fails, else 1 on drift. JSON
+    masks the argv, and what the server's answer quotes of it, as the text does."""
 
     profile: str
     digest: str
     argv: list[str]
     checks: list[Check]
+    # The installed server's answer, under its kind's name.
     sglang: dict[str, Any] | None = None
+    vllm: dict[str, Any] | None = None
 
     @field_serializer("argv")
     def _masked_argv(self, argv: list[str]) -> list[str]:
         return mask_argv(argv)
 
-    @field_serializer("sglang")
+    @field_serializer("sglang", "vllm")
     def _masked_probe(self, probe: dict[str, Any] | None) -> dict[str, Any] | None:
         # Every text of the probe's answer (its error, the parsed values) masked as words.
         return masked_texts(probe, mask_words)  # type: ignore[no-any-return]

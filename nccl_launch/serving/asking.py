@@ -1,0 +1,79 @@
+"""Asking the installed server: a kind's probe script, run by the server's own interpreter
+with the environment `run` gives it, answers one marked line of JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Collection, Mapping
+from importlib import resources
+from typing import Any
+
+from nccl_launch.serving.table import ServerTable
+
+MARK = "NCCL_LAUNCH_PROBE "  # what each kind's probe.py prints before its answer
+PROBE_TIMEOUT_S = 300  # importing a server (and torch) on a cold disk is slow
+_TEXT_KEYS = {
+    "import": ("error",),
+    "parse": ("python", "python_version", "version", "error"),
+    None: ("python", "python_version", "version"),
+}
+
+
+def ask(
+    server: ServerTable, package: str, server_args: list[str], env: Mapping[str, str],
+    fields: Collection[str],
+) -> dict[str, Any]:  # fmt: skip
+    """Run `package`'s probe.py under the server's interpreter, with the environment `run`
+    gives the server (its PATH finds a bare interpreter, its PYTHONPATH the package); the
+    script travels inline (`-c`) so that nothing beside it on disk can shadow the server's
+    package. It reads no input: with PYTHONINSPECT in that environment, a terminal's would
+    hold it at Python's prompt. An answer without the parsed `fields` is none."""
+    source = resources.files(package).joinpath("probe.py").read_text("utf-8")
+    try:
+        done = subprocess.run(
+            [server.python, "-c", source, *server_args],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=PROBE_TIMEOUT_S,
+            cwd=server.cwd,
+            env=dict(env),
+            check=False,
+        )
+    except OSError as error:
+        if server.cwd is not None and error.filename == server.cwd:  # not the interpreter
+            problem = f"cannot change to the server's cwd {server.cwd} ([server] cwd)"
+            return {"stage": "interpreter", "error": f"{problem}: {error.strerror}"}
+        return {"stage": "interpreter", "error": f"cannot run {server.python}: {error}"}
+    except subprocess.TimeoutExpired:  # its text holds the argv, credentials and all
+        late = f"{server.python} did not answer in {PROBE_TIMEOUT_S} s"
+        return {"stage": "interpreter", "error": late}
+    for line in done.stdout.splitlines():
+        if line.startswith(MARK):
+            answer = _answer(line.removeprefix(MARK), fields)
+            if answer is None:
+                return {"stage": "interpreter", "error": f"{server.python} answered {line!r:.200}"}
+            return answer
+    tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+    return {"stage": "interpreter", "error": f"{server.python} did not answer: {tail[0]}"}
+
+
+def _answer(text: str, fields: Collection[str]) -> dict[str, Any] | None:
+    """The probe's answer when it has the shape a probe.py writes, else None (another
+    program printed the mark, or a broken interpreter)."""
+    try:
+        answer = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(answer, dict) or answer.get("stage") not in _TEXT_KEYS:
+        return None
+    if not all(isinstance(answer.get(key), str) for key in _TEXT_KEYS[answer.get("stage")]):
+        return None
+    parsed = answer.get("parsed")
+    if answer.get("stage") is None and not (
+        isinstance(parsed, dict) and set(fields) <= set(parsed)
+    ):
+        return None
+    return answer
