@@ -24,9 +24,9 @@ from tests.conftest import Isolation, RunCli, WriteProfile, console_script
 from tests.helpers import STANDIN, free_port
 
 REPO_PROFILES = Path(__file__).parent.parent / "profiles"
-SHIPPED_SERVERS = [
-    path for path in sorted(REPO_PROFILES.glob("*.toml")) if "[server]" in path.read_text()
-]
+SHIPPED = [path for path in sorted(REPO_PROFILES.glob("*.toml")) if "[server]" in path.read_text()]
+SHIPPED_VLLM = [path for path in SHIPPED if 'kind = "vllm"' in path.read_text()]
+SHIPPED_SERVERS = [path for path in SHIPPED if path not in SHIPPED_VLLM]  # SGLang's
 
 
 def with_python(write_profile: WriteProfile, shipped: Path, python: str, env: str = "") -> str:
@@ -58,8 +58,9 @@ def preflight_json(run_cli: RunCli, *args: str) -> tuple[int, dict[str, Any]]:
     return result.returncode, json.loads(result.stdout)
 
 
-def test_there_is_a_shipped_server_profile() -> None:
+def test_there_is_a_shipped_server_profile_of_each_kind() -> None:
     assert SHIPPED_SERVERS
+    assert SHIPPED_VLLM
 
 
 @pytest.mark.parametrize("shipped", SHIPPED_SERVERS, ids=[p.stem for p in SHIPPED_SERVERS])
@@ -77,6 +78,36 @@ def test_sglang_accepts_the_argv_of_every_shipped_profile(
     assert (parsed["speculative_num_steps"], parsed["speculative_eagle_topk"]) == (2, 1)
     assert parsed["speculative_num_draft_tokens"] == 3
     assert [check["status"] for check in report["checks"] if check["name"] == "argv"] == ["ok"]
+
+
+@pytest.mark.parametrize("shipped", SHIPPED_VLLM, ids=[p.stem for p in SHIPPED_VLLM])
+def test_vllm_accepts_the_argv_of_every_shipped_vllm_profile(
+    shipped: Path, write_profile: WriteProfile, run_cli: RunCli, vllm_python: str
+) -> None:
+    name = with_python(write_profile, shipped, vllm_python)
+    code, report = preflight_json(run_cli, name)
+    assert code == 0, report
+    assert report["vllm"]["version"] == "0.33.0"
+    parsed = report["vllm"]["parsed"]
+    assert (parsed["model"], parsed["tensor_parallel_size"]) == ("/models/Kimi-K2.5", 8)
+    assert parsed["speculative_config"] == {
+        "method": "eagle3",
+        "model": "/models/Kimi-K2.5-EAGLE3",
+        "num_speculative_tokens": 3,
+    }
+    assert [check["status"] for check in report["checks"] if check["name"] == "argv"] == ["ok"]
+
+
+def test_a_misspelled_flag_fails_with_vllms_own_message(
+    write_profile: WriteProfile, run_cli: RunCli, vllm_python: str
+) -> None:
+    name = with_python(write_profile, SHIPPED_VLLM[0], vllm_python)
+    result = run_cli("preflight", *SKIP_HOST, name, "--", "--tensor-paralel-size", "4")
+    assert result.returncode == 3
+    assert (
+        "fail  argv         vLLM's parser rejects the argv: unrecognized arguments: "
+        "--tensor-paralel-size 4"
+    ) in result.stdout.splitlines()
 
 
 def test_a_stale_flag_fails_with_sglangs_own_message(
