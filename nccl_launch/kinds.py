@@ -21,7 +21,7 @@ from nccl_launch.sglang.server import Server as SGLangServer
 from nccl_launch.vllm import argv as vllm_argv
 from nccl_launch.vllm import facts as vllm_facts
 from nccl_launch.vllm import rules as vllm_rules
-from nccl_launch.vllm.server import VllmServer
+from nccl_launch.vllm.server import VllmServer, address_args
 
 DEFAULT_KIND = "sglang"
 
@@ -36,6 +36,9 @@ class ServerKind:
     argv: Callable[[Any], list[str]]
     problems: Callable[[Any], list[Finding]]  # its own rules, beyond the shared ones
     warnings: Callable[[Any, dict[str, str]], list[Finding]]
+    # What the environment the server gets makes it do to the profile's declared values,
+    # beyond what the profile's own [env] says (`warnings` judges that).
+    environment_findings: Callable[[Any, Mapping[str, str], Mapping[str, str]], list[Finding]]
     owned_env: Callable[[Any, Mapping[str, str]], tuple[str, ...]]
     duplicated_flags: Callable[[Any, Sequence[str]], list[tuple[str, Flag]]]
     reads_as_api_key: Callable[[str], bool]
@@ -47,10 +50,19 @@ class ServerKind:
     # The speculative draft's path, where it has one, and its key in `[server.speculative]`.
     draft_model: Callable[[Any], str | None]
     draft_key: str
+    # Where placement puts this node: its rank's flag, and the first node's HOST:PORT as
+    # arguments (ValueError for an address the kind cannot take).
+    node_rank_flag: str
+    address_args: Callable[[str], list[str]]
 
     def address(self, server: ServerTable) -> tuple[str, int]:
         """Where the server listens: its host and port, the kind's defaults where unset."""
         return server.host or self.default_host, server.port or self.default_port
+
+
+def canonical(flags: Sequence[Flag], field: str) -> str:
+    """The canonical spelling of the flag for `field` among `flags`."""
+    return next(flag.canonical for flag in flags if flag.field == field)
 
 
 KINDS = {
@@ -61,6 +73,7 @@ KINDS = {
         argv=sglang_argv.server_argv,
         problems=sglang_rules.server_problems,
         warnings=sglang_rules.server_warnings,
+        environment_findings=lambda server, env, declared: [],
         owned_env=lambda server, env: sglang_facts.OWNED_ENV,
         duplicated_flags=lambda server, args: sglang_argv.duplicated_flags(
             list(args), sglang_argv.extra_settings(server)
@@ -75,6 +88,8 @@ KINDS = {
         default_port=sglang_facts.DEFAULT_PORT,
         draft_model=lambda server: server.speculative and server.speculative.draft_model_path,
         draft_key="draft_model_path",
+        node_rank_flag=canonical(sglang_facts.FLAGS, "node_rank"),
+        address_args=lambda address: [canonical(sglang_facts.FLAGS, "dist_init_addr"), address],
     ),
     "vllm": ServerKind(
         name="vllm",
@@ -83,6 +98,7 @@ KINDS = {
         argv=vllm_argv.server_argv,
         problems=vllm_rules.server_problems,
         warnings=vllm_rules.server_warnings,
+        environment_findings=vllm_rules.environment_findings,
         owned_env=vllm_rules.owned_env,
         duplicated_flags=vllm_argv.duplicated_flags,
         reads_as_api_key=vllm_argv.reads_as_api_key,
@@ -93,6 +109,8 @@ KINDS = {
         default_port=vllm_facts.DEFAULT_PORT,
         draft_model=lambda server: server.speculative and server.speculative.model,
         draft_key="model",
+        node_rank_flag=canonical(vllm_facts.FLAGS, "node_rank"),
+        address_args=address_args,
     ),
 }
 
