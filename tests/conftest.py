@@ -28,7 +28,7 @@ HERE = Path(__file__).parent
 
 # What the host's shell may export that nccl-launch, NCCL, SGLang, a scheduler or the tests'
 # own profiles and scripts read. NCCL_ covers NCCL_LAUNCH_ too.
-HOST_PREFIXES = ("NCCL_", "SGLANG_", "SPT_", "SLURM_", "LWS_", "CUDA_", "HF_")
+HOST_PREFIXES = ("NCCL_", "SGLANG_", "VLLM_", "SPT_", "SLURM_", "LWS_", "CUDA_", "HF_")
 HOST_NAMES = frozenset(
     {
         "PYTHONPATH",  # would shadow the stand-in `sglang` package, or this checkout
