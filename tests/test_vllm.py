@@ -461,7 +461,9 @@ def test_credentials_in_every_spelling_are_masked_in_every_output(
     )
     assert drift.returncode == 1
     assert extra.returncode == 2
-    for result in (dry, drift, extra):
+    validated = run_cli("validate", "secret")
+    assert "server.args: holds a credential" in validated.stderr
+    for result in (dry, drift, extra, validated):
         text = result.stdout + result.stderr
         for secret in ("hf_one", "hf_two", "hf_three", "sk-four", "sk-five", "hf_six", "sk-seven"):
             assert secret not in text
