@@ -4,13 +4,15 @@ its parser reads it, the NCCL values it replaces or sets itself, placement, mask
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import RunCli, WriteProfile
+import nccl_launch.vllm
+from tests.conftest import RunCli, WriteProfile, require
 from tests.helpers import sleeper
 
 SHIPPED = "kimi-k25-rtx6000bw-tp8-eagle3-vllm"
@@ -495,3 +497,41 @@ def test_systemd_writes_a_vllm_unit_that_systemd_analyze_accepts(
     empty = run_cli("systemd", "served", "--", "--api_key", "")
     assert empty.returncode == 2
     assert "--api_key has an empty value, which vLLM takes as no key" in empty.stderr
+
+
+# The option strings are vLLM's own: read again from its parser where vLLM is installed.
+
+VLLM_PYTHON = os.environ.get("NCCL_LAUNCH_TEST_VLLM_PYTHON")  # read before isolation clears it
+OPTIONS = """
+import argparse
+from vllm.entrypoints.cli.serve import ServeSubcommand
+from vllm.utils.argparse_utils import EnableDisableAction, FlexibleArgumentParser
+serve = ServeSubcommand().subparser_init(FlexibleArgumentParser().add_subparsers())
+for option, action in sorted(serve._option_string_actions.items()):
+    if isinstance(action, EnableDisableAction):
+        stored = " off" if option in action.negative_option_strings else " on"
+    elif isinstance(action, argparse.BooleanOptionalAction):
+        stored = " off" if option.startswith("--no-") else " on"
+    elif isinstance(action, argparse._StoreTrueAction):
+        stored = " on"
+    elif isinstance(action, argparse._StoreFalseAction):
+        stored = " off"
+    else:
+        stored = ""
+    print(f"{option} {action.dest}{stored}")
+"""
+
+
+def test_the_option_strings_are_those_of_the_installed_vllm_parser() -> None:
+    python = require(VLLM_PYTHON, "set NCCL_LAUNCH_TEST_VLLM_PYTHON to a vLLM 0.33.0 venv's python")
+    done = subprocess.run(
+        [python, "-c", OPTIONS],
+        env={"VLLM_TARGET_DEVICE": "cpu", "PATH": os.environ["PATH"], "HOME": os.environ["HOME"]},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = Path(nccl_launch.vllm.__file__).parent / "data" / "options.txt"
+    lines = [line for line in data.read_text().splitlines() if not line.startswith("#")]
+    assert done.stdout.splitlines() == lines
