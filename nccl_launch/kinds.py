@@ -60,7 +60,7 @@ class ServerKind:
         return server.host or self.default_host, server.port or self.default_port
 
 
-def canonical(flags: Sequence[Flag], field: str) -> str:
+def _canonical(flags: Sequence[Flag], field: str) -> str:
     """The canonical spelling of the flag for `field` among `flags`."""
     return next(flag.canonical for flag in flags if flag.field == field)
 
@@ -88,8 +88,8 @@ KINDS = {
         default_port=sglang_facts.DEFAULT_PORT,
         draft_model=lambda server: server.speculative and server.speculative.draft_model_path,
         draft_key="draft_model_path",
-        node_rank_flag=canonical(sglang_facts.FLAGS, "node_rank"),
-        address_args=lambda address: [canonical(sglang_facts.FLAGS, "dist_init_addr"), address],
+        node_rank_flag=_canonical(sglang_facts.FLAGS, "node_rank"),
+        address_args=lambda address: [_canonical(sglang_facts.FLAGS, "dist_init_addr"), address],
     ),
     "vllm": ServerKind(
         name="vllm",
@@ -109,7 +109,7 @@ KINDS = {
         default_port=vllm_facts.DEFAULT_PORT,
         draft_model=lambda server: server.speculative and server.speculative.model,
         draft_key="model",
-        node_rank_flag=canonical(vllm_facts.FLAGS, "node_rank"),
+        node_rank_flag=_canonical(vllm_facts.FLAGS, "node_rank"),
         address_args=address_args,
     ),
 }
