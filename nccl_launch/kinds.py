@@ -21,7 +21,7 @@ from nccl_launch.sglang.server import Server as SGLangServer
 from nccl_launch.vllm import argv as vllm_argv
 from nccl_launch.vllm import facts as vllm_facts
 from nccl_launch.vllm import rules as vllm_rules
-from nccl_launch.vllm.server import VllmServer
+from nccl_launch.vllm.server import VllmServer, address_args
 
 DEFAULT_KIND = "sglang"
 
@@ -36,6 +36,9 @@ class ServerKind:
     argv: Callable[[Any], list[str]]
     problems: Callable[[Any], list[Finding]]  # its own rules, beyond the shared ones
     warnings: Callable[[Any, dict[str, str]], list[Finding]]
+    # What the environment the server gets makes it do to the profile's declared values,
+    # beyond what the profile's own [env] says (`warnings` judges that).
+    environment_findings: Callable[[Any, Mapping[str, str], Mapping[str, str]], list[Finding]]
     owned_env: Callable[[Any, Mapping[str, str]], tuple[str, ...]]
     duplicated_flags: Callable[[Any, Sequence[str]], list[tuple[str, Flag]]]
     reads_as_api_key: Callable[[str], bool]
@@ -50,10 +53,19 @@ class ServerKind:
     # The module asking the installed server (`probe`, `expected_values`): imported by
     # preflight alone, off `run`'s path.
     parser: str
+    # Where placement puts this node: its rank's flag, and the first node's HOST:PORT as
+    # arguments (ValueError for an address the kind cannot take).
+    node_rank_flag: str
+    address_args: Callable[[str], list[str]]
 
     def address(self, server: ServerTable) -> tuple[str, int]:
         """Where the server listens: its host and port, the kind's defaults where unset."""
         return server.host or self.default_host, server.port or self.default_port
+
+
+def _canonical(flags: Sequence[Flag], field: str) -> str:
+    """The canonical spelling of the flag for `field` among `flags`."""
+    return next(flag.canonical for flag in flags if flag.field == field)
 
 
 KINDS = {
@@ -64,6 +76,7 @@ KINDS = {
         argv=sglang_argv.server_argv,
         problems=sglang_rules.server_problems,
         warnings=sglang_rules.server_warnings,
+        environment_findings=lambda server, env, declared: [],
         owned_env=lambda server, env: sglang_facts.OWNED_ENV,
         duplicated_flags=lambda server, args: sglang_argv.duplicated_flags(
             list(args), sglang_argv.extra_settings(server)
@@ -79,6 +92,8 @@ KINDS = {
         draft_model=lambda server: server.speculative and server.speculative.draft_model_path,
         draft_key="draft_model_path",
         parser="nccl_launch.sglang.parser",
+        node_rank_flag=_canonical(sglang_facts.FLAGS, "node_rank"),
+        address_args=lambda address: [_canonical(sglang_facts.FLAGS, "dist_init_addr"), address],
     ),
     "vllm": ServerKind(
         name="vllm",
@@ -87,6 +102,7 @@ KINDS = {
         argv=vllm_argv.server_argv,
         problems=vllm_rules.server_problems,
         warnings=vllm_rules.server_warnings,
+        environment_findings=vllm_rules.environment_findings,
         owned_env=vllm_rules.owned_env,
         duplicated_flags=vllm_argv.duplicated_flags,
         reads_as_api_key=vllm_argv.reads_as_api_key,
@@ -98,6 +114,8 @@ KINDS = {
         draft_model=lambda server: server.speculative and server.speculative.model,
         draft_key="model",
         parser="nccl_launch.vllm.parser",
+        node_rank_flag=_canonical(vllm_facts.FLAGS, "node_rank"),
+        address_args=address_args,
     ),
 }
 

@@ -16,6 +16,7 @@ from tests.conftest import RunCli, WriteProfile
 REPO = Path(__file__).parent.parent
 KIMI = "kimi-k25-rtx6000bw-tp8-eagle3"
 PARENT = "rtx6000bw-pcie-tp8"
+VLLM = f"{KIMI}-vllm"  # the same model served by vLLM
 
 
 def test_the_wheel_lists_every_package_folder() -> None:
@@ -149,7 +150,7 @@ def test_the_wheel_installed_in_a_fresh_venv_carries_its_profiles(tmp_path: Path
     listed = installed("list")
     assert listed.returncode == 0, listed.stderr
     assert {(row[0], row[3], row[4]) for row in _rows(listed.stdout)} == {
-        (name, "shipped", str(site / f"{name}.toml")) for name in (KIMI, PARENT)
+        (name, "shipped", str(site / f"{name}.toml")) for name in (KIMI, PARENT, VLLM)
     }
     shown = installed("show", KIMI)
     assert shown.returncode == 0, shown.stderr

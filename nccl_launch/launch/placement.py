@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import UsageError
+from nccl_launch.kinds import kind_of
 from nccl_launch.serving.table import ServerTable as Server
 
 
@@ -19,11 +20,13 @@ class Placement:
 
 
 def placement_args(server: Server, given: Placement, environ: Mapping[str, str]) -> list[str]:
-    """`--node-rank` / `--dist-init-addr` for this node, from flags, then the cluster engine.
+    """This node's rank and the first node's address as its server kind takes them (SGLang's
+    `--node-rank` and `--dist-init-addr`), from flags, then the cluster engine.
 
     Order for the rank: `--node-rank`, `[server] node_rank`, Slurm's `SLURM_NODEID`, then
     LeaderWorkerSet's `LWS_WORKER_INDEX`. These stay out of the digest: every node runs the same.
     """
+    kind = kind_of(server)
     args: list[str] = []
     rank = given.node_rank
     if rank is not None and server.node_rank is not None:
@@ -38,11 +41,14 @@ def placement_args(server: Server, given: Placement, environ: Mapping[str, str])
     if rank is not None:
         if rank >= server.nnodes:
             raise UsageError(f"node rank {rank} is not below nnodes = {server.nnodes}")
-        args += ["--node-rank", str(rank)]
+        args += [kind.node_rank_flag, str(rank)]
     if given.dist_init_addr is not None:
         if server.dist_init_addr is not None:
             raise UsageError(f"the profile fixes dist_init_addr = {server.dist_init_addr!r}")
-        args += ["--dist-init-addr", given.dist_init_addr]
+        try:
+            args += kind.address_args(given.dist_init_addr)
+        except ValueError as error:
+            raise UsageError(f"--dist-init-addr: {error}") from None
     elif server.nnodes > 1 and server.dist_init_addr is None:
         raise UsageError(f"nnodes = {server.nnodes} needs --dist-init-addr HOST:PORT")
     return args

@@ -176,6 +176,9 @@ def prepare_launch(
         profile_file=loaded.path,
         env_files=declared,
     )
+    if server is not None:
+        declared_env = loaded.profile.declared_env()
+        refuse(kind_of(server).environment_findings(server, merged.env, declared_env))
     if nccl_debug:
         merged = with_nccl_debug(merged, plan)
     return LaunchPlan(

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files import read_text
+from nccl_launch.kinds import DEFAULT_KIND
 from nccl_launch.nccl.catalog import PREFIX
 from nccl_launch.profile.document import parse_profile_toml
 from nccl_launch.profile.search import find_profile
@@ -44,10 +45,14 @@ class ProfileChain:
         return tuple(file.path for file in reversed(self.files))
 
     def merged(self) -> dict[str, Any]:
-        """The data of every file merged over what it extends, tables key by key; the
-        `env_files` of each file added after those of what it extends."""
+        """The data of every file merged over what it extends, tables key by key, but for a
+        `[server]` that names another server kind than the one it extends: it replaces that
+        table whole (no flag of one kind means the same to another); the `env_files` of each
+        file added after those of what it extends."""
         merged: dict[str, Any] = {}
         for file in reversed(self.files):
+            if _kind(file.data) not in (None, _kind(merged) or DEFAULT_KIND):
+                merged = {key: value for key, value in merged.items() if key != "server"}
             merged = _deep_merge(merged, file.data)
         env_files = [path for file in reversed(self.files) for path in _env_files(file)]
         return merged | ({"env_files": env_files} if env_files else {})
@@ -77,6 +82,12 @@ def _env_files(file: ChainFile) -> list[str]:
     """The file's own `env_files` (what is not a list of text is left for validation)."""
     paths = file.data.get("env_files")
     return paths if isinstance(paths, list) and all(isinstance(p, str) for p in paths) else []
+
+
+def _kind(data: dict[str, Any]) -> Any:
+    """The server kind a file's `[server]` names, None where it names none."""
+    server = data.get("server")
+    return server.get("kind") if isinstance(server, dict) else None
 
 
 def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

@@ -7,8 +7,17 @@ import shlex
 from collections.abc import Sequence
 
 from nccl_launch.serving.flags import Flag
-from nccl_launch.vllm.facts import API_KEY_FLAG, CREDENTIAL_FLAGS, FLAGS, flag_for
+from nccl_launch.vllm.facts import (
+    API_KEY_FLAG,
+    CREDENTIAL_FLAGS,
+    FLAGS,
+    flag_for,
+    option_for,
+    options,
+    read_options,
+)
 from nccl_launch.vllm.server import VllmServer as Server
+from nccl_launch.vllm.server import address_args
 
 # Emitted only when they differ from vLLM's default, so that simple profiles stay short.
 _OMITTED_DEFAULTS = {"tp_size": 1, "pp_size": 1, "nnodes": 1}
@@ -35,8 +44,7 @@ def server_argv(server: Server) -> list[str]:
         if value is not None and _OMITTED_DEFAULTS.get(field) != value:
             argv += [canonical[field], str(value)]
     if server.dist_init_addr is not None:
-        host, _, port = server.dist_init_addr.rpartition(":")
-        argv += ["--master-addr", host.strip("[]"), "--master-port", port]
+        argv += address_args(server.dist_init_addr)
     config = speculative_config(server)
     if config is not None:
         argv += [canonical["speculative"], config]
@@ -45,25 +53,39 @@ def server_argv(server: Server) -> list[str]:
 
 def duplicated_flags(server: Server, args: Sequence[str]) -> list[tuple[str, Flag]]:
     """Options in `args` (as written, without `=VALUE`) that repeat a structured field, as
-    vLLM's parser reads them (a short alias, `_` for `-`, a unique prefix)."""
+    vLLM's parser reads them (a short alias, `_` for `-`, a unique prefix, a dotted key)."""
     repeated = []
     for option in args:
-        if not option.startswith("-") or option == "-":
-            continue
         flag = flag_for(option)
         if flag is not None:
             repeated.append((option.split("=", 1)[0], flag))
     return repeated
 
 
+def setting(args: Sequence[str], name: str) -> str | bool | None:
+    """What `args` set vLLM's setting `name` to, the last option for it winning as in its
+    parser: a switch's state, another option's value; None where none sets it."""
+    found: str | bool | None = None
+    for index, word in enumerate(args):
+        option = option_for(word)
+        if option is None or "." in word.split("=", 1)[0] or options()[option].setting != name:
+            continue
+        stored = options()[option].stored
+        if stored is not None:
+            found = stored
+        elif "=" in word:
+            found = word.split("=", 1)[1]
+        elif index + 1 < len(args):
+            found = args[index + 1]
+    return found
+
+
 def reads_as_api_key(option: str) -> bool:
     """Whether vLLM's parser reads `option` as `--api-key` (`_` for `-`, a unique prefix)."""
-    name = option.replace("_", "-")
-    return len(name) > len("--api") and API_KEY_FLAG.startswith(name)
+    return option_for(option) == API_KEY_FLAG
 
 
 def reads_as_credential(option: str) -> bool:
-    """Whether vLLM's parser may read `option` as a flag whose value is a credential: a
-    prefix of one (an ambiguous one too, which it refuses), `_` for `-`."""
-    name = option.replace("_", "-")
-    return len(name) > len("--") and any(flag.startswith(name) for flag in CREDENTIAL_FLAGS)
+    """Whether vLLM's parser may read `option` as a flag whose value is a credential: one of
+    them, or a prefix of one (an ambiguous one too, which it refuses, printing the word)."""
+    return any(name in CREDENTIAL_FLAGS for name in read_options(option))

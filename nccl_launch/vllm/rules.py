@@ -7,7 +7,9 @@ from collections.abc import Mapping
 
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.findings import Finding
+from nccl_launch.nccl.rules import same_meaning
 from nccl_launch.vllm import facts
+from nccl_launch.vllm.argv import setting
 from nccl_launch.vllm.server import VllmServer as Server
 
 _SPECULATIVE = "server.speculative"
@@ -16,20 +18,24 @@ _SPECULATIVE = "server.speculative"
 def server_problems(server: Server) -> list[Finding]:
     """vLLM's own rules for a resolved `[server]` table, beyond those every kind shares."""
     problems = []
-    if (server.tp_size * server.pp_size) % server.nnodes:
-        product = server.tp_size * server.pp_size
+    # Data and prefill-context parallelism, from its args, count in the world size too.
+    parallel = {name: _size(server, name) for name in facts.WORLD_SIZES}
+    world = server.tp_size * server.pp_size * parallel[facts.DATA_PARALLEL]
+    world *= parallel[facts.CONTEXT_PARALLEL]
+    if world % server.nnodes:
+        sizes = ["tp_size", "pp_size"] + [name for name, size in parallel.items() if size != 1]
         message = (
-            f"tp_size * pp_size = {product} is not a multiple of nnodes = {server.nnodes} "
+            f"{' * '.join(sizes)} = {world} is not a multiple of nnodes = {server.nnodes} "
             "(vLLM refuses a world size nnodes does not divide)"
         )
         problems.append(Finding("nnodes", "server.nnodes", message))
-    address = server.dist_init_addr
-    if address is not None:
-        host, colon, port = address.rpartition(":")
-        if not colon or not host or not is_ascii_digits(port) or not 0 < int(port) < 65536:
-            message = f"{address!r} is not HOST:PORT (vLLM's --master-addr and --master-port)"
-            problems.append(Finding("address", "server.dist_init_addr", message))
     return problems + speculative_problems(server)
+
+
+def _size(server: Server, name: str) -> int:
+    """A parallel size the server's args set (1 where they set none, or no number)."""
+    value = setting(server.args, name)
+    return int(value) if isinstance(value, str) and is_ascii_digits(value) else 1
 
 
 def speculative_problems(server: Server) -> list[Finding]:
@@ -42,38 +48,64 @@ def speculative_problems(server: Server) -> list[Finding]:
         fix = "give the draft model's path (model = ...)"
         return [Finding("speculative", f"{_SPECULATIVE}.model", message, fix)]
     if spec.method in facts.MODELLESS_METHODS and spec.model is not None:
-        message = f"method {spec.method!r} takes no draft model"
+        message = f"method {spec.method!r} takes no draft model (vLLM would ignore it)"
         return [Finding("speculative", f"{_SPECULATIVE}.model", message, "drop model")]
+    draft_tp = spec.extra_settings().get("draft_tensor_parallel_size")
+    if draft_tp is not None and draft_tp not in (1, server.tp_size):
+        message = f"{draft_tp!r} is neither 1 nor tp_size = {server.tp_size}, which vLLM refuses"
+        where = f"{_SPECULATIVE}.draft_tensor_parallel_size"
+        return [Finding("speculative", where, message)]
     return []
 
 
 def batch_invariant(env: Mapping[str, str]) -> bool:
-    """Whether vLLM runs batch-invariant in `env`: VLLM_BATCH_INVARIANT a non-zero integer."""
-    value = env.get(facts.BATCH_INVARIANT, "0").strip()
-    return value.lstrip("+-").isdigit() and value.isascii() and int(value) != 0
+    """Whether vLLM runs batch-invariant in `env`: VLLM_BATCH_INVARIANT an integer (as
+    Python's `int` reads it) other than 0."""
+    try:
+        return int(env.get(facts.BATCH_INVARIANT, "0")) != 0
+    except ValueError:
+        return False  # vLLM fails at start on it
 
 
-def overridden(env: Mapping[str, str], declared: Mapping[str, str]) -> list[Finding]:
-    """The declared NCCL values vLLM replaces in `env` whatever they are: batch-invariant mode
-    pins its own. An error, which `[policy] accept` can take (the profile then means vLLM's)."""
+def replaced(env: Mapping[str, str], declared: Mapping[str, str]) -> list[str]:
+    """The `declared` NCCL values vLLM replaces whatever they are, when `env` (what the
+    server gets) turns batch-invariant mode on: `NAME=VALUE by PIN` each."""
     if not batch_invariant(env):
         return []
-    replaced = [
+    return [
         f"{key}={declared[key]} by {value}"
         for key, value in facts.BATCH_INVARIANT_PINS.items()
-        if key in declared and declared[key] != value
+        if key in declared and not same_meaning(key, value, declared[key])
     ]
-    if not replaced:
+
+
+def environment_findings(
+    server: Server, env: Mapping[str, str], declared: Mapping[str, str]
+) -> list[Finding]:
+    """What the environment the server gets (`env`: the calling one, env files) makes vLLM do
+    to the profile's `declared` values where the profile does not declare the cause itself:
+    batch-invariant mode's pins (its own `[env]` is judged by `server_warnings`)."""
+    found = replaced(env, declared) if facts.BATCH_INVARIANT not in declared else []
+    if not found:
         return []
-    message = f"makes vLLM replace {', '.join(replaced)} (batch-invariant mode pins them)"
-    fix = f"drop {facts.BATCH_INVARIANT}, or the profile's values"
-    return [Finding("vllm", f"env.{facts.BATCH_INVARIANT}", message, fix)]
+    name = facts.BATCH_INVARIANT
+    message = (
+        f"{env[name]!r}, which the profile does not declare, makes vLLM replace "
+        f"{', '.join(found)} (batch-invariant mode pins them)"
+    )
+    fix = f'unset it, or declare it in [env] and accept "env.{name} vllm" in [policy]'
+    return [Finding("vllm", name, message, fix)]
 
 
 def server_warnings(server: Server, env: dict[str, str]) -> list[Finding]:
     """Where vLLM will not honour what the profile declares: batch-invariant mode (an error
     unless accepted), and a graph-registration value sleep mode warns about."""
-    found = overridden(env, env)
+    found = []
+    pinned = replaced(env, env)
+    if pinned:
+        message = f"makes vLLM replace {', '.join(pinned)} (batch-invariant mode pins them)"
+        fix = f"drop {facts.BATCH_INVARIANT}, or those values"
+        found.append(Finding("vllm", f"env.{facts.BATCH_INVARIANT}", message, fix))
     if _sleeps(server) and env.get(facts.GRAPH_REGISTER, "0") != "0":
         message = (
             f"{env[facts.GRAPH_REGISTER]} with sleep mode offloading CUDA graphs: vLLM keeps "
@@ -90,14 +122,31 @@ def owned_env(server: Server, env: Mapping[str, str]) -> tuple[str, ...]:
     owned: list[str] = []
     if batch_invariant(env):
         owned += [*facts.BATCH_INVARIANT_PINS, facts.BATCH_INVARIANT_LISTS]
-    if _sleeps(server):
+    if _sleeps(server) and facts.GRAPH_REGISTER not in env:
         owned.append(facts.GRAPH_REGISTER)
-    if any(word.split("=", 1)[0] == facts.EPLB_FLAG for word in server.args):
+    if _limits_ctas(server) and not env.get(facts.MAX_CTAS, "").isdigit():
         owned.append(facts.MAX_CTAS)
     return tuple(owned)
 
 
 def _sleeps(server: Server) -> bool:
-    """Whether the server's args turn on sleep mode with CUDA graphs offloaded."""
-    options = {word.split("=", 1)[0].replace("_", "-") for word in server.args}
-    return all(flag in options for flag in facts.SLEEP_FLAGS)
+    """Whether the server's args put its CUDA graphs in the pool sleep mode offloads."""
+    backend, cumem = facts.SLEEP_BACKEND
+    return (
+        all(setting(server.args, name) is True for name in facts.SLEEP_SWITCHES)
+        and setting(server.args, backend) in (None, cumem)
+        and setting(server.args, facts.EAGER) is not True
+    )
+
+
+def _limits_ctas(server: Server) -> bool:
+    """Whether the server's args make vLLM limit NCCL's CTAs for expert load balancing (over
+    an NCCL communicator, unless the args name another: the default depends on the host)."""
+    backend, mega_moe = facts.MEGA_MOE
+    chosen = setting(server.args, backend)
+    return (
+        setting(server.args, facts.EPLB) is True
+        and _size(server, facts.DATA_PARALLEL) > 1
+        and isinstance(chosen, str)
+        and chosen.lower().replace("-", "_") == mega_moe
+    )

@@ -6,8 +6,27 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from nccl_launch.digits import is_ascii_digits
 from nccl_launch.serving.table import STRICT, Name, Scalar, ServerTable, pass_through
 from nccl_launch.vllm import facts
+
+
+def split_address(address: str) -> tuple[str, str] | None:
+    """HOST and PORT of `HOST:PORT` (`[::1]:5000` too), or None for anything else."""
+    host, colon, port = address.rpartition(":")
+    if not colon or not host.strip("[]") or not is_ascii_digits(port) or not 0 < int(port) < 65536:
+        return None
+    return host.strip("[]"), port
+
+
+def address_args(address: str) -> list[str]:
+    """The first node's `HOST:PORT` as vLLM takes it; ValueError for another form."""
+    split = split_address(address)
+    if split is None:
+        flags = " and ".join(facts.ADDRESS_FLAGS)
+        raise ValueError(f"{address!r} is not HOST:PORT (vLLM's {flags})")
+    host_flag, port_flag = facts.ADDRESS_FLAGS
+    return [host_flag, split[0], port_flag, split[1]]
 
 
 class VllmSpeculative(BaseModel):
@@ -23,17 +42,20 @@ class VllmSpeculative(BaseModel):
     @field_validator("method")
     @classmethod
     def _known_method(cls, method: str) -> str:
+        if method in facts.DEPRECATED_MTP:
+            raise ValueError(f"{method!r} is vLLM's deprecated name of 'mtp'; write mtp")
         if method not in facts.METHODS:
             raise ValueError(f"{method!r} is not valid; valid: {', '.join(facts.METHODS)}")
         return method
 
     @model_validator(mode="after")
     def _pass_through(self) -> VllmSpeculative:
-        settings = pass_through(self.extra_settings())
-        if "tensor_parallel_size" in settings:
-            raise ValueError(
-                "tensor_parallel_size: vLLM refuses it here; write draft_tensor_parallel_size"
-            )
+        for key in pass_through(self.extra_settings()):
+            if key == "tensor_parallel_size":
+                raise ValueError(f"{key}: vLLM refuses it here; write draft_tensor_parallel_size")
+            if key not in facts.SPECULATIVE_KEYS:
+                valid = ", ".join(facts.SPECULATIVE_KEYS)
+                raise ValueError(f"{key}: unknown key; valid in [server.speculative]: {valid}")
         return self
 
     def extra_settings(self) -> dict[str, Scalar]:
@@ -47,3 +69,10 @@ class VllmServer(ServerTable):
     kind: Literal["vllm"]
     entrypoint: Name = facts.DEFAULT_ENTRYPOINT
     speculative: VllmSpeculative | None = None
+
+    @field_validator("dist_init_addr")
+    @classmethod
+    def _address(cls, address: str | None) -> str | None:
+        if address is not None:
+            address_args(address)  # vLLM takes it as two flags
+        return address
