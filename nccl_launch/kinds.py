@@ -82,9 +82,7 @@ KINDS = {
             list(args), sglang_argv.extra_settings(server)
         ),
         reads_as_api_key=sglang_facts.reads_as_api_key,
-        reads_as_credential=lambda option: sglang_facts.abbreviates(
-            option, sglang_facts.CREDENTIAL_FLAGS
-        ),
+        reads_as_credential=sglang_facts.reads_as_credential,
         flag_for=sglang_facts.flag_for,
         api_key_flag=sglang_facts.API_KEY_FLAG,
         default_host=sglang_facts.DEFAULT_HOST,
@@ -106,7 +104,7 @@ KINDS = {
         owned_env=vllm_rules.owned_env,
         duplicated_flags=vllm_argv.duplicated_flags,
         reads_as_api_key=vllm_argv.reads_as_api_key,
-        reads_as_credential=vllm_argv.reads_as_credential,
+        reads_as_credential=vllm_facts.reads_as_credential,
         flag_for=vllm_facts.flag_for,
         api_key_flag=vllm_facts.API_KEY_FLAG,
         default_host=vllm_facts.DEFAULT_HOST,

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from nccl_launch.escaping import escaped
-from nccl_launch.kinds import KINDS
+from nccl_launch.sglang import facts as sglang_facts
 from nccl_launch.sglang.facts import NAMED_LIKE_CREDENTIALS
+from nccl_launch.vllm import facts as vllm_facts
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -36,6 +37,9 @@ SECRET_WORDS = (
 )
 # NCCL's variables tune a transport; none holds a credential (NCCL_IB_PKEY is a partition).
 _NEVER = "NCCL_"
+# Whether a server's parser may read an option as a flag whose value is a credential: each
+# kind's own rule (an SGLang profile's argv may hold a vLLM flag in a pasted line, and back).
+_CREDENTIAL_FLAGS = (sglang_facts.reads_as_credential, vllm_facts.reads_as_credential)
 _WORDS = re.compile(r"[^A-Za-z0-9]+")
 _SPACES = re.compile(r"(\s+)")  # kept, as a group, between the words split at them
 # scheme://userinfo@host: the user info runs from the first `://` of a run of characters
@@ -197,7 +201,7 @@ def _secret_flag(word: str) -> bool:
     name = option.lstrip("-")
     if not word.startswith("-") or name.endswith(":") or option in NAMED_LIKE_CREDENTIALS:
         return False
-    return is_secret(name) or any(kind.reads_as_credential(option) for kind in KINDS.values())
+    return is_secret(name) or any(reads(option) for reads in _CREDENTIAL_FLAGS)
 
 
 def _credential_value(previous: str, word: str) -> bool:

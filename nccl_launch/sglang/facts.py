@@ -44,6 +44,11 @@ def reads_as_api_key(option: str) -> bool:
     return abbreviates(option, API_KEY_FLAGS)
 
 
+def reads_as_credential(option: str) -> bool:
+    """Whether SGLang's parser may read `option` as a flag whose value is a credential."""
+    return abbreviates(option, CREDENTIAL_FLAGS)
+
+
 # SGLang's flags with a word that reads as a credential's (TOKEN, PASS) and values that are
 # none (latency buckets, a token map's path, metrics names): shown, not masked.
 NAMED_LIKE_CREDENTIALS = (

@@ -7,15 +7,7 @@ import shlex
 from collections.abc import Sequence
 
 from nccl_launch.serving.flags import Flag
-from nccl_launch.vllm.facts import (
-    API_KEY_FLAG,
-    CREDENTIAL_FLAGS,
-    FLAGS,
-    flag_for,
-    option_for,
-    options,
-    read_options,
-)
+from nccl_launch.vllm.facts import API_KEY_FLAG, FLAGS, flag_for, option_for, options
 from nccl_launch.vllm.server import VllmServer as Server
 from nccl_launch.vllm.server import address_args
 
@@ -83,9 +75,3 @@ def setting(args: Sequence[str], name: str) -> str | bool | None:
 def reads_as_api_key(option: str) -> bool:
     """Whether vLLM's parser reads `option` as `--api-key` (`_` for `-`, a unique prefix)."""
     return option_for(option) == API_KEY_FLAG
-
-
-def reads_as_credential(option: str) -> bool:
-    """Whether vLLM's parser may read `option` as a flag whose value is a credential: one of
-    them, or a prefix of one (an ambiguous one too, which it refuses, printing the word)."""
-    return any(name in CREDENTIAL_FLAGS for name in read_options(option))

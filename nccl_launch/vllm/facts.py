@@ -100,6 +100,12 @@ def option_for(word: str) -> str | None:
     return found[0] if len(found) == 1 else None
 
 
+def reads_as_credential(option: str) -> bool:
+    """Whether vLLM's parser may read `option` as a flag whose value is a credential: one of
+    them, or a prefix of one (an ambiguous one too, which it refuses, printing the word)."""
+    return any(name in CREDENTIAL_FLAGS for name in read_options(option))
+
+
 def flag_for(option: str, flags: tuple[Flag, ...] = FLAGS) -> Flag | None:
     """The structured flag a word names, as vLLM's parser reads it."""
     name = option_for(option)
