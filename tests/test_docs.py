@@ -40,6 +40,7 @@ EXAMPLES = [  # of docs/commands.md
     "nccl-launch show rtx6000bw-pcie-tp8 --format shell",
     "nccl-launch tune kimi-k25-rtx6000bw-tp8-eagle3 --try PROTO=LL,LL128 --try NTHREADS=384,1024",
 ]
+VLLM_EXAMPLE = "nccl-launch run --dry-run kimi-k25-rtx6000bw-tp8-eagle3-vllm"  # of docs/vllm.md
 
 
 LOG_EXAMPLES = [  # of docs/systemd-and-monitoring.md, on the test suite's 8-rank logs
@@ -59,9 +60,15 @@ def documented(command: str, page: str = "commands.md", nth: int = 0) -> tuple[l
     return output.splitlines(), code
 
 
-@pytest.mark.parametrize("command", EXAMPLES, ids=[command[:40] for command in EXAMPLES])
-def test_a_docs_example_prints_what_the_docs_show(command: str, isolated: Isolation) -> None:
-    expected, code = documented(command)
+@pytest.mark.parametrize(
+    ("page", "command"),
+    [*(("commands.md", command) for command in EXAMPLES), ("vllm.md", VLLM_EXAMPLE)],
+    ids=[*(command[:40] for command in EXAMPLES), "vllm.md"],
+)
+def test_a_docs_example_prints_what_the_docs_show(
+    page: str, command: str, isolated: Isolation
+) -> None:
+    expected, code = documented(command, page)
     script = command.replace("nccl-launch", console_script(), 1)
     result = subprocess.run(
         ["bash", "-c", f"{script} 2>&1"],
@@ -358,6 +365,48 @@ def test_the_tutorials_first_steps_print_what_the_tutorial_shows(isolated: Isola
     commands = re.findall(r"^\$ (?!echo )(.*)$", steps, re.MULTILINE)
     assert len(commands) == 2
     for command in commands:
+        shown(command)
+
+
+def test_the_vllm_pages_profiles_print_what_the_page_shows(isolated: Isolation) -> None:
+    """docs/vllm.md's profiles (each block after a `profiles/NAME.toml`:) in an empty folder,
+    each command of the page run there by bash with `nccl-launch` on PATH; the batch-invariant
+    profile validated twice: as printed, then with the page's `[policy]` table added."""
+    text = (REPO / "docs" / "vllm.md").read_text()
+    profiles = re.findall(r"`profiles/([\w-]+)\.toml`:\n\n```toml\n(.*?)```", text, re.DOTALL)
+    for name, body in profiles:
+        (isolated.root / "profiles" / f"{name}.toml").write_text(body)
+    path = f"{Path(console_script()).parent}:{os.environ['PATH']}"
+
+    def shown(command: str, nth: int = 0) -> None:
+        expected = documented(command, "vllm.md", nth)
+        done = subprocess.run(
+            ["bash", "-c", f"{command} 2>&1"],
+            env=os.environ | {"PATH": path},
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+        assert (done.stdout.splitlines(), done.returncode) == expected, command
+
+    deterministic = "nccl-launch validate profiles/vllm-deterministic.toml"
+    commands = [
+        "nccl-launch validate profiles/vllm-tp4.toml",
+        "nccl-launch run --dry-run vllm-2n --node-rank 1 | tail -1",
+        deterministic,
+        "nccl-launch show vllm-deterministic | sed -n '/^server_owned/,/^]/p'",
+        "nccl-launch validate profiles/vllm-sleep.toml",
+    ]
+    on_the_page = re.findall(r"^\$ (nccl-launch .*)$", text, re.MULTILINE)
+    assert set(on_the_page) == {VLLM_EXAMPLE, *commands}
+    for command in commands[:3]:
+        shown(command)
+    policy = text.split("With this table added", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
+    with (isolated.root / "profiles" / "vllm-deterministic.toml").open("a") as profile:
+        profile.write("\n" + policy)
+    shown(deterministic, nth=1)
+    for command in commands[3:]:
         shown(command)
 
 
