@@ -77,6 +77,8 @@ def test_shipped_profiles_complete_too(run_cli: RunCli) -> None:
     assert complete(run_cli, "nccl-launch show kimi") == [
         "file,kimi",
         f"plain,{KIMI}",
+        f"plain,{KIMI}-vllm",
+        f"plain,{KIMI}-vllm@1",
         f"plain,{KIMI}@1",
     ]
 
