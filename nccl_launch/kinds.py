@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from pydantic import Discriminator, Tag
 
 from nccl_launch.findings import Finding
+from nccl_launch.serving.command import Given, split_command
 from nccl_launch.serving.flags import Flag, empty_credentials, unfilled_credentials
 from nccl_launch.serving.table import ServerTable
 from nccl_launch.sglang import argv as sglang_argv
@@ -47,6 +48,16 @@ class ServerKind:
     # The speculative draft's path, where it has one, and its key in `[server.speculative]`.
     draft_model: Callable[[Any], str | None]
     draft_key: str
+    # Its command line read back into a table (`convert`, `capture`): the console script
+    # and the interpreter's entrypoints that start it, the flag a first plain word after the
+    # entrypoint stands for, the field each option gives, and the fields those give.
+    script: str
+    entrypoints: tuple[str, ...]
+    leading_flag: Callable[[str], Flag | None]
+    reads: Callable[[str], Flag | None]
+    fields: Callable[[Sequence[Given]], tuple[dict[str, Any], list[Given], list[str]]]
+    credential_flags: tuple[str, ...]  # whose values are secrets, spelled in full
+    env_prefix: str  # of the variables it reads
 
     def address(self, server: ServerTable) -> tuple[str, int]:
         """Where the server listens: its host and port, the kind's defaults where unset."""
@@ -75,6 +86,13 @@ KINDS = {
         default_port=sglang_facts.DEFAULT_PORT,
         draft_model=lambda server: server.speculative and server.speculative.draft_model_path,
         draft_key="draft_model_path",
+        script=sglang_facts.SCRIPT,
+        entrypoints=sglang_facts.ENTRYPOINTS,
+        leading_flag=lambda entrypoint: None,
+        reads=sglang_argv.reads,
+        fields=sglang_argv.table_fields,
+        credential_flags=sglang_facts.CREDENTIAL_FLAGS,
+        env_prefix=sglang_facts.ENV_PREFIX,
     ),
     "vllm": ServerKind(
         name="vllm",
@@ -93,12 +111,38 @@ KINDS = {
         default_port=vllm_facts.DEFAULT_PORT,
         draft_model=lambda server: server.speculative and server.speculative.model,
         draft_key="model",
+        script=vllm_facts.SCRIPT,
+        entrypoints=vllm_facts.ENTRYPOINTS,
+        leading_flag=vllm_argv.leading_flag,
+        reads=vllm_facts.flag_for,
+        fields=vllm_argv.table_fields,
+        credential_flags=vllm_facts.CREDENTIAL_FLAGS,
+        env_prefix=vllm_facts.ENV_PREFIX,
     ),
 }
 
 
 def kind_of(server: ServerTable) -> ServerKind:
     return KINDS[server.kind]
+
+
+def command_of(argv: Sequence[str]) -> tuple[ServerKind, tuple[str, str, list[str]]] | None:
+    """The kind of server a command line starts, with its (python, entrypoint, the words
+    after it); None for a command that starts none."""
+    for kind in KINDS.values():
+        split = split_command(argv, kind.script, kind.entrypoints)
+        if split is not None:
+            return kind, split
+    return None
+
+
+def server_commands() -> list[str]:
+    """The command lines that start a server, as a start script writes them."""
+    return [
+        form
+        for kind in KINDS.values()
+        for form in (*(f"python {entry}" for entry in kind.entrypoints), f"{kind.script} serve")
+    ]
 
 
 def _tag(table: Any) -> str | None:

@@ -254,7 +254,9 @@ BAD = "nccl-launch: bad.sh: "  # a script's error names it
          "-2147483648 (strtol truncated to an int), outside its table: undefined behaviour"),
         ("HOST=$(hostname)\npython3 -m sglang.launch_server --model-path /m\n",
          BAD + "line 1: command substitution is not supported"),
-        ("echo hello\n", BAD + "no `python -m sglang.launch_server` (or `sglang serve`)"),
+        ("echo hello\n", BAD + "no server command found (`python -m sglang.launch_server`, "
+         "`sglang serve`, `python -m vllm.entrypoints.cli.main serve`, "
+         "`python -m vllm.entrypoints.openai.api_server`, `vllm serve`)"),
         ("python3 -m sglang.launch_server --model-path $MODEL_DIR\n",
          BAD + "line 1: $MODEL_DIR is not set in the script or this environment"),
         ("cd /srv\nNCCL_ALGO=$NOPE " + SERVE,

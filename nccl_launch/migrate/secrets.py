@@ -15,7 +15,6 @@ from nccl_launch.errors import UsageError
 from nccl_launch.escaping import escaped
 from nccl_launch.masking import credential_values, is_secret, mask_value
 from nccl_launch.serving import references
-from nccl_launch.sglang.facts import CREDENTIAL_FLAGS
 
 SECRETS_MODE = 0o600
 
@@ -70,18 +69,23 @@ def env_file_name(path: Path, profile: Path) -> str:
     return str(path) if path.is_absolute() else os.path.relpath(path, profile.parent)
 
 
-def variable_for(flag: str) -> str:
+def variable_for(flag: str, credential_flags: Sequence[str]) -> str:
     """The variable a credential flag's value is kept in: `--api-key` gives API_KEY, an
-    abbreviation the flag it stands for (`--admin-api` gives ADMIN_API_KEY), a name masking
-    would show one ending in _SECRET (`--watermark-config` gives WATERMARK_CONFIG_SECRET)."""
-    meant = [each for each in CREDENTIAL_FLAGS if each.startswith(flag)]
+    abbreviation the flag of the server's `credential_flags` it stands for (`--admin-api`
+    gives ADMIN_API_KEY), a name masking would show one ending in _SECRET
+    (`--watermark-config` gives WATERMARK_CONFIG_SECRET)."""
+    meant = [each for each in credential_flags if each.startswith(flag)]
     name = re.sub(r"[^A-Za-z0-9]+", "_", (meant[0] if len(meant) == 1 else flag)).strip("_")
     name = name.upper() if name and not name[0].isdigit() else f"SECRET_{name.upper()}"
     return name if is_secret(name) else f"{name}_SECRET"
 
 
 def moved_credentials(
-    argv: list[str], words: list[str], secrets: dict[str, str], taken: Collection[str]
+    argv: list[str],
+    words: list[str],
+    secrets: dict[str, str],
+    taken: Collection[str],
+    credential_flags: Sequence[str],
 ) -> dict[int, str]:
     """`words` (`argv` as `[server] args` writes it) with each credential flag's value that
     is still a value (`--api-key sk-1`) replaced by `${NAME}` (`variable_for`), the value
@@ -92,7 +96,7 @@ def moved_credentials(
     for index, (flag, value) in credential_values(argv).items():
         if references.names([words[index]]):  # a variable of an env file already
             continue
-        base = variable_for(flag)
+        base = variable_for(flag, credential_flags)
         name, number = base, 1
         while secrets.get(name, value) != value or name in taken:
             number += 1
