@@ -531,17 +531,21 @@ VLLM_CORPUS = [
     ("vllm serve /m --model /n", 1),
     ("vllm serve /m -tp eight", 1),
 ]  # fmt: skip
-# The stand-in for vLLM, as its console script and its two modules: what it got.
+# The stand-in for vLLM, as its console script and its two modules: what it got, written
+# whole; then, with STANDIN_WAIT set, it runs on for a minute.
 RECORD = (
-    "import json, os, sys\n"
-    "json.dump({{'env': dict(os.environ), 'argv': sys.argv}}, open({out!r}, 'w'))\n"
+    "import json, os, sys, time\n"
+    "with open({part!r}, 'w') as out:\n"
+    "    json.dump({{'env': dict(os.environ), 'argv': sys.argv}}, out)\n"
+    "os.replace({part!r}, {out!r})\n"
+    "time.sleep(60 if 'STANDIN_WAIT' in os.environ else 0)\n"
 )
 
 
 def vllm_standins(folder: Path, out: Path) -> str:
     """`vllm` in `folder`/bin and the package `vllm` in `folder` (a `python3 -m` started
     there imports it), each recording to `out`; the PATH that finds the script."""
-    record = RECORD.format(out=str(out))
+    record = RECORD.format(out=str(out), part=f"{out}.part")
     script = folder / "bin" / "vllm"
     script.parent.mkdir()
     script.write_text(f"#!{sys.executable}\n{record}")

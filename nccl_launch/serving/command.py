@@ -21,12 +21,16 @@ def split_command(
     argv: Sequence[str], script: str, entrypoints: Sequence[str]
 ) -> tuple[str, str, list[str]] | None:
     """(python, entrypoint, the words after it) of a server's command line: its console
-    `script` and `serve` (the script's path as python, `serve` as the entrypoint), or an
+    `script` and `serve` (the script's path as python, `serve` as the entrypoint; the
+    interpreter before it too, as /proc shows a script its `#!` line started), or an
     interpreter running one of `entrypoints` (`-m MODULE [SUBCOMMAND]`, the interpreter's own
     options kept before it); None for anything else."""
     if not argv:
         return None
     name = PurePosixPath(argv[0]).name
+    interpreted = _PYTHON.fullmatch(name) is not None and len(argv) > 1
+    if interpreted and PurePosixPath(argv[1]).name == script:
+        argv, name = argv[1:], script
     if name == script and argv[1:2] == ["serve"]:
         return argv[0], "serve", list(argv[2:])
     if not _PYTHON.fullmatch(name) or "-m" not in argv:
