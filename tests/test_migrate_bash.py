@@ -526,6 +526,10 @@ VLLM_CORPUS = [
     ("python3 -m vllm.entrypoints.cli.main serve /m --master-addr 10.0.0.1 --master-port 29500 "
      "-n 2 -r 1 -tp 16", None),
     ("python3 -m vllm.entrypoints.openai.api_server --model /m -tp=2 --master-addr h", None),
+    (f"vllm serve /m --speculative_config='{EAGLE}' --master-addr=h --master-port=5 -n=2 -tp=4"
+     " -r=1",
+     None),
+    ("vllm serve --port 8000 /m", 1),
     ("X=1\nvllm serve /m -sc '{bad'", 2),
     ("vllm serve /m -sc '[1]'", 1),
     ("vllm serve /m --model /n", 1),

@@ -100,6 +100,11 @@ def table_fields(given: Sequence[Given]) -> tuple[dict[str, Any], list[Given], l
     `--master-port` are `dist_init_addr` together only, and a `--speculative-config` whose
     JSON `[server.speculative]` cannot hold stays itself."""
     models = [each.option for each in given if each.flag.field == "model_path"]
+    if not models:
+        raise ValueError(
+            "no model: it is read as the word right after `serve`, or as --model's value "
+            "(vLLM's own default model is not assumed); write it there"
+        )
     if len(models) > 1:
         raise ValueError(
             f"the model is given {len(models)} times ({', '.join(models)}); vLLM serves "
