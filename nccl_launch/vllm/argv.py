@@ -91,7 +91,8 @@ def leading_flag(entrypoint: str) -> Flag | None:
     return next(flag for flag in FLAGS if flag.field == "model_path") if serves else None
 
 
-_ADDRESS = ("--master-addr", "--master-port")
+# `dist_init_addr` HOST:PORT as vLLM's flags: `--master-addr`, then `--master-port`.
+_ADDRESS = tuple(flag.canonical for flag in FLAGS if flag.field == "dist_init_addr")
 
 
 def table_fields(given: Sequence[Given]) -> tuple[dict[str, Any], list[Given], list[str]]:
@@ -103,7 +104,7 @@ def table_fields(given: Sequence[Given]) -> tuple[dict[str, Any], list[Given], l
     if not models:
         raise ValueError(
             "no model: it is read as the word right after `serve`, or as --model's value "
-            "(vLLM's own default model is not assumed); write it there"
+            "(not from a --config file, nor vLLM's own default model); write it there"
         )
     if len(models) > 1:
         raise ValueError(
