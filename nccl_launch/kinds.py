@@ -41,6 +41,7 @@ class ServerKind:
     duplicated_flags: Callable[[Any, Sequence[str]], list[tuple[str, Flag]]]
     reads_as_api_key: Callable[[str], bool]
     reads_as_credential: Callable[[str], bool]  # any flag whose value is a secret
+    reads_as_key_list: Callable[[str], bool]  # a credential flag that takes one or more keys
     flag_for: Callable[[str], Flag | None]
     api_key_flag: str
     default_host: str
@@ -80,6 +81,7 @@ KINDS = {
         reads_as_credential=lambda option: sglang_facts.abbreviates(
             option, sglang_facts.CREDENTIAL_FLAGS
         ),
+        reads_as_key_list=lambda option: False,
         flag_for=sglang_facts.flag_for,
         api_key_flag=sglang_facts.API_KEY_FLAG,
         default_host=sglang_facts.DEFAULT_HOST,
@@ -105,6 +107,7 @@ KINDS = {
         duplicated_flags=vllm_argv.duplicated_flags,
         reads_as_api_key=vllm_argv.reads_as_api_key,
         reads_as_credential=vllm_argv.reads_as_credential,
+        reads_as_key_list=vllm_argv.reads_as_api_key,  # `--api-key K1 K2`
         flag_for=vllm_facts.flag_for,
         api_key_flag=vllm_facts.API_KEY_FLAG,
         default_host=vllm_facts.DEFAULT_HOST,

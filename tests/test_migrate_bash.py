@@ -521,6 +521,8 @@ VLLM_CORPUS = [
     ("vllm serve /m -sc '" + NGRAM.replace("}", ',"prompt-lookup-max":4}') + "'", None),
     ("vllm serve /m -sc '" + NGRAM.replace("}", ',"x":[1]}') + "' -pp 2", None),
     (". ./secrets.env\nvllm serve /m --api-key \"$API_KEY\"", None),
+    (". ./secrets.env\nvllm serve /m --api-key \"$API_KEY\" sk-live-2 --enforce-eager", None),
+    ("vllm serve /m --api-key sk-live-1 sk-live-2 --api_key sk-live-3 sk-live-4", None),
     ("export VLLM_API_KEY=sk-live-1234\nvllm serve /m", None),
     ("HF_TOKEN=hf_x VLLM_API_KEY=sk-live-1234 vllm serve /m --api-key=sk-other-99", None),
     ("python3 -m vllm.entrypoints.cli.main serve /m --master-addr 10.0.0.1 --master-port 29500 "

@@ -27,6 +27,7 @@ from nccl_launch.migrate.secrets import (
     secret_variables,
     secrets_file,
     secrets_text,
+    server_credentials,
 )
 from nccl_launch.migrate.server_table import server_table
 from nccl_launch.nccl import catalog, rules
@@ -297,15 +298,15 @@ def _profile(
                 "gives them to the server's env too"
             )
     env = {key: value for key, value in start.env.items() if given.get(key) != value}
-    flags = credential_values(start.argv)
+    found = command_of(start.argv)
+    kind = found[0] if found is not None else None
+    flags = server_credentials(start.argv, kind)
     keys = {value for _, value in flags.values()}
     values = {} if secrets.in_profile else secret_variables(env, keys)
     env = {key: value for key, value in env.items() if key not in values}
     moved = {}
-    found = command_of(start.argv)
-    if not secrets.in_profile and found is not None:
-        taken = env.keys() | given.keys()
-        moved = moved_credentials(start.argv, words, values, taken, found[0].credential_flags)
+    if not secrets.in_profile and kind is not None:
+        moved = moved_credentials(start.argv, words, values, env.keys() | given.keys(), kind)
     kept = secrets_file(path, secrets.to, values, secrets.script, [Path(file) for file in files])
     notes += [
         f"{flags[index][0]}'s value is kept in {kept.path} as {variable}: [server] args say "
