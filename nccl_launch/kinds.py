@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from pydantic import Discriminator, Tag
 
 from nccl_launch.findings import Finding
+from nccl_launch.serving.command import Given, split_command
 from nccl_launch.serving.flags import Flag, empty_credentials, unfilled_credentials
 from nccl_launch.serving.table import ServerTable
 from nccl_launch.sglang import argv as sglang_argv
@@ -43,6 +44,7 @@ class ServerKind:
     duplicated_flags: Callable[[Any, Sequence[str]], list[tuple[str, Flag]]]
     reads_as_api_key: Callable[[str], bool]
     reads_as_credential: Callable[[str], bool]  # any flag whose value is a secret
+    reads_as_key_list: Callable[[str], bool]  # a credential flag that takes one or more keys
     flag_for: Callable[[str], Flag | None]
     api_key_flag: str
     default_host: str
@@ -57,6 +59,16 @@ class ServerKind:
     # arguments (ValueError for an address the kind cannot take).
     node_rank_flag: str
     address_args: Callable[[str], list[str]]
+    # Its command line read back into a table (`convert`, `capture`): the console script
+    # and the interpreter's entrypoints that start it, the flag a first plain word after the
+    # entrypoint stands for, the field each option gives, and the fields those give.
+    script: str
+    entrypoints: tuple[str, ...]
+    leading_flag: Callable[[str], Flag | None]
+    reads: Callable[[str], Flag | None]
+    fields: Callable[[Sequence[Given]], tuple[dict[str, Any], list[Given], list[str]]]
+    credential_flags: tuple[str, ...]  # whose values are secrets, spelled in full
+    env_prefix: str  # of the variables it reads
 
     def address(self, server: ServerTable) -> tuple[str, int]:
         """Where the server listens: its host and port, the kind's defaults where unset."""
@@ -83,6 +95,7 @@ KINDS = {
         ),
         reads_as_api_key=sglang_facts.reads_as_api_key,
         reads_as_credential=sglang_facts.reads_as_credential,
+        reads_as_key_list=lambda option: False,
         flag_for=sglang_facts.flag_for,
         api_key_flag=sglang_facts.API_KEY_FLAG,
         default_host=sglang_facts.DEFAULT_HOST,
@@ -92,6 +105,13 @@ KINDS = {
         parser="nccl_launch.sglang.parser",
         node_rank_flag=_canonical(sglang_facts.FLAGS, "node_rank"),
         address_args=lambda address: [_canonical(sglang_facts.FLAGS, "dist_init_addr"), address],
+        script=sglang_facts.SCRIPT,
+        entrypoints=sglang_facts.ENTRYPOINTS,
+        leading_flag=lambda entrypoint: None,
+        reads=sglang_argv.reads,
+        fields=sglang_argv.table_fields,
+        credential_flags=sglang_facts.CREDENTIAL_FLAGS,
+        env_prefix=sglang_facts.ENV_PREFIX,
     ),
     "vllm": ServerKind(
         name="vllm",
@@ -105,6 +125,7 @@ KINDS = {
         duplicated_flags=vllm_argv.duplicated_flags,
         reads_as_api_key=vllm_argv.reads_as_api_key,
         reads_as_credential=vllm_facts.reads_as_credential,
+        reads_as_key_list=vllm_argv.reads_as_api_key,  # `--api-key K1 K2`
         flag_for=vllm_facts.flag_for,
         api_key_flag=vllm_facts.API_KEY_FLAG,
         default_host=vllm_facts.DEFAULT_HOST,
@@ -114,12 +135,38 @@ KINDS = {
         parser="nccl_launch.vllm.parser",
         node_rank_flag=_canonical(vllm_facts.FLAGS, "node_rank"),
         address_args=address_args,
+        script=vllm_facts.SCRIPT,
+        entrypoints=vllm_facts.ENTRYPOINTS,
+        leading_flag=vllm_argv.leading_flag,
+        reads=vllm_facts.flag_for,
+        fields=vllm_argv.table_fields,
+        credential_flags=vllm_facts.CREDENTIAL_FLAGS,
+        env_prefix=vllm_facts.ENV_PREFIX,
     ),
 }
 
 
 def kind_of(server: ServerTable) -> ServerKind:
     return KINDS[server.kind]
+
+
+def command_of(argv: Sequence[str]) -> tuple[ServerKind, tuple[str, str, list[str]]] | None:
+    """The kind of server a command line starts, with its (python, entrypoint, the words
+    after it); None for a command that starts none."""
+    for kind in KINDS.values():
+        split = split_command(argv, kind.script, kind.entrypoints)
+        if split is not None:
+            return kind, split
+    return None
+
+
+def server_commands() -> list[str]:
+    """The command lines that start a server, as a start script writes them."""
+    return [
+        form
+        for kind in KINDS.values()
+        for form in (*(f"python {entry}" for entry in kind.entrypoints), f"{kind.script} serve")
+    ]
 
 
 def _tag(table: Any) -> str | None:

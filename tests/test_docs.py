@@ -270,6 +270,19 @@ def test_the_key_example_of_migrating_prints_what_the_docs_show(run_cli: RunCli)
     assert Path("profiles/api.toml").read_text().splitlines() == profile
 
 
+def test_the_vllm_example_of_migrating_prints_what_the_docs_show(run_cli: RunCli) -> None:
+    script, _ = documented("cat start_vllm.sh", "migrating.md")
+    Path("start_vllm.sh").write_text("\n".join(script) + "\n")
+    expected, _ = documented("nccl-launch convert start_vllm.sh --name kimi-vllm", "migrating.md")
+    result = run_cli("convert", "start_vllm.sh", "--name", "kimi-vllm")
+    assert result.returncode == 0
+    assert [*result.stderr.splitlines(), *result.stdout.splitlines()] == expected
+    table, _ = documented("sed -n '/^\\[server\\]/,/^$/p' profiles/kimi-vllm.toml", "migrating.md")
+    text = Path("profiles/kimi-vllm.toml").read_text()
+    assert text.split("\n[server]\n", 1)[1].split("\n\n", 1)[0].splitlines() == table[1:-1]
+    assert "sk-live" not in text
+
+
 def test_the_nccl_conf_example_of_migrating_prints_what_the_docs_show(run_cli: RunCli) -> None:
     conf, _ = documented("cat nccl.conf", "migrating.md")
     Path("nccl.conf").write_text("\n".join(conf) + "\n")

@@ -26,6 +26,7 @@ from nccl_launch.serving import references
 from nccl_launch.sglang import facts
 from tests.conftest import HERE, RunCli, console_script
 from tests.helpers import STANDIN, Record, read_record, sleeper, wait_for_record
+from tests.test_migrate_bash import EAGLE, vllm_reads, vllm_standins
 
 SCRIPTS = HERE / "scripts"
 SERVE = "python3 -m sglang.launch_server --model-path /m\n"
@@ -254,7 +255,9 @@ BAD = "nccl-launch: bad.sh: "  # a script's error names it
          "-2147483648 (strtol truncated to an int), outside its table: undefined behaviour"),
         ("HOST=$(hostname)\npython3 -m sglang.launch_server --model-path /m\n",
          BAD + "line 1: command substitution is not supported"),
-        ("echo hello\n", BAD + "no `python -m sglang.launch_server` (or `sglang serve`)"),
+        ("echo hello\n", BAD + "no server command found (`python -m sglang.launch_server`, "
+         "`sglang serve`, `python -m vllm.entrypoints.cli.main serve`, "
+         "`python -m vllm.entrypoints.openai.api_server`, `vllm serve`)"),
         ("python3 -m sglang.launch_server --model-path $MODEL_DIR\n",
          BAD + "line 1: $MODEL_DIR is not set in the script or this environment"),
         ("cd /srv\nNCCL_ALGO=$NOPE " + SERVE,
@@ -996,3 +999,72 @@ def test_a_key_under_a_name_masking_shows_is_kept_under_one_it_masks(run_cli: Ru
         "nccl-launch: warning: --api-key ${MYVAL}: written as its value, since masking shows a "
         "variable named MYVAL (a name ending in KEY, TOKEN, SECRET or PASSWORD is masked)"
     ) in result.stderr.splitlines()
+
+
+def test_capture_of_a_vllm_server_writes_a_vllm_profile_whose_run_execs_its_command_line(
+    nccl_launch: RunCli, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """A `vllm serve` process as /proc shows it (the interpreter its `#!` line names, then the
+    script): its table, its VLLM_* variables, its key in the secrets file; run of the profile
+    execs a command line vLLM reads as the process's."""
+    out = tmp_path / "vllm.json"
+    path = vllm_standins(tmp_path, out)
+    script = str(tmp_path / "bin" / "vllm")
+    argv = [script, "serve", "/models/m", "-tp", "2", "--master-addr", "10.0.0.1", "--master-port",
+            "29500", "-sc", EAGLE, "--api-key", "sk-live-1234", "--enforce-eager"]  # fmt: skip
+    env = {"PATH": path, "STANDIN_WAIT": "1", "NCCL_PROTO": "LL", "VLLM_USE_V1": "1"}
+    process = subprocess.Popen(argv, env=env, cwd=tmp_path)
+    try:
+        original = wait_for_record(out, process)
+        result = run_cli("capture", "--pid", str(process.pid), "--name", "live")
+    finally:
+        process.kill()
+        process.wait()
+    assert result.returncode == 0, result.stderr
+    text = Path("profiles/live.toml").read_text()
+    assert "sk-live-1234" not in text + result.stdout + result.stderr
+    profile = tomllib.loads(text)
+    assert (profile["nccl"], profile["env"]) == ({"PROTO": "LL"}, {"VLLM_USE_V1": "1"})
+    assert profile["server"] == {
+        "kind": "vllm", "python": script, "entrypoint": "serve", "model_path": "/models/m",
+        "tp_size": 2, "dist_init_addr": "10.0.0.1:29500", "speculative": json.loads(EAGLE),
+        "args": ["--api-key", "${API_KEY}", "--enforce-eager"], "cwd": str(tmp_path),
+    }  # fmt: skip
+    out.unlink()
+    launched = nccl_launch("run", "live")
+    assert launched.returncode == 0, launched.stderr
+    again = read_record(out)
+    assert vllm_reads(again["argv"]) == vllm_reads(original["argv"])
+    assert again["argv"][0] == original["argv"][0] == script
+    assert again["env"]["VLLM_USE_V1"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("line", "server", "note"),
+    [
+        ("vllm serve /m --master-port 29500", {"args": ["--master-port", "29500"]}, None),
+        ("vllm serve /m -sc None", {"args": ["-sc", "None"]},
+         "-sc: kept in [server] args as written: 'None' means none"),
+        ("vllm serve /m -sc '{\"num_speculative_tokens\": 2}'",
+         {"args": ["-sc", '{"num_speculative_tokens": 2}']},
+         "-sc: kept in [server] args as written: [server.speculative] would refuse it (method: "
+         "Field required)"),
+        ("python3 -m vllm.entrypoints.openai.api_server /x --model /m", {"args": ["/x"]}, None),
+        ("vllm serve /m --master-addr ::1 --master-port 5000", {"dist_init_addr": "[::1]:5000"},
+         None),
+    ],
+)  # fmt: skip
+def test_convert_keeps_in_args_what_a_vllm_table_cannot_hold_and_says_why(
+    line: str, server: dict[str, object], note: str | None, run_cli: RunCli
+) -> None:
+    """A lone --master-addr or --master-port, a speculative config the table would refuse (its
+    JSON must still be an object), a word the deprecated module reads as no model: each
+    stays where it was, so the profile means what the line does."""
+    Path("start.sh").write_text(line + "\n")
+    result = run_cli("convert", "start.sh", "-o", "out.toml")
+    assert result.returncode == 0, result.stderr
+    table = tomllib.loads(Path("out.toml").read_text())["server"]
+    assert {key: table[key] for key in server} == server
+    assert "speculative" not in table
+    warnings = [line for line in result.stderr.splitlines() if "looked up on the PATH" not in line]
+    assert warnings == ([f"nccl-launch: warning: {note}"] if note else [])

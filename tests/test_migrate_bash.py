@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -506,3 +507,129 @@ def test_as_root_a_sourced_file_others_could_write_is_refused(run_cli: RunCli) -
     assert result.stderr.startswith(
         "nccl-launch: start.sh: line 1: sourced file nccl.env: writable by group or others"
     )
+
+
+# vLLM: a start script's `vllm serve` (or interpreter) line, and the line convert refuses or
+# None. Its profile, run, must exec what bash execs, as vLLM's parser reads it.
+EAGLE = '{"method": "eagle3", "model": "/models/m-EAGLE3", "num_speculative_tokens": 3}'
+NGRAM = '{"method":"ngram","num_speculative_tokens":3}'
+VLLM_CORPUS = [
+    ("vllm serve /models/m -tp 8 --port 8001 --enforce-eager", None),
+    ("vllm serve --model /models/m --tensor_parallel_size=8 --max-model-len 8192", None),
+    ("vllm serve -tp 8 --model=/models/m --served-model-name kimi k2", None),
+    (f"M=/models/m\nvllm serve \"$M\" --speculative-config '{EAGLE}' --host 127.0.0.1", None),
+    ("vllm serve /m -sc '" + NGRAM.replace("}", ',"prompt-lookup-max":4}') + "'", None),
+    ("vllm serve /m -sc '" + NGRAM.replace("}", ',"x":[1]}') + "' -pp 2", None),
+    (". ./secrets.env\nvllm serve /m --api-key \"$API_KEY\"", None),
+    (". ./secrets.env\nvllm serve /m --api-key \"$API_KEY\" sk-live-2 --enforce-eager", None),
+    ("vllm serve /m --api-key sk-live-1 sk-live-2 --api_key sk-live-3 sk-live-4", None),
+    ("export VLLM_API_KEY=sk-live-1234\nvllm serve /m", None),
+    ("HF_TOKEN=hf_x VLLM_API_KEY=sk-live-1234 vllm serve /m --api-key=sk-other-99", None),
+    ("python3 -m vllm.entrypoints.cli.main serve /m --master-addr 10.0.0.1 --master-port 29500 "
+     "-n 2 -r 1 -tp 16", None),
+    ("python3 -m vllm.entrypoints.openai.api_server --model /m -tp=2 --master-addr h", None),
+    (f"vllm serve /m --speculative_config='{EAGLE}' --master-addr=h --master-port=5 -n=2 -tp=4"
+     " -r=1",
+     None),
+    ("vllm serve --port 8000 /m", 1),
+    ("X=1\nvllm serve /m -sc '{bad'", 2),
+    ("vllm serve /m -sc '[1]'", 1),
+    ("vllm serve /m --model /n", 1),
+    ("vllm serve /m -tp eight", 1),
+]  # fmt: skip
+# The stand-in for vLLM, as its console script and its two modules: what it got, written
+# whole; then, with STANDIN_WAIT set, it runs on for a minute.
+RECORD = (
+    "import json, os, sys, time\n"
+    "with open({part!r}, 'w') as out:\n"
+    "    json.dump({{'env': dict(os.environ), 'argv': sys.argv}}, out)\n"
+    "os.replace({part!r}, {out!r})\n"
+    "time.sleep(60 if 'STANDIN_WAIT' in os.environ else 0)\n"
+)
+
+
+def vllm_standins(folder: Path, out: Path) -> str:
+    """`vllm` in `folder`/bin and the package `vllm` in `folder` (a `python3 -m` started
+    there imports it), each recording to `out`; the PATH that finds the script."""
+    record = RECORD.format(out=str(out), part=f"{out}.part")
+    script = folder / "bin" / "vllm"
+    script.parent.mkdir()
+    script.write_text(f"#!{sys.executable}\n{record}")
+    script.chmod(0o755)
+    for module in ("entrypoints/cli/main.py", "entrypoints/openai/api_server.py"):
+        path = folder / "vllm" / module
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(record)
+    return f"{script.parent}:{os.environ['PATH']}"
+
+
+def vllm_reads(argv: list[str]) -> dict[str, Any]:
+    """What vLLM 0.33.0 reads from its command line (the stand-in's argv: its own path, then
+    the words) for the flags the corpus uses: `serve` first moves a `--model` after it, and
+    reads `_` as `-` in a long option's name (utils/argparse_utils.py); then argparse, with
+    the flags as engine/arg_utils.py and entrypoints/common/cli_args.py declare them; only
+    `serve` reads the word after it as the model (entrypoints/cli/serve.py); the speculative
+    JSON's keys with `-` read as `_`."""
+    args = argv[1:]
+    serve = args[:1] == ["serve"]
+    if serve:
+        args = args[1:]
+        at = next((i for i, arg in enumerate(args) if re.match(r"^--model(=.+|$)", arg)), None)
+        if at is not None:
+            given = args[at] == "--model"
+            tag = args[at + 1] if given else args[at].removeprefix("--model=")
+            args = [tag, *args[:at], *args[at + 1 + given :]]
+    args = [re.sub(r"(?<=^--)[^=]*", lambda m: m[0].replace("_", "-"), arg) for arg in args]
+    parser = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    parser.add_argument("model_tag", nargs="?")
+    parser.add_argument("--model")
+    for flag, *alias in (["--tensor-parallel-size", "-tp"], ["--pipeline-parallel-size", "-pp"],
+                         ["--port"], ["--nnodes", "-n"], ["--node-rank", "-r"], ["--master-port"],
+                         ["--max-model-len"]):  # fmt: skip
+        parser.add_argument(flag, *alias, type=int)
+    for flag in ("--host", "--master-addr", "--hf-token"):
+        parser.add_argument(flag)
+    parser.add_argument("--speculative-config", "-sc", type=json.loads)
+    for flag in ("--api-key", "--served-model-name"):
+        parser.add_argument(flag, nargs="+")
+    parser.add_argument("--enforce-eager", action="store_true")
+    read = vars(parser.parse_args(args))
+    if serve and read["model_tag"] is not None:
+        read["model"] = read["model_tag"]
+    if read["speculative_config"] is not None:  # as create_speculative_config reads its keys
+        read["speculative_config"] = {
+            key.replace("-", "_"): value for key, value in read["speculative_config"].items()
+        }
+    return read
+
+
+@pytest.mark.parametrize(("script", "refused"), VLLM_CORPUS)
+def test_a_vllm_script_converts_to_a_profile_whose_run_execs_what_bash_execs(
+    script: str, refused: int | None, run_cli: RunCli, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    """The profile's argv reads as bash's does to vLLM's parser, and the server gets the
+    variables bash gave it, the key among them from an env file, never from the profile."""
+    out = tmp_path / "vllm.json"
+    path = vllm_standins(tmp_path, out)
+    write_sourced({"secrets.env": "API_KEY=sk-live-1234\n"})
+    result = convert(script, run_cli)
+    if refused is not None:
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith(f"nccl-launch: start.sh: line {refused}: "), result.stderr
+        assert len(result.stderr.splitlines()) == 1
+        return
+    assert result.returncode == 0, result.stderr
+    text = Path("out.toml").read_text()
+    assert "sk-" not in text and "hf_x" not in text
+    assert tomllib.loads(text)["server"]["kind"] == "vllm"
+    subprocess.run(["bash", "start.sh"], env={"HOME": os.environ["HOME"], "PATH": path},
+                   cwd=tmp_path, check=True, timeout=30)  # fmt: skip
+    bash = json.loads(out.read_text())
+    out.unlink()
+    launched = nccl_launch("run", "out.toml", env={"PATH": path})
+    assert launched.returncode == 0, launched.stderr
+    run = json.loads(out.read_text())
+    assert run["argv"][0] == bash["argv"][0]
+    assert vllm_reads(run["argv"]) == vllm_reads(bash["argv"])
+    given = {key for key in bash["env"] if key.startswith(("VLLM_", "HF_"))}
+    assert {key: run["env"].get(key) for key in given} == {key: bash["env"][key] for key in given}

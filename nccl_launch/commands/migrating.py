@@ -76,11 +76,12 @@ def convert(script: str, kind: str | None, name: str | None, **options: Any) -> 
     """Turn a start SCRIPT (or '-' for stdin: a raw command line) into a profile.
 
     Follows export lines, VAR=value prefixes, env, line continuations, comments, cd,
-    sourced files and output redirections up to the `python -m sglang.launch_server` (or
-    `sglang serve`) line, only the code that runs: here-docs and function bodies are skipped,
-    `&&` and `||` follow what came before, `if` and loops are refused with their line, `exit`
-    ends the script. An environment file (KEY=VALUE lines) or an nccl.conf gives a profile
-    of its variables, without [server].
+    sourced files and output redirections up to the server's line (SGLang's `python -m
+    sglang.launch_server` or `sglang serve`; vLLM's `vllm serve`, or `python -m` of its
+    `serve` or its deprecated API server module), only the code that runs: here-docs and
+    function bodies are skipped, `&&` and `||` follow what came before, `if` and loops are
+    refused with their line, `exit` ends the script. An environment file (KEY=VALUE lines)
+    or an nccl.conf gives a profile of its variables, without [server].
     """
     from nccl_launch.migrate.inputs import read_input
 

@@ -9,15 +9,18 @@ import psutil
 
 from nccl_launch.errors import HostError
 from nccl_launch.escaping import escaped, not_utf8
+from nccl_launch.kinds import KINDS
 from nccl_launch.live.environ import OVERWRITTEN, getenv_view
 from nccl_launch.migrate.start import StartCommand
 from nccl_launch.nccl import catalog
 from nccl_launch.profile.markers import MARKER_PROFILE, OWN_VARIABLES
 
-# Variables worth keeping from a running server's environment besides NCCL_*.
+# Variables worth keeping from a running server's environment besides NCCL_*: those every
+# server kind reads (SGLANG_*, VLLM_*), and these.
 CAPTURED_PREFIXES = (
-    "CUDA_", "SGLANG_", "HF_", "TORCH_", "PYTORCH_", "TRANSFORMERS_", "FLASHINFER_",
+    "CUDA_", "HF_", "TORCH_", "PYTORCH_", "TRANSFORMERS_", "FLASHINFER_",
     "NVSHMEM_", "UCX_", "TOKENIZERS_", "OMP_NUM_THREADS",
+    *(kind.env_prefix for kind in KINDS.values()),
 )  # fmt: skip
 
 

@@ -1,4 +1,4 @@
-"""`convert`: follow a start script, or one raw line, up to its SGLang command, taking only
+"""`convert`: follow a start script, or one raw line, up to its server's command, taking only
 the code that runs: function bodies and here-docs are skipped, `&&` and `||` follow the
 outcome of what came before, branches and loops are refused, `exit` ends the script, and a
 sourced file is followed as part of it (a virtual environment's `activate` only moves PATH).
@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from nccl_launch.errors import UsageError
+from nccl_launch.kinds import command_of, server_commands
 from nccl_launch.migrate import shell, sourced
 from nccl_launch.migrate.builtins import AFTER_EXPANSION, BUILTINS, DECLARATIONS
-from nccl_launch.migrate.server_table import server_split
 from nccl_launch.migrate.start import StartCommand
 from nccl_launch.migrate.state import Shell, known_at, utf8
 from nccl_launch.serving import references
@@ -179,7 +179,7 @@ class _Script:
         if not argv:
             return True  # `exec > log 2>&1` only redirects the script's own output
         self.done = replaces  # `exec` replaces the shell: nothing after it runs
-        if server_split(argv) is not None:
+        if command_of(argv) is not None:
             argv[0] = state.interpreter(argv[0], line)
             if self.found is not None:
                 raise UsageError(
@@ -228,7 +228,7 @@ class _Script:
 
 
 def read_script(text: str, environ: Mapping[str, str]) -> StartCommand:
-    """Follow a start script (or one raw line) up to its SGLang command."""
+    """Follow a start script (or one raw line) up to its server's command."""
     if "\x00" in text:  # bash will not run such a file either
         line = text.count("\n", 0, text.index("\x00")) + 1
         raise UsageError(f"line {line}: a NUL byte; a start script is text")
@@ -238,7 +238,8 @@ def read_script(text: str, environ: Mapping[str, str]) -> StartCommand:
     except shell.ShellError as error:
         raise UsageError(str(error)) from None
     if script.found is None:
-        raise UsageError("no `python -m sglang.launch_server` (or `sglang serve`) command found")
+        found = ", ".join(f"`{form}`" for form in server_commands())
+        raise UsageError(f"no server command found ({found})")
     at, env, argv, written, origins = script.found
     state = script.shell
     lines = {name: state.lines[name] for name in env if name in state.lines}

@@ -13,9 +13,9 @@ from pathlib import Path
 from nccl_launch.deploy.exports import dotenv
 from nccl_launch.errors import UsageError
 from nccl_launch.escaping import escaped
+from nccl_launch.kinds import ServerKind
 from nccl_launch.masking import credential_values, is_secret, mask_value
 from nccl_launch.serving import references
-from nccl_launch.sglang.facts import CREDENTIAL_FLAGS
 
 SECRETS_MODE = 0o600
 
@@ -70,29 +70,49 @@ def env_file_name(path: Path, profile: Path) -> str:
     return str(path) if path.is_absolute() else os.path.relpath(path, profile.parent)
 
 
-def variable_for(flag: str) -> str:
+def variable_for(flag: str, credential_flags: Sequence[str]) -> str:
     """The variable a credential flag's value is kept in: `--api-key` gives API_KEY, an
-    abbreviation the flag it stands for (`--admin-api` gives ADMIN_API_KEY), a name masking
-    would show one ending in _SECRET (`--watermark-config` gives WATERMARK_CONFIG_SECRET)."""
-    meant = [each for each in CREDENTIAL_FLAGS if each.startswith(flag)]
+    abbreviation the flag of the server's `credential_flags` it stands for (`--admin-api`
+    gives ADMIN_API_KEY), a name masking would show one ending in _SECRET
+    (`--watermark-config` gives WATERMARK_CONFIG_SECRET)."""
+    meant = [each for each in credential_flags if each.startswith(flag)]
     name = re.sub(r"[^A-Za-z0-9]+", "_", (meant[0] if len(meant) == 1 else flag)).strip("_")
     name = name.upper() if name and not name[0].isdigit() else f"SECRET_{name.upper()}"
     return name if is_secret(name) else f"{name}_SECRET"
 
 
+def server_credentials(argv: Sequence[str], kind: ServerKind | None) -> dict[int, tuple[str, str]]:
+    """The credential flags' values in `argv` (`credential_values`), by index, with each
+    further key of a flag its server's `kind` reads one or more of (vLLM's `--api-key K1 K2`;
+    `--api-key=K1` gives one)."""
+    found = credential_values(argv)
+    for index, (flag, value) in list(found.items()):
+        if kind is None or argv[index] != value or not kind.reads_as_key_list(flag):
+            continue
+        after = index + 1
+        while after < len(argv) and not argv[after].startswith("-"):
+            found[after] = (flag, argv[after])
+            after += 1
+    return dict(sorted(found.items()))
+
+
 def moved_credentials(
-    argv: list[str], words: list[str], secrets: dict[str, str], taken: Collection[str]
+    argv: list[str],
+    words: list[str],
+    secrets: dict[str, str],
+    taken: Collection[str],
+    kind: ServerKind,
 ) -> dict[int, str]:
-    """`words` (`argv` as `[server] args` writes it) with each credential flag's value that
-    is still a value (`--api-key sk-1`) replaced by `${NAME}` (`variable_for`), the value
-    added to `secrets` (one it holds with another value, or `taken`, the names the server
-    gets from elsewhere, gets a number: `API_KEY_2`). What moved: each word's index and its
-    name."""
+    """`words` (`argv` of a server of `kind`, as `[server] args` writes it) with each
+    credential flag's value that is still a value (`--api-key sk-1`) replaced by `${NAME}`
+    (`variable_for`), the value added to `secrets` (one it holds with another value, or
+    `taken`, the names the server gets from elsewhere, gets a number: `API_KEY_2`). What
+    moved: each word's index and its name."""
     moved = {}
-    for index, (flag, value) in credential_values(argv).items():
+    for index, (flag, value) in server_credentials(argv, kind).items():
         if references.names([words[index]]):  # a variable of an env file already
             continue
-        base = variable_for(flag)
+        base = variable_for(flag, kind.credential_flags)
         name, number = base, 1
         while secrets.get(name, value) != value or name in taken:
             number += 1

@@ -1,18 +1,16 @@
-"""The `[server]` table that reproduces an SGLang command line, flags resolved like argparse."""
+"""The `[server]` table that reproduces a server's command line, flags resolved like
+argparse: the generic walk over its words; what each kind's flags mean is the kind's."""
 
 from __future__ import annotations
 
 import re
-import shlex
-from pathlib import PurePosixPath
 from typing import Any
 
-from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import UsageError
+from nccl_launch.kinds import DEFAULT_KIND, command_of
 from nccl_launch.serving import references
-from nccl_launch.sglang.facts import SPECULATIVE_PREFIX, flag_for
+from nccl_launch.serving.command import Given
 
-_PYTHON = re.compile(r"python[0-9.]*")
 UNSET = "\x00"  # stands for a variable a script reads from its caller
 
 
@@ -21,40 +19,12 @@ def from_caller(name: str) -> str:
     return UNSET + name
 
 
-def server_split(argv: list[str]) -> tuple[str, str, list[str]] | None:
-    """(python, entrypoint, flags) of an SGLang command line, or None for anything else."""
-    if not argv:
-        return None
-    name = PurePosixPath(argv[0]).name
-    if name == "sglang" and argv[1:2] == ["serve"]:
-        return argv[0], "serve", argv[2:]
-    if not _PYTHON.fullmatch(name) or "-m" not in argv:
-        return None
-    module = argv.index("-m") + 1
-    if argv[module : module + 1] != ["sglang.launch_server"]:
-        return None
-    # quoted, so that a word holding blanks stays one word when the entrypoint is split back
-    return argv[0], shlex.join(argv[1 : module + 1]), argv[module + 1 :]
-
-
 def known(word: str) -> str:
     """A word with every variable resolved; the caller-provided ones are an error here."""
     if UNSET in word:
         name = re.split(r"[^A-Za-z0-9_]", word.split(UNSET, 1)[1])[0]
         raise UsageError(f"${name} is not set in the script or this environment")
     return word
-
-
-def _number(flag: str, value: str) -> int:
-    if not is_ascii_digits(value):
-        raise UsageError(f"{flag} {value!r} is not an integer")
-    return int(value)
-
-
-_INTEGERS = {
-    "tp_size", "pp_size", "port", "nnodes", "node_rank",
-    "speculative.num_steps", "speculative.eagle_topk", "speculative.num_draft_tokens",
-}  # fmt: skip
 
 
 def _value_only(name: str, value: str, word: str, notes: list[str]) -> None:
@@ -70,45 +40,57 @@ def _value_only(name: str, value: str, word: str, notes: list[str]) -> None:
 def server_table(
     argv: list[str], words: list[str] | None = None
 ) -> tuple[dict[str, Any] | None, list[str]]:
-    """The `[server]` table reproducing an SGLang argv (None when it is not one), and notes on
+    """The `[server]` table reproducing a server's argv (None when it is none), and notes on
     what it leaves out. `words` are the argv's words as `[server] args` writes them (default:
     each as it is, `references.literal`), some of them referring to variables (`${NAME}`)."""
-    split = server_split(argv)
-    if split is None:
+    found = command_of(argv)
+    if found is None:
         return None, []
+    kind, (python, entrypoint, flags) = found
     notes: list[str] = []
-    python, entrypoint, flags = split
     written = (words or [references.literal(word) for word in argv])[len(argv) - len(flags) :]
-    table: dict[str, Any] = {"python": python, "entrypoint": entrypoint}
-    speculative: dict[str, Any] = {}
-    args: list[str] = []
+    table: dict[str, Any] = {} if kind.name == DEFAULT_KIND else {"kind": kind.name}
+    table |= {"python": python, "entrypoint": entrypoint}
+    leading = kind.leading_flag(entrypoint)
+    items: list[Given | int] = []  # a structured flag, or the index of a word for the args
     index = 0
     while index < len(flags):
         option = flags[index]
         name, equals, value = option.partition("=")
-        takes_next = not equals and index + 1 < len(flags) and not flags[index + 1].startswith("--")
-        if takes_next:
+        flag = kind.reads(option) if option.startswith("-") else None
+        takes_next = (
+            flag is not None
+            and not equals
+            and index + 1 < len(flags)
+            and not flags[index + 1].startswith("--")
+        )
+        if index == 0 and leading is not None and not option.startswith("-"):
+            flag, name, value, equals = leading, leading.field, option, "="  # its value
+        elif takes_next:
             value = flags[index + 1]
-        flag = flag_for(option) if option.startswith("--") else None
         consumed = 2 if takes_next else 1
-        held = written[index + consumed - 1]
-        if flag is None and name.startswith(SPECULATIVE_PREFIX):
-            key = name.removeprefix(SPECULATIVE_PREFIX).replace("-", "_")
-            speculative[key] = known(value) if (equals or takes_next) else True
-            _value_only(name, flags[index + consumed - 1], held, notes)
-        elif flag is None:
+        if flag is None:
             known(option)
-            args.append(written[index])
-            consumed = 1
+            items.append(index)
         elif UNSET in value and flag.field in ("node_rank", "dist_init_addr"):
             notes.append(f"{name} comes from the caller's environment; left to run time")
         else:
-            value = known(value)
-            parsed: Any = _number(name, value) if flag.field in _INTEGERS else value
-            section, _, key = flag.field.rpartition(".")
-            (speculative if section else table)[key] = parsed
-            _value_only(name, flags[index + consumed - 1], held, notes)
+            raw = flags[index + consumed - 1]
+            given = known(value) if equals or takes_next else None
+            if given is not None:
+                _value_only(name, raw, written[index + consumed - 1], notes)
+            held = tuple(written[index : index + consumed])
+            items.append(Given(flag, name, given, held))
         index += consumed
-    if speculative:
-        table["speculative"] = speculative
-    return (table | {"args": args} if args else table), notes
+    try:
+        fields, left, kind_notes = kind.fields([item for item in items if isinstance(item, Given)])
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    args: list[str] = []
+    for item in items:
+        if isinstance(item, int):
+            args.append(written[item])
+        elif any(item is each for each in left):
+            args += item.words
+    table |= fields
+    return (table | {"args": args} if args else table), notes + kind_notes

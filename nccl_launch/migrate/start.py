@@ -17,6 +17,7 @@ from nccl_launch.env.env_files import env_file_lines, profile_env_file_lines
 from nccl_launch.errors import HostError, ProfileError, UsageError
 from nccl_launch.escaping import toml_escaped
 from nccl_launch.files import check_output, write_output
+from nccl_launch.kinds import KINDS, command_of
 from nccl_launch.masking import credential_values, holds_secret, is_secret, mask_argv
 from nccl_launch.migrate.secrets import (
     SECRETS_MODE,
@@ -26,8 +27,9 @@ from nccl_launch.migrate.secrets import (
     secret_variables,
     secrets_file,
     secrets_text,
+    server_credentials,
 )
-from nccl_launch.migrate.server_table import server_split, server_table
+from nccl_launch.migrate.server_table import server_table
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.nccl.grammar import BoolRule, IntRule, LevelRule, SizeRule, TomlValue, Undefined
 from nccl_launch.profile.load import LoadedProfile, validate_resolved
@@ -171,7 +173,8 @@ def build_profile(
     elif start.argv:
         # Kept in the profile's provenance, which is shown, diffed and committed.
         shown = " ".join(mask_argv(start.argv))
-        notes.append(f"not an SGLang command, run it with: -- {shown}")
+        kinds = " or ".join(kind.title for kind in KINDS.values())
+        notes.append(f"not an {kinds} command, run it with: -- {shown}")
     data["provenance"] = {"source": source} | ({"notes": "; ".join(notes)} if notes else {})
     profile = validate_resolved(source, data)
     return BuiltProfile(data, profile, build_plan(profile), comments, notes)
@@ -295,13 +298,15 @@ def _profile(
                 "gives them to the server's env too"
             )
     env = {key: value for key, value in start.env.items() if given.get(key) != value}
-    flags = credential_values(start.argv)
+    found = command_of(start.argv)
+    kind = found[0] if found is not None else None
+    flags = server_credentials(start.argv, kind)
     keys = {value for _, value in flags.values()}
     values = {} if secrets.in_profile else secret_variables(env, keys)
     env = {key: value for key, value in env.items() if key not in values}
     moved = {}
-    if not secrets.in_profile and server_split(start.argv) is not None:
-        moved = moved_credentials(start.argv, words, values, env.keys() | given.keys())
+    if not secrets.in_profile and kind is not None:
+        moved = moved_credentials(start.argv, words, values, env.keys() | given.keys(), kind)
     kept = secrets_file(path, secrets.to, values, secrets.script, [Path(file) for file in files])
     notes += [
         f"{flags[index][0]}'s value is kept in {kept.path} as {variable}: [server] args say "

@@ -1,13 +1,16 @@
-"""The SGLang command line a `[server]` table stands for, every flag spelled canonically."""
+"""The SGLang command line a `[server]` table stands for, every flag spelled canonically;
+and the table a command line's structured flags give."""
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
+from nccl_launch.serving.command import INTEGER_FIELDS, Given, field_value
 from nccl_launch.serving.flags import Flag
 from nccl_launch.serving.table import Scalar
-from nccl_launch.sglang.facts import FLAGS, extra_flag, flag_for
+from nccl_launch.sglang.facts import FLAGS, SPECULATIVE_PREFIX, extra_flag, flag_for
 from nccl_launch.sglang.server import Server
 
 # Emitted only when they differ from SGLang's default, so that simple profiles stay short.
@@ -57,3 +60,36 @@ def duplicated_flags(args: list[str], settings: Iterable[str] = ()) -> list[tupl
         if flag is not None:
             repeated.append((option.split("=", 1)[0], flag))
     return repeated
+
+
+_INTEGERS = (
+    *INTEGER_FIELDS, "speculative.num_steps", "speculative.eagle_topk",
+    "speculative.num_draft_tokens",
+)  # fmt: skip
+
+
+def reads(option: str) -> Flag | None:
+    """The field an option of an SGLang command line gives: a structured one, or any other
+    `--speculative-KEY` as the pass-through `speculative.KEY`."""
+    flag = flag_for(option)
+    name = option.split("=", 1)[0]
+    if flag is None and name.startswith(SPECULATIVE_PREFIX):
+        key = name.removeprefix(SPECULATIVE_PREFIX).replace("-", "_")
+        return Flag(f"speculative.{key}", name)
+    return flag
+
+
+def table_fields(given: Sequence[Given]) -> tuple[dict[str, Any], list[Given], list[str]]:
+    """The `[server]` fields the structured flags `given` set (the last of each wins, as in
+    argparse; a pass-through flag without a value is true); none is left to the args."""
+    table: dict[str, Any] = {}
+    speculative: dict[str, Any] = {}
+    for each in given:
+        section, _, key = each.flag.field.rpartition(".")
+        passed = each.flag not in FLAGS
+        value = True if passed and each.value is None else each.value
+        parsed = value if passed else field_value(each, _INTEGERS)
+        (speculative if section else table)[key] = parsed
+    if speculative:
+        table["speculative"] = speculative
+    return table, [], []

@@ -14,6 +14,9 @@ ALGORITHMS = (
     "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO", "FROZEN_KV_MTP",
 )  # fmt: skip
 DEFAULT_ENTRYPOINT = "-m sglang.launch_server"
+# A start script runs the server as the console script's `sglang serve` or as the module.
+SCRIPT, ENTRYPOINTS = "sglang", (DEFAULT_ENTRYPOINT,)
+ENV_PREFIX = "SGLANG_"  # the variables SGLang reads
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 30000  # `--host` and `--port` when not given
 # With `--api-key KEY`, SGLang answers every path but /health*, /ready* and /metrics* with 401
 # unless it carries `Authorization: Bearer KEY` (utils/auth.py); an empty KEY checks nothing.

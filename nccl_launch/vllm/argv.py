@@ -1,15 +1,28 @@
-"""The vLLM command line a `[server]` table stands for, every flag spelled canonically."""
+"""The vLLM command line a `[server]` table stands for, every flag spelled canonically;
+and the table a command line's structured flags give."""
 
 from __future__ import annotations
 
 import json
 import shlex
 from collections.abc import Sequence
+from typing import Any
 
+from pydantic import ValidationError
+
+from nccl_launch.serving.command import Given, field_value
 from nccl_launch.serving.flags import Flag
-from nccl_launch.vllm.facts import API_KEY_FLAG, FLAGS, flag_for, option_for, options
+from nccl_launch.vllm.facts import (
+    ADDRESS_FLAGS,
+    API_KEY_FLAG,
+    FLAGS,
+    SERVE,
+    flag_for,
+    option_for,
+    options,
+)
 from nccl_launch.vllm.server import VllmServer as Server
-from nccl_launch.vllm.server import address_args
+from nccl_launch.vllm.server import VllmSpeculative, address_args
 
 # Emitted only when they differ from vLLM's default, so that simple profiles stay short.
 _OMITTED_DEFAULTS = {"tp_size": 1, "pp_size": 1, "nnodes": 1}
@@ -26,11 +39,13 @@ def speculative_config(server: Server) -> str | None:
 
 
 def server_argv(server: Server) -> list[str]:
-    """The vLLM command line of a `[server]` table: the model positional after `serve`."""
+    """The vLLM command line of a `[server]` table: the model positional after `serve`, else
+    `--model` (the deprecated module reads no other)."""
     argv = [server.python, *shlex.split(server.entrypoint)]
-    if server.model_path is not None:
-        argv.append(server.model_path)
     canonical = {flag.field: flag.canonical for flag in FLAGS}
+    if server.model_path is not None:
+        model = [server.model_path]
+        argv += model if leading_flag(server.entrypoint) else [canonical["model_path"], *model]
     for field in _VALUED:
         value = getattr(server, field)
         if value is not None and _OMITTED_DEFAULTS.get(field) != value:
@@ -43,13 +58,20 @@ def server_argv(server: Server) -> list[str]:
     return argv + list(server.args)
 
 
+# Fields a flag of the args may stand beside while the table leaves them unset: a lone
+# `--master-addr` or `--master-port`, a `--speculative-config` `[server.speculative]`
+# cannot hold.
+_ONLY_WHEN_SET = ("dist_init_addr", "speculative")
+
+
 def duplicated_flags(server: Server, args: Sequence[str]) -> list[tuple[str, Flag]]:
     """Options in `args` (as written, without `=VALUE`) that repeat a structured field, as
     vLLM's parser reads them (a short alias, `_` for `-`, a unique prefix, a dotted key)."""
     repeated = []
     for option in args:
         flag = flag_for(option)
-        if flag is not None:
+        unset = flag is not None and flag.field in _ONLY_WHEN_SET
+        if flag is not None and not (unset and getattr(server, flag.field) is None):
             repeated.append((option.split("=", 1)[0], flag))
     return repeated
 
@@ -75,3 +97,82 @@ def setting(args: Sequence[str], name: str) -> str | bool | None:
 def reads_as_api_key(option: str) -> bool:
     """Whether vLLM's parser reads `option` as `--api-key` (`_` for `-`, a unique prefix)."""
     return option_for(option) == API_KEY_FLAG
+
+
+def leading_flag(entrypoint: str) -> Flag | None:
+    """The structured flag a first word after `entrypoint` that is no option stands for: the
+    model, after `serve`."""
+    serves = shlex.split(entrypoint)[-1:] == [SERVE]
+    return next(flag for flag in FLAGS if flag.field == "model_path") if serves else None
+
+
+def table_fields(given: Sequence[Given]) -> tuple[dict[str, Any], list[Given], list[str]]:
+    """The `[server]` fields the structured flags `given` set (the last of each wins, as in
+    argparse), the flags left to the args as written, and notes on why: `--master-addr` and
+    `--master-port` are `dist_init_addr` together only, and a `--speculative-config` whose
+    JSON `[server.speculative]` cannot hold stays itself."""
+    models = [each.option for each in given if each.flag.field == "model_path"]
+    if not models:
+        raise ValueError(
+            "no model: it is read as the word right after `serve`, or as --model's value "
+            "(not from a --config file, nor vLLM's own default model); write it there"
+        )
+    if len(models) > 1:
+        raise ValueError(
+            f"the model is given {len(models)} times ({', '.join(models)}); vLLM serves "
+            "one: give it once"
+        )
+    table: dict[str, Any] = {}
+    left: list[Given] = []
+    notes: list[str] = []
+    address: dict[str, str | int] = {}
+    speculative = [each for each in given if each.flag.field == "speculative"]
+    for each in given:
+        if each.flag.field == "speculative":
+            config, why = speculative_table(each)  # each is read, the last counts
+            if each is not speculative[-1]:
+                continue
+            if config is None:
+                left.append(each)
+                notes.append(f"{each.option}: kept in [server] args as written: {why}")
+            else:
+                table["speculative"] = config
+        elif each.flag.field == "dist_init_addr":  # the port an integer, the host text
+            integers = ("dist_init_addr",) if each.flag.canonical == ADDRESS_FLAGS[1] else ()
+            address[each.flag.canonical] = field_value(each, integers)
+        else:
+            table[each.flag.field] = field_value(each)
+    if len(address) == len(ADDRESS_FLAGS):
+        host, port = (address[flag] for flag in ADDRESS_FLAGS)
+        table["dist_init_addr"] = f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    else:
+        left += [each for each in given if each.flag.field == "dist_init_addr"]
+    return table, left, notes
+
+
+def speculative_table(given: Given) -> tuple[dict[str, Any] | None, str]:
+    """`[server.speculative]` of a `--speculative-config` value: its JSON object, keys read as
+    vLLM reads them (`-` as `_`), or None and why the table cannot hold it; ValueError for
+    a value that is no JSON object, which vLLM refuses."""
+    if given.value in ("", "None"):  # vLLM reads either as no speculative config
+        return None, f"{given.value!r} means none"
+    if given.value is None:
+        raise ValueError(f"{given.option} takes a value")
+    try:
+        config = json.loads(given.value)
+    except json.JSONDecodeError as error:
+        where = f"{error.msg} at character {error.pos + 1}"
+        raise ValueError(f"{given.option}: not JSON ({where}); vLLM refuses it") from None
+    if not isinstance(config, dict):
+        raise ValueError(
+            f"{given.option}: a JSON {type(config).__name__}, not an object; vLLM refuses it"
+        )
+    config = {key.replace("-", "_"): value for key, value in config.items()}
+    try:
+        VllmSpeculative.model_validate(config)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = "".join(f"{part}: " for part in first["loc"])
+        why = first["msg"].removeprefix("Value error, ")
+        return None, f"[server.speculative] would refuse it ({where}{why})"
+    return config, ""

@@ -16,6 +16,13 @@ from nccl_launch.serving.flags import Flag
 # `serve` subcommand (entrypoints/cli/serve.py). `-m vllm.entrypoints.openai.api_server` is
 # deprecated in 0.33.0 and warns at start.
 DEFAULT_ENTRYPOINT = "-m vllm.entrypoints.cli.main serve"
+DEPRECATED_ENTRYPOINT = "-m vllm.entrypoints.openai.api_server"
+SCRIPT, ENTRYPOINTS = "vllm", (DEFAULT_ENTRYPOINT, DEPRECATED_ENTRYPOINT)
+# Only `serve` reads the model as the word after it (its `model_tag` becomes `--model`:
+# entrypoints/cli/serve.py), and moves a `--model` given as an option there; the
+# deprecated module reads only `--model`.
+SERVE = "serve"
+ENV_PREFIX = "VLLM_"  # the variables vLLM reads (envs.py)
 # `--host` unset: vLLM binds every IPv4 interface ("", entrypoints/launchers/launcher.py).
 DEFAULT_HOST, DEFAULT_PORT = "0.0.0.0", 8000  # noqa: S104 - read, not bound
 # `--api-key` takes one or more keys; unset, VLLM_API_KEY's value is the key (an empty one is
