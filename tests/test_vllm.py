@@ -211,13 +211,19 @@ def test_a_field_repeated_in_args_is_refused_in_every_spelling_vllm_reads(
     words: list[str], field: str, write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     args = json.dumps(words)
-    profile(write_profile, "again", SERVER, f"args = {args}")
+    # A field with no default repeats only where the table sets it: alone, the args say it.
+    sets = {"dist_init_addr": 'dist_init_addr = "10.0.0.1:29500"', "speculative": ""}
+    tables = [SERVER + sets.get(field, ""), SPECULATIVE if field == "speculative" else ""]
+    if field in sets:
+        profile(write_profile, "alone", SERVER, f"args = {args}")
+        assert run_cli("validate", "alone").returncode == 0
+    profile(write_profile, "again", tables[0], f"args = {args}", tables[1])
     option = words[0].split("=", 1)[0]
     assert one_error(run_cli, "again") == (
         f"server.args: {option} repeats the field {field}; set it there"
     )
     # After `--` too, where the profile says the field is fixed.
-    profile(write_profile, "fine", SERVER)
+    profile(write_profile, "fine", *tables)
     result = run_cli("run", "--dry-run", "fine", "--", *words)
     assert result.returncode == 2
     assert result.stderr.startswith(
