@@ -47,6 +47,7 @@ class ServerKind:
     reads_as_key_list: Callable[[str], bool]  # a credential flag that takes one or more keys
     flag_for: Callable[[str], Flag | None]
     api_key_flag: str
+    api_key_env: str | None  # a variable the server reads its key from, where the flag is absent
     default_host: str
     default_port: int
     # The speculative draft's path, where it has one, and its key in `[server.speculative]`.
@@ -98,6 +99,7 @@ KINDS = {
         reads_as_key_list=lambda option: False,
         flag_for=sglang_facts.flag_for,
         api_key_flag=sglang_facts.API_KEY_FLAG,
+        api_key_env=None,
         default_host=sglang_facts.DEFAULT_HOST,
         default_port=sglang_facts.DEFAULT_PORT,
         draft_model=lambda server: server.speculative and server.speculative.draft_model_path,
@@ -128,6 +130,7 @@ KINDS = {
         reads_as_key_list=vllm_argv.reads_as_api_key,  # `--api-key K1 K2`
         flag_for=vllm_facts.flag_for,
         api_key_flag=vllm_facts.API_KEY_FLAG,
+        api_key_env=vllm_facts.API_KEY_ENV,
         default_host=vllm_facts.DEFAULT_HOST,
         default_port=vllm_facts.DEFAULT_PORT,
         draft_model=lambda server: server.speculative and server.speculative.model,

@@ -290,6 +290,14 @@ def test_an_sglang_child_of_a_vllm_profile_replaces_its_server_too(
         "/opt/vllm/bin/python3", "-m", "vllm.entrypoints.cli.main", "serve", "/models/m",
         "--tensor-parallel-size", "4",
     ]  # fmt: skip
+    # Its own [server.speculative] holds the keys of that kind: vLLM's, validated alone too.
+    drafted = SPECULATIVE.replace("tokens = 3", "tokens = 5")
+    profile(write_profile, "drafted", 'extends = "vllm"', "[server]\ntp_size = 4\n", drafted)
+    argv = json.loads(run_cli("show", "drafted", "--format", "json").stdout)["argv"]
+    assert argv[-2:] == [
+        "--speculative-config",
+        '{"method":"eagle3","model":"/models/d","num_speculative_tokens":5}',
+    ]
 
 
 # Batch-invariant mode pins NCCL values whatever the environment holds.
@@ -503,6 +511,32 @@ def test_systemd_writes_a_vllm_unit_that_systemd_analyze_accepts(
     empty = run_cli("systemd", "served", "--", "--api_key", "")
     assert empty.returncode == 2
     assert "--api_key has an empty value, which vLLM takes as no key" in empty.stderr
+
+
+def test_an_empty_vllm_api_key_in_an_env_file_is_refused_where_no_flag_gives_a_key(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """vLLM reads its key from VLLM_API_KEY when no --api-key is given; empty, it checks none
+    and serves every request, so run and systemd refuse it as they refuse an empty flag."""
+    path = profile(write_profile, "open", 'env_files = ["open.env"]', SERVER)
+    path.with_name("open.env").write_text("VLLM_API_KEY=\n")
+    refused = (
+        "nccl-launch: profiles/open.toml: env_files: VLLM_API_KEY is empty in env file "
+        f"{path.with_name('open.env')}, which vLLM takes as no key (every request served); "
+        "write the key there"
+    )
+    for command in ("run", "systemd"):
+        args = ["--dry-run"] if command == "run" else []
+        result = run_cli(command, *args, "open")
+        assert (result.returncode, result.stderr.splitlines()[-1:]) == (3, [refused])
+    # A key flag wins over the variable: nothing to refuse.
+    assert run_cli("run", "--dry-run", "open", "--", "--api-key", "sk-1").returncode == 0
+    path.with_name("open.env").write_text("VLLM_API_KEY=sk-live-2\n")
+    result = run_cli("run", "--dry-run", "open")
+    assert result.returncode == 0
+    assert "sk-live-2" not in result.stdout + result.stderr
+    unit = run_cli("systemd", "open").stdout
+    assert "Description=vLLM server of open@1 (open@1)" in unit.splitlines()
 
 
 # The option strings are vLLM's own: read again from its parser where vLLM is installed.

@@ -144,12 +144,12 @@ def run(dry_run: bool, **options: Any) -> int:
     help="Leave out the check of this name (repeatable), e.g. gpus and paths in CI.",
 )
 def preflight(fmt: str, skip: tuple[str, ...], **options: Any) -> int:
-    """Check everything `run` would, then the host and SGLang's own parser on the argv.
+    """Check everything `run` would, then the host and the server's own parser on the argv.
 
     Host checks: nccl.conf files, the NCCL env plugin, GPUs against tp_size, the port, the
-    interpreter and the model paths; then the server's interpreter imports SGLang and parses
-    the exact argv. For ExecStartPre=. Exit 0 when every check passes, 1 when the environment
-    drifts, 3 when a host or SGLang check fails.
+    interpreter and the model paths; then the server's interpreter imports SGLang (or vLLM)
+    and parses the exact argv. For ExecStartPre=. Exit 0 when every check passes, 1 when the
+    environment drifts, 3 when a host or server check fails.
     """
     from nccl_launch.launch.preflight import run_preflight  # not on `run`'s path
     from nccl_launch.render.reports import preflight_lines

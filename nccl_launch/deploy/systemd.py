@@ -14,13 +14,18 @@ from pathlib import Path
 from nccl_launch.deploy.exports import CONTROL
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.env.drift import ENV_FILE
-from nccl_launch.env.env_files import Assignment, filled_args, profile_env_file_lines
+from nccl_launch.env.env_files import (
+    Assignment,
+    check_key_variable,
+    filled_args,
+    profile_env_file_lines,
+)
 from nccl_launch.env.merge import EnvLayer
 from nccl_launch.errors import UsageError
 from nccl_launch.escaping import not_utf8
 from nccl_launch.files import write_output
 from nccl_launch.findings import Finding, refuse
-from nccl_launch.kinds import argument_findings
+from nccl_launch.kinds import argument_findings, kind_of
 from nccl_launch.masking import mask_credentials, masked_values
 from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.serving.references import REFERENCE
@@ -188,7 +193,9 @@ def unit_file(
     # Masked as `show` masks it: `systemctl status` shows it to every user.
     description = _one_line(
         f"{loaded.path}: description",
-        mask_credentials(profile.description or f"SGLang server of {profile.label}"),
+        mask_credentials(
+            profile.description or f"{kind_of(server).title} server of {profile.label}"
+        ),
     )
     profile_words = exec_word(path) + (f" --digest {loaded.plan.digest}" if pin else "")
     service = [
@@ -204,7 +211,7 @@ def unit_file(
         f"TimeoutStopSec={STOP_TIMEOUT_S}",
         "Restart=on-failure",
         "RestartSec=30",
-        "# SIGTERM to SGLang's main process only (its workers die with it), SIGKILL to any",
+        "# SIGTERM to the server's main process only (its workers die with it), SIGKILL to any",
         "# process of the unit left after TimeoutStopSec.",
         "KillMode=mixed",
     ]
@@ -297,6 +304,7 @@ def write_unit(
         ]
         unit_env = dict.fromkeys(loaded.profile.policy.environment_references, "-")
         filled = server.model_copy(update={"args": filled_args(loaded, layers, unit_env)})
+        check_key_variable(loaded, layers, [*filled.args, *args])
     refuse(argument_findings(filled, args, str(loaded.path), ref))
     extra, on_args = server_words(loaded, args, assignments)
     notes += on_args

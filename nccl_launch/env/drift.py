@@ -116,7 +116,7 @@ def classify(
     """Whether a difference fails, and if not, why.
 
     The server's own keys (`policy.server_owned`) are tolerated when undeclared, and in a live
-    process also when they differ or are missing: SGLang sets them in its workers. A live
+    process also when they differ or are missing: the server sets them in its workers. A live
     process started with `run --nccl-debug` may carry NCCL_DEBUG. Otherwise the policy
     decides: `conflict = "warn"` tolerates an inherited value that differs at start;
     `undeclared_nccl = "warn"` tolerates undeclared NCCL variables, `"strip"` removes them

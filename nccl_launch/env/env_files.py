@@ -128,7 +128,8 @@ def filled_args(
     """The profile's `[server] args` with each `${NAME}` filled in: from its env files
     (`layers`, the last that sets it), else from the `calling` environment for a name its
     `[policy] environment_references` lists. A name neither sets, or one that gives a
-    credential flag an empty key, is a HostError naming where it was looked for: the profile
+    credential flag an empty key (or, with none in the args, an env file the server's key
+    variable, VLLM_API_KEY, empty), is a HostError naming where it was looked for: the profile
     is valid, this host lacks the value."""
     server = loaded.profile.server
     if server is None:
@@ -161,3 +162,24 @@ def filled_args(
                 "write the key there"
             )
     return filled
+
+
+def check_key_variable(
+    loaded: LoadedProfile, layers: Sequence[EnvLayer], argv: Sequence[str]
+) -> None:
+    """A HostError where the server reads its key from a variable when `argv` gives it no
+    key flag (vLLM's VLLM_API_KEY), and the profile's env files (`layers`) set that variable
+    empty: the server then takes no key and serves every request."""
+    server = loaded.profile.server
+    kind = kind_of(server) if server is not None else None
+    if kind is None or kind.api_key_env is None:
+        return
+    name = kind.api_key_env
+    setting = [layer for layer in layers if name in layer.values]
+    if any(kind.reads_as_api_key(word.split("=", 1)[0]) for word in argv) or not setting:
+        return
+    if not setting[-1].values[name]:
+        raise HostError(
+            f"{loaded.path}: env_files: {name} is empty in {setting[-1].source}, which "
+            f"{kind.title} takes as no key (every request served); write the key there"
+        )

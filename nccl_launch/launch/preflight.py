@@ -104,7 +104,7 @@ def server_checks(
 
 
 def run_preflight(launch: LaunchPlan, skip: frozenset[str] = frozenset()) -> PreflightReport:
-    """The profile and the environment, then the host and SGLang, less the `skip`ped checks."""
+    """The profile and the environment, then the host and the server, less the `skip`ped checks."""
     plan, env = launch.plan, launch.merged.env
     profile = launch.loaded.profile
     valid = f"{plan.label} ({plan.short_digest}) from {launch.path} is valid"

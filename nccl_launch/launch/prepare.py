@@ -11,7 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nccl_launch.env.drift import DriftEntry, DriftReport
-from nccl_launch.env.env_files import filled_args, read_env_file, read_profile_env_file
+from nccl_launch.env.env_files import (
+    check_key_variable,
+    filled_args,
+    read_env_file,
+    read_profile_env_file,
+)
 from nccl_launch.env.merge import EnvLayer, MergeResult, inherited_environment, merge_environment
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files import FileError, check_trusted, read_text
@@ -159,6 +164,7 @@ def prepare_launch(
         refuse(found + unfilled_findings(server, extra))
         more = placement_args(server, placement, calling) + list(extra)
         argv, filled = plan.argv + more, kind_of(server).argv(filled_server) + more
+        check_key_variable(loaded, declared, filled)
     elif placement != Placement():
         raise UsageError(f"profile {plan.label} has no [server] table to place on a node")
     else:

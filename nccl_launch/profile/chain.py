@@ -57,6 +57,18 @@ class ProfileChain:
         env_files = [path for file in reversed(self.files) for path in _env_files(file)]
         return merged | ({"env_files": env_files} if env_files else {})
 
+    def alone(self, index: int) -> dict[str, Any]:
+        """The data of the file at `index` as it is validated alone: a `[server]` naming no
+        kind is of the kind the nearest file it extends names (a child's `[server.speculative]`
+        of a vLLM parent holds vLLM's keys)."""
+        data = self.files[index].data
+        server = data.get("server")
+        named = (_kind(file.data) for file in self.files[index + 1 :])
+        inherited = next((kind for kind in named if kind is not None), None)
+        if not isinstance(server, dict) or "kind" in server or inherited is None:
+            return data
+        return data | {"server": server | {"kind": inherited}}
+
     def env_files(self) -> tuple[Path, ...]:
         """The env files the chain names, root first: a relative path is read from the real
         directory of the file that names it, so that the file a symlink points at, and the

@@ -1,4 +1,4 @@
-"""Warnings that leave a profile valid: deprecated names, SGLang overrides, host questions,
+"""Warnings that leave a profile valid: deprecated names, server overrides, host questions,
 secrets written into the file; each with an id that `[policy] accept` can acknowledge."""
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def accept_line(finding: Finding) -> str:
 
 def run_notes(profile: Profile) -> list[Finding]:
     """What `run` warns about on every start (a warning, not a note): a value NCCL ignores, a
-    value SGLang overrides, a secret in the file; not what the profile's author reviews in
+    value the server overrides, a secret in the file; not what the profile's author reviews in
     `validate` and `preflight` (a deprecated or undocumented name NCCL still reads), nor what
     the profile acknowledges."""
     return [note for note in review(profile).warnings if note.severity == "warning"]

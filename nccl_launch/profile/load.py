@@ -211,8 +211,8 @@ def _reference_problems(profile: Profile, server: ServerTable) -> list[Finding]:
 def validate_chain(chain: ProfileChain) -> LoadedProfile:
     """The resolved profile of a chain read by `read_chain`: each file validated alone, child
     first, then why the walk stopped (if it did), then the whole."""
-    for file in chain.files:
-        _validate(file.path, file.data)
+    for index, file in enumerate(chain.files):
+        _validate(file.path, chain.alone(index))
     if chain.pending is not None:
         raise chain.pending
     profile = validate_resolved(chain.path, chain.merged())

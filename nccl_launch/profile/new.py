@@ -43,7 +43,7 @@ description = ""
 # PROTO = "LL"
 # BUFFSIZE = "16MiB"
 
-# [server]  # the SGLang command line `run` builds and execs
+# [server]  # the SGLang command line `run` builds and execs (kind = \"vllm\": vLLM's)
 # python = "/opt/ml-env/bin/python3"
 # model_path = "/models/..."
 # tp_size = 8
