@@ -53,6 +53,9 @@ class ServerKind:
     # The speculative draft's path, where it has one, and its key in `[server.speculative]`.
     draft_model: Callable[[Any], str | None]
     draft_key: str
+    # Why the model (of the architecture its config.json names on this host, None where
+    # unreadable) cannot serve the table, where the kind judges it before start.
+    model_problem: Callable[[Any, str | None], Finding | None] | None
     # The module asking the installed server (`probe`, `expected_values`): imported by
     # preflight alone, off `run`'s path.
     parser: str
@@ -104,6 +107,7 @@ KINDS = {
         default_port=sglang_facts.DEFAULT_PORT,
         draft_model=lambda server: server.speculative and server.speculative.draft_model_path,
         draft_key="draft_model_path",
+        model_problem=sglang_rules.mtp_problem,
         parser="nccl_launch.sglang.parser",
         node_rank_flag=_canonical(sglang_facts.FLAGS, "node_rank"),
         address_args=lambda address: [_canonical(sglang_facts.FLAGS, "dist_init_addr"), address],
@@ -135,6 +139,7 @@ KINDS = {
         default_port=vllm_facts.DEFAULT_PORT,
         draft_model=lambda server: server.speculative and server.speculative.model,
         draft_key="model",
+        model_problem=None,  # vLLM reads the draft's config itself, at start
         parser="nccl_launch.vllm.parser",
         node_rank_flag=_canonical(vllm_facts.FLAGS, "node_rank"),
         address_args=address_args,

@@ -30,8 +30,6 @@ from nccl_launch.profile.load import LoadedProfile, check_pin, load_profile
 from nccl_launch.profile.markers import MARKER_NCCL_DEBUG, NCCL_DEBUG_ENV
 from nccl_launch.profile.plan import ProfilePlan
 from nccl_launch.serving import references
-from nccl_launch.sglang.rules import mtp_problem
-from nccl_launch.sglang.server import Server as SGLangServer
 
 
 @dataclass(frozen=True)
@@ -154,10 +152,11 @@ def prepare_launch(
     declared = [read_profile_env_file(loaded, path) for path in loaded.env_files]
     inherited = inherited_environment(calling, [read_env_file(path) for path in env_files])
     if server is not None:
-        if isinstance(server, SGLangServer):
-            mtp = mtp_problem(server, model_architecture(server.model_path or ""))
-            if mtp is not None:
-                raise ProfileError([f"{loaded.path}: {mtp.text()}"])
+        judge = kind_of(server).model_problem
+        if judge is not None:
+            problem = judge(server, model_architecture(server.model_path or ""))
+            if problem is not None:
+                raise ProfileError([f"{loaded.path}: {problem.text()}"])
         args = filled_args(loaded, declared, inherited.env)
         filled_server = server.model_copy(update={"args": args})
         found = argument_findings(filled_server, extra, str(loaded.path), ref)
