@@ -43,9 +43,7 @@ class ServerKind:
     owned_env: Callable[[Any, Mapping[str, str]], tuple[str, ...]]
     duplicated_flags: Callable[[Any, Sequence[str]], list[tuple[str, Flag]]]
     reads_as_api_key: Callable[[str], bool]
-    reads_as_credential: Callable[[str], bool]  # any flag whose value is a secret
     reads_as_key_list: Callable[[str], bool]  # a credential flag that takes one or more keys
-    flag_for: Callable[[str], Flag | None]
     api_key_flag: str
     api_key_env: str | None  # a variable the server reads its key from, where the flag is absent
     default_host: str
@@ -98,9 +96,7 @@ KINDS = {
             list(args), sglang_argv.extra_settings(server)
         ),
         reads_as_api_key=sglang_facts.reads_as_api_key,
-        reads_as_credential=sglang_facts.reads_as_credential,
         reads_as_key_list=lambda option: False,
-        flag_for=sglang_facts.flag_for,
         api_key_flag=sglang_facts.API_KEY_FLAG,
         api_key_env=None,
         default_host=sglang_facts.DEFAULT_HOST,
@@ -130,9 +126,7 @@ KINDS = {
         owned_env=vllm_rules.owned_env,
         duplicated_flags=vllm_argv.duplicated_flags,
         reads_as_api_key=vllm_argv.reads_as_api_key,
-        reads_as_credential=vllm_facts.reads_as_credential,
         reads_as_key_list=vllm_argv.reads_as_api_key,  # `--api-key K1 K2`
-        flag_for=vllm_facts.flag_for,
         api_key_flag=vllm_facts.API_KEY_FLAG,
         api_key_env=vllm_facts.API_KEY_ENV,
         default_host=vllm_facts.DEFAULT_HOST,
