@@ -230,13 +230,25 @@ def credential_values(argv: Sequence[str]) -> dict[int, tuple[str, str]]:
     with its flag: `--api-key X` (X's index) and `--api-key=X` (its own); a value that only
     names a variable (`${API_KEY}`) is none."""
     found = {}
+    listing = None  # a flag that takes one or more keys (vLLM's `--api-key K1 K2`), listing
     for index, word in enumerate(argv):
         option, equals, value = word.partition("=")
         if _secret_flag(word) and equals and not _REFERENCE.fullmatch(value):
             found[index] = (option, value)
         elif _credential_value(argv[index - 1] if index else "", word):
             found[index] = (argv[index - 1], word)
+            listing = argv[index - 1] if _lists_keys(argv[index - 1]) else None
+            continue
+        elif listing is not None and not word.startswith("-") and not _REFERENCE.fullmatch(word):
+            found[index] = (listing, word)
+            continue
+        listing = None
     return found
+
+
+def _lists_keys(option: str) -> bool:
+    """Whether a server's parser reads `option` as a flag that takes one or more keys."""
+    return vllm_facts.option_for(option) == vllm_facts.API_KEY_FLAG
 
 
 def mask_argv(argv: Sequence[str]) -> list[str]:

@@ -479,9 +479,13 @@ def test_credentials_in_every_spelling_are_masked_in_every_output(
     assert extra.returncode == 2
     validated = run_cli("validate", "secret")
     assert "server.args: holds a credential" in validated.stderr
-    for result in (dry, drift, extra, validated):
+    # --api-key takes one or more keys: every one up to the next option is masked.
+    listed = run_cli("run", "--dry-run", "secret", "--", "--api-key", "sk-eight", "sk-nine", "-O3")
+    assert "--api-key '***' '***' -O3" in listed.stdout
+    for result in (dry, drift, extra, validated, listed):
         text = result.stdout + result.stderr
-        for secret in ("hf_one", "hf_two", "hf_three", "sk-four", "sk-five", "hf_six", "sk-seven"):
+        secrets = ("hf_one", "hf_two", "hf_three", "sk-four", "sk-five", "hf_six", "sk-seven")
+        for secret in (*secrets, "sk-eight", "sk-nine"):
             assert secret not in text
 
 
