@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "preflight": (
         "launching",
         "preflight",
-        "Check everything `run` would, then the host and SGLang's own parser on the argv.",
+        "Check everything `run` would, then the host and the server's own parser on the argv.",
     ),
     "check": (
         "checking",
