@@ -66,6 +66,32 @@ def test_the_shipped_profile_is_valid_with_a_pinned_digest_and_argv(run_cli: Run
     assert f"sha256:{SHIPPED_DIGEST[7:15]}" in validated.stdout
 
 
+# The shipped SGLang profiles' digests before a [server] named its kind: units pin them.
+SGLANG_DIGESTS = {
+    "kimi-k25-rtx6000bw-tp8-eagle3": (
+        "sha256:731d33507009f893777dd22d8f24b9b26d9d81204052a46de90e70605e60aead"
+    ),
+    "rtx6000bw-pcie-tp8": "sha256:6bd995480810b7994eda66e9d438db9fd9901d9d53957a5034a3f0a04eb69b5a",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SGLANG_DIGESTS))
+def test_every_sglang_profile_keeps_its_digest(
+    name: str, run_cli: RunCli, write_profile: WriteProfile
+) -> None:
+    shown = json.loads(run_cli("show", name, "--format", "json").stdout)
+    assert shown["digest"] == SGLANG_DIGESTS[name]
+    if not shown["argv"]:
+        return  # no [server] to name a kind in
+    # Naming the default kind changes nothing either: the digest is of what runs.
+    named = write_profile("named", f'schema = 1\nname = "named"\nversion = 1\nextends = "{name}"\n')
+    text = named.read_text() + '[server]\nkind = "sglang"\n'
+    named.write_text(text)
+    again = json.loads(run_cli("show", "named", "--format", "json").stdout)
+    assert again["argv"] == shown["argv"]
+    assert again["env"] == shown["env"]
+
+
 def test_pass_through_speculative_keys_keep_file_order_in_the_json(
     write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
