@@ -185,6 +185,29 @@ def test_pass_through_speculative_keys_keep_file_order_in_the_json(
             "'10.0.0.1' is not HOST:PORT (vLLM's --master-addr and --master-port)",
         ),
         (
+            SERVER + 'nnodes = 2\ndist_init_addr = "fe80::1"\n',  # not `fe80:` and port 1
+            "server.dist_init_addr: "
+            "'fe80::1' is not HOST:PORT (vLLM's --master-addr and --master-port)",
+        ),
+        (
+            SERVER.replace('"/models/m"', '"-h"'),  # vLLM would print its help
+            "server.model_path: '-h' starts with '-', which the server reads as an option",
+        ),
+        (
+            SERVER + 'host = "--port=5"\n',
+            "server.host: '--port=5' starts with '-', which the server reads as an option",
+        ),
+        (
+            SERVER
+            + SPECULATIVE.replace('"eagle3"', '"ngram"').replace('model = "/models/d"', "")
+            + "prompt_lookup_max = nan\n",
+            "server.speculative: prompt_lookup_max: nan is not a finite number",
+        ),
+        (
+            SERVER + SPECULATIVE.replace('"/models/d"', '""'),
+            "server.speculative.model: empty; give the draft model's path, or leave model out",
+        ),
+        (
             SERVER + "tp_size = 4\nnnodes = 3\n",
             "server.nnodes: tp_size * pp_size = 4 is not a "
             "multiple of nnodes = 3 (vLLM refuses a world size nnodes does not divide)",
@@ -389,11 +412,21 @@ def test_batch_invariant_mode_from_the_calling_environment_refuses_a_run(
         f'{PINNED}; unset it, or declare it in [env] and accept "env.VLLM_BATCH_INVARIANT '
         'vllm" in [policy]\n'
     )
-    # vLLM reads it with Python's int(): ' +2 ' is on, 'yes' is no number (vLLM fails on it).
+    # vLLM reads it with Python's int(): ' +2 ' is on, '-0' off; 'yes' is no number, which
+    # vLLM fails to start on, so it is refused too, whatever the profile declares.
     assert run_cli("run", "--dry-run", "tuned", env={"VLLM_BATCH_INVARIANT": " +2 "}).returncode
-    for value in ("0", "yes", ""):
+    for value in ("0", "-0"):
         run = run_cli("run", "--dry-run", "tuned", env={"VLLM_BATCH_INVARIANT": value})
         assert run.returncode == 0, (value, run.stderr)
+    for value in ("yes", "true", "1e3", ""):
+        run = run_cli("run", "--dry-run", "tuned", env={"VLLM_BATCH_INVARIANT": value})
+        assert run.returncode == 2, (value, run.stderr)
+        assert f"VLLM_BATCH_INVARIANT: {value!r} is not an integer" in run.stderr
+    profile(write_profile, "odd", '[env]\nVLLM_BATCH_INVARIANT = "true"\n', SERVER)
+    assert one_error(run_cli, "odd") == (
+        "env.VLLM_BATCH_INVARIANT: 'true' is not an integer, which vLLM fails to start on (it "
+        "reads it with int()); write 1 (on) or 0 (off)"
+    )
     profile(write_profile, "declared", TUNED, '[env]\nVLLM_BATCH_INVARIANT = "1"\n', ACCEPT, SERVER)
     calling = run_cli("run", "--dry-run", "declared", env={"VLLM_BATCH_INVARIANT": "1"})
     assert calling.returncode == 0, calling.stderr
@@ -551,7 +584,7 @@ def test_an_empty_vllm_api_key_in_an_env_file_is_refused_where_no_flag_gives_a_k
     path = profile(write_profile, "open", 'env_files = ["open.env"]', SERVER)
     path.with_name("open.env").write_text("VLLM_API_KEY=\n")
     refused = (
-        "nccl-launch: profiles/open.toml: env_files: VLLM_API_KEY is empty in env file "
+        "nccl-launch: profiles/open.toml: VLLM_API_KEY is empty in env file "
         f"{path.with_name('open.env')}, which vLLM takes as no key (every request served); "
         "write the key there"
     )
@@ -559,6 +592,15 @@ def test_an_empty_vllm_api_key_in_an_env_file_is_refused_where_no_flag_gives_a_k
         args = ["--dry-run"] if command == "run" else []
         result = run_cli(command, *args, "open")
         assert (result.returncode, result.stderr.splitlines()[-1:]) == (3, [refused])
+    # Written empty in [env], or given empty by the calling environment: the same.
+    profile(write_profile, "bare", '[env]\nVLLM_API_KEY = ""\n', SERVER)
+    for command in ("run", "systemd"):
+        args = ["--dry-run"] if command == "run" else []
+        result = run_cli(command, *args, "bare")
+        assert result.returncode == 3
+        assert "VLLM_API_KEY is empty in profiles/bare.toml" in result.stderr
+    calling = run_cli("run", "--dry-run", "bare", env={"VLLM_API_KEY": ""})
+    assert "VLLM_API_KEY is empty in" in calling.stderr
     # A key flag wins over the variable: nothing to refuse.
     assert run_cli("run", "--dry-run", "open", "--", "--api-key", "sk-1").returncode == 0
     path.with_name("open.env").write_text("VLLM_API_KEY=sk-live-2\n")

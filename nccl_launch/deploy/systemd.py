@@ -304,7 +304,10 @@ def write_unit(
         ]
         unit_env = dict.fromkeys(loaded.profile.policy.environment_references, "-")
         filled = server.model_copy(update={"args": filled_args(loaded, layers, unit_env)})
-        check_key_variable(loaded, layers, [*filled.args, *args])
+        unit = {key: value for layer in layers for key, value in layer.values.items()}
+        sources = dict.fromkeys(loaded.profile.env, f"{loaded.path} [env]")
+        sources |= {key: layer.source for layer in layers for key in layer.values}
+        check_key_variable(loaded, loaded.profile.env | unit, sources, [*filled.args, *args])
     refuse(argument_findings(filled, args, str(loaded.path), ref))
     extra, on_args = server_words(loaded, args, assignments)
     notes += on_args

@@ -165,21 +165,18 @@ def filled_args(
 
 
 def check_key_variable(
-    loaded: LoadedProfile, layers: Sequence[EnvLayer], argv: Sequence[str]
+    loaded: LoadedProfile, env: Mapping[str, str], sources: Mapping[str, str], argv: Sequence[str]
 ) -> None:
     """A HostError where the server reads its key from a variable when `argv` gives it no
-    key flag (vLLM's VLLM_API_KEY), and the profile's env files (`layers`) set that variable
-    empty: the server then takes no key and serves every request."""
+    key flag (vLLM's VLLM_API_KEY), and the environment it gets (`env`, each value from
+    `sources`) sets that variable empty: the server then takes no key, serving every request."""
     server = loaded.profile.server
     kind = kind_of(server) if server is not None else None
-    if kind is None or kind.api_key_env is None:
+    if kind is None or kind.api_key_env is None or env.get(kind.api_key_env) != "":
         return
-    name = kind.api_key_env
-    setting = [layer for layer in layers if name in layer.values]
-    if any(kind.reads_as_api_key(word.split("=", 1)[0]) for word in argv) or not setting:
+    if any(kind.reads_as_api_key(word.split("=", 1)[0]) for word in argv):
         return
-    if not setting[-1].values[name]:
-        raise HostError(
-            f"{loaded.path}: env_files: {name} is empty in {setting[-1].source}, which "
-            f"{kind.title} takes as no key (every request served); write the key there"
-        )
+    raise HostError(
+        f"{loaded.path}: {kind.api_key_env} is empty in {sources.get(kind.api_key_env)}, which "
+        f"{kind.title} takes as no key (every request served); write the key there"
+    )

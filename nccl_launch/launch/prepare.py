@@ -163,7 +163,6 @@ def prepare_launch(
         refuse(found + unfilled_findings(server, extra))
         more = placement_args(server, placement, calling) + list(extra)
         argv, filled = plan.argv + more, kind_of(server).argv(filled_server) + more
-        check_key_variable(loaded, declared, filled)
     elif placement != Placement():
         raise UsageError(f"profile {plan.label} has no [server] table to place on a node")
     else:
@@ -184,6 +183,7 @@ def prepare_launch(
     if server is not None:
         declared_env = loaded.profile.declared_env()
         refuse(kind_of(server).environment_findings(server, merged.env, declared_env))
+        check_key_variable(loaded, merged.env, merged.sources, filled)
     if nccl_debug:
         merged = with_nccl_debug(merged, plan)
     return LaunchPlan(

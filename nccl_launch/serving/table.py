@@ -7,6 +7,7 @@ its `[server.speculative]` table; `kinds.py` says which kind a table is and what
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 import unicodedata
@@ -74,6 +75,8 @@ def pass_through(settings: dict[str, Any]) -> dict[str, Scalar]:
             raise ValueError(f"{key}: not a setting name (lower case, digits, '_')")
         if not isinstance(value, str | int | float | bool):
             raise ValueError(f"{key}: {value!r} is not a single value")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{key}: {value!r} is not a finite number")
         if isinstance(value, str) and "\x00" in value:
             raise ValueError(f"{key}: {NUL_PROBLEM}")
     return settings
@@ -114,6 +117,15 @@ class ServerTable(BaseModel):
             # Not echoed: an unclosed quote leaves a credential flag's value unmasked.
             raise ValueError(f"{str(error).lower()}; quote as a shell would") from None
         return entrypoint
+
+    @field_validator("model_path", "host", "dist_init_addr")
+    @classmethod
+    def _no_option(cls, value: str | None) -> str | None:
+        """A value that starts with `-` is read by the server's parser as an option of its
+        own (`-h` prints its help, `--port=5` sets the port): it can name no model or host."""
+        if value is not None and value.startswith("-"):
+            raise ValueError(f"{value!r} starts with '-', which the server reads as an option")
+        return value
 
     @field_validator("args")
     @classmethod

@@ -10,7 +10,7 @@ from typing import Any
 from nccl_launch.serving.asking import ask
 from nccl_launch.vllm.argv import speculative_config
 from nccl_launch.vllm.probe import FIELDS
-from nccl_launch.vllm.server import VllmServer
+from nccl_launch.vllm.server import VllmServer, address_args
 
 _DEFAULTS = {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "nnodes": 1}
 
@@ -35,8 +35,8 @@ def expected_values(server: VllmServer) -> dict[str, object]:
         "node_rank": server.node_rank,
     }
     if server.dist_init_addr is not None:
-        host, _, port = server.dist_init_addr.rpartition(":")
-        values |= {"master_addr": host.strip("[]"), "master_port": int(port)}
+        _, host, _, port = address_args(server.dist_init_addr)
+        values |= {"master_addr": host, "master_port": int(port)}
     config = speculative_config(server)
     if config is not None:
         values["speculative_config"] = json.loads(config)

@@ -58,6 +58,22 @@ def speculative_problems(server: Server) -> list[Finding]:
     return []
 
 
+def unreadable(env: Mapping[str, str], where: str) -> list[Finding]:
+    """VLLM_BATCH_INVARIANT in `env` that is no integer as Python's `int` reads it
+    (`true`, `1e3`, empty): vLLM reads it with `int` as it imports its modules, and stops."""
+    value = env.get(facts.BATCH_INVARIANT)
+    if value is None:
+        return []
+    try:
+        int(value)
+    except ValueError:
+        message = (
+            f"{value!r} is not an integer, which vLLM fails to start on (it reads it with int())"
+        )
+        return [Finding("vllm", where, message, "write 1 (on) or 0 (off)")]
+    return []
+
+
 def batch_invariant(env: Mapping[str, str]) -> bool:
     """Whether vLLM runs batch-invariant in `env`: VLLM_BATCH_INVARIANT an integer (as
     Python's `int` reads it) other than 0."""
@@ -85,10 +101,12 @@ def environment_findings(
     """What the environment the server gets (`env`: the calling one, env files) makes vLLM do
     to the profile's `declared` values where the profile does not declare the cause itself:
     batch-invariant mode's pins (its own `[env]` is judged by `server_warnings`)."""
-    found = replaced(env, declared) if facts.BATCH_INVARIANT not in declared else []
-    if not found:
+    if facts.BATCH_INVARIANT in declared:
         return []
     name = facts.BATCH_INVARIANT
+    found = replaced(env, declared)
+    if not found:
+        return unreadable(env, name)
     message = (
         f"{env[name]!r}, which the profile does not declare, makes vLLM replace "
         f"{', '.join(found)} (batch-invariant mode pins them)"
@@ -100,7 +118,7 @@ def environment_findings(
 def server_warnings(server: Server, env: dict[str, str]) -> list[Finding]:
     """Where vLLM will not honour what the profile declares: batch-invariant mode (an error
     unless accepted), and a graph-registration value sleep mode warns about."""
-    found = []
+    found = unreadable(env, f"env.{facts.BATCH_INVARIANT}")
     pinned = replaced(env, env)
     if pinned:
         message = f"makes vLLM replace {', '.join(pinned)} (batch-invariant mode pins them)"

@@ -12,9 +12,13 @@ from nccl_launch.vllm import facts
 
 
 def split_address(address: str) -> tuple[str, str] | None:
-    """HOST and PORT of `HOST:PORT` (`[::1]:5000` too), or None for anything else."""
+    """HOST and PORT of `HOST:PORT` (an IPv6 host in brackets: `[::1]:5000`), or None for
+    anything else (`fe80::1` alone would read as `fe80:` and port 1)."""
     host, colon, port = address.rpartition(":")
-    if not colon or not host.strip("[]") or not is_ascii_digits(port) or not 0 < int(port) < 65536:
+    bracketed = host.startswith("[") and host.endswith("]")
+    if (":" in host and not bracketed) or not colon or not host.strip("[]"):
+        return None
+    if not is_ascii_digits(port) or not 0 < int(port) < 65536:
         return None
     return host.strip("[]"), port
 
@@ -47,6 +51,13 @@ class VllmSpeculative(BaseModel):
         if method not in facts.METHODS:
             raise ValueError(f"{method!r} is not valid; valid: {', '.join(facts.METHODS)}")
         return method
+
+    @field_validator("model")
+    @classmethod
+    def _named(cls, model: str | None) -> str | None:
+        if model == "":
+            raise ValueError("empty; give the draft model's path, or leave model out")
+        return model
 
     @model_validator(mode="after")
     def _pass_through(self) -> VllmSpeculative:
