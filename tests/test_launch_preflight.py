@@ -110,6 +110,34 @@ def test_a_misspelled_flag_fails_with_vllms_own_message(
     ) in result.stdout.splitlines()
 
 
+def test_a_console_script_as_python_is_asked_through_its_interpreter(
+    write_profile: WriteProfile, run_cli: RunCli, vllm_python: str, tmp_path: Path
+) -> None:
+    """`convert` of `/venv/bin/vllm serve ...` writes the script as `python` and `serve` as
+    the entrypoint: the probe runs under the script's `#!` interpreter, as the script does."""
+    script = tmp_path / "vllm"
+    main = "import sys\nfrom vllm.entrypoints.cli.main import main\nsys.exit(main())\n"
+    script.write_text(f"#!{vllm_python}\n{main}")
+    script.chmod(0o755)
+    write_profile(
+        "script",
+        f"""
+        schema = 1
+        name = "script"
+        version = 1
+        extends = "{SHIPPED_VLLM[0]}"
+        [server]
+        python = "{script}"
+        entrypoint = "serve"
+        """,
+    )
+    code, report = preflight_json(run_cli, "script")
+    assert code == 0, report
+    assert report["argv"][:3] == [str(script), "serve", "/models/Kimi-K2.5"]
+    assert report["vllm"]["python"] == vllm_python
+    assert report["vllm"]["parsed"]["tensor_parallel_size"] == 8
+
+
 def test_a_stale_flag_fails_with_sglangs_own_message(
     write_profile: WriteProfile, run_cli: RunCli, sglang_python: str
 ) -> None:

@@ -4,9 +4,12 @@ with the environment `run` gives it, answers one marked line of JSON."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 from collections.abc import Collection, Mapping
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from nccl_launch.serving.table import ServerTable
@@ -32,7 +35,7 @@ def ask(
     source = resources.files(package).joinpath("probe.py").read_text("utf-8")
     try:
         done = subprocess.run(
-            [server.python, "-c", source, *server_args],
+            [*interpreter(server.python, env), "-c", source, *server_args],
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
@@ -58,6 +61,22 @@ def ask(
             return answer
     tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit {done.returncode}"]
     return {"stage": "interpreter", "error": f"{server.python} did not answer: {tail[0]}"}
+
+
+def interpreter(python: str, env: Mapping[str, str]) -> list[str]:
+    """The command that runs Python code as `python` runs the server: `python` itself, or,
+    for a console script (`vllm`, `sglang`: `[server] python` of a converted `vllm serve`
+    line), the interpreter of its `#!` line, which imports the same packages."""
+    found = Path(shutil.which(python, path=env.get("PATH", os.defpath)) or python)
+    try:
+        if not found.is_file():  # a FIFO would hold the read; running it says what it is
+            return [python]
+        with found.open("rb") as script:
+            first = script.readline(4096)
+    except OSError:
+        return [python]  # it cannot be read: running it says why
+    words = first.removeprefix(b"#!").decode(errors="replace").split()
+    return words if first.startswith(b"#!") and words else [python]
 
 
 def _answer(text: str, fields: Collection[str]) -> dict[str, Any] | None:
