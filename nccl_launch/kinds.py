@@ -12,12 +12,15 @@ from typing import Annotated, Any
 from pydantic import Discriminator, Tag
 
 from nccl_launch.findings import Finding
+from nccl_launch.serving.api import Get, Served
 from nccl_launch.serving.flags import Flag, empty_credentials, unfilled_credentials
 from nccl_launch.serving.table import ServerTable
+from nccl_launch.sglang import api as sglang_api
 from nccl_launch.sglang import argv as sglang_argv
 from nccl_launch.sglang import facts as sglang_facts
 from nccl_launch.sglang import rules as sglang_rules
 from nccl_launch.sglang.server import Server as SGLangServer
+from nccl_launch.vllm import api as vllm_api
 from nccl_launch.vllm import argv as vllm_argv
 from nccl_launch.vllm import facts as vllm_facts
 from nccl_launch.vllm import rules as vllm_rules
@@ -47,6 +50,11 @@ class ServerKind:
     # The speculative draft's path, where it has one, and its key in `[server.speculative]`.
     draft_model: Callable[[Any], str | None]
     draft_key: str
+    # Its HTTP API: what it says of itself, the key a request carries (read from the server's
+    # argv and environment), and the variable it reads a key from, where it has one.
+    served: Callable[[Get], Served]
+    request_key: Callable[[Sequence[str], Mapping[str, str]], str | None]
+    api_key_env: str | None
 
     def address(self, server: ServerTable) -> tuple[str, int]:
         """Where the server listens: its host and port, the kind's defaults where unset."""
@@ -75,6 +83,9 @@ KINDS = {
         default_port=sglang_facts.DEFAULT_PORT,
         draft_model=lambda server: server.speculative and server.speculative.draft_model_path,
         draft_key="draft_model_path",
+        served=sglang_api.served,
+        request_key=sglang_api.request_key,
+        api_key_env=None,
     ),
     "vllm": ServerKind(
         name="vllm",
@@ -93,6 +104,9 @@ KINDS = {
         default_port=vllm_facts.DEFAULT_PORT,
         draft_model=lambda server: server.speculative and server.speculative.model,
         draft_key="model",
+        served=vllm_api.served,
+        request_key=vllm_api.request_key,
+        api_key_env=vllm_facts.API_KEY_ENV,
     ),
 }
 
