@@ -203,6 +203,31 @@ def test_bench_measures_vllm_and_stamps_it(start: Start, run_cli: RunCli, tmp_pa
     assert [row.split()[5:7] for row in history.stdout.splitlines()[2:]] == [["vLLM", "0.33.0"]] * 2
 
 
+def test_bench_measures_a_vllm_server_a_profile_without_server_table_runs(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    # The profile's env only; the command after `--`: a request names no model, so that
+    # vLLM serves it as its own; nothing says the kind, so the result names none.
+    port = free_port()
+    text = profile_text(port)
+    write_profile("vstandin", text[: text.index("[server]")])
+    serve = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", "/models/m", "-tp", "2"]
+    argv = [console_script(), "run", "vstandin", "--", *serve, "--port", str(port)]
+    server = Server(argv, {}, port)
+    try:
+        result = run_cli("bench", "vstandin", "--url", f"http://127.0.0.1:{port}", *FAST,
+                         "--format", "json")  # fmt: skip
+    finally:
+        server.stop()
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads(result.stdout)
+    assert (document["status"], document["server"], document["server_version"]) == (
+        "measured",
+        None,
+        None,
+    )
+
+
 @pytest.mark.parametrize(
     ("server", "top", "env_file", "after"),
     [

@@ -166,7 +166,9 @@ def measure_decode(
         with Client(endpoint.url, timeout, kind, server_api_key(server, kind)) as client:
             served = client.served()
             gpus, gpus_note = query_gpus()
-            stamp |= {"server": kind.name, "server_version": served.version}
+            # A profile without [server] runs what follows `--`: its kind is known if it said so.
+            named = loaded.profile.server is not None or served.version is not None
+            stamp |= {"server": kind.name if named else None, "server_version": served.version}
             stamp |= {"model": served.model, "gpus": gpus, "gpus_note": gpus_note}
             body = request_body(served, method)
             try:

@@ -9,12 +9,12 @@ from nccl_launch.serving.api import Get, Served, text
 from nccl_launch.sglang.facts import API_KEY_FLAG, API_KEY_SHORTEST
 
 INFO_PATHS = ("/server_info", "/get_server_info")  # the second before SGLang 0.5
-# A request's model when the server was given no --served-model-name: SGLang serves any name.
-ANY_MODEL = "default"
 
 
 def served(get: Get) -> Served:
-    """The version and model of the first info path the server has (neither: nothing)."""
+    """The version and model of the first info path the server has (neither: nothing); a
+    request names the model only where it has a --served-model-name (else SGLang, and a
+    server of another kind, takes a request without one as for its own)."""
     answer: object = None
     for path in INFO_PATHS:
         answer = get(path)
@@ -24,7 +24,7 @@ def served(get: Get) -> Served:
     return Served(
         version=text(answer, "version"),
         model=name or text(answer, "model_path"),
-        request_model=name or ANY_MODEL,
+        request_model=name,
     )
 
 
