@@ -5,6 +5,8 @@ they work against the SGLang one; and vLLM's API key read as vLLM reads it."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import tomllib
 from collections.abc import Iterator, Mapping
@@ -18,6 +20,7 @@ from nccl_launch.kinds import KINDS
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import Server, free_port
 from tests.test_bench import FAST, default_history
+from tests.test_live import Watcher, _alive
 from tests.test_tune import FAST as FAST_TRIALS
 from tests.test_tune import MODEL, listening
 
@@ -154,6 +157,20 @@ def test_check_tolerates_the_graph_register_vllm_sets_in_sleep_mode_and_nothing_
     result = run_cli("check", "vstandin", "--port", str(awake.port))
     assert result.returncode == 1, result.stdout
     assert '  + NCCL_GRAPH_REGISTER  "0"' in result.stdout
+
+
+def test_watch_stops_the_whole_vllm_tree_when_a_late_worker_drifts(start: Start) -> None:
+    server = start(env={"STANDIN_LATE_DRIFT": "NCCL_PROTO=Simple"})
+    pid = str(server.process.pid)
+    watcher = Watcher("--pid", pid, "--watch", "0.2", "--on-drift", "stop", "--grace", "5")
+    watcher.wait_for_line("no drift in 5 processes")
+    os.kill(server.process.pid, signal.SIGUSR1)  # the engine core starts one more worker
+    out = watcher.finish()
+    server.process.wait(timeout=10)  # reap it: we are its parent
+    assert watcher.process.returncode == 1, out
+    assert '"LL" -> "Simple"' in out  # VLLM::Worker_TP2, seen and stopped
+    assert f"stopped the server: 6 processes of pid {pid}'s tree ended" in out
+    assert _alive(server.tree) == []
 
 
 # capture
