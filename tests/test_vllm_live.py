@@ -17,6 +17,8 @@ import psutil
 import pytest
 
 from nccl_launch.kinds import KINDS
+from nccl_launch.profile.load import load_profile
+from nccl_launch.tune.candidates import exposed_host
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import Server, free_port
 from tests.test_bench import FAST, default_history
@@ -337,3 +339,26 @@ def test_tune_of_a_vllm_profile_locks_its_trials_to_loopback_and_writes_the_winn
     assert (written["server"]["kind"], written["nccl"]["PROTO"]) == ("vllm", "LL128")
     assert "host" not in written["server"]
     assert written["baseline"]["decode_tok_s"] > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "env_file", "exposed"),
+    [
+        ("", None, KINDS["vllm"].default_host),  # every address
+        ("", "VLLM_API_KEY=sk-site\n", None),  # vLLM checks the key of its environment
+        ("", "VLLM_API_KEY=\n", KINDS["vllm"].default_host),  # an empty one is none
+        ('args = ["--api-key", "${API_KEY}"]\n', "API_KEY=sk-site\n", None),
+    ],
+)
+def test_a_vllm_trial_is_locked_to_loopback_unless_its_server_would_check_a_key(
+    args: str, env_file: str | None, exposed: str | None, write_profile: WriteProfile
+) -> None:
+    top = ""
+    if env_file is not None:
+        top = 'env_files = ["vstandin.env"]\n'
+        path = Path("profiles/vstandin.env")
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(env_file)
+        path.chmod(0o600)
+    write_profile("vstandin", profile_text(free_port(), args, top, host=""))
+    assert exposed_host(load_profile("vstandin")) == exposed
