@@ -12,13 +12,16 @@ from typing import Annotated, Any
 from pydantic import Discriminator, Tag
 
 from nccl_launch.findings import Finding
+from nccl_launch.serving.api import Get, Served
 from nccl_launch.serving.command import Given, split_command
 from nccl_launch.serving.flags import Flag, empty_credentials, unfilled_credentials
 from nccl_launch.serving.table import ServerTable
+from nccl_launch.sglang import api as sglang_api
 from nccl_launch.sglang import argv as sglang_argv
 from nccl_launch.sglang import facts as sglang_facts
 from nccl_launch.sglang import rules as sglang_rules
 from nccl_launch.sglang.server import Server as SGLangServer
+from nccl_launch.vllm import api as vllm_api
 from nccl_launch.vllm import argv as vllm_argv
 from nccl_launch.vllm import facts as vllm_facts
 from nccl_launch.vllm import rules as vllm_rules
@@ -71,6 +74,10 @@ class ServerKind:
     fields: Callable[[Sequence[Given]], tuple[dict[str, Any], list[Given], list[str]]]
     credential_flags: tuple[str, ...]  # whose values are secrets, spelled in full
     env_prefix: str  # of the variables it reads
+    # Its HTTP API: what it says of itself, the key a request carries (read from the server's
+    # argv and environment).
+    served: Callable[[Get], Served]
+    request_key: Callable[[Sequence[str], Mapping[str, str]], str | None]
 
     def address(self, server: ServerTable) -> tuple[str, int]:
         """Where the server listens: its host and port, the kind's defaults where unset."""
@@ -114,6 +121,8 @@ KINDS = {
         fields=sglang_argv.table_fields,
         credential_flags=sglang_facts.CREDENTIAL_FLAGS,
         env_prefix=sglang_facts.ENV_PREFIX,
+        served=sglang_api.served,
+        request_key=sglang_api.request_key,
     ),
     "vllm": ServerKind(
         name="vllm",
@@ -144,6 +153,8 @@ KINDS = {
         fields=vllm_argv.table_fields,
         credential_flags=vllm_facts.CREDENTIAL_FLAGS,
         env_prefix=vllm_facts.ENV_PREFIX,
+        served=vllm_api.served,
+        request_key=vllm_api.request_key,
     ),
 }
 

@@ -21,13 +21,13 @@ import httpx
 import psutil
 import pytest
 
-from nccl_launch.bench.api_key import api_key
 from nccl_launch.bench.client import Client
 from nccl_launch.bench.gpus import parse_gpus
 from nccl_launch.bench.history import opened, read_history
 from nccl_launch.bench.result import BenchReport, Method, RunFigure, judge, summarize
 from nccl_launch.bench.url import server_url, url_address
 from nccl_launch.files import FileError
+from nccl_launch.kinds import KINDS
 from nccl_launch.profile.model import Baseline
 from nccl_launch.report import SCHEMA_VERSION
 from nccl_launch.sglang.server import Server as ServerTable
@@ -161,7 +161,7 @@ def test_events_may_end_their_lines_with_cr_or_crlf(
 
 def test_a_crlf_split_between_two_chunks_ends_one_line() -> None:
     chunks = [b"data: a\r", b"\ndata: b\r", b"", b"\n\rdata: c\n"]
-    with Client("http://127.0.0.1:1", 1) as client:
+    with Client("http://127.0.0.1:1", 1, KINDS["sglang"]) as client:
         lines = list(client._lines("/v1/completions", iter(chunks)))
     assert lines == ["data: a", "data: b", "", "data: c"]
 
@@ -379,6 +379,8 @@ JSON_KEYS = {
     "url",
     "host",
     "time",
+    "server",
+    "server_version",
     "sglang_version",
     "model",
     "gpus",
@@ -411,6 +413,7 @@ def test_json_is_a_versioned_document_stamped_with_profile_server_and_gpus(
     assert document["profile"] == "standin@1"
     assert document["digest"].startswith("sha256:")
     assert document["profile_path"] == str(Path.cwd() / "profiles" / "standin.toml")
+    assert (document["server"], document["server_version"]) == ("sglang", "0.5.23")
     assert (document["sglang_version"], document["model"]) == ("0.5.23", "/models/m")
     assert document["gpus"] == [
         {
@@ -484,6 +487,7 @@ def test_history_prints_a_table_per_profile_and_digest(
     record = default_history(tmp_path / "home")
     older = json.loads(record.read_text().splitlines()[0])  # as version 0 of another digest
     older |= {"profile": "standin@0", "digest": "sha256:" + "0" * 64}
+    del older["server"], older["server_version"]  # as written before vLLM: sglang_version only
     with record.open("a") as history:
         history.write(json.dumps(older) + "\n")
     shown = run_cli("bench", "--history")
@@ -496,6 +500,8 @@ def test_history_prints_a_table_per_profile_and_digest(
     header = tables[0].splitlines()[1].split()
     assert header[:4] == ["WHEN", "RUNS", "MEAN", "TOK/S"]
     assert tables[0].splitlines()[2].split()[1] == "2x60"
+    assert header[7:9] == ["SERVER", "BASELINE"]
+    assert tables[1].splitlines()[2].split()[5:7] == ["SGLang", "0.5.23"]
     one = run_cli("bench", "--history", "standin@0")
     assert one.stdout.startswith("standin@0 ") and "standin@1" not in one.stdout
     by_name = run_cli("bench", "--history", "standin")
@@ -876,7 +882,7 @@ def test_a_bad_url_exits_2_with_one_masked_line(
 
 
 @pytest.mark.parametrize("userinfo", ["user:s3cret", "s3cret", "user:s3cr/et"])
-def test_user_info_in_the_url_is_refused_as_no_key_of_sglang(
+def test_user_info_in_the_url_is_refused_as_no_key_of_the_server(
     userinfo: str, start: Started, run_cli: RunCli, tmp_path: Path
 ) -> None:
     # An HTTP client sends it as Basic auth in place of the Bearer header that carries the
@@ -887,7 +893,7 @@ def test_user_info_in_the_url_is_refused_as_no_key_of_sglang(
     assert (result.returncode, result.stdout) == (2, ""), result.stderr
     assert result.stderr == (
         f"nccl-launch: --url http://***@127.0.0.1:{server.port}: holds user info (USER:PASSWORD@)"
-        ", which SGLang does not read; bench sends the --api-key of the server's command line "
+        ", which the server does not read; bench sends the API key the server was started with "
         "itself; valid: http://127.0.0.1:30000\n"
     )
     assert nothing_recorded(tmp_path)
@@ -1180,7 +1186,7 @@ def test_a_server_with_an_api_key_is_sent_its_own_key_and_nothing_shows_it(
     ],
 )
 def test_the_api_key_is_read_as_sglangs_parser_reads_it(argv: list[str], key: str | None) -> None:
-    assert api_key(argv) == key
+    assert KINDS["sglang"].request_key(argv, {"VLLM_API_KEY": "v"}) == key
 
 
 def test_a_key_no_http_header_carries_is_refused_without_showing_it(

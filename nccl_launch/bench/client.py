@@ -1,4 +1,5 @@
-"""The HTTP edge of `bench`: SGLang's `/server_info` and one streamed `/v1/completions`.
+"""The HTTP edge of `bench`: what the server says of itself (its kind knows where it says it)
+and one streamed `/v1/completions`.
 
 httpx, for its timeout on every wait (connect, and between two events of a stream) and one
 exception family to turn into exit 3. What a server sends is bounded: a body or a line of
@@ -21,33 +22,12 @@ from nccl_launch.bench.result import RunFigure
 from nccl_launch.bench.url import masked_url
 from nccl_launch.errors import HostError
 from nccl_launch.files import LINE_LIMIT, split_lines
-from nccl_launch.sglang.facts import API_KEY_FLAG
+from nccl_launch.kinds import ServerKind
+from nccl_launch.serving.api import Served
 
 SHOWN_BODY = 200  # of an error answer, enough for a reason, not a page of HTML
-INFO_PATHS = ("/server_info", "/get_server_info")  # the second before SGLang 0.5
-BODY_LIMIT = 1 << 20  # an info or error body: SGLang's is a few KiB
+BODY_LIMIT = 1 << 20  # an info or error body: SGLang's /server_info is a few KiB
 MIN_RATE = 1.0  # tok/s: a request lasts at most --timeout + max_tokens / MIN_RATE seconds
-
-
-class InfoAnswer(dict[str, Any]):
-    """What `/server_info` answered (empty where the server has neither path)."""
-
-    def _text(self, key: str) -> str | None:
-        value = self.get(key)
-        return value if isinstance(value, str) and value else None
-
-    @property
-    def version(self) -> str | None:
-        return self._text("version")
-
-    @property
-    def model(self) -> str | None:
-        return self._text("served_model_name") or self._text("model_path")
-
-    @property
-    def served_model(self) -> str:
-        """The name a request asks for."""
-        return self._text("served_model_name") or "default"
 
 
 class _Overdue(Exception):
@@ -67,8 +47,11 @@ def _chunks(response: httpx.Response, end: float) -> Iterator[bytes]:
 class Client:
     """One server, asked one thing at a time; every failure is a one-line HostError."""
 
-    def __init__(self, url: str, timeout: float, api_key: str | None = None) -> None:
+    def __init__(
+        self, url: str, timeout: float, kind: ServerKind, api_key: str | None = None
+    ) -> None:
         self.url = url.rstrip("/")
+        self.kind = kind
         self.masked_url = masked_url(self.url)
         self.timeout = timeout
         self.has_key = api_key is not None
@@ -112,29 +95,30 @@ class Client:
         body = _body(chunks, SHOWN_BODY * 4).decode(errors="replace")
         said = " ".join(body.split())[:SHOWN_BODY]
         if response.status_code == httpx.codes.UNAUTHORIZED:
-            said += (
-                f" (it refused the {API_KEY_FLAG} of the server's command line)"
-                if self.has_key
-                else f" (it wants an API key; the server's command line has no {API_KEY_FLAG})"
-            )
+            flag, env = self.kind.api_key_flag, self.kind.api_key_env
+            if self.has_key:
+                said += f" (it refused the {flag} of the server's command line"
+                said += f", or its {env})" if env else ")"
+            else:
+                said += f" (it wants an API key; the server's command line has no {flag}"
+                said += f", its environment no {env})" if env else ")"
         return HostError(f"{self.masked_url}{path} answered HTTP {response.status_code}: {said}")
 
-    def server_info(self) -> InfoAnswer:
-        """The server's version and model; empty when it has no info path (not SGLang)."""
-        for path in INFO_PATHS:
-            with self._request("GET", path, self.timeout, "--timeout") as (response, chunks):
-                if response.status_code == httpx.codes.NOT_FOUND:
-                    continue
-                if response.status_code != httpx.codes.OK:
-                    raise self._status(path, response, chunks)
-                body = _body(chunks, BODY_LIMIT)
-            if len(body) > BODY_LIMIT:
-                raise HostError(
-                    f"{self.masked_url}{path} answered more than {BODY_LIMIT >> 20} MiB"
-                )
-            answer = _json(body, f"{self.masked_url}{path} answered something not JSON")
-            return InfoAnswer(answer if isinstance(answer, dict) else {})
-        return InfoAnswer()
+    def served(self) -> Served:
+        """What the server says of itself, asked where its kind says it."""
+        return self.kind.served(self._get_json)
+
+    def _get_json(self, path: str) -> object:
+        """The JSON a GET of `path` answers; None where the server has no such path (404)."""
+        with self._request("GET", path, self.timeout, "--timeout") as (response, chunks):
+            if response.status_code == httpx.codes.NOT_FOUND:
+                return None
+            if response.status_code != httpx.codes.OK:
+                raise self._status(path, response, chunks)
+            body = _body(chunks, BODY_LIMIT)
+        if len(body) > BODY_LIMIT:
+            raise HostError(f"{self.masked_url}{path} answered more than {BODY_LIMIT >> 20} MiB")
+        return _json(body, f"{self.masked_url}{path} answered something not JSON")
 
     def complete(self, body: dict[str, Any]) -> RunFigure:
         """One streamed completion, timed from the request to `[DONE]`; tokens from the
@@ -187,7 +171,7 @@ class Client:
         if first is not None and tokens is None:
             raise HostError(
                 f"{self.masked_url}{path} streamed no usage figures "
-                "(SGLang sends them with stream_options.include_usage)"
+                "(the request asks for them with stream_options.include_usage)"
             )
         return first, tokens
 

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import psutil
 
 from nccl_launch.bench.api_key import server_api_key
-from nccl_launch.bench.client import Client, InfoAnswer
+from nccl_launch.bench.client import Client
 from nccl_launch.bench.gpus import query_gpus
 from nccl_launch.bench.result import BenchReport, Method, RunFigure, Status, judge, summarize
 from nccl_launch.bench.url import masked_url, url_address
@@ -28,6 +28,7 @@ from nccl_launch.live.processes import (
 from nccl_launch.live.target import Target
 from nccl_launch.live.watch import compare_tree
 from nccl_launch.profile.load import LoadedProfile
+from nccl_launch.serving.api import Served
 
 
 class Progress(Protocol):
@@ -118,10 +119,12 @@ def check_held(server: HeldProcess, loaded: LoadedProfile) -> LiveReport:
     return compare_tree(snapshot_tree(server), loaded)
 
 
-def request_body(facts: InfoAnswer, method: Method) -> dict[str, Any]:
-    """One greedy completion of exactly max_tokens (ignore_eos), usage in its last event."""
+def request_body(served: Served, method: Method) -> dict[str, Any]:
+    """One greedy completion of exactly max_tokens (ignore_eos), usage in its last event; of
+    the model the server named (none named: its own)."""
+    model = {} if served.request_model is None else {"model": served.request_model}
     return {
-        "model": facts.served_model,
+        **model,
         "prompt": method.prompt,
         "max_tokens": method.max_tokens,
         "temperature": 0,
@@ -134,9 +137,9 @@ def request_body(facts: InfoAnswer, method: Method) -> dict[str, Any]:
 def measure_decode(
     loaded: LoadedProfile, endpoint: Endpoint, method: Method, timeout: float, progress: Progress
 ) -> BenchReport:
-    """Measure on a server proved to run `loaded` before and after, sending the API key of its
-    own command line; the report says whether it was measured, refused, discarded or
-    interrupted (Ctrl-C: the runs so far)."""
+    """Measure on a server proved to run `loaded` before and after, asked as its kind is, with
+    the API key it was started with; the report says whether it was measured, refused,
+    discarded or interrupted (Ctrl-C: the runs so far)."""
     plan = loaded.plan
     stamp: dict[str, Any] = {
         "profile": plan.label,
@@ -159,12 +162,15 @@ def measure_decode(
         if not before.ok:
             return report("refused", [], drift=before)
         runs: list[RunFigure] = []
-        with Client(endpoint.url, timeout, server_api_key(server)) as client:
-            facts = client.server_info()
+        kind = loaded.profile.kind
+        with Client(endpoint.url, timeout, kind, server_api_key(server, kind)) as client:
+            served = client.served()
             gpus, gpus_note = query_gpus()
-            stamp |= {"sglang_version": facts.version, "model": facts.model, "gpus": gpus}
-            stamp |= {"gpus_note": gpus_note}
-            body = request_body(facts, method)
+            # A profile without [server] runs what follows `--`: its kind is known if it said so.
+            named = loaded.profile.server is not None or served.version is not None
+            stamp |= {"server": kind.name if named else None, "server_version": served.version}
+            stamp |= {"model": served.model, "gpus": gpus, "gpus_note": gpus_note}
+            body = request_body(served, method)
             try:
                 for number in range(1, method.warmup + 1):
                     progress.ran("warmup", number, method.warmup, client.complete(body))

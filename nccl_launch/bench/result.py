@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from statistics import fmean
-from typing import Annotated, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, Field, computed_field, model_validator
 
@@ -92,7 +92,8 @@ class BenchReport(Report):
     url: str
     host: str
     time: Annotated[str, AfterValidator(_aware_time)]
-    sglang_version: str | None = None
+    server: str | None = None  # its kind, as `[server] kind` names it
+    server_version: str | None = None
     model: str | None = None
     gpus: list[Gpu] = Field(default_factory=list)
     gpus_note: str | None = None
@@ -105,6 +106,21 @@ class BenchReport(Report):
     baseline: Verdict | None = None
     drift: LiveReport | None = None  # the check that refused or discarded the figures
     written: WrittenBaseline | None = None  # --write-baseline; never part of a history line
+
+    @model_validator(mode="before")
+    @classmethod
+    def _server_of_before(cls, data: Any) -> Any:
+        """A history line of an earlier nccl-launch, which measured SGLang alone and stamped its
+        `sglang_version`: that is the server's version."""
+        if isinstance(data, dict) and "server" not in data and "sglang_version" in data:
+            data = {**data, "server": "sglang", "server_version": data["sglang_version"]}
+        return data
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def sglang_version(self) -> str | None:
+        """`server_version` of an SGLang server, as documents written before `server` say it."""
+        return self.server_version if self.server == "sglang" else None
 
     @model_validator(mode="after")
     def _summary_of_its_runs(self) -> Self:

@@ -49,7 +49,7 @@ def url_address(url: str) -> Address:
     if "@" in url:  # an HTTP client would send it as Basic auth, in place of the key's header
         raise UsageError(
             f"--url {masked_url(url)}: holds user info (USER:PASSWORD@), which the server does not "
-            f"read; bench sends the API key of the server's own command line itself; "
+            f"read; bench sends the API key the server was started with itself; "
             f"{EXAMPLE}"
         )
     if parts.scheme not in ("http", "https") or not parts.hostname:

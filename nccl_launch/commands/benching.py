@@ -163,8 +163,9 @@ def bench(
     """Measure decode tok/s of PROFILE's server (or the one at URL), checked against PROFILE
     before and after.
 
-    One streaming request at a time to SGLang's /v1/completions, tokens from its usage
-    figures, with the --api-key of the server's own command line. The result is stamped with
+    One streaming request at a time to the server's /v1/completions, tokens from its usage
+    figures, with the API key the server was started with (its --api-key; for vLLM, else
+    VLLM_API_KEY). The result is stamped with
     the profile's name@version and digest and appended to the history; --history [PROFILE]
     prints it as a table per profile and digest. --write-baseline records the figure in the
     profile, only when the server was proved to run it before and after.

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from nccl_launch.tune.result import TrialRow
 
 DEFAULT_READY_TIMEOUT = 1200.0  # a large model loads for minutes
-# SGLang's workers free their GPU memory on SIGTERM; a tree still up after this is killed.
+# A server's workers free their GPU memory on SIGTERM; a tree still up after this is killed.
 STOP_GRACE = 30.0
 
 

@@ -124,11 +124,11 @@ def gpu_check(server: Server, env: Mapping[str, str]) -> Check:
 
 
 def port_check(server: Server) -> Check:
-    """The server's port must be free: nothing, another SGLang included, may listen there."""
+    """The server's port must be free: nothing, another server included, may listen there."""
     host, port = kind_of(server).address(server)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
-        # As SGLang binds (uvicorn sets it): the connections a server just stopped leaves in
+        # As SGLang and vLLM bind (SO_REUSEADDR): the connections a server just stopped leaves in
         # TIME_WAIT do not keep the next one from the port, a listener does.
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:

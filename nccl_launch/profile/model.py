@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from nccl_launch.kinds import DEFAULT_KIND, KINDS, Server, kind_of
+from nccl_launch.kinds import DEFAULT_KIND, KINDS, Server, ServerKind, kind_of
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.profile.search import PROFILE_NAME
@@ -209,14 +209,18 @@ class Profile(StrictModel):
         """`[policy] server_owned`, when the profile does not write it: what its kind sets."""
         if "server_owned" in self.policy.model_fields_set:
             return self
-        kind = kind_of(self.server) if self.server is not None else KINDS[DEFAULT_KIND]
-        owned = list(kind.owned_env(self.server, self.declared_env()))
+        owned = list(self.kind.owned_env(self.server, self.declared_env()))
         policy = self.policy.model_copy(update={"server_owned": owned})
         return self.model_copy(update={"policy": policy})
 
     @property
     def label(self) -> str:
         return f"{self.name}@{self.version}"
+
+    @property
+    def kind(self) -> ServerKind:
+        """The kind of server it runs: its `[server]` table's, SGLang's without one."""
+        return kind_of(self.server) if self.server is not None else KINDS[DEFAULT_KIND]
 
     def declared_env(self) -> dict[str, str]:
         """Every variable the profile sets, NCCL ones with their full name."""

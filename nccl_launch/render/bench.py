@@ -6,6 +6,7 @@ from pathlib import Path
 
 from nccl_launch.bench.result import BenchReport, Method, RunFigure, Verdict, WrittenBaseline
 from nccl_launch.escaping import escaped
+from nccl_launch.kinds import KINDS
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.profile.plan import short_digest
 from nccl_launch.render.reports import live_lines
@@ -45,6 +46,12 @@ def _verdict_line(verdict: Verdict) -> str:
     return f"{rule}: {'met' if verdict.met else 'missed'}"
 
 
+def _server(report: BenchReport, unknown: str) -> str:
+    """`SGLang 0.5.23`: the server's kind as people write it, and its version (or `unknown`)."""
+    kind = KINDS.get(report.server or "")
+    return f"{kind.title if kind else 'server'} {report.server_version or unknown}"
+
+
 def _stamp(report: BenchReport) -> list[str]:
     if report.gpus:
         gpus = "; ".join(
@@ -55,8 +62,7 @@ def _stamp(report: BenchReport) -> list[str]:
         gpus = f"none recorded ({report.gpus_note})"
     return [
         f"profile {report.profile} {report.digest}",
-        f"server  {report.url}: SGLang {report.sglang_version or 'unknown'}, "
-        f"model {report.model or 'unknown'}",
+        f"server  {report.url}: {_server(report, 'unknown')}, model {report.model or 'unknown'}",
         f"GPUs    {gpus}",
         f"host    {report.host} at {report.time}",
     ]
@@ -131,14 +137,14 @@ def _history_row(report: BenchReport) -> tuple[str, ...]:
         f"{report.mean_tok_s or 0:.1f}",
         f"{report.min_tok_s or 0:.1f}-{report.max_tok_s or 0:.1f}",
         f"{report.ttft_s or 0:.3f}",
-        report.sglang_version or "-",
+        _server(report, "-"),
         met,
         report.host,
     )
     return tuple(map(escaped, row))  # a history line's words cannot forge a row
 
 
-HISTORY_HEADER = ("WHEN", "RUNS", "MEAN TOK/S", "SPREAD", "TTFT S", "SGLANG", "BASELINE", "HOST")
+HISTORY_HEADER = ("WHEN", "RUNS", "MEAN TOK/S", "SPREAD", "TTFT S", "SERVER", "BASELINE", "HOST")
 
 
 def history_lines(results: list[BenchReport]) -> list[str]:

@@ -15,10 +15,10 @@ from typing import Any
 
 import tomli_w
 
-from nccl_launch.bench.api_key import api_key
 from nccl_launch.digits import is_ascii_digits
+from nccl_launch.env.env_files import read_profile_env_file
 from nccl_launch.errors import UsageError
-from nccl_launch.kinds import kind_of
+from nccl_launch.kinds import ServerKind, kind_of
 from nccl_launch.profile.chain import ProfileChain
 from nccl_launch.profile.load import LoadedProfile, validate_resolved
 from nccl_launch.profile.model import nccl_value
@@ -32,16 +32,30 @@ LOOPBACK = "127.0.0.1"  # where a trial of a server that checks no key listens
 
 def exposed_host(loaded: LoadedProfile) -> str | None:
     """The host the profile's server would serve anyone on, unasked: its own (its kind's
-    default when unset) when its argv gives no API key and it is not a loopback address (a name is
-    not judged); None otherwise."""
+    default when unset) when it would check no API key and it is not a loopback address (a
+    name is not judged); None otherwise."""
     server = loaded.profile.server
-    if server is None or api_key(loaded.plan.argv) is not None:
+    if server is None:
         return None
-    host, _ = kind_of(server).address(server)
+    kind = kind_of(server)
+    if kind.request_key(loaded.plan.argv, _key_env(loaded, kind)) is not None:
+        return None
+    host, _ = kind.address(server)
     with contextlib.suppress(ValueError):
         if ipaddress.ip_address(host).is_loopback:
             return None
     return host
+
+
+def _key_env(loaded: LoadedProfile, kind: ServerKind) -> dict[str, str]:
+    """Where a trial server finds a key its kind reads from the environment: the calling
+    environment, the profile's and its env files' (empty for a kind that reads none)."""
+    if kind.api_key_env is None:
+        return {}
+    env = {**os.environ, **loaded.plan.env}
+    for path in loaded.env_files:
+        env |= read_profile_env_file(loaded, path).values
+    return env
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ grid), and the confirmation of its winner, within a budget of trials (one trial:
 a candidate's server). Pure: `tune` gives it trials of real servers, tests a function.
 
 The noise rule works on ln(rate), where the noise lives: between two starts of the same
-server (NCCL builds its rings, SGLang captures its graphs at every start). A candidate's
+server (NCCL builds its rings, the server captures its CUDA graphs at every start). A candidate's
 estimate is the mean of its starts' figures (`stats.Start.figure`); the variance of one
 start's figure is pooled over every candidate with two starts or more. The profile's values
 are started twice first, so that there is such a candidate; NCCL's defaults once. A change

@@ -292,7 +292,7 @@ def _trial(
     url = server_url(server)
     address = url_address(url)
     deadline = time.monotonic() + settings.ready_timeout
-    # One answer may take a while (SGLang can generate a token for it): bounded by the deadline.
+    # One answer may take a while (SGLang's can generate a token): bounded by the deadline.
     while not _healthy(address, max(POLL, deadline - time.monotonic())):
         if not child.held.running():
             return TrialOutcome(status="exited", seconds=0)

@@ -328,10 +328,15 @@ class Streaming(BaseHTTPRequestHandler):
         rate = request_rate(pacing.plain_rate if plain else pacing.rate, pacing.noise)
         start = time.monotonic() + float(os.environ.get("STANDIN_TTFT", 0))
         chunk = self.chunk(body)
+        per_event = self.tokens_per_event(body)
         for index in range(tokens):
             time.sleep(max(0.0, start + (index + 1) / rate - time.monotonic()))
-            finish = "length" if index == tokens - 1 else None
-            self.event({**chunk, "choices": [self.choice(finish)]} | self.after_choices())
+            last = index == tokens - 1
+            if (index + 1) % per_event and not last:
+                continue  # this token leaves with the next ones, in one event
+            choice = self.choice("length" if last else None)
+            choice["text"] *= index % per_event + 1
+            self.event({**chunk, "choices": [choice]} | self.after_choices())
         options = body.get("stream_options")
         if tokens and isinstance(options, dict) and options.get("include_usage"):
             count = os.environ.get("STANDIN_USAGE_TOKENS", str(tokens))
@@ -342,6 +347,10 @@ class Streaming(BaseHTTPRequestHandler):
     def after_choices(self) -> dict[str, Any]:
         """What a token's event carries after its choices."""
         return {}
+
+    def tokens_per_event(self, body: dict[str, Any]) -> int:
+        """How many tokens one event carries at most (one: a server that decodes one a step)."""
+        return 1
 
     def log_message(self, *_: object) -> None:
         pass

@@ -34,9 +34,11 @@ What it reproduces, because `nccl-launch check`, `bench` and `tune` depend on it
   launcher.py:365-379`), on `--host` or every address;
 - HTTP: /health (200, or 503 as for a dead engine), /version (`{"version": "0.33.0"}`),
   /v1/models (`entrypoints/openai/models/serving.py:64-76`), POST /v1/completions streamed as
-  `entrypoints/openai/completion/serving.py:438-558` does: one `data: {...}` event per token
-  (id `cmpl-` and 16 hex digits, object, created, model, choices with stop_reason and nulls,
-  kv_transfer_params null), with `stream_options.include_usage` a last event with
+  `entrypoints/openai/completion/serving.py:438-558` does: one `data: {...}` event per engine
+  step (id `cmpl-` and 16 hex digits, object, created, model, choices with stop_reason and
+  nulls, kv_transfer_params null), its text the step's tokens: one, or with
+  `--speculative-config` the decoded one and its `num_speculative_tokens` drafts (here every
+  draft is accepted); with `stream_options.include_usage` a last event with
   `"choices": []` and usage (prompt_tokens, total_tokens, completion_tokens; nulls dropped),
   then `data: [DONE]`; a `model` it does not serve answers 404 with vLLM's error body;
 - the API key as `entrypoints/serve/middleware/register.py:32-36` and `authenticate.py` check
@@ -322,6 +324,12 @@ def handler(server: Server) -> type[core.Streaming]:
 
         def after_choices(self) -> dict[str, Any]:
             return {"kv_transfer_params": None}
+
+        def tokens_per_event(self, body: dict[str, Any]) -> int:
+            """With speculative decoding, each step's tokens: the one decoded and the drafts it
+            accepted (here all of them)."""
+            config = args.speculative_config or {}
+            return 1 + int(config.get("num_speculative_tokens", 0))
 
         def usage(self, chunk: dict[str, Any], tokens: int) -> dict[str, Any]:
             usage = {"prompt_tokens": 5, "total_tokens": tokens + 5, "completion_tokens": "COUNT"}

@@ -1,0 +1,25 @@
+"""What a server says of itself over HTTP, whatever its kind: its version, the model it serves
+and the name a request gives it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# The JSON a GET of a path answered; None where the server has no such path (404).
+Get = Callable[[str], object]
+
+
+@dataclass(frozen=True)
+class Served:
+    """A server's own account of itself; None where it does not say."""
+
+    version: str | None
+    model: str | None
+    request_model: str | None  # what a request's `model` names; None: no `model` sent
+
+
+def text(answer: object, key: str) -> str | None:
+    """`answer[key]` where `answer` is an object and that a non-empty string; else None."""
+    value = answer.get(key) if isinstance(answer, dict) else None
+    return value if isinstance(value, str) and value else None
