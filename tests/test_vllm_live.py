@@ -178,9 +178,6 @@ def test_watch_stops_the_whole_vllm_tree_when_a_late_worker_drifts(start: Start)
 # capture
 
 
-@pytest.mark.xfail(
-    reason="capture of a vLLM server into a vLLM profile is on branch convert", strict=True
-)
 def test_capture_of_a_running_vllm_server_gives_a_profile_of_its_argv(
     run_cli: RunCli, tmp_path: Path
 ) -> None:
