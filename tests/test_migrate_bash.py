@@ -531,6 +531,9 @@ VLLM_CORPUS = [
     (f"vllm serve /m --speculative_config='{EAGLE}' --master-addr=h --master-port=5 -n=2 -tp=4"
      " -r=1",
      None),
+    ("vllm serve /m --spec-method ngram --spec_tokens=3", None),
+    ("vllm serve /m -sc '{\"method\":\"ngram\"}' --spec-tokens 3", None),
+    ("vllm serve /m -sc '" + NGRAM + "' --spec-tokens 3", 1),  # vLLM: mutually exclusive
     ("vllm serve --port 8000 /m", 1),
     ("X=1\nvllm serve /m -sc '{bad'", 2),
     ("vllm serve /m -sc '[1]'", 1),
@@ -593,9 +596,17 @@ def vllm_reads(argv: list[str]) -> dict[str, Any]:
     for flag in ("--api-key", "--served-model-name"):
         parser.add_argument(flag, nargs="+")
     parser.add_argument("--enforce-eager", action="store_true")
+    for flag in ("--spec-method", "--spec-model"):
+        parser.add_argument(flag)
+    parser.add_argument("--spec-tokens", type=int)
     read = vars(parser.parse_args(args))
     if serve and read["model_tag"] is not None:
         read["model"] = read["model_tag"]
+    for key in ("method", "model", "tokens"):  # as create_speculative_config adds them
+        value = read.pop(f"spec_{key}")
+        if value is not None:
+            config = read["speculative_config"] = read["speculative_config"] or {}
+            config["num_speculative_tokens" if key == "tokens" else key] = value
     if read["speculative_config"] is not None:  # as create_speculative_config reads its keys
         read["speculative_config"] = {
             key.replace("-", "_"): value for key, value in read["speculative_config"].items()

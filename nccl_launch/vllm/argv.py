@@ -59,8 +59,8 @@ def server_argv(server: Server) -> list[str]:
 
 
 # Fields a flag of the args may stand beside while the table leaves them unset: a lone
-# `--master-addr` or `--master-port`, a `--speculative-config` `[server.speculative]`
-# cannot hold.
+# `--master-addr` or `--master-port`, a `--speculative-config` (or `--spec-tokens`...)
+# `[server.speculative]` cannot hold.
 _ONLY_WHEN_SET = ("dist_init_addr", "speculative")
 
 
@@ -70,8 +70,9 @@ def duplicated_flags(server: Server, args: Sequence[str]) -> list[tuple[str, Fla
     repeated = []
     for option in args:
         flag = flag_for(option)
-        unset = flag is not None and flag.field in _ONLY_WHEN_SET
-        if flag is not None and not (unset and getattr(server, flag.field) is None):
+        field = flag.field.split(".")[0] if flag is not None else ""
+        unset = field in _ONLY_WHEN_SET and getattr(server, field) is None
+        if flag is not None and not unset:
             repeated.append((option.split("=", 1)[0], flag))
     return repeated
 
@@ -126,18 +127,23 @@ def table_fields(given: Sequence[Given]) -> tuple[dict[str, Any], list[Given], l
     left: list[Given] = []
     notes: list[str] = []
     address: dict[str, str | int] = {}
+    # --spec-method, --spec-model and --spec-tokens: keys vLLM adds to the config's
+    shorthand = [each for each in given if each.flag.field.startswith("speculative.")]
     speculative = [each for each in given if each.flag.field == "speculative"]
+    for each in speculative[:-1]:  # the last counts, but vLLM reads each
+        speculative_table(each, ())
+    if speculative or shorthand:
+        config, why = speculative_table(speculative[-1] if speculative else None, shorthand)
+        if config is None:
+            left += speculative[-1:] + shorthand
+            kept = (speculative or shorthand)[-1].option
+            notes.append(f"{kept}: kept in [server] args as written: {why}")
+        else:
+            table["speculative"] = config
     for each in given:
-        if each.flag.field == "speculative":
-            config, why = speculative_table(each)  # each is read, the last counts
-            if each is not speculative[-1]:
-                continue
-            if config is None:
-                left.append(each)
-                notes.append(f"{each.option}: kept in [server] args as written: {why}")
-            else:
-                table["speculative"] = config
-        elif each.flag.field == "dist_init_addr":  # the port an integer, the host text
+        if each.flag.field.startswith("speculative"):
+            continue
+        if each.flag.field == "dist_init_addr":  # the port an integer, the host text
             integers = ("dist_init_addr",) if each.flag.canonical == ADDRESS_FLAGS[1] else ()
             address[each.flag.canonical] = field_value(each, integers)
         else:
@@ -150,24 +156,37 @@ def table_fields(given: Sequence[Given]) -> tuple[dict[str, Any], list[Given], l
     return table, left, notes
 
 
-def speculative_table(given: Given) -> tuple[dict[str, Any] | None, str]:
-    """`[server.speculative]` of a `--speculative-config` value: its JSON object, keys read as
-    vLLM reads them (`-` as `_`), or None and why the table cannot hold it; ValueError for
-    a value that is no JSON object, which vLLM refuses."""
-    if given.value in ("", "None"):  # vLLM reads either as no speculative config
-        return None, f"{given.value!r} means none"
-    if given.value is None:
-        raise ValueError(f"{given.option} takes a value")
-    try:
-        config = json.loads(given.value)
-    except json.JSONDecodeError as error:
-        where = f"{error.msg} at character {error.pos + 1}"
-        raise ValueError(f"{given.option}: not JSON ({where}); vLLM refuses it") from None
-    if not isinstance(config, dict):
-        raise ValueError(
-            f"{given.option}: a JSON {type(config).__name__}, not an object; vLLM refuses it"
-        )
+def speculative_table(
+    given: Given | None, shorthand: Sequence[Given]
+) -> tuple[dict[str, Any] | None, str]:
+    """`[server.speculative]` of a `--speculative-config` value (`given`; None: none) with the
+    keys of `shorthand` (`--spec-tokens 3`) added as vLLM adds them: its JSON object, keys
+    read as vLLM reads them (`-` as `_`), or None and why the table cannot hold it;
+    ValueError for what vLLM refuses (no JSON object, a key given both ways)."""
+    config: Any = {}
+    if given is not None:
+        if given.value in ("", "None"):  # vLLM reads either as no speculative config
+            return None, f"{given.value!r} means none"
+        if given.value is None:
+            raise ValueError(f"{given.option} takes a value")
+        try:
+            config = json.loads(given.value)
+        except json.JSONDecodeError as error:
+            where = f"{error.msg} at character {error.pos + 1}"
+            raise ValueError(f"{given.option}: not JSON ({where}); vLLM refuses it") from None
+        if not isinstance(config, dict):
+            raise ValueError(
+                f"{given.option}: a JSON {type(config).__name__}, not an object; vLLM refuses it"
+            )
     config = {key.replace("-", "_"): value for key, value in config.items()}
+    for each in shorthand:
+        key = each.flag.field.removeprefix("speculative.")
+        if key in config:
+            raise ValueError(
+                f"{each.option} and --speculative-config's {key} are mutually exclusive; "
+                "vLLM refuses both"
+            )
+        config[key] = field_value(each, ("speculative.num_speculative_tokens",))
     try:
         VllmSpeculative.model_validate(config)
     except ValidationError as error:
