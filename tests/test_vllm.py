@@ -648,3 +648,17 @@ def test_the_option_strings_are_those_of_the_installed_vllm_parser() -> None:
     data = Path(nccl_launch.vllm.__file__).parent / "data" / "options.txt"
     lines = [line for line in data.read_text().splitlines() if not line.startswith("#")]
     assert done.stdout.splitlines() == lines
+
+
+def test_a_config_file_in_args_is_a_warning_it_can_accept(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """vLLM's --config reads flags from a YAML file nccl-launch does not read: said."""
+    profile(write_profile, "yaml", SERVER, 'args = ["--config", "x.yaml"]')
+    result = run_cli("validate", "yaml")
+    assert result.returncode == 0
+    assert "server.args: --config x.yaml: vLLM reads flags from that file" in result.stderr
+    assert '[accept: "server.args vllm"]' in result.stderr
+    profile(write_profile, "yaml", SERVER, 'args = ["--config", "x.yaml"]', ACCEPT.replace(
+        "env.VLLM_BATCH_INVARIANT vllm", "server.args vllm"))  # fmt: skip
+    assert run_cli("validate", "yaml").stderr == ""

@@ -124,6 +124,14 @@ def server_warnings(server: Server, env: dict[str, str]) -> list[Finding]:
         message = f"makes vLLM replace {', '.join(pinned)} (batch-invariant mode pins them)"
         fix = f"drop {facts.BATCH_INVARIANT}, or those values"
         found.append(Finding("vllm", f"env.{facts.BATCH_INVARIANT}", message, fix))
+    config = setting(server.args, "config")
+    if isinstance(config, str):
+        message = (
+            f"--config {config}: vLLM reads flags from that file, which nccl-launch neither sees "
+            "nor checks (a port or tensor_parallel_size there differs from the profile's unseen)"
+        )
+        fix = "write them in the profile's [server] instead"
+        found.append(Finding("vllm", "server.args", message, fix, severity="warning"))
     if _sleeps(server) and env.get(facts.GRAPH_REGISTER, "0") != "0":
         message = (
             f"{env[facts.GRAPH_REGISTER]} with sleep mode offloading CUDA graphs: vLLM keeps "
