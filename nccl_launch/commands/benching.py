@@ -164,8 +164,8 @@ def bench(
     before and after.
 
     One streaming request at a time to the server's /v1/completions, tokens from its usage
-    figures, with the API key the server was started with (its --api-key; for vLLM, else
-    VLLM_API_KEY). The result is stamped with
+    figures, sending the API key the server was started with: its --api-key, else vLLM's
+    VLLM_API_KEY. The result is stamped with
     the profile's name@version and digest and appended to the history; --history [PROFILE]
     prints it as a table per profile and digest. --write-baseline records the figure in the
     profile, only when the server was proved to run it before and after.
