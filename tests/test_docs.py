@@ -411,8 +411,13 @@ def test_the_vllm_pages_profiles_print_what_the_page_shows(isolated: Isolation) 
         "nccl-launch show vllm-deterministic | sed -n '/^server_owned/,/^]/p'",
         "nccl-launch validate profiles/vllm-sleep.toml",
     ]
+    # Recorded against a running stand-in (PIDs, times): tests/test_vllm_live.py runs the same.
+    recorded = {
+        "nccl-launch check kimi-vllm-standin --port 8011",
+        "nccl-launch bench kimi-vllm-standin --runs 3 --max-tokens 200",
+    }
     on_the_page = re.findall(r"^\$ (nccl-launch .*)$", text, re.MULTILINE)
-    assert set(on_the_page) == {VLLM_EXAMPLE, *commands}
+    assert set(on_the_page) == {VLLM_EXAMPLE, *commands, *recorded}
     for command in commands[:3]:
         shown(command)
     policy = text.split("With this table added", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
