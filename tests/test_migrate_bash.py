@@ -532,6 +532,8 @@ VLLM_CORPUS = [
      " -r=1",
      None),
     ("vllm serve /m --spec-method ngram --spec_tokens=3", None),
+    ("vllm serve /m -sc '" + NGRAM.replace(":3", ":99999999999999999999999") + "'", None),
+    ("vllm serve /m -sc '" + NGRAM.replace("}", ',"prompt_lookup_max":NaN}') + "'", None),
     ("vllm serve /m -sc '{\"method\":\"ngram\"}' --spec-tokens 3", None),
     ("vllm serve /m -sc '" + NGRAM + "' --spec-tokens 3", 1),  # vLLM: mutually exclusive
     ("vllm serve --port 8000 /m", 1),

@@ -31,6 +31,7 @@ STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
 _SETTING = re.compile(r"[a-z][a-z0-9_]*")
 NUL_PROBLEM = "holds a NUL byte, which no argument, path or environment value can carry"
 Scalar = str | int | float | bool
+TOML_INT = 2**63  # a TOML integer is a signed 64-bit one: what a profile can hold
 
 
 def no_nul(text: str) -> str:
@@ -77,6 +78,8 @@ def pass_through(settings: dict[str, Any]) -> dict[str, Scalar]:
             raise ValueError(f"{key}: {value!r} is not a single value")
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"{key}: {value!r} is not a finite number")
+        if isinstance(value, int) and not -TOML_INT <= value < TOML_INT:
+            raise ValueError(f"{key}: {value} is out of range; TOML integers are 64-bit")
         if isinstance(value, str) and "\x00" in value:
             raise ValueError(f"{key}: {NUL_PROBLEM}")
     return settings

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from nccl_launch.digits import is_ascii_digits
-from nccl_launch.serving.table import STRICT, Name, Scalar, ServerTable, pass_through
+from nccl_launch.serving.table import STRICT, TOML_INT, Name, Scalar, ServerTable, pass_through
 from nccl_launch.vllm import facts
 
 
@@ -41,7 +41,7 @@ class VllmSpeculative(BaseModel):
 
     method: str
     model: Name | None = None
-    num_speculative_tokens: int = Field(ge=1)
+    num_speculative_tokens: int = Field(ge=1, lt=TOML_INT)
 
     @field_validator("method")
     @classmethod
