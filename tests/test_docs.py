@@ -348,25 +348,30 @@ def test_the_tutorials_completion_lines_write_each_shells_script(isolated: Isola
         assert (isolated.home / name).read_text().startswith(start), name
 
 
+def bash_prints(command: str, page: str, nth: int = 0) -> None:
+    """`command`, run by bash with `nccl-launch` on PATH, prints what `page` shows for it
+    (its `nth` showing) and exits as the page says."""
+    path = f"{Path(console_script()).parent}:{os.environ['PATH']}"
+    done = subprocess.run(
+        ["bash", "-c", f"{command} 2>&1"],
+        env=os.environ | {"PATH": path},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert (done.stdout.splitlines(), done.returncode) == documented(command, page, nth), command
+
+
 def test_the_tutorials_first_steps_print_what_the_tutorial_shows(isolated: Isolation) -> None:
     """Steps 1 to 3 of docs/tutorial.md, by bash in an empty folder with `nccl-launch` on
     PATH: the profile as printed, its validation, the fix, the run, the refusal."""
     text = (REPO / "docs" / "tutorial.md").read_text()
     profile = text.split("`profiles/first.toml`:\n\n```toml\n", 1)[1].split("```", 1)[0]
     (isolated.root / "profiles" / "first.toml").write_text(profile)
-    path = f"{Path(console_script()).parent}:{os.environ['PATH']}"
 
     def shown(command: str, nth: int = 0) -> None:
-        expected = documented(command, "tutorial.md", nth)
-        done = subprocess.run(
-            ["bash", "-c", f"{command} 2>&1"],
-            env=os.environ | {"PATH": path},
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=120,
-        )
-        assert (done.stdout.splitlines(), done.returncode) == expected, command
+        bash_prints(command, "tutorial.md", nth)
 
     validate = "nccl-launch validate profiles/first.toml"
     shown(validate)
@@ -389,19 +394,9 @@ def test_the_vllm_pages_profiles_print_what_the_page_shows(isolated: Isolation) 
     profiles = re.findall(r"`profiles/([\w-]+)\.toml`:\n\n```toml\n(.*?)```", text, re.DOTALL)
     for name, body in profiles:
         (isolated.root / "profiles" / f"{name}.toml").write_text(body)
-    path = f"{Path(console_script()).parent}:{os.environ['PATH']}"
 
     def shown(command: str, nth: int = 0) -> None:
-        expected = documented(command, "vllm.md", nth)
-        done = subprocess.run(
-            ["bash", "-c", f"{command} 2>&1"],
-            env=os.environ | {"PATH": path},
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=120,
-        )
-        assert (done.stdout.splitlines(), done.returncode) == expected, command
+        bash_prints(command, "vllm.md", nth)
 
     deterministic = "nccl-launch validate profiles/vllm-deterministic.toml"
     commands = [
