@@ -183,8 +183,11 @@ def server_commands() -> list[str]:
 
 
 def _tag(table: Any) -> str | None:
-    """The kind a `[server]` table names (SGLang when it names none); None for another."""
-    kind = table.get("kind", DEFAULT_KIND) if isinstance(table, dict) else table.kind
+    """The kind a `[server]` table names (SGLang when it names none, or is no table, which
+    SGLang's then refuses as such); None for another."""
+    if isinstance(table, ServerTable):
+        return table.kind
+    kind = table.get("kind", DEFAULT_KIND) if isinstance(table, dict) else DEFAULT_KIND
     return kind if isinstance(kind, str) and kind in KINDS else None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Collection, Mapping
@@ -15,6 +16,7 @@ from typing import Any
 from nccl_launch.serving.table import ServerTable
 
 MARK = "NCCL_LAUNCH_PROBE "  # what each kind's probe.py prints before its answer
+_PYTHON = re.compile(r"python[0-9.]*")
 PROBE_TIMEOUT_S = 300  # importing a server (and torch) on a cold disk is slow
 _TEXT_KEYS = {
     "import": ("error",),
@@ -66,7 +68,7 @@ def ask(
 def interpreter(python: str, env: Mapping[str, str]) -> list[str]:
     """The command that runs Python code as `python` runs the server: `python` itself, or,
     for a console script (`vllm`, `sglang`: `[server] python` of a converted `vllm serve`
-    line), the interpreter of its `#!` line, which imports the same packages."""
+    line), the Python of its `#!` line, which imports the same packages."""
     found = Path(shutil.which(python, path=env.get("PATH", os.defpath)) or python)
     try:
         if not found.is_file():  # a FIFO would hold the read; running it says what it is
@@ -76,7 +78,11 @@ def interpreter(python: str, env: Mapping[str, str]) -> list[str]:
     except OSError:
         return [python]  # it cannot be read: running it says why
     words = first.removeprefix(b"#!").decode(errors="replace").split()
-    return words if first.startswith(b"#!") and words else [python]
+    if words[:1] and Path(words[0]).name == "env":  # `#!/usr/bin/env python3`
+        words = words[1:]
+    if not first.startswith(b"#!") or not words or not _PYTHON.fullmatch(Path(words[0]).name):
+        return [python]  # Python itself, or a wrapper (`#!/bin/sh`) that starts it
+    return words
 
 
 def _answer(text: str, fields: Collection[str]) -> dict[str, Any] | None:
