@@ -164,6 +164,11 @@ def test_pass_through_speculative_keys_keep_file_order_in_the_json(
             "vLLM refuses",
         ),
         (
+            SERVER + SPECULATIVE + "draft_tensor_parallel_size = true\n",
+            "server.speculative.draft_tensor_parallel_size: True is neither 1 nor tp_size = 1, "
+            "which vLLM refuses",
+        ),
+        (
             SERVER + 'args = ["--api-key", ""]\n',
             "server.args: --api-key has an empty value, "
             "which vLLM takes as no key (every request served); refer to the key (--api-key "

@@ -51,7 +51,8 @@ def speculative_problems(server: Server) -> list[Finding]:
         message = f"method {spec.method!r} takes no draft model (vLLM would ignore it)"
         return [Finding("speculative", f"{_SPECULATIVE}.model", message, "drop model")]
     draft_tp = spec.extra_settings().get("draft_tensor_parallel_size")
-    if draft_tp is not None and draft_tp not in (1, server.tp_size):
+    # an integer (not `true`, which equals 1 in Python and which vLLM's int field refuses)
+    if draft_tp is not None and (type(draft_tp) is not int or draft_tp not in (1, server.tp_size)):
         message = f"{draft_tp!r} is neither 1 nor tp_size = {server.tp_size}, which vLLM refuses"
         where = f"{_SPECULATIVE}.draft_tensor_parallel_size"
         return [Finding("speculative", where, message)]
