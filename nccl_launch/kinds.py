@@ -46,7 +46,6 @@ class ServerKind:
     owned_env: Callable[[Any, Mapping[str, str]], tuple[str, ...]]
     duplicated_flags: Callable[[Any, Sequence[str]], list[tuple[str, Flag]]]
     reads_as_api_key: Callable[[str], bool]
-    reads_as_key_list: Callable[[str], bool]  # a credential flag that takes one or more keys
     api_key_flag: str
     api_key_env: str | None  # a variable the server reads its key from, where the flag is absent
     default_host: str
@@ -103,7 +102,6 @@ KINDS = {
             list(args), sglang_argv.extra_settings(server)
         ),
         reads_as_api_key=sglang_facts.reads_as_api_key,
-        reads_as_key_list=lambda option: False,
         api_key_flag=sglang_facts.API_KEY_FLAG,
         api_key_env=None,
         default_host=sglang_facts.DEFAULT_HOST,
@@ -134,8 +132,7 @@ KINDS = {
         environment_findings=vllm_rules.environment_findings,
         owned_env=vllm_rules.owned_env,
         duplicated_flags=vllm_argv.duplicated_flags,
-        reads_as_api_key=vllm_argv.reads_as_api_key,
-        reads_as_key_list=vllm_argv.reads_as_api_key,  # `--api-key K1 K2`
+        reads_as_api_key=vllm_facts.reads_as_api_key,
         api_key_flag=vllm_facts.API_KEY_FLAG,
         api_key_env=vllm_facts.API_KEY_ENV,
         default_host=vllm_facts.DEFAULT_HOST,

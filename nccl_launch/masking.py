@@ -227,28 +227,23 @@ def _holds_a_line(word: str) -> bool:
 
 def credential_values(argv: Sequence[str]) -> dict[int, tuple[str, str]]:
     """The credential flags' values in `argv`, by the index of the word holding one, each
-    with its flag: `--api-key X` (X's index) and `--api-key=X` (its own); a value that only
-    names a variable (`${API_KEY}`) is none."""
+    with its flag: `--api-key X` (X's index), `--api-key=X` (its own) and each further key of
+    a flag that takes several (`--api-key K1 K2`); a value that only names a variable
+    (`${API_KEY}`) is none."""
     found = {}
-    listing = None  # a flag that takes one or more keys (vLLM's `--api-key K1 K2`), listing
+    listing = None  # a flag taking one or more keys, its words up to the next option
     for index, word in enumerate(argv):
         option, equals, value = word.partition("=")
+        before = argv[index - 1] if index else ""
         if _secret_flag(word) and equals and not _REFERENCE.fullmatch(value):
             found[index] = (option, value)
-        elif _credential_value(argv[index - 1] if index else "", word):
-            found[index] = (argv[index - 1], word)
-            listing = argv[index - 1] if _lists_keys(argv[index - 1]) else None
-            continue
+        elif _credential_value(before, word):
+            found[index] = (before, word)
         elif listing is not None and not word.startswith("-") and not _REFERENCE.fullmatch(word):
             found[index] = (listing, word)
-            continue
-        listing = None
+        if word.startswith("-"):  # vLLM's `--api-key K1 K2` (`--api-key=K1` gives one)
+            listing = word if not equals and vllm_facts.reads_as_api_key(word) else None
     return found
-
-
-def _lists_keys(option: str) -> bool:
-    """Whether a server's parser reads `option` as a flag that takes one or more keys."""
-    return vllm_facts.option_for(option) == vllm_facts.API_KEY_FLAG
 
 
 def mask_argv(argv: Sequence[str]) -> list[str]:

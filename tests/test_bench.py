@@ -58,12 +58,6 @@ class Started(Protocol):
     ) -> Server: ...
 
 
-@pytest.fixture(autouse=True)
-def state_home(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The conftest isolation leaves XDG_STATE_HOME to the host: the history must not go there."""
-    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
-
-
 @pytest.fixture
 def start(write_profile: WriteProfile) -> Iterator[Started]:
     """A stand-in server started by `nccl-launch run` (or raw), its profile as `standin`:

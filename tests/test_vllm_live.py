@@ -69,12 +69,6 @@ class Start(Protocol):
     ) -> Server: ...
 
 
-@pytest.fixture(autouse=True)
-def state_home(monkeypatch: pytest.MonkeyPatch) -> None:
-    """bench's history goes under the test's HOME, never the host's XDG_STATE_HOME."""
-    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
-
-
 @pytest.fixture
 def start(write_profile: WriteProfile) -> Iterator[Start]:
     """The vLLM stand-in started by `nccl-launch run vstandin -- AFTER`; stopped at the end."""

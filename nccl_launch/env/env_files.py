@@ -128,8 +128,7 @@ def filled_args(
     """The profile's `[server] args` with each `${NAME}` filled in: from its env files
     (`layers`, the last that sets it), else from the `calling` environment for a name its
     `[policy] environment_references` lists. A name neither sets, or one that gives a
-    credential flag an empty key (or, with none in the args, an env file the server's key
-    variable, VLLM_API_KEY, empty), is a HostError naming where it was looked for: the profile
+    credential flag an empty key, is a HostError naming where it was looked for: the profile
     is valid, this host lacks the value."""
     server = loaded.profile.server
     if server is None:
@@ -170,9 +169,10 @@ def check_key_variable(
     """A HostError where the server reads its key from a variable when `argv` gives it no
     key flag (vLLM's VLLM_API_KEY), and the environment it gets (`env`, each value from
     `sources`) sets that variable empty: the server then takes no key, serving every request."""
-    server = loaded.profile.server
-    kind = kind_of(server) if server is not None else None
-    if kind is None or kind.api_key_env is None or env.get(kind.api_key_env) != "":
+    kind = loaded.profile.kind
+    if loaded.profile.server is None or kind.api_key_env is None:
+        return
+    if env.get(kind.api_key_env) != "":  # unset, or a key
         return
     if any(kind.reads_as_api_key(word.split("=", 1)[0]) for word in argv):
         return

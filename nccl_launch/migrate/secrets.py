@@ -81,21 +81,6 @@ def variable_for(flag: str, credential_flags: Sequence[str]) -> str:
     return name if is_secret(name) else f"{name}_SECRET"
 
 
-def server_credentials(argv: Sequence[str], kind: ServerKind | None) -> dict[int, tuple[str, str]]:
-    """The credential flags' values in `argv` (`credential_values`), by index, with each
-    further key of a flag its server's `kind` reads one or more of (vLLM's `--api-key K1 K2`;
-    `--api-key=K1` gives one)."""
-    found = credential_values(argv)
-    for index, (flag, value) in list(found.items()):
-        if kind is None or argv[index] != value or not kind.reads_as_key_list(flag):
-            continue
-        after = index + 1
-        while after < len(argv) and not argv[after].startswith("-"):
-            found[after] = (flag, argv[after])
-            after += 1
-    return dict(sorted(found.items()))
-
-
 def moved_credentials(
     argv: list[str],
     words: list[str],
@@ -109,7 +94,7 @@ def moved_credentials(
     `taken`, the names the server gets from elsewhere, gets a number: `API_KEY_2`). What
     moved: each word's index and its name."""
     moved = {}
-    for index, (flag, value) in server_credentials(argv, kind).items():
+    for index, (flag, value) in credential_values(argv).items():
         if references.names([words[index]]):  # a variable of an env file already
             continue
         base = variable_for(flag, kind.credential_flags)

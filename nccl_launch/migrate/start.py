@@ -27,7 +27,6 @@ from nccl_launch.migrate.secrets import (
     secret_variables,
     secrets_file,
     secrets_text,
-    server_credentials,
 )
 from nccl_launch.migrate.server_table import server_table
 from nccl_launch.nccl import catalog, rules
@@ -300,7 +299,7 @@ def _profile(
     env = {key: value for key, value in start.env.items() if given.get(key) != value}
     found = command_of(start.argv)
     kind = found[0] if found is not None else None
-    flags = server_credentials(start.argv, kind)
+    flags = credential_values(start.argv)
     keys = {value for _, value in flags.values()}
     values = {} if secrets.in_profile else secret_variables(env, keys)
     env = {key: value for key, value in env.items() if key not in values}

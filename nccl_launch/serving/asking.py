@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 from collections.abc import Collection, Mapping
@@ -13,10 +12,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from nccl_launch.serving.command import PYTHON
 from nccl_launch.serving.table import ServerTable
 
 MARK = "NCCL_LAUNCH_PROBE "  # what each kind's probe.py prints before its answer
-_PYTHON = re.compile(r"python[0-9.]*")
 PROBE_TIMEOUT_S = 300  # importing a server (and torch) on a cold disk is slow
 _TEXT_KEYS = {
     "import": ("error",),
@@ -80,7 +79,7 @@ def interpreter(python: str, env: Mapping[str, str]) -> list[str]:
     words = first.removeprefix(b"#!").decode(errors="replace").split()
     if words[:1] and Path(words[0]).name == "env":  # `#!/usr/bin/env python3`
         words = words[1:]
-    if not first.startswith(b"#!") or not words or not _PYTHON.fullmatch(Path(words[0]).name):
+    if not first.startswith(b"#!") or not words or not PYTHON.fullmatch(Path(words[0]).name):
         return [python]  # Python itself, or a wrapper (`#!/bin/sh`) that starts it
     return words
 

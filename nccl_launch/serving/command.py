@@ -12,7 +12,7 @@ from pathlib import PurePosixPath
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.serving.flags import Flag
 
-_PYTHON = re.compile(r"python[0-9.]*")
+PYTHON = re.compile(r"python[0-9.]*")  # an interpreter's name: python3, python3.11
 # The structured `[server]` fields every kind reads as integers.
 INTEGER_FIELDS = ("tp_size", "pp_size", "port", "nnodes", "node_rank")
 
@@ -28,12 +28,12 @@ def split_command(
     if not argv:
         return None
     name = PurePosixPath(argv[0]).name
-    interpreted = _PYTHON.fullmatch(name) is not None and len(argv) > 1
+    interpreted = PYTHON.fullmatch(name) is not None and len(argv) > 1
     if interpreted and PurePosixPath(argv[1]).name == script:
         argv, name = argv[1:], script
     if name == script and argv[1:2] == ["serve"]:
         return argv[0], "serve", list(argv[2:])
-    if not _PYTHON.fullmatch(name) or "-m" not in argv:
+    if not PYTHON.fullmatch(name) or "-m" not in argv:
         return None
     module = list(argv).index("-m")
     for entrypoint in entrypoints:

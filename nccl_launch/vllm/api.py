@@ -7,8 +7,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from nccl_launch.serving.api import Get, Served, text
-from nccl_launch.vllm.argv import reads_as_api_key
-from nccl_launch.vllm.facts import API_KEY_ENV
+from nccl_launch.vllm.facts import API_KEY_ENV, reads_as_api_key
 
 # `{"version": ...}` (entrypoints/serve/instrumentator/basic.py); the models it serves, the
 # first named by its first --served-model-name, else the model (openai/models/serving.py).

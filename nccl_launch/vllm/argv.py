@@ -12,15 +12,7 @@ from pydantic import ValidationError
 
 from nccl_launch.serving.command import Given, field_value
 from nccl_launch.serving.flags import Flag
-from nccl_launch.vllm.facts import (
-    ADDRESS_FLAGS,
-    API_KEY_FLAG,
-    FLAGS,
-    SERVE,
-    flag_for,
-    option_for,
-    options,
-)
+from nccl_launch.vllm.facts import ADDRESS_FLAGS, FLAGS, SERVE, flag_for, option_for, options
 from nccl_launch.vllm.server import VllmServer as Server
 from nccl_launch.vllm.server import VllmSpeculative, address_args
 
@@ -93,11 +85,6 @@ def setting(args: Sequence[str], name: str) -> str | bool | None:
         elif index + 1 < len(args):
             found = args[index + 1]
     return found
-
-
-def reads_as_api_key(option: str) -> bool:
-    """Whether vLLM's parser reads `option` as `--api-key` (`_` for `-`, a unique prefix)."""
-    return option_for(option) == API_KEY_FLAG
 
 
 def leading_flag(entrypoint: str) -> Flag | None:

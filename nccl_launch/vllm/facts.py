@@ -107,6 +107,11 @@ def option_for(word: str) -> str | None:
     return found[0] if len(found) == 1 else None
 
 
+def reads_as_api_key(option: str) -> bool:
+    """Whether vLLM's parser reads `option` as `--api-key` (`_` for `-`, a unique prefix)."""
+    return option_for(option) == API_KEY_FLAG
+
+
 def reads_as_credential(option: str) -> bool:
     """Whether vLLM's parser may read `option` as a flag whose value is a credential: one of
     them, or a prefix of one (an ambiguous one too, which it refuses, printing the word)."""
