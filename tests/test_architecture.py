@@ -40,6 +40,7 @@ LEAVES = {
     "nccl_launch.nccl.catalog": set(),
     "nccl_launch.nccl.grammar": {"nccl_launch.digits"},
     "nccl_launch.nccl.conf": set(),
+    "nccl_launch.nccl.others": {"nccl_launch.nccl.catalog"},
     "nccl_launch.profile.markers": {"nccl_launch.nccl.conf"},
 }
 MAX_MODULES_PER_FOLDER = 12

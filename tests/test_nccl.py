@@ -297,11 +297,12 @@ def test_deprecated_and_undocumented_names_get_notes() -> None:
     kind, message, fix = catalog.name_note("NCCL_MAX_NCHANNELS") or ("", "", "")
     assert kind == "deprecated"
     assert "deprecated in favor of NCCL_MAX_CTAS" in message
-    assert "NCCL 2.30 still reads it and the value applies" in message
+    assert "NCCL 2.30.7, the catalog's release, still reads it and the value applies" in message
     assert fix == "moving to the replacement is a tuning change to measure again"
     assert catalog.name_note("NCCL_CHECKS_DISABLE") == (
         "ignored",
-        "deprecated and NCCL 2.30 no longer reads it (Disabled per-call argument checks; "
+        "deprecated and not read by NCCL 2.30.7, the catalog's release (Disabled per-call "
+        "argument checks; "
         "deprecated 2.2.12, no longer read)",
         "",
     )

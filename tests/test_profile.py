@@ -152,7 +152,8 @@ def test_show_json_has_versioned_keys(versions: None, run_cli: RunCli) -> None:
     ]
     assert data["warnings"] == [
         "NCCL_MAX_NCHANNELS: deprecated (Maximum channels/CTAs; deprecated in favor of "
-        "NCCL_MAX_CTAS), but NCCL 2.30 still reads it and the value applies; moving to the "
+        "NCCL_MAX_CTAS), but NCCL 2.30.7, the catalog's release, still reads it and the value "
+        "applies; moving to the "
         "replacement is a tuning change to measure again",
         "env.HF_TOKEN: holds a literal secret; it belongs in an env file (mode 0600) named in "
         "env_files",

@@ -20,7 +20,8 @@ from tests.helpers import STANDIN, free_port, wait_for
 KIMI = Path(__file__).parent.parent / "profiles" / "kimi-k25-rtx6000bw-tp8-eagle3.toml"
 DEPRECATED = (
     "NCCL_MAX_NCHANNELS: deprecated (Maximum channels/CTAs; deprecated in favor of "
-    "NCCL_MAX_CTAS), but NCCL 2.30 still reads it and the value applies; moving to the "
+    "NCCL_MAX_CTAS), but NCCL 2.30.7, the catalog's release, still reads it and the value "
+    "applies; moving to the "
     "replacement is a tuning change to measure again"
 )
 ACCEPT_HINT = '[accept: "NCCL_MAX_NCHANNELS deprecated"]'

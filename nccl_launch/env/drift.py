@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, computed_field, field_serializer
 
 from nccl_launch.errors import EXIT_DRIFT, EXIT_OK
 from nccl_launch.masking import MASK, mask_value
-from nccl_launch.nccl import catalog, rules
+from nccl_launch.nccl import catalog, others, rules
 from nccl_launch.nccl.grammar import IntRule, SizeRule, Undefined
 from nccl_launch.nccl.selection import Rejected
 from nccl_launch.profile.markers import NCCL_DEBUG_ENV, OWN_VARIABLES
@@ -22,8 +22,9 @@ from nccl_launch.profile.model import Policy
 
 DriftKind = Literal["changed", "missing", "undeclared"]
 DRIFT_KINDS: tuple[DriftKind, ...] = get_args(DriftKind)
-# Why an entry is in a report: "drift" fails; the others are shown and tolerated.
-Reason = Literal["drift", "server-owned", "policy", "stripped", "nccl-debug"]
+# Why an entry is in a report: "drift" fails; the others are shown and tolerated. "not-nccl":
+# a name with NCCL's prefix that NCCL does not read and someone else sets (`not_nccl_note`).
+Reason = Literal["drift", "server-owned", "policy", "stripped", "nccl-debug", "not-nccl"]
 # Where the environment compared was read: before `run` execs (the calling env with the env
 # files), the nccl.conf files NCCL applies inside the server, or a live process.
 Stage = Literal["start", "nccl.conf", "live"]
@@ -110,12 +111,30 @@ class DriftReport(BaseModel):
         return f"{text}, {len(self.matched)} match"
 
 
+def not_nccl_note(key: str, value: str | None, policy: Policy) -> str | None:
+    """What an undeclared `NCCL_*` variable NCCL does not read is, where it is someone
+    else's: an image's, a build system's, a Kubernetes service link (`others`), or one the
+    profile names (`[policy] not_nccl`); None otherwise."""
+    if key in policy.not_nccl:
+        return "named by [policy] not_nccl, not read by NCCL"
+    what = None if value is None else others.what_is(key, value)
+    return None if what is None else f"{what}, not read by NCCL"
+
+
 def classify(
-    key: str, kind: DriftKind, policy: Policy, stage: Stage, *, nccl_debug: bool = False
+    key: str,
+    kind: DriftKind,
+    policy: Policy,
+    stage: Stage,
+    *,
+    nccl_debug: bool = False,
+    value: str | None = None,
 ) -> Reason:
     """Whether a difference fails, and if not, why.
 
-    The server's own keys (`policy.server_owned`) are tolerated when undeclared, and in a live
+    An undeclared variable NCCL does not read that is someone else's (`not_nccl_note`, of
+    its `value`) is never drift, in any stage, and left to the server (never stripped). The
+    server's own keys (`policy.server_owned`) are tolerated when undeclared, and in a live
     process also when they differ or are missing: the server sets them in its workers. A live
     process started with `run --nccl-debug` may carry NCCL_DEBUG. Otherwise the policy
     decides: `conflict = "warn"` tolerates an inherited value that differs at start;
@@ -124,6 +143,8 @@ def classify(
     """
     owned = key in policy.server_owned
     if kind == "undeclared":
+        if not_nccl_note(key, value, policy) is not None:
+            return "not-nccl"
         if owned:
             return "server-owned"
         if stage == "live" and nccl_debug and key in NCCL_DEBUG_ENV:
@@ -136,10 +157,14 @@ def classify(
     return "policy" if policy.conflict == "warn" else "drift"
 
 
-def undeclared_note(key: str) -> str:
-    """Why an undeclared NCCL variable matters, with a did-you-mean when the name is unknown."""
+def undeclared_note(key: str, value: str, policy: Policy) -> str:
+    """Why an undeclared NCCL variable matters, with a did-you-mean when the name is unknown;
+    what it is where it is someone else's."""
     if catalog.lookup(key) is not None:
         return "undeclared"
+    other = not_nccl_note(key, value, policy)
+    if other is not None:
+        return other
     hint = catalog.did_you_mean(key)
     return "undeclared, unknown to NCCL" + (f"; did you mean {hint}?" if hint else "")
 
@@ -181,7 +206,7 @@ def diff_env(
     files = declared_by or {}
 
     def entry(key: str, kind: DriftKind, note: str | None) -> DriftEntry:
-        reason = classify(key, kind, policy, stage, nccl_debug=nccl_debug)
+        reason = classify(key, kind, policy, stage, nccl_debug=nccl_debug, value=actual.get(key))
         if key in files:  # never an NCCL key, so never a note of NCCL's reading
             note = f"{DECLARED_BY}{files[key]}"
         return DriftEntry(
@@ -204,5 +229,5 @@ def diff_env(
             entries.append(entry(key, "changed", changed_note(key, actual[key])))
     for key in sorted(set(actual) - set(expected)):
         if key.startswith(catalog.PREFIX) and key not in OWN_VARIABLES:
-            entries.append(entry(key, "undeclared", undeclared_note(key)))
+            entries.append(entry(key, "undeclared", undeclared_note(key, actual[key], policy)))
     return entries, matched

@@ -123,7 +123,9 @@ def run_preflight(launch: LaunchPlan, skip: frozenset[str] = frozenset()) -> Pre
         message = (
             f"no drift: the profile sets {declared} variables{files}, {matched} already inherited"
         )
-        checks.append(Check(name="environment", status="ok", message=message))
+        # What is tolerated is shown, as `run --dry-run` and `check` show it.
+        shown = report if report.entries else None
+        checks.append(Check(name="environment", status="ok", message=message, drift=shown))
     host: dict[str, Callable[[], list[Check]]] = {
         "nccl.conf": lambda: conf_checks(env, launch.conf, launch.unreadable_conf),
         "env-plugin": lambda: [env_plugin_check(env)],

@@ -12,7 +12,7 @@ from nccl_launch.escaping import escaped, not_utf8
 from nccl_launch.kinds import KINDS
 from nccl_launch.live.environ import OVERWRITTEN, getenv_view
 from nccl_launch.migrate.start import StartCommand
-from nccl_launch.nccl import catalog
+from nccl_launch.nccl import catalog, others
 from nccl_launch.profile.markers import MARKER_PROFILE, OWN_VARIABLES
 
 # Variables worth keeping from a running server's environment besides NCCL_*: those every
@@ -66,7 +66,14 @@ def read_process(pid: int) -> StartCommand:
     if argv and "/" not in argv[0]:
         argv[0] = shutil.which(argv[0], path=environ.get("PATH")) or argv[0]
     wanted = (catalog.PREFIX, *CAPTURED_PREFIXES)
-    keep = {k: v for k, v in environ.items() if k.startswith(wanted) and k not in OWN_VARIABLES}
+    # The image's own variables (CUDA_VERSION, NCCL_VERSION, NV_*) are no setting of the
+    # server's: in the profile, the next base image would be drift.
+    image = {name: what for name in environ if (what := others.image_variable(name))}
+    keep = {
+        k: v
+        for k, v in environ.items()
+        if k.startswith(wanted) and k not in OWN_VARIABLES and k not in image
+    }
     for key, value in keep.items():
         _check_text(pid, f"${key}" if not_utf8(key) is None else "a variable's name", key + value)
         if not key.isprintable():  # nor a name a profile's [env] can hold
@@ -79,7 +86,9 @@ def read_process(pid: int) -> StartCommand:
     _check_text(pid, "its working directory", cwd)
     # Named, never their values, escaped (a name may hold any byte but NUL and `=`);
     # nccl-launch's own markers aside, which `run` sets again.
-    left = sorted(escaped(name) for name in environ.keys() - keep.keys() - OWN_VARIABLES)
+    left = sorted(
+        escaped(name) for name in environ.keys() - keep.keys() - image.keys() - OWN_VARIABLES
+    )
     notes = []
     if deleted:
         cwd = cwd.removesuffix(DELETED)
@@ -93,6 +102,10 @@ def read_process(pid: int) -> StartCommand:
             "NCCL_* nor a captured prefix such as CUDA_ or HF_; add to [env] what the server "
             f"needs): {', '.join(left)}"
         )
+    if image:
+        who = "; ".join(sorted(set(image.values())))
+        names = ", ".join(sorted(map(escaped, image)))
+        notes.append(f"left out the image's own variables ({who}): {names}")
     if MARKER_PROFILE in environ:
         notes.append(f"the process was started by nccl-launch as {environ[MARKER_PROFILE]}")
     return StartCommand(env=keep, argv=argv, cwd=cwd, notes=notes, origin=f"pid {pid}")

@@ -29,7 +29,7 @@ from nccl_launch.migrate.secrets import (
     secrets_text,
 )
 from nccl_launch.migrate.server_table import server_table
-from nccl_launch.nccl import catalog, rules
+from nccl_launch.nccl import catalog, others, rules
 from nccl_launch.nccl.grammar import BoolRule, IntRule, LevelRule, SizeRule, TomlValue, Undefined
 from nccl_launch.profile.load import LoadedProfile, validate_resolved
 from nccl_launch.profile.markers import OWN_VARIABLES
@@ -135,6 +135,8 @@ def build_profile(
             continue
         if not key.startswith(catalog.PREFIX):
             env[key] = value
+        elif (other := others.what_is(key, value)) is not None:
+            notes.append(f"{where}left out {key}: {other}, not read by NCCL")
         elif catalog.lookup(key) is None:
             problems.append(f"{where}{catalog.unknown_name_message(key)}")
         else:

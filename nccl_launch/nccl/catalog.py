@@ -9,6 +9,11 @@ from typing import Literal
 Kind = Literal["int", "size", "bool", "enum", "list", "string", "level"]
 
 PREFIX = "NCCL_"
+# The NCCL release the shipped catalog was read from: what a note says NCCL does is said of it.
+RELEASE = "2.30.7"
+RELEASE_NAMED = f"NCCL {RELEASE}, the catalog's release"
+# How much of a name past the prefix a suggestion shares at least (difflib's ratio).
+CLOSE = 0.75
 
 # How the source's reader maps to a kind, for names the docs do not describe.
 _SOURCE_KINDS: dict[str, Kind] = {
@@ -35,7 +40,8 @@ class NcclVar:
     logged: bool  # NCCL_DEBUG=INFO prints "NAME set by environment to VALUE" for it
 
 
-def _rows(filename: str) -> list[dict[str, str]]:
+def rows(filename: str) -> list[dict[str, str]]:
+    """The rows of a shipped TSV file of data/, by column name."""
     import csv  # these three only when the catalog is read: a clean `run` never reads it
     from importlib import resources
 
@@ -61,9 +67,9 @@ def _logged(name: str, source: dict[str, str] | None) -> bool:
 @cache
 def catalog() -> dict[str, NcclVar]:
     """All known NCCL variables by full name (`NCCL_PROTO`)."""
-    source = {row["name"]: row for row in _rows("nccl-env-read-by-source.tsv")}
+    source = {row["name"]: row for row in rows("nccl-env-read-by-source.tsv")}
     variables: dict[str, NcclVar] = {}
-    for row in _rows("nccl-env-catalog.tsv"):
+    for row in rows("nccl-env-catalog.tsv"):
         kind: Kind = row["type"]  # type: ignore[assignment]
         variables[row["name"]] = NcclVar(
             name=row["name"],
@@ -94,11 +100,18 @@ def lookup(name: str) -> NcclVar | None:
 
 
 def did_you_mean(name: str) -> str | None:
-    """The closest known NCCL name to a misspelled one, if any is close enough."""
+    """The closest known NCCL name to a misspelled one, where one is close: past the prefix
+    (which every name shares, so it says nothing), the two share at least CLOSE of their
+    characters (NCCL_BUFFER_SIZE: NCCL_BUFFSIZE), or the name is a known one written out
+    longer (NCCL_ALGORITHM: NCCL_ALGO). NCCL_VERSION is close to none."""
     import difflib
 
-    matches = difflib.get_close_matches(name.upper(), catalog(), n=1, cutoff=0.7)
-    return matches[0] if matches else None
+    names = {known.removeprefix(PREFIX): known for known in catalog()}
+    typed = name.upper().removeprefix(PREFIX)
+    longer = [short for short in names if typed.startswith(short)]
+    matches = difflib.get_close_matches(typed, names, n=1, cutoff=CLOSE)
+    matches = matches or difflib.get_close_matches(typed, longer, n=1, cutoff=0)
+    return names[matches[0]] if matches else None
 
 
 def unknown_name_message(name: str) -> str:
@@ -115,10 +128,12 @@ def name_note(name: str) -> tuple[str, str, str] | None:
     var = catalog()[name]
     reason = var.summary.rstrip(".")
     if var.deprecated and not var.read_by_source:
-        return "ignored", f"deprecated and NCCL 2.30 no longer reads it ({reason})", ""
+        return "ignored", f"deprecated and not read by {RELEASE_NAMED} ({reason})", ""
     if var.deprecated:
         # NCCL_MAX_NCHANNELS: docs/explanation.md cites the code that still reads it.
-        message = f"deprecated ({reason}), but NCCL 2.30 still reads it and the value applies"
+        message = (
+            f"deprecated ({reason}), but {RELEASE_NAMED}, still reads it and the value applies"
+        )
         return (
             "deprecated",
             message,

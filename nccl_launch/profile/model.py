@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from nccl_launch.kinds import DEFAULT_KIND, KINDS, Server, ServerKind, kind_of
-from nccl_launch.nccl import catalog, rules
+from nccl_launch.nccl import catalog, others, rules
 from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.profile.search import PROFILE_NAME
 from nccl_launch.serving.table import NUL_PROBLEM, STRICT, Name, Text
@@ -117,6 +117,9 @@ class Policy(StrictModel):
     # The NCCL variables the server sets itself, tolerated where undeclared (and live, where
     # they differ); by default those its kind sets for this profile (`kinds.py`).
     server_owned: list[Text] = Field(default_factory=list)
+    # Names with NCCL's prefix that NCCL does not read and this site sets (its own NCCL_*
+    # convention): never drift, left to the server, like an image's NCCL_VERSION.
+    not_nccl: list[Text] = Field(default_factory=list)
     # Warnings the profile has decided to live with, by the id `validate` prints
     # ("NCCL_MAX_NCHANNELS deprecated"); an id that matches no warning is itself a warning.
     accept: list[Text] = Field(default_factory=list)
@@ -137,7 +140,32 @@ class Policy(StrictModel):
     def _known_names(cls, names: list[str]) -> list[str]:
         unknown = [name for name in names if catalog.lookup(name) is None]
         if unknown:
-            raise ValueError(catalog.unknown_name_message(unknown[0]))
+            name = unknown[0]
+            what = others.what_is(name, "")
+            if what is not None:
+                raise ValueError(f"{name} is {what}, not read by NCCL, and never drift: remove it")
+            raise ValueError(
+                f"{catalog.unknown_name_message(name)}; a name of this site's that NCCL does "
+                "not read goes in not_nccl"
+            )
+        return names
+
+    @field_validator("not_nccl")
+    @classmethod
+    def _not_nccl_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not (name.startswith(catalog.PREFIX) and _ENV_NAME.fullmatch(name)):
+                raise ValueError(
+                    f"{name!r}: only a name with NCCL's prefix could be drift; valid: NCCL_ "
+                    "then letters, digits, '_'"
+                )
+            if name in OWN_VARIABLES:
+                raise ValueError(f"{name}: nccl-launch sets this variable itself")
+            if catalog.lookup(name) is not None:
+                raise ValueError(
+                    f"NCCL reads {name}: declare it in [nccl], or in server_owned where the "
+                    "server sets it"
+                )
         return names
 
 

@@ -47,6 +47,7 @@ def _details(entry: DriftEntry) -> list[str]:
         "stripped": [entry.note, "removed from the child", "tolerated"],
         "server-owned": ["server-owned", "tolerated"],
         "nccl-debug": ["--nccl-debug", "tolerated"],
+        "not-nccl": [entry.note],  # what it is is why: never drift
     }
     return [text for text in (entry.source, *reasons[entry.reason]) if text]
 
@@ -169,6 +170,9 @@ def dry_run_lines(launch: LaunchPlan, calling: Mapping[str, str]) -> list[str]:
         "environment changes:",
         *env_changes(calling, launch.merged.env, launch.merged.sources, launch.held_keys),
     ]
+    others = [entry for entry in launch.merged.report.entries if entry.reason == "not-nccl"]
+    if others:
+        lines += ["not NCCL's, left as they are:", *drift_lines(others)]
     if launch.cwd is not None:
         lines.append(f"cwd: {launch.cwd}")
     return [*lines, "argv:", "  " + " ".join(map(shell_word, mask_argv(launch.argv)))]

@@ -38,8 +38,10 @@ def _process_lines(process: ProcessReport) -> list[str]:
     lines = [f"pid {process.pid}  {process.title}"]
     if not process.readable:
         return [*lines, f"  unreadable: {process.reason}"]
-    lines += drift_lines(process.drifted)
-    owned = [entry.key for entry in process.entries if entry.tolerated]
+    # Someone else's variables (an image's NCCL_VERSION) are shown as what they are.
+    shown = [entry for entry in process.entries if entry.reason in ("drift", "not-nccl")]
+    lines += drift_lines(shown)
+    owned = [entry.key for entry in process.entries if entry not in shown]
     tolerated = f", tolerated: {', '.join(owned)}" if owned else ""
     status = "drift" if process.drifted else "no drift"
     return [*lines, f"  {status}, {len(process.matched)} match{tolerated}"]

@@ -187,6 +187,8 @@ def summary_lines(report: TuneReport) -> list[str]:
         *chart_lines(report, report.candidates),
     ]
     if report.winner is None or report.confirmation is None:
+        if report.trials and all(row.outcome.status == "refused" for row in report.trials):
+            return [*lines, "every trial was refused before its server started: no winner"]
         return [*lines, "no trial was measured: no winner"]
     lines += _confirmation_lines(report, report.confirmation)
     lines.append(f"journal {report.journal}")

@@ -25,7 +25,8 @@ from nccl_launch.tune.stats import CONFIDENCE, Start, lower_bound, mean_figure, 
 Values = dict[str, str | None]
 # Each variable's values in the order given, canonical as the child gets them.
 Space = dict[str, tuple[str | None, ...]]
-Stop = Literal["converged", "grid done", "budget spent"]
+# "nothing measured": no start of any candidate could be measured, whatever ended the search.
+Stop = Literal["converged", "grid done", "budget spent", "nothing measured"]
 CAP = 4  # starts of one candidate, at most, while a decision asks for more
 
 
@@ -130,6 +131,8 @@ class _Trials:
         return len(self.starts.get(self.objective.key(values), []))
 
     def found(self, stop: Stop) -> Found:
+        if not any(measured(starts) for starts in self.starts.values()):
+            stop = "nothing measured"
         best = self.best
         key = self.objective.key(best) if best is not None else None
         if key is not None and not measured(self.starts.get(key, [])):
