@@ -128,6 +128,7 @@ def build_profile(
     script's line."""
     problems, nccl, env, comments = [], {}, {}, {}
     notes = list(start.notes)
+    not_nccl: list[str] = []  # someone else's NCCL_* names: no drift, no part of a profile
     for key, value in start.env.items():
         where = f"{start.lines[key]}: " if start.lines.get(key) else ""
         comments[key] = start.where(key)
@@ -136,7 +137,7 @@ def build_profile(
         if not key.startswith(catalog.PREFIX):
             env[key] = value
         elif (other := others.what_is(key, value)) is not None:
-            notes.append(f"{where}left out {key}: {other}, not read by NCCL")
+            not_nccl.append(f"{key} ({other})")
         elif catalog.lookup(key) is None:
             problems.append(f"{where}{catalog.unknown_name_message(key)}")
         else:
@@ -153,6 +154,8 @@ def build_profile(
             except ValueError as error:
                 read = "" if stored in (None, value) else f"{value!r} (NCCL reads {stored}): "
                 problems.append(f"{where}{key}: {read}{error}")
+    if not_nccl:
+        notes.append(f"left out what NCCL does not read: {', '.join(not_nccl)}")
     if problems:  # a name or a value read from a process or a script may hold anything
         raise ProfileError([f"{source}: {problem}" for problem in problems])
     data: dict[str, Any] = {

@@ -1,0 +1,311 @@
+"""Where users run: in NVIDIA's CUDA images and Kubernetes pods. The image's NCCL_VERSION, a
+build system's NCCL_HOME and the service links of a Service named nccl-proxy are never drift
+in any command, are shown as what they are and left to the server; capture and convert write
+none of them (nor CUDA_VERSION, NV_*, NVIDIA_*) into a profile. A name nobody documents is
+still refused."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from nccl_launch.nccl import catalog, others
+from tests.conftest import RunCli, WriteProfile, console_script
+from tests.helpers import PROFILE, STANDIN, Server, free_port, wait_for_record
+from tests.test_live import Watcher
+
+# What NVIDIA's CUDA image exports (its Dockerfiles' ENV lines).
+IMAGE = {
+    "NCCL_VERSION": "2.28.3-1", "CUDA_VERSION": "13.0.1", "NVARCH": "x86_64",
+    "NV_LIBNCCL_PACKAGE_NAME": "libnccl2", "NV_LIBNCCL_PACKAGE_VERSION": "2.28.3-1",
+    "NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_REQUIRE_CUDA": "cuda>=13.0",
+}  # fmt: skip
+# What PyTorch's and nccl-tests' builds read.
+BUILD = {
+    "NCCL_HOME": "/opt/nccl", "NCCL_ROOT": "/opt/nccl", "NCCL_LIB_DIR": "/opt/nccl/lib",
+    "NCCL_INCLUDE_DIR": "/opt/nccl/include",
+}  # fmt: skip
+# What Kubernetes gives every pod of the namespace of a Service named nccl-proxy, port 8080
+# named `grpc`.
+LINKS = {
+    "NCCL_PROXY_SERVICE_HOST": "10.0.0.7", "NCCL_PROXY_SERVICE_PORT": "8080",
+    "NCCL_PROXY_SERVICE_PORT_GRPC": "8080", "NCCL_PROXY_PORT": "tcp://10.0.0.7:8080",
+    "NCCL_PROXY_PORT_8080_TCP": "tcp://10.0.0.7:8080", "NCCL_PROXY_PORT_8080_TCP_PROTO": "tcp",
+    "NCCL_PROXY_PORT_8080_TCP_PORT": "8080", "NCCL_PROXY_PORT_8080_TCP_ADDR": "10.0.0.7",
+}  # fmt: skip
+CONTAINER = IMAGE | BUILD | LINKS
+NOT_NCCL = sorted(name for name in CONTAINER if name.startswith("NCCL_"))
+SHOWN = {
+    "NCCL_VERSION": "set by NVIDIA's CUDA image, not read by NCCL",
+    "NCCL_HOME": "read by nccl-tests' build, not read by NCCL",
+    "NCCL_LIB_DIR": "read by PyTorch's build, not read by NCCL",
+    "NCCL_PROXY_PORT": "a Kubernetes service link, not read by NCCL",
+    "NCCL_PROXY_PORT_8080_TCP_ADDR": "a Kubernetes service link, not read by NCCL",
+}
+PLAIN = 'schema = 1\nname = "plain"\nversion = 1\n[nccl]\nPROTO = "LL"\n'
+
+
+def test_each_name_is_known_by_its_origin_and_no_nccl_name_is_swallowed() -> None:
+    assert [name for name in NOT_NCCL if others.what_is(name, CONTAINER[name]) is None] == []
+    values = {*LINKS.values(), "x", ""}
+    swallowed = [
+        name
+        for name in catalog.catalog()
+        if any(others.what_is(name, value) is not None for value in values)
+    ]
+    assert swallowed == []  # NCCL_PROXY_CPUSET, NCCL_RAS_ADDR: NCCL's, never a service link
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("NCCL_PROXY_PORT", "8080"),  # a link's _PORT is a URL
+        ("NCCL_PROXY_SERVICE_HOST", "eth0"),
+        ("NCCL_PROXY_PORT_8080_TCP_PROTO", "ib"),
+        ("NCCL_PROTOCOL", "LL"),
+    ],
+)
+def test_a_name_of_a_service_links_shape_with_another_value_is_nobodys(
+    name: str, value: str
+) -> None:
+    assert others.what_is(name, value) is None
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("NCCL_VERSION", None),  # not NCCL_IBVERBS_LIB: only "NCCL_" and a few letters shared
+        *((name, None) for name in BUILD),
+        ("NCCL_PROXY_SERVICE_HOST", None),
+        ("NCCL_PROTOCOL", "NCCL_PROTO"),
+        ("NCCL_SOCKET_IFNAM", "NCCL_SOCKET_IFNAME"),
+        ("NCCL_NETWORK", "NCCL_NET"),
+    ],
+)
+def test_did_you_mean_only_where_the_names_are_close(typed: str, meant: str | None) -> None:
+    assert catalog.did_you_mean(typed) == meant
+
+
+def test_run_dry_run_in_a_container_starts_and_shows_them_as_what_they_are(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    write_profile("plain", PLAIN)
+    result = run_cli("run", "--dry-run", "plain", "--", "true", env=CONTAINER)
+    assert (result.returncode, result.stderr) == (0, ""), result.stdout
+    shown = result.stdout.split("not NCCL's, left as they are:\n")[1].split("argv:")[0]
+    assert [line.split()[1] for line in shown.splitlines()] == NOT_NCCL
+    for name, what in SHOWN.items():
+        line = next(line for line in shown.splitlines() if line.split()[1] == name)
+        assert line.endswith(f"(calling environment; {what})"), line
+    assert '+ NCCL_VERSION "2.28.3-1" (calling' in " ".join(shown.split())
+
+
+def test_a_name_nobody_documents_is_still_refused_beside_them(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    write_profile("plain", PLAIN)
+    result = run_cli(
+        "run", "--dry-run", "plain", "--", "true", env=CONTAINER | {"NCCL_PROTOCOL": "LL"}
+    )
+    assert result.returncode == 1, result.stdout
+    lines = result.stderr.splitlines()
+    assert [" ".join(line.split()) for line in lines if "unknown to NCCL" in line] == [
+        '+ NCCL_PROTOCOL "LL" (calling environment; undeclared, unknown to NCCL; did you mean '
+        "NCCL_PROTO?)",
+        "fix + (unknown to NCCL): NCCL reads no such name, so it is most likely misspelled (see "
+        "its did-you-mean): unset it in the calling environment (the shell, the unit's "
+        "Environment=)",
+    ]
+    assert f"1 drift (1 undeclared), {len(NOT_NCCL)} tolerated, 0 match" in lines
+
+
+@pytest.mark.parametrize("policy", ["refuse", "warn", "strip"])
+def test_the_server_gets_them_untouched_whatever_the_policy(
+    policy: str, write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    """A real exec: even `strip`, which removes undeclared NCCL variables, leaves them."""
+    write_profile("plain", PLAIN + f'[policy]\nundeclared_nccl = "{policy}"\n')
+    dump = "import json, os; print(json.dumps(dict(os.environ)))"
+    result = nccl_launch("run", "plain", "--", sys.executable, "-c", dump, env=CONTAINER)
+    assert (result.returncode, result.stderr) == (0, "")
+    child = json.loads(result.stdout)
+    assert {name: child.get(name) for name in CONTAINER} == CONTAINER
+    assert child["NCCL_PROTO"] == "LL"
+
+
+def test_preflight_passes_and_shows_them(write_profile: WriteProfile, run_cli: RunCli) -> None:
+    write_profile("plain", PLAIN)
+    result = run_cli("preflight", "plain", env=CONTAINER)
+    assert result.returncode == 0, result.stdout
+    assert "ok    environment  no drift: the profile sets 1 variables, 0 already inherited" in (
+        result.stdout
+    )
+    assert "(calling environment; set by NVIDIA's CUDA image, not read by NCCL)" in result.stdout
+    document = json.loads(run_cli("preflight", "plain", "--format", "json", env=CONTAINER).stdout)
+    [environment] = [check for check in document["checks"] if check["name"] == "environment"]
+    reasons = {entry["key"]: entry["reason"] for entry in environment["drift"]["entries"]}
+    assert reasons == dict.fromkeys(NOT_NCCL, "not-nccl")
+
+
+@pytest.fixture
+def container_server(write_profile: WriteProfile) -> Iterator[Server]:
+    """The stand-in server (a real tree: main process, 2 schedulers, detokenizer), started
+    by `run` in a container's environment."""
+    port = free_port()
+    text = PROFILE.format(version=1, buffsize="16MiB", python=sys.executable, port=port)
+    write_profile("standin", text)
+    server = Server([console_script(), "run", "standin"], CONTAINER, port)
+    yield server
+    server.stop()
+
+
+def test_check_of_a_server_started_in_a_container_finds_no_drift(
+    container_server: Server, run_cli: RunCli
+) -> None:
+    port = str(container_server.port)
+    text = run_cli("check", "standin", "--port", port)
+    assert text.returncode == 0, text.stdout
+    assert text.stdout.splitlines()[-1] == "no drift in 5 processes"
+    words = [" ".join(line.split()) for line in text.stdout.splitlines()]
+    line = '+ NCCL_VERSION "2.28.3-1" (set by NVIDIA\'s CUDA image, not read by NCCL)'
+    assert words.count(line) == 5  # each process
+    assert "tolerated: NCCL_CUMEM_ENABLE, NCCL_GRAPH_REGISTER, NCCL_NVLS_ENABLE" in text.stdout
+    document = json.loads(run_cli("check", "standin", "--port", port, "--format", "json").stdout)
+    for process in document["processes"]:
+        entries = [entry for entry in process["entries"] if entry["key"] in CONTAINER]
+        assert {(entry["reason"], entry["tolerated"]) for entry in entries} == {("not-nccl", True)}
+        assert len(entries) == len(NOT_NCCL)
+    prometheus = run_cli("check", "standin", "--port", port, "--format", "prometheus")
+    assert prometheus.returncode == 0
+    families = {family.name: family for family in text_string_to_metric_families(prometheus.stdout)}
+    assert [sample.value for sample in families["nccl_launch_drift"].samples] == [0]
+
+
+def test_watch_on_drift_stop_leaves_a_healthy_server_in_a_container_running(
+    container_server: Server,
+) -> None:
+    port = str(container_server.port)
+    watcher = Watcher("--port", port, "--watch", "0.2", "--on-drift", "stop", "--grace", "1")
+    watcher.wait_for_line("no drift in 5 processes")
+    time.sleep(1)  # five more rounds
+    watcher.process.send_signal(signal.SIGTERM)
+    out = watcher.finish(timeout=10)
+    assert watcher.process.returncode == 0, out
+    assert "stopped the server" not in out
+    assert all(psutil.pid_exists(pid) for pid in container_server.tree)
+
+
+def test_capture_writes_none_of_the_images_variables(run_cli: RunCli, tmp_path: Path) -> None:
+    out = tmp_path / "server.json"
+    env = CONTAINER | {
+        "PYTHONPATH": str(STANDIN), "STANDIN_RECORD": str(out), "STANDIN_WAIT": "1",
+        "NCCL_PROTO": "LL", "HF_HOME": "/hf", "CUDA_HOME": "/usr/local/cuda",
+    }  # fmt: skip
+    argv = [sys.executable, "-m", "sglang.launch_server", "--model", "/m"]
+    process = subprocess.Popen(argv, env=env, cwd=tmp_path)
+    try:
+        wait_for_record(out, process)
+        result = run_cli("capture", "--pid", str(process.pid), "-o", "live.toml")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=10)
+    assert result.returncode == 0, result.stderr
+    profile = tomllib.loads(Path("live.toml").read_text())
+    assert profile["nccl"] == {"PROTO": "LL"}
+    assert profile["env"] == {"HF_HOME": "/hf", "CUDA_HOME": "/usr/local/cuda"}
+    warnings = result.stderr.splitlines()
+    assert (
+        "nccl-launch: warning: left out the image's own variables (set by NVIDIA's CUDA image): "
+        "CUDA_VERSION, NCCL_VERSION, NVARCH, NVIDIA_REQUIRE_CUDA, NVIDIA_VISIBLE_DEVICES, "
+        "NV_LIBNCCL_PACKAGE_NAME, NV_LIBNCCL_PACKAGE_VERSION"
+    ) in warnings
+    left = "nccl-launch: warning: left out what NCCL does not read: "
+    [line] = [line for line in warnings if line.startswith(left)]
+    assert "NCCL_HOME (read by nccl-tests' build)" in line
+    assert "NCCL_PROXY_PORT (a Kubernetes service link)" in line
+    assert run_cli("run", "--dry-run", "live.toml", env=CONTAINER).returncode == 0
+
+
+def test_convert_of_a_script_that_exports_them_leaves_them_out(
+    run_cli: RunCli,
+) -> None:
+    Path("start.sh").write_text(
+        "export NCCL_VERSION=2.28.3-1 NCCL_HOME=/opt/nccl NCCL_PROTO=LL\n"
+        "python3 -m sglang.launch_server --model-path /m\n"
+    )
+    result = run_cli("convert", "start.sh", "--name", "s", "-o", "s.toml", env=CONTAINER)
+    assert result.returncode == 0, result.stderr
+    assert tomllib.loads(Path("s.toml").read_text())["nccl"] == {"PROTO": "LL"}
+    assert (
+        "nccl-launch: warning: left out what NCCL does not read: NCCL_HOME (read by nccl-tests' "
+        "build), NCCL_VERSION (set by NVIDIA's CUDA image)"
+    ) in result.stderr.splitlines()
+
+
+SITE = 'schema = 1\nname = "site"\nversion = 1\n[nccl]\nPROTO = "LL"\n'
+
+
+def test_a_sites_own_name_goes_in_policy_not_nccl(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    write_profile("site", SITE)
+    before = run_cli("run", "--dry-run", "site", "--", "true", env={"NCCL_SITE_RACK": "r7"})
+    assert before.returncode == 1
+    assert "(calling environment; undeclared, unknown to NCCL)" in before.stderr  # no guess
+    digest = run_cli("validate", "site").stdout
+    write_profile("site", SITE + '[policy]\nnot_nccl = ["NCCL_SITE_RACK"]\n')
+    assert run_cli("validate", "site").stdout == digest  # the policy is no part of the digest
+    after = run_cli("run", "--dry-run", "site", "--", "true", env={"NCCL_SITE_RACK": "r7"})
+    assert (after.returncode, after.stderr) == (0, "")
+    assert (
+        '  + NCCL_SITE_RACK  "r7"  (calling environment; named by [policy] not_nccl, not read by '
+        "NCCL)" in after.stdout.splitlines()
+    )
+
+
+@pytest.mark.parametrize(
+    ("policy", "said"),
+    [
+        (
+            'server_owned = ["NCCL_VERSION"]',
+            "policy.server_owned: NCCL_VERSION is set by NVIDIA's CUDA image, not read by NCCL, "
+            "and never drift: remove it",
+        ),
+        (
+            'server_owned = ["NCCL_SITE_RACK"]',
+            "policy.server_owned: NCCL_SITE_RACK is not a variable NCCL documents or reads (NCCL "
+            "ignores it); a name of this site's that NCCL does not read goes in not_nccl",
+        ),
+        (
+            'not_nccl = ["NCCL_PROTO"]',
+            "policy.not_nccl: NCCL reads NCCL_PROTO: declare it in [nccl], or in server_owned "
+            "where the server sets it",
+        ),
+        (
+            'not_nccl = ["SITE_RACK"]',
+            "policy.not_nccl: 'SITE_RACK': only a name with NCCL's prefix could be drift; valid: "
+            "NCCL_ then letters, digits, '_'",
+        ),
+        (
+            'not_nccl = ["NCCL_LAUNCH_PROFILE"]',
+            "policy.not_nccl: NCCL_LAUNCH_PROFILE: nccl-launch sets this variable itself",
+        ),
+    ],
+)
+def test_policy_names_that_cannot_be_there_are_refused(
+    policy: str, said: str, write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    path = write_profile("site", SITE + f"[policy]\n{policy}\n")
+    result = run_cli("validate", str(path))
+    assert result.returncode == 2, result.stdout
+    assert said in result.stdout + result.stderr
