@@ -33,6 +33,7 @@ from nccl_launch.tune.stats import Start, t_quantile
 from nccl_launch.tune.trial import TrialSettings
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import STANDIN, Server, free_port, wait_for
+from tests.test_containers import CONTAINER
 
 SEED = """
 schema = 1
@@ -568,14 +569,23 @@ def test_a_candidate_the_server_does_not_run_is_refused(seed: int, run_cli: RunC
     assert document["winner"] == document["profile_candidate"]
 
 
-def test_a_tune_whose_every_launch_is_refused_names_no_log(seed: int, run_cli: RunCli) -> None:
+def test_a_tune_whose_every_launch_is_refused_says_so(seed: int, run_cli: RunCli) -> None:
     env = MODEL | {"NCCL_PROTO": "Simple"}  # the calling environment drifts from each candidate
     result = run_cli("tune", "standin", "--try", "PROTO=LL128", *FAST, env=env)
     assert result.returncode == 1, result.stdout + result.stderr
     refused = "trial 1 refused: the calling environment drifts from the candidate: "
     assert refused in result.stdout
+    assert "coordinate descent, nothing measured after 3 trials" in result.stdout  # not converged
     assert "  log " not in result.stdout  # nothing started, so no log was written
-    assert result.stdout.endswith("no trial was measured: no winner\n")
+    assert result.stdout.endswith("every trial was refused before its server started: no winner\n")
+
+
+def test_a_tune_in_a_container_starts_every_trial(seed: int, run_cli: RunCli) -> None:
+    env = MODEL | CONTAINER  # NVIDIA's image's NCCL_VERSION, a Kubernetes service link
+    result = run_cli("tune", "standin", "--try", "PROTO=LL128", *FAST, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "refused" not in result.stdout
+    assert "coordinate descent, converged after" in result.stdout
 
 
 def port_open(port: int) -> bool:
