@@ -262,6 +262,11 @@ def test_a_sites_own_name_goes_in_policy_not_nccl(
     before = run_cli("run", "--dry-run", "site", "--", "true", env={"NCCL_SITE_RACK": "r7"})
     assert before.returncode == 1
     assert "(calling environment; undeclared, unknown to NCCL)" in before.stderr  # no guess
+    assert before.stderr.splitlines()[-1] == (
+        "fix + (unknown to NCCL): NCCL reads no such name, nor one close to it: unset it in the "
+        "calling environment (the shell, the unit's Environment=), or, where this site sets it "
+        "for a program of its own, name it in [policy] not_nccl"
+    )
     digest = run_cli("validate", "site").stdout
     write_profile("site", SITE + '[policy]\nnot_nccl = ["NCCL_SITE_RACK"]\n')
     assert run_cli("validate", "site").stdout == digest  # the policy is no part of the digest

@@ -69,6 +69,11 @@ class DriftEntry(BaseModel):
         return catalog.lookup(self.key) is not None
 
     @property
+    def close_to(self) -> str | None:
+        """The known NCCL name this unknown one is close to (`catalog.did_you_mean`)."""
+        return catalog.did_you_mean(self.key)
+
+    @property
     def held(self) -> bool:
         """Whether an env file of the profile declares the key: both values are then masked
         (`shown_value`), as the one found may be its key of before."""

@@ -108,10 +108,17 @@ def fix_lines(entries: Sequence[DriftEntry]) -> list[str]:
         for what in dict.fromkeys(map(_declaring, found)):
             alike = [entry for entry in found if _declaring(entry) == what]
             lines.append(f"fix {_MARKS[kind]} ({kind}): {what}, {_places(alike)}, {tolerate}")
-    if unknown:
+    misspelled = [entry for entry in unknown if entry.close_to is not None]
+    if misspelled:
         lines.append(
             f"fix {_MARKS['undeclared']} (unknown to NCCL): NCCL reads no such name, so it is "
-            f"most likely misspelled (see its did-you-mean): {_places(unknown)}"
+            f"most likely misspelled (see its did-you-mean): {_places(misspelled)}"
+        )
+    if others := [entry for entry in unknown if entry not in misspelled]:
+        lines.append(
+            f"fix {_MARKS['undeclared']} (unknown to NCCL): NCCL reads no such name, nor one "
+            f"close to it: {_places(others)}, or, where this site sets it for a program of its "
+            "own, name it in [policy] not_nccl"
         )
     return lines
 
