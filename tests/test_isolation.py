@@ -28,11 +28,16 @@ def test_the_host_variables_are_dropped_and_the_paths_moved() -> None:
         "NCCL_LAUNCH_PATH": "/srv/profiles", "NCCL_LAUNCH_SYSTEM_CONF": "/etc/nccl.conf",
         "SGLANG_ENABLE_TORCH_COMPILE": "1", "SPT_NOENV": "1", "SLURM_NODEID": "1",
         "LWS_WORKER_INDEX": "0", "CUDA_VISIBLE_DEVICES": "0", "HF_HUB_OFFLINE": "0",
-        "PYTHONPATH": "/elsewhere", "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": "/elsewhere", "OMP_NUM_THREADS": "1", "NCCL_VERSION": "2.28.3-1",
+        "CUDA_VERSION": "13.0.1", "NVIDIA_VISIBLE_DEVICES": "all",
     }  # fmt: skip
+    # An NVIDIA image's own NV_* and NVIDIA_* reach every test, as .ci/run exports them: no
+    # command may trip on them. Its NCCL_VERSION is cleared with NCCL_*, and set by the tests
+    # of containers.
     assert Isolation(Path("/t")).environ(host) == {
         "PATH": "/usr/bin:/bin",
         "LANG": "C.UTF-8",
+        "NVIDIA_VISIBLE_DEVICES": "all",
         "HOME": "/t/home",
         "NCCL_LAUNCH_SYSTEM_DIR": "/t/etc/nccl-launch/profiles",
         "NCCL_LAUNCH_SYSTEM_CONF": "/t/etc/nccl.conf",
