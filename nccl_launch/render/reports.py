@@ -6,10 +6,11 @@ import json
 
 from nccl_launch.launch.preflight_report import PreflightReport
 from nccl_launch.live.compare import LiveReport, ProcessReport
+from nccl_launch.live.nccl_logs import SOURCE
 from nccl_launch.live.verify_log import LogReport
 from nccl_launch.masking import for_people
 from nccl_launch.profile.plan import short_digest
-from nccl_launch.render.drift import drift_lines, fix_lines, restart_line
+from nccl_launch.render.drift import LATE_LINE, drift_lines, fix_lines, restart_line
 
 
 def preflight_lines(report: PreflightReport) -> list[str]:
@@ -42,7 +43,16 @@ def _process_lines(process: ProcessReport) -> list[str]:
     owned = [entry.key for entry in process.entries if entry.tolerated]
     tolerated = f", tolerated: {', '.join(owned)}" if owned else ""
     status = "drift" if process.drifted else "no drift"
-    return [*lines, f"  {status}, {len(process.matched)} match{tolerated}"]
+    lines.append(f"  {status}, {len(process.matched)} match{tolerated}")
+    log = process.nccl_log
+    if log is not None:
+        said = {
+            "read": f"{len(log.confirmed)} applied as the profile",
+            "none-yet": "nothing yet (NCCL has not started in this process)",
+            "unreadable": f"unreadable: {log.reason}",
+        }
+        lines.append(f"  NCCL's log {log.file}: {said[log.state]}")
+    return lines
 
 
 def live_text(report: LiveReport) -> str:
@@ -84,6 +94,8 @@ def live_lines(report: LiveReport) -> list[str]:
             entry.kind == "undeclared" and entry.read_by_nccl for entry in drifted_entries
         )
         lines.append(restart_line(report.path, report.server, undeclared))
+    if any(entry.source == SOURCE for entry in drifted_entries):
+        lines.append(LATE_LINE)
     return lines
 
 
