@@ -21,16 +21,16 @@ from pydantic import BaseModel
 from nccl_launch.env.drift import DriftEntry, diff_env
 from nccl_launch.errors import HostError
 from nccl_launch.files import LINE_LIMIT, FileError, kind_of, open_beneath
+from nccl_launch.jsonlines import STATE, state_home
 from nccl_launch.nccl import rules
 from nccl_launch.nccl.log import read_log
 from nccl_launch.profile.markers import MARKER_NCCL_DEBUG, NCCL_DEBUG_FILE
 from nccl_launch.profile.model import Policy
-from nccl_launch.state import HERE, state_home
 
 if TYPE_CHECKING:  # read from /proc by live/processes.py, which imports psutil
     from nccl_launch.live.processes import ProcessSnapshot
 
-FOLDER = HERE / "nccl-debug"
+FOLDER = STATE / "nccl-debug"
 LOG_NAME = "%h.%p.log"  # expanded by NCCL in each process: its host and its PID
 READ_LIMIT = 4 << 20  # of one file at one look: NCCL's INIT,ENV lines are some 10 KiB a rank
 SOURCE = "NCCL's log"
