@@ -88,13 +88,15 @@ def live_lines(report: LiveReport) -> list[str]:
         parts += [f"{unreadable} unreadable"] if unreadable else []
         parts += ["another digest running"] if report.digest_differs else []
         lines.append(f"drift: {', '.join(parts)}, of {total}")
-    drifted_entries = [entry for process in report.processes for entry in process.drifted]
+    entries = [entry for process in report.processes for entry in process.drifted]
+    said = [entry for entry in entries if entry.source == SOURCE]  # by NCCL's log
+    drifted_entries = [entry for entry in entries if entry.source != SOURCE]
     if drifted_entries or report.digest_differs:
         undeclared = any(
             entry.kind == "undeclared" and entry.read_by_nccl for entry in drifted_entries
         )
         lines.append(restart_line(report.path, report.server, undeclared))
-    if any(entry.source == SOURCE for entry in drifted_entries):
+    if said:
         lines.append(LATE_LINE)
     return lines
 
