@@ -54,8 +54,8 @@ def test_every_rank_confirms_every_loggable_value(tuned: None, run_cli: RunCli, 
         'ok    NCCL_MAX_NCHANNELS  "16": confirmed by all 8 processes',
         'ok    NCCL_BUFFSIZE       "16777216": confirmed by all 8 processes',
         'ok    NCCL_NTHREADS       "512": confirmed by all 8 processes',
-        'note  NCCL_SOCKET_IFNAME  "eno1": NCCL does not log it; a log cannot confirm it',
-        "verify-log passed: 6 of 6 loggable values confirmed",
+        'ok    NCCL_SOCKET_IFNAME  "eno1": confirmed by all 8 processes',
+        "verify-log passed: 7 of 7 loggable values confirmed",
     ]
 
 
@@ -69,7 +69,7 @@ def test_values_applied_differently_or_never_are_failures(tuned: None, run_cli: 
     assert verdicts["NCCL_BUFFSIZE"] == ("mismatch", 'gpu-node-7:48304 [3] applied "4194304"')
     assert verdicts["NCCL_NTHREADS"] == (
         "mismatch",
-        "gpu-node-7:48307 [6] applied NCCL_NTHREADS 500 (must be a multiple of 32); "
+        'gpu-node-7:48307 [6] said "Invalid NCCL_NTHREADS 500 (must be a multiple of 32)"; '
         "never reported by gpu-node-7:48306 [5]",
     )
     assert verdicts["NCCL_PROTO"][0] == "ok"
@@ -155,7 +155,7 @@ def test_megabyte_lines_are_read_in_linear_time(
     assert out[0].endswith(": 9 NCCL processes")  # the 8 ranks, and the long PID's
     assert 'ok    NCCL_PROTO          "LL": confirmed by all 9 processes' not in out
     assert "never reported by h:111111" in result.stdout
-    assert out[-1] == "verify-log failed: 0 of 6 loggable values confirmed"
+    assert out[-1] == "verify-log failed: 0 of 7 loggable values confirmed"
     assert 'NCCL_IB_HCA         undeclared, applied as "mlx5_1" by 1 of them' in result.stdout
 
 
@@ -216,7 +216,7 @@ def test_a_line_longer_than_1_mib_is_skipped_and_said_once(
         f"nccl-launch: warning: log {log}: 2 lines longer than 1 MiB skipped (the first is "
         "line 42); NCCL's INFO lines are short\n"
     )
-    assert "verify-log passed: 6 of 6 loggable values confirmed" in result.stdout
+    assert "verify-log passed: 7 of 7 loggable values confirmed" in result.stdout
 
 
 def test_an_endless_line_on_a_pipe_is_read_in_bounded_memory(tuned: None) -> None:
