@@ -1,8 +1,11 @@
 """`verify-log` on multi-rank NCCL_DEBUG=INFO logs, and `run --nccl-debug` that produces them.
 
-tests/logs/ holds an 8-rank TP server's log in the line formats of nccl/log.py: one
-where every rank applied the tuned values (also as journalctl prints it), and one where
-rank 3 took an old BUFFSIZE, rank 5 never logged NTHREADS and rank 6 rejected 500 threads.
+tests/logs/ holds NCCL's own logs, unchanged: NCCL 2.28.9 on one H200, one rank
+(nccl-2.28.9-one-rank.log) and two ranks on the one GPU (nccl-2.28.9-two-ranks.log), each
+with the profile it ran (H200 below). It also holds an 8-rank TP server's log written in
+NCCL's line formats (no GPU of eight here): one where every rank applied the tuned values
+(also as journalctl prints it), and one where rank 3 took an old BUFFSIZE, rank 5 never logged
+NTHREADS and rank 6 rejected 500 threads.
 """
 
 from __future__ import annotations
@@ -35,9 +38,135 @@ SOCKET_IFNAME = "eno1"
 """
 
 
+# What the H200 runs declared; the two ranks also NCCL_SOCKET_IFNAME=lo. Each rank set its own
+# NCCL_HOSTID (proof-host-0, proof-host-1): a value per rank, which no profile declares.
+H200 = """
+schema = 1
+name = "h200"
+version = 1
+[nccl]
+PROTO = "LL"
+ALGO = "Ring"
+P2P_LEVEL = "SYS"
+MAX_NCHANNELS = 16
+BUFFSIZE = 16777216
+NTHREADS = 512
+"""
+ONE_RANK = LOGS / "nccl-2.28.9-one-rank.log"
+TWO_RANKS = LOGS / "nccl-2.28.9-two-ranks.log"
+
+
 @pytest.fixture
 def tuned(write_profile: WriteProfile) -> None:
     write_profile("tuned", TUNED)
+
+
+def test_a_one_rank_process_that_ran_the_profile_passes(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    write_profile("h200", H200)
+    result = run_cli("verify-log", "h200", str(ONE_RANK))
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.splitlines()[1:] == [
+        'note  NCCL_PROTO          "LL": not read: one-rank communicator (1 process)',
+        'note  NCCL_ALGO           "Ring": not read: one-rank communicator (1 process)',
+        'ok    NCCL_P2P_LEVEL      "SYS": confirmed by 1 process',
+        'ok    NCCL_MAX_NCHANNELS  "16": confirmed by 1 process',
+        'ok    NCCL_BUFFSIZE       "16777216": confirmed by 1 process',
+        'ok    NCCL_NTHREADS       "512": confirmed by 1 process',
+        "verify-log passed: 4 of 4 loggable values confirmed, 2 not read (one-rank communicators)",
+    ]
+    report = json.loads(run_cli("verify-log", "h200", str(ONE_RANK), "--format", "json").stdout)
+    assert report["communicators"] == {"vm:498 [0]": {"0x162dc720": 1}}
+    assert report["keys"][0]["verdict"] == "not-read"
+
+
+def test_two_ranks_confirm_the_interface_and_say_their_own_host_ids(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    write_profile("h200", H200 + 'SOCKET_IFNAME = "lo"\n')
+    result = run_cli("verify-log", "h200", str(TWO_RANKS))
+    assert (result.returncode, result.stderr) == (0, "")
+    lines = result.stdout.splitlines()
+    assert lines[0].endswith(": 2 NCCL processes")
+    assert lines[1:] == [
+        'ok    NCCL_PROTO          "LL": confirmed by all 2 processes',
+        'ok    NCCL_ALGO           "Ring": confirmed by all 2 processes',
+        'ok    NCCL_P2P_LEVEL      "SYS": confirmed by all 2 processes',
+        'ok    NCCL_MAX_NCHANNELS  "16": confirmed by all 2 processes',
+        'ok    NCCL_BUFFSIZE       "16777216": confirmed by all 2 processes',
+        'ok    NCCL_NTHREADS       "512": confirmed by all 2 processes',
+        'ok    NCCL_SOCKET_IFNAME  "lo": confirmed by all 2 processes',
+        'note  NCCL_HOSTID         undeclared, one value per process: "proof-host-0" by '
+        'vm:512 [0], "proof-host-1" by vm:513 [0]',
+        "verify-log passed: 7 of 7 loggable values confirmed",
+    ]
+
+
+def _edited(tmp_path: Path, rank1: dict[str, str], last: str = "") -> Path:
+    """A copy of the real two-rank log where rank 1 (pid 513) says otherwise, as NCCL would
+    have: each `old: new` replaced in its lines, none of its lines after the one holding
+    `last` (an init that failed there)."""
+    lines, ended = [], False
+    for line in TWO_RANKS.read_text().splitlines():
+        if line.startswith("vm:513:513 "):
+            if ended:
+                continue
+            ended = bool(last) and last in line
+            for old, new in rank1.items():
+                line = line.replace(old, new)
+        lines.append(line)
+    path = tmp_path / "edited.log"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_the_rank_that_applied_another_protocol_is_named(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    # Rank 1 set NCCL_PROTO=Simple inside itself: the ranks disagree, and a job hangs.
+    write_profile("h200", H200)
+    said = "NCCL_PROTO set by environment to "
+    log = _edited(tmp_path, {f"{said}LL": f"{said}Simple"})
+    result = run_cli("verify-log", "h200", str(log))
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert lines[1] == 'fail  NCCL_PROTO          "LL": vm:513 [0] applied "Simple"'
+    assert lines[-1] == "verify-log failed: 5 of 6 loggable values confirmed"
+    report = json.loads(run_cli("verify-log", "h200", str(log), "--format", "json").stdout)
+    assert report["keys"][0] == {
+        "key": "NCCL_PROTO", "expected": "LL", "verdict": "mismatch",
+        "detail": 'vm:513 [0] applied "Simple"',
+    }  # fmt: skip
+
+
+def test_an_init_that_failed_says_why_in_ncclss_warning(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    # Rank 1 read "LL " (a trailing blank): NCCL 2.28.9 warns, with its timestamp, and the
+    # init fails, so no Init COMPLETE and nothing after the warning.
+    write_profile("h200", H200)
+    warning = (
+        "[2026-12-04 18:03:05] vm:513:513 [0] graph/tuning.cc:104 NCCL WARN Unrecognized "
+        'element token "LL " when parsing "LL "'
+    )
+    said = "NCCL_PROTO set by environment to "
+    log = _edited(tmp_path, {f"{said}LL": f"{said}LL \n\n{warning}"}, last=said)
+    result = run_cli("verify-log", "h200", str(log))
+    assert result.returncode == 1
+    out = result.stdout.splitlines()
+    assert out[1:3] == [
+        'fail  NCCL_PROTO          "LL": vm:513 [0] applied "LL "',
+        'fail  NCCL_ALGO           "Ring": never reported by vm:513 [0] (its init never completed)',
+    ]
+    assert out[-2] == (
+        'warn  vm:513 [0] NCCL WARN graph/tuning.cc:104 Unrecognized element token "LL " when '
+        'parsing "LL "'
+    )
+    report = json.loads(run_cli("verify-log", "h200", str(log), "--format", "json").stdout)
+    assert report["warnings"] == {
+        "vm:513 [0]": ['graph/tuning.cc:104 Unrecognized element token "LL " when parsing "LL "']
+    }
 
 
 @pytest.mark.parametrize("log", ["tp8-applied.log", "tp8-journal.log"])

@@ -63,8 +63,10 @@ def _verdict(key: str, expected: str, logs: dict[str, ProcessLog]) -> KeyReport:
     for process, judgement in judged.items():
         if judgement.verdict == "not-read":
             unread.append(judgement.detail)
-        elif judgement.verdict == "pending" or judgement.detail == "never reported":
-            silent.append(process)  # the whole log is read: NCCL will say no more
+        elif judgement.verdict == "pending":  # the whole log is read: NCCL will say no more
+            silent.append(f"{process} (its init never completed)")
+        elif judgement.detail == "never reported":
+            silent.append(process)
         elif judgement.verdict != "ok":
             wrong.append(f"{process} {judgement.detail}")
     differs = any(judgement.verdict == "differs" for judgement in judged.values())
@@ -77,7 +79,7 @@ def _verdict(key: str, expected: str, logs: dict[str, ProcessLog]) -> KeyReport:
     if len(unread) == len(judged):
         return KeyReport(key=key, expected=expected, verdict="not-read", detail=unread_in)
     confirmed = len(judged) - len(unread)
-    detail = f"confirmed by all {_processes(confirmed)}"
+    detail = f"confirmed by {'all ' if confirmed > 1 else ''}{_processes(confirmed)}"
     if unread:
         detail = f"confirmed by {_processes(confirmed)}; {unread_in}"
     return KeyReport(key=key, expected=expected, verdict="ok", detail=detail)

@@ -29,6 +29,7 @@ _SET = re.compile(r"(NCCL_\w+) set by environment to (.*)$", re.ASCII)
 _INVALID = re.compile(r"Invalid (NCCL_\w+) (\S+) \((.*)\)\.?$", re.ASCII)
 # ncclLoadParam when strtoll overflows: NCCL keeps its default.
 _OVERFLOW = re.compile(r"Invalid value (\S*) for (NCCL_\w+), using default (-?[0-9]+)\.$", re.ASCII)
+_LINE_END = "\r\n"  # only: a value NCCL read may end in a blank ("LL ", which it rejects)
 _INIT_ENDS = (" Init START", " Init COMPLETE", "- Init START", "- Init COMPLETE")
 
 Verdict = Literal["ok", "differs", "not-read", "pending", "unconfirmed", "not-logged"]
@@ -81,7 +82,7 @@ def parse_line(line: str) -> tuple[str, str, str, str, str] | None:
         origin = _origin(line[:at])
         if origin is None:
             return None
-        return ("INFO", *origin, line[at + len(_INFO) :].rstrip())
+        return ("INFO", *origin, line[at + len(_INFO) :].rstrip(_LINE_END))
     at = line.find(_WARN)
     if at < 0:
         return None
@@ -93,7 +94,7 @@ def parse_line(line: str) -> tuple[str, str, str, str, str] | None:
     origin = _origin(head + "]")
     if origin is None:
         return None
-    return ("WARN", *origin, f"{words[0]} {line[at + len(_WARN) :].rstrip()}")
+    return ("WARN", *origin, f"{words[0]} {line[at + len(_WARN) :].rstrip(_LINE_END)}")
 
 
 def _communicator(message: str) -> tuple[str, int, bool] | None:
