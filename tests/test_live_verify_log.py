@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import RunCli, WriteProfile, console_script
+from tests.conftest import Isolation, RunCli, WriteProfile, console_script
 from tests.helpers import STANDIN_SERVER, read_record
+from tests.test_docs import documented
 
 LOGS = Path(__file__).parent / "logs"
 TUNED = """
@@ -375,3 +377,32 @@ def test_an_endless_line_on_a_pipe_is_read_in_bounded_memory(tuned: None) -> Non
     assert endless - alone < 16 << 10, (alone, endless)
     assert said.endswith("1 line longer than 1 MiB skipped (the first is line 1); NCCL's INFO "
                          "lines are short\n")  # fmt: skip
+
+
+def test_the_commands_reference_shows_what_verify_log_prints_of_the_real_logs(
+    isolated: Isolation,
+) -> None:
+    """docs/commands.md: each command of its NCCL 2.28.9 examples, the two edits of the
+    two-rank log included, run in order as printed, prints what the page shows."""
+    page = (Path(__file__).parent.parent / "docs" / "commands.md").read_text()
+    assert f"```toml\n{H200.lstrip()}```" in page
+    (isolated.root / "profiles" / "h200.toml").write_text(H200.lstrip())
+    two = H200.replace('"h200"', '"h200-two"') + 'SOCKET_IFNAME = "lo"\n'
+    (isolated.root / "profiles" / "h200-two.toml").write_text(two.lstrip())
+    shutil.copy(ONE_RANK, isolated.root / "one-rank.log")
+    shutil.copy(TWO_RANKS, isolated.root / "two-ranks.log")
+    block = page.split("$ nccl-launch verify-log h200 one-rank.log\n", 1)[1]
+    block = "$ nccl-launch verify-log h200 one-rank.log\n" + block.split("```\n\nWhich names", 1)[0]
+    commands = [line for line in block.splitlines() if line.startswith("$ ")]
+    verify = [command for command in commands if command.startswith("$ nccl-launch")]
+    assert len(verify) == 4
+    for command in commands:
+        if command == "$ echo $?":
+            continue
+        script = command[2:].replace("nccl-launch", console_script(), 1)
+        result = subprocess.run(
+            ["bash", "-c", f"{script} 2>&1"],
+            cwd=isolated.root, capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+        expected, code = documented(command[2:])
+        assert (result.stdout.splitlines(), result.returncode) == (expected, code), command

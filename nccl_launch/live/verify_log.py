@@ -63,9 +63,9 @@ def _verdict(key: str, expected: str, logs: dict[str, ProcessLog]) -> KeyReport:
     for process, judgement in judged.items():
         if judgement.verdict == "not-read":
             unread.append(judgement.detail)
-        elif judgement.verdict == "pending":  # the whole log is read: NCCL will say no more
-            silent.append(f"{process} (its init never completed)")
-        elif judgement.detail == "never reported":
+        elif judgement.verdict == "pending" and logs[process].communicators:
+            silent.append(f"{process} (its init never completed)")  # NCCL will say no more
+        elif judgement.verdict == "pending" or judgement.detail == "never reported":
             silent.append(process)
         elif judgement.verdict != "ok":
             wrong.append(f"{process} {judgement.detail}")
