@@ -101,11 +101,29 @@ def live_lines(report: LiveReport) -> list[str]:
     return lines
 
 
-_LOG_STATUS = {"ok": "ok", "mismatch": "fail", "unconfirmed": "fail", "not-logged": "note"}
+_LOG_STATUS = {
+    "ok": "ok",
+    "mismatch": "fail",
+    "unconfirmed": "fail",
+    "not-read": "note",
+    "not-logged": "note",
+}
+
+
+def _undeclared_line(name: str, seen: dict[str, str], width: int) -> str:
+    """A value no key declares: one value in every process it applied in, or one each (a
+    value set per rank, `NCCL_HOSTID`, is no value a profile can declare)."""
+    values = sorted({json.dumps(value) for value in seen.values()})
+    if len(values) == 1 or len(values) < len(seen):
+        said = f"undeclared, applied as {', '.join(values)} by {len(seen)} of them"
+        return f"warn  {name.ljust(width)}  {said}"
+    each = ", ".join(f"{json.dumps(value)} by {process}" for process, value in seen.items())
+    return f"note  {name.ljust(width)}  undeclared, one value per process: {each}"
 
 
 def log_lines(report: LogReport) -> list[str]:
-    """verify-log's text: one line per declared key, then undeclared values NCCL applied."""
+    """verify-log's text: one line per declared key, then undeclared values NCCL applied,
+    then NCCL's own warnings of each process."""
     count = len(report.processes)
     header = f"verify-log {report.profile} ({short_digest(report.digest)}) against {report.source}"
     lines = [f"{header}: {count} NCCL process{'' if count == 1 else 'es'}"]
@@ -116,15 +134,17 @@ def log_lines(report: LogReport) -> list[str]:
         lines.append(
             f"{status:<4}  {key.key.ljust(width)}  {json.dumps(key.expected)}: {key.detail}"
         )
-    for name, seen in report.undeclared.items():
-        values = ", ".join(sorted({json.dumps(value) for value in seen.values()}))
-        lines.append(
-            f"warn  {name.ljust(width)}  undeclared, applied as {values} by {len(seen)} of them"
-        )
+    lines += [_undeclared_line(name, seen, width) for name, seen in report.undeclared.items()]
+    for process, warnings in report.warnings.items():
+        lines += [f"warn  {process} NCCL WARN {warning}" for warning in warnings]
     failed = sum(key.verdict in ("mismatch", "unconfirmed") for key in report.keys)
-    checked = sum(key.verdict != "not-logged" for key in report.keys)
+    unread = sum(key.verdict == "not-read" for key in report.keys)
+    checked = sum(key.verdict not in ("not-logged", "not-read") for key in report.keys)
     if not report.processes:
         lines.append("no NCCL INFO lines: start the server with nccl-launch run --nccl-debug")
     verdict = "passed" if report.ok else "failed"
-    lines.append(f"verify-log {verdict}: {checked - failed} of {checked} loggable values confirmed")
+    tally = f"{checked - failed} of {checked} loggable values confirmed"
+    if unread:
+        tally += f", {unread} not read (one-rank communicators)"
+    lines.append(f"verify-log {verdict}: {tally}")
     return lines
