@@ -84,7 +84,7 @@ def test_json_outputs_keep_their_keys() -> None:
                      "running_profile", "running_digest", "processes", "profile_error",
                      "unchecked_env_files"],
         ProcessReport: ["pid", "title", "readable", "reason", "entries", "matched", "nccl_log"],
-        NcclLog: ["file", "state", "reason", "confirmed"],
+        NcclLog: ["file", "state", "reason", "confirmed", "not_read"],
         PreflightReport: ["schema_version", "profile", "digest", "argv", "checks", "sglang",
                           "vllm"],
         Check: ["name", "status", "message", "detail", "drift"],

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from nccl_launch.live.compare import evaluate
 from nccl_launch.live.nccl_logs import NcclLogs, expanded
@@ -63,7 +64,8 @@ def test_a_growing_file_is_read_on_and_a_partial_line_waits_for_its_end(tmp_path
     assert _judge(logs, _snapshot(path)) == ("read", [])
     with path.open("a") as file:
         file.write(late[-4:])
-    assert _judge(logs, _snapshot(path)) == ("read", [f"NCCL_PROTO=Simple {late.strip()}"])
+    said = "NCCL_PROTO=Simple NCCL_PROTO set by environment to Simple"
+    assert _judge(logs, _snapshot(path)) == ("read", [said])
 
 
 def test_a_replaced_or_shrunk_file_is_read_from_its_start(tmp_path: Path) -> None:
@@ -151,6 +153,7 @@ def check(*args):
     return {"code": done.returncode, "out": done.stdout, "err": done.stderr}
 
 found = {"text": check(), "json": check("--format", "json")}
+found["prometheus"] = check("--format", "prometheus")
 if late:
     found["watch"] = check("--watch", "0.2", "--on-drift", "stop", "--grace", "5")
     server.wait(timeout=10)
@@ -172,6 +175,11 @@ def in_own_pid_namespace(profile: Path, port: int, late: str = "") -> dict[str, 
     return found
 
 
+def _samples(text: str, name: str, label: str = "state") -> dict[str, float]:
+    [family] = [f for f in text_string_to_metric_families(text) if f.name == name]
+    return {sample.labels[label]: sample.value for sample in family.samples}
+
+
 def _standin(write_profile: WriteProfile, tp_size: int = 2) -> tuple[Path, int]:
     port = free_port()
     text = PROFILE.format(version=1, buffsize="16MiB", python=sys.executable, port=port)
@@ -186,12 +194,11 @@ def test_a_ranks_late_export_is_drift_by_nccls_word_and_stops_the_tree(
     report = json.loads(found["json"]["out"])
     [rank1] = [p for p in report["processes"] if p["title"] == "sglang::scheduler_TP1"]
     pid = rank1["pid"]
-    line = "NCCL INFO NCCL_PROTO set by environment to Simple"
+    line = "NCCL_PROTO set by environment to Simple"
     assert found["text"]["code"] == 1, found["text"]
     text = found["text"]["out"].splitlines()
     at = text.index(f"pid {pid}  sglang::scheduler_TP1")
-    assert text[at + 1].startswith('  ~ NCCL_PROTO  "LL" -> "Simple"  (NCCL\'s log; vm')
-    assert text[at + 1].endswith(f":{pid}:{pid} [1] {line})")
+    assert text[at + 1] == f'  ~ NCCL_PROTO  "LL" -> "Simple"  (NCCL\'s log; {line})'
     assert text[-1].startswith("fix: NCCL's log says what the process set inside itself")
     # /proc sees nothing: the rank started with the profile's value.
     assert "NCCL_PROTO" in rank1["matched"]
@@ -204,6 +211,8 @@ def test_a_ranks_late_export_is_drift_by_nccls_word_and_stops_the_tree(
     assert [oct(f.stat().st_mode & 0o777) for f in (folder, folder.parent)] == ["0o700"] * 2
     rank0 = next(p for p in report["processes"] if p["title"] == "sglang::scheduler_TP0")
     assert rank0["nccl_log"]["confirmed"] == ["NCCL_PROTO", "NCCL_ALGO", "NCCL_BUFFSIZE"]
+    assert _samples(found["prometheus"]["out"], "nccl_launch_drift_variables", "kind") == {
+        "changed": 1, "missing": 0, "undeclared": 0}  # fmt: skip
     watch = found["watch"]
     assert watch["code"] == 1, watch
     stopped = watch["out"].splitlines()[-1]
@@ -219,6 +228,8 @@ def test_a_tree_whose_ranks_keep_the_profile_has_no_drift(write_profile: WritePr
     report = json.loads(found["json"]["out"])
     states = sorted(p["nccl_log"]["state"] for p in report["processes"])
     assert states == ["none-yet", "none-yet", "none-yet", "read", "read"]
+    assert _samples(found["prometheus"]["out"], "nccl_launch_nccl_logs") == {
+        "read": 2, "none-yet": 3, "unreadable": 0}  # fmt: skip
 
 
 def test_a_one_rank_communicator_that_never_logs_proto_or_algo_is_no_drift(
@@ -229,7 +240,8 @@ def test_a_one_rank_communicator_that_never_logs_proto_or_algo_is_no_drift(
     assert found["text"]["code"] == 0, found["text"]["out"]
     report = json.loads(found["json"]["out"])
     [rank] = [p for p in report["processes"] if p["title"] == "sglang::scheduler_TP0"]
-    assert rank["nccl_log"]["confirmed"] == ["NCCL_BUFFSIZE"]  # PROTO and ALGO: never read
+    assert rank["nccl_log"]["confirmed"] == ["NCCL_BUFFSIZE"]
+    assert rank["nccl_log"]["not_read"] == ["NCCL_PROTO", "NCCL_ALGO"]
     text = Path(rank["nccl_log"]["file"]).read_text()
     assert "nranks 1" in text and "NCCL_PROTO" not in text
 
@@ -262,4 +274,24 @@ def test_nccl_debug_in_the_calling_environment_names_the_option(
         "writes a file of its own, which check reads), unset it in the calling environment "
         "(the shell, the unit's Environment=), or let the server have it: [policy] "
         'undeclared_nccl = "warn"'
+    )
+
+
+def test_a_run_whose_log_folder_cannot_be_made_starts_with_nccls_log_in_its_output(
+    nccl_launch: RunCli, write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    state = tmp_path / "home" / ".local" / "state"
+    state.parent.mkdir(parents=True)
+    state.write_text("")  # a file where the folder goes
+    result = nccl_launch("run", "--nccl-debug", "p", "--", "env")
+    assert result.returncode == 0, result.stderr
+    assert "NCCL_DEBUG=INFO" in result.stdout.splitlines()
+    assert "NCCL_DEBUG_FILE=" not in result.stdout
+    folder = state / "nccl-launch" / "nccl-debug"
+    assert result.stderr.startswith(
+        f"nccl-launch: warning: cannot create NCCL's log folder {folder}/"
+    )
+    assert result.stderr.endswith(
+        "; NCCL's log goes to the server's output, where check cannot read it\n"
     )

@@ -22,8 +22,8 @@ from nccl_launch.env.drift import DriftEntry, diff_env
 from nccl_launch.errors import HostError
 from nccl_launch.files import LINE_LIMIT, FileError, kind_of, open_beneath
 from nccl_launch.jsonlines import STATE, state_home
-from nccl_launch.nccl import rules
-from nccl_launch.nccl.log import read_log
+from nccl_launch.nccl import catalog, rules
+from nccl_launch.nccl.log import LogReader, ProcessLog, judge
 from nccl_launch.profile.markers import MARKER_NCCL_DEBUG, NCCL_DEBUG_FILE
 from nccl_launch.profile.model import Policy
 
@@ -42,13 +42,15 @@ LogState = Literal["read", "none-yet", "unreadable"]
 
 class NcclLog(BaseModel):
     """One process's NCCL log: its file, whether NCCL has written there yet (or why it cannot
-    be read), and the declared keys NCCL said it applied as the profile has them. What NCCL
-    applied otherwise is among the process's entries, with NCCL's line as their note."""
+    be read), the declared keys NCCL said it applied as the profile has them and those it
+    never reads there. What NCCL applied otherwise is among the process's entries, with
+    NCCL's line as their note."""
 
     file: str
     state: LogState
     reason: str | None = None
     confirmed: list[str] = []
+    not_read: list[str] = []  # declared keys its communicators never read (one rank: PROTO)
 
 
 def run_folder(pid: int, now: float | None = None) -> PurePath:
@@ -63,7 +65,7 @@ def debug_file(folder: PurePath) -> str:
     return str(state_home().path / folder).replace("%", "%%") + "/" + LOG_NAME
 
 
-def make_run_folder(folder: PurePath, pid: int) -> None:
+def _make_run_folder(folder: PurePath, pid: int) -> None:
     """Create `folder` under the state home (0700, as every folder on the way), with a file
     `pid` holding the run's PID; HostError when it exists already (never shared by two runs)."""
     state = state_home()
@@ -77,6 +79,21 @@ def make_run_folder(folder: PurePath, pid: int) -> None:
         raise HostError(f"cannot create NCCL's log folder {where}: {error.strerror}") from None
     with os.fdopen(fd, "w", encoding="ascii") as handle:
         handle.write(f"{pid}\n")
+
+
+def with_run_folder(
+    env: Mapping[str, str], folder: PurePath, pid: int
+) -> tuple[dict[str, str], str | None]:
+    """The server's `env` once the run's folder is made; else `env` without NCCL_DEBUG_FILE
+    (NCCL then prints to the server's output, as it does when it cannot open the file) and
+    why: a start never fails for want of a log folder, and NCCL never writes where the
+    folder was refused."""
+    try:
+        _make_run_folder(folder, pid)
+    except (FileError, HostError) as error:
+        kept = {key: value for key, value in env.items() if key != NCCL_DEBUG_FILE}
+        return kept, f"{error}; NCCL's log goes to the server's output, where check cannot read it"
+    return dict(env), None
 
 
 def nccl_host() -> str:
@@ -99,57 +116,66 @@ def expanded(pattern: str, pid: int, host: str) -> str:
 @dataclass
 class _Followed:
     """One file followed: which one (device, inode), how far it was read, the line begun and
-    not yet ended, and what NCCL said there: per key the last value and its line."""
+    not yet ended, and NCCL's lines read so far."""
 
     identity: tuple[int, int]
     offset: int = 0
     begun: bytes = b""
     skipping: bool = False  # inside a line longer than LINE_LIMIT, dropped as it comes
-    started: bool = False  # some NCCL INFO line was read
-    said: dict[str, tuple[str, str]] = field(default_factory=dict)
+    reader: LogReader = field(default_factory=LogReader)
 
     def feed(self, data: bytes) -> None:
         *ended, rest = (self.begun + data).split(b"\n")
         for number, line in enumerate(ended):
             if not (self.skipping and number == 0):
-                self._line(line.decode("utf-8", "replace"))
+                self.reader.feed(line.decode("utf-8", "replace"))
         self.skipping = (self.skipping and not ended) or len(rest) > LINE_LIMIT
         self.begun = b"" if self.skipping else rest
 
-    def _line(self, line: str) -> None:
-        applied, invalid = read_log([line])
-        self.started = self.started or bool(applied)
-        for values in applied.values():
-            for key, seen in values.items():
-                self.said[key] = (seen[-1], line)
-        for notices in invalid.values():  # NCCL keeps its default: not the profile's value
-            for notice in notices:
-                key, _, rest = notice.partition(" ")
-                self.said[key] = (rest.rsplit(" (", 1)[0], line)
+
+def _value(key: str, expected: str, log: ProcessLog) -> str | None:
+    """The last value NCCL applied otherwise than `expected`, else the one it rejected."""
+    values = log.applied.get(key, [])
+    wrong = [value for value in values if not rules.same_meaning(key, expected, value)]
+    if wrong:
+        return wrong[-1]
+    rejected = [text for text in log.invalid if text.startswith(f"Invalid {key} ")]
+    return rejected[-1].split()[2] if rejected else None
 
 
 def judged(
-    said: Mapping[str, tuple[str, str]],
-    declared: Mapping[str, str],
-    proc: Mapping[str, str],
-    policy: Policy,
-    nccl_debug: bool,
-) -> tuple[list[DriftEntry], list[str]]:
-    """What NCCL said a process applied (`said`: per key its value and NCCL's line) against
-    the profile (`declared`), classified by drift's one rule: the entries where NCCL's value
-    is not what /proc shows (`proc`: those /proc shows are its own entries already), and the
-    declared keys NCCL confirmed. A key NCCL has not logged is no drift: its NCCL has not
-    reached it yet, or never reads it (PROTO and ALGO in a one-rank communicator)."""
-    actual = {key: value for key, (value, _) in said.items()}
-    expected = {key: value for key, value in declared.items() if key in actual}
-    entries, confirmed = diff_env(expected, actual, {}, policy, "live", nccl_debug=nccl_debug)
+    log: ProcessLog, declared: Mapping[str, str], proc: Mapping[str, str], policy: Policy
+) -> tuple[list[DriftEntry], list[str], list[str]]:
+    """What one process's NCCL said against the profile (`declared`), by nccl/log.py's one
+    judgement, classified by drift's one rule: the entries where NCCL applied a value
+    otherwise (a declared one, or one the profile does not declare) and /proc (`proc`) does
+    not already show it; the declared keys NCCL confirmed; those its communicators never read
+    (PROTO and ALGO in a one-rank communicator). A key NCCL has not reached yet is neither."""
+    said: dict[str, str] = {}  # key -> NCCL's value
+    lines: dict[str, str] = {}  # key -> NCCL's line
+    confirmed, not_read = [], []
+    for key, expected in declared.items():
+        if not key.startswith(catalog.PREFIX):
+            continue
+        judgement = judge(key, expected, log)
+        if judgement.verdict == "ok":
+            confirmed.append(key)
+        elif judgement.verdict == "not-read":
+            not_read.append(key)
+        elif judgement.verdict == "differs" and (value := _value(key, expected, log)):
+            said[key], lines[key] = value, judgement.said[-1]
+    for key, values in log.applied.items():
+        if key not in declared:
+            said[key], lines[key] = values[-1], f"{key} set by environment to {values[-1]}"
+    profile = {key: declared[key] for key in said if key in declared}
+    entries, _ = diff_env(profile, said, {}, policy, "live", nccl_debug=True)
     unseen = [
-        entry.model_copy(update={"source": SOURCE, "note": said[entry.key][1]})
+        entry.model_copy(update={"source": SOURCE, "note": lines[entry.key]})
         for entry in entries
         if entry.key not in proc
-        or not rules.same_meaning(entry.key, proc[entry.key], actual[entry.key])
+        or not rules.same_meaning(entry.key, proc[entry.key], said[entry.key])
     ]
-    return unseen, confirmed
+    return unseen, confirmed, not_read
 
 
 class NcclLogs:
@@ -184,10 +210,12 @@ class NcclLogs:
         except _Unreadable as problem:
             self._followed.pop(path, None)
             return NcclLog(file=path, state="unreadable", reason=str(problem)), []
-        if followed is None or not followed.started:
+        logs = list(followed.reader.processes.values()) if followed is not None else []
+        if not logs:  # no NCCL line yet
             return NcclLog(file=path, state="none-yet"), []
-        entries, confirmed = judged(followed.said, declared, snapshot.env or {}, policy, True)
-        return NcclLog(file=path, state="read", confirmed=confirmed), entries
+        entries, confirmed, not_read = judged(logs[0], declared, snapshot.env or {}, policy)
+        log = NcclLog(file=path, state="read", confirmed=confirmed, not_read=not_read)
+        return log, entries
 
     def _read(self, path: str, uid: int | None) -> _Followed | None:
         """The file at `path` read on; None while it does not exist. Only a regular file of
