@@ -242,6 +242,8 @@ def test_a_one_rank_communicator_that_never_logs_proto_or_algo_is_no_drift(
     [rank] = [p for p in report["processes"] if p["title"] == "sglang::scheduler_TP0"]
     assert rank["nccl_log"]["confirmed"] == ["NCCL_BUFFSIZE"]
     assert rank["nccl_log"]["not_read"] == ["NCCL_PROTO", "NCCL_ALGO"]
+    said = f"  NCCL's log {rank['nccl_log']['file']}: 1 applied as the profile; never read by "
+    assert f"{said}its communicators: NCCL_PROTO, NCCL_ALGO" in found["text"]["out"]
     text = Path(rank["nccl_log"]["file"]).read_text()
     assert "nranks 1" in text and "NCCL_PROTO" not in text
 

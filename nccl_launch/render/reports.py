@@ -46,8 +46,9 @@ def _process_lines(process: ProcessReport) -> list[str]:
     lines.append(f"  {status}, {len(process.matched)} match{tolerated}")
     log = process.nccl_log
     if log is not None:
+        unread = f"; never read by its communicators: {', '.join(log.not_read)}"
         said = {
-            "read": f"{len(log.confirmed)} applied as the profile",
+            "read": f"{len(log.confirmed)} applied as the profile{unread * bool(log.not_read)}",
             "none-yet": "nothing yet (NCCL has not started in this process)",
             "unreadable": f"unreadable: {log.reason}",
         }
