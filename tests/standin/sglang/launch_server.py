@@ -62,7 +62,7 @@ Knobs, for tests:
   host, `%p` PID, as NCCL expands them); STANDIN_NCCL_SAYS="KEY=VALUE,KEY=" reports VALUE
   instead (NCCL took another value) or nothing (it ignored it);
 - STANDIN_LATE_EXPORT_RANK=N and STANDIN_LATE_EXPORT="KEY=VALUE,KEY=": scheduler N changes
-  its own os.environ so before NCCL reads it (a wrapper's late `export`): NCCL's lines say
+  its own os.environ before NCCL reads it (a wrapper's late `export`): NCCL's lines say
   the new value, /proc/PID/environ keeps the one it started with;
 - STANDIN_OUTLIVE_PARENT=1 clears the parent-death signal the main process was started with,
   as a server started through a wrapper that forks does: it outlives the process that started
