@@ -1,6 +1,7 @@
 """A JSON-lines store, under bench's history and tune's journal: a regular file appended to
 one whole line at a time (files.append_line), under a size cap, never through a symlink,
-optionally locked, and read back with each line that is no record named by its number."""
+optionally locked, and read back with each line that is no record named by its number; and
+the state home where they (and `run --nccl-debug`'s NCCL logs) live."""
 
 from __future__ import annotations
 
@@ -17,10 +18,16 @@ from pydantic import BaseModel, ValidationError
 
 from nccl_launch.errors import HOST_ERRNOS, HostError
 from nccl_launch.escaping import escaped
-from nccl_launch.files import BaseDirectory, FileError, kind_of, open_beneath
+from nccl_launch.files import BaseDirectory, FileError, base_directory, kind_of, open_beneath
 
 Record = TypeVar("Record", bound=BaseModel)
+STATE = PurePath("nccl-launch")  # nccl-launch's folder under the state home
 _FLAGS = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def state_home() -> BaseDirectory:
+    """$XDG_STATE_HOME, else ~/.local/state, as the XDG Base Directory specification says."""
+    return base_directory("XDG_STATE_HOME", ".local/state")
 
 
 def open_store(

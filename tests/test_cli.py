@@ -76,13 +76,15 @@ def test_json_outputs_keep_their_keys() -> None:
     from nccl_launch.env.drift import DriftEntry, DriftReport
     from nccl_launch.launch.preflight_report import Check, PreflightReport
     from nccl_launch.live.compare import LiveReport, ProcessReport
+    from nccl_launch.live.nccl_logs import NcclLog
     from nccl_launch.live.verify_log import KeyReport, LogReport
 
     contracts: dict[type[BaseModel], list[str]] = {
         LiveReport: ["schema_version", "profile", "digest", "path", "main_pid",
                      "running_profile", "running_digest", "processes", "profile_error",
                      "unchecked_env_files"],
-        ProcessReport: ["pid", "title", "readable", "reason", "entries", "matched"],
+        ProcessReport: ["pid", "title", "readable", "reason", "entries", "matched", "nccl_log"],
+        NcclLog: ["file", "state", "reason", "confirmed", "not_read"],
         PreflightReport: ["schema_version", "profile", "digest", "argv", "checks", "sglang",
                           "vllm"],
         Check: ["name", "status", "message", "detail", "drift"],

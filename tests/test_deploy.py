@@ -300,7 +300,10 @@ def test_systemd_unit_passes_systemd_analyze(
     assert any(
         line.startswith("ExecStartPre=") and line.endswith(f"preflight {pinned}") for line in lines
     )
-    assert any(line.startswith("ExecStart=") and line.endswith(f"run {pinned}") for line in lines)
+    assert any(
+        line.startswith("ExecStart=") and line.endswith(f"run --nccl-debug {pinned}")
+        for line in lines
+    )
     assert "Description=Kimi-K2.5 at 100%% on 8 GPUs (served@2)" in lines
     assert {"TimeoutStartSec=1800", "Restart=on-failure", "KillMode=mixed"} <= set(lines)
     # a server that fails at once stops after 5 starts in 10 minutes, not every 30 s forever
@@ -586,6 +589,17 @@ def test_a_unit_without_a_pin_runs_the_file_as_it_is(
     path = write_profile("served", SERVER.format(python=sys.executable))
     unit = run_cli("systemd", "served", "--no-pin").stdout
     assert "--digest" not in unit
+    assert unit_arguments(unit, "ExecStart") == ["run", "--nccl-debug", str(path)]
+
+
+def test_the_units_run_writes_nccls_log_per_process_unless_told_or_the_profile_logs(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    path = write_profile("served", SERVER.format(python=sys.executable))
+    unit = run_cli("systemd", "served", "--no-pin", "--no-nccl-debug").stdout
+    assert unit_arguments(unit, "ExecStart") == ["run", str(path)]
+    path.write_text(path.read_text() + '[nccl]\nDEBUG = "WARN"\n')
+    unit = run_cli("systemd", "served", "--no-pin").stdout  # run would refuse --nccl-debug
     assert unit_arguments(unit, "ExecStart") == ["run", str(path)]
 
 

@@ -707,7 +707,8 @@ def test_nccl_debug_variables_are_tolerated_when_run_added_them(
     server = start(nccl_debug=True)
     result = run_cli("check", "--port", str(server.port))
     assert result.returncode == 0, result.stdout
-    assert "no drift, 3 match, tolerated: NCCL_DEBUG, NCCL_DEBUG_SUBSYS" in result.stdout
+    tolerated = "tolerated: NCCL_DEBUG, NCCL_DEBUG_FILE, NCCL_DEBUG_SUBSYS"
+    assert f"no drift, 3 match, {tolerated}" in result.stdout
 
 
 # The process a check reads, as another user or an older nccl-launch may have started it.

@@ -1,14 +1,18 @@
 """`verify-log` on multi-rank NCCL_DEBUG=INFO logs, and `run --nccl-debug` that produces them.
 
-tests/logs/ holds an 8-rank TP server's log in the line formats of nccl/log.py: one
-where every rank applied the tuned values (also as journalctl prints it), and one where
-rank 3 took an old BUFFSIZE, rank 5 never logged NTHREADS and rank 6 rejected 500 threads.
+tests/logs/ holds NCCL's own logs, unchanged: NCCL 2.28.9 on one H200, one rank
+(nccl-2.28.9-one-rank.log) and two ranks on the one GPU (nccl-2.28.9-two-ranks.log), each
+with the profile it ran (H200 below). It also holds an 8-rank TP server's log written in
+NCCL's line formats (no GPU of eight here): one where every rank applied the tuned values
+(also as journalctl prints it), and one where rank 3 took an old BUFFSIZE, rank 5 never logged
+NTHREADS and rank 6 rejected 500 threads.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import RunCli, WriteProfile, console_script
+from tests.conftest import Isolation, RunCli, WriteProfile, console_script
 from tests.helpers import STANDIN_SERVER, read_record
+from tests.test_docs import documented
 
 LOGS = Path(__file__).parent / "logs"
 TUNED = """
@@ -35,9 +40,135 @@ SOCKET_IFNAME = "eno1"
 """
 
 
+# What the H200 runs declared; the two ranks also NCCL_SOCKET_IFNAME=lo. Each rank set its own
+# NCCL_HOSTID (proof-host-0, proof-host-1): a value per rank, which no profile declares.
+H200 = """
+schema = 1
+name = "h200"
+version = 1
+[nccl]
+PROTO = "LL"
+ALGO = "Ring"
+P2P_LEVEL = "SYS"
+MAX_NCHANNELS = 16
+BUFFSIZE = 16777216
+NTHREADS = 512
+"""
+ONE_RANK = LOGS / "nccl-2.28.9-one-rank.log"
+TWO_RANKS = LOGS / "nccl-2.28.9-two-ranks.log"
+
+
 @pytest.fixture
 def tuned(write_profile: WriteProfile) -> None:
     write_profile("tuned", TUNED)
+
+
+def test_a_one_rank_process_that_ran_the_profile_passes(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    write_profile("h200", H200)
+    result = run_cli("verify-log", "h200", str(ONE_RANK))
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.splitlines()[1:] == [
+        'note  NCCL_PROTO          "LL": not read: one-rank communicator (1 process)',
+        'note  NCCL_ALGO           "Ring": not read: one-rank communicator (1 process)',
+        'ok    NCCL_P2P_LEVEL      "SYS": confirmed by 1 process',
+        'ok    NCCL_MAX_NCHANNELS  "16": confirmed by 1 process',
+        'ok    NCCL_BUFFSIZE       "16777216": confirmed by 1 process',
+        'ok    NCCL_NTHREADS       "512": confirmed by 1 process',
+        "verify-log passed: 4 of 4 loggable values confirmed, 2 not read (one-rank communicators)",
+    ]
+    report = json.loads(run_cli("verify-log", "h200", str(ONE_RANK), "--format", "json").stdout)
+    assert report["communicators"] == {"vm:498 [0]": {"0x162dc720": 1}}
+    assert report["keys"][0]["verdict"] == "not-read"
+
+
+def test_two_ranks_confirm_the_interface_and_say_their_own_host_ids(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    write_profile("h200", H200 + 'SOCKET_IFNAME = "lo"\n')
+    result = run_cli("verify-log", "h200", str(TWO_RANKS))
+    assert (result.returncode, result.stderr) == (0, "")
+    lines = result.stdout.splitlines()
+    assert lines[0].endswith(": 2 NCCL processes")
+    assert lines[1:] == [
+        'ok    NCCL_PROTO          "LL": confirmed by all 2 processes',
+        'ok    NCCL_ALGO           "Ring": confirmed by all 2 processes',
+        'ok    NCCL_P2P_LEVEL      "SYS": confirmed by all 2 processes',
+        'ok    NCCL_MAX_NCHANNELS  "16": confirmed by all 2 processes',
+        'ok    NCCL_BUFFSIZE       "16777216": confirmed by all 2 processes',
+        'ok    NCCL_NTHREADS       "512": confirmed by all 2 processes',
+        'ok    NCCL_SOCKET_IFNAME  "lo": confirmed by all 2 processes',
+        'note  NCCL_HOSTID         undeclared, one value per process: "proof-host-0" by '
+        'vm:512 [0], "proof-host-1" by vm:513 [0]',
+        "verify-log passed: 7 of 7 loggable values confirmed",
+    ]
+
+
+def _edited(tmp_path: Path, rank1: dict[str, str], last: str = "") -> Path:
+    """A copy of the real two-rank log where rank 1 (pid 513) says otherwise, as NCCL would
+    have: each `old: new` replaced in its lines, none of its lines after the one holding
+    `last` (an init that failed there)."""
+    lines, ended = [], False
+    for line in TWO_RANKS.read_text().splitlines():
+        if line.startswith("vm:513:513 "):
+            if ended:
+                continue
+            ended = bool(last) and last in line
+            for old, new in rank1.items():
+                line = line.replace(old, new)
+        lines.append(line)
+    path = tmp_path / "edited.log"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_the_rank_that_applied_another_protocol_is_named(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    # Rank 1 set NCCL_PROTO=Simple inside itself: the ranks disagree, and a job hangs.
+    write_profile("h200", H200)
+    said = "NCCL_PROTO set by environment to "
+    log = _edited(tmp_path, {f"{said}LL": f"{said}Simple"})
+    result = run_cli("verify-log", "h200", str(log))
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert lines[1] == 'fail  NCCL_PROTO          "LL": vm:513 [0] applied "Simple"'
+    assert lines[-1] == "verify-log failed: 5 of 6 loggable values confirmed"
+    report = json.loads(run_cli("verify-log", "h200", str(log), "--format", "json").stdout)
+    assert report["keys"][0] == {
+        "key": "NCCL_PROTO", "expected": "LL", "verdict": "mismatch",
+        "detail": 'vm:513 [0] applied "Simple"',
+    }  # fmt: skip
+
+
+def test_an_init_that_failed_says_why_in_ncclss_warning(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    # Rank 1 read "LL " (a trailing blank): NCCL 2.28.9 warns, with its timestamp, and the
+    # init fails, so no Init COMPLETE and nothing after the warning.
+    write_profile("h200", H200)
+    warning = (
+        "[2026-12-04 18:03:05] vm:513:513 [0] graph/tuning.cc:104 NCCL WARN Unrecognized "
+        'element token "LL " when parsing "LL "'
+    )
+    said = "NCCL_PROTO set by environment to "
+    log = _edited(tmp_path, {f"{said}LL": f"{said}LL \n\n{warning}"}, last=said)
+    result = run_cli("verify-log", "h200", str(log))
+    assert result.returncode == 1
+    out = result.stdout.splitlines()
+    assert out[1:3] == [
+        'fail  NCCL_PROTO          "LL": vm:513 [0] applied "LL "',
+        'fail  NCCL_ALGO           "Ring": never reported by vm:513 [0] (its init never completed)',
+    ]
+    assert out[-2] == (
+        'warn  vm:513 [0] NCCL WARN graph/tuning.cc:104 Unrecognized element token "LL " when '
+        'parsing "LL "'
+    )
+    report = json.loads(run_cli("verify-log", "h200", str(log), "--format", "json").stdout)
+    assert report["warnings"] == {
+        "vm:513 [0]": ['graph/tuning.cc:104 Unrecognized element token "LL " when parsing "LL "']
+    }
 
 
 @pytest.mark.parametrize("log", ["tp8-applied.log", "tp8-journal.log"])
@@ -54,8 +185,8 @@ def test_every_rank_confirms_every_loggable_value(tuned: None, run_cli: RunCli, 
         'ok    NCCL_MAX_NCHANNELS  "16": confirmed by all 8 processes',
         'ok    NCCL_BUFFSIZE       "16777216": confirmed by all 8 processes',
         'ok    NCCL_NTHREADS       "512": confirmed by all 8 processes',
-        'note  NCCL_SOCKET_IFNAME  "eno1": NCCL does not log it; a log cannot confirm it',
-        "verify-log passed: 6 of 6 loggable values confirmed",
+        'ok    NCCL_SOCKET_IFNAME  "eno1": confirmed by all 8 processes',
+        "verify-log passed: 7 of 7 loggable values confirmed",
     ]
 
 
@@ -69,7 +200,7 @@ def test_values_applied_differently_or_never_are_failures(tuned: None, run_cli: 
     assert verdicts["NCCL_BUFFSIZE"] == ("mismatch", 'gpu-node-7:48304 [3] applied "4194304"')
     assert verdicts["NCCL_NTHREADS"] == (
         "mismatch",
-        "gpu-node-7:48307 [6] applied NCCL_NTHREADS 500 (must be a multiple of 32); "
+        'gpu-node-7:48307 [6] said "Invalid NCCL_NTHREADS 500 (must be a multiple of 32)"; '
         "never reported by gpu-node-7:48306 [5]",
     )
     assert verdicts["NCCL_PROTO"][0] == "ok"
@@ -155,7 +286,7 @@ def test_megabyte_lines_are_read_in_linear_time(
     assert out[0].endswith(": 9 NCCL processes")  # the 8 ranks, and the long PID's
     assert 'ok    NCCL_PROTO          "LL": confirmed by all 9 processes' not in out
     assert "never reported by h:111111" in result.stdout
-    assert out[-1] == "verify-log failed: 0 of 6 loggable values confirmed"
+    assert out[-1] == "verify-log failed: 0 of 7 loggable values confirmed"
     assert 'NCCL_IB_HCA         undeclared, applied as "mlx5_1" by 1 of them' in result.stdout
 
 
@@ -216,7 +347,7 @@ def test_a_line_longer_than_1_mib_is_skipped_and_said_once(
         f"nccl-launch: warning: log {log}: 2 lines longer than 1 MiB skipped (the first is "
         "line 42); NCCL's INFO lines are short\n"
     )
-    assert "verify-log passed: 6 of 6 loggable values confirmed" in result.stdout
+    assert "verify-log passed: 7 of 7 loggable values confirmed" in result.stdout
 
 
 def test_an_endless_line_on_a_pipe_is_read_in_bounded_memory(tuned: None) -> None:
@@ -246,3 +377,32 @@ def test_an_endless_line_on_a_pipe_is_read_in_bounded_memory(tuned: None) -> Non
     assert endless - alone < 16 << 10, (alone, endless)
     assert said.endswith("1 line longer than 1 MiB skipped (the first is line 1); NCCL's INFO "
                          "lines are short\n")  # fmt: skip
+
+
+def test_the_commands_reference_shows_what_verify_log_prints_of_the_real_logs(
+    isolated: Isolation,
+) -> None:
+    """docs/commands.md: each command of its NCCL 2.28.9 examples, the two edits of the
+    two-rank log included, run in order as printed, prints what the page shows."""
+    page = (Path(__file__).parent.parent / "docs" / "commands.md").read_text()
+    assert f"```toml\n{H200.lstrip()}```" in page
+    (isolated.root / "profiles" / "h200.toml").write_text(H200.lstrip())
+    two = H200.replace('"h200"', '"h200-two"') + 'SOCKET_IFNAME = "lo"\n'
+    (isolated.root / "profiles" / "h200-two.toml").write_text(two.lstrip())
+    shutil.copy(ONE_RANK, isolated.root / "one-rank.log")
+    shutil.copy(TWO_RANKS, isolated.root / "two-ranks.log")
+    block = page.split("$ nccl-launch verify-log h200 one-rank.log\n", 1)[1]
+    block = "$ nccl-launch verify-log h200 one-rank.log\n" + block.split("```\n\nWhich names", 1)[0]
+    commands = [line for line in block.splitlines() if line.startswith("$ ")]
+    verify = [command for command in commands if command.startswith("$ nccl-launch")]
+    assert len(verify) == 4
+    for command in commands:
+        if command == "$ echo $?":
+            continue
+        script = command[2:].replace("nccl-launch", console_script(), 1)
+        result = subprocess.run(
+            ["bash", "-c", f"{script} 2>&1"],
+            cwd=isolated.root, capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+        expected, code = documented(command[2:])
+        assert (result.stdout.splitlines(), result.returncode) == (expected, code), command

@@ -10,27 +10,22 @@ import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path, PurePath
+from pathlib import Path
 
 from nccl_launch.bench.result import BenchReport
 from nccl_launch.errors import EXIT_OK
-from nccl_launch.files import BaseDirectory, append_line, base_directory, read_text
-from nccl_launch.jsonlines import absent, open_store, parse_lines
+from nccl_launch.files import append_line, read_text
+from nccl_launch.jsonlines import STATE, absent, open_store, parse_lines, state_home
 from nccl_launch.masking import masked_json
 from nccl_launch.profile.search import split_reference
 from nccl_launch.report import Report
 
 FILE_NAME = "bench.jsonl"
 WHAT = "bench history"
-IN_STATE = PurePath("nccl-launch", FILE_NAME)
+IN_STATE = STATE / FILE_NAME
 _OTHER_FILE = "set XDG_STATE_HOME to a folder of your own, or name the file with --record FILE"
 HISTORY_LIMIT = 64 << 20  # some 40,000 results; a larger file is not this history
 ROOM = 1 << 20  # kept free by appending: a result line is a few KiB (its prompt included)
-
-
-def state_home() -> BaseDirectory:
-    """$XDG_STATE_HOME, else ~/.local/state, as the XDG Base Directory specification says."""
-    return base_directory("XDG_STATE_HOME", ".local/state")
 
 
 def default_path() -> Path:

@@ -83,6 +83,8 @@ def check(
 
     Without PROFILE, the profile the server was started with: the file its
     NCCL_LAUNCH_PROFILE_FILE names, else its NCCL_LAUNCH_PROFILE's name on the search path.
+    A server started by run --nccl-debug is also judged by each process's own NCCL log:
+    a value NCCL applied otherwise than the profile is drift, with NCCL's line.
     With --digest, a profile of another digest is refused before any comparison.
     Exit 0 no drift, 1 drift, another digest than --digest or unreadable processes, 2
     invalid profile, 3 no such server.

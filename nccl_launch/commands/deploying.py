@@ -21,30 +21,39 @@ from nccl_launch.escaping import shell_word
     is_flag=True,
     help="Leave out --digest: a restart runs the profile file as it is then.",
 )
+@click.option(
+    "--no-nccl-debug",
+    is_flag=True,
+    help="Leave out run's --nccl-debug: no NCCL log per process for check to read.",
+)
 @output_options("Write the unit to FILE (atomically) instead of printing it.")
 def systemd(
     profile: str,
     user: str | None,
     no_pin: bool,
+    no_nccl_debug: bool,
     output: Path | None,
     force: bool,
     command: tuple[str, ...],
 ) -> int:
     """Print a systemd service unit that runs PROFILE's server through nccl-launch.
 
-    Type=exec (MainPID is the server), preflight as ExecStartPre=, run as ExecStart=, both
-    with --digest of the profile as it is now (so an edit is refused, exit 1, until the unit
-    is written again), a long TimeoutStartSec for model load, Restart=on-failure (at most 5
-    starts in 10 minutes), KillMode=mixed; one EnvironmentFile= for each env file the
-    profile names. A profile whose [server] args refer to its key (--api-key ${API_KEY})
-    needs no ARGS: run fills the key in from the profile's env file at each start. ARGS after
-    '--' end both lines, for the server; each ${NAME} in them is left for systemd to fill
-    from the unit's environment, so -- --api-key '${API_KEY}' keeps the key in an env file,
-    never in the unit.
+    Type=exec (MainPID is the server), preflight as ExecStartPre=, run --nccl-debug as
+    ExecStart= (each process writes NCCL's log to a file of its own, which check reads; unless
+    the profile sets NCCL_DEBUG itself), both with --digest of the profile as it is now (so an
+    edit is refused, exit 1, until the unit is written again), a long TimeoutStartSec for model
+    load, Restart=on-failure (at most 5 starts in 10 minutes), KillMode=mixed; one
+    EnvironmentFile= for each env file the profile names. A profile whose [server] args refer to
+    its key (--api-key ${API_KEY}) needs no ARGS: run fills the key in from the profile's env
+    file at each start. ARGS after '--' end both lines, for the server; each ${NAME} in them is
+    left for systemd to fill from the unit's environment, so -- --api-key '${API_KEY}' keeps the
+    key in an env file, never in the unit.
     """
     from nccl_launch.deploy.systemd import unit_manager, write_unit
 
-    text, notes = write_unit(profile, user, output, force, pin=not no_pin, args=command)
+    text, notes = write_unit(
+        profile, user, output, force, pin=not no_pin, args=command, nccl_debug=not no_nccl_debug
+    )
     for note in notes:
         warn(note.text())
     if output is None:

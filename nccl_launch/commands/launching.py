@@ -105,7 +105,9 @@ def prepare(
 @click.option(
     "--nccl-debug",
     is_flag=True,
-    help="Add NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,ENV, for verify-log.",
+    help="Add NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,ENV, and NCCL_DEBUG_FILE: each "
+    "process writes NCCL's log to a file of its own under $XDG_STATE_HOME/nccl-launch/"
+    "nccl-debug, which check reads and verify-log takes.",
 )
 def run(dry_run: bool, **options: Any) -> int:
     """Validate PROFILE, merge it into the environment and exec the server.
@@ -115,6 +117,7 @@ def run(dry_run: bool, **options: Any) -> int:
     run PROFILE -- COMMAND...
     """
     from nccl_launch.launch.execute import exec_command  # not on a TAB's path (options.py)
+    from nccl_launch.live.nccl_logs import with_run_folder
     from nccl_launch.render.drift import drift_lines, dry_run_lines, refusal_lines
 
     launch = prepare(**options)
@@ -129,7 +132,12 @@ def run(dry_run: bool, **options: Any) -> int:
         warn(f"environment differs from {launch.plan.label}, tolerated by [policy]:")
         echo_lines(drift_lines(tolerated), err=True)
     if not dry_run:
-        exec_command(argv, launch.merged.env, launch.cwd)
+        env, problem = launch.merged.env, None
+        if launch.nccl_logs is not None:
+            env, problem = with_run_folder(env, launch.nccl_logs, os.getpid())
+        if problem is not None:
+            warn(problem)
+        exec_command(argv, env, launch.cwd)
     echo_lines(dry_run_lines(launch, os.environ))
     return EXIT_OK
 

@@ -28,6 +28,7 @@ from nccl_launch.findings import Finding, refuse
 from nccl_launch.kinds import argument_findings, kind_of
 from nccl_launch.masking import mask_credentials, masked_values
 from nccl_launch.profile.load import LoadedProfile, load_profile
+from nccl_launch.profile.markers import NCCL_DEBUG_KEYS
 from nccl_launch.serving.references import REFERENCE
 from nccl_launch.serving.table import ServerTable as Server
 
@@ -182,11 +183,18 @@ def server_words(
 
 
 def unit_file(
-    loaded: LoadedProfile, server: Server, user: str | None, pin: bool, extra: str
+    loaded: LoadedProfile,
+    server: Server,
+    user: str | None,
+    pin: bool,
+    extra: str,
+    nccl_debug: bool = True,
 ) -> str:
     """The unit text for `server`, the profile's: Type=exec so MainPID is the server,
     preflight as ExecStartPre=; with `pin`, both refuse the profile once its digest is no
-    longer the one written here; `extra` (from `server_words`) ends both lines."""
+    longer the one written here; `extra` (from `server_words`) ends both lines. With
+    `nccl_debug`, run --nccl-debug, unless the profile sets NCCL's logging itself (run
+    would refuse the two at every start)."""
     profile = loaded.profile
     path = _one_line(f"{loaded.path}: the profile's path", str(loaded.path.resolve()))
     command = " ".join(exec_word(word) for word in launcher())
@@ -198,6 +206,7 @@ def unit_file(
         ),
     )
     profile_words = exec_word(path) + (f" --digest {loaded.plan.digest}" if pin else "")
+    debug = nccl_debug and not NCCL_DEBUG_KEYS & loaded.plan.env.keys()
     service = [
         "Type=exec",
         *([f"User={_user(user)}"] if user is not None else []),
@@ -206,7 +215,7 @@ def unit_file(
         # finds the same values, a match.
         *[_env_file_line(loaded, path) for path in loaded.env_files],
         f"ExecStartPre={command} preflight {profile_words}{extra}",
-        f"ExecStart={command} run {profile_words}{extra}",
+        f"ExecStart={command} run {'--nccl-debug ' * debug}{profile_words}{extra}",
         f"TimeoutStartSec={START_TIMEOUT_S}",
         f"TimeoutStopSec={STOP_TIMEOUT_S}",
         "Restart=on-failure",
@@ -272,10 +281,12 @@ def write_unit(
     force: bool,
     pin: bool = True,
     args: Sequence[str] = (),
+    nccl_debug: bool = True,
 ) -> tuple[str, list[Finding]]:
-    """The unit of profile `ref` (its digest pinned unless `pin` is False, the server's
-    extra `args` after `--`), written atomically to `output` when given (never replacing a
-    file without `force`); and the notes on `args`."""
+    """The unit of profile `ref` (its digest pinned unless `pin` is False, run with --nccl-debug
+    unless `nccl_debug` is False, the server's extra `args` after `--`), written atomically to
+    `output` when given (never replacing a file without `force`); and the notes on `args`.
+    """
     loaded = load_profile(ref)
     server = loaded.profile.server
     if server is None:
@@ -328,7 +339,7 @@ def write_unit(
     ]
     if user is not None:
         notes += unreadable_by(_user(user), [*loaded.chain, *loaded.env_files])
-    text = unit_file(loaded, server, user, pin, extra)
+    text = unit_file(loaded, server, user, pin, extra, nccl_debug)
     if output is not None:
         write_output(output, text, replace=force)
     return text, notes

@@ -17,7 +17,7 @@ from nccl_launch.masking import MASK, mask_value
 from nccl_launch.nccl import catalog, others, rules
 from nccl_launch.nccl.grammar import IntRule, SizeRule, Undefined
 from nccl_launch.nccl.selection import Rejected
-from nccl_launch.profile.markers import NCCL_DEBUG_ENV, OWN_VARIABLES
+from nccl_launch.profile.markers import NCCL_DEBUG_KEYS, OWN_VARIABLES
 from nccl_launch.profile.model import Policy
 
 DriftKind = Literal["changed", "missing", "undeclared"]
@@ -152,7 +152,7 @@ def classify(
             return "not-nccl"
         if owned:
             return "server-owned"
-        if stage == "live" and nccl_debug and key in NCCL_DEBUG_ENV:
+        if stage == "live" and nccl_debug and key in NCCL_DEBUG_KEYS:
             return "nccl-debug"
         if policy.undeclared_nccl == "warn":
             return "policy"

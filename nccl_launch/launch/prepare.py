@@ -8,7 +8,7 @@ import os
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from nccl_launch.env.drift import DriftEntry, DriftReport
 from nccl_launch.env.env_files import (
@@ -23,11 +23,17 @@ from nccl_launch.files import FileError, check_trusted, read_text
 from nccl_launch.findings import refuse
 from nccl_launch.kinds import argument_findings, kind_of, unfilled_findings
 from nccl_launch.launch.placement import Placement, placement_args
+from nccl_launch.live.nccl_logs import debug_file, run_folder
 from nccl_launch.masking import MASK, SHORTEST_SECRET, mask_value, masked_values
 from nccl_launch.nccl.conf import ConfEntry, conf_paths, parse
 from nccl_launch.profile.lint import run_notes
 from nccl_launch.profile.load import LoadedProfile, check_pin, load_profile
-from nccl_launch.profile.markers import MARKER_NCCL_DEBUG, NCCL_DEBUG_ENV
+from nccl_launch.profile.markers import (
+    MARKER_NCCL_DEBUG,
+    NCCL_DEBUG_ENV,
+    NCCL_DEBUG_FILE,
+    NCCL_DEBUG_KEYS,
+)
 from nccl_launch.profile.plan import ProfilePlan
 from nccl_launch.serving import references
 
@@ -43,6 +49,9 @@ class LaunchPlan:
     conf: list[ConfEntry]
     unreadable_conf: list[str]
     env_files: list[EnvLayer] = dataclasses.field(default_factory=list)  # the profile's
+    # With --nccl-debug: the folder under the state home of each process's NCCL log, which
+    # `run` creates as it execs.
+    nccl_logs: PurePath | None = None
 
     @property
     def plan(self) -> ProfilePlan:
@@ -184,8 +193,9 @@ def prepare_launch(
         declared_env = loaded.profile.declared_env()
         refuse(kind_of(server).environment_findings(server, merged.env, declared_env))
         check_key_variable(loaded, merged.env, merged.sources, filled)
-    if nccl_debug:
-        merged = with_nccl_debug(merged, plan)
+    folder = run_folder(os.getpid()) if nccl_debug else None
+    if folder is not None:
+        merged = with_nccl_debug(merged, plan, debug_file(folder))
     return LaunchPlan(
         loaded=loaded,
         merged=merged,
@@ -194,6 +204,7 @@ def prepare_launch(
         unreadable_conf=unreadable,
         env_files=declared,
         filled=filled,
+        nccl_logs=folder,
     )
 
 
@@ -207,11 +218,17 @@ def model_architecture(model_path: str) -> str | None:
     return architecture if isinstance(architecture, str) else None
 
 
-def with_nccl_debug(merged: MergeResult, plan: ProfilePlan) -> MergeResult:
-    """NCCL_DEBUG=INFO with the ENV subsystem, marked so that `check` tolerates it."""
-    declared = [key for key in NCCL_DEBUG_ENV if key in plan.env]
+def with_nccl_debug(
+    merged: MergeResult, plan: ProfilePlan, log_file: str | None = None
+) -> MergeResult:
+    """NCCL_DEBUG=INFO with the ENV subsystem, marked so that `check` tolerates it; with
+    `log_file`, NCCL_DEBUG_FILE: each process writes there instead of its standard output,
+    and `check` reads it. Whatever the calling environment had for them is replaced."""
+    declared = sorted(NCCL_DEBUG_KEYS & plan.env.keys())
     if declared:
         raise UsageError(f"the profile declares {declared[0]}; drop it or --nccl-debug")
     extra = NCCL_DEBUG_ENV | {MARKER_NCCL_DEBUG: "1"}
+    if log_file is not None:
+        extra[NCCL_DEBUG_FILE] = log_file
     sources = merged.sources | dict.fromkeys(extra, "--nccl-debug")
     return dataclasses.replace(merged, env=merged.env | extra, sources=sources)

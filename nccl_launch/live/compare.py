@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from nccl_launch.env.drift import DriftEntry, diff_env
 from nccl_launch.env.merge import Declared, EnvLayer, declared_environment
 from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK
+from nccl_launch.live.nccl_logs import NcclLog, NcclLogs
 from nccl_launch.profile.markers import MARKER_DIGEST, MARKER_NCCL_DEBUG, MARKER_PROFILE
 from nccl_launch.profile.model import Policy
 from nccl_launch.profile.plan import ProfilePlan
@@ -20,7 +21,9 @@ if TYPE_CHECKING:  # read from /proc by live/processes.py, which imports psutil
 
 
 class ProcessReport(BaseModel):
-    """The comparison for one process of the tree (its title masked as it was read)."""
+    """The comparison for one process of the tree (its title masked as it was read): its
+    entries are /proc's, then those of NCCL's log where it says otherwise (`nccl_log`, for a
+    process started by `run --nccl-debug`)."""
 
     pid: int
     title: str
@@ -28,6 +31,7 @@ class ProcessReport(BaseModel):
     reason: str | None = None
     entries: list[DriftEntry] = []
     matched: list[str] = []
+    nccl_log: NcclLog | None = None
 
     @property
     def drifted(self) -> list[DriftEntry]:
@@ -79,9 +83,11 @@ class LiveReport(Report):
         return EXIT_HOST if len(self.unreadable) == len(self.processes) else EXIT_DRIFT
 
 
-def process_report(declared: Declared, policy: Policy, snapshot: ProcessSnapshot) -> ProcessReport:
-    """One process against what the profile declares: a missing key is drift here (the
-    profile set it at start)."""
+def process_report(
+    declared: Declared, policy: Policy, snapshot: ProcessSnapshot, logs: NcclLogs
+) -> ProcessReport:
+    """One process against what the profile declares, by /proc and by its NCCL log read on
+    in `logs`: a missing key is drift here (the profile set it at start)."""
     if snapshot.env is None:
         return ProcessReport(
             pid=snapshot.pid, title=snapshot.title, readable=False, reason=snapshot.unreadable
@@ -96,8 +102,14 @@ def process_report(declared: Declared, policy: Policy, snapshot: ProcessSnapshot
         nccl_debug=debug,
         declared_by=declared.files,
     )
+    nccl_log, said = logs.judge(snapshot, declared.env, policy)
     return ProcessReport(
-        pid=snapshot.pid, title=snapshot.title, readable=True, entries=entries, matched=matched
+        pid=snapshot.pid,
+        title=snapshot.title,
+        readable=True,
+        entries=entries + said,
+        matched=matched,
+        nccl_log=nccl_log,
     )
 
 
@@ -109,12 +121,16 @@ def evaluate(
     profile_error: str | None = None,
     env_files: Sequence[EnvLayer] = (),
     unchecked_env_files: Sequence[str] = (),
+    logs: NcclLogs | None = None,
 ) -> LiveReport:
     """The live report of a process tree; `snapshots[0]` is the server's main process.
     `env_files` are those of the profile's env files this checker could read, and
-    `unchecked_env_files` why it could not read the others."""
+    `unchecked_env_files` why it could not read the others; `logs`, the NCCL logs a watch
+    follows from look to look (a single look reads them afresh)."""
     main_env = snapshots[0].env or {}
     declared = declared_environment(plan, env_files)
+    logs = NcclLogs() if logs is None else logs
+    logs.forget_others(snapshots)
     return LiveReport(
         profile=plan.label,
         digest=plan.digest,
@@ -122,7 +138,7 @@ def evaluate(
         main_pid=snapshots[0].pid,
         running_profile=main_env.get(MARKER_PROFILE),
         running_digest=main_env.get(MARKER_DIGEST),
-        processes=[process_report(declared, policy, snapshot) for snapshot in snapshots],
+        processes=[process_report(declared, policy, snapshot, logs) for snapshot in snapshots],
         profile_error=profile_error,
         unchecked_env_files=list(unchecked_env_files),
         server=bool(plan.argv),

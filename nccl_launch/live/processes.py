@@ -39,6 +39,7 @@ class ProcessSnapshot:
     title: str
     env: dict[str, str] | None
     unreadable: str | None = None
+    uid: int | None = None  # its effective uid: whose files it writes
 
 
 def any_address(address: str) -> bool:
@@ -229,15 +230,15 @@ def title(process: psutil.Process) -> str:
 def _snapshot(process: psutil.Process) -> ProcessSnapshot:
     """Raises psutil.NoSuchProcess when it vanished; the caller decides what that means."""
     with process.oneshot():
-        create_time, shown = process.create_time(), title(process)
+        create_time, shown, uid = process.create_time(), title(process), process.uids().effective
     try:
         env = getenv_view(process.pid)
     except psutil.AccessDenied:
-        return ProcessSnapshot(process.pid, create_time, shown, None, "permission denied")
+        return ProcessSnapshot(process.pid, create_time, shown, None, "permission denied", uid)
     if env is None:
-        return ProcessSnapshot(process.pid, create_time, shown, None, OVERWRITTEN)
+        return ProcessSnapshot(process.pid, create_time, shown, None, OVERWRITTEN, uid)
     readable_env = {readable(key): readable(value) for key, value in env.items()}
-    return ProcessSnapshot(process.pid, create_time, shown, readable_env)
+    return ProcessSnapshot(process.pid, create_time, shown, readable_env, uid=uid)
 
 
 def descendants(main: psutil.Process, proc: Path = PROC) -> list[psutil.Process]:

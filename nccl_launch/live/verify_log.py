@@ -8,13 +8,13 @@ from typing import Literal
 from pydantic import BaseModel
 
 from nccl_launch.errors import EXIT_DRIFT, EXIT_OK
-from nccl_launch.nccl import catalog, rules
-from nccl_launch.nccl.log import read_log
+from nccl_launch.nccl import catalog
+from nccl_launch.nccl.log import ProcessLog, judge, read_log
 from nccl_launch.profile.load import load_profile
 from nccl_launch.profile.plan import ProfilePlan
 from nccl_launch.report import Report
 
-Verdict = Literal["ok", "mismatch", "unconfirmed", "not-logged"]
+Verdict = Literal["ok", "mismatch", "unconfirmed", "not-read", "not-logged"]
 
 
 class KeyReport(BaseModel):
@@ -33,43 +33,55 @@ class LogReport(Report):
     processes: list[str]
     keys: list[KeyReport]
     undeclared: dict[str, dict[str, str]]  # key -> process -> value NCCL applied
+    communicators: dict[str, dict[str, int]]  # process -> communicator -> nranks
+    warnings: dict[str, list[str]]  # process -> NCCL's WARN lines, `file:line message`
 
     @property
     def ok(self) -> bool:
-        return bool(self.processes) and all(k.verdict in ("ok", "not-logged") for k in self.keys)
+        passing = ("ok", "not-read", "not-logged")
+        return bool(self.processes) and all(k.verdict in passing for k in self.keys)
 
     @property
     def exit_code(self) -> int:
         return EXIT_OK if self.ok else EXIT_DRIFT
 
 
-def _verdict(
-    key: str, expected: str, applied: dict[str, dict[str, list[str]]], invalid: dict[str, list[str]]
-) -> KeyReport:
-    var = catalog.lookup(key)
-    if var is None or not var.logged:
-        detail = "NCCL does not log it; a log cannot confirm it"
-        return KeyReport(key=key, expected=expected, verdict="not-logged", detail=detail)
-    wrong, silent = [], []
-    for process, values in applied.items():
-        notices = [text for text in invalid.get(process, []) if text.startswith(f"{key} ")]
-        others = [
-            value for value in values.get(key, []) if not rules.same_meaning(key, expected, value)
-        ]
-        if notices or others:
-            shown = ", ".join([*(f'"{value}"' for value in dict.fromkeys(others)), *notices])
-            wrong.append(f"{process} applied {shown}")
-        elif key not in values:
-            silent.append(process)
-    if not applied:
+def _processes(count: int) -> str:
+    return f"{count} process{'' if count == 1 else 'es'}"
+
+
+def _verdict(key: str, expected: str, logs: dict[str, ProcessLog]) -> KeyReport:
+    """One declared value against every process: each judged on all its communicators."""
+    unlogged = judge(key, expected, ProcessLog())
+    if unlogged.verdict == "not-logged":
+        return KeyReport(key=key, expected=expected, verdict="not-logged", detail=unlogged.detail)
+    judged = {process: judge(key, expected, log) for process, log in logs.items()}
+    if not logs:
         detail = "never reported by any process (no NCCL INFO lines)"
         return KeyReport(key=key, expected=expected, verdict="unconfirmed", detail=detail)
+    wrong, silent, unread = [], [], []
+    for process, judgement in judged.items():
+        if judgement.verdict == "not-read":
+            unread.append(judgement.detail)
+        elif judgement.verdict == "pending" and logs[process].communicators:
+            silent.append(f"{process} (its init never completed)")  # NCCL will say no more
+        elif judgement.verdict == "pending" or judgement.detail == "never reported":
+            silent.append(process)
+        elif judgement.verdict != "ok":
+            wrong.append(f"{process} {judgement.detail}")
+    differs = any(judgement.verdict == "differs" for judgement in judged.values())
     if silent:
         wrong.append(f"never reported by {', '.join(silent)}")
     if wrong:
-        verdict: Verdict = "mismatch" if len(wrong) > bool(silent) else "unconfirmed"
+        verdict: Verdict = "mismatch" if differs else "unconfirmed"
         return KeyReport(key=key, expected=expected, verdict=verdict, detail="; ".join(wrong))
-    detail = f"confirmed by all {len(applied)} processes"
+    unread_in = f"{unread[0]} ({_processes(len(unread))})" if unread else ""
+    if len(unread) == len(judged):
+        return KeyReport(key=key, expected=expected, verdict="not-read", detail=unread_in)
+    confirmed = len(judged) - len(unread)
+    detail = f"confirmed by {'all ' if confirmed > 1 else ''}{_processes(confirmed)}"
+    if unread:
+        detail = f"confirmed by {_processes(confirmed)}; {unread_in}"
     return KeyReport(key=key, expected=expected, verdict="ok", detail=detail)
 
 
@@ -82,22 +94,23 @@ def _process_order(process: str) -> tuple[str, int, str]:
 
 def verify(plan: ProfilePlan, lines: Iterable[str], source: str) -> LogReport:
     """Every declared NCCL value against what each process of the log says it applied."""
-    applied, invalid = read_log(lines)
-    applied = dict(sorted(applied.items(), key=lambda item: _process_order(item[0])))
+    logs = dict(sorted(read_log(lines).items(), key=lambda item: _process_order(item[0])))
     declared = {key: value for key, value in plan.env.items() if key.startswith(catalog.PREFIX)}
-    keys = [_verdict(key, value, applied, invalid) for key, value in declared.items()]
+    keys = [_verdict(key, value, logs) for key, value in declared.items()]
     undeclared: dict[str, dict[str, str]] = {}
-    for process, values in applied.items():
-        for key, seen in values.items():
+    for process, log in logs.items():
+        for key, seen in log.applied.items():
             if key not in declared:
                 undeclared.setdefault(key, {})[process] = seen[-1]
     return LogReport(
         profile=plan.label,
         digest=plan.digest,
         source=source,
-        processes=list(applied),
+        processes=list(logs),
         keys=keys,
         undeclared=undeclared,
+        communicators={process: log.communicators for process, log in logs.items()},
+        warnings={process: log.warnings for process, log in logs.items() if log.warnings},
     )
 
 

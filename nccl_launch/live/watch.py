@@ -21,6 +21,7 @@ from nccl_launch.errors import (
     UsageError,
 )
 from nccl_launch.live.compare import LiveReport, evaluate
+from nccl_launch.live.nccl_logs import SOURCE, NcclLogs
 from nccl_launch.live.processes import ProcessSnapshot, hold, snapshot_tree, stop_tree
 from nccl_launch.live.signals import catching
 from nccl_launch.live.target import Target
@@ -114,11 +115,15 @@ def profile_of(main: ProcessSnapshot, ref: str | None) -> LoadedProfile:
 
 
 def compare_tree(
-    snapshots: list[ProcessSnapshot], loaded: LoadedProfile, profile_error: str | None = None
+    snapshots: list[ProcessSnapshot],
+    loaded: LoadedProfile,
+    profile_error: str | None = None,
+    logs: NcclLogs | None = None,
 ) -> LiveReport:
-    """A tree's snapshots compared with a profile and the env files it names; `profile_error`
-    says why it is an older one. An env file this checker may not read (a monitoring user,
-    a 0600 file) leaves its keys unchecked, said in the report, without failing it."""
+    """A tree's snapshots compared with a profile and the env files it names, and with the
+    NCCL logs `logs` follows; `profile_error` says why it is an older one. An env file this
+    checker may not read (a monitoring user, a 0600 file) leaves its keys unchecked, said in
+    the report, without failing it."""
     env_files, unchecked = [], []
     for path in loaded.env_files:
         try:
@@ -133,6 +138,7 @@ def compare_tree(
         profile_error=profile_error,
         env_files=env_files,
         unchecked_env_files=unchecked,
+        logs=logs,
     )
 
 
@@ -157,6 +163,16 @@ def _reread(
         return good, "; ".join(error.lines())
 
 
+def _reason(report: LiveReport) -> str:
+    """What drifted, in a few words: each process and its keys, NCCL's word said as such."""
+    found = [
+        f"pid {process.pid} {entry.key}" + (f" by {SOURCE}" if entry.source == SOURCE else "")
+        for process in report.processes
+        for entry in process.drifted
+    ]
+    return ", ".join(found) if found else "the server runs another digest than the profile's"
+
+
 def watch(
     target: Target,
     ref: str | None,
@@ -179,6 +195,7 @@ def watch(
     done = threading.Event()
     good: LoadedProfile | None = None
     problem: str | None = None
+    logs = NcclLogs()  # each NCCL log read on from where the last look stopped
     stopping = (signal.SIGINT, signal.SIGTERM)
     with catching(stopping, lambda *_: done.set()), hold(target) as server:
         while not done.is_set():
@@ -193,11 +210,12 @@ def watch(
             problem = now
             if on_drift == "stop":
                 _stoppable(snapshots[0], good)
-            report = compare_tree(snapshots, good, problem)
+            report = compare_tree(snapshots, good, problem, logs)
             emit(report)
             if report.drifts and on_drift == "stop":
                 ended = stop_tree(server, snapshots, grace)
-                say(f"stopped the server: {ended} processes of pid {server.pid}'s tree ended")
+                tree = f"{ended} processes of pid {server.pid}'s tree ended"
+                say(f"stopped the server: {tree}; drift: {_reason(report)}")
                 return EXIT_DRIFT
             done.wait(interval)
     return EXIT_OK

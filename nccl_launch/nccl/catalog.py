@@ -37,7 +37,7 @@ class NcclVar:
     deprecated: bool
     read_by_source: bool
     summary: str
-    logged: bool  # NCCL_DEBUG=INFO prints "NAME set by environment to VALUE" for it
+    logged: Logged | None  # how NCCL_DEBUG=INFO says "NAME set by environment to VALUE"
 
 
 def rows(filename: str) -> list[dict[str, str]]:
@@ -56,12 +56,41 @@ def _source_kind(reader: str) -> Kind:
     return _SOURCE_KINDS.get(first, "string")
 
 
-# Besides every integer parameter (NCCL_PARAM), these are logged when set.
-LOGGED_STRINGS = frozenset({"NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL"})
+@dataclass(frozen=True)
+class Logged:
+    """How NCCL logs a name it read: "NAME set by environment to VALUE" at `site`."""
+
+    site: str  # file:line in NCCL's source
+    period: bool  # the value ends with "." (integers: "to 16.")
+    per: Literal["process", "communicator"]  # logged once, or at each communicator's init
+    min_ranks: int  # 2: only communicators of two or more ranks read it
+    note: str  # what is logged, and when
 
 
-def _logged(name: str, source: dict[str, str] | None) -> bool:
-    return name in LOGGED_STRINGS or (source is not None and source["kind"].startswith("int64"))
+_INTEGERS = "*"  # the row of every integer parameter (ncclLoadParam)
+
+
+@cache
+def _logged_rows() -> dict[str, Logged]:
+    return {
+        row["name"]: Logged(
+            site=row["site"],
+            period=row["period"] == "yes",
+            per=row["per"],  # type: ignore[arg-type]
+            min_ranks=int(row["min_ranks"]),
+            note=row["logged"],
+        )
+        for row in _rows("nccl-env-logged.tsv")
+    }
+
+
+def _logged(name: str, source: dict[str, str] | None) -> Logged | None:
+    rows = _logged_rows()
+    if name in rows:
+        return rows[name]
+    if source is not None and source["kind"].startswith("int64"):
+        return rows[_INTEGERS]
+    return None
 
 
 @cache

@@ -1,57 +1,197 @@
-"""NCCL's own `NCCL_DEBUG=INFO` lines: which values each process says it applied."""
+"""NCCL's own log (`NCCL_DEBUG=INFO`): what each process says it applied, its communicators
+and warnings, and the one judgement of a declared value against it.
+
+Used for a whole log file (`verify-log`), each trial of `tune`, and a process's own
+`NCCL_DEBUG_FILE` read as it grows (`check`): `LogReader` takes lines one at a time, in any
+order of processes. The formats are those of NCCL's `src/debug.cc`, the communicator lines
+those of `src/init.cc`, and which names are logged, and when, is `catalog.Logged` (the data in
+`data/nccl-env-logged.tsv`); docs/explanation.md cites the source.
+"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
 
-from nccl_launch.nccl import catalog
+from nccl_launch.nccl import catalog, rules
 
-# `<host>:<pid>:<tid> [<cudaDev>] NCCL INFO <msg>`, anywhere in the line (journalctl
-# prefixes). Found by plain string search and parsed from that point with patterns
-# matched against one word each: no pattern is tried at every position of the line, so
-# a line of megabytes costs a few passes over it, never one per character.
-_MARK = " NCCL INFO "
+# `<host>:<pid>:<tid> [<cudaDev>] NCCL INFO <msg>` and `<host>:<pid>:<tid> [<cudaDev>]
+# <file>:<line> [(<func>)] NCCL WARN <msg>`, anywhere in the line (journalctl prefixes, NCCL's
+# own timestamp before a WARN). Found by plain string search and parsed from that point with
+# patterns matched against one word each: no pattern is tried at every position of the line,
+# so a line of megabytes costs a few passes over it, never one per character.
+_INFO = " NCCL INFO "
+_WARN = " NCCL WARN "
 _ORIGIN = re.compile(r"([\w.-]+):([0-9]+):[0-9]+", re.ASCII)
 _SET = re.compile(r"(NCCL_\w+) set by environment to (.*)$", re.ASCII)
 _INVALID = re.compile(r"Invalid (NCCL_\w+) (\S+) \((.*)\)\.?$", re.ASCII)
+# ncclLoadParam when strtoll overflows: NCCL keeps its default.
+_OVERFLOW = re.compile(r"Invalid value (\S*) for (NCCL_\w+), using default (-?[0-9]+)\.$", re.ASCII)
+_LINE_END = "\r\n"  # only: a value NCCL read may end in a blank ("LL ", which it rejects)
+_INIT_ENDS = (" Init START", " Init COMPLETE", "- Init START", "- Init COMPLETE")
+
+Verdict = Literal["ok", "differs", "not-read", "pending", "unconfirmed", "not-logged"]
 
 
-def parse_line(line: str) -> tuple[str, str, str, str] | None:
-    """`(host, pid, device, message)` of one NCCL INFO line, or None for any other line."""
-    at = line.find(_MARK)
-    if at < 0:
-        return None
-    head, bracket, device = line[:at].rpartition(" [")
+@dataclass
+class ProcessLog:
+    """What NCCL said in one process (`host:pid [dev]`)."""
+
+    applied: dict[str, list[str]] = field(default_factory=dict)  # NCCL_X -> values, in order
+    invalid: list[str] = field(default_factory=list)  # "Invalid NCCL_NTHREADS 100 (...)"
+    warnings: list[str] = field(default_factory=list)  # "graph/tuning.cc:104 <message>"
+    communicators: dict[str, int] = field(default_factory=dict)  # comm address -> nranks
+    completed: set[str] = field(default_factory=set)  # communicators that logged Init COMPLETE
+
+    @property
+    def complete(self) -> bool:
+        """Some communicator of the process logged `Init COMPLETE`."""
+        return bool(self.completed)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One declared value against what one process's NCCL said."""
+
+    verdict: Verdict
+    detail: str
+    said: tuple[str, ...] = ()  # NCCL's own lines where it differs
+
+
+def _origin(head: str) -> tuple[str, str, str] | None:
+    """`(host, pid, device)` from the text before NCCL's level word, ending `... [<dev>]`."""
+    before, bracket, device = head.rpartition(" [")
     if not bracket or not device.endswith("]") or "]" in device[:-1]:
         return None
-    if not head or head[-1].isspace():
+    if not before or before[-1].isspace():
         return None
-    origin = _ORIGIN.fullmatch(head.rsplit(maxsplit=1)[-1])
+    origin = _ORIGIN.fullmatch(before.rsplit(maxsplit=1)[-1])
     if origin is None:
         return None
     host, pid = origin.groups()
-    return host, pid, device[:-1], line[at + len(_MARK) :].rstrip()
+    return host, pid, device[:-1]
 
 
-def read_log(lines: Iterable[str]) -> tuple[dict[str, dict[str, list[str]]], dict[str, list[str]]]:
-    """Per process (`host:pid [dev]`): the values NCCL says it took, and its Invalid notices."""
-    applied: dict[str, dict[str, list[str]]] = {}
-    invalid: dict[str, list[str]] = {}
-    names: dict[str, str] = {}
-    for line in lines:
+def parse_line(line: str) -> tuple[str, str, str, str, str] | None:
+    """`(level, host, pid, device, message)` of an NCCL INFO or WARN line, else None; a WARN's
+    message starts with NCCL's `file:line`."""
+    at = line.find(_INFO)
+    if at >= 0:
+        origin = _origin(line[:at])
+        if origin is None:
+            return None
+        return ("INFO", *origin, line[at + len(_INFO) :].rstrip(_LINE_END))
+    at = line.find(_WARN)
+    if at < 0:
+        return None
+    # `[<dev>] <file>:<line>` or, since 2.29, `[<dev>] <file>:<line> (<func>)`
+    head, space, where = line[:at].rpartition("] ")
+    words = where.split()
+    if not space or not 1 <= len(words) <= 2 or ":" not in words[0]:
+        return None
+    origin = _origin(head + "]")
+    if origin is None:
+        return None
+    return ("WARN", *origin, f"{words[0]} {line[at + len(_WARN) :].rstrip(_LINE_END)}")
+
+
+def _communicator(message: str) -> tuple[str, int, bool] | None:
+    """`(comm, nranks, complete)` of an `Init START` or `Init COMPLETE` line of src/init.cc:
+    `[[Rank R] ]<func> comm 0x.. rank R nranks N ... - Init START` (older NCCL: no func)."""
+    if not message.endswith(_INIT_ENDS):
+        return None
+    words = message.split(maxsplit=9)[:9]
+    if words[:1] == ["[Rank"]:
+        words = words[2:]
+    if words[:1] != ["comm"]:
+        words = words[1:]
+    if len(words) < 6 or (words[0], words[2], words[4]) != ("comm", "rank", "nranks"):
+        return None
+    if not words[5].isdigit() or not words[5].isascii():
+        return None
+    return words[1], int(words[5]), message.endswith("COMPLETE")
+
+
+def _logged(key: str) -> catalog.Logged | None:
+    var = catalog.lookup(key)
+    return var.logged if var is not None else None
+
+
+class LogReader:
+    """NCCL's lines fed one at a time (a whole file, or a file read as it grows)."""
+
+    def __init__(self) -> None:
+        self.processes: dict[str, ProcessLog] = {}
+        self._names: dict[str, str] = {}
+
+    def feed(self, line: str) -> None:
         parsed = parse_line(line)
         if parsed is None:
-            continue
-        host, pid, device, message = parsed
-        process = names.setdefault(f"{host}:{pid}", f"{host}:{pid} [{device}]")
-        values = applied.setdefault(process, {})
-        if found := _SET.match(message):
+            return
+        level, host, pid, device, message = parsed
+        process = self._names.setdefault(f"{host}:{pid}", f"{host}:{pid} [{device}]")
+        log = self.processes.setdefault(process, ProcessLog())
+        if level == "WARN":
+            log.warnings.append(message)
+        elif found := _SET.match(message):
             key, value = found.groups()
-            if value.endswith(".") and key not in catalog.LOGGED_STRINGS:
-                value = value[:-1]  # integer parameters end their line with a period
-            values.setdefault(key, []).append(value)
+            logged = _logged(key)
+            if value.endswith(".") and logged is not None and logged.period:
+                value = value[:-1]
+            log.applied.setdefault(key, []).append(value)
         elif found := _INVALID.match(message):
-            key, value, why = found.groups()
-            invalid.setdefault(process, []).append(f"{key} {value} ({why})")
-    return applied, invalid
+            log.invalid.append(message.removesuffix("."))
+        elif found := _OVERFLOW.match(message):
+            value, key, default = found.groups()
+            log.invalid.append(
+                f"Invalid {key} {value} (overflow: NCCL keeps its default {default})"
+            )
+        elif communicator := _communicator(message):
+            comm, nranks, complete = communicator
+            log.communicators[comm] = nranks
+            if complete:
+                log.completed.add(comm)
+
+
+def read_log(lines: Iterable[str]) -> dict[str, ProcessLog]:
+    """Per process (`host:pid [dev]`), what NCCL said in `lines`."""
+    reader = LogReader()
+    for line in lines:
+        reader.feed(line)
+    return reader.processes
+
+
+def judge(key: str, expected: str, log: ProcessLog) -> Judgement:
+    """`expected` for `key` against one process's NCCL log.
+
+    `differs`: NCCL applied another value or rejected it (`said` holds its lines);
+    `not-read`: every communicator of the process is smaller than those that read it
+    (`NCCL_PROTO` in a one-rank communicator); `pending`: no communicator that would read it
+    has completed its init yet; `unconfirmed`: one has, and NCCL never said it applied it;
+    `not-logged`: NCCL never logs the name."""
+    logged = _logged(key)
+    if logged is None:
+        return Judgement("not-logged", "NCCL does not log it; a log cannot confirm it")
+    period = "." if logged.period else ""
+    values = log.applied.get(key, [])
+    wrong = [value for value in values if not rules.same_meaning(key, expected, value)]
+    invalid = [text for text in log.invalid if text.startswith(f"Invalid {key} ")]
+    if wrong or invalid:
+        said = tuple(f"{key} set by environment to {value}{period}" for value in wrong)
+        shown = [f'applied "{value}"' for value in dict.fromkeys(wrong)]
+        shown += [f'said "{text}"' for text in invalid]
+        return Judgement("differs", ", ".join(shown), said + tuple(invalid))
+    reading = {comm: n for comm, n in log.communicators.items() if n >= logged.min_ranks}
+    done = [comm for comm in reading if comm in log.completed]
+    if values and logged.per == "communicator" and len(values) < len(done):
+        detail = f"reported for {len(values)} of its {len(done)} communicators that read it"
+        return Judgement("unconfirmed", detail)
+    if values:
+        return Judgement("ok", "confirmed")
+    if log.communicators and not reading:
+        return Judgement("not-read", "not read: one-rank communicator")  # min_ranks: 2
+    if not done:
+        return Judgement("pending", "NCCL has not completed a communicator that reads it")
+    return Judgement("unconfirmed", "never reported")

@@ -31,3 +31,6 @@ OWN_VARIABLES = frozenset(
 )
 # What `run --nccl-debug` adds so that `verify-log` has NCCL's own lines to read.
 NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
+# And where each process writes them, its own file (NCCL expands %h and %p): `check` reads it.
+NCCL_DEBUG_FILE = "NCCL_DEBUG_FILE"
+NCCL_DEBUG_KEYS = frozenset({*NCCL_DEBUG_ENV, NCCL_DEBUG_FILE})

@@ -18,6 +18,7 @@ from nccl_launch.env.merge import CALLING_ENV
 from nccl_launch.escaping import escaped, shell_word
 from nccl_launch.launch.prepare import LaunchPlan
 from nccl_launch.masking import is_secret, mask_argv
+from nccl_launch.profile.markers import NCCL_DEBUG_KEYS
 
 _MARKS: dict[DriftKind, str] = {"changed": "~", "missing": "-", "undeclared": "+"}
 # At start, what ends each kind of drift besides removing the value where it came from, and
@@ -86,6 +87,11 @@ def _declaring(entry: DriftEntry) -> str:
     """Where the value the server should get goes: [nccl] for an undeclared variable, the
     env file that declares it, an env file of the profile for a secret (the profile is
     shown, diffed and committed), else the profile."""
+    if entry.kind == "undeclared" and entry.key in NCCL_DEBUG_KEYS:
+        return (
+            "for NCCL's log use nccl-launch run --nccl-debug (each process writes a file of "
+            "its own, which check reads)"
+        )
     if entry.kind == "undeclared":
         return "declare it in [nccl] with the value the server should get"
     where = "the profile"
@@ -133,6 +139,13 @@ def restart_line(path: str, server: bool, undeclared: bool) -> str:
         "fix: a process keeps the environment it started with: restart the server through "
         f"nccl-launch run {command} (its unit, or that command){declare}"
     )
+
+
+# Where NCCL's log of a process says a value its /proc/PID/environ does not hold.
+LATE_LINE = (
+    "fix: NCCL's log says what the process set inside itself after start (a wrapper's late "
+    "export, a library's os.environ): remove that there; a restart alone runs it again"
+)
 
 
 def refusal_lines(launch: LaunchPlan, report: DriftReport) -> list[str]:

@@ -36,6 +36,7 @@ def metrics(report: LiveReport, now: float | None = None) -> str:
     states = Counter(
         "unreadable" if not p.readable else "drift" if p.drifted else "ok" for p in report.processes
     )
+    logs = Counter(p.nccl_log.state for p in report.processes if p.nccl_log is not None)
     running = {
         "profile": name,
         "running_profile": report.running_profile or "",
@@ -56,6 +57,11 @@ def metrics(report: LiveReport, now: float | None = None) -> str:
             "nccl_launch_processes",
             "Processes of the server's tree, by state.",
             [(base | {"state": s}, states[s]) for s in ("ok", "drift", "unreadable")],
+        ),
+        (
+            "nccl_launch_nccl_logs",
+            "Processes started by run --nccl-debug, by the state of their NCCL log.",
+            [(base | {"state": s}, logs[s]) for s in ("read", "none-yet", "unreadable")],
         ),
         (
             "nccl_launch_profile_valid",

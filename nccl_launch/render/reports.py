@@ -6,10 +6,11 @@ import json
 
 from nccl_launch.launch.preflight_report import PreflightReport
 from nccl_launch.live.compare import LiveReport, ProcessReport
+from nccl_launch.live.nccl_logs import SOURCE
 from nccl_launch.live.verify_log import LogReport
 from nccl_launch.masking import for_people
 from nccl_launch.profile.plan import short_digest
-from nccl_launch.render.drift import drift_lines, fix_lines, restart_line
+from nccl_launch.render.drift import LATE_LINE, drift_lines, fix_lines, restart_line
 
 
 def preflight_lines(report: PreflightReport) -> list[str]:
@@ -44,7 +45,17 @@ def _process_lines(process: ProcessReport) -> list[str]:
     owned = [entry.key for entry in process.entries if entry not in shown]
     tolerated = f", tolerated: {', '.join(owned)}" if owned else ""
     status = "drift" if process.drifted else "no drift"
-    return [*lines, f"  {status}, {len(process.matched)} match{tolerated}"]
+    lines.append(f"  {status}, {len(process.matched)} match{tolerated}")
+    log = process.nccl_log
+    if log is not None:
+        unread = f"; never read by its communicators: {', '.join(log.not_read)}"
+        said = {
+            "read": f"{len(log.confirmed)} applied as the profile{unread * bool(log.not_read)}",
+            "none-yet": "nothing yet (NCCL has not started in this process)",
+            "unreadable": f"unreadable: {log.reason}",
+        }
+        lines.append(f"  NCCL's log {log.file}: {said[log.state]}")
+    return lines
 
 
 def live_text(report: LiveReport) -> str:
@@ -80,20 +91,42 @@ def live_lines(report: LiveReport) -> list[str]:
         parts += [f"{unreadable} unreadable"] if unreadable else []
         parts += ["another digest running"] if report.digest_differs else []
         lines.append(f"drift: {', '.join(parts)}, of {total}")
-    drifted_entries = [entry for process in report.processes for entry in process.drifted]
+    entries = [entry for process in report.processes for entry in process.drifted]
+    said = [entry for entry in entries if entry.source == SOURCE]  # by NCCL's log
+    drifted_entries = [entry for entry in entries if entry.source != SOURCE]
     if drifted_entries or report.digest_differs:
         undeclared = any(
             entry.kind == "undeclared" and entry.read_by_nccl for entry in drifted_entries
         )
         lines.append(restart_line(report.path, report.server, undeclared))
+    if said:
+        lines.append(LATE_LINE)
     return lines
 
 
-_LOG_STATUS = {"ok": "ok", "mismatch": "fail", "unconfirmed": "fail", "not-logged": "note"}
+_LOG_STATUS = {
+    "ok": "ok",
+    "mismatch": "fail",
+    "unconfirmed": "fail",
+    "not-read": "note",
+    "not-logged": "note",
+}
+
+
+def _undeclared_line(name: str, seen: dict[str, str], width: int) -> str:
+    """A value no key declares: one value in every process it applied in, or one each (a
+    value set per rank, `NCCL_HOSTID`, is no value a profile can declare)."""
+    values = sorted({json.dumps(value) for value in seen.values()})
+    if len(values) == 1 or len(values) < len(seen):
+        said = f"undeclared, applied as {', '.join(values)} by {len(seen)} of them"
+        return f"warn  {name.ljust(width)}  {said}"
+    each = ", ".join(f"{json.dumps(value)} by {process}" for process, value in seen.items())
+    return f"note  {name.ljust(width)}  undeclared, one value per process: {each}"
 
 
 def log_lines(report: LogReport) -> list[str]:
-    """verify-log's text: one line per declared key, then undeclared values NCCL applied."""
+    """verify-log's text: one line per declared key, then undeclared values NCCL applied,
+    then NCCL's own warnings of each process."""
     count = len(report.processes)
     header = f"verify-log {report.profile} ({short_digest(report.digest)}) against {report.source}"
     lines = [f"{header}: {count} NCCL process{'' if count == 1 else 'es'}"]
@@ -104,15 +137,17 @@ def log_lines(report: LogReport) -> list[str]:
         lines.append(
             f"{status:<4}  {key.key.ljust(width)}  {json.dumps(key.expected)}: {key.detail}"
         )
-    for name, seen in report.undeclared.items():
-        values = ", ".join(sorted({json.dumps(value) for value in seen.values()}))
-        lines.append(
-            f"warn  {name.ljust(width)}  undeclared, applied as {values} by {len(seen)} of them"
-        )
+    lines += [_undeclared_line(name, seen, width) for name, seen in report.undeclared.items()]
+    for process, warnings in report.warnings.items():
+        lines += [f"warn  {process} NCCL WARN {warning}" for warning in warnings]
     failed = sum(key.verdict in ("mismatch", "unconfirmed") for key in report.keys)
-    checked = sum(key.verdict != "not-logged" for key in report.keys)
+    unread = sum(key.verdict == "not-read" for key in report.keys)
+    checked = sum(key.verdict not in ("not-logged", "not-read") for key in report.keys)
     if not report.processes:
         lines.append("no NCCL INFO lines: start the server with nccl-launch run --nccl-debug")
     verdict = "passed" if report.ok else "failed"
-    lines.append(f"verify-log {verdict}: {checked - failed} of {checked} loggable values confirmed")
+    tally = f"{checked - failed} of {checked} loggable values confirmed"
+    if unread:
+        tally += f", {unread} not read (one-rank communicators)"
+    lines.append(f"verify-log {verdict}: {tally}")
     return lines

@@ -103,9 +103,51 @@ def holds_any(spec: str) -> str | None:
     return None
 
 
-def nccl_info(rank: str, version: str = NCCL_VERSION) -> None:
-    """NCCL's INFO lines of one rank, as NCCL `version` prints them when NCCL_DEBUG=INFO asks,
-    from this process's environment as NCCL reads it now."""
+def nccl_host() -> str:
+    """The host as NCCL writes it in a line and a file name: up to the first dot, '%' and
+    '/' made '-' (src/debug.cc, getHostNameForLog)."""
+    return socket.gethostname().split(".", 1)[0].replace("%", "-").replace("/", "-")
+
+
+def nccl_log_file() -> int:
+    """Where NCCL writes: the file NCCL_DEBUG_FILE names, `%h`, `%p` and `%%` expanded,
+    opened as fopen(path, "w") does; else (unset, or the file cannot be opened) standard
+    error, as these stand-ins always have."""
+    pattern = os.environ.get("NCCL_DEBUG_FILE")
+    if not pattern:
+        return 2
+    codes = {"%": "%", "h": nccl_host(), "p": str(os.getpid())}
+    path, chars = "", iter(pattern)
+    for char in chars:
+        code = next(chars, "") if char == "%" else None
+        path += char if code is None else codes.get(code, char + code)
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    except OSError:
+        return 2
+
+
+def late_export(rank: str) -> None:
+    """STANDIN_LATE_EXPORT="KEY=VALUE,KEY=" applied to this process's own os.environ when it
+    is rank STANDIN_LATE_EXPORT_RANK, as a wrapper's late `export` or a library's
+    `os.environ[...] =` does after start: NCCL reads it, /proc/PID/environ never shows it."""
+    if rank != os.environ.get("STANDIN_LATE_EXPORT_RANK"):
+        return
+    for item in filter(None, os.environ.get("STANDIN_LATE_EXPORT", "").split(",")):
+        key, _, value = item.partition("=")
+        if value:
+            os.environ[key] = value
+        else:
+            os.environ.pop(key, None)
+
+
+def nccl_info(rank: str, version: str = NCCL_VERSION, nranks: int = 2) -> None:
+    """NCCL's INFO lines of one rank of a communicator of `nranks`, as NCCL `version` prints
+    them when NCCL_DEBUG=INFO asks, from this process's environment as NCCL reads it now
+    (after STANDIN_LATE_EXPORT): its version, Init START, `set by environment` for each NCCL
+    variable (PROTO and ALGO only with two ranks or more: one rank never reads them), Init
+    COMPLETE; to NCCL_DEBUG_FILE's file when it names one."""
+    late_export(rank)
     subsystems = os.environ.get("NCCL_DEBUG_SUBSYS", "ENV").split(",")
     if os.environ.get("NCCL_DEBUG") != "INFO" or "ENV" not in subsystems:
         return
@@ -113,14 +155,20 @@ def nccl_info(rank: str, version: str = NCCL_VERSION) -> None:
     for item in filter(None, os.environ.get("STANDIN_NCCL_SAYS", "").split(",")):
         key, _, value = item.partition("=")
         said[key] = value
-    head = f"{socket.gethostname()}:{os.getpid()}:{os.getpid()} [{rank}] NCCL INFO "
-    lines = [f"{head}NCCL version {version}+cuda12.9"]
+    head = f"{nccl_host()}:{os.getpid()}:{os.getpid()} [{rank}] NCCL INFO "
+    init = f"ncclCommInitRankConfig comm 0x5a1e rank {rank} nranks {nranks} cudaDev {rank}"
+    lines = [f"{head}NCCL version {version}+cuda12.9", f"{head}{init} - Init START"]
+    tuning = {"NCCL_PROTO", "NCCL_ALGO"} if nranks < 2 else set()
     for key, value in sorted(said.items()):
         marker = key.startswith("NCCL_LAUNCH_") and key not in NCCL_LAUNCH_VARIABLES
-        if value and not marker and not key.startswith("NCCL_DEBUG"):
+        if value and not marker and not key.startswith("NCCL_DEBUG") and key not in tuning:
             period = "" if key in NCCL_STRINGS else "."
             lines.append(f"{head}{key} set by environment to {value}{period}")
-    os.write(2, "".join(f"{line}\n" for line in lines).encode())
+    lines.append(f"{head}{init} - Init COMPLETE")
+    fd = nccl_log_file()
+    os.write(fd, "".join(f"{line}\n" for line in lines).encode())
+    if fd != 2:
+        os.close(fd)
 
 
 def die_with_parent(outlive: bool = False) -> None:

@@ -220,12 +220,12 @@ def context() -> ForkContext | SpawnContext:
     return multiprocessing.get_context("spawn")
 
 
-def worker(name: str, rank: int, ready: Connection) -> NoReturn:
+def worker(name: str, rank: int, world: int, ready: Connection) -> NoReturn:
     """A GPU worker: titled, its own NCCL settings made, NCCL's log said, then idle."""
     core.become(title(name))
     batch_invariance()
     core.hold_gpu()
-    core.nccl_info(str(rank), NCCL_VERSION)
+    core.nccl_info(str(rank), NCCL_VERSION, world)
     core.idle(ready, name)
 
 
@@ -240,7 +240,7 @@ def engine_core(tp_size: int, pp_size: int, orders: Connection, ready: Connectio
     else:
         for rank in range(world):
             name = worker_name(rank, tp_size, pp_size)
-            core.start_child(context(), worker, (name, rank), core.drift_of(rank))
+            core.start_child(context(), worker, (name, rank, world), core.drift_of(rank))
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # its workers die with it
     ready.send("up")
     while True:
@@ -249,7 +249,8 @@ def engine_core(tp_size: int, pp_size: int, orders: Connection, ready: Connectio
         except EOFError:
             os._exit(0)
         late = f"Worker_TP{world}"
-        core.start_child(context(), worker, (late, world), os.environ.get("STANDIN_LATE_DRIFT", ""))
+        drift = os.environ.get("STANDIN_LATE_DRIFT", "")
+        core.start_child(context(), worker, (late, world, world), drift)
         ready.send(late)
 
 

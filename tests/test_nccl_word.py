@@ -1,0 +1,299 @@
+"""NCCL's word in `check`: each process of a tree started by `run --nccl-debug` writes its own
+NCCL log, which `check` follows beside /proc. NCCL itself cannot run here: the stand-in
+servers write its lines as NCCL 2.28.9 did on an H200 (tests/standin)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from nccl_launch.live.compare import evaluate
+from nccl_launch.live.nccl_logs import NcclLogs, expanded
+from nccl_launch.live.processes import ProcessSnapshot
+from nccl_launch.profile.load import load_profile
+from nccl_launch.profile.model import Policy
+from tests.conftest import RunCli, WriteProfile, console_script
+from tests.helpers import PROFILE, STANDIN, free_port
+
+LINE = "vm:{pid}:{pid} [1] NCCL INFO NCCL_PROTO set by environment to {value}\n"
+
+
+@pytest.mark.parametrize(
+    ("pattern", "path"),
+    [
+        ("/s/%h.%p.log", "/s/vm.42.log"),
+        ("/s/100%%/%h", "/s/100%/vm"),
+        ("/s/%x%p", "/s/%x42"),  # NCCL echoes what it does not understand
+        ("/s/end%", "/s/end%"),
+    ],
+)
+def test_the_file_name_is_expanded_as_nccl_expands_it(pattern: str, path: str) -> None:
+    assert expanded(pattern, 42, "vm") == path
+
+
+def _snapshot(path: Path, pid: int = 4242, **env: str) -> ProcessSnapshot:
+    marked = {"NCCL_LAUNCH_NCCL_DEBUG": "1", "NCCL_DEBUG_FILE": str(path), **env}
+    return ProcessSnapshot(pid, 0.0, "rank", {"NCCL_PROTO": "LL", **marked}, uid=os.geteuid())
+
+
+def _judge(logs: NcclLogs, snapshot: ProcessSnapshot) -> tuple[str, list[str]]:
+    log, entries = logs.judge(snapshot, {"NCCL_PROTO": "LL"}, Policy())
+    assert log is not None
+    return log.state, [f"{e.key}={e.actual} {e.note}" for e in entries if not e.tolerated]
+
+
+def test_a_growing_file_is_read_on_and_a_partial_line_waits_for_its_end(tmp_path: Path) -> None:
+    path = tmp_path / "vm.4242.log"
+    logs = NcclLogs()
+    assert _judge(logs, _snapshot(path)) == ("none-yet", [])  # NCCL has not started
+    path.write_text(LINE.format(pid=4242, value="LL"))
+    assert _judge(logs, _snapshot(path)) == ("read", [])
+    with path.open("r+") as file:  # rewritten in place: a look never reads it again
+        file.write(LINE.format(pid=4242, value="ZZ"))  # were it read again: drift
+    assert _judge(logs, _snapshot(path)) == ("read", [])
+    late = LINE.format(pid=4242, value="Simple")
+    with path.open("a") as file:
+        file.write(late[:-4])  # a line NCCL has not ended yet
+    assert _judge(logs, _snapshot(path)) == ("read", [])
+    with path.open("a") as file:
+        file.write(late[-4:])
+    said = "NCCL_PROTO=Simple NCCL_PROTO set by environment to Simple"
+    assert _judge(logs, _snapshot(path)) == ("read", [said])
+
+
+def test_a_replaced_or_shrunk_file_is_read_from_its_start(tmp_path: Path) -> None:
+    path = tmp_path / "vm.4242.log"
+    path.write_text(LINE.format(pid=4242, value="Simple") * 3)
+    logs = NcclLogs()
+    assert _judge(logs, _snapshot(path))[1] != []
+    path.write_text(LINE.format(pid=4242, value="LL"))  # shorter: a new start of NCCL
+    assert _judge(logs, _snapshot(path)) == ("read", [])
+    other = tmp_path / "new"
+    other.write_text(LINE.format(pid=4242, value="Simple"))
+    other.replace(path)  # another file of the same size
+    assert _judge(logs, _snapshot(path))[1] != []
+
+
+def test_a_file_that_cannot_be_read_is_said_not_fatal(tmp_path: Path) -> None:
+    logs = NcclLogs()
+    target = tmp_path / "secret"
+    target.write_text(LINE.format(pid=4242, value="Simple"))
+    link = tmp_path / "vm.4242.log"
+    link.symlink_to(target)
+    log, entries = logs.judge(_snapshot(link), {"NCCL_PROTO": "LL"}, Policy())
+    assert log is not None and entries == []
+    assert (log.state, log.reason) == ("unreadable", "a symlink, not followed")
+    link.unlink()
+    os.mkfifo(link)
+    log, _ = logs.judge(_snapshot(link), {}, Policy())
+    assert log is not None and log.reason == "a FIFO; only regular files are read"
+    link.unlink()
+    target.replace(link)
+    if os.geteuid() == 0:  # a file of another user than the process's is none of its NCCL's
+        os.chown(link, 12345, -1)
+        log, _ = logs.judge(_snapshot(link), {}, Policy())
+        assert log is not None and log.state == "unreadable"
+        assert log.reason == "owned by uid 12345, not by the process's 0"
+
+
+def test_only_what_proc_cannot_see_is_an_entry_of_nccls_word(
+    tmp_path: Path, write_profile: WriteProfile
+) -> None:
+    text = 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\nBUFFSIZE = "16MiB"\n'
+    loaded = load_profile(str(write_profile("p", text)))
+    path = tmp_path / "vm.7.log"
+    path.write_text(
+        "vm:7:7 [0] NCCL INFO NCCL_BUFFSIZE set by environment to 16777216.\n"
+        "vm:7:7 [0] NCCL INFO NCCL_IB_HCA set by environment to mlx5_1\n"  # set in itself
+        "vm:7:7 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to lo\n"  # /proc has it
+    )
+    env = {"NCCL_PROTO": "LL", "NCCL_BUFFSIZE": "16777216", "NCCL_SOCKET_IFNAME": "lo"}
+    snapshot = _snapshot(path, 7, **env)
+    report = evaluate(loaded.plan, loaded.profile.policy, "p.toml", [snapshot])
+    [process] = report.processes
+    word = [(e.key, e.kind, e.source) for e in process.entries if e.source == "NCCL's log"]
+    assert word == [("NCCL_IB_HCA", "undeclared", "NCCL's log")]
+    assert process.nccl_log is not None and process.nccl_log.confirmed == ["NCCL_BUFFSIZE"]
+    assert report.exit_code == 1
+
+
+# The stand-in's tree started by the console script's `run --nccl-debug`, checked and stopped
+# in a PID namespace of the test's own: PID 1 is this driver, and everything left dies with it.
+DRIVER = """
+import json, os, subprocess, sys, time, urllib.request
+
+script, profile, port, late = sys.argv[1:]
+env = dict(os.environ)
+if late:
+    env |= {"STANDIN_LATE_EXPORT_RANK": "1", "STANDIN_LATE_EXPORT": late}
+server = subprocess.Popen([script, "run", "--nccl-debug", profile], env=env)
+
+def healthy():
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
+
+deadline = time.monotonic() + 30
+while not healthy():
+    assert server.poll() is None and time.monotonic() < deadline, "the server never came up"
+    time.sleep(0.05)
+
+def check(*args):
+    argv = [script, "check", "--pid", str(server.pid), *args]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    return {"code": done.returncode, "out": done.stdout, "err": done.stderr}
+
+found = {"text": check(), "json": check("--format", "json")}
+found["prometheus"] = check("--format", "prometheus")
+if late:
+    found["watch"] = check("--watch", "0.2", "--on-drift", "stop", "--grace", "5")
+    server.wait(timeout=10)
+    found["left"] = [  # orphans come to PID 1, which reaps none: a zombie has ended
+        pid for pid in os.listdir("/proc") if pid.isdigit() and pid != "1"
+        and open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    ]
+print(json.dumps(found))
+"""
+
+
+def in_own_pid_namespace(profile: Path, port: int, late: str = "") -> dict[str, Any]:
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", DRIVER,
+            console_script(), str(profile), str(port), late]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(STANDIN)}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    found: dict[str, Any] = json.loads(done.stdout)
+    return found
+
+
+def _samples(text: str, name: str, label: str = "state") -> dict[str, float]:
+    [family] = [f for f in text_string_to_metric_families(text) if f.name == name]
+    return {sample.labels[label]: sample.value for sample in family.samples}
+
+
+def _standin(write_profile: WriteProfile, tp_size: int = 2) -> tuple[Path, int]:
+    port = free_port()
+    text = PROFILE.format(version=1, buffsize="16MiB", python=sys.executable, port=port)
+    return write_profile("standin", text.replace("tp_size = 2", f"tp_size = {tp_size}")), port
+
+
+def test_a_ranks_late_export_is_drift_by_nccls_word_and_stops_the_tree(
+    write_profile: WriteProfile,
+) -> None:
+    profile, port = _standin(write_profile)
+    found = in_own_pid_namespace(profile, port, "NCCL_PROTO=Simple")
+    report = json.loads(found["json"]["out"])
+    [rank1] = [p for p in report["processes"] if p["title"] == "sglang::scheduler_TP1"]
+    pid = rank1["pid"]
+    line = "NCCL_PROTO set by environment to Simple"
+    assert found["text"]["code"] == 1, found["text"]
+    text = found["text"]["out"].splitlines()
+    at = text.index(f"pid {pid}  sglang::scheduler_TP1")
+    assert text[at + 1] == f'  ~ NCCL_PROTO  "LL" -> "Simple"  (NCCL\'s log; {line})'
+    assert text[-1].startswith("fix: NCCL's log says what the process set inside itself")
+    # /proc sees nothing: the rank started with the profile's value.
+    assert "NCCL_PROTO" in rank1["matched"]
+    [entry] = [e for e in rank1["entries"] if not e["tolerated"]]
+    assert (entry["source"], entry["actual"]) == ("NCCL's log", "Simple")
+    assert rank1["nccl_log"]["file"].endswith(f".{pid}.log")
+    assert rank1["nccl_log"]["state"] == "read"
+    folder = Path(rank1["nccl_log"]["file"]).parent
+    assert (folder / "pid").read_text() == f"{report['main_pid']}\n"
+    assert [oct(f.stat().st_mode & 0o777) for f in (folder, folder.parent)] == ["0o700"] * 2
+    rank0 = next(p for p in report["processes"] if p["title"] == "sglang::scheduler_TP0")
+    assert rank0["nccl_log"]["confirmed"] == ["NCCL_PROTO", "NCCL_ALGO", "NCCL_BUFFSIZE"]
+    assert _samples(found["prometheus"]["out"], "nccl_launch_drift_variables", "kind") == {
+        "changed": 1, "missing": 0, "undeclared": 0}  # fmt: skip
+    watch = found["watch"]
+    assert watch["code"] == 1, watch
+    stopped = watch["out"].splitlines()[-1]
+    assert stopped.startswith("stopped the server: 5 processes of pid ")
+    assert stopped.endswith(f"; drift: pid {pid} NCCL_PROTO by NCCL's log")
+    assert found["left"] == []
+
+
+def test_a_tree_whose_ranks_keep_the_profile_has_no_drift(write_profile: WriteProfile) -> None:
+    profile, port = _standin(write_profile)
+    found = in_own_pid_namespace(profile, port)
+    assert found["text"]["code"] == 0, found["text"]["out"]
+    report = json.loads(found["json"]["out"])
+    states = sorted(p["nccl_log"]["state"] for p in report["processes"])
+    assert states == ["none-yet", "none-yet", "none-yet", "read", "read"]
+    assert _samples(found["prometheus"]["out"], "nccl_launch_nccl_logs") == {
+        "read": 2, "none-yet": 3, "unreadable": 0}  # fmt: skip
+
+
+def test_a_one_rank_communicator_that_never_logs_proto_or_algo_is_no_drift(
+    write_profile: WriteProfile,
+) -> None:
+    profile, port = _standin(write_profile, tp_size=1)
+    found = in_own_pid_namespace(profile, port)
+    assert found["text"]["code"] == 0, found["text"]["out"]
+    report = json.loads(found["json"]["out"])
+    [rank] = [p for p in report["processes"] if p["title"] == "sglang::scheduler_TP0"]
+    assert rank["nccl_log"]["confirmed"] == ["NCCL_BUFFSIZE"]
+    assert rank["nccl_log"]["not_read"] == ["NCCL_PROTO", "NCCL_ALGO"]
+    said = f"  NCCL's log {rank['nccl_log']['file']}: 1 applied as the profile; never read by "
+    assert f"{said}its communicators: NCCL_PROTO, NCCL_ALGO" in found["text"]["out"]
+    text = Path(rank["nccl_log"]["file"]).read_text()
+    assert "nranks 1" in text and "NCCL_PROTO" not in text
+
+
+def test_run_nccl_debug_writes_the_logs_in_a_new_folder_of_its_own(
+    run_cli: RunCli, write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    profile, _ = _standin(write_profile)
+    result = run_cli("run", "--dry-run", "--nccl-debug", str(profile))
+    assert result.returncode == 0, result.stderr
+    [line] = [line for line in result.stdout.splitlines() if "NCCL_DEBUG_FILE" in line]
+    folder = tmp_path / "home" / ".local" / "state" / "nccl-launch" / "nccl-debug"
+    assert f'"{folder}/' in line and line.endswith('/%h.%p.log"  (--nccl-debug)')
+    assert not folder.exists()  # a dry run creates nothing
+    declared = write_profile("declared", 'schema = 1\nname = "declared"\nversion = 1\n'
+                                         '[nccl]\nDEBUG_FILE = "/tmp/x"\n')  # fmt: skip
+    result = run_cli("run", "--nccl-debug", str(declared), "--", "true")
+    said = "nccl-launch: the profile declares NCCL_DEBUG_FILE; drop it or --nccl-debug\n"
+    assert (result.returncode, result.stderr) == (2, said)
+
+
+def test_nccl_debug_in_the_calling_environment_names_the_option(
+    run_cli: RunCli, write_profile: WriteProfile
+) -> None:
+    write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    result = run_cli("run", "p", "--", "true", env={"NCCL_DEBUG": "INFO"})
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        "fix + (undeclared): for NCCL's log use nccl-launch run --nccl-debug (each process "
+        "writes a file of its own, which check reads), unset it in the calling environment "
+        "(the shell, the unit's Environment=), or let the server have it: [policy] "
+        'undeclared_nccl = "warn"'
+    )
+
+
+def test_a_run_whose_log_folder_cannot_be_made_starts_with_nccls_log_in_its_output(
+    nccl_launch: RunCli, write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    state = tmp_path / "home" / ".local" / "state"
+    state.parent.mkdir(parents=True)
+    state.write_text("")  # a file where the folder goes
+    result = nccl_launch("run", "--nccl-debug", "p", "--", "env")
+    assert result.returncode == 0, result.stderr
+    assert "NCCL_DEBUG=INFO" in result.stdout.splitlines()
+    assert "NCCL_DEBUG_FILE=" not in result.stdout
+    folder = state / "nccl-launch" / "nccl-debug"
+    assert result.stderr.startswith(
+        f"nccl-launch: warning: cannot create NCCL's log folder {folder}/"
+    )
+    assert result.stderr.endswith(
+        "; NCCL's log goes to the server's output, where check cannot read it\n"
+    )
