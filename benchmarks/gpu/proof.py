@@ -103,7 +103,9 @@ _NCCL = re.compile(r" NCCL (INFO|WARN) (.*)$")
 
 def nccl_says(log: str, name: str) -> Counter[str]:
     """NCCL's own words in `log` about `name` (`set by environment to`, `Invalid`) and every
-    NCCL WARN, without the host:pid prefix, each with the number of lines that said it."""
+    NCCL WARN, without the host:pid prefix, each with the number of lines that said it.
+
+    NCCL's text as it stands, not nccl-launch's reading of it: that is the other column."""
     said: Counter[str] = Counter()
     for line in log.splitlines():
         found = _NCCL.search(line)
@@ -112,7 +114,9 @@ def nccl_says(log: str, name: str) -> Counter[str]:
         level, message = found.groups()
         if level == "WARN":
             said[f"WARN {message.strip()}"] += 1
-        elif message.startswith((f"{name} set by environment to", f"Invalid {name} ")):
+        elif message.startswith(f"{name} set by environment to") or (
+            message.startswith("Invalid") and re.search(rf"\b{name}\b", message)
+        ):
             said[message.strip()] += 1
     return said
 
