@@ -20,6 +20,8 @@ from types import ModuleType
 
 import pytest
 
+from tests.test_docs import documented
+
 REPO = Path(__file__).parent.parent
 PROOF = REPO / "benchmarks" / "gpu" / "proof.py"
 WORKLOAD = REPO / "benchmarks" / "gpu" / "allreduce.py"
@@ -91,6 +93,22 @@ def test_without_a_gpu_the_proof_says_so_and_writes_nothing(
     assert lines[0].endswith("; nothing tested")
     assert not out.exists()
     assert not (tmp_path / "out-env").exists()
+
+
+def test_the_proof_page_shows_what_the_script_prints_without_a_gpu(tmp_path: Path) -> None:
+    command = ".venv/bin/python benchmarks/gpu/proof.py /tmp/proof-out"
+    expected, code = documented(command, "proof.md")
+    out = tmp_path / "proof-out"
+    result = subprocess.run(
+        [sys.executable, str(PROOF), str(out)],
+        env={"PATH": str(tmp_path)},  # no nvidia-smi there
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert (result.stdout.splitlines(), result.returncode) == (expected, code)
+    assert not out.exists()
 
 
 def test_the_proof_and_its_workload_compile_and_the_workload_needs_torch_only_to_run(

@@ -57,7 +57,7 @@ WATCH_TIMEOUT = 30.0  # check --watch --on-drift stop, given a hung job
 HANG_AFTER = 30.0  # an all-reduce of 1 MiB not done by then is hung (it takes milliseconds)
 SIZES = (14336, 1048576)  # one decode token of a 7168-wide model in bf16; a prefill-sized one
 # The seed's six variables (the tuned Kimi-K2.5 profile), as the profiles here declare them.
-SIX = {
+SIX: dict[str, object] = {
     "PROTO": "LL",
     "ALGO": "Ring",
     "P2P_LEVEL": "SYS",
@@ -65,7 +65,7 @@ SIX = {
     "BUFFSIZE": "16MiB",
     "NTHREADS": 512,
 }
-LOOPBACK = {"SOCKET_IFNAME": "lo"}
+LOOPBACK: dict[str, object] = {"SOCKET_IFNAME": "lo"}
 PROFILES = {
     "proof-one": SIX,
     "proof-two": SIX | LOOPBACK,
@@ -137,7 +137,9 @@ class Done:
     seconds: float
 
     def outcome(self) -> str:
-        last = next((line for line in reversed(self.output.splitlines()) if line.strip()), "")
+        """Its exit code and its last line but nccl-launch's `fix:` lines (its verdict)."""
+        lines = [line for line in self.output.splitlines() if line.strip()]
+        last = next((line for line in reversed(lines) if not line.startswith("fix")), "")
         code = "timed out" if self.code is None else f"exit {self.code}"
         return f"{code}: {last.strip()}" if last else code
 
@@ -175,13 +177,17 @@ def shown(argv: Sequence[str], extra: dict[str, str]) -> str:
 
 
 def bounded(
-    argv: Sequence[str], env: dict[str, str], cwd: Path | None, timeout: float, **extra: str
+    argv: Sequence[str],
+    env: dict[str, str],
+    cwd: Path | None,
+    timeout: float,
+    extra: dict[str, str] | None = None,
 ) -> Done:
     """Run argv (with `extra` over env) in a session of its own; kill its tree at the timeout."""
     start = time.perf_counter()
     proc = subprocess.Popen(
         argv,
-        env=env | extra,
+        env=env | (extra or {}),
         cwd=cwd,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -198,7 +204,7 @@ def bounded(
         code = None
     kill_tree(proc.pid)  # what it left behind
     text = out.decode(errors="replace")
-    return Done(shown(argv, extra), code, text, time.perf_counter() - start)
+    return Done(shown(argv, extra or {}), code, text, time.perf_counter() - start)
 
 
 def no_gpu() -> str | None:
@@ -247,6 +253,17 @@ class Tree:
                 return True
             time.sleep(0.2)
         return self.text().count(marker) >= count
+
+    def wait_exec(self, name: str, timeout: float) -> None:
+        """Until `run` has exec'd the program `name` (same PID), or ended, or `timeout`."""
+        import psutil
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            with contextlib.suppress(psutil.Error):
+                if psutil.Process(self.proc.pid).name() == name:
+                    return
+            time.sleep(0.05)
 
     def finish(self, timeout: float) -> int | None:
         """Its exit code, or None when it was still running at `timeout` and was killed."""
@@ -303,12 +320,16 @@ class Proof:
     def step_env(self, step: str) -> dict[str, str]:
         """The calling environment, with nccl-launch's state (NCCL's per-process logs of
         `run --nccl-debug`) in a folder of this step's."""
-        return self.env | {"XDG_STATE_HOME": str(self.out / "state" / step)}
+        return self.env | {"XDG_STATE_HOME": str(self.work / "state" / step)}
 
     def nccl_launch(
-        self, step: str, *args: str, timeout: float = STEP_TIMEOUT, **extra: str
+        self,
+        step: str,
+        *args: str,
+        timeout: float = STEP_TIMEOUT,
+        extra: dict[str, str] | None = None,
     ) -> Done:
-        done = bounded([NCCL_LAUNCH, *args], self.step_env(step), self.work, timeout, **extra)
+        done = bounded([NCCL_LAUNCH, *args], self.step_env(step), self.work, timeout, extra)
         return self.record(step, done)
 
     def nccl_log(self, step: str, tree: Tree) -> Path:
@@ -316,9 +337,12 @@ class Proof:
         per-process files `run --nccl-debug` had NCCL write, one after the other."""
         if " NCCL INFO " in tree.text():
             return tree.log
+        state = self.work / "state" / step
+        if state.is_dir():  # the files `check` names, kept past the work folder
+            shutil.copytree(state, self.out / "state" / step, dirs_exist_ok=True)
         joined = self.out / f"{step}-nccl.log"
         with joined.open("w", encoding="utf-8") as sink:
-            for path in sorted((self.out / "state" / step).rglob("*")):
+            for path in sorted(state.rglob("*")):
                 text = path.read_text(errors="replace") if path.is_file() else ""
                 if " NCCL INFO " in text:
                     sink.write(text)
@@ -384,15 +408,16 @@ def late_export_two_ranks(proof: Proof) -> None:
         pid = str(tree.proc.pid)
         checked = proof.nccl_launch(step, "check", "--pid", pid, "proof-two")
         watch = ("check", "--pid", pid, "proof-two", "--watch", "1", "--on-drift", "stop")
+        alive = tree.proc.poll() is None
         watched = proof.nccl_launch(step, *watch, "--grace", "5", timeout=WATCH_TIMEOUT)
-        stopped = tree.proc.poll() is not None
+        stopped = alive and tree.proc.poll() is not None
     finally:
         kill_tree(tree.proc.pid)
         tree.proc.wait()
-    proof.note(step, f"(the background tree {'had ended' if stopped else 'was killed'})")
+    ended = "ended the tree" if stopped else "did not end it" if alive else "it had ended"
+    proof.note(step, f"(check --watch --on-drift stop {ended}; the proof killed what was left)")
     verified = proof.nccl_launch(step, "verify-log", "proof-two", str(proof.nccl_log(step, tree)))
     proof.say(f"- {step}: {'hung' if hung else 'did not hang'}; check {checked.outcome()}")
-    ended = "ended the tree" if stopped else "left it running (killed by the proof)"
     proof.say(f"  check --watch --on-drift stop {watched.outcome()}; {ended}")
     proof.say(f"  verify-log {verified.outcome()}")
 
@@ -410,11 +435,12 @@ def raw_values(proof: Proof) -> None:
     argv = [*TORCHRUN, str(WORKLOAD), "--hostid", "--sizes", "14336"]
     for number, (name, raw) in enumerate(RAW):
         extra = NCCL_DEBUG | {"NCCL_SOCKET_IFNAME": "lo", name: raw}
-        done = proof.record(step, bounded(argv, proof.env, proof.work, STEP_TIMEOUT, **extra))
+        done = proof.record(step, bounded(argv, proof.env, proof.work, STEP_TIMEOUT, extra))
         said = nccl_says(done.output, name)
         nccl = "<br>".join(f"`{line}` ({count}x)" for line, count in said.items()) or "no line"
         ran = "ran" if "allreduce ok" in done.output else done.outcome().split(":")[0]
-        dry = proof.nccl_launch(step, "run", "--dry-run", "proof-two", "--", "true", **{name: raw})
+        dry_run = ("run", "--dry-run", "proof-two", "--", "true")
+        dry = proof.nccl_launch(step, *dry_run, extra={name: raw})
         said_by_run = [line.strip() for line in dry.output.splitlines() if f" {name} " in line]
         claim = said_by_run[0] if said_by_run else "no drift: the profile's value"
         key = name.removeprefix("NCCL_")
@@ -438,7 +464,7 @@ def preflight(proof: Proof) -> None:
         (("proof-server", *skip), {"CUDA_VISIBLE_DEVICES": "999"}),
     ]
     for args, extra in runs:
-        done = proof.nccl_launch(step, "preflight", *args, **extra)
+        done = proof.nccl_launch(step, "preflight", *args, extra=extra)
         gpus = [line for line in done.output.splitlines() if " gpus " in line]
         proof.say(f"- `{done.shown}`: {done.outcome()}; {' '.join(gpus) or 'no gpus check'}")
 
@@ -488,6 +514,18 @@ def start_cost(proof: Proof, rounds: int) -> None:
     for name in group:
         median = statistics.median(times[name]) * 1000
         proof.say(f"| `{name}` | {median:.1f} | {sorted(codes[name], key=str)} |")
+    sleep = [NCCL_LAUNCH, "run", "proof-two", "--", shutil.which("sleep") or "/bin/sleep", "600"]
+    tree = Tree(sleep, proof.env, proof.work, proof.out / f"{step}.log")
+    try:
+        tree.wait_exec("sleep", STEP_TIMEOUT)
+        pid = str(tree.proc.pid)
+        checks = [proof.nccl_launch(step, "check", "--pid", pid, "proof-two") for _ in range(10)]
+    finally:
+        kill_tree(tree.proc.pid)
+        tree.proc.wait()
+    median = statistics.median(done.seconds for done in checks) * 1000
+    seen = sorted({done.code for done in checks}, key=str)
+    proof.say(f"| `nccl-launch check --pid PID proof-two` (10 runs) | {median:.1f} | {seen} |")
 
 
 def become_subreaper() -> None:
