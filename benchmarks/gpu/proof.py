@@ -1,10 +1,11 @@
 """nccl-launch and NCCL on a real GPU: the proof of docs/proof.md, rerun on this machine.
 
-Setup on a fresh GPU machine (an NVIDIA driver, Python 3.11 or newer), from a clone of
+Setup on a fresh GPU machine (an NVIDIA driver, Python 3.11 or newer with venv: in NVIDIA's
+CUDA images, which are Ubuntu, `apt-get install -y python3-venv` first), from a clone of
 nccl-launch (this script and its workload, allreduce.py, are not in the wheel):
 
-    python3 -m pip wheel --no-deps -w dist .
-    python3 -m venv /tmp/proof && /tmp/proof/bin/pip install dist/nccl_launch-*.whl torch
+    python3 -m venv /tmp/proof && /tmp/proof/bin/pip wheel --no-deps -w dist .
+    /tmp/proof/bin/pip install dist/nccl_launch-*.whl torch
     /tmp/proof/bin/python benchmarks/gpu/proof.py OUT_DIR     # or: OUT=OUT_DIR ... proof.py
 
 It runs a torch.distributed all-reduce (NCCL backend) through `nccl-launch run`, one rank and
@@ -14,6 +15,8 @@ tree, verify-log of its NCCL log, a rank's own late export of NCCL_PROTO (the tw
 hangs: check runs while it does, then the tree is killed), NCCL's reading of raw values beside
 nccl-launch's, preflight, two message sizes under three profiles, and the start cost. Run it
 in the environment to be proved (a container's own variables are part of the proof).
+
+`--only ranks,late-export` runs only those sections (--help lists them).
 
 Without a GPU (no nvidia-smi, no GPU listed, torch missing, or torch.cuda.is_available()
 false) it says so in one line and exits 0, having tested nothing and written nothing. Every
@@ -534,11 +537,45 @@ def become_subreaper() -> None:
     libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
 
+# Each part of the proof: its title in summary.md, and how it runs.
+SECTIONS: dict[str, tuple[str, Callable[[Proof, argparse.Namespace], None]]] = {
+    "machine": ("The machine", lambda proof, args: machine(proof)),
+    "ranks": ("One rank and two ranks", lambda proof, args: one_and_two_ranks(proof)),
+    "late-export": (
+        "A rank's own late export, two ranks",
+        lambda proof, args: late_export_two_ranks(proof),
+    ),
+    "raw-values": (
+        "NCCL's reading of raw values, beside nccl-launch's",
+        lambda proof, args: raw_values(proof),
+    ),
+    "preflight": ("preflight", lambda proof, args: preflight(proof)),
+    "message-sizes": (
+        "Two message sizes, two ranks",
+        lambda proof, args: message_sizes(proof, args.runs),
+    ),
+    "start-cost": ("Start cost", lambda proof, args: start_cost(proof, args.rounds)),
+}
+
+
+def section_names(text: str) -> list[str]:
+    names = text.split(",")
+    if unknown := [name for name in names if name not in SECTIONS]:
+        raise argparse.ArgumentTypeError(f"{unknown[0]!r}; valid: {', '.join(SECTIONS)}")
+    return names
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", nargs="?", type=Path, help="the output folder (default: $OUT)")
     parser.add_argument("--rounds", type=int, default=20, help="rounds of the start cost")
     parser.add_argument("--runs", type=int, default=2, help="runs of each message-size profile")
+    parser.add_argument(
+        "--only",
+        type=section_names,
+        default=list(SECTIONS),
+        help=f"these sections, comma-separated (default: all of {','.join(SECTIONS)})",
+    )
     args = parser.parse_args()
     atexit.register(kill_leftovers)
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -554,19 +591,11 @@ def main() -> int:
     failed = 0
     with tempfile.TemporaryDirectory(prefix="nccl-launch-proof-") as work:
         proof = Proof(out.resolve(), Path(work))
-        sections: list[tuple[str, Callable[[], None]]] = [
-            ("The machine", lambda: machine(proof)),
-            ("One rank and two ranks", lambda: one_and_two_ranks(proof)),
-            ("A rank's own late export, two ranks", lambda: late_export_two_ranks(proof)),
-            ("NCCL's reading of raw values, beside nccl-launch's", lambda: raw_values(proof)),
-            ("preflight", lambda: preflight(proof)),
-            ("Two message sizes, two ranks", lambda: message_sizes(proof, args.runs)),
-            ("Start cost", lambda: start_cost(proof, args.rounds)),
-        ]
-        for title, section in sections:
+        for name in args.only:
+            title, section = SECTIONS[name]
             proof.say(f"\n## {title}\n")
             try:
-                section()
+                section(proof, args)
             except Exception:  # one broken section must not cost the others' results
                 failed += 1
                 proof.say(f"```text\n{traceback.format_exc()}```")
