@@ -351,12 +351,17 @@ class Proof:
                     sink.write(text)
         return joined
 
+    def start(self, step: str, command: Sequence[str]) -> Tree:
+        """Start command in the background, its output in STEP.log."""
+        tree = Tree(command, self.step_env(step), self.work, self.out / f"{step}.log")
+        self.note(step, f"$ {shown(command, {})} &\n(in the background: output in {step}.log)")
+        return tree
+
     def live(self, step: str, profile: str, argv: Sequence[str], ranks: int) -> None:
         """Start argv through `run --nccl-debug`, check the live tree, let it end, verify-log."""
         hold = self.work / f"{step}.hold"
         command = [NCCL_LAUNCH, "run", "--nccl-debug", profile, "--", *argv, "--hold", str(hold)]
-        tree = Tree(command, self.step_env(step), self.work, self.out / f"{step}.log")
-        self.note(step, f"$ {shown(command, {})} &\n(in the background: output in {step}.log)")
+        tree = self.start(step, command)
         try:
             started = tree.wait_for("allreduce ok", ranks, JOB_TIMEOUT)
             checked = self.nccl_launch(step, "check", "--pid", str(tree.proc.pid), profile)
@@ -402,9 +407,7 @@ def late_export_two_ranks(proof: Proof) -> None:
     step = "late-export-two-ranks"
     late = ["--late", "NCCL_PROTO=Simple", "--late-rank", "1"]
     argv = [*TORCHRUN, str(WORKLOAD), "--hostid", *late]
-    command = [NCCL_LAUNCH, "run", "--nccl-debug", "proof-two", "--", *argv]
-    tree = Tree(command, proof.step_env(step), proof.work, proof.out / f"{step}.log")
-    proof.note(step, f"$ {shown(command, {})} &\n(in the background: output in {step}.log)")
+    tree = proof.start(step, [NCCL_LAUNCH, "run", "--nccl-debug", "proof-two", "--", *argv])
     try:
         tree.wait_for("all-reduce started", 2, JOB_TIMEOUT)
         hung = not tree.wait_for("allreduce ok", 2, HANG_AFTER) and tree.proc.poll() is None
@@ -518,7 +521,7 @@ def start_cost(proof: Proof, rounds: int) -> None:
         median = statistics.median(times[name]) * 1000
         proof.say(f"| `{name}` | {median:.1f} | {sorted(codes[name], key=str)} |")
     sleep = [NCCL_LAUNCH, "run", "proof-two", "--", shutil.which("sleep") or "/bin/sleep", "600"]
-    tree = Tree(sleep, proof.env, proof.work, proof.out / f"{step}.log")
+    tree = proof.start(step, sleep)
     try:
         tree.wait_exec("sleep", STEP_TIMEOUT)
         pid = str(tree.proc.pid)
@@ -529,6 +532,10 @@ def start_cost(proof: Proof, rounds: int) -> None:
     median = statistics.median(done.seconds for done in checks) * 1000
     seen = sorted({done.code for done in checks}, key=str)
     proof.say(f"| `nccl-launch check --pid PID proof-two` (10 runs) | {median:.1f} | {seen} |")
+    if "dotenv run -- true" in times:  # paired by round, as benchmarks/bench.py compares
+        paired = zip(times[next(iter(group))], times["dotenv run -- true"], strict=True)
+        ratio = statistics.median(run / dotenv_run for run, dotenv_run in paired)
+        proof.say(f"\n`run` costs {ratio:.2f}x `dotenv run` (the median of per-round ratios)")
 
 
 def become_subreaper() -> None:
