@@ -80,7 +80,7 @@ def _logged_rows() -> dict[str, Logged]:
             min_ranks=int(row["min_ranks"]),
             note=row["logged"],
         )
-        for row in _rows("nccl-env-logged.tsv")
+        for row in rows("nccl-env-logged.tsv")
     }
 
 
