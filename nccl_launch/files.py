@@ -156,12 +156,24 @@ def _owner_ok(status: os.stat_result) -> bool:
     return status.st_uid in (0, os.geteuid())
 
 
+def _read_only(path: Path) -> bool:
+    """Whether `path` lies on a read-only mount (a Kubernetes configMap or Secret volume, a
+    `:ro` bind): through it nobody, root aside, changes or replaces anything, whatever the
+    mode says (a configMap's folder shows 0777)."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, ValueError):
+        return False
+
+
 def check_trusted(path: Path, status: os.stat_result, what: str) -> None:
     """As root, refuse what another user could have written (sshd's StrictModes): a file that
     is group- or world-writable or owned by another user, or that sits, through any
     directory up to `/` (of the path as given and of the file it resolves to), in one other
-    users may write, sticky directories such as /tmp aside. Other users are not checked: what
-    they may write, they could run themselves."""
+    users may write, sticky directories such as /tmp aside. A mode is moot on a read-only
+    mount (a configMap volume): no one may write there, whatever it says; an owner is not,
+    as its owner may write the file through another mount (the host's). Other users are not
+    checked: what they may write, they could run themselves."""
     if os.geteuid() != 0:
         return
     fix = "chown root and chmod go-w, or move it out of reach of other users"
@@ -172,7 +184,7 @@ def check_trusted(path: Path, status: os.stat_result, what: str) -> None:
             f"the service's group and chmod 0640 where its User= must read it), or run this as "
             f"uid {uid}"
         )
-    if _writable_by_others(status):
+    if _writable_by_others(status) and not _read_only(path):
         raise FileError(
             f"{what} {path}: writable by group or others (mode {stat.S_IMODE(status.st_mode):04o})"
             f"; {fix}"
@@ -189,7 +201,8 @@ def check_trusted(path: Path, status: os.stat_result, what: str) -> None:
 
 def _folder_of_others(path: Path) -> tuple[Path, os.stat_result] | None:
     """The first directory above `path` (as given, then as it resolves) that another user
-    owns or may write, sticky directories such as /tmp aside; None when there is none."""
+    owns or may write, sticky directories such as /tmp and those on a read-only mount aside;
+    None when there is none."""
     try:  # the directories as given, before symlinks are followed
         given = path if path.is_absolute() else Path.cwd() / path
     except FileNotFoundError:  # a deleted current directory: no file has a relative path
@@ -199,8 +212,8 @@ def _folder_of_others(path: Path) -> tuple[Path, os.stat_result] | None:
             folder_status = folder.stat()
         except OSError:
             continue
-        sticky = bool(folder_status.st_mode & stat.S_ISVTX)
-        if not _owner_ok(folder_status) or (_writable_by_others(folder_status) and not sticky):
+        writable = _writable_by_others(folder_status) and not folder_status.st_mode & stat.S_ISVTX
+        if not _owner_ok(folder_status) or (writable and not _read_only(folder)):
             return folder, folder_status
     return None
 
