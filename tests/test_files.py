@@ -347,7 +347,7 @@ def test_an_output_that_is_no_regular_file_is_refused_by_every_writer(
 FULL_DISK = """
 import os, resource, sys
 from nccl_launch.errors import HostError
-from nccl_launch.files import append_line
+from nccl_launch.jsonlines import append_line
 path, limit = sys.argv[1], int(sys.argv[2])
 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))  # a disk with `limit` bytes
 fd = os.open(path, os.O_RDWR | os.O_APPEND)

@@ -14,8 +14,8 @@ from pathlib import Path, PurePath
 
 from nccl_launch.bench.result import BenchReport
 from nccl_launch.errors import EXIT_OK
-from nccl_launch.files import BaseDirectory, append_line, base_directory, read_text
-from nccl_launch.jsonlines import absent, open_store, parse_lines
+from nccl_launch.files import BaseDirectory, base_directory, read_text
+from nccl_launch.jsonlines import absent, append_line, open_store, parse_lines
 from nccl_launch.masking import masked_json
 from nccl_launch.profile.search import split_reference
 from nccl_launch.report import Report

@@ -99,10 +99,14 @@ def nccl_reading(key: str, value: str, where: str) -> tuple[TomlValue | None, st
     if isinstance(rule, IntRule | SizeRule):
         if read is None and not value:
             return None, f"{where}{key} is empty: NCCL keeps its default; not stored"
+        slip = rules.size_slip(key, value)
+        said = "; ".join(slip) if slip else None
         if isinstance(read, int) and str(read) != value:
-            meant = rule.ambiguity(value) if isinstance(rule, SizeRule) else None
+            meant = (rule.ambiguity(value) if isinstance(rule, SizeRule) else None) or said
             also = f" ({meant})" if meant else ""
             return read, f"{where}{key}={value} is read by NCCL as {read}; stored {read}{also}"
+        if said:
+            return value, f"{where}{key}={value}: {said}"
     if isinstance(rule, LevelRule) and isinstance(read, str) and read != value:
         return read, f"{where}{key}={value} is read by NCCL as {read}; stored {read}"
     return value, None

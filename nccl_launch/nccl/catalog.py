@@ -32,6 +32,7 @@ class NcclVar:
     deprecated: bool
     read_by_source: bool
     summary: str
+    default: str  # as NCCL's documentation says it ("4194304", "0 (auto)"); "" when undocumented
     logged: bool  # NCCL_DEBUG=INFO prints "NAME set by environment to VALUE" for it
 
 
@@ -72,6 +73,7 @@ def catalog() -> dict[str, NcclVar]:
             deprecated=row["deprecated"] == "yes",
             read_by_source=row["name"] in source,
             summary=row["doc_summary"],
+            default=row["default"],
             logged=_logged(row["name"], source.get(row["name"])),
         )
     for name, row in source.items():
@@ -83,6 +85,7 @@ def catalog() -> dict[str, NcclVar]:
                 deprecated=False,
                 read_by_source=True,
                 summary=f"undocumented; read at {row['source_locations']}",
+                default="",
                 logged=_logged(name, row),
             )
     return variables
