@@ -272,8 +272,8 @@ def test_the_key_example_of_migrating_prints_what_the_docs_show(run_cli: RunCli)
 
 def test_the_key_file_example_of_migrating_prints_what_the_docs_show(run_cli: RunCli) -> None:
     for name in ("start_k8s.sh", "start_vault.sh"):
-        text, _ = documented(f"cat {name}", "migrating.md")
-        Path(name).write_text("\n".join(text) + "\n")
+        script, _ = documented(f"cat {name}", "migrating.md")
+        Path(name).write_text("\n".join(script) + "\n")
     expected, _ = documented("nccl-launch convert start_k8s.sh --name k8s", "migrating.md")
     result = run_cli("convert", "start_k8s.sh", "--name", "k8s")
     assert result.returncode == 0
