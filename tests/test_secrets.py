@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -429,3 +430,63 @@ def test_as_root_a_secret_file_others_could_write_is_refused(
     result = run_cli("run", "--dry-run", "mounted")
     assert result.returncode == 3
     assert f"secret file {secret}: writable by group or others (mode 0666)" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "command", [["run", "--dry-run"], ["preflight", "--skip", "sglang"], ["systemd"]]
+)
+def test_a_key_its_secret_file_holds_empty_is_refused_naming_the_file(
+    command: list[str], write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """A newline alone is no key: `$(cat FILE)` gives "" and SGLang serves every request."""
+    secret = mounted(write_profile)
+    secret.write_text("\n")
+    result = run_cli(*command, "mounted")
+    assert (result.returncode, result.stdout) == (3, "")
+    assert result.stderr == (
+        f"nccl-launch: {Path('profiles/mounted.toml')}: server.args: --api-key's ${{API_KEY}} "
+        f"is empty in secret file {secret}, which SGLang takes as no key (every request "
+        "served); write the key there\n"
+    )
+
+
+def test_a_copy_in_another_folder_names_the_same_secret_file(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """`new --from` (and tune's trial files) write the profile elsewhere: a relative path would
+    name another file from there, so the copy names it by its absolute path."""
+    secret = mounted(write_profile)
+    result = run_cli("new", "copy", "--from", "mounted", "--dir", str(tmp_path / "elsewhere"))
+    assert result.returncode == 0, result.stderr
+    copy = tmp_path / "elsewhere" / "copy.toml"
+    assert tomllib.loads(copy.read_text())["secret_files"] == {"API_KEY": str(secret)}
+    shown = run_cli("run", "--dry-run", str(copy))
+    assert shown.returncode == 0, shown.stderr
+    assert f"(secret file {secret})" in shown.stdout
+
+
+def test_check_expects_the_secret_files_value_in_every_process(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """Through the console script and the stand-in, whose every process gets the key in its
+    environment: `check` reads the secret file as `run` did, finds no drift, prints no key."""
+    port = free_port()
+    text = PROFILE.format(version=1, python=sys.executable, port=port, buffsize="4194304")
+    text = text.replace("version = 1\n", 'version = 1\nsecret_files = {API_KEY = "key"}\n', 1)
+    path = write_profile("standin", text + 'args = ["--api-key", "${API_KEY}"]\n')
+    (path.parent / "key").write_text(KEY + "\n")
+    (path.parent / "key").chmod(0o600)
+    server = Server([console_script(), "run", "standin"], {}, port)
+    try:
+        checked = run_cli("check", "standin", "--port", str(port))
+        (path.parent / "key").write_text("rotated\n")
+        drifted = run_cli("check", "standin", "--port", str(port), "--format", "json")
+    finally:
+        server.stop()
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "no drift in" in checked.stdout
+    # The server still runs with the key it started with: drift, until it starts again.
+    assert drifted.returncode == 1, drifted.stdout + drifted.stderr
+    for output in (checked, drifted):
+        assert KEY not in output.stdout + output.stderr
+        assert "rotated" not in output.stdout + output.stderr
