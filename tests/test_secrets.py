@@ -380,7 +380,12 @@ def test_a_secret_file_fills_a_reference_as_cat_reads_it_and_only_its_path_is_sh
     assert json.loads(run_cli("show", "mounted", "--format", "json").stdout)["digest"] == digest
     secret.rename(secret.with_name("key"))
     profile = secret.with_name("mounted.toml")
-    profile.write_text(profile.read_text().replace('"api_key"', '"key"'))
+    text = profile.read_text().replace('"api_key"', '"key"')
+    profile.with_name("mounted-2.toml").write_text(text.replace("version = 1", "version = 2"))
+    diff = run_cli("diff", "mounted@1", "mounted@2")
+    assert diff.returncode == 1
+    assert '  ~ secret_files.API_KEY  "api_key" -> "key"' in diff.stdout.splitlines()
+    profile.write_text(text)
     assert json.loads(run_cli("show", "mounted", "--format", "json").stdout)["digest"] != digest
 
 
