@@ -249,6 +249,29 @@ def test_a_size_whose_unit_nccl_dropped_is_said_by_convert_and_validate(run_cli:
     assert 'for 4MiB (4194304 bytes) write "4MiB"' in run_cli("validate", "four.toml").stderr
 
 
+def test_a_key_read_from_a_file_is_named_after_the_file_as_masking_hides_it(
+    run_cli: RunCli,
+) -> None:
+    """`api_key` gives API_KEY; a name masking would show gets _SECRET (validate refuses a
+    credential under a shown name); a second file of the same name, a number."""
+    Path("start.sh").write_text(
+        "/opt/ml/bin/python -m sglang.launch_server --model /m --api-key $(< /run/secrets/k) "
+        '--admin-api-key "$(cat /etc/keys/k)" --hf-token=$(cat /run/secrets/api_key)\n'
+    )
+    result = run_cli("convert", "start.sh", "--name", "named", "-o", "named.toml")
+    assert result.returncode == 0, result.stderr
+    profile = tomllib.loads(Path("named.toml").read_text())
+    assert profile["secret_files"] == {
+        "K_SECRET": "/run/secrets/k",
+        "K_SECRET_2": "/etc/keys/k",
+        "API_KEY": "/run/secrets/api_key",
+    }
+    assert profile["server"]["args"] == [
+        *("--api-key", "${K_SECRET}", "--admin-api-key", "${K_SECRET_2}"),
+        "--hf-token=${API_KEY}",
+    ]
+
+
 def test_convert_of_16mb_says_what_nccl_read_and_what_was_probably_meant(run_cli: RunCli) -> None:
     line = Path("line.sh")
     line.write_text("NCCL_BUFFSIZE=16MB /opt/ml/bin/python -m sglang.launch_server --model /m\n")
