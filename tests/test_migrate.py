@@ -247,6 +247,9 @@ def test_a_size_whose_unit_nccl_dropped_is_said_by_convert_and_validate(run_cli:
     # A count of bytes with no unit, far below: the unit nearest NCCL's default (4MiB, not 4KiB).
     Path("four.toml").write_text('schema = 1\nname = "four"\nversion = 1\n[nccl]\nBUFFSIZE = 4\n')
     assert 'for 4MiB (4194304 bytes) write "4MiB"' in run_cli("validate", "four.toml").stderr
+    accepted = Path("four.toml").read_text() + '[policy]\naccept = ["NCCL_BUFFSIZE size"]\n'
+    Path("four.toml").write_text(accepted)
+    assert run_cli("validate", "four.toml").stderr == ""  # meant so, and said once
 
 
 def test_a_key_read_from_a_file_is_named_after_the_file_as_masking_hides_it(
