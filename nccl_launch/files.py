@@ -148,8 +148,14 @@ def open_stream(path: str, what: str) -> Iterator[StreamLines]:
         yield StreamLines(handle)
 
 
-def _writable_by_others(status: os.stat_result) -> bool:
-    return bool(status.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+def _writable_by_others(path: Path, status: os.stat_result) -> bool:
+    """Whether group or others may write `path`: by its mode, on a mount that is not read-only
+    (a configMap volume's folder shows 0777, and no one writes there)."""
+    if status.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        with contextlib.suppress(OSError, ValueError):
+            return not os.statvfs(path).f_flag & os.ST_RDONLY
+        return True
+    return False
 
 
 def _owner_ok(status: os.stat_result) -> bool:
@@ -159,9 +165,9 @@ def _owner_ok(status: os.stat_result) -> bool:
 def check_trusted(path: Path, status: os.stat_result, what: str) -> None:
     """As root, refuse what another user could have written (sshd's StrictModes): a file that
     is group- or world-writable or owned by another user, or that sits, through any
-    directory up to `/` (of the path as given and of the file it resolves to), in one other
-    users may write, sticky directories such as /tmp aside. Other users are not checked: what
-    they may write, they could run themselves."""
+    directory up to `/` (as given and as resolved), in one other users may write, sticky
+    directories (/tmp) and read-only mounts (a configMap volume) aside. Other users are not
+    checked: what they may write, they could run themselves."""
     if os.geteuid() != 0:
         return
     fix = "chown root and chmod go-w, or move it out of reach of other users"
@@ -172,7 +178,7 @@ def check_trusted(path: Path, status: os.stat_result, what: str) -> None:
             f"the service's group and chmod 0640 where its User= must read it), or run this as "
             f"uid {uid}"
         )
-    if _writable_by_others(status):
+    if _writable_by_others(path, status):
         raise FileError(
             f"{what} {path}: writable by group or others (mode {stat.S_IMODE(status.st_mode):04o})"
             f"; {fix}"
@@ -200,7 +206,8 @@ def _folder_of_others(path: Path) -> tuple[Path, os.stat_result] | None:
         except OSError:
             continue
         sticky = bool(folder_status.st_mode & stat.S_ISVTX)
-        if not _owner_ok(folder_status) or (_writable_by_others(folder_status) and not sticky):
+        writable = _writable_by_others(folder, folder_status) and not sticky
+        if not _owner_ok(folder_status) or writable:
             return folder, folder_status
     return None
 
@@ -286,23 +293,6 @@ def write_output(path: Path, text: str, *, replace: bool, mode: int | None = Non
         raise failed(f"{path}: cannot write: {error.strerror}") from None
 
 
-def append_line(fd: int, line: str, what: str) -> None:
-    """Append `line` (ending with a newline) to the file open at `fd` in one write, so it is
-    whole or absent; after a last line left torn (a crash), on a line of its own. HostError
-    (a host problem, exit 3) names `what` when the system refuses it or takes only part (a
-    full disk)."""
-    size = os.fstat(fd).st_size
-    if size and os.pread(fd, 1, size - 1) != b"\n":
-        line = "\n" + line
-    data = line.encode()
-    try:
-        written = os.write(fd, data)
-    except OSError as error:
-        raise HostError(f"{what}: cannot append: {error.strerror}") from None
-    if written != len(data):  # a full disk: say so rather than leave it unsaid
-        raise HostError(f"{what}: only {written} of {len(data)} bytes written")
-
-
 @dataclass(frozen=True)
 class BaseDirectory:
     """An XDG base directory: `given`, an absolute path from the environment, followed as its
@@ -345,7 +335,7 @@ def base_directory(variable: str, default: str) -> BaseDirectory:
 
 def _refuse_others(folder: Path, status: os.stat_result, fix: str) -> None:
     """As root, a folder another user owns or may write: root creates nothing there."""
-    if os.geteuid() == 0 and (status.st_uid != 0 or _writable_by_others(status)):
+    if os.geteuid() == 0 and (status.st_uid != 0 or _writable_by_others(folder, status)):
         mode = stat.S_IMODE(status.st_mode)
         raise FileError(
             f"{folder} (uid {status.st_uid}, mode {mode:04o}) is not root's alone, and root "

@@ -1,5 +1,5 @@
 """A JSON-lines store, under bench's history and tune's journal: a regular file appended to
-one whole line at a time (files.append_line), under a size cap, never through a symlink,
+one whole line at a time (`append_line`), under a size cap, never through a symlink,
 optionally locked, and read back with each line that is no record named by its number; and
 the state home where they (and `run --nccl-debug`'s NCCL logs) live."""
 
@@ -126,3 +126,20 @@ def parse_lines(
             why = f"{where}: {first['msg']}" if where else first["msg"]
             problems.append(escaped(f"{path}:{number}: not a {noun} ({why}); skipped"))
     return found, problems
+
+
+def append_line(fd: int, line: str, what: str) -> None:
+    """Append `line` (ending with a newline) to the file open at `fd` in one write, so it is
+    whole or absent; after a last line left torn (a crash), on a line of its own. HostError
+    (a host problem, exit 3) names `what` when the system refuses it or takes only part (a
+    full disk)."""
+    size = os.fstat(fd).st_size
+    if size and os.pread(fd, 1, size - 1) != b"\n":
+        line = "\n" + line
+    data = line.encode()
+    try:
+        written = os.write(fd, data)
+    except OSError as error:
+        raise HostError(f"{what}: cannot append: {error.strerror}") from None
+    if written != len(data):  # a full disk: say so rather than leave it unsaid
+        raise HostError(f"{what}: only {written} of {len(data)} bytes written")

@@ -270,6 +270,24 @@ def test_the_key_example_of_migrating_prints_what_the_docs_show(run_cli: RunCli)
     assert Path("profiles/api.toml").read_text().splitlines() == profile
 
 
+def test_the_key_file_example_of_migrating_prints_what_the_docs_show(run_cli: RunCli) -> None:
+    for name in ("start_k8s.sh", "start_vault.sh"):
+        script, _ = documented(f"cat {name}", "migrating.md")
+        Path(name).write_text("\n".join(script) + "\n")
+    expected, _ = documented("nccl-launch convert start_k8s.sh --name k8s", "migrating.md")
+    result = run_cli("convert", "start_k8s.sh", "--name", "k8s")
+    assert result.returncode == 0
+    assert [*result.stderr.splitlines(), *result.stdout.splitlines()] == expected
+    shown, _ = documented(
+        "sed -n '/^\\[secret_files\\]/,/^\\[provenance\\]/p' profiles/k8s.toml", "migrating.md"
+    )
+    text = Path("profiles/k8s.toml").read_text()
+    assert text[text.index("[secret_files]") :].splitlines()[: len(shown)] == shown
+    refused, code = documented("nccl-launch convert start_vault.sh --name vault", "migrating.md")
+    result = run_cli("convert", "start_vault.sh", "--name", "vault")
+    assert (result.returncode, result.stderr.splitlines()) == (code, refused)
+
+
 def test_the_vllm_example_of_migrating_prints_what_the_docs_show(run_cli: RunCli) -> None:
     script, _ = documented("cat start_vllm.sh", "migrating.md")
     Path("start_vllm.sh").write_text("\n".join(script) + "\n")

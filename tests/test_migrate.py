@@ -205,6 +205,76 @@ def test_convert_reads_stdin_as_bash_reads_a_pipe_bytes_where_only_lf_ends_a_lin
     assert (profile["nccl"], profile["env"]) == ({"ALGO": "Ring"}, {"HF_HOME": "/data\r"})
 
 
+def test_a_size_whose_unit_nccl_dropped_is_said_by_convert_and_validate(run_cli: RunCli) -> None:
+    """`16MiB` is 16 bytes to NCCL (strtoll stops at the M), which it runs with: convert keeps
+    what ran and says what was meant; validate then warns, with the id to accept it by. A
+    plain count that small is said too; a size a unit wrote, or 0, is not."""
+    script = Path("start.sh")
+    script.write_text(
+        "export NCCL_BUFFSIZE=16MiB NCCL_P2P_NET_CHUNKSIZE=512 NCCL_IB_AR_THRESHOLD=0\n"
+        "export NCCL_CHUNK_SIZE=16K\n"
+        "/opt/ml/bin/python -m sglang.launch_server --model /m\n"
+    )
+    result = run_cli("convert", "start.sh", "--name", "slip", "-o", "slip.toml")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == (
+        "nccl-launch: warning: line 1: NCCL_BUFFSIZE=16MiB is read by NCCL as 16; stored 16 (16 "
+        "bytes is under 1/64 of NCCL's default 4194304; for 16MiB (16777216 bytes) write "
+        '"16MiB")\n'
+        "nccl-launch: warning: line 2: NCCL_CHUNK_SIZE=16K is read by NCCL as 16; stored "
+        "16\n"  # its default is "0 (auto)": nothing to measure against
+        "nccl-launch: warning: line 1: NCCL_P2P_NET_CHUNKSIZE=512: 512 bytes is under 1/64 of "
+        'NCCL\'s default 131072; for 512KiB (524288 bytes) write "512KiB"\n'
+    )
+    nccl = tomllib.loads(Path("slip.toml").read_text())["nccl"]
+    assert nccl == {"BUFFSIZE": 16, "P2P_NET_CHUNKSIZE": 512, "IB_AR_THRESHOLD": 0,
+                    "CHUNK_SIZE": 16}  # fmt: skip
+    result = run_cli("validate", "slip.toml")
+    assert result.returncode == 0
+    assert result.stderr == (
+        "nccl-launch: warning: slip.toml: NCCL_BUFFSIZE: 16 bytes is under 1/64 of NCCL's "
+        'default 4194304; for 16MiB (16777216 bytes) write "16MiB" [accept: "NCCL_BUFFSIZE '
+        'size"]\n'
+        "nccl-launch: warning: slip.toml: NCCL_P2P_NET_CHUNKSIZE: 512 bytes is under 1/64 of "
+        'NCCL\'s default 131072; for 512KiB (524288 bytes) write "512KiB" [accept: '
+        '"NCCL_P2P_NET_CHUNKSIZE size"]\n'
+    )
+    text = Path("slip.toml").read_text().replace("BUFFSIZE = 16 ", 'BUFFSIZE = "16MiB" ')
+    text = text.replace("P2P_NET_CHUNKSIZE = 512", 'P2P_NET_CHUNKSIZE = "1KiB"')  # 1024 bytes
+    Path("slip.toml").write_text(text)
+    result = run_cli("validate", "slip.toml")
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
+    # A count of bytes with no unit, far below: the unit nearest NCCL's default (4MiB, not 4KiB).
+    Path("four.toml").write_text('schema = 1\nname = "four"\nversion = 1\n[nccl]\nBUFFSIZE = 4\n')
+    assert 'for 4MiB (4194304 bytes) write "4MiB"' in run_cli("validate", "four.toml").stderr
+    accepted = Path("four.toml").read_text() + '[policy]\naccept = ["NCCL_BUFFSIZE size"]\n'
+    Path("four.toml").write_text(accepted)
+    assert run_cli("validate", "four.toml").stderr == ""  # meant so, and said once
+
+
+def test_a_key_read_from_a_file_is_named_after_the_file_as_masking_hides_it(
+    run_cli: RunCli,
+) -> None:
+    """`api_key` gives API_KEY; a name masking would show gets _SECRET (validate refuses a
+    credential under a shown name); a second file of the same name, a number."""
+    Path("start.sh").write_text(
+        "/opt/ml/bin/python -m sglang.launch_server --model /m --api-key $(< /run/secrets/k) "
+        '--admin-api-key "$(cat /etc/keys/k)" --hf-token=$(cat /run/secrets/api_key)\n'
+    )
+    result = run_cli("convert", "start.sh", "--name", "named", "-o", "named.toml")
+    assert result.returncode == 0, result.stderr
+    profile = tomllib.loads(Path("named.toml").read_text())
+    assert profile["secret_files"] == {
+        "K_SECRET": "/run/secrets/k",
+        "K_SECRET_2": "/etc/keys/k",
+        "API_KEY": "/run/secrets/api_key",
+    }
+    assert profile["server"]["args"] == [
+        *("--api-key", "${K_SECRET}", "--admin-api-key", "${K_SECRET_2}"),
+        "--hf-token=${API_KEY}",
+    ]
+
+
 def test_convert_of_16mb_says_what_nccl_read_and_what_was_probably_meant(run_cli: RunCli) -> None:
     line = Path("line.sh")
     line.write_text("NCCL_BUFFSIZE=16MB /opt/ml/bin/python -m sglang.launch_server --model /m\n")
@@ -810,7 +880,9 @@ def test_convert_names_the_script_and_escapes_it(run_cli: RunCli) -> None:
     result = run_cli("convert", name)
     assert result.returncode == 2
     assert result.stderr == (
-        "nccl-launch: start\\x1b[2J\\nok.sh: line 1: command substitution is not supported\n"
+        "nccl-launch: start\\x1b[2J\\nok.sh: line 1: command substitution is not supported; "
+        "only a secret read from a file in the server's command is followed: "
+        "$(cat FILE) or $(< FILE), which becomes the profile's secret_files\n"
     )
     Path(name).write_text(f"export NCCL_BUFFSIZE=0x400000\n/opt/ml/bin/{SERVE}")
     result = run_cli("convert", name, "-o", "out\x1b.toml")

@@ -21,6 +21,7 @@ from nccl_launch.env.env_files import env_file_lines
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.serving import references
 from tests.conftest import RunCli, run_in_process
+from tests.helpers import STANDIN
 
 SERVE = "python3 -m sglang.launch_server --model-path /m"
 # Stands in for the server: what bash exported to it, where it started, and the arguments
@@ -646,3 +647,51 @@ def test_a_vllm_script_converts_to_a_profile_whose_run_execs_what_bash_execs(
     assert vllm_reads(run["argv"]) == vllm_reads(bash["argv"])
     given = {key for key in bash["env"] if key.startswith(("VLLM_", "HF_"))}
     assert {key: run["env"].get(key) for key in given} == {key: bash["env"][key] for key in given}
+
+
+# (script, the line convert refuses or None): a secret read from a file as a container's
+# start script reads it (Docker's and Kubernetes' /run/secrets/NAME, systemd's credentials).
+SECRET_CORPUS = [
+    ('{serve} --api-key "$(cat secrets/api_key)"', None),
+    ("{serve} --api-key $(< secrets/api_key)", None),
+    ("{serve} --api-key=$(cat 'secrets/api_key')", None),
+    ('{serve} --api-key "$(<secrets/api_key)" --admin-api-key "$(cat "secrets/admin key")"', None),
+    ('mkdir -p srv\ncd srv\n{serve} --api-key "$(cat ../secrets/api_key)"', None),
+    ('{serve} --api-key "Bearer $(cat secrets/api_key)"', None),
+    ('{serve} --api-key "$(head -c 64 secrets/api_key)"', 1),
+    ('{serve} --api-key "$(cat secrets/api_key secrets/admin\\ key)"', 1),
+    ('KEY=$(cat secrets/api_key)\n{serve} --api-key "$KEY"', 1),
+]
+
+
+@pytest.mark.parametrize(("script", "refused"), SECRET_CORPUS)
+def test_a_secret_read_from_a_file_is_a_secret_file_the_server_gets_as_bash_gives_it(
+    script: str, refused: int | None, run_cli: RunCli, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    """`$(cat FILE)` and `$(< FILE)` become `secret_files`: the profile holds the path, never
+    the value, and `run` gives the server the arguments bash gives it (trailing newlines
+    dropped, as command substitution drops them); any other command is refused with the
+    form that is followed."""
+    secrets = tmp_path / "secrets"
+    secrets.mkdir(mode=0o700)
+    (secrets / "api_key").write_text("sk-live-1234\n\n")
+    (secrets / "admin key").write_text("adm in\n")
+    result = convert(script, run_cli)
+    if refused is not None:
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith(f"nccl-launch: start.sh: line {refused}: "), result.stderr
+        assert "$(cat FILE) or $(< FILE), which becomes the profile's secret_files" in result.stderr
+        return
+    assert result.returncode == 0, result.stderr
+    text = Path("out.toml").read_text()
+    assert "sk-live" not in text and "adm in" not in text
+    assert "secret_files" in tomllib.loads(text)
+    _, _, args = bash_exports(script, os.environ["HOME"], tmp_path)
+    out = tmp_path / "record.json"
+    launched = nccl_launch(
+        "run", "out.toml", env={"PYTHONPATH": str(STANDIN), "STANDIN_RECORD": str(out)}
+    )
+    assert launched.returncode == 0, launched.stderr
+    argv = json.loads(out.read_text())["argv"]
+    assert argv[1:5] == ["--model-path", "/m", "--tp-size", "1"]  # the profile adds tp_size
+    assert argv[5:] == args

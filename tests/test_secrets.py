@@ -5,10 +5,13 @@ when the value does, and no byte nccl-launch writes holds the value."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -98,7 +101,7 @@ def test_a_name_no_env_file_sets_is_refused_naming_the_files_looked_in(
     assert result.stderr == (
         f"nccl-launch: {Path('profiles/keyed.toml')}: server.args: ${{API_KEY}} is set by none "
         f"of the profile's env files ({path.parent / 'secrets.env'}); write API_KEY=VALUE in "
-        "one of them\n"
+        "one of them, or name the file that holds it in secret_files\n"
     )
 
 
@@ -130,7 +133,8 @@ def test_a_reference_nothing_could_fill_is_invalid_unless_the_policy_takes_it_fr
     assert (invalid.returncode, invalid.stderr) == (
         2,
         f"{Path('profiles/keyed.toml')}: server.args: ${{API_KEY}} can be filled from nothing: "
-        "the profile names no env_files; name the env file that sets API_KEY in env_files\n",
+        "the profile names no env_files; name the env file that sets API_KEY in env_files, or "
+        "the file that holds it in secret_files\n",
     )
     path.write_text(text + '[policy]\nenvironment_references = ["API_KEY"]\n')
     assert run_cli("validate", "keyed").returncode == 0
@@ -326,3 +330,168 @@ def test_a_key_after_the_dashes_no_shell_filled_is_refused(
         "would take that text as the key; refer to the key in the profile's [server] args, or "
         'give it: -- --api-key "$API_KEY"\n'
     )
+
+
+# A Secret volume's file, or systemd's credential: the value alone, with the newline `echo`
+# or `kubectl create secret --from-file` leaves, which `$(cat FILE)` drops.
+FROM_FILE = """
+schema = 1
+name = "mounted"
+version = 1
+secret_files = {{ API_KEY = "api_key" }}
+[server]
+python = "{python}"
+entrypoint = "{entrypoint}"
+model_path = "/models/m"
+args = ["--api-key", "${{API_KEY}}"]
+"""
+
+
+def mounted(write_profile: WriteProfile) -> Path:
+    """The profile `mounted`, whose key is in the file `api_key` beside it (KEY and two
+    newlines, 0600); the file's path."""
+    text = FROM_FILE.format(python=sys.executable, entrypoint=PRINTS_ARGV)
+    path = write_profile("mounted", text).parent / "api_key"
+    path.write_text(KEY + "\n\n")
+    path.chmod(0o600)
+    return path
+
+
+def test_a_secret_file_fills_a_reference_as_cat_reads_it_and_only_its_path_is_shown(
+    write_profile: WriteProfile, run_cli: RunCli, nccl_launch: RunCli
+) -> None:
+    secret = mounted(write_profile)
+    result = nccl_launch("run", "mounted")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)[-2:] == ["--api-key", KEY]
+    views = [
+        run_cli("validate", "mounted"),
+        run_cli("show", "mounted"),
+        run_cli("run", "mounted", "--dry-run"),
+        run_cli("preflight", "mounted", "--skip", "sglang", "--format", "json"),
+    ]
+    assert [view.returncode for view in views[:3]] == [0, 0, 0], [v.stderr for v in views]
+    assert all(KEY not in view.stdout + view.stderr for view in views)
+    assert 'API_KEY = "api_key"' in views[1].stdout
+    rows = [line.split() for line in views[2].stdout.splitlines()]
+    assert ["+", "API_KEY", '"***"', "(secret", "file", f"{secret})"] in rows
+    digest = json.loads(run_cli("show", "mounted", "--format", "json").stdout)["digest"]
+    secret.write_text("rotated\n")
+    assert json.loads(run_cli("show", "mounted", "--format", "json").stdout)["digest"] == digest
+    secret.rename(secret.with_name("key"))
+    profile = secret.with_name("mounted.toml")
+    text = profile.read_text().replace('"api_key"', '"key"')
+    profile.with_name("mounted-2.toml").write_text(text.replace("version = 1", "version = 2"))
+    diff = run_cli("diff", "mounted@1", "mounted@2")
+    assert diff.returncode == 1
+    assert '  ~ secret_files.API_KEY  "api_key" -> "key"' in diff.stdout.splitlines()
+    profile.write_text(text)
+    assert json.loads(run_cli("show", "mounted", "--format", "json").stdout)["digest"] != digest
+
+
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [
+        (lambda path: path.unlink(), "cannot read: No such file or directory"),
+        (lambda path: (path.unlink(), path.mkdir()), "a directory; only regular files are read"),
+        (lambda path: path.write_text("k" * 65537), "larger than 65536 bytes"),
+        (lambda path: path.write_bytes(b"k\x00"), "holds a NUL byte"),
+    ],
+)
+@pytest.mark.parametrize("command", [["run", "--dry-run"], ["preflight", "--skip", "sglang"]])
+def test_a_secret_file_that_holds_no_value_is_refused_naming_profile_key_and_file(
+    make: Any, why: str, command: list[str], write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    secret = mounted(write_profile)
+    make(secret)
+    result = run_cli(*command, "mounted")
+    assert (result.returncode, result.stdout) == (3, ""), result.stderr
+    assert result.stderr.startswith(
+        f"nccl-launch: {Path('profiles/mounted.toml')}: secret_files: API_KEY: "
+    )
+    assert why in result.stderr and str(secret) in result.stderr
+
+
+def test_a_secret_file_and_an_env_file_that_both_set_a_name_are_refused(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    secret = mounted(write_profile)
+    profile = secret.with_name("mounted.toml")
+    text = profile.read_text().replace("version = 1\n", 'version = 1\nenv_files = ["k.env"]\n')
+    profile.write_text(text)
+    secret.with_name("k.env").write_text("API_KEY=other\n")
+    result = run_cli("run", "--dry-run", "mounted")
+    assert result.returncode == 3
+    assert "secret_files: API_KEY: env file " in result.stderr
+    assert result.stderr.endswith("sets it too; keep it in one place\n")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="trust is checked for root only")
+def test_as_root_a_secret_file_others_could_write_is_refused(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    secret = mounted(write_profile)
+    secret.chmod(0o666)
+    result = run_cli("run", "--dry-run", "mounted")
+    assert result.returncode == 3
+    assert f"secret file {secret}: writable by group or others (mode 0666)" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "command", [["run", "--dry-run"], ["preflight", "--skip", "sglang"], ["systemd"]]
+)
+def test_a_key_its_secret_file_holds_empty_is_refused_naming_the_file(
+    command: list[str], write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """A newline alone is no key: `$(cat FILE)` gives "" and SGLang serves every request."""
+    secret = mounted(write_profile)
+    secret.write_text("\n")
+    result = run_cli(*command, "mounted")
+    assert (result.returncode, result.stdout) == (3, "")
+    assert result.stderr == (
+        f"nccl-launch: {Path('profiles/mounted.toml')}: server.args: --api-key's ${{API_KEY}} "
+        f"is empty in secret file {secret}, which SGLang takes as no key (every request "
+        "served); write the key there\n"
+    )
+
+
+def test_a_copy_in_another_folder_names_the_same_secret_file(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """`new --from` (and tune's trial files) write the profile elsewhere: a relative path would
+    name another file from there, so the copy names it by its absolute path."""
+    secret = mounted(write_profile)
+    result = run_cli("new", "copy", "--from", "mounted", "--dir", str(tmp_path / "elsewhere"))
+    assert result.returncode == 0, result.stderr
+    copy = tmp_path / "elsewhere" / "copy.toml"
+    assert tomllib.loads(copy.read_text())["secret_files"] == {"API_KEY": str(secret)}
+    shown = run_cli("run", "--dry-run", str(copy))
+    assert shown.returncode == 0, shown.stderr
+    assert f"(secret file {secret})" in shown.stdout
+
+
+def test_check_expects_the_secret_files_value_in_every_process(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """Through the console script and the stand-in, whose every process gets the key in its
+    environment: `check` reads the secret file as `run` did, finds no drift, prints no key."""
+    port = free_port()
+    text = PROFILE.format(version=1, python=sys.executable, port=port, buffsize="4194304")
+    text = text.replace("version = 1\n", 'version = 1\nsecret_files = {API_KEY = "key"}\n', 1)
+    path = write_profile("standin", text + 'args = ["--api-key", "${API_KEY}"]\n')
+    (path.parent / "key").write_text(KEY + "\n")
+    (path.parent / "key").chmod(0o600)
+    server = Server([console_script(), "run", "standin"], {}, port)
+    try:
+        checked = run_cli("check", "standin", "--port", str(port))
+        (path.parent / "key").write_text("rotated\n")
+        drifted = run_cli("check", "standin", "--port", str(port), "--format", "json")
+    finally:
+        server.stop()
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "no drift in" in checked.stdout
+    # The server still runs with the key it started with: drift, until it starts again.
+    assert drifted.returncode == 1, drifted.stdout + drifted.stderr
+    for output in (checked, drifted):
+        assert KEY not in output.stdout + output.stderr
+        assert "rotated" not in output.stdout + output.stderr

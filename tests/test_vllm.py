@@ -178,7 +178,7 @@ def test_pass_through_speculative_keys_keep_file_order_in_the_json(
             SERVER + 'args = ["--api_key", "${API_KEY}"]\n',
             "server.args: ${API_KEY} can be "
             "filled from nothing: the profile names no env_files; name the env file that sets "
-            "API_KEY in env_files",
+            "API_KEY in env_files, or the file that holds it in secret_files",
         ),
         (
             SERVER + 'entrypoint = "-m vllm.entrypoints.cli.main serve --api-key ${API_KEY}"\n',

@@ -19,6 +19,7 @@ from nccl_launch.env.env_files import (
     check_key_variable,
     filled_args,
     profile_env_file_lines,
+    secret_layers,
 )
 from nccl_launch.env.merge import EnvLayer
 from nccl_launch.errors import UsageError
@@ -292,7 +293,8 @@ def write_unit(
     if server is None:
         raise UsageError(f"{loaded.path}: no [server] table, so no server to run as a service")
     notes: list[Finding] = []
-    unread = [str(path) for path in loaded.env_files if not os.access(path, os.R_OK)]
+    files = [*loaded.env_files, *loaded.secret_files.values()]
+    unread = [str(path) for path in files if not os.access(path, os.R_OK)]
     assignments: Assignments | None = None
     if unread:  # the service's User= may read them (or they come later): its run judges them
         why = f"their values are not checked here: this user cannot read {', '.join(unread)}"
@@ -312,7 +314,7 @@ def write_unit(
     if assignments is not None:
         layers = [
             EnvLayer(f"{ENV_FILE}{path}", {each.key: each.value}) for path, each in assignments
-        ]
+        ] + secret_layers(loaded, trusted=False)
         unit_env = dict.fromkeys(loaded.profile.policy.environment_references, "-")
         filled = server.model_copy(update={"args": filled_args(loaded, layers, unit_env)})
         unit = {key: value for layer in layers for key, value in layer.values.items()}

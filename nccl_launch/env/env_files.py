@@ -19,6 +19,9 @@ from nccl_launch.profile.model import env_value
 from nccl_launch.serving import references
 from nccl_launch.serving.flags import empty_credentials
 
+# A file of `secret_files` holds one key or token; a larger one is not such a file.
+SECRET_LIMIT = 1 << 16
+VALUE_FILE = "secret file "  # the source of a value from a file of `secret_files`
 # An env file holds secrets, and a line that is not an assignment may be one pasted alone,
 # or a key holding its value: a problem names the line by its number, never by its text.
 _UNSHOWN = (
@@ -122,6 +125,54 @@ def profile_env_file_lines(
     return assignments
 
 
+def secret_layers(loaded: LoadedProfile, trusted: bool = True) -> list[EnvLayer]:
+    """Each file of `loaded.secret_files` as a layer setting its one variable: the file's text
+    less its trailing newlines, as `$(cat FILE)` reads it. Only a regular file of at most
+    SECRET_LIMIT bytes of UTF-8, and as root one others could not have written unless
+    `trusted` is False; any problem is a HostError naming the profile, the key and the file."""
+    layers = []
+    for name, path in loaded.secret_files.items():
+        try:
+            value = read_text(path, "secret file", trusted=trusted, limit=SECRET_LIMIT)
+        except UsageError as error:
+            raise HostError(f"{loaded.path}: secret_files: {name}: {error}") from None
+        if "\x00" in value or name in loaded.plan.env:
+            why = "holds a NUL byte" if "\x00" in value else "the profile declares it too"
+            raise HostError(f"{loaded.path}: secret_files: {name}: {path}: {why}")
+        layers.append(EnvLayer(source=f"{VALUE_FILE}{path}", values={name: value.rstrip("\n")}))
+    return layers
+
+
+def profile_layers(loaded: LoadedProfile, unread: list[str] | None = None) -> list[EnvLayer]:
+    """What the profile takes from files of this host, as layers: its env files, then its
+    secret files; each variable set in one of them only. With `unread`, a file this user may
+    not read is said there (a monitoring user's `check`) instead of stopping all."""
+    layers = []
+    for path in loaded.env_files:
+        try:
+            layers.append(read_profile_env_file(loaded, path))
+        except HostError as error:
+            if unread is None:
+                raise
+            unread.append(str(error))
+    try:
+        secrets = secret_layers(loaded)
+    except HostError as error:
+        if unread is None:
+            raise
+        unread.append(str(error))
+        secrets = []
+    for layer in secrets:
+        for name in layer.values:
+            twice = [each.source for each in layers if name in each.values]
+            if twice:
+                raise HostError(
+                    f"{loaded.path}: secret_files: {name}: {twice[0]} sets it too; keep it in "
+                    "one place"
+                )
+    return layers + secrets
+
+
 def filled_args(
     loaded: LoadedProfile, layers: Sequence[EnvLayer], calling: Mapping[str, str]
 ) -> list[str]:
@@ -148,7 +199,8 @@ def filled_args(
             raise HostError(
                 f"{loaded.path}: server.args: ${{{name}}} is set by none of the profile's env "
                 f"files ({files}){' nor the calling environment' if name in allowed else ''}; "
-                f"write {name}=VALUE in one of them"
+                f"write {name}=VALUE in one of them, or name the file that holds it in "
+                "secret_files"
             )
     filled = [references.fill(word, values) for word in args]
     for index, option, valued in empty_credentials(filled, kind.reads_as_api_key, complete=False):

@@ -11,12 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 
 from nccl_launch.env.drift import DriftEntry, DriftReport
-from nccl_launch.env.env_files import (
-    check_key_variable,
-    filled_args,
-    read_env_file,
-    read_profile_env_file,
-)
+from nccl_launch.env.env_files import check_key_variable, filled_args, profile_layers, read_env_file
 from nccl_launch.env.merge import EnvLayer, MergeResult, inherited_environment, merge_environment
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files import FileError, check_trusted, read_text
@@ -158,7 +153,7 @@ def prepare_launch(
     loaded = check_pin(load_profile(ref), pin)
     plan, server = loaded.plan, loaded.profile.server
     # The profile's own env files before any --env-file: a problem in them is said first.
-    declared = [read_profile_env_file(loaded, path) for path in loaded.env_files]
+    declared = profile_layers(loaded)
     inherited = inherited_environment(calling, [read_env_file(path) for path in env_files])
     if server is not None:
         judge = kind_of(server).model_problem

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 from nccl_launch.digits import is_ascii_digits
-from nccl_launch.env.env_files import read_profile_env_file
+from nccl_launch.env.env_files import profile_layers
 from nccl_launch.errors import (
     EXIT_DRIFT,
     EXIT_HOST,
@@ -120,16 +120,12 @@ def compare_tree(
     profile_error: str | None = None,
     logs: NcclLogs | None = None,
 ) -> LiveReport:
-    """A tree's snapshots compared with a profile and the env files it names, and with the
-    NCCL logs `logs` follows; `profile_error` says why it is an older one. An env file this
-    checker may not read (a monitoring user, a 0600 file) leaves its keys unchecked, said in
-    the report, without failing it."""
-    env_files, unchecked = [], []
-    for path in loaded.env_files:
-        try:
-            env_files.append(read_profile_env_file(loaded, path))
-        except HostError as error:
-            unchecked.append(str(error))
+    """A tree's snapshots compared with a profile, the env files and secret files it names,
+    and the NCCL logs `logs` follows; `profile_error` says why it is an older one. An env
+    file this checker may not read (a monitoring user, a 0600 file) leaves its keys
+    unchecked, said in the report, without failing it."""
+    unchecked: list[str] = []
+    env_files = profile_layers(loaded, unchecked)
     return evaluate(
         loaded.plan,
         loaded.profile.policy,

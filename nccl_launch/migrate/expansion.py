@@ -17,6 +17,17 @@ DEFAULT_IFS = " \t\n"  # bash's IFS when the script sets none: it ignores the ca
 # `{a,b}` or `{1..3}` with unquoted braces: bash makes one argument of each item.
 _BRACES = re.compile(r"\{[^{}]*(?:,|\.\.)[^{}]*\}")
 _QUOTED = "\x01"  # stands for a quoted character, which no expansion treats as special
+# `$(cat FILE)` or `$(< FILE)`: a secret read from a file that holds just it (a Secret
+# volume's, systemd's LoadCredential='s), FILE one plain or quoted word that expands nothing.
+_SECRET_READ = re.compile(
+    r"""[ \t]*(?:cat[ \t]+|<[ \t]*)(?:([A-Za-z0-9_@%+=:,./-]+)|'([^']+)'|"([^"$`\\]+)")[ \t]*"""
+)
+# What `lookup` is asked for `$(cat FILE)`: this, then FILE; it answers with the value.
+SECRET_FILE = "\x00secret file "  # noqa: S105 (a marker, no password)
+_FOLLOWED = (
+    "only a secret read from a file in the server's command is followed: $(cat FILE) or "
+    "$(< FILE), which becomes the profile's secret_files"
+)
 
 
 def expand(
@@ -113,7 +124,7 @@ def _expanded(
         if kind == shell.LITERAL:
             out.append((text, False))
         elif kind == shell.COMMAND:
-            raise shell.ShellError(f"line {line}: command substitution is not supported")
+            out.append((_secret_read(text, lookup, line, assignment), False))
         elif kind == shell.ARITHMETIC:
             out.append((str(arithmetic(text, lookup, line)), False))
         elif kind == shell.QUOTED:
@@ -126,6 +137,21 @@ def _expanded(
                 else:
                     out += _expand_text(piece, lookup, line, unset, ifs, assignment)
     return out
+
+
+def _secret_read(text: str, lookup: Lookup, line: int, assignment: bool) -> str:
+    """What `lookup` gives for the file `$(cat FILE)` or `$(< FILE)` reads, in a command's
+    word; any other command substitution, or one in a variable's value, is refused."""
+    read = _SECRET_READ.fullmatch(text)
+    if read is None or assignment:
+        where = " in a variable's value" if read else ""
+        raise shell.ShellError(
+            f"line {line}: command substitution is not supported{where}; {_FOLLOWED}"
+        )
+    value = lookup(SECRET_FILE + next(path for path in read.groups() if path))
+    if value is None:
+        raise shell.ShellError(f"line {line}: command substitution is not supported")
+    return value
 
 
 def _tildes(text: str, first: bool, last: bool, assignment: bool, line: int) -> list[str | None]:

@@ -255,4 +255,5 @@ def read_script(text: str, environ: Mapping[str, str]) -> StartCommand:
         at=at,
         words=written,
         sourced=origins,
+        secret_files=state.secret_files,
     )

@@ -55,6 +55,8 @@ class StartCommand:
     words: list[str] = field(default_factory=list)
     # Each variable of `env` and `words` that a sourced file set last: that file, the value.
     sourced: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # The file each `${NAME}` of `words` that `$(cat FILE)` read holds its value in.
+    secret_files: dict[str, str] = field(default_factory=dict)
 
     def where(self, key: str) -> str:
         """Where `key` was set, as a comment in the profile says it."""
@@ -99,10 +101,14 @@ def nccl_reading(key: str, value: str, where: str) -> tuple[TomlValue | None, st
     if isinstance(rule, IntRule | SizeRule):
         if read is None and not value:
             return None, f"{where}{key} is empty: NCCL keeps its default; not stored"
+        slip = rules.size_slip(key, value)
+        said = "; ".join(slip) if slip else None
         if isinstance(read, int) and str(read) != value:
-            meant = rule.ambiguity(value) if isinstance(rule, SizeRule) else None
+            meant = (rule.ambiguity(value) if isinstance(rule, SizeRule) else None) or said
             also = f" ({meant})" if meant else ""
             return read, f"{where}{key}={value} is read by NCCL as {read}; stored {read}{also}"
+        if said:
+            return value, f"{where}{key}={value}: {said}"
     if isinstance(rule, LevelRule) and isinstance(read, str) and read != value:
         return read, f"{where}{key}={value} is read by NCCL as {read}; stored {read}"
     return value, None
@@ -165,6 +171,7 @@ def build_profile(
         "description": f"{how} from {source}",
     }
     data |= {"env_files": env_files} if env_files else {}
+    data |= {"secret_files": start.secret_files} if start.secret_files else {}
     data |= {"nccl": nccl} if nccl else {}
     data |= {"env": env} if env else {}
     try:
@@ -238,7 +245,7 @@ def _env_file_words(
     files: dict[str, dict[str, str]] = {}
     credentials = credential_values(start.argv)
     for index, word in enumerate(words):
-        names = references.names([word])
+        names = [each for each in references.names([word]) if each not in start.secret_files]
         origins = sorted({start.sourced[each][0] for each in names})
         shown = [each for each in names if not is_secret(each)] if index in credentials else []
         if shown:
@@ -255,7 +262,7 @@ def _env_file_words(
                 files[file] = {each.key: each.value for each in env_file_lines(Path(file))}
             except UsageError as error:
                 raise _Unnamed(file, str(error)) from None
-        for each in references.names([word]):
+        for each in names:
             file, value = start.sourced[each]
             if files[file].get(each) != value:
                 raise _Unnamed(file, f"read as an env file, it gives {each} another value")

@@ -4,14 +4,17 @@ directory, its functions, and the notes on what a profile leaves out."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 
 from nccl_launch.errors import UsageError
 from nccl_launch.escaping import not_utf8
+from nccl_launch.masking import is_secret
 from nccl_launch.migrate import shell, sourced
-from nccl_launch.migrate.expansion import DEFAULT_IFS, arguments, expand, references
+from nccl_launch.migrate.expansion import DEFAULT_IFS, SECRET_FILE, arguments, expand, references
 from nccl_launch.migrate.server_table import from_caller, known
 from nccl_launch.nccl import catalog
 from nccl_launch.serving.references import literal
@@ -59,12 +62,15 @@ class Shell:
     cwd: str | None = None
     functions: dict[str, int] = field(default_factory=dict)  # name: the line defining it
     notes: list[str] = field(default_factory=list)
+    secret_files: dict[str, str] = field(default_factory=dict)  # NAME: the file `$(cat FILE)` reads
 
     def at(self, line: int) -> str:
         """Where `line` of the file being followed is: "line 3", "a.sh line 2"."""
         return f"{self.within[-1]} line {line}" if self.within else f"line {line}"
 
     def lookup(self, name: str) -> str | None:
+        if name.startswith(SECRET_FILE):  # `$(cat FILE)`: the server gets `${NAME}` filled
+            return f"${{{self.secret(name.removeprefix(SECRET_FILE))}}}"
         found = self.variables.get(name, None if name in self.removed else self.environ.get(name))
         if name == "PATH" and name not in self.variables and self.path_first:
             return ":".join([*self.path_first, found or ""])  # after `PATH=/opt/bin:$PATH`
@@ -83,6 +89,8 @@ class Shell:
         the rest as it is (`references.literal`)."""
 
         def marked(name: str) -> str | None:
+            if name.startswith(SECRET_FILE):
+                return f"{_OPEN}{self.secret(name.removeprefix(SECRET_FILE))}{_CLOSE}"
             value = self.lookup(name)
             return f"{_OPEN}{name}{_CLOSE}" if value and name in self.origins else value
 
@@ -96,6 +104,20 @@ class Shell:
         parts[::2] = [literal(text) for text in parts[::2]]
         parts[1::2] = [f"${{{name}}}" for name in parts[1::2]]
         return "".join(parts)
+
+    def secret(self, read: str) -> str:
+        """The variable that holds the secret of the file `$(cat FILE)` reads (`api_key`:
+        API_KEY; `k`: K_SECRET, a name masking hides), named in `secret_files`, a relative
+        FILE from where the script is then, as `[server] cwd` is; a second file of the same
+        name gets a number."""
+        path = os.path.normpath(PurePosixPath(self.cwd or "") / read)
+        stem = re.sub(r"[^A-Za-z0-9_]", "_", path.rstrip("/").rpartition("/")[2]).upper()
+        stem = stem if re.match(r"[A-Z_]", stem) else f"SECRET_{stem}"
+        stem = stem if is_secret(stem) else f"{stem}_SECRET"
+        names = [stem, *(f"{stem}_{number}" for number in range(2, len(self.secret_files) + 3))]
+        name = next(each for each in names if self.secret_files.get(each, path) == path)
+        self.secret_files[name] = path
+        return name
 
     def ifs(self) -> str:
         """The script's IFS (bash ignores the caller's)."""

@@ -37,6 +37,7 @@ class NcclVar:
     deprecated: bool
     read_by_source: bool
     summary: str
+    default: str  # as NCCL's documentation says it ("4194304", "0 (auto)"); "" when undocumented
     logged: Logged | None  # how NCCL_DEBUG=INFO says "NAME set by environment to VALUE"
 
 
@@ -85,11 +86,11 @@ def _logged_rows() -> dict[str, Logged]:
 
 
 def _logged(name: str, source: dict[str, str] | None) -> Logged | None:
-    rows = _logged_rows()
-    if name in rows:
-        return rows[name]
+    logged = _logged_rows()
+    if name in logged:
+        return logged[name]
     if source is not None and source["kind"].startswith("int64"):
-        return rows[_INTEGERS]
+        return logged[_INTEGERS]
     return None
 
 
@@ -107,6 +108,7 @@ def catalog() -> dict[str, NcclVar]:
             deprecated=row["deprecated"] == "yes",
             read_by_source=row["name"] in source,
             summary=row["doc_summary"],
+            default=row["default"],
             logged=_logged(row["name"], source.get(row["name"])),
         )
     for name, row in source.items():
@@ -118,6 +120,7 @@ def catalog() -> dict[str, NcclVar]:
                 deprecated=False,
                 read_by_source=True,
                 summary=f"undocumented; read at {row['source_locations']}",
+                default="",
                 logged=_logged(name, row),
             )
     return variables

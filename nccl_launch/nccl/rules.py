@@ -15,12 +15,17 @@ from nccl_launch.nccl.grammar import (
     StringRule,
     TokenListRule,
     TomlValue,
+    strtoll,
 )
 from nccl_launch.nccl.selection import SelectionRule
 
 _LEVEL = LevelRule()
 _CHANNELS = IntRule(1, 64)
 _INT32_SIZE = SizeRule(1, INT32_LIMIT - 1)
+# A size under 1/64 of NCCL's default is no tuning (tuned sizes stay a few powers of two from
+# it), and one under 1024 bytes was written without a unit (`1KiB` is 1024): such a count is
+# a unit NCCL stopped at (strtoll reads `16MiB` as 16) or one left out.
+FAR_BELOW = 64
 _SUBSYSTEMS = (
     "INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC", "ALLOC_HOST", "CALL",
     "PROXY", "NVLS", "BOOTSTRAP", "REG", "PROFILE", "RAS", "DESTROY", "ALL",
@@ -133,3 +138,23 @@ def meaning(name: str, raw: str) -> object:
 def same_meaning(name: str, expected: str, actual: str) -> bool:
     """True when NCCL (or the process, for other variables) treats both strings alike."""
     return expected == actual or meaning(name, expected) == meaning(name, actual)
+
+
+def size_slip(name: str, raw: str) -> tuple[str, str] | None:
+    """Where NCCL reads `raw` for the size `name` as 1 to 1023 bytes and under 1/FAR_BELOW of
+    its documented default (`16MiB` is 16 to strtoll): what is wrong, and what the value
+    likely meant, spelled to copy; None for any other value or variable."""
+    rule, var, read = rule_for(name), lookup(name), strtoll(raw)
+    if not isinstance(rule, SizeRule) or var is None or not var.default.isdigit() or not read:
+        return None
+    default = int(var.default)
+    if not 0 < read < min(1024, default // FAR_BELOW):
+        return None
+    # The unit written, where strtoll stopped, else the one that lands nearest the default.
+    letter = raw.strip().lstrip("0123456789")[:1].upper()
+    sizes = {f"{unit}iB": read * 1024 ** (1 + "KMG".index(unit)) for unit in "KMG"}
+    fits = {unit: size for unit, size in sizes.items() if size <= rule.high}
+    nearest = min(fits, key=lambda unit: max(fits[unit], default) / min(fits[unit], default))
+    unit = f"{letter}iB" if f"{letter}iB" in fits else nearest
+    wrong = f"{read} bytes is under 1/{FAR_BELOW} of NCCL's default {default}"
+    return wrong, f'for {read}{unit} ({fits[unit]} bytes) write "{read}{unit}"'

@@ -79,6 +79,19 @@ class ProfileChain:
             for path in _env_files(file)
         )
 
+    def secret_files(self) -> dict[str, Path]:
+        """The files holding one secret each that the chain names, by variable, the child's
+        where two name one; a relative path is read as an env file's."""
+        found: dict[str, Path] = {}
+        for file in reversed(self.files):
+            table = file.data.get("secret_files")
+            if isinstance(table, dict):
+                folder = Path(os.path.realpath(file.path)).parent
+                found |= {
+                    name: folder / path for name, path in table.items() if isinstance(path, str)
+                }
+        return found
+
     def origins(self) -> dict[str, Path]:
         """The file that declared each variable the profile sets (the child wins)."""
         origins: dict[str, Path] = {}

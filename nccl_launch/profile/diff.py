@@ -16,13 +16,14 @@ Change = tuple[str, str | None, str | None]
 
 # What the digest does not cover, compared as the resolved profile holds it (`name` and
 # `version` are in each side's header; [nccl], [env] and [server] are the env, argv and cwd;
-# `env_files` is compared as the paths it holds).
+# `env_files` and `secret_files` are compared as the paths they hold).
 UNDIGESTED = {"description", "policy", "provenance", "baseline"}
 
 
 def profile_changes(old: LoadedProfile, new: LoadedProfile) -> list[Change]:
-    """Every change between two resolved profiles: the env, the argv, the cwd and the env
-    files (which the digest covers), then the keys named in UNDIGESTED (which it does not)."""
+    """Every change between two resolved profiles: the env, the argv, the cwd, the env files
+    and the secret files (which the digest covers), then the keys named in UNDIGESTED (which
+    it does not)."""
     old_plan, new_plan = old.plan, new.plan
     changes: list[Change] = []
     for key in sorted(old_plan.env.keys() | new_plan.env.keys()):
@@ -43,6 +44,11 @@ def profile_changes(old: LoadedProfile, new: LoadedProfile) -> list[Change]:
             shlex.join(files) if files else None for files in (before_files, after_files)
         )
         changes.append(("env_files", before_text, after_text))
+    before_secrets, after_secrets = (p.profile.secret_files for p in (old, new))
+    for name in sorted(before_secrets.keys() | after_secrets.keys()):
+        before_path, after_path = before_secrets.get(name), after_secrets.get(name)
+        if before_path != after_path:
+            changes.append((f"secret_files.{name}", before_path, after_path))
     before_rest, after_rest = (_flat(p.profile.model_dump(include=UNDIGESTED)) for p in (old, new))
     for key in sorted(before_rest.keys() | after_rest.keys()):
         if before_rest.get(key) != after_rest.get(key):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from nccl_launch.findings import Finding, Severity
 from nccl_launch.kinds import kind_of
 from nccl_launch.masking import is_secret, mask_argv, mask_credentials, mask_value
-from nccl_launch.nccl import catalog
+from nccl_launch.nccl import catalog, rules
 from nccl_launch.profile.model import Profile
 
 _ELSEWHERE = "it belongs in an env file (mode 0600) named in env_files"
@@ -64,6 +64,9 @@ def notes(profile: Profile) -> list[Finding]:
             kind, message, fix = note
             severity: Severity = "warning" if kind in _WARNING_KINDS else "note"
             found.append(Finding(kind, name, message, fix, severity))
+        slip = rules.size_slip(name, profile.nccl[key])
+        if slip is not None:
+            found.append(Finding("size", name, *slip, "warning"))
     if profile.server is not None:
         found += kind_of(profile.server).warnings(profile.server, profile.declared_env())
         found += _interpreter_notes(profile.server.python)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import typing
 from collections.abc import Mapping
@@ -50,6 +51,7 @@ class LoadedProfile:
     chain: tuple[Path, ...]
     origins: Mapping[str, Path]
     env_files: tuple[Path, ...] = ()
+    secret_files: Mapping[str, Path] = dataclasses.field(default_factory=dict)
 
 
 def _valid_keys(table: str, kind: str) -> str:
@@ -181,13 +183,14 @@ def _reference_problems(profile: Profile, server: ServerTable) -> list[Finding]:
     problems = []
     names = references.names(server.args)
     if not profile.env_files:
-        allowed = profile.policy.environment_references
+        allowed = [*profile.policy.environment_references, *profile.secret_files]
         problems += [
             Finding(
                 "reference",
                 "server.args",
                 f"${{{name}}} can be filled from nothing: the profile names no env_files",
-                f"name the env file that sets {name} in env_files",
+                f"name the env file that sets {name} in env_files, or the file that holds it "
+                f"in secret_files",
             )
             for name in names
             if name not in allowed
@@ -223,6 +226,7 @@ def validate_chain(chain: ProfileChain) -> LoadedProfile:
         chain=chain.paths,
         origins=chain.origins(),
         env_files=chain.env_files(),
+        secret_files=chain.secret_files(),
     )
 
 

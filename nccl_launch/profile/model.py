@@ -191,6 +191,9 @@ class Profile(StrictModel):
     # dotenv files read at start, for what must not be written here (secrets): paths as
     # written, relative to the file that names them; an `extends` chain adds them up.
     env_files: list[Name] = Field(default_factory=list)
+    # NAME = path of a file holding just the value (a Secret volume's, LoadCredential='s), read
+    # at start as one variable of an env file; the child's path wins where two name it.
+    secret_files: dict[str, Name] = Field(default_factory=dict)
     nccl: dict[str, str] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
     policy: Policy = Field(default_factory=Policy)
@@ -221,6 +224,17 @@ class Profile(StrictModel):
         if "" in paths:
             raise ValueError("an empty path; give the env file's path")
         return paths
+
+    @field_validator("secret_files")
+    @classmethod
+    def _secret_files(cls, files: dict[str, str]) -> dict[str, str]:
+        def check(name: str, path: str) -> str:
+            env_value(name, path)
+            if not path:
+                raise ValueError("an empty path; give the path of the file that holds the value")
+            return path
+
+        return _check_table(files, check)
 
     @field_validator("nccl", mode="before")
     @classmethod

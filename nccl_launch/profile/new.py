@@ -102,6 +102,19 @@ def env_files_from(loaded: LoadedProfile, folder: Path) -> tuple[list[str], list
     return paths, moved
 
 
+def secret_files_from(loaded: LoadedProfile, folder: Path) -> dict[str, str]:
+    """The secret files of `loaded` as a profile in `folder` names the same files: as written
+    where that names the same file from there, else by the file's absolute path."""
+    seen_from = Path(os.path.realpath(folder))
+    written = loaded.profile.secret_files
+    return {
+        name: written[name]
+        if os.path.realpath(seen_from / written[name]) == os.path.realpath(path)
+        else str(path)
+        for name, path in loaded.secret_files.items()
+    }
+
+
 @dataclass(frozen=True)
 class ResolvedCopy:
     """A chain with its `extends` resolved and dropped, as a file in another folder writes it
@@ -123,6 +136,8 @@ def resolved_copy(chain: ProfileChain, folder: Path) -> ResolvedCopy:
     moved: list[MovedEnvFile] = []
     if loaded.env_files:
         data["env_files"], moved = env_files_from(loaded, folder)
+    if loaded.secret_files:
+        data["secret_files"] = secret_files_from(loaded, folder)
     private = any(not path.stat().st_mode & stat.S_IROTH for path in chain.paths)
     private = private or holds_secret(loaded.plan.argv, loaded.plan.env)
     return ResolvedCopy(data, loaded, private, moved)

@@ -49,14 +49,19 @@ class ProfilePlan:
 
 
 def digest(
-    env: dict[str, str], argv: list[str], cwd: str | None = None, env_files: list[str] | None = None
+    env: dict[str, str],
+    argv: list[str],
+    cwd: str | None = None,
+    env_files: list[str] | None = None,
+    secret_files: dict[str, str] | None = None,
 ) -> str:
     """sha256 over the canonical JSON of the declared env, the profile's argv, the server's
-    cwd when one is set (it decides what a relative path in the argv names) and the env files
-    it names, as paths (their values are secrets of one host); a profile without a cwd or env
-    files has the digest it had before they counted."""
+    cwd when one is set (it decides what a relative path in the argv names) and the env and
+    secret files it names, as paths (their values are secrets of one host); a profile without
+    a cwd or such files has the digest it had before they counted."""
     document = {"env": env, "argv": argv} | ({"cwd": cwd} if cwd is not None else {})
     document |= {"env_files": env_files} if env_files else {}
+    document |= {"secret_files": secret_files} if secret_files else {}
     canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -67,5 +72,5 @@ def build_plan(profile: Profile) -> ProfilePlan:
     server = profile.server
     argv = kind_of(server).argv(server) if server is not None else []
     cwd = server.cwd if server is not None else None
-    plan_digest = digest(env, argv, cwd, profile.env_files)
+    plan_digest = digest(env, argv, cwd, profile.env_files, profile.secret_files)
     return ProfilePlan(label=profile.label, env=env, argv=argv, digest=plan_digest)

@@ -38,5 +38,10 @@ def profile_schema() -> dict[str, Any]:
         "description": "dotenv files (0600) read at start, for secrets; relative to this file.",
         "items": {"type": "string", "minLength": 1},
     }
+    properties["secret_files"] |= {
+        "description": "NAME = a file holding just the value (a Secret volume's), read at start.",
+        "propertyNames": properties["env"]["propertyNames"],
+        "additionalProperties": {"type": "string", "minLength": 1},
+    }
     properties["schema"]["const"] = 1
     return {"$schema": "https://json-schema.org/draft/2020-12/schema"} | schema

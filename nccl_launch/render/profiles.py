@@ -47,9 +47,12 @@ def show_toml(profile: ShownProfile) -> str:
 
 
 def _change_text(key: str, value: str | None) -> str:
-    """A diff value: an argv (joined) with its credential flags masked, else as `quoted_value`."""
+    """A diff value: an argv (joined) with its credential flags masked, a secret file's path as
+    it is (the secret stays in the file), else as `quoted_value`."""
     if key == "argv" and value is not None:
         return json.dumps(shlex.join(mask_argv(shlex.split(value))))
+    if key.startswith("secret_files.") and value is not None:
+        return json.dumps(value)
     return quoted_value(key, value)
 
 

@@ -16,13 +16,19 @@ from typing import Any
 import tomli_w
 
 from nccl_launch.digits import is_ascii_digits
-from nccl_launch.env.env_files import read_profile_env_file
+from nccl_launch.env.env_files import profile_layers
 from nccl_launch.errors import UsageError
 from nccl_launch.kinds import ServerKind, kind_of
 from nccl_launch.profile.chain import ProfileChain
 from nccl_launch.profile.load import LoadedProfile, validate_resolved
 from nccl_launch.profile.model import nccl_value
-from nccl_launch.profile.new import env_files_from, moved_line, resolved_copy, write_profile
+from nccl_launch.profile.new import (
+    env_files_from,
+    moved_line,
+    resolved_copy,
+    secret_files_from,
+    write_profile,
+)
 from nccl_launch.profile.plan import ProfilePlan, build_plan
 from nccl_launch.profile.search import find_profile, shipped_dir
 from nccl_launch.tune.search import Values
@@ -53,8 +59,8 @@ def _key_env(loaded: LoadedProfile, kind: ServerKind) -> dict[str, str]:
     if kind.api_key_env is None:
         return {}
     env = {**os.environ, **loaded.plan.env}
-    for path in loaded.env_files:
-        env |= read_profile_env_file(loaded, path).values
+    for layer in profile_layers(loaded):
+        env |= layer.values
     return env
 
 
@@ -150,6 +156,8 @@ class Candidates:
         data = copy.deepcopy(candidate.data)
         if self.base.env_files:
             data["env_files"], _ = env_files_from(self.base, folder)
+        if self.base.secret_files:
+            data["secret_files"] = secret_files_from(self.base, folder)
         if self.exposed is not None:
             data["server"]["host"] = LOOPBACK
         text = tomli_w.dumps(data)
