@@ -45,6 +45,9 @@ NCCL_ERROR = (
 )
 # Those NCCL logs as strings; every other variable it reads is an integer, logged with a period.
 NCCL_STRINGS = {"NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL"}
+# What only a communicator of two or more ranks reads (NCCL's tuning returns first for one):
+# a one-rank NCCL (STANDIN_NCCL_NRANKS=1) logs none of them, and they change nothing there.
+NCCL_TUNED = {"NCCL_PROTO", "NCCL_ALGO", "NCCL_THREAD_THRESHOLDS"}
 # NCCL's own variables under the prefix of nccl-launch's markers, which NCCL does not read.
 NCCL_LAUNCH_VARIABLES = {"NCCL_LAUNCH_MODE", "NCCL_LAUNCH_ORDER_IMPLICIT", "NCCL_LAUNCH_RACE_FATAL"}
 
@@ -82,7 +85,8 @@ def base_rates(draw: random.Random) -> tuple[float, float]:
     factors = os.environ.get("STANDIN_TUNE_FACTORS")
     factored = rate
     for key, table in (json.loads(factors) if factors else TUNE_FACTORS).items():
-        factored *= table.get(os.environ.get(key, ""), 1.0)
+        if not (key in NCCL_TUNED and os.environ.get("STANDIN_NCCL_NRANKS") == "1"):
+            factored *= table.get(os.environ.get(key, ""), 1.0)
     return factored, rate
 
 
@@ -115,11 +119,19 @@ def nccl_info(rank: str, version: str = NCCL_VERSION) -> None:
         said[key] = value
     head = f"{socket.gethostname()}:{os.getpid()}:{os.getpid()} [{rank}] NCCL INFO "
     lines = [f"{head}NCCL version {version}+cuda12.9"]
+    nranks = os.environ.get("STANDIN_NCCL_NRANKS")
+    comm = f"ncclCommInitRankConfig comm 0x{os.getpid():x} rank {rank} nranks {nranks} cudaDev"
+    init = f"{head}{comm} {rank} nvmlDev {rank} busId 60 commId 0x{os.getppid():x} - Init "
+    if nranks:
+        lines.append(f"{init}START")
     for key, value in sorted(said.items()):
         marker = key.startswith("NCCL_LAUNCH_") and key not in NCCL_LAUNCH_VARIABLES
-        if value and not marker and not key.startswith("NCCL_DEBUG"):
+        unread = key in NCCL_TUNED and nranks == "1"
+        if value and not marker and not unread and not key.startswith("NCCL_DEBUG"):
             period = "" if key in NCCL_STRINGS else "."
             lines.append(f"{head}{key} set by environment to {value}{period}")
+    if nranks:
+        lines.append(f"{init}COMPLETE")
     os.write(2, "".join(f"{line}\n" for line in lines).encode())
 
 

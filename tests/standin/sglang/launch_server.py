@@ -58,6 +58,9 @@ Knobs, for tests:
   `NCCL_X set by environment to V` (an integer with a period) for each NCCL variable of its
   environment, each line as `host:pid:tid [rank] NCCL INFO ...`; STANDIN_NCCL_SAYS=
   "KEY=VALUE,KEY=" reports VALUE instead (NCCL took another value) or nothing (it ignored it);
+  STANDIN_NCCL_NRANKS=N adds NCCL's `Init START` and `Init COMPLETE` lines of a communicator
+  of N ranks around them, and N=1 behaves as NCCL does for one rank: no NCCL_PROTO, NCCL_ALGO
+  or NCCL_THREAD_THRESHOLDS line, and none of them changes the tune model's rate;
 - STANDIN_OUTLIVE_PARENT=1 clears the parent-death signal the main process was started with,
   as a server started through a wrapper that forks does: it outlives the process that started
   it (its workers still die with it);
