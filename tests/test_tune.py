@@ -440,10 +440,11 @@ def test_tune_of_a_one_rank_server_keeps_proto_and_algo_as_declared(
     write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
 ) -> None:
     # A server of one rank (NCCL 2.28.9's log: nranks 1, no NCCL_PROTO, no NCCL_ALGO line):
-    # neither changes anything there, NTHREADS=256 does.
-    seed_with(write_profile)
+    # neither is read there, NTHREADS=256 is the gain.
+    text = SEED.format(python=sys.executable, port=free_port(), nnodes=1)
+    write_profile("standin", text.replace("tp_size = 2", "tp_size = 1"))
     factors = {"NCCL_PROTO": {"": 0.5, "LL128": 2.0}, "NCCL_NTHREADS": {"256": 1.5}}
-    env = MODEL | {"STANDIN_NCCL_NRANKS": "1", "STANDIN_TUNE_FACTORS": json.dumps(factors)}
+    env = MODEL | {"STANDIN_TUNE_FACTORS": json.dumps(factors)}
     tries = ("--try", "PROTO=LL,LL128", "--try", "ALGO=Ring,Tree", "--try", "NTHREADS=256,512")
     result = run_cli("tune", "standin", *tries, *FAST, "--write", "--format", "json", env=env)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -45,9 +45,6 @@ NCCL_ERROR = (
 )
 # Those NCCL logs as strings; every other variable it reads is an integer, logged with a period.
 NCCL_STRINGS = {"NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL"}
-# What only a communicator of two or more ranks reads (NCCL's tuning returns first for one):
-# a one-rank NCCL (STANDIN_NCCL_NRANKS=1) logs none of them, and they change nothing there.
-NCCL_TUNED = {"NCCL_PROTO", "NCCL_ALGO", "NCCL_THREAD_THRESHOLDS"}
 # NCCL's own variables under the prefix of nccl-launch's markers, which NCCL does not read.
 NCCL_LAUNCH_VARIABLES = {"NCCL_LAUNCH_MODE", "NCCL_LAUNCH_ORDER_IMPLICIT", "NCCL_LAUNCH_RACE_FATAL"}
 
@@ -85,8 +82,7 @@ def base_rates(draw: random.Random) -> tuple[float, float]:
     factors = os.environ.get("STANDIN_TUNE_FACTORS")
     factored = rate
     for key, table in (json.loads(factors) if factors else TUNE_FACTORS).items():
-        if not (key in NCCL_TUNED and os.environ.get("STANDIN_NCCL_NRANKS") == "1"):
-            factored *= table.get(os.environ.get(key, ""), 1.0)
+        factored *= table.get(os.environ.get(key, ""), 1.0)
     return factored, rate
 
 
@@ -107,9 +103,11 @@ def holds_any(spec: str) -> str | None:
     return None
 
 
-def nccl_info(rank: str, version: str = NCCL_VERSION) -> None:
-    """NCCL's INFO lines of one rank, as NCCL `version` prints them when NCCL_DEBUG=INFO asks,
-    from this process's environment as NCCL reads it now."""
+def nccl_info(rank: str, version: str = NCCL_VERSION, nranks: int = 2) -> None:
+    """NCCL's INFO lines of one rank of a communicator of `nranks`, as NCCL `version` prints
+    them when NCCL_DEBUG=INFO asks, from this process's environment as NCCL reads it now: its
+    version, Init START, `set by environment` for each NCCL variable (PROTO and ALGO only with
+    two ranks or more: one rank never reads them), Init COMPLETE."""
     subsystems = os.environ.get("NCCL_DEBUG_SUBSYS", "ENV").split(",")
     if os.environ.get("NCCL_DEBUG") != "INFO" or "ENV" not in subsystems:
         return
@@ -118,20 +116,15 @@ def nccl_info(rank: str, version: str = NCCL_VERSION) -> None:
         key, _, value = item.partition("=")
         said[key] = value
     head = f"{socket.gethostname()}:{os.getpid()}:{os.getpid()} [{rank}] NCCL INFO "
-    lines = [f"{head}NCCL version {version}+cuda12.9"]
-    nranks = os.environ.get("STANDIN_NCCL_NRANKS")
-    comm = f"ncclCommInitRankConfig comm 0x{os.getpid():x} rank {rank} nranks {nranks} cudaDev"
-    init = f"{head}{comm} {rank} nvmlDev {rank} busId 60 commId 0x{os.getppid():x} - Init "
-    if nranks:
-        lines.append(f"{init}START")
+    init = f"ncclCommInitRankConfig comm 0x5a1e rank {rank} nranks {nranks} cudaDev {rank}"
+    lines = [f"{head}NCCL version {version}+cuda12.9", f"{head}{init} - Init START"]
+    tuning = {"NCCL_PROTO", "NCCL_ALGO"} if nranks < 2 else set()
     for key, value in sorted(said.items()):
         marker = key.startswith("NCCL_LAUNCH_") and key not in NCCL_LAUNCH_VARIABLES
-        unread = key in NCCL_TUNED and nranks == "1"
-        if value and not marker and not unread and not key.startswith("NCCL_DEBUG"):
+        if value and not marker and not key.startswith("NCCL_DEBUG") and key not in tuning:
             period = "" if key in NCCL_STRINGS else "."
             lines.append(f"{head}{key} set by environment to {value}{period}")
-    if nranks:
-        lines.append(f"{init}COMPLETE")
+    lines.append(f"{head}{init} - Init COMPLETE")
     os.write(2, "".join(f"{line}\n" for line in lines).encode())
 
 

@@ -54,13 +54,12 @@ Knobs, for tests:
   stderr, when the environment holds one of those values (`KEY=`: unset);
   STANDIN_HANG_IF="KEY=VALUE,..." answers /health with 503 forever for one of them;
 - with NCCL_DEBUG=INFO (and ENV among NCCL_DEBUG_SUBSYS's subsystems, or it unset), each
-  scheduler prints what NCCL 2.x prints as a communicator is created: its version, then
-  `NCCL_X set by environment to V` (an integer with a period) for each NCCL variable of its
-  environment, each line as `host:pid:tid [rank] NCCL INFO ...`; STANDIN_NCCL_SAYS=
-  "KEY=VALUE,KEY=" reports VALUE instead (NCCL took another value) or nothing (it ignored it);
-  STANDIN_NCCL_NRANKS=N adds NCCL's `Init START` and `Init COMPLETE` lines of a communicator
-  of N ranks around them, and N=1 behaves as NCCL does for one rank: no NCCL_PROTO, NCCL_ALGO
-  or NCCL_THREAD_THRESHOLDS line, and none of them changes the tune model's rate;
+  scheduler prints what NCCL 2.x prints as a communicator of tp_size ranks is created: its
+  version, `Init START`, then `NCCL_X set by environment to V` (an integer with a period) for
+  each NCCL variable of its environment (NCCL_PROTO and NCCL_ALGO only with two ranks or
+  more: one rank never reads them), then `Init COMPLETE`, each line as `host:pid:tid [rank]
+  NCCL INFO ...`; STANDIN_NCCL_SAYS="KEY=VALUE,KEY=" reports VALUE instead (NCCL took another
+  value) or nothing (it ignored it);
 - STANDIN_OUTLIVE_PARENT=1 clears the parent-death signal the main process was started with,
   as a server started through a wrapper that forks does: it outlives the process that started
   it (its workers still die with it);
@@ -142,13 +141,13 @@ def set_envs_and_config(args: argparse.Namespace) -> None:
         os.environ.setdefault("NCCL_GRAPH_REGISTER", "0")
 
 
-def worker(title: str, ready: Connection) -> None:
+def worker(title: str, tp_size: int, ready: Connection) -> None:
     """A scheduler or detokenizer: title itself, die with the parent, say ready, then idle."""
     core.become(title)
     if title.startswith("sglang::scheduler"):  # a rank holds its GPU's memory
         core.hold_gpu()
-    if title.startswith("sglang::scheduler_TP"):
-        core.nccl_info(title.removeprefix("sglang::scheduler_TP"))
+    if title.startswith("sglang::scheduler_TP"):  # a rank of the TP group's communicator
+        core.nccl_info(title.removeprefix("sglang::scheduler_TP"), nranks=tp_size)
     core.idle(ready, title)  # like SGLang's schedulers, which report to the main process when up
 
 
@@ -161,7 +160,7 @@ class Server:
 
     def spawn(self, title: str, drift: str = "") -> None:
         """Start one worker and wait until it has its title: /health waits for all of them."""
-        process, _ = core.start_child(self.context, worker, (title,), drift)
+        process, _ = core.start_child(self.context, worker, (title, self.args.tp_size), drift)
         self.workers.append(process)
 
     def start(self) -> None:
