@@ -89,7 +89,7 @@ def test_json_outputs_keep_their_keys() -> None:
                           "vllm"],
         Check: ["name", "status", "message", "detail", "drift"],
         LogReport: ["schema_version", "profile", "digest", "source", "processes", "keys",
-                    "undeclared"],
+                    "undeclared", "communicators", "warnings"],
         KeyReport: ["key", "expected", "verdict", "detail"],
         DriftReport: ["profile", "digest", "entries", "matched"],
         DriftEntry: ["key", "kind", "expected", "actual", "source", "note", "reason",

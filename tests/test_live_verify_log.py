@@ -271,6 +271,9 @@ HOSTILE_LINES = [
     "gpu-node-7:48301:48301 [0] NCCL INFO Invalid NCCL_X a (" + ")" * 1_000_000,
     "h:1:1 [" + " [" * 500_000 + "] NCCL INFO NCCL_PROTO set by environment to Simple",
     f"h:{'1' * 5000}:1 [0] NCCL INFO NCCL_IB_HCA set by environment to mlx5_1",
+    "[2026-12-04 18:03:05] " + "] " * 500_000 + "NCCL WARN x",
+    "gpu-node-7:48301:48301 [0] " + "x.cc:1 " * 140_000 + "NCCL WARN y",
+    "gpu-node-7:48301:48301 [0] NCCL INFO ncclCommInitRank comm" + " x" * 500_000 + " - Init START",
 ]
 
 

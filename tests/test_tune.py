@@ -437,6 +437,33 @@ def test_a_profile_naming_env_files_by_relative_paths_is_measured_as_is(
     assert gain == pytest.approx(0.12, abs=0.05)
 
 
+def test_tune_of_a_one_rank_server_keeps_proto_and_algo_as_declared(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    # A server of one rank (NCCL 2.28.9's log: nranks 1, no NCCL_PROTO, no NCCL_ALGO line):
+    # neither is read there, NTHREADS=256 is the gain.
+    text = SEED.format(python=sys.executable, port=free_port(), nnodes=1)
+    write_profile("standin", text.replace("tp_size = 2", "tp_size = 1"))
+    factors = {"NCCL_PROTO": {"": 0.5, "LL128": 2.0}, "NCCL_NTHREADS": {"256": 1.5}}
+    env = MODEL | {"STANDIN_TUNE_FACTORS": json.dumps(factors)}
+    tries = ("--try", "PROTO=LL,LL128", "--try", "ALGO=Ring,Tree", "--try", "NTHREADS=256,512")
+    result = run_cli("tune", "standin", *tries, *FAST, "--write", "--format", "json", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    said = (
+        "nccl-launch: warning: NCCL_ALGO, NCCL_PROTO: not read by the server, whose NCCL "
+        "communicators have one rank each (NCCL reads them only for two or more ranks); kept "
+        "as the profile declares them"
+    )
+    assert [line for line in result.stderr.splitlines() if "warning" in line] == [said]
+    document = json.loads(result.stdout)
+    trials = document["trials"]
+    assert {row["outcome"]["status"] for row in trials} == {"measured"}
+    assert all("PROTO" not in row["changes"] and "ALGO" not in row["changes"] for row in trials)
+    written = tomllib.loads((tmp_path / "profiles" / "standin-2.toml").read_text())
+    assert (written["nccl"]["PROTO"], written["nccl"]["ALGO"]) == ("LL", "Ring")
+    assert written["nccl"]["NTHREADS"] == 256
+
+
 def seed_with(
     write_profile: WriteProfile, top: str = "", server: str = "", bottom: str = ""
 ) -> int:

@@ -369,6 +369,21 @@ def test_a_trial_whose_values_nccl_contradicted_or_ignored_is_not_measured(
     assert (again.status, again.unconfirmed) == ("measured", ["NCCL_NTHREADS"]), again
 
 
+def test_a_one_rank_server_that_never_reads_proto_or_algo_is_measured(
+    candidate: Candidate, tmp_path: Path
+) -> None:
+    # As NCCL 2.28.9 did on one H200: a communicator of one rank logs no NCCL_PROTO and no
+    # NCCL_ALGO (NCCL tunes no such communicator), and its init line says nranks 1.
+    seed = Path(candidate("seed", **SEED))
+    seed.write_text(seed.read_text().replace("tp_size = 2", "tp_size = 1"))
+    owner = Owner(OWNER.journal, OWNER.digest, {"PROTO": "LL", "ALGO": "Ring"}, OWNER.started)
+    outcome = run_trial(str(seed), SETTINGS, tmp_path / "log", Progress(), owner)
+    assert outcome.status == "measured", outcome
+    assert (sorted(outcome.not_read), outcome.unconfirmed) == (["NCCL_ALGO", "NCCL_PROTO"], [])
+    assert " nranks 1 " in (tmp_path / "log").read_text()
+    assert " NCCL_PROTO set by environment" not in (tmp_path / "log").read_text()
+
+
 def test_a_log_without_any_nccl_line_leaves_the_values_unconfirmed_not_the_trial_failed(
     candidate: Candidate, tmp_path: Path
 ) -> None:

@@ -73,8 +73,9 @@ class _Trials:
         if self.budget is not None and self.spent >= self.budget:
             raise _Spent
         self.spent += 1
+        key = self.objective.key(values)  # the candidate started, whatever its start teaches
         found = self.objective.measure(values)
-        self.starts.setdefault(self.objective.key(values), []).append(found)
+        self.starts.setdefault(key, []).append(found)
 
     def figures(self, values: Values, first: int = 1) -> list[Start]:
         """The measured starts of `values`, started `first` times where it never was."""

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from nccl_launch.bench.measure import Progress
 from nccl_launch.bench.result import Method
 from nccl_launch.errors import UsageError
+from nccl_launch.nccl.catalog import PREFIX
 from nccl_launch.profile.chain import read_chain
 from nccl_launch.profile.load import LoadedProfile
 from nccl_launch.profile.model import Baseline
@@ -24,7 +25,7 @@ from nccl_launch.tune.candidates import Candidates, changes
 from nccl_launch.tune.result import CandidateRow, Confirmation, Estimate, Gain, TrialRow, TuneReport
 from nccl_launch.tune.search import Space, Values, confirm, defaults, descend, grid
 from nccl_launch.tune.stats import Noise, Start, pooled_noise
-from nccl_launch.tune.trial import TrialSettings, run_trial
+from nccl_launch.tune.trial import TrialOutcome, TrialSettings, run_trial
 
 
 class TuneProgress(Progress, Protocol):
@@ -70,7 +71,9 @@ def tune_folder(base: LoadedProfile, method: Method) -> PurePath:
 class _Trials:
     """The search's objective: a candidate's digest names it; one start of it replays the
     journal's next line of that candidate (and phase: `confirm`), else runs a real trial
-    and appends its outcome."""
+    and appends its outcome. A variable a trial's NCCL log says no communicator of the server
+    reads (NCCL_PROTO where each has one rank) is kept as the profile declares it from then
+    on: its other values are the same server, never started again, never written."""
 
     def __init__(
         self,
@@ -81,6 +84,7 @@ class _Trials:
         start: Values,
         confirm: bool = False,
         rows: list[TrialRow] | None = None,
+        unread: set[str] | None = None,
     ) -> None:
         self.candidates = candidates
         self.journal = done
@@ -89,17 +93,34 @@ class _Trials:
         self.start = start
         self.confirm = confirm
         self.rows = [] if rows is None else rows
+        self.unread = set() if unread is None else unread  # names, kept as `start` has them
 
     def confirming(self, settings: TrialSettings) -> _Trials:
         """The confirmation's objective: its starts marked, measured with `settings`."""
         return _Trials(
-            self.candidates, self.journal, settings, self.progress, self.start, True, self.rows
-        )
+            self.candidates, self.journal, settings, self.progress, self.start, True, self.rows,
+            self.unread,
+        )  # fmt: skip
+
+    def _as_run(self, values: Values) -> Values:
+        return values | {name: self.start[name] for name in self.unread}
 
     def key(self, values: Values) -> str:
-        return self.candidates.get(values).digest
+        return self.candidates.get(self._as_run(values)).digest
+
+    def _not_read(self, outcome: TrialOutcome) -> None:
+        """Keep what `outcome` says the server does not read as declared; say so once."""
+        names = {key.removeprefix(PREFIX) for key in outcome.not_read} & self.start.keys()
+        if names - self.unread:
+            self.unread |= names
+            said = ", ".join(f"{PREFIX}{name}" for name in sorted(self.unread))
+            self.progress.warn(
+                f"{said}: not read by the server, whose NCCL communicators have one rank each "
+                "(NCCL reads them only for two or more ranks); kept as the profile declares them"
+            )
 
     def measure(self, values: Values) -> Start | None:
+        values = self._as_run(values)
         candidate = self.candidates.get(values)
         number = len(self.rows) + 1
         line = self.journal.replay(candidate.digest, self.confirm)
@@ -121,6 +142,7 @@ class _Trials:
                 confirm=self.confirm,
             )
             self.journal.append(line)
+        self._not_read(line.outcome)
         row = TrialRow(
             number=number,
             digest=candidate.digest,

@@ -75,8 +75,10 @@ class TrialOutcome(BaseModel):
     log_tail: list[str] = []  # the last lines of its log (masked, escaped), when it failed
     seconds: float = Field(ge=0, allow_inf_nan=False)  # wall time of the whole trial
     # NCCL's own log of the server: the candidate's NCCL keys it says every process applied;
-    # the others (NCCL does not log them, the log holds no NCCL line, it applied another value).
+    # those no communicator of the server reads (NCCL_PROTO where each has one rank); the
+    # others (NCCL does not log them, the log holds no NCCL line, it applied another value).
     confirmed: list[str] = []
+    not_read: list[str] = []
     unconfirmed: list[str] = []
     # The time the server was given to get ready, and each request to be answered.
     ready_timeout: float | None = None
@@ -153,14 +155,17 @@ def _full(fd: int) -> bool:
 
 def _proof(launch: LaunchPlan, fd: int, log: Path, judged: set[str]) -> dict[str, object]:
     """What NCCL's own lines in the log say of the candidate's NCCL values, read as
-    `verify-log` reads them: the keys it confirmed, the others; and where NCCL contradicted
-    a value of `judged` (the searched values of a measured trial) or, logging its values,
-    left one out (it never read it, so it made no difference), the status "ignored" saying
-    which: its figures are not the candidate's. A log without NCCL lines judges nothing."""
+    `verify-log` reads them: the keys it confirmed, those its communicators do not read (one
+    rank each: a value the server never reads is no value of the candidate to reject), the
+    others; and where NCCL contradicted a value of `judged` (the searched values of a measured
+    trial) or, logging its values, left one out (it never read it, so it made no difference),
+    the status "ignored" saying which: its figures are not the candidate's. A log without NCCL
+    lines judges nothing."""
     with os.fdopen(os.dup(fd), encoding="utf-8", errors="replace") as text:
         text.seek(0)
         report = verify(launch.plan, text, str(log))
     confirmed = [key.key for key in report.keys if key.verdict == "ok"]
+    not_read = [key.key for key in report.keys if key.verdict == "not-read"]
     ignored = [
         key
         for key in report.keys
@@ -168,7 +173,8 @@ def _proof(launch: LaunchPlan, fd: int, log: Path, judged: set[str]) -> dict[str
     ]
     found: dict[str, object] = {
         "confirmed": confirmed,
-        "unconfirmed": [key.key for key in report.keys if key.key not in confirmed],
+        "not_read": not_read,
+        "unconfirmed": [key.key for key in report.keys if key.key not in confirmed + not_read],
     }
     if ignored:
         why = "; ".join(f"{key.key} {key.expected}: {key.detail}" for key in ignored)
