@@ -44,7 +44,14 @@ NCCL_ERROR = (
     "ncclInvalidArgument: Invalid value for an argument.\n"
 )
 # Those NCCL logs as strings; every other variable it reads is an integer, logged with a period.
-NCCL_STRINGS = {"NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL"}
+NCCL_STRINGS = {
+    "NCCL_PROTO",
+    "NCCL_ALGO",
+    "NCCL_P2P_LEVEL",
+    "NCCL_NET_GDR_LEVEL",
+    "NCCL_SOCKET_IFNAME",
+    "NCCL_HOSTID",
+}
 # NCCL's own variables under the prefix of nccl-launch's markers, which NCCL does not read.
 NCCL_LAUNCH_VARIABLES = {"NCCL_LAUNCH_MODE", "NCCL_LAUNCH_ORDER_IMPLICIT", "NCCL_LAUNCH_RACE_FATAL"}
 
