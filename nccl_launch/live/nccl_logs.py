@@ -133,16 +133,6 @@ class _Followed:
         self.begun = b"" if self.skipping else rest
 
 
-def _value(key: str, expected: str, log: ProcessLog) -> str | None:
-    """The last value NCCL applied otherwise than `expected`, else the one it rejected."""
-    values = log.applied.get(key, [])
-    wrong = [value for value in values if not rules.same_meaning(key, expected, value)]
-    if wrong:
-        return wrong[-1]
-    rejected = [text for text in log.invalid if text.startswith(f"Invalid {key} ")]
-    return rejected[-1].split()[2] if rejected else None
-
-
 def judged(
     log: ProcessLog, declared: Mapping[str, str], proc: Mapping[str, str], policy: Policy
 ) -> tuple[list[DriftEntry], list[str], list[str]]:
@@ -162,8 +152,8 @@ def judged(
             confirmed.append(key)
         elif judgement.verdict == "not-read":
             not_read.append(key)
-        elif judgement.verdict == "differs" and (value := _value(key, expected, log)):
-            said[key], lines[key] = value, judgement.said[-1]
+        elif judgement.verdict == "differs" and judgement.value is not None:
+            said[key], lines[key] = judgement.value, judgement.said[-1]
     for key, values in log.applied.items():
         if key not in declared:
             said[key], lines[key] = values[-1], f"{key} set by environment to {values[-1]}"

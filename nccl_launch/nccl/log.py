@@ -58,6 +58,7 @@ class Judgement:
     verdict: Verdict
     detail: str
     said: tuple[str, ...] = ()  # NCCL's own lines where it differs
+    value: str | None = None  # where it differs: the last value NCCL applied, else rejected
 
 
 def _origin(head: str) -> tuple[str, str, str] | None:
@@ -182,7 +183,8 @@ def judge(key: str, expected: str, log: ProcessLog) -> Judgement:
         said = tuple(f"{key} set by environment to {value}{period}" for value in wrong)
         shown = [f'applied "{value}"' for value in dict.fromkeys(wrong)]
         shown += [f'said "{text}"' for text in invalid]
-        return Judgement("differs", ", ".join(shown), said + tuple(invalid))
+        value = wrong[-1] if wrong else invalid[-1].split()[2]
+        return Judgement("differs", ", ".join(shown), said + tuple(invalid), value)
     reading = {comm: n for comm, n in log.communicators.items() if n >= logged.min_ranks}
     done = [comm for comm in reading if comm in log.completed]
     if values and logged.per == "communicator" and len(values) < len(done):
