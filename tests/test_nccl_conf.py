@@ -126,7 +126,7 @@ def test_a_refusal_says_how_to_fix_it_once_naming_each_place_a_value_came_from(
     conf.write_text("NCCL_IB_HCA=mlx5_0\nNCCL_IB_GID_INDEX=3\n")
     env_file = tmp_path / "site.env"
     env_file.write_text("NCCL_SOCKET_IFNAME=eth0\n")
-    caller = {"NCCL_DEBUG": "INFO", "NCCL_NET_GDR_LEVEL": "PHB"}
+    caller = {"NCCL_IB_TIMEOUT": "20", "NCCL_NET_GDR_LEVEL": "PHB"}  # NCCL_DEBUG has its own
     result = run_cli("run", "conf", "--env-file", str(env_file), "--", "true", env=caller)
     assert result.returncode == 1
     assert result.stderr.splitlines()[-1] == (
