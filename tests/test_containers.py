@@ -66,6 +66,19 @@ def test_each_name_is_known_by_its_origin_and_no_nccl_name_is_swallowed() -> Non
     assert swallowed == []  # NCCL_PROXY_CPUSET, NCCL_RAS_ADDR: NCCL's, never a service link
 
 
+# A Service named plain `nccl`: its prefix is NCCL itself.
+SERVICE_NCCL = {
+    "NCCL_SERVICE_HOST": "10.0.0.9", "NCCL_SERVICE_PORT": "8080", "NCCL_PORT": "tcp://10.0.0.9:8080",
+    "NCCL_PORT_8080_TCP": "tcp://10.0.0.9:8080", "NCCL_PORT_8080_TCP_PROTO": "tcp",
+    "NCCL_PORT_8080_TCP_PORT": "8080", "NCCL_PORT_8080_TCP_ADDR": "10.0.0.9",
+}  # fmt: skip
+
+
+def test_the_links_of_a_service_named_nccl_are_service_links() -> None:
+    said = {name: others.what_is(name, value) for name, value in SERVICE_NCCL.items()}
+    assert said == dict.fromkeys(SERVICE_NCCL, others.SERVICE_LINK)
+
+
 @pytest.mark.parametrize(
     ("name", "value"),
     [
@@ -301,6 +314,12 @@ def test_a_sites_own_name_goes_in_policy_not_nccl(
             "policy.not_nccl: 'SITE_RACK': only a name with NCCL's prefix could be drift; valid: "
             "NCCL_ then letters, digits, '_'",
         ),
+        (
+            'not_nccl = ["NCCL_PROTOCOL"]',
+            "policy.not_nccl: NCCL_PROTOCOL is close to NCCL_PROTO, which NCCL reads: most "
+            "likely a misspelling",
+        ),
+        ('not_nccl = ["NCCL_"]', "policy.not_nccl: 'NCCL_': only a name with NCCL's prefix"),
         (
             'not_nccl = ["NCCL_LAUNCH_PROFILE"]',
             "policy.not_nccl: NCCL_LAUNCH_PROFILE: nccl-launch sets this variable itself",

@@ -154,7 +154,9 @@ class Policy(StrictModel):
     @classmethod
     def _not_nccl_names(cls, names: list[str]) -> list[str]:
         for name in names:
-            if not (name.startswith(catalog.PREFIX) and _ENV_NAME.fullmatch(name)):
+            if not (name.startswith(catalog.PREFIX) and name != catalog.PREFIX) or not (
+                _ENV_NAME.fullmatch(name)
+            ):
                 raise ValueError(
                     f"{name!r}: only a name with NCCL's prefix could be drift; valid: NCCL_ "
                     "then letters, digits, '_'"
@@ -165,6 +167,13 @@ class Policy(StrictModel):
                 raise ValueError(
                     f"NCCL reads {name}: declare it in [nccl], or in server_owned where the "
                     "server sets it"
+                )
+            meant = catalog.did_you_mean(name)
+            if meant is not None:
+                raise ValueError(
+                    f"{name} is close to {meant}, which NCCL reads: most likely a misspelling, "
+                    f"never a name of this site's; fix it to {meant} in [nccl], or give the "
+                    "site's name a word of its own"
                 )
         return names
 
