@@ -204,6 +204,33 @@ def test_check_of_a_server_started_in_a_container_finds_no_drift(
     assert [sample.value for sample in families["nccl_launch_drift"].samples] == [0]
 
 
+def test_check_of_a_server_started_with_nccl_debug_in_a_container_finds_no_drift(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """NCCL logs only what it reads (the stand-in as NCCL): none of the container's names is
+    NCCL's word."""
+    port = free_port()
+    write_profile(
+        "standin", PROFILE.format(version=1, buffsize="16MiB", python=sys.executable, port=port)
+    )
+    server = Server([console_script(), "run", "--nccl-debug", "standin"], CONTAINER, port)
+    try:
+        document = json.loads(
+            run_cli("check", "standin", "--port", str(port), "--format", "json").stdout
+        )
+    finally:
+        server.stop()
+    logs = [process["nccl_log"] for process in document["processes"]]
+    assert sorted(log["state"] for log in logs) == ["none-yet"] * 3 + ["read"] * 2
+    drift = [
+        (e["key"], e["source"])
+        for p in document["processes"]
+        for e in p["entries"]
+        if not e["tolerated"]
+    ]
+    assert drift == []
+
+
 def test_watch_on_drift_stop_leaves_a_healthy_server_in_a_container_running(
     container_server: Server,
 ) -> None:

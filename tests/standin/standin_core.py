@@ -25,6 +25,8 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, NoReturn
 
+from nccl_launch.nccl import catalog
+
 PR_SET_PDEATHSIG = 1
 SSE = "text/event-stream; charset=utf-8"
 # The rate model of STANDIN_TUNE_MODEL=1: a factor per value as the merged environment holds
@@ -52,8 +54,6 @@ NCCL_STRINGS = {
     "NCCL_SOCKET_IFNAME",
     "NCCL_HOSTID",
 }
-# NCCL's own variables under the prefix of nccl-launch's markers, which NCCL does not read.
-NCCL_LAUNCH_VARIABLES = {"NCCL_LAUNCH_MODE", "NCCL_LAUNCH_ORDER_IMPLICIT", "NCCL_LAUNCH_RACE_FATAL"}
 
 
 def start_number() -> int:
@@ -167,8 +167,10 @@ def nccl_info(rank: str, version: str = NCCL_VERSION, nranks: int = 2) -> None:
     lines = [f"{head}NCCL version {version}+cuda12.9", f"{head}{init} - Init START"]
     tuning = {"NCCL_PROTO", "NCCL_ALGO"} if nranks < 2 else set()
     for key, value in sorted(said.items()):
-        marker = key.startswith("NCCL_LAUNCH_") and key not in NCCL_LAUNCH_VARIABLES
-        if value and not marker and not key.startswith("NCCL_DEBUG") and key not in tuning:
+        # NCCL logs only what it reads: not nccl-launch's markers, an image's NCCL_VERSION,
+        # a build's NCCL_HOME or a service link (the catalog is NCCL's names, from its source).
+        read = catalog.lookup(key) is not None
+        if value and read and not key.startswith("NCCL_DEBUG") and key not in tuning:
             period = "" if key in NCCL_STRINGS else "."
             lines.append(f"{head}{key} set by environment to {value}{period}")
     lines.append(f"{head}{init} - Init COMPLETE")
