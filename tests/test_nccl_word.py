@@ -279,6 +279,30 @@ def test_nccl_debug_in_the_calling_environment_names_the_option(
     )
 
 
+def test_nccl_debug_replaces_the_calling_environments_logging_and_a_stale_marker(
+    nccl_launch: RunCli, write_profile: WriteProfile
+) -> None:
+    """With --nccl-debug, NCCL's logging is nccl-launch's to set: the caller's NCCL_DEBUG and
+    NCCL_DEBUG_FILE are replaced, not refused with a fix that names the option already given.
+    Without it, a marker inherited from another run never reaches the server, whose check
+    would otherwise tolerate NCCL_DEBUG by it."""
+    write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    caller = {
+        "NCCL_DEBUG": "WARN",
+        "NCCL_DEBUG_FILE": "/tmp/elsewhere.%p",
+        "NCCL_DEBUG_SUBSYS": "ALL",
+    }
+    result = nccl_launch("run", "--nccl-debug", "p", "--", "env", env=caller)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert {"NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,ENV"} <= set(lines)
+    [debug_file] = [line for line in lines if line.startswith("NCCL_DEBUG_FILE=")]
+    assert debug_file.endswith("/%h.%p.log") and "elsewhere" not in debug_file
+    result = nccl_launch("run", "p", "--", "env", env={"NCCL_LAUNCH_NCCL_DEBUG": "1"})
+    assert result.returncode == 0, result.stderr
+    assert "NCCL_LAUNCH_NCCL_DEBUG=1" not in result.stdout.splitlines()
+
+
 def test_a_run_whose_log_folder_cannot_be_made_starts_with_nccls_log_in_its_output(
     nccl_launch: RunCli, write_profile: WriteProfile, tmp_path: Path
 ) -> None:
