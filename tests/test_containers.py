@@ -348,6 +348,10 @@ def test_a_sites_own_name_goes_in_policy_not_nccl(
         ),
         ('not_nccl = ["NCCL_"]', "policy.not_nccl: 'NCCL_': only a name with NCCL's prefix"),
         (
+            "not_nccl = [" + ", ".join(f'"NCCL_SITE_{i}"' for i in range(257)) + "]",
+            "policy.not_nccl: 257 names; at most 256",
+        ),
+        (
             'not_nccl = ["NCCL_LAUNCH_PROFILE"]',
             "policy.not_nccl: NCCL_LAUNCH_PROFILE: nccl-launch sets this variable itself",
         ),

@@ -109,6 +109,9 @@ def env_value(name: str, value: Any) -> str:
     return str(value)
 
 
+MAX_NOT_NCCL = 256
+
+
 class Policy(StrictModel):
     """What to do when the inherited environment disagrees with the profile."""
 
@@ -153,6 +156,10 @@ class Policy(StrictModel):
     @field_validator("not_nccl")
     @classmethod
     def _not_nccl_names(cls, names: list[str]) -> list[str]:
+        if len(names) > MAX_NOT_NCCL:  # each is compared with NCCL's names: bounded work
+            raise ValueError(
+                f"{len(names)} names; at most {MAX_NOT_NCCL} (a site's own NCCL_* names are few)"
+            )
         for name in names:
             if not (name.startswith(catalog.PREFIX) and name != catalog.PREFIX) or not (
                 _ENV_NAME.fullmatch(name)
