@@ -318,6 +318,19 @@ def test_a_sites_own_name_goes_in_policy_not_nccl(
     )
 
 
+def test_a_profile_that_sets_one_in_env_is_told_it_is_left_to_the_server(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """Not "NCCL variables belong in [nccl]", where it would be refused as unknown to NCCL."""
+    path = write_profile("site", SITE + '[env]\nNCCL_HOME = "/opt/nccl"\n')
+    result = run_cli("validate", str(path))
+    assert result.returncode == 2
+    assert result.stdout + result.stderr == (
+        f"{path}: env.NCCL_HOME: read by nccl-tests' build, not read by NCCL and never drift: "
+        "the server gets it from the calling environment untouched; remove it here\n"
+    )
+
+
 @pytest.mark.parametrize(
     ("policy", "said"),
     [

@@ -100,6 +100,12 @@ def env_value(name: str, value: Any) -> str:
     if name in OWN_VARIABLES:
         raise ValueError("nccl-launch sets this variable itself")
     if name.startswith(catalog.PREFIX):
+        what = others.what_is(name, str(value))
+        if what is not None:  # [nccl] would refuse it: NCCL does not read it
+            raise ValueError(
+                f"{what}, not read by NCCL and never drift: the server gets it from the "
+                "calling environment untouched; remove it here"
+            )
         short = name.removeprefix(catalog.PREFIX)
         raise ValueError(f"NCCL variables belong in [nccl], validated: {short} = {value!r}")
     if isinstance(value, bool) or not isinstance(value, str | int):
