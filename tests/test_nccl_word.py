@@ -38,7 +38,8 @@ def test_the_file_name_is_expanded_as_nccl_expands_it(pattern: str, path: str) -
     assert expanded(pattern, 42, "vm") == path
 
 
-def _snapshot(path: Path, pid: int = 4242, **env: str) -> ProcessSnapshot:
+def _snapshot(path: Path, pid: int = os.getpid(), **env: str) -> ProcessSnapshot:
+    """A process whose NCCL writes `path`: this one, whose /proc/PID/root is the test's."""
     marked = {"NCCL_LAUNCH_NCCL_DEBUG": "1", "NCCL_DEBUG_FILE": str(path), **env}
     return ProcessSnapshot(pid, 0.0, "rank", {"NCCL_PROTO": "LL", **marked}, uid=os.geteuid())
 
@@ -115,7 +116,7 @@ def test_only_what_proc_cannot_see_is_an_entry_of_nccls_word(
         "vm:7:7 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to lo\n"  # /proc has it
     )
     env = {"NCCL_PROTO": "LL", "NCCL_BUFFSIZE": "16777216", "NCCL_SOCKET_IFNAME": "lo"}
-    snapshot = _snapshot(path, 7, **env)
+    snapshot = _snapshot(path, os.getpid(), **env)
     report = evaluate(loaded.plan, loaded.profile.policy, "p.toml", [snapshot])
     [process] = report.processes
     word = [(e.key, e.kind, e.source) for e in process.entries if e.source == "NCCL's log"]
@@ -129,11 +130,15 @@ def test_only_what_proc_cannot_see_is_an_entry_of_nccls_word(
 DRIVER = """
 import json, os, subprocess, sys, time, urllib.request
 
-script, profile, port, late = sys.argv[1:]
+script, profile, port, late, private = sys.argv[1:]
 env = dict(os.environ)
 if late:
     env |= {"STANDIN_LATE_EXPORT_RANK": "1", "STANDIN_LATE_EXPORT": late}
-server = subprocess.Popen([script, "run", "--nccl-debug", profile], env=env)
+argv = [script, "run", "--nccl-debug", profile]
+if private:  # the server's files where only its mount namespace sees them, as a container's
+    mount = f'mount -t tmpfs -o mode=0700 tmpfs {private} && exec "$@"'
+    argv = ["unshare", "--mount", "sh", "-c", mount, "sh", *argv]
+server = subprocess.Popen(argv, env=env)
 
 def healthy():
     try:
@@ -165,9 +170,11 @@ print(json.dumps(found))
 """
 
 
-def in_own_pid_namespace(profile: Path, port: int, late: str = "") -> dict[str, Any]:
+def in_own_pid_namespace(
+    profile: Path, port: int, late: str = "", private: str = ""
+) -> dict[str, Any]:
     argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", DRIVER,
-            console_script(), str(profile), str(port), late]  # fmt: skip
+            console_script(), str(profile), str(port), late, private]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(STANDIN)}
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, check=False)
     assert done.returncode == 0, done.stderr
@@ -219,6 +226,21 @@ def test_a_ranks_late_export_is_drift_by_nccls_word_and_stops_the_tree(
     assert stopped.startswith("stopped the server: 5 processes of pid ")
     assert stopped.endswith(f"; drift: pid {pid} NCCL_PROTO by NCCL's log")
     assert found["left"] == []
+
+
+def test_check_reads_each_log_as_the_process_sees_it_from_another_mount_namespace(
+    write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    """The server's state home is a tmpfs of its own mount namespace, as a container's files
+    are to a sidecar or the host: check still finds rank 1's late export."""
+    profile, port = _standin(write_profile)
+    state = tmp_path / "home" / ".local" / "state"
+    state.mkdir(parents=True, exist_ok=True)
+    found = in_own_pid_namespace(profile, port, "NCCL_PROTO=Simple", str(state))
+    assert not (state / "nccl-launch").exists()  # not here: in the server's namespace
+    assert found["text"]["code"] == 1, found["text"]["out"]
+    assert "(NCCL's log; NCCL_PROTO set by environment to Simple)" in found["text"]["out"]
+    assert found["watch"]["out"].splitlines()[-1].endswith("NCCL_PROTO by NCCL's log")
 
 
 def test_a_tree_whose_ranks_keep_the_profile_has_no_drift(write_profile: WriteProfile) -> None:
