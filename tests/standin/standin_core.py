@@ -25,8 +25,6 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, NoReturn
 
-from nccl_launch.nccl import catalog
-
 PR_SET_PDEATHSIG = 1
 SSE = "text/event-stream; charset=utf-8"
 # The rate model of STANDIN_TUNE_MODEL=1: a factor per value as the merged environment holds
@@ -46,6 +44,14 @@ NCCL_ERROR = (
     "ncclInvalidArgument: Invalid value for an argument.\n"
 )
 # Those NCCL logs as strings; every other variable it reads is an integer, logged with a period.
+# The names NCCL reads, from the data nccl-launch keeps of NCCL's source and docs (read
+# here, not imported: a stand-in runs under any interpreter, nccl-launch installed or not).
+NCCL_DATA = Path(__file__).resolve().parents[2] / "nccl_launch" / "nccl" / "data"
+NCCL_NAMES = {
+    line.split("\t", 1)[0]
+    for table in ("nccl-env-catalog.tsv", "nccl-env-read-by-source.tsv")
+    for line in (NCCL_DATA / table).read_text().splitlines()[1:]
+}
 NCCL_STRINGS = {
     "NCCL_PROTO",
     "NCCL_ALGO",
@@ -168,9 +174,8 @@ def nccl_info(rank: str, version: str = NCCL_VERSION, nranks: int = 2) -> None:
     tuning = {"NCCL_PROTO", "NCCL_ALGO"} if nranks < 2 else set()
     for key, value in sorted(said.items()):
         # NCCL logs only what it reads: not nccl-launch's markers, an image's NCCL_VERSION,
-        # a build's NCCL_HOME or a service link (the catalog is NCCL's names, from its source).
-        read = catalog.lookup(key) is not None
-        if value and read and not key.startswith("NCCL_DEBUG") and key not in tuning:
+        # a build's NCCL_HOME or a service link.
+        if value and key in NCCL_NAMES and not key.startswith("NCCL_DEBUG") and key not in tuning:
             period = "" if key in NCCL_STRINGS else "."
             lines.append(f"{head}{key} set by environment to {value}{period}")
     lines.append(f"{head}{init} - Init COMPLETE")
