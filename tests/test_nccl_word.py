@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from nccl_launch.live.processes import ProcessSnapshot
 from nccl_launch.profile.load import load_profile
 from nccl_launch.profile.model import Policy
 from tests.conftest import RunCli, WriteProfile, console_script
-from tests.helpers import PROFILE, STANDIN, free_port
+from tests.helpers import PROFILE, STANDIN, free_port, wait_for_record
 
 LINE = "vm:{pid}:{pid} [1] NCCL INFO NCCL_PROTO set by environment to {value}\n"
 
@@ -343,3 +345,34 @@ def test_a_run_whose_log_folder_cannot_be_made_starts_with_nccls_log_in_its_outp
     assert result.stderr.endswith(
         "; NCCL's log goes to the server's output, where check cannot read it\n"
     )
+
+
+def test_capture_of_a_server_started_with_nccl_debug_leaves_out_what_it_added(
+    run_cli: RunCli, write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    """Not NCCL_DEBUG=INFO and the old run's NCCL_DEBUG_FILE in [nccl]: every later run would
+    write into that folder, and run --nccl-debug would refuse the profile."""
+    write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    out = tmp_path / "server.json"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(STANDIN),
+        "STANDIN_RECORD": str(out),
+        "STANDIN_WAIT": "1",
+    }
+    argv = [console_script(), "run", "--nccl-debug", "p", "--", sys.executable, "-m",
+            "sglang.launch_server", "--model", "/m"]  # fmt: skip
+    process = subprocess.Popen(argv, env=env, cwd=tmp_path)
+    try:
+        wait_for_record(out, process)
+        result = run_cli("capture", "--pid", str(process.pid), "-o", "live.toml")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=10)
+    assert result.returncode == 0, result.stderr
+    assert tomllib.loads(Path("live.toml").read_text())["nccl"] == {"PROTO": "LL"}
+    assert (
+        "nccl-launch: warning: left out what run --nccl-debug added (run the profile with "
+        "--nccl-debug for them): NCCL_DEBUG, NCCL_DEBUG_FILE, NCCL_DEBUG_SUBSYS"
+    ) in result.stderr.splitlines()
+    assert run_cli("run", "--dry-run", "--nccl-debug", "live.toml").returncode == 0
