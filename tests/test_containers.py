@@ -66,6 +66,19 @@ def test_each_name_is_known_by_its_origin_and_no_nccl_name_is_swallowed() -> Non
     assert swallowed == []  # NCCL_PROXY_CPUSET, NCCL_RAS_ADDR: NCCL's, never a service link
 
 
+# A Service named plain `nccl`: its prefix is NCCL itself.
+SERVICE_NCCL = {
+    "NCCL_SERVICE_HOST": "10.0.0.9", "NCCL_SERVICE_PORT": "8080", "NCCL_PORT": "tcp://10.0.0.9:8080",
+    "NCCL_PORT_8080_TCP": "tcp://10.0.0.9:8080", "NCCL_PORT_8080_TCP_PROTO": "tcp",
+    "NCCL_PORT_8080_TCP_PORT": "8080", "NCCL_PORT_8080_TCP_ADDR": "10.0.0.9",
+}  # fmt: skip
+
+
+def test_the_links_of_a_service_named_nccl_are_service_links() -> None:
+    said = {name: others.what_is(name, value) for name, value in SERVICE_NCCL.items()}
+    assert said == dict.fromkeys(SERVICE_NCCL, others.SERVICE_LINK)
+
+
 @pytest.mark.parametrize(
     ("name", "value"),
     [
@@ -191,6 +204,33 @@ def test_check_of_a_server_started_in_a_container_finds_no_drift(
     assert [sample.value for sample in families["nccl_launch_drift"].samples] == [0]
 
 
+def test_check_of_a_server_started_with_nccl_debug_in_a_container_finds_no_drift(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """NCCL logs only what it reads (the stand-in as NCCL): none of the container's names is
+    NCCL's word."""
+    port = free_port()
+    write_profile(
+        "standin", PROFILE.format(version=1, buffsize="16MiB", python=sys.executable, port=port)
+    )
+    server = Server([console_script(), "run", "--nccl-debug", "standin"], CONTAINER, port)
+    try:
+        document = json.loads(
+            run_cli("check", "standin", "--port", str(port), "--format", "json").stdout
+        )
+    finally:
+        server.stop()
+    logs = [process["nccl_log"] for process in document["processes"]]
+    assert sorted(log["state"] for log in logs) == ["none-yet"] * 3 + ["read"] * 2
+    drift = [
+        (e["key"], e["source"])
+        for p in document["processes"]
+        for e in p["entries"]
+        if not e["tolerated"]
+    ]
+    assert drift == []
+
+
 def test_watch_on_drift_stop_leaves_a_healthy_server_in_a_container_running(
     container_server: Server,
 ) -> None:
@@ -278,6 +318,19 @@ def test_a_sites_own_name_goes_in_policy_not_nccl(
     )
 
 
+def test_a_profile_that_sets_one_in_env_is_told_it_is_left_to_the_server(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """Not "NCCL variables belong in [nccl]", where it would be refused as unknown to NCCL."""
+    path = write_profile("site", SITE + '[env]\nNCCL_HOME = "/opt/nccl"\n')
+    result = run_cli("validate", str(path))
+    assert result.returncode == 2
+    assert result.stdout + result.stderr == (
+        f"{path}: env.NCCL_HOME: read by nccl-tests' build, not read by NCCL and never drift: "
+        "the server gets it from the calling environment untouched; remove it here\n"
+    )
+
+
 @pytest.mark.parametrize(
     ("policy", "said"),
     [
@@ -300,6 +353,16 @@ def test_a_sites_own_name_goes_in_policy_not_nccl(
             'not_nccl = ["SITE_RACK"]',
             "policy.not_nccl: 'SITE_RACK': only a name with NCCL's prefix could be drift; valid: "
             "NCCL_ then letters, digits, '_'",
+        ),
+        (
+            'not_nccl = ["NCCL_PROTOCOL"]',
+            "policy.not_nccl: NCCL_PROTOCOL is close to NCCL_PROTO, which NCCL reads: most "
+            "likely a misspelling",
+        ),
+        ('not_nccl = ["NCCL_"]', "policy.not_nccl: 'NCCL_': only a name with NCCL's prefix"),
+        (
+            "not_nccl = [" + ", ".join(f'"NCCL_SITE_{i}"' for i in range(257)) + "]",
+            "policy.not_nccl: 257 names; at most 256",
         ),
         (
             'not_nccl = ["NCCL_LAUNCH_PROFILE"]',

@@ -249,6 +249,8 @@ def test_catalog_holds_both_reference_files() -> None:
         ("NCCL_P2P_LEVL", "NCCL_P2P_LEVEL"),
         ("NCCL_MAX_NCHANNEL", "NCCL_MAX_NCHANNELS"),
         ("NCCL_LL_BUFSIZE", "NCCL_LL_BUFFSIZE"),  # only the source reads this one
+        ("NCCL_DEBUG_LEVEL", "NCCL_DEBUG"),  # written out longer, not NCCL_DEBUG_FILE
+        ("NCCL_IB_HCA_LIST", "NCCL_IB_HCA"),
     ],
 )
 def test_typos_get_a_suggestion_from_both_catalogs(typo: str, meant: str) -> None:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from nccl_launch.live.processes import ProcessSnapshot
 from nccl_launch.profile.load import load_profile
 from nccl_launch.profile.model import Policy
 from tests.conftest import RunCli, WriteProfile, console_script
-from tests.helpers import PROFILE, STANDIN, free_port
+from tests.helpers import PROFILE, STANDIN, free_port, wait_for_record
 
 LINE = "vm:{pid}:{pid} [1] NCCL INFO NCCL_PROTO set by environment to {value}\n"
 
@@ -38,7 +40,8 @@ def test_the_file_name_is_expanded_as_nccl_expands_it(pattern: str, path: str) -
     assert expanded(pattern, 42, "vm") == path
 
 
-def _snapshot(path: Path, pid: int = 4242, **env: str) -> ProcessSnapshot:
+def _snapshot(path: Path, pid: int = os.getpid(), **env: str) -> ProcessSnapshot:
+    """A process whose NCCL writes `path`: this one, whose /proc/PID/root is the test's."""
     marked = {"NCCL_LAUNCH_NCCL_DEBUG": "1", "NCCL_DEBUG_FILE": str(path), **env}
     return ProcessSnapshot(pid, 0.0, "rank", {"NCCL_PROTO": "LL", **marked}, uid=os.geteuid())
 
@@ -115,7 +118,7 @@ def test_only_what_proc_cannot_see_is_an_entry_of_nccls_word(
         "vm:7:7 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to lo\n"  # /proc has it
     )
     env = {"NCCL_PROTO": "LL", "NCCL_BUFFSIZE": "16777216", "NCCL_SOCKET_IFNAME": "lo"}
-    snapshot = _snapshot(path, 7, **env)
+    snapshot = _snapshot(path, os.getpid(), **env)
     report = evaluate(loaded.plan, loaded.profile.policy, "p.toml", [snapshot])
     [process] = report.processes
     word = [(e.key, e.kind, e.source) for e in process.entries if e.source == "NCCL's log"]
@@ -129,11 +132,15 @@ def test_only_what_proc_cannot_see_is_an_entry_of_nccls_word(
 DRIVER = """
 import json, os, subprocess, sys, time, urllib.request
 
-script, profile, port, late = sys.argv[1:]
+script, profile, port, late, private = sys.argv[1:]
 env = dict(os.environ)
 if late:
     env |= {"STANDIN_LATE_EXPORT_RANK": "1", "STANDIN_LATE_EXPORT": late}
-server = subprocess.Popen([script, "run", "--nccl-debug", profile], env=env)
+argv = [script, "run", "--nccl-debug", profile]
+if private:  # the server's files where only its mount namespace sees them, as a container's
+    mount = f'mount -t tmpfs -o mode=0700 tmpfs {private} && exec "$@"'
+    argv = ["unshare", "--mount", "sh", "-c", mount, "sh", *argv]
+server = subprocess.Popen(argv, env=env)
 
 def healthy():
     try:
@@ -165,9 +172,11 @@ print(json.dumps(found))
 """
 
 
-def in_own_pid_namespace(profile: Path, port: int, late: str = "") -> dict[str, Any]:
+def in_own_pid_namespace(
+    profile: Path, port: int, late: str = "", private: str = ""
+) -> dict[str, Any]:
     argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", DRIVER,
-            console_script(), str(profile), str(port), late]  # fmt: skip
+            console_script(), str(profile), str(port), late, private]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(STANDIN)}
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, check=False)
     assert done.returncode == 0, done.stderr
@@ -219,6 +228,21 @@ def test_a_ranks_late_export_is_drift_by_nccls_word_and_stops_the_tree(
     assert stopped.startswith("stopped the server: 5 processes of pid ")
     assert stopped.endswith(f"; drift: pid {pid} NCCL_PROTO by NCCL's log")
     assert found["left"] == []
+
+
+def test_check_reads_each_log_as_the_process_sees_it_from_another_mount_namespace(
+    write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    """The server's state home is a tmpfs of its own mount namespace, as a container's files
+    are to a sidecar or the host: check still finds rank 1's late export."""
+    profile, port = _standin(write_profile)
+    state = tmp_path / "home" / ".local" / "state"
+    state.mkdir(parents=True, exist_ok=True)
+    found = in_own_pid_namespace(profile, port, "NCCL_PROTO=Simple", str(state))
+    assert not (state / "nccl-launch").exists()  # not here: in the server's namespace
+    assert found["text"]["code"] == 1, found["text"]["out"]
+    assert "(NCCL's log; NCCL_PROTO set by environment to Simple)" in found["text"]["out"]
+    assert found["watch"]["out"].splitlines()[-1].endswith("NCCL_PROTO by NCCL's log")
 
 
 def test_a_tree_whose_ranks_keep_the_profile_has_no_drift(write_profile: WriteProfile) -> None:
@@ -279,6 +303,30 @@ def test_nccl_debug_in_the_calling_environment_names_the_option(
     )
 
 
+def test_nccl_debug_replaces_the_calling_environments_logging_and_a_stale_marker(
+    nccl_launch: RunCli, write_profile: WriteProfile
+) -> None:
+    """With --nccl-debug, NCCL's logging is nccl-launch's to set: the caller's NCCL_DEBUG and
+    NCCL_DEBUG_FILE are replaced, not refused with a fix that names the option already given.
+    Without it, a marker inherited from another run never reaches the server, whose check
+    would otherwise tolerate NCCL_DEBUG by it."""
+    write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    caller = {
+        "NCCL_DEBUG": "WARN",
+        "NCCL_DEBUG_FILE": "/tmp/elsewhere.%p",
+        "NCCL_DEBUG_SUBSYS": "ALL",
+    }
+    result = nccl_launch("run", "--nccl-debug", "p", "--", "env", env=caller)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert {"NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,ENV"} <= set(lines)
+    [debug_file] = [line for line in lines if line.startswith("NCCL_DEBUG_FILE=")]
+    assert debug_file.endswith("/%h.%p.log") and "elsewhere" not in debug_file
+    result = nccl_launch("run", "p", "--", "env", env={"NCCL_LAUNCH_NCCL_DEBUG": "1"})
+    assert result.returncode == 0, result.stderr
+    assert "NCCL_LAUNCH_NCCL_DEBUG=1" not in result.stdout.splitlines()
+
+
 def test_a_run_whose_log_folder_cannot_be_made_starts_with_nccls_log_in_its_output(
     nccl_launch: RunCli, write_profile: WriteProfile, tmp_path: Path
 ) -> None:
@@ -297,3 +345,34 @@ def test_a_run_whose_log_folder_cannot_be_made_starts_with_nccls_log_in_its_outp
     assert result.stderr.endswith(
         "; NCCL's log goes to the server's output, where check cannot read it\n"
     )
+
+
+def test_capture_of_a_server_started_with_nccl_debug_leaves_out_what_it_added(
+    run_cli: RunCli, write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    """Not NCCL_DEBUG=INFO and the old run's NCCL_DEBUG_FILE in [nccl]: every later run would
+    write into that folder, and run --nccl-debug would refuse the profile."""
+    write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    out = tmp_path / "server.json"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(STANDIN),
+        "STANDIN_RECORD": str(out),
+        "STANDIN_WAIT": "1",
+    }
+    argv = [console_script(), "run", "--nccl-debug", "p", "--", sys.executable, "-m",
+            "sglang.launch_server", "--model", "/m"]  # fmt: skip
+    process = subprocess.Popen(argv, env=env, cwd=tmp_path)
+    try:
+        wait_for_record(out, process)
+        result = run_cli("capture", "--pid", str(process.pid), "-o", "live.toml")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=10)
+    assert result.returncode == 0, result.stderr
+    assert tomllib.loads(Path("live.toml").read_text())["nccl"] == {"PROTO": "LL"}
+    assert (
+        "nccl-launch: warning: left out what run --nccl-debug added (run the profile with "
+        "--nccl-debug for them): NCCL_DEBUG, NCCL_DEBUG_FILE, NCCL_DEBUG_SUBSYS"
+    ) in result.stderr.splitlines()
+    assert run_cli("run", "--dry-run", "--nccl-debug", "live.toml").returncode == 0

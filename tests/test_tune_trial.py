@@ -346,6 +346,20 @@ def test_a_trial_says_which_values_nccls_own_log_confirmed(
     )
 
 
+def test_a_trial_replaces_the_callers_nccl_logging_with_its_own(
+    candidate: Candidate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tune turns NCCL's logging on itself: a shell's NCCL_DEBUG=WARN (or a file for it)
+    refuses no trial, and NCCL's lines still come where the trial reads them."""
+    monkeypatch.setenv("NCCL_DEBUG", "WARN")
+    monkeypatch.setenv("NCCL_DEBUG_FILE", str(tmp_path / "elsewhere.%p"))
+    outcome = run_trial(candidate("seed", **SEED), SETTINGS, tmp_path / "log", Progress(), OWNER)
+    assert outcome.status == "measured", outcome
+    assert (
+        "NCCL INFO NCCL_BUFFSIZE set by environment to 16777216." in (tmp_path / "log").read_text()
+    )
+
+
 def test_a_trial_whose_values_nccl_contradicted_or_ignored_is_not_measured(
     candidate: Candidate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -150,6 +150,10 @@ def prepare_launch(
     """Resolve the profile (refused unless it has the digest `pin`, when given), build the argv
     and merge the env; drift is in `merged.report`."""
     placement = placement or Placement()
+    # This run says whether NCCL logs for check: a marker inherited from another run does
+    # not, and with --nccl-debug neither does the caller's NCCL_DEBUG (replaced below).
+    replaced = {MARKER_NCCL_DEBUG, *(NCCL_DEBUG_KEYS if nccl_debug else ())}
+    calling = {key: value for key, value in calling.items() if key not in replaced}
     loaded = check_pin(load_profile(ref), pin)
     plan, server = loaded.plan, loaded.profile.server
     # The profile's own env files before any --env-file: a problem in them is said first.

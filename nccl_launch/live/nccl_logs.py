@@ -196,7 +196,7 @@ class NcclLogs:
         if path is None:
             return None, []
         try:
-            followed = self._read(path, snapshot.uid)
+            followed = self._read(path, snapshot.pid, snapshot.uid)
         except _Unreadable as problem:
             self._followed.pop(path, None)
             return NcclLog(file=path, state="unreadable", reason=str(problem)), []
@@ -207,13 +207,15 @@ class NcclLogs:
         log = NcclLog(file=path, state="read", confirmed=confirmed, not_read=not_read)
         return log, entries
 
-    def _read(self, path: str, uid: int | None) -> _Followed | None:
+    def _read(self, path: str, pid: int, uid: int | None) -> _Followed | None:
         """The file at `path` read on; None while it does not exist. Only a regular file of
-        the process's own user is read (never through a symlink at its name)."""
+        the process's own user is read (never through a symlink at its name), and as the
+        process sees it, through /proc/PID/root: a sidecar's `check` has other files at that
+        path than the server's container."""
         if not path.startswith("/"):
             raise _Unreadable("not an absolute path")
         try:
-            fd = os.open(path, _READ)
+            fd = os.open(f"/proc/{pid}/root{path}", _READ)
         except FileNotFoundError:
             return None
         except OSError as error:

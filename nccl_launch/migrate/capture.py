@@ -13,7 +13,12 @@ from nccl_launch.kinds import KINDS
 from nccl_launch.live.environ import OVERWRITTEN, getenv_view
 from nccl_launch.migrate.start import StartCommand
 from nccl_launch.nccl import catalog, others
-from nccl_launch.profile.markers import MARKER_PROFILE, OWN_VARIABLES
+from nccl_launch.profile.markers import (
+    MARKER_NCCL_DEBUG,
+    MARKER_PROFILE,
+    NCCL_DEBUG_KEYS,
+    OWN_VARIABLES,
+)
 
 # Variables worth keeping from a running server's environment besides NCCL_*: those every
 # server kind reads (SGLANG_*, VLLM_*), and these.
@@ -69,10 +74,12 @@ def read_process(pid: int) -> StartCommand:
     # The image's own variables (CUDA_VERSION, NCCL_VERSION, NV_*) are no setting of the
     # server's: in the profile, the next base image would be drift.
     image = {name: what for name in environ if (what := others.image_variable(name))}
+    # What `run --nccl-debug` added (its marker says so) is that run's, not the server's: its
+    # NCCL_DEBUG_FILE names that run's folder.
+    debug = NCCL_DEBUG_KEYS & environ.keys() if environ.get(MARKER_NCCL_DEBUG) == "1" else set()
+    ours = OWN_VARIABLES | debug
     keep = {
-        k: v
-        for k, v in environ.items()
-        if k.startswith(wanted) and k not in OWN_VARIABLES and k not in image
+        k: v for k, v in environ.items() if k.startswith(wanted) and k not in ours | image.keys()
     }
     for key, value in keep.items():
         _check_text(pid, f"${key}" if not_utf8(key) is None else "a variable's name", key + value)
@@ -86,9 +93,7 @@ def read_process(pid: int) -> StartCommand:
     _check_text(pid, "its working directory", cwd)
     # Named, never their values, escaped (a name may hold any byte but NUL and `=`);
     # nccl-launch's own markers aside, which `run` sets again.
-    left = sorted(
-        escaped(name) for name in environ.keys() - keep.keys() - image.keys() - OWN_VARIABLES
-    )
+    left = sorted(escaped(name) for name in environ.keys() - keep.keys() - image.keys() - ours)
     notes = []
     if deleted:
         cwd = cwd.removesuffix(DELETED)
@@ -106,6 +111,11 @@ def read_process(pid: int) -> StartCommand:
         who = "; ".join(sorted(set(image.values())))
         names = ", ".join(sorted(map(escaped, image)))
         notes.append(f"left out the image's own variables ({who}): {names}")
+    if debug:
+        notes.append(
+            "left out what run --nccl-debug added (run the profile with --nccl-debug for "
+            f"them): {', '.join(sorted(debug))}"
+        )
     if MARKER_PROFILE in environ:
         notes.append(f"the process was started by nccl-launch as {environ[MARKER_PROFILE]}")
     return StartCommand(env=keep, argv=argv, cwd=cwd, notes=notes, origin=f"pid {pid}")

@@ -135,14 +135,15 @@ def did_you_mean(name: str) -> str | None:
     """The closest known NCCL name to a misspelled one, where one is close: past the prefix
     (which every name shares, so it says nothing), the two share at least CLOSE of their
     characters (NCCL_BUFFER_SIZE: NCCL_BUFFSIZE), or the name is a known one written out
-    longer (NCCL_ALGORITHM: NCCL_ALGO). NCCL_VERSION is close to none."""
+    longer (NCCL_ALGORITHM: NCCL_ALGO), which comes first (NCCL_DEBUG_LEVEL: NCCL_DEBUG,
+    not NCCL_DEBUG_FILE). NCCL_VERSION is close to none."""
     import difflib
 
     names = {known.removeprefix(PREFIX): known for known in catalog()}
     typed = name.upper().removeprefix(PREFIX)
     longer = [short for short in names if typed.startswith(short)]
-    matches = difflib.get_close_matches(typed, names, n=1, cutoff=CLOSE)
-    matches = matches or difflib.get_close_matches(typed, longer, n=1, cutoff=0)
+    matches = difflib.get_close_matches(typed, longer, n=1, cutoff=0)
+    matches = matches or difflib.get_close_matches(typed, names, n=1, cutoff=CLOSE)
     return names[matches[0]] if matches else None
 
 

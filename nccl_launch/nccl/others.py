@@ -11,11 +11,12 @@ from nccl_launch.nccl import catalog
 
 # Kubernetes gives every pod these variables for each Service of its namespace, PREFIX being
 # the Service's name upper-cased, '-' and '.' as '_' (pkg/kubelet/envvars/envvars.go,
-# FromServices and makeLinkVariables): a Service named `nccl-proxy` makes NCCL_PROXY_*.
+# FromServices and makeLinkVariables): a Service named `nccl-proxy` makes NCCL_PROXY_*, one
+# named `nccl` NCCL_SERVICE_HOST, NCCL_PORT and the like.
 _IP = r"[0-9A-Fa-f.:]+"  # the ClusterIP, IPv4 or IPv6 (written without brackets)
 _NUMBER = r"[0-9]{1,5}"
 _URL = rf"(?:tcp|udp|sctp)://{_IP}:{_NUMBER}"
-_LINK = r"NCCL_[A-Z0-9_]+"
+_LINK = r"NCCL(?:_[A-Z0-9_]+)?"
 _PORT = rf"{_LINK}_PORT_{_NUMBER}_(?:TCP|UDP|SCTP)"
 SERVICE_LINKS = tuple(
     (re.compile(name), re.compile(value))

@@ -100,6 +100,12 @@ def env_value(name: str, value: Any) -> str:
     if name in OWN_VARIABLES:
         raise ValueError("nccl-launch sets this variable itself")
     if name.startswith(catalog.PREFIX):
+        what = others.what_is(name, str(value))
+        if what is not None:  # [nccl] would refuse it: NCCL does not read it
+            raise ValueError(
+                f"{what}, not read by NCCL and never drift: the server gets it from the "
+                "calling environment untouched; remove it here"
+            )
         short = name.removeprefix(catalog.PREFIX)
         raise ValueError(f"NCCL variables belong in [nccl], validated: {short} = {value!r}")
     if isinstance(value, bool) or not isinstance(value, str | int):
@@ -107,6 +113,9 @@ def env_value(name: str, value: Any) -> str:
     if isinstance(value, str) and "\x00" in value:
         raise ValueError(NUL_PROBLEM)
     return str(value)
+
+
+MAX_NOT_NCCL = 256
 
 
 class Policy(StrictModel):
@@ -153,8 +162,14 @@ class Policy(StrictModel):
     @field_validator("not_nccl")
     @classmethod
     def _not_nccl_names(cls, names: list[str]) -> list[str]:
+        if len(names) > MAX_NOT_NCCL:  # each is compared with NCCL's names: bounded work
+            raise ValueError(
+                f"{len(names)} names; at most {MAX_NOT_NCCL} (a site's own NCCL_* names are few)"
+            )
         for name in names:
-            if not (name.startswith(catalog.PREFIX) and _ENV_NAME.fullmatch(name)):
+            if not (name.startswith(catalog.PREFIX) and name != catalog.PREFIX) or not (
+                _ENV_NAME.fullmatch(name)
+            ):
                 raise ValueError(
                     f"{name!r}: only a name with NCCL's prefix could be drift; valid: NCCL_ "
                     "then letters, digits, '_'"
@@ -165,6 +180,13 @@ class Policy(StrictModel):
                 raise ValueError(
                     f"NCCL reads {name}: declare it in [nccl], or in server_owned where the "
                     "server sets it"
+                )
+            meant = catalog.did_you_mean(name)
+            if meant is not None:
+                raise ValueError(
+                    f"{name} is close to {meant}, which NCCL reads: most likely a misspelling, "
+                    f"never a name of this site's; fix it to {meant} in [nccl], or give the "
+                    "site's name a word of its own"
                 )
         return names
 

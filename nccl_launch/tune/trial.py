@@ -37,7 +37,7 @@ from nccl_launch.live.processes import HeldProcess, ProcessSnapshot, snapshot_tr
 from nccl_launch.live.verify_log import verify
 from nccl_launch.masking import mask_known, mask_words
 from nccl_launch.nccl.catalog import PREFIX
-from nccl_launch.profile.markers import NCCL_DEBUG_ENV
+from nccl_launch.profile.markers import NCCL_DEBUG_ENV, NCCL_DEBUG_KEYS
 from nccl_launch.serving.table import ServerTable as Server
 from nccl_launch.tune.orphans import Owner, StartedServer, adopting, die_with, reap
 
@@ -111,7 +111,10 @@ def run_trial(
     free (nor its GPU memory) after the stop, or it failed on a full disk; KeyboardInterrupt
     stops the server first, then goes on."""
     start = time.monotonic()
-    launch = prepare_launch(ref, [], [], os.environ)
+    # tune sets NCCL's logging itself (below, or the profile does): the caller's is replaced
+    # as run --nccl-debug replaces it, so its lines come where the trial reads them.
+    calling = {key: value for key, value in os.environ.items() if key not in NCCL_DEBUG_KEYS}
+    launch = prepare_launch(ref, [], [], calling)
     if not NCCL_DEBUG_ENV.keys() & launch.plan.env.keys():  # else the profile's own lines
         launch = dataclasses.replace(launch, merged=with_nccl_debug(launch.merged, launch.plan))
     server = launch.loaded.profile.server

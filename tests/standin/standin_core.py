@@ -44,6 +44,14 @@ NCCL_ERROR = (
     "ncclInvalidArgument: Invalid value for an argument.\n"
 )
 # Those NCCL logs as strings; every other variable it reads is an integer, logged with a period.
+# The names NCCL reads, from the data nccl-launch keeps of NCCL's source and docs (read
+# here, not imported: a stand-in runs under any interpreter, nccl-launch installed or not).
+NCCL_DATA = Path(__file__).resolve().parents[2] / "nccl_launch" / "nccl" / "data"
+NCCL_NAMES = {
+    line.split("\t", 1)[0]
+    for table in ("nccl-env-catalog.tsv", "nccl-env-read-by-source.tsv")
+    for line in (NCCL_DATA / table).read_text().splitlines()[1:]
+}
 NCCL_STRINGS = {
     "NCCL_PROTO",
     "NCCL_ALGO",
@@ -52,8 +60,6 @@ NCCL_STRINGS = {
     "NCCL_SOCKET_IFNAME",
     "NCCL_HOSTID",
 }
-# NCCL's own variables under the prefix of nccl-launch's markers, which NCCL does not read.
-NCCL_LAUNCH_VARIABLES = {"NCCL_LAUNCH_MODE", "NCCL_LAUNCH_ORDER_IMPLICIT", "NCCL_LAUNCH_RACE_FATAL"}
 
 
 def start_number() -> int:
@@ -167,8 +173,9 @@ def nccl_info(rank: str, version: str = NCCL_VERSION, nranks: int = 2) -> None:
     lines = [f"{head}NCCL version {version}+cuda12.9", f"{head}{init} - Init START"]
     tuning = {"NCCL_PROTO", "NCCL_ALGO"} if nranks < 2 else set()
     for key, value in sorted(said.items()):
-        marker = key.startswith("NCCL_LAUNCH_") and key not in NCCL_LAUNCH_VARIABLES
-        if value and not marker and not key.startswith("NCCL_DEBUG") and key not in tuning:
+        # NCCL logs only what it reads: not nccl-launch's markers, an image's NCCL_VERSION,
+        # a build's NCCL_HOME or a service link.
+        if value and key in NCCL_NAMES and not key.startswith("NCCL_DEBUG") and key not in tuning:
             period = "" if key in NCCL_STRINGS else "."
             lines.append(f"{head}{key} set by environment to {value}{period}")
     lines.append(f"{head}{init} - Init COMPLETE")
