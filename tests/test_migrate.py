@@ -275,6 +275,22 @@ def test_a_key_read_from_a_file_is_named_after_the_file_as_masking_hides_it(
     ]
 
 
+def test_a_key_file_named_relative_to_the_script_is_the_file_the_written_profile_reads(
+    run_cli: RunCli,
+) -> None:
+    """`$(cat key)` reads ./key where the script runs, as a sourced file is read; a profile
+    written into another folder names that same file from its own folder."""
+    Path("key").write_text("sk-relative-0123456789\n")
+    Path("start.sh").write_text(
+        '/opt/ml/bin/python -m sglang.launch_server --model /m --api-key "$(cat key)"\n'
+    )
+    Path("out").mkdir()
+    result = run_cli("convert", "start.sh", "--name", "rel", "-o", "out/rel.toml")
+    assert result.returncode == 0, result.stderr
+    profile = tomllib.loads(Path("out/rel.toml").read_text())
+    assert profile["secret_files"] == {"KEY": "../key"}
+
+
 def test_convert_of_16mb_says_what_nccl_read_and_what_was_probably_meant(run_cli: RunCli) -> None:
     line = Path("line.sh")
     line.write_text("NCCL_BUFFSIZE=16MB /opt/ml/bin/python -m sglang.launch_server --model /m\n")

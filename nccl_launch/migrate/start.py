@@ -326,7 +326,14 @@ def _profile(
         if kept is not None
     ]
     env_files = ([kept.named] if kept else []) + [env_file_name(Path(file), path) for file in files]
-    moved_start = dataclasses.replace(start, env=env, words=words, notes=notes)
+    # A relative file is read from where the script runs, as a sourced one: named from the
+    # profile's folder, as `run` reads it.
+    secret_files = {
+        key: env_file_name(Path(file), path) for key, file in start.secret_files.items()
+    }
+    moved_start = dataclasses.replace(
+        start, env=env, words=words, notes=notes, secret_files=secret_files
+    )
     built = build_profile(moved_start, name, source, how, env_files)
     _check_env_files(built, path, start, list(files))
     return built, kept, holds_secret(words, env)
