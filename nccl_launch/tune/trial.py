@@ -70,6 +70,9 @@ class TrialOutcome(BaseModel):
 
     status: TrialStatus
     runs: list[Rate] = []  # tok/s of each measured run (status "measured" only)
+    # With a long prompt (--prompt-tokens), the prefill tok/s of each run: prompt tokens over
+    # time to first token; none in a journal of an earlier nccl-launch.
+    prefill: list[Rate] = []
     detail: str = ""  # one line, masked and escaped: why it is not "measured"
     exit_code: int | None = None  # the server's, when it exited
     log_tail: list[str] = []  # the last lines of its log (masked, escaped), when it failed
@@ -88,6 +91,8 @@ class TrialOutcome(BaseModel):
     def _runs_when_measured(self) -> Self:
         if (self.status == "measured") != bool(self.runs):
             raise ValueError("a measured trial has runs, and only a measured one")
+        if self.prefill and len(self.prefill) != len(self.runs):
+            raise ValueError("a trial's prefill figures are one per run")
         return self
 
     def final(self, settings: TrialSettings) -> bool:
@@ -179,7 +184,7 @@ def _proof(launch: LaunchPlan, fd: int, log: Path, judged: set[str]) -> dict[str
     if ignored:
         why = "; ".join(f"{key.key} {key.expected}: {key.detail}" for key in ignored)
         detail = escaped(f"NCCL did not apply the candidate's values: {why}")
-        found |= {"status": "ignored", "runs": [], "detail": detail}
+        found |= {"status": "ignored", "runs": [], "prefill": [], "detail": detail}
     return found
 
 
