@@ -61,3 +61,53 @@ def test_a_prefill_loss_within_the_tolerance_is_not_refused() -> None:
     objective = WithPrefill({"PROTO": {"LL128": 0.97}}, noise=0.02, seed=3)
     found = descend(START, {"PROTO": ("LL", "LL128")}, objective, None, tolerance=0.05)
     assert found.best == objective.key(START | {"PROTO": "LL128"})
+
+
+# The command on the stand-in: the seed (PROTO=LL, NTHREADS=512, ...) where PROTO=LL128
+# decodes 25% faster and prefills 40% slower, NTHREADS=256 10% faster at both (and 5% more
+# prefill); no start noise, each request's rates up to 1% off.
+TRADE = MODEL | {
+    "STANDIN_TUNE_FACTORS": json.dumps(
+        {"NCCL_PROTO": {"LL128": 1.25}, "NCCL_NTHREADS": {"256": 1.10}}
+    ),
+    "STANDIN_PREFILL_FACTORS": json.dumps(
+        {"NCCL_PROTO": {"LL128": 0.60}, "NCCL_NTHREADS": {"256": 1.05}}
+    ),
+    "STANDIN_PREFILL_RATE": "4000",
+}
+TRADE_SPACE = ("--try", "PROTO=LL,LL128", "--try", "NTHREADS=256,512")
+PROMPT = ("--prompt-tokens", "200")
+
+
+def test_tune_does_not_crown_a_decode_gain_that_loses_prefill_and_keeps_one_that_wins_both(
+    seed: int, run_cli: RunCli, tmp_path: Path
+) -> None:
+    result = run_cli(
+        "tune", "standin", *TRADE_SPACE, *FAST, *PROMPT, "--write", "--format", "json", env=TRADE
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads(result.stdout)
+    rows = {row["changes"]: row for row in document["candidates"]}
+    winner = next(row for row in document["candidates"] if row["digest"] == document["winner"])
+    assert winner["changes"] == "NTHREADS=256", result.stderr
+    refused = rows["PROTO=LL128"]
+    assert refused["prefill_refused"] is True
+    assert refused["estimate"]["mean"] > 1.2 * rows["none"]["estimate"]["mean"]
+    assert refused["prefill_tok_s"]["mean"] < 0.65 * rows["none"]["prefill_tok_s"]["mean"]
+    assert document["prefill_tolerance"] == 0.05
+    assert (document["confirmed"], document["prefill_confirmed"]) == (True, True)
+    low, high = document["confirmation"]["prefill_over_profile"]["interval"]
+    assert -0.05 < low < 0.05 < high
+    # The written [baseline]: decode and prefill, with the prompt they were measured with.
+    written = tomllib.loads((tmp_path / "profiles" / "standin-2.toml").read_text())
+    baseline = written["baseline"]
+    assert baseline["prompt_tokens"] == 200
+    assert baseline["prefill_tok_s"] == round(winner_of(document)["prefill_tok_s"]["mean"], 1)
+    assert "PROTO" not in written["nccl"] or written["nccl"]["PROTO"] == "LL"
+
+
+def winner_of(document: dict[str, Any]) -> dict[str, Any]:
+    """The winner's row of the confirmation."""
+    rows = document["confirmation"]["candidates"]
+    found: dict[str, Any] = next(row for row in rows if row["digest"] == document["winner"])
+    return found

@@ -351,6 +351,11 @@ def _baseline(report: TuneReport, base: LoadedProfile) -> Baseline | None:
         fields["tolerance"] = base.profile.baseline.tolerance
     method = confirmation.method
     fields |= {"max_tokens": method.max_tokens, "runs": method.runs, "starts": estimate.starts}
+    if row.prefill_tok_s is not None:  # with the prompt it was measured with
+        fields |= {"prefill_tok_s": round(row.prefill_tok_s.mean, 1)}
+        fields |= {"prompt_tokens": method.prompt_tokens}
+    if method.concurrency != 1:
+        fields["concurrency"] = method.concurrency
     if estimate.interval is not None:
         low, high = estimate.interval
         # Outward to a tenth, where that keeps the low end above 0 (a [baseline] rate is).
@@ -369,6 +374,11 @@ def _provenance(report: TuneReport, baseline: Baseline) -> dict[str, str]:
         f"{baseline.decode_tok_s:.1f} tok/s decode (mean of {baseline.starts} server starts "
         f"of {baseline.runs} runs of {baseline.max_tokens} tokens{within}) by nccl-launch tune"
     )
+    if baseline.prefill_tok_s is not None:
+        measured += (
+            f", {baseline.prefill_tok_s:.1f} tok/s prefill of prompts of {baseline.prompt_tokens} "
+            "tokens"
+        )
     winner = report.candidate(report.winner)
     changed = winner.changes if winner else "none"
     return {

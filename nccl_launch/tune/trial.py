@@ -326,7 +326,14 @@ def _trial(
     if report.drift is not None:
         when = "before" if report.status == "refused" else "after"
         return TrialOutcome(status="drift", detail=_live_drift(when, report.drift), seconds=0)
-    return TrialOutcome(status="measured", runs=[run.tok_s for run in report.runs], seconds=0)
+    prefill = [run.prefill_tok_s for run in report.runs]
+    return TrialOutcome(
+        status="measured",
+        runs=[run.tok_s for run in report.runs],
+        # With a long prompt, each run's, where the server counted every prompt.
+        prefill=[] if settings.method.prompt_tokens is None or None in prefill else prefill,
+        seconds=0,
+    )
 
 
 def _stop(child: _Child, server: Server, grace: float) -> int:
