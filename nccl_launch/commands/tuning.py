@@ -115,7 +115,8 @@ def tune(
     max_tokens: int | None,
     runs: int | None,
     warmup: int,
-    prompt: str,
+    prompt: str | None,
+    prompt_tokens: int | None,
     timeout: float,
     ready_timeout: float,
     fmt: str,
@@ -142,7 +143,8 @@ def tune(
 
     space = build_space(space_file, tries)
     candidates = open_base(profile)
-    method = measuring_method(candidates.base.profile.baseline, max_tokens, runs, warmup, prompt)
+    baseline = candidates.base.profile.baseline
+    method = measuring_method(baseline, max_tokens, runs, warmup, prompt, prompt_tokens)
     settings = TrialSettings(
         method=method, ready_timeout=ready_timeout, request_timeout=timeout, stop_grace=STOP_GRACE
     )

@@ -392,10 +392,13 @@ class Streaming(BaseHTTPRequestHandler):
 
     def complete(self, body: dict[str, Any]) -> None:
         """Answer one `/v1/completions` request (the knobs' status, stall, stream)."""
-        if self.pacing.count_request() == int(os.environ.get("STANDIN_DRIFT_AT_REQUEST", 0)):
+        number = self.pacing.count_request()
+        if number == int(os.environ.get("STANDIN_DRIFT_AT_REQUEST", 0)):
             os.kill(os.getpid(), signal.SIGUSR1)  # the main thread starts the late worker
             self.pacing.late_started.wait()
         status = int(os.environ.get("STANDIN_COMPLETIONS_STATUS", 200))
+        if number == int(os.environ.get("STANDIN_FAIL_AT_REQUEST", 0)):
+            status = 500
         if status != 200:
             self.send_json(status, {"object": "error", "code": status})
             return

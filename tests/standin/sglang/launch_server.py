@@ -31,6 +31,7 @@ Knobs, for tests:
 - a prompt's tokens are its whitespace-separated words (of each text of a list; a list of
   token ids: its length), reported as the usage's prompt_tokens (total_tokens adds them);
 - STANDIN_OLD_INFO=1 answers only the older `/get_server_info` (404 for `/server_info`);
+- STANDIN_FAIL_AT_REQUEST=N answers the Nth /v1/completions request (from 1) with status 500;
 - STANDIN_COMPLETIONS_STATUS=500 answers /v1/completions with that status, STANDIN_EMPTY_STREAM=1
   streams only `data: [DONE]`, STANDIN_STALL=1 sends the headers and then nothing;
 - a misbehaving server, for bench's limits: STANDIN_INFO=TEXT answers /server_info with that
