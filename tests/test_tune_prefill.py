@@ -5,11 +5,31 @@ real CLI on the stand-in SGLang server, whose prefill rate its NCCL environment 
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
+import tomllib
+from pathlib import Path
 from typing import Any
 
+from nccl_launch.commands.benching import DEFAULT_PROMPT
 from nccl_launch.tune.search import Values, descend, grid
 from nccl_launch.tune.stats import Start
-from tests.test_tune import FACTORS, SPACE, START, Separable
+from tests.conftest import RunCli
+from tests.test_tune import (
+    FACTORS,
+    FAST,
+    MODEL,
+    SPACE,
+    START,
+    Separable,
+    chart,
+    journal_lines,
+    journals,
+    seed,
+)
+
+__all__ = ["seed"]  # the fixture of the seed's profile
 
 # PROTO=LL128 wins decode by 12% and loses 40% of prefill; NTHREADS=256 wins both.
 PREFILL: dict[str, dict[str | None, float]] = {"PROTO": {"LL128": 0.60}, "NTHREADS": {"256": 1.05}}
@@ -42,8 +62,8 @@ def test_without_a_tolerance_the_decode_winner_wins_whatever_its_prefill() -> No
 
 
 def test_a_decode_gain_that_costs_prefill_is_refused_and_one_that_wins_both_kept() -> None:
-    for noise, seed in ((0.0, 0), (0.01, 1), (0.02, 2)):
-        objective = WithPrefill(PREFILL, noise=noise, seed=seed)
+    for noise, drawn in ((0.0, 0), (0.01, 1), (0.02, 2)):
+        objective = WithPrefill(PREFILL, noise=noise, seed=drawn)
         found = descend(START, SPACE, objective, None, tolerance=0.05)
         assert found.best == objective.key(GUARDED), noise
         assert objective.key(START | {"PROTO": "LL128"}) in found.refused
@@ -103,7 +123,91 @@ def test_tune_does_not_crown_a_decode_gain_that_loses_prefill_and_keeps_one_that
     baseline = written["baseline"]
     assert baseline["prompt_tokens"] == 200
     assert baseline["prefill_tok_s"] == round(winner_of(document)["prefill_tok_s"]["mean"], 1)
-    assert "PROTO" not in written["nccl"] or written["nccl"]["PROTO"] == "LL"
+    assert written["nccl"]["PROTO"] == "LL"
+    assert written["nccl"]["NTHREADS"] == 256
+    # Each trial's prefill figures are in the journal: the same command shows them again,
+    # every trial from it, as text.
+    (path,) = journals(tmp_path)
+    assert {len(line["outcome"]["prefill"]) for line in journal_lines(path)} == {3}
+    again = run_cli("tune", "standin", *TRADE_SPACE, *FAST, *PROMPT, env=TRADE)
+    assert again.returncode == 0, again.stdout + again.stderr
+    lines = chart(again.stdout)
+    assert lines[0].endswith("TOK/S  95% INTERVAL  PREFILL  STARTS  CANDIDATE")
+    assert lines[0].index("CANDIDATE") < 80  # 80 columns but for the changes
+    assert re.search(
+        r" {2}[0-9.]+ +[0-9]+/[0-9]+ +PROTO=LL128 \(refused: prefill\)$", "\n".join(lines), re.M
+    )
+    assert re.search(
+        r"^refused for its prefill cost: PROTO=LL128 won decode \([0-9.]+ tok/s\) by the noise "
+        r"rule, but its prefill [0-9.]+ tok/s \[[0-9.]+-[0-9.]+\] is surely more than 5% below "
+        r"standin@1's values' \([0-9.]+ tok/s\)$",
+        again.stdout,
+        re.M,
+    ), again.stdout
+    assert re.search(
+        r"^winner \(changes NTHREADS=256\): [0-9.]+ tok/s, prefill [0-9.]+ tok/s, \+[0-9.]+% .* "
+        r"over NCCL's defaults, prefill \+[0-9.]+% \[[-+][0-9.]+%, \+[0-9.]+%\] over standin@1$",
+        again.stdout,
+        re.M,
+    ), again.stdout
+
+
+def test_a_winner_that_cannot_show_its_prefill_within_the_tolerance_is_not_written(
+    seed: int, run_cli: RunCli, tmp_path: Path
+) -> None:
+    # NTHREADS=256 decodes 10% faster and prefills 1% slower, the tolerance 1%: in the search
+    # the data cannot show that it costs more, in the confirmation they cannot show that it
+    # costs less (the starts counted: the same draws at every run).
+    env = MODEL | {
+        "STANDIN_TUNE_FACTORS": json.dumps({"NCCL_NTHREADS": {"256": 1.10}}),
+        "STANDIN_PREFILL_FACTORS": json.dumps({"NCCL_NTHREADS": {"256": 0.99}}),
+        "STANDIN_START_COUNT": str(tmp_path / "starts"),
+    }
+    args = ("--try", "NTHREADS=256,512", *FAST, *PROMPT, "--write", "--format", "json")
+    result = run_cli("tune", "standin", *args, "--prefill-tolerance", "0.01", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads(result.stdout)
+    assert winner_of(document)["changes"] == "NTHREADS=256", result.stderr
+    assert not document["candidates"][-1]["prefill_refused"]
+    assert (document["confirmed"], document["prefill_confirmed"], document["kept"]) == (
+        False,
+        False,
+        True,
+    )
+    assert not (tmp_path / "profiles" / "standin-2.toml").exists()
+
+
+def test_a_prefill_tolerance_without_a_prompt_is_refused(seed: int, run_cli: RunCli) -> None:
+    result = run_cli("tune", "standin", "--try", "PROTO=LL128", "--prefill-tolerance", "0.1")
+    assert result.returncode == 2
+    assert result.stderr == (
+        "nccl-launch: --prefill-tolerance: prefill is measured only with --prompt-tokens N (or a "
+        "[baseline] that records prompt_tokens); give it too, or leave the tolerance out\n"
+    )
+
+
+def test_a_journal_of_an_earlier_nccl_launch_is_the_same_tunes_and_resumes(
+    seed: int, run_cli: RunCli, tmp_path: Path
+) -> None:
+    # Its folder is named by the digest and the method as nccl-launch wrote them before
+    # --prompt-tokens (four fields); its lines hold no prefill.
+    result = run_cli("tune", "standin", "--try", "PROTO=LL128", *FAST, env=MODEL)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (path,) = journals(tmp_path)
+    digest = json.loads(run_cli("show", "standin", "--format", "json").stdout)["digest"]
+    method = {"max_tokens": 40, "runs": 3, "warmup": 0, "prompt": DEFAULT_PROMPT}
+    document = json.dumps({"digest": digest, "method": method, "confirm": method})
+    assert path.parent.name == f"standin@1-{hashlib.sha256(document.encode()).hexdigest()[:12]}"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for line in lines:
+        if line.get("outcome"):
+            del line["outcome"]["prefill"]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    again = run_cli("tune", "standin", "--try", "PROTO=LL128", *FAST, env=MODEL)
+    assert again.returncode == 0, again.stdout + again.stderr
+    finished = len(journal_lines(path))
+    assert f"({finished} of all from the journal)" in again.stdout, again.stdout
+    assert "trial 1 (from the journal)" in again.stdout
 
 
 def winner_of(document: dict[str, Any]) -> dict[str, Any]:

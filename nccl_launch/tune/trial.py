@@ -326,14 +326,12 @@ def _trial(
     if report.drift is not None:
         when = "before" if report.status == "refused" else "after"
         return TrialOutcome(status="drift", detail=_live_drift(when, report.drift), seconds=0)
-    prefill = [run.prefill_tok_s for run in report.runs]
-    return TrialOutcome(
-        status="measured",
-        runs=[run.tok_s for run in report.runs],
-        # With a long prompt, each run's, where the server counted every prompt.
-        prefill=[] if settings.method.prompt_tokens is None or None in prefill else prefill,
-        seconds=0,
-    )
+    # With a long prompt, each run's prefill, where the server counted every prompt.
+    prefill = [run.prefill_tok_s for run in report.runs if run.prefill_tok_s is not None]
+    if settings.method.prompt_tokens is None or len(prefill) < len(report.runs):
+        prefill = []
+    runs = [run.tok_s for run in report.runs]
+    return TrialOutcome(status="measured", runs=runs, prefill=prefill, seconds=0)
 
 
 def _stop(child: _Child, server: Server, grace: float) -> int:
