@@ -165,7 +165,9 @@ def tune(
             "--prefill-tolerance: prefill is measured only with --prompt-tokens N (or a "
             "[baseline] that records prompt_tokens); give it too, or leave the tolerance out"
         )
-    tolerance = None if method.prompt_tokens is None else (prefill_tolerance or PREFILL_TOLERANCE)
+    tolerance: float | None = None  # no prefill measured, none judged
+    if method.prompt_tokens is not None:
+        tolerance = PREFILL_TOLERANCE if prefill_tolerance is None else prefill_tolerance
     settings = TrialSettings(
         method=method, ready_timeout=ready_timeout, request_timeout=timeout, stop_grace=STOP_GRACE
     )

@@ -160,8 +160,8 @@ def _refused_lines(report: TuneReport) -> list[str]:
         lines.append(
             f"refused for its prefill cost: {escaped(row.changes)} won decode "
             f"({_rate(row.estimate)} tok/s) by the noise rule, but its prefill "
-            f"{_rate(mine)} tok/s{interval} is surely more than {tolerance:.0%} below "
-            f"{report.profile}'s values'{theirs}"
+            f"{_rate(mine)} tok/s{interval} is below {report.profile}'s values'{theirs} by "
+            f"more than {tolerance:.0%} at 95% confidence"
         )
     return lines
 
