@@ -211,3 +211,18 @@ def test_a_prefill_baseline_without_its_prompt_tokens_is_refused(
     shown = run_cli("show", "standin")
     assert shown.returncode == 2
     assert "baseline: prefill_tok_s: set without prompt_tokens" in shown.stderr
+
+
+def test_a_worker_drifting_while_streams_run_at_once_discards_them(
+    start: Started, run_cli: RunCli, tmp_path: Path
+) -> None:
+    # The third request (one of the first two measured, in flight together) starts a
+    # scheduler with NCCL_PROTO=Simple: the check after sees it.
+    server = start(env={"STANDIN_DRIFT_AT_REQUEST": "3", "STANDIN_LATE_DRIFT": "NCCL_PROTO=Simple"})
+    method = ("--max-tokens", "20", "--runs", "4", "--warmup", "1", "--concurrency", "2")
+    result = run_cli("bench", "standin", "--url", url(server), *method)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert '~ NCCL_PROTO  "LL" -> "Simple"' in result.stdout
+    assert "discarding 4 runs: the server drifted from standin@1 while measured" in result.stdout
+    path = default_history(tmp_path / "home")
+    assert not path.exists() or path.read_text() == ""
