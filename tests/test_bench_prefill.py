@@ -36,14 +36,14 @@ def within(measured: float, known: float, share: float) -> bool:
 
 @pytest.mark.parametrize(
     ("env", "prefill"),
-    [({}, 20000.0), (TUNE_MODEL, 20000.0 * 0.6)],
+    [({}, 5000.0), (TUNE_MODEL, 5000.0 * 0.6)],
     ids=["plain", "proto-ll-prefill-factor"],
 )
 def test_prompt_tokens_report_the_servers_count_and_its_prefill_rate(
     env: dict[str, str], prefill: float, start: Started, run_cli: RunCli, tmp_path: Path
 ) -> None:
-    # 1000 prompt tokens at 20000 tok/s: 50 ms to the first token, then 100 more at 300 tok/s.
-    server = start(rate=300, env={"STANDIN_PREFILL_RATE": "20000", **env})
+    # 1000 prompt tokens at 5000 tok/s: 200 ms to the first token, then 100 more at 300 tok/s.
+    server = start(rate=300, env={"STANDIN_PREFILL_RATE": "5000", **env})
     method = ("--max-tokens", "100", "--runs", "3", "--warmup", "1")
     result = run_cli("bench", "standin", "--url", url(server), *method, "--prompt-tokens", "1000")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -172,7 +172,7 @@ def test_a_baseline_of_both_figures_is_written_then_each_judged_by_its_own(
     start: Started, run_cli: RunCli, tmp_path: Path
 ) -> None:
     method = ("--max-tokens", "200", "--runs", "2", "--warmup", "1")
-    first = start(rate=300, env={"STANDIN_PREFILL_RATE": "20000"})
+    first = start(rate=300, env={"STANDIN_PREFILL_RATE": "5000"})
     written = run_cli(
         "bench", "standin", "--url", url(first), *method, "--prompt-tokens", "1000",
         "--write-baseline",
@@ -182,13 +182,13 @@ def test_a_baseline_of_both_figures_is_written_then_each_judged_by_its_own(
     path = tmp_path / "profiles" / "standin.toml"
     baseline = tomllib.loads(path.read_text())["baseline"]
     assert baseline["prompt_tokens"] == 1000
-    assert within(baseline["prefill_tok_s"], 20000, 0.05)
+    assert within(baseline["prefill_tok_s"], 5000, 0.05)
     assert "concurrency" not in baseline  # one stream: the default
     first.stop()
     table = "[baseline]\n" + "".join(f"{key} = {value}\n" for key, value in baseline.items())
     # The same decode, half the prefill (decode's figure, after the first token, holds): the
     # baseline's prompt_tokens is bench's default.
-    slower = start(rate=300, env={"STANDIN_PREFILL_RATE": "10000"}, baseline=table)
+    slower = start(rate=300, env={"STANDIN_PREFILL_RATE": "2500"}, baseline=table)
     judged = run_cli("bench", "standin", "--url", url(slower), *method)
     assert judged.returncode == 1, judged.stdout + judged.stderr
     assert "below the baseline: prefill mean " in judged.stdout
@@ -211,3 +211,18 @@ def test_a_prefill_baseline_without_its_prompt_tokens_is_refused(
     shown = run_cli("show", "standin")
     assert shown.returncode == 2
     assert "baseline: prefill_tok_s: set without prompt_tokens" in shown.stderr
+
+
+def test_a_worker_drifting_while_streams_run_at_once_discards_them(
+    start: Started, run_cli: RunCli, tmp_path: Path
+) -> None:
+    # The third request (one of the first two measured, in flight together) starts a
+    # scheduler with NCCL_PROTO=Simple: the check after sees it.
+    server = start(env={"STANDIN_DRIFT_AT_REQUEST": "3", "STANDIN_LATE_DRIFT": "NCCL_PROTO=Simple"})
+    method = ("--max-tokens", "20", "--runs", "4", "--warmup", "1", "--concurrency", "2")
+    result = run_cli("bench", "standin", "--url", url(server), *method)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert '~ NCCL_PROTO  "LL" -> "Simple"' in result.stdout
+    assert "discarding 4 runs: the server drifted from standin@1 while measured" in result.stdout
+    path = default_history(tmp_path / "home")
+    assert not path.exists() or path.read_text() == ""

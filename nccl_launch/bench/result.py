@@ -235,6 +235,10 @@ def _mean_of(figures: list[float | None]) -> float | None:
     return fmean(figures)  # type: ignore[arg-type]
 
 
+def _shown(value: object) -> str:
+    return "unset" if value is None else str(value)
+
+
 def judge(
     baseline: Baseline,
     mean: float,
@@ -248,7 +252,7 @@ def judge(
     method (max_tokens, runs, prompt_tokens, concurrency) than this measurement used, or when
     the server stopped a run short of max_tokens (`fewest`, it ignored ignore_eos)."""
     differs = [
-        f"{key}={recorded} (this bench: {used})"
+        f"{key}={_shown(recorded)} (this bench: {_shown(used)})"
         for key, recorded, used, always in (
             ("max_tokens", baseline.max_tokens, method.max_tokens, False),
             ("runs", baseline.runs, method.runs, False),

@@ -171,8 +171,9 @@ def _history(profile: str | None, record: Path, fmt: str) -> int:
 @click.option(
     "--write-baseline",
     is_flag=True,
-    help="Write the measured mean, max_tokens and runs into the [baseline] of PROFILE's file "
-    "(the file named, not one it extends), even where it is below the old figure.",
+    help="Write the measured mean, max_tokens and runs (and prefill_tok_s with prompt_tokens, "
+    "concurrency) into the [baseline] of PROFILE's file (the file named, not one it "
+    "extends), even where it is below the old figure.",
 )
 @format_option("text", "json", default="text")
 def bench(
@@ -194,15 +195,18 @@ def bench(
     """Measure decode tok/s of PROFILE's server (or the one at URL), checked against PROFILE
     before and after.
 
-    One streaming request at a time to the server's /v1/completions, tokens from its usage
-    figures, sending the API key the server was started with: its --api-key, else vLLM's
-    VLLM_API_KEY. The result is stamped with
+    Streaming requests to the server's /v1/completions, one at a time (--concurrency: N in
+    flight), tokens from its usage figures, sending the API key the server was started
+    with: its --api-key, else vLLM's VLLM_API_KEY. Decode tok/s is a request's tokens after
+    the first over the time after it; with --prompt-tokens, prefill tok/s is its prompt
+    tokens over the time to the first. The result is stamped with
     the profile's name@version and digest and appended to the history; --history [PROFILE]
-    prints it as a table per profile and digest. --write-baseline records the figure in the
+    prints it as a table per profile and digest. --write-baseline records the figures in the
     profile, only when the server was proved to run it before and after.
-    Exit 0 measured, 1 drift or below the profile's [baseline], 2 bad options or profile (or
-    one changed while measured), 3 no such server, or a connection, timeout, HTTP error,
-    empty or malformed stream, or a profile file that cannot be written.
+    Exit 0 measured, 1 drift or a figure below the profile's [baseline], 2 bad options or
+    profile (or one changed while measured), 3 no such server, or a connection, timeout,
+    HTTP error, empty or malformed stream (with --concurrency: any request's, the others'
+    figures reported), or a profile file that cannot be written.
     """
     from nccl_launch.bench import history
     from nccl_launch.bench.baseline_file import hold_profile, write_figure
