@@ -169,26 +169,30 @@ class TuneReport(Report):
         confirmation: nothing confirms the gain); None where there is nothing to confirm (the
         winner is the profile's values, they were never measured, nothing was). With
         --prompt-tokens, its prefill must be confirmed too (`prefill_confirmed`)."""
-        profile = next(
-            (row for row in self.candidates if row.digest == self.profile_candidate), None
-        )
-        if (
-            self.winner in (None, self.profile_candidate)
-            or profile is None
-            or profile.estimate is None
-        ):
+        if not self._judged:
             return None
         gain = self.confirmation.gain_over_profile if self.confirmation else None
         return gain is not None and gain.interval[0] > 0 and self.prefill_confirmed is not False
+
+    @property
+    def _judged(self) -> bool:
+        """Whether there is a winner to confirm: not the profile's values, which were
+        measured."""
+        profile = self.candidate(self.profile_candidate)
+        return (
+            self.winner not in (None, self.profile_candidate)
+            and profile is not None
+            and profile.estimate is not None
+        )
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def prefill_confirmed(self) -> bool | None:
         """With --prompt-tokens, whether the confirmation's 95% interval of the winner's
         prefill over the profile's values' lies above 1 - the tolerance: it shows its prefill
-        costs no more (False where it was not measured); None without a prefill to judge or
-        a winner other than the profile's values."""
-        if self.prefill_tolerance is None or self.winner in (None, self.profile_candidate):
+        costs no more (False where it was not measured); None without a prefill to judge, or
+        nothing to confirm (as `confirmed`)."""
+        if self.prefill_tolerance is None or not self._judged:
             return None
         gain = self.confirmation.prefill_over_profile if self.confirmation else None
         return gain is not None and gain.interval[0] > -self.prefill_tolerance
