@@ -37,7 +37,9 @@ from tests.helpers import STANDIN, Server, free_port, wait_for
 
 PROFILE = LIVE_PROFILE.replace('BUFFSIZE = "{buffsize}"\n', "")  # the live tests', less BUFFSIZE
 FAST = ("--max-tokens", "60", "--runs", "2", "--warmup", "1")
-RUN_LINE = re.compile(r"Run (\d+)/(\d+): (\d+) tokens in \d+\.\d\d s = (\d+\.\d) tok/s")
+RUN_LINE = re.compile(
+    r"Run (\d+)/(\d+): (\d+) tokens in \d+\.\d\d s, the first at \d+\.\d{3} s: (\d+\.\d) tok/s"
+)
 MEAN = re.compile(r"^mean (\d+\.\d) tok/s over", re.MULTILINE)
 IMPOSSIBLE = "/v1/completions: the server reported an impossible token count"
 DEEP = "[" * 5000 + "]" * 5000  # deeper than Python's recursion limit
@@ -385,7 +387,14 @@ JSON_KEYS = {
     "min_tok_s",
     "max_tok_s",
     "ttft_s",
+    "prefill_tok_s",
+    "min_prefill_tok_s",
+    "max_prefill_tok_s",
+    "output_tok_s",
+    "ttft_p50_s",
+    "ttft_p99_s",
     "baseline",
+    "failed",
     "drift",
     "written",
 }
@@ -423,9 +432,16 @@ def test_json_is_a_versioned_document_stamped_with_profile_server_and_gpus(
         "runs": 2,
         "warmup": 1,
         "prompt": document["method"]["prompt"],
+        "prompt_tokens": None,
+        "concurrency": 1,
     }
-    assert [set(run) for run in document["runs"]] == [{"tokens", "seconds", "ttft_s", "tok_s"}] * 2
-    assert set(document["baseline"]) == {"decode_tok_s", "tolerance", "floor", "met", "note"}
+    figures = {"tokens", "seconds", "ttft_s", "tok_s", "prompt_tokens", "started_s"}
+    assert [set(run) for run in document["runs"]] == [figures | {"prefill_tok_s"}] * 2
+    # The stand-in counts the default prompt's words.
+    assert [run["prompt_tokens"] for run in document["runs"]] == [15, 15]
+    verdict = {"decode_tok_s", "tolerance", "floor", "met", "note", "prefill_tok_s"}
+    assert set(document["baseline"]) == verdict | {"prefill_floor", "short"}
+    assert document["failed"] == []
     assert document["drift"] is None
     assert document["written"] is None  # only --write-baseline writes
     assert "Run 1/2: " in result.stderr  # progress beside JSON goes to stderr
@@ -494,8 +510,8 @@ def test_history_prints_a_table_per_profile_and_digest(
     header = tables[0].splitlines()[1].split()
     assert header[:4] == ["WHEN", "RUNS", "MEAN", "TOK/S"]
     assert tables[0].splitlines()[2].split()[1] == "2x60"
-    assert header[7:9] == ["SERVER", "BASELINE"]
-    assert tables[1].splitlines()[2].split()[5:7] == ["SGLang", "0.5.23"]
+    assert header[7:11] == ["PREFILL", "TOK/S", "SERVER", "BASELINE"]
+    assert tables[1].splitlines()[2].split()[5:8] == ["-", "SGLang", "0.5.23"]
     one = run_cli("bench", "--history", "standin@0")
     assert one.stdout.startswith("standin@0 ") and "standin@1" not in one.stdout
     by_name = run_cli("bench", "--history", "standin")

@@ -73,7 +73,7 @@ def test_the_vllm_standin_has_vllms_tree_environment_stream_and_key() -> None:
         assert [token["choices"][0]["finish_reason"] for token in tokens] == [None, None, "length"]
         assert tokens[0]["id"].startswith("cmpl-")
         assert usage["choices"] == []
-        assert usage["usage"] == {"prompt_tokens": 5, "total_tokens": 8, "completion_tokens": 3}
+        assert usage["usage"] == {"prompt_tokens": 1, "total_tokens": 4, "completion_tokens": 3}
         assert done == "[DONE]"
     finally:
         server.stop()

@@ -210,7 +210,8 @@ def test_bench_measures_vllm_and_stamps_it(start: Start, run_cli: RunCli, tmp_pa
     assert text.returncode == 0, text.stderr
     assert f"server  http://127.0.0.1:{server.port}: vLLM 0.33.0, model m-alias" in text.stdout
     history = run_cli("bench", "--history", "vstandin")
-    assert [row.split()[5:7] for row in history.stdout.splitlines()[2:]] == [["vLLM", "0.33.0"]] * 2
+    rows = history.stdout.splitlines()[2:]
+    assert [row.split()[5:8] for row in rows] == [["-", "vLLM", "0.33.0"]] * 2  # no prefill
 
 
 def test_bench_measures_a_vllm_server_a_profile_without_server_table_runs(

@@ -21,6 +21,8 @@ from nccl_launch.profile.search import is_shipped
 
 # What a figure of one server start does not have: `tune`'s mean over several starts.
 OF_SEVERAL_STARTS = ("starts", "interval")
+# Written where the measurement has them, dropped where it has not: a figure of another method.
+OF_SOME_METHODS = ("prefill_tok_s", "prompt_tokens", "concurrency")
 
 
 @dataclass(frozen=True)
@@ -81,16 +83,28 @@ def measured_baseline(report: BenchReport, path: Path) -> dict[str, Any]:
             f"{fewest} of the {method.max_tokens} tokens asked (it ignores ignore_eos), so the "
             f"figure is not one of max_tokens = {method.max_tokens}"
         )
-    return {
+    figures: dict[str, Any] = {
         "decode_tok_s": round(report.mean_tok_s, 1),
         "max_tokens": method.max_tokens,
         "runs": method.runs,
     }
+    if method.prompt_tokens is not None:
+        if report.prefill_tok_s is None:
+            raise HostError(
+                f"--write-baseline: nothing written to {path}: the server reported no "
+                "prompt_tokens in its usage figures, so there is no prefill figure"
+            )
+        figures |= {"prefill_tok_s": round(report.prefill_tok_s, 1)}
+        figures |= {"prompt_tokens": method.prompt_tokens}
+    if method.concurrency > 1:
+        figures |= {"concurrency": method.concurrency}
+    return figures
 
 
 def with_baseline(text: str, baseline: dict[str, Any]) -> str:
     """`text` with `baseline`'s keys set in its `[baseline]` table (added at the end if it has
-    none) and the keys of a figure of several starts dropped; the rest, byte for byte."""
+    none) and the keys of a figure of several starts, or of a method `baseline` was not
+    measured with, dropped; the rest, byte for byte."""
     import tomlkit  # only --write-baseline pays for it
 
     document = tomlkit.parse(text)
@@ -101,8 +115,9 @@ def with_baseline(text: str, baseline: dict[str, Any]) -> str:
     try:
         for key, value in baseline.items():
             table[key] = value
-        for key in OF_SEVERAL_STARTS:
-            table.pop(key, None)
+        for key in (*OF_SEVERAL_STARTS, *OF_SOME_METHODS):
+            if key not in baseline:
+                table.pop(key, None)
     except (IndexError, KeyError):  # tomlkit, emptying some `baseline.KEY = ...` dotted keys
         raise UsageError(
             "--write-baseline: nothing written: the profile's [baseline] is written in a form "

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from nccl_launch.bench import TOKEN_LIMIT
 from nccl_launch.bench.result import RunFigure
 from nccl_launch.bench.url import masked_url
 from nccl_launch.errors import HostError
@@ -48,7 +49,12 @@ class Client:
     """One server, asked one thing at a time; every failure is a one-line HostError."""
 
     def __init__(
-        self, url: str, timeout: float, kind: ServerKind, api_key: str | None = None
+        self,
+        url: str,
+        timeout: float,
+        kind: ServerKind,
+        api_key: str | None = None,
+        connections: int = 1,
     ) -> None:
         self.url = url.rstrip("/")
         self.kind = kind
@@ -60,7 +66,11 @@ class Client:
         headers = {"Accept-Encoding": "identity"}
         if api_key is not None:
             headers["Authorization"] = f"Bearer {api_key}"
-        self._http = httpx.Client(timeout=timeout, trust_env=False, headers=headers)
+        # One connection per request in flight: `connections` streams at once.
+        limits = httpx.Limits(
+            max_connections=max(connections, 100), max_keepalive_connections=max(connections, 20)
+        )
+        self._http = httpx.Client(timeout=timeout, trust_env=False, headers=headers, limits=limits)
 
     def __enter__(self) -> Client:
         return self
@@ -120,18 +130,20 @@ class Client:
             raise HostError(f"{self.masked_url}{path} answered more than {BODY_LIMIT >> 20} MiB")
         return _json(body, f"{self.masked_url}{path} answered something not JSON")
 
-    def complete(self, body: dict[str, Any]) -> RunFigure:
+    def complete(self, body: dict[str, Any], origin: float | None = None) -> RunFigure:
         """One streamed completion, timed from the request to `[DONE]`; tokens from the
-        usage figures of its last event."""
+        usage figures of its last event; sent `started_s` after `origin` (a
+        time.perf_counter(); None: now)."""
         path = "/v1/completions"
         asked = int(body["max_tokens"])
         start = time.perf_counter()
+        started = max(0.0, start - (start if origin is None else origin))
         limit = self.timeout + asked / MIN_RATE
         deadline = f"--timeout + max_tokens at {MIN_RATE:g} tok/s"
         with self._request("POST", path, limit, deadline, json=body) as (response, chunks):
             if response.status_code != httpx.codes.OK:
                 raise self._status(path, response, chunks)
-            first, tokens = self._read_events(path, chunks, start)
+            first, tokens, prompt = self._read_events(path, chunks, start)
         seconds = time.perf_counter() - start
         if first is None:
             raise HostError(f"{self.masked_url}{path} streamed no tokens")
@@ -140,14 +152,20 @@ class Client:
                 f"{self.masked_url}{path}: the server reported an impossible token count "
                 f"(usage.completion_tokens must be a whole number from 1 to max_tokens {asked})"
             )
-        return RunFigure(tokens=tokens, seconds=seconds, ttft_s=first)
+        # The prompt's count is the server's word; one it cannot have counted is none.
+        counted = prompt if type(prompt) is int and 0 <= prompt <= TOKEN_LIMIT else None
+        return RunFigure(
+            tokens=tokens, seconds=seconds, ttft_s=first, prompt_tokens=counted, started_s=started
+        )
 
     def _read_events(
         self, path: str, chunks: Iterator[bytes], start: float
-    ) -> tuple[float | None, object]:
-        """Seconds to the first text, and the usage's completion_tokens, from the SSE lines."""
+    ) -> tuple[float | None, object, object]:
+        """Seconds to the first text, and the usage's completion_tokens and prompt_tokens,
+        from the SSE lines."""
         first: float | None = None
         tokens: object = None
+        prompt: object = None
         for line in self._lines(path, chunks):
             if not line.startswith("data:"):
                 continue  # blank separators, comments, `event:` lines
@@ -166,6 +184,7 @@ class Client:
             usage = event.get("usage")
             if isinstance(usage, dict) and "completion_tokens" in usage:
                 tokens = usage["completion_tokens"]
+                prompt = usage.get("prompt_tokens")
         else:
             raise HostError(f"{self.masked_url}{path}: the server closed the stream before [DONE]")
         if first is not None and tokens is None:
@@ -173,7 +192,7 @@ class Client:
                 f"{self.masked_url}{path} streamed no usage figures "
                 "(the request asks for them with stream_options.include_usage)"
             )
-        return first, tokens
+        return first, tokens, prompt
 
     def _lines(self, path: str, chunks: Iterator[bytes]) -> Iterator[str]:
         """The stream's lines, ended by CRLF, LF or CR as the SSE format allows; HostError at

@@ -14,6 +14,7 @@ from nccl_launch.bench.api_key import server_api_key
 from nccl_launch.bench.client import Client
 from nccl_launch.bench.gpus import query_gpus
 from nccl_launch.bench.result import BenchReport, Method, RunFigure, Status, judge, summarize
+from nccl_launch.bench.streams import prompt_of, stream_all
 from nccl_launch.bench.url import masked_url, url_address
 from nccl_launch.errors import HostError, UsageError
 from nccl_launch.live.compare import LiveReport
@@ -119,13 +120,13 @@ def check_held(server: HeldProcess, loaded: LoadedProfile) -> LiveReport:
     return compare_tree(snapshot_tree(server), loaded)
 
 
-def request_body(served: Served, method: Method) -> dict[str, Any]:
-    """One greedy completion of exactly max_tokens (ignore_eos), usage in its last event; of
-    the model the server named (none named: its own)."""
+def request_body(served: Served, method: Method, number: int = 1) -> dict[str, Any]:
+    """Request `number`'s: one greedy completion of exactly max_tokens (ignore_eos), usage in
+    its last event; of the model the server named (none named: its own)."""
     model = {} if served.request_model is None else {"model": served.request_model}
     return {
         **model,
-        "prompt": method.prompt,
+        "prompt": prompt_of(method, number),
         "max_tokens": method.max_tokens,
         "temperature": 0,
         "ignore_eos": True,
@@ -139,7 +140,7 @@ def measure_decode(
 ) -> BenchReport:
     """Measure on a server proved to run `loaded` before and after, asked as its kind is, with
     the API key it was started with; the report says whether it was measured, refused,
-    discarded or interrupted (Ctrl-C: the runs so far)."""
+    discarded or interrupted (Ctrl-C: the runs so far), and which requests failed."""
     plan = loaded.plan
     stamp: dict[str, Any] = {
         "profile": plan.label,
@@ -162,31 +163,37 @@ def measure_decode(
         if not before.ok:
             return report("refused", [], drift=before)
         runs: list[RunFigure] = []
+        failed: list[str] = []
         kind = loaded.profile.kind
-        with Client(endpoint.url, timeout, kind, server_api_key(server, kind)) as client:
+        key = server_api_key(server, kind)
+        with Client(endpoint.url, timeout, kind, key, method.concurrency) as client:
             served = client.served()
             gpus, gpus_note = query_gpus()
             # A profile without [server] runs what follows `--`: its kind is known if it said so.
             named = loaded.profile.server is not None or served.version is not None
             stamp |= {"server": kind.name if named else None, "server_version": served.version}
             stamp |= {"model": served.model, "gpus": gpus, "gpus_note": gpus_note}
-            body = request_body(served, method)
             try:
-                for number in range(1, method.warmup + 1):
-                    progress.ran("warmup", number, method.warmup, client.complete(body))
-                for number in range(1, method.runs + 1):
-                    runs.append(client.complete(body))
-                    progress.ran("run", number, method.runs, runs[-1])
+                stream_all(
+                    client,
+                    lambda number: request_body(served, method, number),
+                    method,
+                    progress.ran,
+                    runs,
+                    failed,
+                )
             except KeyboardInterrupt:
-                return report("interrupted", runs)
+                return report("interrupted", list(runs), failed=list(failed))
+            if failed and not runs:
+                raise HostError(f"every request failed; the first: {failed[0]}")
         after = check_held(server, loaded)
         progress.verified("after", after)
         if not after.ok:
             return report("discarded", runs, drift=after)
     baseline = loaded.profile.baseline
-    measured = report("measured", runs)
-    if baseline is None or measured.mean_tok_s is None:
-        return measured
+    measured = report("measured", runs, failed=failed)
+    if baseline is None or measured.mean_tok_s is None or failed:
+        return measured  # a figure without its failed requests is not the baseline's
     fewest = min(run.tokens for run in runs)
-    verdict = judge(baseline, measured.mean_tok_s, method, fewest)
+    verdict = judge(baseline, measured.mean_tok_s, method, fewest, measured.prefill_tok_s)
     return measured.model_copy(update={"baseline": verdict})

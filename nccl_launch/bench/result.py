@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
-from statistics import fmean
+from statistics import fmean, median
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, Field, computed_field, model_validator
 
 from nccl_launch.bench import TOKEN_LIMIT
-from nccl_launch.errors import EXIT_DRIFT, EXIT_INTERRUPTED, EXIT_OK
+from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_INTERRUPTED, EXIT_OK
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.profile.model import Baseline
 from nccl_launch.report import Report
@@ -26,11 +27,29 @@ class RunFigure(BaseModel):
     # of 1e-320 s made it infinite).
     seconds: float = Field(ge=1e-6, allow_inf_nan=False)
     ttft_s: float = Field(ge=0, allow_inf_nan=False)
+    # The prompt's tokens as the server counted them (its usage's prompt_tokens), and when
+    # the request was sent, in seconds after the first measured one; None in a history line
+    # of an nccl-launch before them.
+    prompt_tokens: int | None = Field(default=None, strict=True, ge=0, le=TOKEN_LIMIT)
+    started_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def tok_s(self) -> float:
-        return self.tokens / self.seconds
+        """Decode: the tokens after the first over the time after it (one over the time per
+        output token), so a long prompt's prefill is not in it. A history line of an
+        nccl-launch before `started_s` holds its tokens over the whole request."""
+        if self.started_s is None:
+            return self.tokens / self.seconds
+        return max(self.tokens - 1, 0) / max(self.seconds - self.ttft_s, 1e-6)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def prefill_tok_s(self) -> float | None:
+        """Prompt tokens over the time to first token (None: no count, or no time)."""
+        if self.prompt_tokens is None or self.ttft_s < 1e-6:
+            return None
+        return self.prompt_tokens / self.ttft_s
 
 
 class Gpu(BaseModel):
@@ -49,17 +68,23 @@ class Method(BaseModel):
     max_tokens: int = Field(ge=1, le=TOKEN_LIMIT)
     runs: int = Field(ge=1)
     warmup: int = Field(ge=0)
-    prompt: str
+    prompt: str  # "" with prompt_tokens: each request's prompt is made of that many words
+    prompt_tokens: int | None = Field(default=None, ge=1, le=TOKEN_LIMIT)
+    concurrency: int = Field(default=1, ge=1)  # requests in flight at once
 
 
 class Verdict(BaseModel):
-    """The mean against the profile's `[baseline]`; `met` is None when not compared."""
+    """The means against the profile's `[baseline]`; `met` is None when not compared, else
+    whether every figure judged met its floor; `short` names those that did not."""
 
     decode_tok_s: float = Field(gt=0, allow_inf_nan=False)
     tolerance: float = Field(ge=0, lt=1)
     floor: float = Field(ge=0, allow_inf_nan=False)
     met: bool | None
     note: str | None = None
+    prefill_tok_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    prefill_floor: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    short: list[Literal["decode_tok_s", "prefill_tok_s"]] = Field(default_factory=list)
 
 
 class WrittenBaseline(BaseModel):
@@ -104,6 +129,7 @@ class BenchReport(Report):
     max_tok_s: Summary = None
     ttft_s: Summary = None
     baseline: Verdict | None = None
+    failed: list[str] = Field(default_factory=list)  # why each request that failed did
     drift: LiveReport | None = None  # the check that refused or discarded the figures
     written: WrittenBaseline | None = None  # --write-baseline; never part of a history line
 
@@ -115,6 +141,52 @@ class BenchReport(Report):
         if isinstance(data, dict) and "server" not in data and "sglang_version" in data:
             data = {**data, "server": "sglang", "server_version": data["sglang_version"]}
         return data
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def prefill_tok_s(self) -> float | None:
+        """The mean of the runs' prefill figures (None: a run without one)."""
+        return _mean_of([run.prefill_tok_s for run in self.runs])
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def min_prefill_tok_s(self) -> float | None:
+        figures = [run.prefill_tok_s for run in self.runs]
+        return None if None in figures or not figures else min(figures)  # type: ignore[type-var]
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def max_prefill_tok_s(self) -> float | None:
+        figures = [run.prefill_tok_s for run in self.runs]
+        return None if None in figures or not figures else max(figures)  # type: ignore[type-var]
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def output_tok_s(self) -> float | None:
+        """Completion tokens of every run over the wall time from the first request sent to
+        the last token received (None: a run without its start)."""
+        starts = [run.started_s for run in self.runs]
+        if None in starts or not starts:
+            return None
+        first = min(start for start in starts if start is not None)
+        last = max((run.started_s or 0) + run.seconds for run in self.runs)
+        return sum(run.tokens for run in self.runs) / max(last - first, 1e-6)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def ttft_p50_s(self) -> float | None:
+        """The median time to first token."""
+        return median(run.ttft_s for run in self.runs) if self.runs else None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def ttft_p99_s(self) -> float | None:
+        """The 99th percentile of the time to first token, nearest rank: the slowest of fewer
+        than 101 runs but one in a hundred."""
+        if not self.runs:
+            return None
+        ordered = sorted(run.ttft_s for run in self.runs)
+        return ordered[math.ceil(0.99 * len(ordered)) - 1]
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -132,11 +204,14 @@ class BenchReport(Report):
 
     @property
     def exit_code(self) -> int:
-        """0 measured; 1 drift or below the baseline; 3 a tree that could not be read at all."""
+        """0 measured; 1 drift or below the baseline; 3 a tree that could not be read at all,
+        or a request that failed."""
         if self.drift is not None:
             return self.drift.exit_code
         if self.status == "interrupted":
             return EXIT_INTERRUPTED
+        if self.failed:
+            return EXIT_HOST
         return EXIT_DRIFT if self.baseline is not None and self.baseline.met is False else EXIT_OK
 
 
@@ -153,27 +228,56 @@ def summarize(runs: list[RunFigure]) -> dict[str, float | None]:
     }
 
 
-def judge(baseline: Baseline, mean: float, method: Method, fewest: int | None = None) -> Verdict:
-    """Met when the mean is at least the baseline less its tolerance; not compared when the
-    baseline records another method (max_tokens, runs) than this measurement used, or when
+def _mean_of(figures: list[float | None]) -> float | None:
+    """The mean of `figures`; None when one is None or there are none."""
+    if None in figures or not figures:
+        return None
+    return fmean(figures)  # type: ignore[arg-type]
+
+
+def _shown(value: object) -> str:
+    return "unset" if value is None else str(value)
+
+
+def judge(
+    baseline: Baseline,
+    mean: float,
+    method: Method,
+    fewest: int | None = None,
+    prefill: float | None = None,
+) -> Verdict:
+    """Each figure measured (decode's `mean`, `prefill`'s) against its own in the baseline:
+    met when it is at least that less the tolerance (prefill only where the baseline has one;
+    a prefill not measured falls short). Not compared when the baseline records another
+    method (max_tokens, runs, prompt_tokens, concurrency) than this measurement used, or when
     the server stopped a run short of max_tokens (`fewest`, it ignored ignore_eos)."""
     differs = [
-        f"{key}={recorded} (this bench: {used})"
-        for key, recorded, used in (
-            ("max_tokens", baseline.max_tokens, method.max_tokens),
-            ("runs", baseline.runs, method.runs),
+        f"{key}={_shown(recorded)} (this bench: {_shown(used)})"
+        for key, recorded, used, always in (
+            ("max_tokens", baseline.max_tokens, method.max_tokens, False),
+            ("runs", baseline.runs, method.runs, False),
+            # Unset: the short prompt, one stream; a figure of another is another figure.
+            ("prompt_tokens", baseline.prompt_tokens, method.prompt_tokens, True),
+            ("concurrency", baseline.concurrency or 1, method.concurrency, True),
         )
-        if recorded is not None and recorded != used
+        if (always or recorded is not None) and recorded != used
     ]
     if fewest is not None and fewest < method.max_tokens:
         differs.append(f"max_tokens={method.max_tokens} (the server stopped at {fewest})")
+    judged: list[tuple[str, float | None, float]] = [("decode_tok_s", mean, baseline.floor)]
+    if baseline.prefill_floor is not None:
+        judged.append(("prefill_tok_s", prefill, baseline.prefill_floor))
+    short = [name for name, mean, floor in judged if mean is None or mean < floor]
     verdict = Verdict(
         decode_tok_s=baseline.decode_tok_s,
         tolerance=baseline.tolerance,
         floor=baseline.floor,
-        met=mean >= baseline.floor,
+        met=not short,
+        prefill_tok_s=baseline.prefill_tok_s,
+        prefill_floor=baseline.prefill_floor,
+        short=short,  # type: ignore[arg-type]
     )
     if differs:
         note = "not compared: the baseline was measured with " + ", ".join(differs)
-        return verdict.model_copy(update={"met": None, "note": note})
+        return verdict.model_copy(update={"met": None, "note": note, "short": []})
     return verdict

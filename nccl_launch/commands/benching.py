@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 DEFAULT_MAX_TOKENS = 500
 DEFAULT_RUNS = 5
+CONCURRENCY_LIMIT = 1024  # requests in flight: a thread and a connection each
 DEFAULT_PROMPT = "Write a long story about a lighthouse keeper who finds a message in a bottle."
 
 
@@ -64,7 +65,16 @@ _METHOD_OPTIONS = (
         help=f"Measured requests  [default: the baseline's, else {DEFAULT_RUNS}]",
     ),
     click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True),
-    click.option("--prompt", default=DEFAULT_PROMPT, help="The prompt of every request."),
+    click.option(
+        "--prompt", help="The prompt of every request  [default: a one-line request for a story]"
+    ),
+    click.option(
+        "--prompt-tokens",
+        type=click.IntRange(min=1, max=TOKEN_LIMIT),
+        help="Give each request a prompt of about N tokens (N common words, each one token to "
+        "most tokenizers; the server's count is what it reports) and report prefill tok/s, "
+        "prompt tokens over time to first token  [default: the baseline's, else --prompt]",
+    ),
     seconds_option(
         "--timeout",
         least=0,
@@ -78,28 +88,41 @@ _METHOD_OPTIONS = (
 
 
 def method_options(command: F) -> F:
-    """--max-tokens, --runs, --warmup, --prompt and --timeout, in that order."""
+    """--max-tokens, --runs, --warmup, --prompt, --prompt-tokens and --timeout, in order."""
     for option in reversed(_METHOD_OPTIONS):
         command = option(command)
     return command
 
 
 def measuring_method(
-    baseline: Baseline | None, max_tokens: int | None, runs: int | None, warmup: int, prompt: str
+    baseline: Baseline | None,
+    max_tokens: int | None,
+    runs: int | None,
+    warmup: int,
+    prompt: str | None,
+    prompt_tokens: int | None = None,
+    concurrency: int | None = None,
 ) -> Method:
-    """The method of the options, the baseline's max_tokens and runs (else bench's) where
-    they are not given."""
+    """The method of the options, the baseline's max_tokens, runs, prompt_tokens and
+    concurrency (else bench's) where they are not given; a --prompt overrides the
+    baseline's prompt_tokens."""
     from nccl_launch.bench.result import Method
     from nccl_launch.escaping import not_utf8
 
-    byte = not_utf8(prompt)
+    if prompt is not None and prompt_tokens is not None:
+        raise UsageError("--prompt and --prompt-tokens: give one; each sets the prompt")
+    byte = None if prompt is None else not_utf8(prompt)
     if byte is not None:
         raise UsageError(f"--prompt: holds the byte {byte}, which is not UTF-8; write it in UTF-8")
+    if prompt is None and prompt_tokens is None and baseline is not None:
+        prompt_tokens = baseline.prompt_tokens
     return Method(
         max_tokens=max_tokens or (baseline and baseline.max_tokens) or DEFAULT_MAX_TOKENS,
         runs=runs or (baseline and baseline.runs) or DEFAULT_RUNS,
         warmup=warmup,
-        prompt=prompt,
+        prompt="" if prompt_tokens is not None else prompt or DEFAULT_PROMPT,
+        prompt_tokens=prompt_tokens,
+        concurrency=concurrency or (baseline and baseline.concurrency) or 1,
     )
 
 
@@ -138,12 +161,19 @@ def _history(profile: str | None, record: Path, fmt: str) -> int:
     type=click.Path(path_type=Path),
     help="The history file  [default: $XDG_STATE_HOME/nccl-launch/bench.jsonl]",
 )
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1, max=CONCURRENCY_LIMIT),
+    help="Requests in flight at once, each counted as a run; reports the output tok/s of all "
+    "and the time to first token's median and p99  [default: the baseline's, else 1]",
+)
 @click.option("--history", "show_history", is_flag=True, help="Print the history instead.")
 @click.option(
     "--write-baseline",
     is_flag=True,
-    help="Write the measured mean, max_tokens and runs into the [baseline] of PROFILE's file "
-    "(the file named, not one it extends), even where it is below the old figure.",
+    help="Write the measured mean, max_tokens and runs (and prefill_tok_s with prompt_tokens, "
+    "concurrency) into the [baseline] of PROFILE's file (the file named, not one it "
+    "extends), even where it is below the old figure.",
 )
 @format_option("text", "json", default="text")
 def bench(
@@ -153,9 +183,11 @@ def bench(
     max_tokens: int | None,
     runs: int | None,
     warmup: int,
-    prompt: str,
+    prompt: str | None,
+    prompt_tokens: int | None,
     timeout: float,
     record: Path | None,
+    concurrency: int | None,
     show_history: bool,
     write_baseline: bool,
     fmt: str,
@@ -163,15 +195,18 @@ def bench(
     """Measure decode tok/s of PROFILE's server (or the one at URL), checked against PROFILE
     before and after.
 
-    One streaming request at a time to the server's /v1/completions, tokens from its usage
-    figures, sending the API key the server was started with: its --api-key, else vLLM's
-    VLLM_API_KEY. The result is stamped with
+    Streaming requests to the server's /v1/completions, one at a time (--concurrency: N in
+    flight), tokens from its usage figures, sending the API key the server was started
+    with: its --api-key, else vLLM's VLLM_API_KEY. Decode tok/s is a request's tokens after
+    the first over the time after it; with --prompt-tokens, prefill tok/s is its prompt
+    tokens over the time to the first. The result is stamped with
     the profile's name@version and digest and appended to the history; --history [PROFILE]
-    prints it as a table per profile and digest. --write-baseline records the figure in the
+    prints it as a table per profile and digest. --write-baseline records the figures in the
     profile, only when the server was proved to run it before and after.
-    Exit 0 measured, 1 drift or below the profile's [baseline], 2 bad options or profile (or
-    one changed while measured), 3 no such server, or a connection, timeout, HTTP error,
-    empty or malformed stream, or a profile file that cannot be written.
+    Exit 0 measured, 1 drift or a figure below the profile's [baseline], 2 bad options or
+    profile (or one changed while measured), 3 no such server, or a connection, timeout,
+    HTTP error, empty or malformed stream (with --concurrency: any request's, the others'
+    figures reported), or a profile file that cannot be written.
     """
     from nccl_launch.bench import history
     from nccl_launch.bench.baseline_file import hold_profile, write_figure
@@ -196,20 +231,22 @@ def bench(
         if loaded.profile.server is None:
             raise UsageError(f"{loaded.path}: no [server] table to find the server at; pass --url")
         url = server_url(loaded.profile.server)
-    method = measuring_method(loaded.profile.baseline, max_tokens, runs, warmup, prompt)
+    method = measuring_method(
+        loaded.profile.baseline, max_tokens, runs, warmup, prompt, prompt_tokens, concurrency
+    )
     with history.opened(record) as recorder:
         endpoint = locate(url, pid)  # after the history: a file that cannot take it fails first
         echo = Echo(err=fmt == "json", asked=method.max_tokens)
         report = measure_decode(loaded, endpoint, method, timeout, echo)
-        if report.status == "measured":
+        if report.status == "measured" and not report.failed:
             recorder.append(report)
     aside = fmt == "json"  # what is said beside the JSON document goes to stderr
     if not aside:
         echo_lines(summary_lines(report))
-    if report.status == "measured":
+    if report.status == "measured" and not report.failed:
         echo_lines([f"recorded in {recorder.path}"], err=aside)
     try:
-        if held is not None and report.status != "measured":
+        if held is not None and (report.status != "measured" or report.failed):
             echo_lines([unwritten_line(report, held.path)], err=aside)
         elif held is not None:
             previous = loaded.profile.baseline

@@ -11,7 +11,7 @@ import click
 from nccl_launch.commands.benching import Echo, measuring_method, method_options
 from nccl_launch.commands.echo import echo_lines, warn
 from nccl_launch.commands.options import format_option, profile_argument, seconds_option
-from nccl_launch.errors import EXIT_INTERRUPTED
+from nccl_launch.errors import EXIT_INTERRUPTED, UsageError
 from nccl_launch.live.signals import catching
 from nccl_launch.masking import masked_json
 
@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 DEFAULT_READY_TIMEOUT = 1200.0  # a large model loads for minutes
 # A server's workers free their GPU memory on SIGTERM; a tree still up after this is killed.
 STOP_GRACE = 30.0
+# How far below the profile's values' a candidate's prefill may be (with --prompt-tokens).
+PREFILL_TOLERANCE = 0.05
 
 
 # Each ends the tune as Ctrl-C does, the trial's server stopped first: SIGTERM (systemd's
@@ -95,6 +97,14 @@ class TuneEcho(Echo):
     "where the confirmation finds it faster than PROFILE's values.",
 )
 @method_options
+@click.option(
+    "--prefill-tolerance",
+    type=click.FloatRange(0, 1, max_open=True),
+    help="With --prompt-tokens (or a [baseline] that records prompt_tokens): a candidate whose "
+    "prefill tok/s is, by its one-sided 95% bound, below PROFILE's values' by more than this "
+    "fraction cannot win, and the winner's confirmation must show its prefill within it  "
+    f"[default: {PREFILL_TOLERANCE}]",
+)
 @seconds_option(
     "--ready-timeout",
     least=0,
@@ -115,8 +125,10 @@ def tune(
     max_tokens: int | None,
     runs: int | None,
     warmup: int,
-    prompt: str,
+    prompt: str | None,
+    prompt_tokens: int | None,
     timeout: float,
+    prefill_tolerance: float | None,
     ready_timeout: float,
     fmt: str,
 ) -> int:
@@ -134,6 +146,10 @@ def tune(
     (or none the noise allows over PROFILE's values), 1 when no trial could be measured, 2
     bad options, space or profile, 3 a host problem (the port taken, a full disk, another
     tune of the journal), 130 on Ctrl-C, SIGTERM or SIGHUP (the server stopped).
+
+    With --prompt-tokens N every run measures prefill tok/s too, from the same requests: the
+    objective stays decode, but a candidate whose prefill costs more than
+    --prefill-tolerance cannot win.
     """
     from nccl_launch.render.tune import summary_lines
     from nccl_launch.tune.session import open_base, run_tune
@@ -142,14 +158,25 @@ def tune(
 
     space = build_space(space_file, tries)
     candidates = open_base(profile)
-    method = measuring_method(candidates.base.profile.baseline, max_tokens, runs, warmup, prompt)
+    baseline = candidates.base.profile.baseline
+    method = measuring_method(baseline, max_tokens, runs, warmup, prompt, prompt_tokens)
+    if method.prompt_tokens is None and prefill_tolerance is not None:
+        raise UsageError(
+            "--prefill-tolerance: prefill is measured only with --prompt-tokens N (or a "
+            "[baseline] that records prompt_tokens); give it too, or leave the tolerance out"
+        )
+    tolerance: float | None = None  # no prefill measured, none judged
+    if method.prompt_tokens is not None:
+        tolerance = PREFILL_TOLERANCE if prefill_tolerance is None else prefill_tolerance
     settings = TrialSettings(
         method=method, ready_timeout=ready_timeout, request_timeout=timeout, stop_grace=STOP_GRACE
     )
     echo = TuneEcho(err=fmt == "json", asked=method.max_tokens)
     try:
         with catching(STOP_SIGNALS, _interrupt):
-            report = run_tune(candidates, space, settings, budget, grid, rounds, write, echo)
+            report = run_tune(
+                candidates, space, settings, budget, grid, rounds, write, echo, tolerance
+            )
     except KeyboardInterrupt:
         echo_lines(
             [

@@ -40,6 +40,12 @@ class Baseline(BaseModel):
     # many, and the 95% confidence interval of the mean, [low, high].
     starts: int | None = Field(default=None, ge=1)
     interval: list[Rate] | None = Field(default=None, min_length=2, max_length=2)
+    # Prompt tokens over time to first token, measured with `bench --prompt-tokens
+    # prompt_tokens` (each prompt that many words); unset prompt_tokens: bench's short
+    # prompt. `concurrency`: requests in flight at once, unset 1.
+    prefill_tok_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    prompt_tokens: int | None = Field(default=None, ge=1)
+    concurrency: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _figure_within_interval(self) -> Self:
@@ -50,12 +56,22 @@ class Baseline(BaseModel):
                     f"interval: [{low}, {high}] does not hold decode_tok_s = {self.decode_tok_s}"
                     "; valid: [low, high] with low <= decode_tok_s <= high"
                 )
+        if self.prefill_tok_s is not None and self.prompt_tokens is None:
+            raise ValueError(
+                "prefill_tok_s: set without prompt_tokens, the prompt length it was measured "
+                "with; valid: both, as `bench --write-baseline --prompt-tokens N` writes them"
+            )
         return self
 
     @property
     def floor(self) -> float:
         """The lowest mean that still meets the baseline."""
         return self.decode_tok_s * (1 - self.tolerance)
+
+    @property
+    def prefill_floor(self) -> float | None:
+        """The lowest prefill mean that still meets it; None without a prefill figure."""
+        return None if self.prefill_tok_s is None else self.prefill_tok_s * (1 - self.tolerance)
 
 
 class StrictModel(BaseModel):

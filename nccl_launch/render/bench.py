@@ -13,8 +13,12 @@ from nccl_launch.render.reports import live_lines
 
 
 def run_line(kind: str, number: int, total: int, figure: RunFigure) -> str:
-    """`Run 2/5: 500 tokens in 5.63 s = 88.8 tok/s`; a warm-up says it is not counted."""
-    line = f"{figure.tokens} tokens in {figure.seconds:.2f} s = {figure.tok_s:.1f} tok/s"
+    """`Run 2/5: 500 tokens in 5.63 s, the first at 0.031 s: 88.8 tok/s` (decode, after the
+    first token); a warm-up says it is not counted."""
+    line = (
+        f"{figure.tokens} tokens in {figure.seconds:.2f} s, the first at {figure.ttft_s:.3f} s: "
+        f"{figure.tok_s:.1f} tok/s"
+    )
     if kind == "warmup":
         return f"Warmup {number}/{total}: {line} (not counted)"
     return f"Run {number}/{total}: {line}"
@@ -41,9 +45,59 @@ def _verdict_line(verdict: Verdict) -> str:
         f"baseline {verdict.decode_tok_s:.1f} tok/s less {verdict.tolerance * 100:g}% = "
         f"{verdict.floor:.1f} tok/s"
     )
+    if verdict.prefill_tok_s is not None and verdict.prefill_floor is not None:
+        rule += (
+            f", prefill {verdict.prefill_tok_s:.1f} tok/s less {verdict.tolerance * 100:g}% = "
+            f"{verdict.prefill_floor:.1f} tok/s"
+        )
     if verdict.met is None:
         return f"{rule}: {verdict.note}"
     return f"{rule}: {'met' if verdict.met else 'missed'}"
+
+
+def _short_lines(report: BenchReport, verdict: Verdict) -> list[str]:
+    """`below the baseline: ...`, a line for each figure that fell short."""
+    figures = {
+        "decode_tok_s": ("mean", report.mean_tok_s, verdict.floor),
+        "prefill_tok_s": ("prefill mean", report.prefill_tok_s, verdict.prefill_floor),
+    }
+    lines = []
+    for name in verdict.short:
+        label, mean, floor = figures[name]
+        measured = "not measured" if mean is None else f"{mean:.1f} tok/s"
+        lines.append(f"below the baseline: {label} {measured} < {floor or 0:.1f} tok/s")
+    return lines
+
+
+def _more_figures(report: BenchReport) -> list[str]:
+    """Prefill with --prompt-tokens; with --concurrency, all streams' output and the time to
+    first token's median and p99; the requests that failed."""
+    method, lines = report.method, []
+    if method.prompt_tokens is not None:
+        counted = sorted({run.prompt_tokens for run in report.runs if run.prompt_tokens})
+        said = "-".join(str(count) for count in dict.fromkeys((counted[0], counted[-1])))
+        if report.prefill_tok_s is None:
+            lines.append("prefill: not measured (the server reported no prompt_tokens)")
+        else:
+            lines.append(
+                f"prefill mean {report.prefill_tok_s:.1f} tok/s of {said} prompt tokens "
+                f"(the server's count; {method.prompt_tokens} asked), spread "
+                f"{report.min_prefill_tok_s:.1f}-{report.max_prefill_tok_s:.1f} tok/s (min-max)"
+            )
+    if method.concurrency > 1 and report.output_tok_s is not None:
+        lines.append(
+            f"{method.concurrency} streams at once: output {report.output_tok_s:.1f} tok/s "
+            f"(all streams' tokens over the wall time), time to first token "
+            f"{report.ttft_p50_s:.3f} s median, {report.ttft_p99_s:.3f} s p99"
+        )
+    count = len(report.failed)
+    if count:
+        lines.append(
+            f"{count} request{'' if count == 1 else 's'} failed, not in the figures; "
+            "nothing recorded:"
+        )
+        lines += [f"  {reason}" for reason in report.failed]
+    return lines
 
 
 def _server(report: BenchReport, unknown: str) -> str:
@@ -91,31 +145,38 @@ def summary_lines(report: BenchReport) -> list[str]:
     if report.mean_tok_s is None:
         return [f"interrupted before the first of {total} runs ended; nothing recorded"]
     returned, asked = _returned(report), report.method.max_tokens
+    stream = " per stream" if report.method.concurrency > 1 else ""
     figures = (
-        f"mean {report.mean_tok_s:.1f} tok/s over {done} run{'' if done == 1 else 's'} of "
+        f"mean {report.mean_tok_s:.1f} tok/s{stream} over {done} run{'' if done == 1 else 's'} of "
         f"{returned} tokens{'' if returned == str(asked) else f' ({asked} asked)'}, "
         f"spread {_spread(report)}, time to first token {report.ttft_s:.3f} s (mean)"
     )
     if report.status == "interrupted":
         return [f"interrupted after {done} of {total} runs: {figures}; nothing recorded"]
-    lines = [figures, *_stamp(report)]
+    lines = [figures, *_more_figures(report), *_stamp(report)]
     if report.baseline is not None:
         lines.append(_verdict_line(report.baseline))
-        if report.baseline.met is False:
-            lines.append(
-                f"below the baseline: mean {report.mean_tok_s:.1f} tok/s < "
-                f"{report.baseline.floor:.1f} tok/s"
-            )
+        lines += _short_lines(report, report.baseline)
     return lines
 
 
 def written_line(written: WrittenBaseline, method: Method) -> str:
-    """`baseline 88.8 -> 86.1 tok/s (500 tokens x 5 runs) written to FILE`."""
-    figure = f"{written.baseline.decode_tok_s:.1f}"
+    """`baseline 88.8 -> 86.1 tok/s (500 tokens x 5 runs) written to FILE`, with a prefill
+    figure `, prefill 4950.0 tok/s (prompts of 1000 tokens)`."""
+    baseline = written.baseline
+    figure = f"{baseline.decode_tok_s:.1f}"
     if written.previous is not None:
         figure = f"{written.previous:.1f} -> {figure}"
     runs = f"{method.max_tokens} tokens x {method.runs} run{'' if method.runs == 1 else 's'}"
-    return f"baseline {figure} tok/s ({runs}) written to {written.path}"
+    if baseline.concurrency is not None:
+        runs += f", {baseline.concurrency} at once"
+    prefill = ""
+    if baseline.prefill_tok_s is not None:
+        prefill = (
+            f", prefill {baseline.prefill_tok_s:.1f} tok/s "
+            f"(prompts of {baseline.prompt_tokens} tokens)"
+        )
+    return f"baseline {figure} tok/s ({runs}){prefill} written to {written.path}"
 
 
 def unwritten_line(report: BenchReport, path: Path) -> str:
@@ -125,11 +186,14 @@ def unwritten_line(report: BenchReport, path: Path) -> str:
         "discarded": "the server drifted from it while measured",
         "interrupted": "the runs were interrupted",
     }
-    return f"nothing written to {path}: no figure, {why.get(report.status, report.status)}"
+    reason = why.get(report.status, report.status)
+    if report.status == "measured" and report.failed:
+        reason = "requests failed"
+    return f"nothing written to {path}: no figure, {reason}"
 
 
 def _history_row(report: BenchReport) -> tuple[str, ...]:
-    verdict = report.baseline
+    verdict, prefill = report.baseline, report.prefill_tok_s
     met = "-" if verdict is None or verdict.met is None else ("met" if verdict.met else "missed")
     row = (
         report.time,
@@ -137,6 +201,7 @@ def _history_row(report: BenchReport) -> tuple[str, ...]:
         f"{report.mean_tok_s or 0:.1f}",
         f"{report.min_tok_s or 0:.1f}-{report.max_tok_s or 0:.1f}",
         f"{report.ttft_s or 0:.3f}",
+        "-" if prefill is None or report.method.prompt_tokens is None else f"{prefill:.1f}",
         _server(report, "-"),
         met,
         report.host,
@@ -144,7 +209,17 @@ def _history_row(report: BenchReport) -> tuple[str, ...]:
     return tuple(map(escaped, row))  # a history line's words cannot forge a row
 
 
-HISTORY_HEADER = ("WHEN", "RUNS", "MEAN TOK/S", "SPREAD", "TTFT S", "SERVER", "BASELINE", "HOST")
+HISTORY_HEADER = (
+    "WHEN",
+    "RUNS",
+    "MEAN TOK/S",
+    "SPREAD",
+    "TTFT S",
+    "PREFILL TOK/S",
+    "SERVER",
+    "BASELINE",
+    "HOST",
+)
 
 
 def history_lines(results: list[BenchReport]) -> list[str]:

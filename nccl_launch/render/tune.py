@@ -26,7 +26,9 @@ def _figures(row: TrialRow) -> str:
     if start is None:
         return f"{status_text(row.outcome)}: {row.outcome.detail}"
     runs = start.runs
-    return f"measured {start.rate:.1f} tok/s, spread {min(runs):.1f}-{max(runs):.1f}"
+    said = f"measured {start.rate:.1f} tok/s, spread {min(runs):.1f}-{max(runs):.1f}"
+    prefill = start.prefill_start
+    return said + (f", prefill {prefill.rate:.1f} tok/s" if prefill else "")
 
 
 def began_line(label: str, journal: Path, done: int) -> str:
@@ -58,6 +60,8 @@ def _label(report: TuneReport, row: CandidateRow) -> str:
         words.append(f"({report.profile} as is)")
     if row.digest == report.defaults_candidate:
         words.append("(NCCL's defaults)")
+    if row.prefill_refused:
+        words.append("(refused: prefill)")
     return " ".join(words)
 
 
@@ -92,11 +96,23 @@ def _bar(estimate: Estimate | None, low: float, high: float) -> str:
 
 def chart_lines(report: TuneReport, rows: list[CandidateRow]) -> list[str]:
     """Each candidate of `rows`, fastest first (those never measured last): its rate (the
-    mean over its starts), its 95% interval as a whisker on one scale, its measured starts
-    of all, the winner marked `*`; 80 columns but for the changes at the end."""
+    mean over its starts), its 95% interval as a whisker on one scale, with --prompt-tokens
+    its prefill rate, its measured starts of all, the winner marked `*`; 80 columns but for
+    the changes at the end."""
     low, high = _scale(rows)
     scale = f"{low:.1f}".ljust(BAR + 2 - len(f"{high:.1f}")) + f"{high:.1f}"
-    table: list[tuple[str, ...]] = [(" ", scale, "TOK/S", "95% INTERVAL", "STARTS", "CANDIDATE")]
+    prefill = report.prefill_tolerance is not None
+    table: list[tuple[str, ...]] = [
+        (
+            " ",
+            scale,
+            "TOK/S",
+            "95% INTERVAL",
+            *(["PREFILL"] if prefill else []),
+            "STARTS",
+            "CANDIDATE",
+        )
+    ]
     measured = sorted((row for row in rows if row.estimate), key=lambda row: -_mean(row))
     for row in [*measured, *(row for row in rows if row.estimate is None)]:
         estimate = row.estimate
@@ -107,6 +123,7 @@ def chart_lines(report: TuneReport, rows: list[CandidateRow]) -> list[str]:
                 _bar(estimate, low, high),
                 f"{estimate.mean:.1f}" if estimate else "-",
                 f"{interval[0]:.1f}-{interval[1]:.1f}" if interval else "-",
+                *([_rate(row.prefill_tok_s)] if prefill else []),
                 f"{estimate.starts if estimate else 0}/{len(row.trials)}",
                 escaped(_label(report, row)),
             )
@@ -120,6 +137,33 @@ def chart_lines(report: TuneReport, rows: list[CandidateRow]) -> list[str]:
 
 def _mean(row: CandidateRow) -> float:
     return row.estimate.mean if row.estimate else 0.0
+
+
+def _rate(estimate: Estimate | None) -> str:
+    return f"{estimate.mean:.1f}" if estimate else "-"
+
+
+def _refused_lines(report: TuneReport) -> list[str]:
+    """Each candidate whose decode gain the prefill tolerance refused: its figures beside the
+    profile's values'."""
+    tolerance = report.prefill_tolerance
+    profile = report.candidate(report.profile_candidate)
+    theirs = f" ({_rate(profile.prefill_tok_s)} tok/s)" if profile else ""
+    lines = []
+    for row in report.candidates:
+        if not row.prefill_refused or tolerance is None:
+            continue
+        mine = row.prefill_tok_s
+        interval = (
+            f" [{mine.interval[0]:.1f}-{mine.interval[1]:.1f}]" if mine and mine.interval else ""
+        )
+        lines.append(
+            f"refused for its prefill cost: {escaped(row.changes)} won decode "
+            f"({_rate(row.estimate)} tok/s) by the noise rule, but its prefill "
+            f"{_rate(mine)} tok/s{interval} is below {report.profile}'s values'{theirs} by "
+            f"more than {tolerance:.0%} at 95% confidence"
+        )
+    return lines
 
 
 def _failures(report: TuneReport) -> list[str]:
@@ -142,6 +186,17 @@ def _noise(noise: float, dof: int) -> str:
     return f"start-to-start noise {noise * 100:.1f}% ({dof} dof)"
 
 
+def _prefill_rule(report: TuneReport) -> str:
+    """`; prefill's 1.2%, a candidate's within 5% of standin's values'`, with --prompt-tokens."""
+    if report.prefill_tolerance is None:
+        return ""
+    noise = f"prefill's {report.prefill_noise * 100:.1f}%, " if report.prefill_noise else ""
+    return (
+        f"; {noise}a candidate's prefill within {report.prefill_tolerance:.0%} of "
+        f"{report.profile}'s values'"
+    )
+
+
 def _confirmation_lines(report: TuneReport, confirmation: Confirmation) -> list[str]:
     method = confirmation.method
     lines = [
@@ -153,10 +208,26 @@ def _confirmation_lines(report: TuneReport, confirmation: Confirmation) -> list[
     gains = confirmation.gains(report.profile)
     said = f"changes {winner.changes}" if winner.changes != "none" else f"{report.profile} as is"
     rate = f"{winner.estimate.mean:.1f} tok/s" if winner.estimate else "not measured"
+    if winner.prefill_tok_s is not None:
+        rate += f", prefill {winner.prefill_tok_s.mean:.1f} tok/s"
+    prefill = confirmation.prefill_over_profile
+    if prefill is not None:
+        gains.append(f"prefill {prefill.over(report.profile)}")
     lines.append(f"winner ({said}): {rate}" + "".join(f", {gain}" for gain in gains))
-    if report.confirmed is False:
+    if report.prefill_confirmed is False:
+        lines.append(_prefill_not_confirmed(report))
+    elif report.confirmed is False:
         lines.append(_not_confirmed(report.profile, confirmation))
     return lines
+
+
+def _prefill_not_confirmed(report: TuneReport) -> str:
+    """Why the winner's prefill does not confirm it."""
+    return (
+        f"not confirmed: the interval of its prefill over {report.profile}'s values' does not "
+        f"show it within the {report.prefill_tolerance or 0:.0%} tolerance; keep "
+        f"{report.profile}'s values"
+    )
 
 
 def _not_confirmed(profile: str, confirmation: Confirmation) -> str:
@@ -182,9 +253,10 @@ def summary_lines(report: TuneReport) -> list[str]:
     lines = [
         f"tune {report.profile}: {strategy}, {report.stop} after {count} "
         f"trial{'' if count == 1 else 's'} ({reused} of all from the journal); "
-        f"{_noise(report.noise, report.dof)}",
+        f"{_noise(report.noise, report.dof)}{_prefill_rule(report)}",
         *_failures(report),
         *chart_lines(report, report.candidates),
+        *_refused_lines(report),
     ]
     if report.winner is None or report.confirmation is None:
         if report.trials and all(row.outcome.status == "refused" for row in report.trials):

@@ -35,9 +35,10 @@ class TrialRow(BaseModel):
 
     @property
     def start(self) -> Start | None:
-        """Its runs; None when it was not measured."""
-        runs = self.outcome.runs
-        return Start(tuple(runs)) if self.outcome.status == "measured" and runs else None
+        """Its runs (with their prefill figures); None when it was not measured."""
+        outcome = self.outcome
+        measured = outcome.status == "measured" and outcome.runs
+        return Start(tuple(outcome.runs), tuple(outcome.prefill)) if measured else None
 
 
 class Estimate(BaseModel):
@@ -62,13 +63,16 @@ class Estimate(BaseModel):
 
 class CandidateRow(BaseModel):
     """One candidate: its values, its changes from the profile's, the numbers of its trials,
-    its estimate (None: no start measured)."""
+    its estimate (None: no start measured); with --prompt-tokens, its prefill's estimate and
+    whether its decode gain was refused for its prefill's cost."""
 
     digest: str
     values: dict[str, str | None]
     changes: str
     trials: list[int]
     estimate: Estimate | None
+    prefill_tok_s: Estimate | None = None
+    prefill_refused: bool = False
 
 
 class Gain(BaseModel):
@@ -102,6 +106,9 @@ class Confirmation(BaseModel):
     candidates: list[CandidateRow]
     gain_over_profile: Gain | None
     gain_over_defaults: Gain | None
+    # With --prompt-tokens: the winner's prefill over the profile's values' (less 1), its
+    # noise pooled over these starts' prefill figures.
+    prefill_over_profile: Gain | None = None
 
     def gains(self, profile: str) -> list[str]:
         """Its gains as people read them, over `profile`'s values, then NCCL's defaults."""
@@ -128,6 +135,10 @@ class TuneReport(Report):
     # starts or more, and its degrees of freedom: the noise its decisions used.
     noise: float
     dof: int
+    # With --prompt-tokens: how far below the profile's values' a candidate's prefill may be
+    # (a fraction), judged by the noise of a start's ln prefill rate; else None.
+    prefill_tolerance: float | None = None
+    prefill_noise: float | None = None
     trials: list[TrialRow]
     candidates: list[CandidateRow]  # of the search, in the order first tried
     # Digests of candidates: the profile as it is, NCCL's defaults (every searched variable
@@ -156,18 +167,35 @@ class TuneReport(Report):
         """Whether the confirmation's 95% interval of the winner's gain over the profile lies
         above 0 (False too where the profile's values, measured by the search, failed in the
         confirmation: nothing confirms the gain); None where there is nothing to confirm (the
-        winner is the profile's values, they were never measured, nothing was)."""
-        profile = next(
-            (row for row in self.candidates if row.digest == self.profile_candidate), None
-        )
-        if (
-            self.winner in (None, self.profile_candidate)
-            or profile is None
-            or profile.estimate is None
-        ):
+        winner is the profile's values, they were never measured, nothing was). With
+        --prompt-tokens, its prefill must be confirmed too (`prefill_confirmed`)."""
+        if not self._judged:
             return None
         gain = self.confirmation.gain_over_profile if self.confirmation else None
-        return gain is not None and gain.interval[0] > 0
+        return gain is not None and gain.interval[0] > 0 and self.prefill_confirmed is not False
+
+    @property
+    def _judged(self) -> bool:
+        """Whether there is a winner to confirm: not the profile's values, which were
+        measured."""
+        profile = self.candidate(self.profile_candidate)
+        return (
+            self.winner not in (None, self.profile_candidate)
+            and profile is not None
+            and profile.estimate is not None
+        )
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def prefill_confirmed(self) -> bool | None:
+        """With --prompt-tokens, whether the confirmation's 95% interval of the winner's
+        prefill over the profile's values' lies above 1 - the tolerance: it shows its prefill
+        costs no more (False where it was not measured); None without a prefill to judge, or
+        nothing to confirm (as `confirmed`)."""
+        if self.prefill_tolerance is None or not self._judged:
+            return None
+        gain = self.confirmation.prefill_over_profile if self.confirmation else None
+        return gain is not None and gain.interval[0] > -self.prefill_tolerance
 
     @property
     def exit_code(self) -> int:

@@ -11,15 +11,29 @@ is kept only when the one-sided 95% lower bound of (candidate - best) is above 0
 candidate's estimate is above the best's but its bound is not yet, the one of the two with
 fewer starts (the candidate on a tie) is started again, each at most CAP times, before the
 change is refused as no difference the noise allows.
+
+With a prefill tolerance (tune --prompt-tokens), a change the rule keeps is refused still
+where its prefill costs more than the tolerance: where the one-sided 95% upper bound of its
+prefill over the profile's values' (the reference: the first candidate measured where they
+fail) is below 1 - tolerance, the noise of prefill pooled as decode's. The guard adds no
+starts; the confirmation asks the winner to show its prefill within the tolerance.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from nccl_launch.tune.stats import CONFIDENCE, Start, lower_bound, mean_figure, pooled_noise
+from nccl_launch.tune.stats import (
+    CONFIDENCE,
+    Start,
+    lower_bound,
+    mean_figure,
+    pooled_noise,
+    prefill_starts,
+)
 
 # A candidate's value of each searched variable; None: unset, NCCL's default.
 Values = dict[str, str | None]
@@ -47,6 +61,7 @@ class Found:
     starts: dict[str, list[Start | None]]
     best: str | None
     stop: Stop
+    refused: tuple[str, ...] = ()  # keys whose decode gain was refused for their prefill
 
 
 def measured(starts: list[Start | None]) -> list[Start]:
@@ -60,13 +75,16 @@ class _Spent(Exception):
 class _Trials:
     """The objective's starts of each key, at most `budget` in all."""
 
-    def __init__(self, objective: Objective, budget: int | None) -> None:
+    def __init__(self, objective: Objective, budget: int | None, tolerance: float | None) -> None:
         self.objective = objective
         self.budget = budget
+        self.tolerance = tolerance  # of prefill below the reference's; None: not judged
         self.starts: dict[str, list[Start | None]] = {}
         self.spent = 0
         self.decided: dict[tuple[str, str], bool] = {}
+        self.guarded: dict[str, bool] = {}  # each key's prefill, judged once
         self.best: Values | None = None  # the best so far
+        self.reference: Values | None = None  # whose prefill the guard holds to
 
     def again(self, values: Values) -> None:
         """One more start of `values`."""
@@ -85,11 +103,28 @@ class _Trials:
         return measured(self.starts[key])
 
     def kept(self, candidate: Values) -> bool:
-        """Whether `candidate` beats the best so far, which it then becomes."""
-        if self.beats(candidate, self.best):
+        """Whether `candidate` beats the best so far, and its prefill costs no more than the
+        tolerance; it then becomes the best (and the reference where there is none)."""
+        if self.beats(candidate, self.best) and self.within(candidate):
             self.best = candidate
+            if self.reference is None:
+                self.reference = candidate
             return True
         return False
+
+    def within(self, candidate: Values) -> bool:
+        """False where the one-sided CONFIDENCE bound says `candidate`'s prefill is below
+        (1 - tolerance) x the reference's: the upper bound of (candidate - reference) in ln."""
+        if self.tolerance is None or self.reference is None:
+            return True
+        key = self.objective.key(candidate)
+        if key not in self.guarded:
+            mine = prefill_starts(self.figures(candidate))
+            theirs = prefill_starts(self.figures(self.reference))
+            noise = pooled_noise(prefill_starts(measured(found)) for found in self.starts.values())
+            below = lower_bound(theirs, mine, noise, CONFIDENCE) if mine and theirs else None
+            self.guarded[key] = below is None or below <= -math.log(1 - self.tolerance)
+        return self.guarded[key]
 
     def beats(self, candidate: Values, best: Values | None) -> bool:
         """Whether `candidate` beats `best` by the noise rule (anything measured beats
@@ -138,7 +173,8 @@ class _Trials:
         key = self.objective.key(best) if best is not None else None
         if key is not None and not measured(self.starts.get(key, [])):
             key = None
-        return Found(dict(self.starts), key, stop)
+        refused = tuple(found for found, within in self.guarded.items() if not within)
+        return Found(dict(self.starts), key, stop, refused)
 
 
 def defaults(space: Space) -> Values:
@@ -150,17 +186,24 @@ def _begin(trials: _Trials, start: Values, space: Space) -> None:
     """The profile's values started twice (once where they fail), NCCL's defaults once;
     the best the better by the noise rule (the defaults where the profile's values fail)."""
     if trials.figures(start):
-        trials.best = start
+        trials.best = trials.reference = start
         trials.figures(start, first=2)
     trials.kept(defaults(space))
 
 
-def descend(start: Values, space: Space, objective: Objective, budget: int | None) -> Found:
+def descend(
+    start: Values,
+    space: Space,
+    objective: Objective,
+    budget: int | None,
+    tolerance: float | None = None,
+) -> Found:
     """Coordinate descent: from the better of `start` and NCCL's defaults, each variable in
     turn takes the value that beats the best so far by the noise rule, the others held;
     passes repeat until one changes nothing. Stops early, with the best so far, when the
-    budget is spent."""
-    trials = _Trials(objective, budget)
+    budget is spent; with a `tolerance`, a candidate whose prefill costs more is never
+    kept."""
+    trials = _Trials(objective, budget, tolerance)
     try:
         _begin(trials, start, space)
         current = trials.best or start  # nothing measured yet: any candidate that is wins
@@ -178,10 +221,16 @@ def descend(start: Values, space: Space, objective: Objective, budget: int | Non
     return trials.found("converged")
 
 
-def grid(start: Values, space: Space, objective: Objective, budget: int | None) -> Found:
+def grid(
+    start: Values,
+    space: Space,
+    objective: Objective,
+    budget: int | None,
+    tolerance: float | None = None,
+) -> Found:
     """Every combination of the space's values, after `start` and NCCL's defaults, each
-    kept over the best so far by the noise rule."""
-    trials = _Trials(objective, budget)
+    kept over the best so far by the noise rule (and the prefill `tolerance`)."""
+    trials = _Trials(objective, budget, tolerance)
     try:
         _begin(trials, start, space)
         # Lazy: a budget ends a grid of billions of combinations without making them all.

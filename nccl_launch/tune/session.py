@@ -24,7 +24,7 @@ from nccl_launch.tune import journal
 from nccl_launch.tune.candidates import Candidates, changes
 from nccl_launch.tune.result import CandidateRow, Confirmation, Estimate, Gain, TrialRow, TuneReport
 from nccl_launch.tune.search import Space, Values, confirm, defaults, descend, grid
-from nccl_launch.tune.stats import Noise, Start, pooled_noise
+from nccl_launch.tune.stats import Noise, Start, pooled_noise, prefill_starts
 from nccl_launch.tune.trial import TrialOutcome, TrialSettings, run_trial
 
 
@@ -60,8 +60,9 @@ def tune_folder(base: LoadedProfile, method: Method) -> PurePath:
     document = json.dumps(
         {
             "digest": base.plan.digest,
-            "method": method.model_dump(),
-            "confirm": confirming.model_dump(),
+            # A field a later nccl-launch added, left at its default, keeps the folder's key.
+            "method": method.model_dump(exclude_defaults=True),
+            "confirm": confirming.model_dump(exclude_defaults=True),
         }
     )
     key = hashlib.sha256(document.encode()).hexdigest()[:12]
@@ -171,11 +172,16 @@ def _figures(rows: list[TrialRow]) -> list[Start]:
     return [row.start for row in rows if row.start is not None]
 
 
-def _noise(groups: dict[str, list[TrialRow]]) -> Noise:
-    return pooled_noise(_figures(rows) for rows in groups.values())
+def _noise(groups: dict[str, list[TrialRow]], prefill: bool = False) -> Noise:
+    """The noise of a start's decode figure, or with `prefill` its prefill figure's."""
+    figures = (_figures(rows) for rows in groups.values())
+    return pooled_noise(prefill_starts(found) if prefill else found for found in figures)
 
 
-def _candidates(groups: dict[str, list[TrialRow]], noise: Noise) -> list[CandidateRow]:
+def _candidates(
+    groups: dict[str, list[TrialRow]], noise: Noise, refused: tuple[str, ...] = ()
+) -> list[CandidateRow]:
+    prefill = _noise(groups, prefill=True)
     return [
         CandidateRow(
             digest=digest,
@@ -183,6 +189,8 @@ def _candidates(groups: dict[str, list[TrialRow]], noise: Noise) -> list[Candida
             changes=rows[0].changes,
             trials=[row.number for row in rows],
             estimate=Estimate.of(_figures(rows), noise),
+            prefill_tok_s=Estimate.of(prefill_starts(_figures(rows)), prefill),
+            prefill_refused=digest in refused,
         )
         for digest, rows in groups.items()
     ]
@@ -217,10 +225,12 @@ def run_tune(
     rounds: int,
     write: bool,
     progress: TuneProgress,
+    tolerance: float | None = None,
 ) -> TuneReport:
     """Search `space` from the base profile's values, resuming from its journal, and confirm
     the winner over `rounds`; with `write`, a confirmed winner becomes the profile's next
-    version."""
+    version. With a prefill `tolerance` (a long prompt), no candidate whose prefill costs more
+    than it wins (search.py), and the confirmation judges the winner's prefill too."""
     base = candidates.base
     if write:
         candidates.next_path()  # a version that is taken fails now, not after the tune
@@ -236,7 +246,7 @@ def run_tune(
         progress.began(base.plan.label, opened.path, len(opened.done))
         start = candidates.start(list(space))
         trials = _Trials(candidates, opened, settings, progress, start)
-        found = (grid if use_grid else descend)(start, space, trials, budget)
+        found = (grid if use_grid else descend)(start, space, trials, budget, tolerance)
         searched = _grouped(trials.rows)
         ends = (trials.key(start), trials.key(defaults(space)))  # the profile's, NCCL's
         if found.best is not None:  # each once: the profile's values, the winner, the defaults
@@ -257,8 +267,10 @@ def run_tune(
         stop=found.stop,
         noise=noise.sd,
         dof=noise.dof,
+        prefill_tolerance=tolerance,
+        prefill_noise=_noise(searched, prefill=True).sd if tolerance is not None else None,
         trials=trials.rows,
-        candidates=_candidates(searched, noise),
+        candidates=_candidates(searched, noise, found.refused),
         # The base's values as a candidate: its digest is the base's (but where its next
         # version names an env file by another path: `Candidates.moved_note`).
         profile_candidate=_tried(ends[0], searched),
@@ -302,12 +314,14 @@ def _confirmation(
     groups = _grouped([row for row in rows if row.confirm])
     if winner is None or not groups:
         return None
-    noise = _noise(groups)
+    noise, prefill = _noise(groups), _noise(groups, prefill=True)
     mine = _figures(groups.get(winner, []))
     over = [
         Gain.of(mine, _figures(groups.get(key, [])), noise) if key != winner else None
         for key in ends
     ]
+    theirs = prefill_starts(_figures(groups.get(ends[0], [])))
+    prefill_over = Gain.of(prefill_starts(mine), theirs, prefill) if ends[0] != winner else None
     return Confirmation(
         method=method,
         rounds=rounds,
@@ -316,6 +330,7 @@ def _confirmation(
         candidates=_candidates(groups, noise),
         gain_over_profile=over[0],
         gain_over_defaults=over[1],
+        prefill_over_profile=prefill_over,
     )
 
 
@@ -336,6 +351,11 @@ def _baseline(report: TuneReport, base: LoadedProfile) -> Baseline | None:
         fields["tolerance"] = base.profile.baseline.tolerance
     method = confirmation.method
     fields |= {"max_tokens": method.max_tokens, "runs": method.runs, "starts": estimate.starts}
+    if row.prefill_tok_s is not None:  # with the prompt it was measured with
+        fields |= {"prefill_tok_s": round(row.prefill_tok_s.mean, 1)}
+        fields |= {"prompt_tokens": method.prompt_tokens}
+    if method.concurrency != 1:
+        fields["concurrency"] = method.concurrency
     if estimate.interval is not None:
         low, high = estimate.interval
         # Outward to a tenth, where that keeps the low end above 0 (a [baseline] rate is).
@@ -354,6 +374,11 @@ def _provenance(report: TuneReport, baseline: Baseline) -> dict[str, str]:
         f"{baseline.decode_tok_s:.1f} tok/s decode (mean of {baseline.starts} server starts "
         f"of {baseline.runs} runs of {baseline.max_tokens} tokens{within}) by nccl-launch tune"
     )
+    if baseline.prefill_tok_s is not None:
+        measured += (
+            f", {baseline.prefill_tok_s:.1f} tok/s prefill of prompts of {baseline.prompt_tokens} "
+            "tokens"
+        )
     winner = report.candidate(report.winner)
     changed = winner.changes if winner else "none"
     return {

@@ -14,9 +14,17 @@ CONFIDENCE = 0.95
 
 @dataclass(frozen=True)
 class Start:
-    """One start of a candidate's server: the tok/s of each of its runs."""
+    """One start of a candidate's server: the tok/s of each of its runs; with a long prompt,
+    the prefill tok/s of each (prompt tokens over time to first token), else none."""
 
     runs: tuple[float, ...]
+    prefill: tuple[float, ...] = ()
+
+    @property
+    def prefill_start(self) -> Start | None:
+        """Its prefill figures as a start of their own (None without any): the same
+        statistics judge them."""
+        return Start(self.prefill) if self.prefill else None
 
     @property
     def rate(self) -> float:
@@ -98,6 +106,11 @@ def t_quantile(p: float, dof: int) -> float:
         middle = (low + high) / 2
         low, high = (middle, high) if t_cdf(middle, dof) < p else (low, middle)
     return (low + high) / 2
+
+
+def prefill_starts(starts: Iterable[Start]) -> list[Start]:
+    """The prefill figures of those of `starts` that have them, each as a start."""
+    return [found for start in starts if (found := start.prefill_start) is not None]
 
 
 def mean_figure(starts: Sequence[Start]) -> float:

@@ -70,6 +70,9 @@ class TrialOutcome(BaseModel):
 
     status: TrialStatus
     runs: list[Rate] = []  # tok/s of each measured run (status "measured" only)
+    # With a long prompt (--prompt-tokens), the prefill tok/s of each run: prompt tokens over
+    # time to first token; none in a journal of an earlier nccl-launch.
+    prefill: list[Rate] = []
     detail: str = ""  # one line, masked and escaped: why it is not "measured"
     exit_code: int | None = None  # the server's, when it exited
     log_tail: list[str] = []  # the last lines of its log (masked, escaped), when it failed
@@ -88,6 +91,8 @@ class TrialOutcome(BaseModel):
     def _runs_when_measured(self) -> Self:
         if (self.status == "measured") != bool(self.runs):
             raise ValueError("a measured trial has runs, and only a measured one")
+        if self.prefill and len(self.prefill) != len(self.runs):
+            raise ValueError("a trial's prefill figures are one per run")
         return self
 
     def final(self, settings: TrialSettings) -> bool:
@@ -182,7 +187,7 @@ def _proof(launch: LaunchPlan, fd: int, log: Path, judged: set[str]) -> dict[str
     if ignored:
         why = "; ".join(f"{key.key} {key.expected}: {key.detail}" for key in ignored)
         detail = escaped(f"NCCL did not apply the candidate's values: {why}")
-        found |= {"status": "ignored", "runs": [], "detail": detail}
+        found |= {"status": "ignored", "runs": [], "prefill": [], "detail": detail}
     return found
 
 
@@ -324,7 +329,12 @@ def _trial(
     if report.drift is not None:
         when = "before" if report.status == "refused" else "after"
         return TrialOutcome(status="drift", detail=_live_drift(when, report.drift), seconds=0)
-    return TrialOutcome(status="measured", runs=[run.tok_s for run in report.runs], seconds=0)
+    # With a long prompt, each run's prefill, where the server counted every prompt.
+    prefill = [run.prefill_tok_s for run in report.runs if run.prefill_tok_s is not None]
+    if settings.method.prompt_tokens is None or len(prefill) < len(report.runs):
+        prefill = []
+    runs = [run.tok_s for run in report.runs]
+    return TrialOutcome(status="measured", runs=runs, prefill=prefill, seconds=0)
 
 
 def _stop(child: _Child, server: Server, grace: float) -> int:

@@ -36,6 +36,9 @@ TUNE_FACTORS = {
     "NCCL_BUFFSIZE": {"": 0.97, "4194304": 1.00, "8388608": 1.04, "16777216": 1.00},
     "NCCL_NTHREADS": {"": 0.97, "256": 1.03, "512": 1.00},
 }
+# The prefill rate's model, the same shape: LL carries half the bandwidth at most, and
+# prefill's all-reduces are large, so the value that wins decode loses prefill.
+PREFILL_FACTORS = {"NCCL_PROTO": {"": 1.00, "LL": 0.60, "LL128": 0.95, "Simple": 1.00}}
 NCCL_VERSION = "2.27.3"
 # What torch.distributed prints when NCCL refuses a value as its communicators are created.
 NCCL_ERROR = (
@@ -84,27 +87,43 @@ def draws(number: int) -> random.Random:
     return random.Random(None if seed is None else f"{seed}:{number}")  # noqa: S311
 
 
-def base_rates(draw: random.Random) -> tuple[float, float]:
-    """Tokens per second: STANDIN_TOKEN_RATE, times the tune model's start factor when it is
-    on; that times its table's factors, and without them."""
+def _factored(rate: float, knob: str, default: dict[str, dict[str, float]]) -> float:
+    """`rate` times the factor of each variable's value in the table of `knob` (a JSON object
+    of the same shape), else of `default`; a value not in its table: 1.0."""
+    factors = os.environ.get(knob)
+    for key, table in (json.loads(factors) if factors else default).items():
+        rate *= table.get(os.environ.get(key, ""), 1.0)
+    return rate
+
+
+def base_rates(draw: random.Random) -> tuple[float, float, float]:
+    """Tokens per second: the decode rate STANDIN_TOKEN_RATE, times the tune model's start
+    factor when it is on; that times its table's factors, and without them; and the prefill
+    rate STANDIN_PREFILL_RATE, times the same start factor and its own table's factors."""
     rate = float(os.environ.get("STANDIN_TOKEN_RATE", 200))
+    prefill = float(os.environ.get("STANDIN_PREFILL_RATE", 5000))
     if os.environ.get("STANDIN_TUNE_MODEL") != "1":
-        return rate, rate
+        return rate, rate, prefill
     noise = float(os.environ.get("STANDIN_START_NOISE", 0))
-    rate *= draw.uniform(1 - noise, 1 + noise)
-    factors = os.environ.get("STANDIN_TUNE_FACTORS")
-    factored = rate
-    for key, table in (json.loads(factors) if factors else TUNE_FACTORS).items():
-        factored *= table.get(os.environ.get(key, ""), 1.0)
-    return factored, rate
+    start = draw.uniform(1 - noise, 1 + noise)
+    rate *= start
+    prefill = _factored(prefill * start, "STANDIN_PREFILL_FACTORS", PREFILL_FACTORS)
+    return _factored(rate, "STANDIN_TUNE_FACTORS", TUNE_FACTORS), rate, prefill
 
 
-def request_rate(base: float, draw: random.Random) -> float:
-    """One request's rate: the tune model's adds its noise, from `draw`."""
+def request_noise(draw: random.Random) -> float:
+    """One request's factor on its rates: the tune model's noise, from `draw`; else 1."""
     if os.environ.get("STANDIN_TUNE_MODEL") != "1":
-        return base
+        return 1.0
     noise = float(os.environ.get("STANDIN_NOISE", 0.01))
-    return base * draw.uniform(1 - noise, 1 + noise)
+    return draw.uniform(1 - noise, 1 + noise)
+
+
+def prompt_tokens(prompt: object) -> int:
+    """A prompt's tokens as the stand-ins count them: the whitespace-separated words of a
+    text (of each text of a list), or the length of a list of token ids."""
+    prompts = prompt if isinstance(prompt, list) else [prompt]
+    return sum(len(item.split()) if isinstance(item, str) else 1 for item in prompts)
 
 
 def holds_any(spec: str) -> str | None:
@@ -273,9 +292,11 @@ class Pacing:
         self.healthy_at = float("inf")  # time.monotonic() from which /health answers 200
         self.noise = draws(start_number())
         # Of the environment at start, as NCCL reads it once.
-        self.rate, self.plain_rate = base_rates(self.noise)
+        self.rate, self.plain_rate, self.prefill_rate = base_rates(self.noise)
         self.late_started = threading.Event()
         self.requests = 0
+        self.streams = 0  # streaming now, each slowing the others' decode
+        self.sharing = float(os.environ.get("STANDIN_STREAM_SHARING", 0.25))
         self.lock = threading.Lock()
 
     def up(self) -> None:
@@ -292,6 +313,22 @@ class Pacing:
         with self.lock:
             self.requests += 1
             return self.requests
+
+    @contextlib.contextmanager
+    def streaming(self) -> Iterator[None]:
+        """One more stream while the block runs."""
+        with self.lock:
+            self.streams += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.streams -= 1
+
+    def step(self, rate: float) -> float:
+        """Seconds to the next token of a stream decoding at `rate` alone, shared with the
+        others streaming now: 1 / rate times (1 + sharing * (streams - 1))."""
+        return (1 + self.sharing * (self.streams - 1)) / rate
 
 
 def endless(wfile: BufferedIOBase, start: bytes, filler: bytes) -> None:
@@ -333,8 +370,9 @@ class Streaming(BaseHTTPRequestHandler):
         """One token's choice; `finish` on the last."""
         raise NotImplementedError
 
-    def usage(self, chunk: dict[str, Any], tokens: int) -> dict[str, Any]:
-        """The last event, its completion_tokens the string "COUNT" (filled as raw JSON)."""
+    def usage(self, chunk: dict[str, Any], tokens: int, prompt: int) -> dict[str, Any]:
+        """The last event, its completion_tokens the string "COUNT" (filled as raw JSON), its
+        prompt_tokens `prompt`."""
         raise NotImplementedError
 
     def parse_request(self) -> bool:
@@ -361,10 +399,13 @@ class Streaming(BaseHTTPRequestHandler):
 
     def complete(self, body: dict[str, Any]) -> None:
         """Answer one `/v1/completions` request (the knobs' status, stall, stream)."""
-        if self.pacing.count_request() == int(os.environ.get("STANDIN_DRIFT_AT_REQUEST", 0)):
+        number = self.pacing.count_request()
+        if number == int(os.environ.get("STANDIN_DRIFT_AT_REQUEST", 0)):
             os.kill(os.getpid(), signal.SIGUSR1)  # the main thread starts the late worker
             self.pacing.late_started.wait()
         status = int(os.environ.get("STANDIN_COMPLETIONS_STATUS", 200))
+        if number == int(os.environ.get("STANDIN_FAIL_AT_REQUEST", 0)):
+            status = 500
         if status != 200:
             self.send_json(status, {"object": "error", "code": status})
             return
@@ -383,16 +424,28 @@ class Streaming(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def stream(self, body: dict[str, Any]) -> None:
+        with self.pacing.streaming():
+            self.paced(body)
+
+    def paced(self, body: dict[str, Any]) -> None:
+        """The tokens of one stream, each on its deadline (a late wake-up is not carried on):
+        the first once the prompt is prefilled, each next one decode step later."""
+        arrived = time.monotonic()
         tokens = prelude(body, self.wfile)
+        prompt = prompt_tokens(body.get("prompt", ""))
         short = os.environ.get("STANDIN_TUNE_MAX_TOKENS")
         plain = short is not None and body["max_tokens"] != int(short)
         pacing = self.pacing
-        rate = request_rate(pacing.plain_rate if plain else pacing.rate, pacing.noise)
-        start = time.monotonic() + float(os.environ.get("STANDIN_TTFT", 0))
+        noise = request_noise(pacing.noise)
+        rate = (pacing.plain_rate if plain else pacing.rate) * noise
+        prefill = float(os.environ.get("STANDIN_TTFT", 0)) + prompt / (pacing.prefill_rate * noise)
+        due = arrived + prefill
         chunk = self.chunk(body)
         per_event = self.tokens_per_event(body)
         for index in range(tokens):
-            time.sleep(max(0.0, start + (index + 1) / rate - time.monotonic()))
+            if index:
+                due += pacing.step(rate)
+            time.sleep(max(0.0, due - time.monotonic()))
             last = index == tokens - 1
             if (index + 1) % per_event and not last:
                 continue  # this token leaves with the next ones, in one event
@@ -402,7 +455,8 @@ class Streaming(BaseHTTPRequestHandler):
         options = body.get("stream_options")
         if tokens and isinstance(options, dict) and options.get("include_usage"):
             count = os.environ.get("STANDIN_USAGE_TOKENS", str(tokens))
-            self.event(json.dumps(self.usage(chunk, tokens)).replace('"COUNT"', count))
+            usage = json.dumps(self.usage(chunk, tokens, prompt))
+            self.event(usage.replace('"COUNT"', count))
         if not os.environ.get("STANDIN_CLOSE_BEFORE_DONE"):
             self.event("[DONE]")
 

@@ -20,10 +20,18 @@ Knobs, for tests:
   variables set (an empty value unsets one);
 - SIGUSR1 to the main process starts one more scheduler, later, with STANDIN_LATE_DRIFT
   applied the same way;
-- STANDIN_TOKEN_RATE (tokens per second, default 200) paces the stream: token i leaves at
-  STANDIN_TTFT (seconds, default 0) + (i + 1) / rate after the request, on a deadline so
-  that sleeps do not add up;
+- the stream is paced on deadlines (a late wake-up delays one token, not the ones after it),
+  whatever the machine's speed: the first token leaves STANDIN_TTFT (seconds, default 0) +
+  prompt_tokens / prefill rate after the request, each next one a decode step later; a
+  decode step is (1 + s * (n - 1)) / rate, rate STANDIN_TOKEN_RATE (tokens per second,
+  default 200), n the streams open at that moment (in prefill or decode),
+  s = STANDIN_STREAM_SHARING (default 0.25): n streams at once together decode
+  n / (1 + s * (n - 1)) times one stream's rate; the prefill rate is STANDIN_PREFILL_RATE
+  (prompt tokens per second, default 5000), never shared;
+- a prompt's tokens are its whitespace-separated words (of each text of a list; a list of
+  token ids: its length), reported as the usage's prompt_tokens (total_tokens adds them);
 - STANDIN_OLD_INFO=1 answers only the older `/get_server_info` (404 for `/server_info`);
+- STANDIN_FAIL_AT_REQUEST=N answers the Nth /v1/completions request (from 1) with status 500;
 - STANDIN_COMPLETIONS_STATUS=500 answers /v1/completions with that status, STANDIN_EMPTY_STREAM=1
   streams only `data: [DONE]`, STANDIN_STALL=1 sends the headers and then nothing;
 - a misbehaving server, for bench's limits: STANDIN_INFO=TEXT answers /server_info with that
@@ -40,7 +48,13 @@ Knobs, for tests:
   table), times a factor of the start, uniform in [1-m, 1+m], m = STANDIN_START_NOISE
   (default 0: as NCCL's rings and SGLang's graphs, built anew at each start, make each start
   of a GPU server a little faster or slower), then each request's rate times a uniform
-  factor in [1-n, 1+n], n = STANDIN_NOISE (default 0.01). Both are drawn from a generator
+  factor in [1-n, 1+n], n = STANDIN_NOISE (default 0.01). The prefill rate the same way:
+  STANDIN_PREFILL_RATE times the factors of PREFILL_FACTORS (STANDIN_PREFILL_FACTORS, the
+  same shape, replaces it; by default NCCL_PROTO=LL 0.6, LL128 0.95: LL, which wins decode's
+  small all-reduces, carries half the bandwidth of prefill's large ones), the same start's
+  factor and the same request's factor. So `STANDIN_TUNE_FACTORS={"NCCL_PROTO": {"": 0.8}}`
+  and `STANDIN_PREFILL_FACTORS={"NCCL_PROTO": {"LL": 0.6}}` make PROTO=LL win decode by 25%
+  over an unset PROTO and lose 40% of its prefill. Both are drawn from a generator
   seeded with STANDIN_SEED and the start's number: STANDIN_START_COUNT=FILE counts the starts
   in FILE (each adds one, under a lock), so that the Nth start of a test draws the same
   factors at every run; without it the number is the PID. Unset STANDIN_SEED: a fresh seed
@@ -205,8 +219,9 @@ def handler(server: Server) -> type[core.Streaming]:
         def after_choices(self) -> dict[str, Any]:
             return {"usage": None}
 
-        def usage(self, chunk: dict[str, Any], tokens: int) -> dict[str, Any]:
-            usage = {"prompt_tokens": 5, "completion_tokens": "COUNT", "total_tokens": tokens + 5}
+        def usage(self, chunk: dict[str, Any], tokens: int, prompt: int) -> dict[str, Any]:
+            total = tokens + prompt
+            usage = {"prompt_tokens": prompt, "completion_tokens": "COUNT", "total_tokens": total}
             return {**chunk, "choices": [], "usage": usage}
 
         def do_GET(self) -> None:

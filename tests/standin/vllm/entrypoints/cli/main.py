@@ -332,8 +332,9 @@ def handler(server: Server) -> type[core.Streaming]:
             config = args.speculative_config or {}
             return 1 + int(config.get("num_speculative_tokens", 0))
 
-        def usage(self, chunk: dict[str, Any], tokens: int) -> dict[str, Any]:
-            usage = {"prompt_tokens": 5, "total_tokens": tokens + 5, "completion_tokens": "COUNT"}
+        def usage(self, chunk: dict[str, Any], tokens: int, prompt: int) -> dict[str, Any]:
+            total = tokens + prompt
+            usage = {"prompt_tokens": prompt, "total_tokens": total, "completion_tokens": "COUNT"}
             return {**chunk, "choices": [], "usage": usage}
 
         def do_GET(self) -> None:
