@@ -43,6 +43,9 @@ LEAVES = {
     "nccl_launch.nccl.others": {"nccl_launch.nccl.catalog"},
     "nccl_launch.profile.markers": {"nccl_launch.nccl.conf"},
 }
+# What NCCL makes of a value is read in nccl/ alone (`rules.reading`): the classes of its
+# grammar stay there.
+GRAMMAR = ("nccl_launch.nccl.grammar", "nccl_launch.nccl.selection")
 MAX_MODULES_PER_FOLDER = 12
 MAX_LINES = 400
 
@@ -118,6 +121,24 @@ def test_no_import_cycle() -> None:
 
     for name in sorted(graph):
         visit(name, ())
+
+
+def rule_classes() -> set[str]:
+    """The classes NCCL's grammar reads values with (and its markers of a reading)."""
+    trees = (ast.parse(MODULES[name].read_text(encoding="utf-8")) for name in GRAMMAR)
+    return {node.name for tree in trees for node in tree.body if isinstance(node, ast.ClassDef)}
+
+
+@pytest.mark.parametrize("name", sorted(name for name in MODULES if package_of(name) != "nccl"))
+def test_only_nccl_names_the_grammars_rule_classes(name: str) -> None:
+    classes = rule_classes()
+    named = set()
+    for node in ast.walk(ast.parse(MODULES[name].read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("nccl_launch.nccl"):
+            named |= {alias.name for alias in node.names} & classes
+        elif isinstance(node, ast.Attribute) and node.attr in classes:  # `grammar.IntRule`
+            named.add(node.attr)
+    assert named == set(), f"{name} reads NCCL's values itself: ask nccl.rules.reading"
 
 
 @pytest.mark.parametrize(

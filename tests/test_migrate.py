@@ -20,7 +20,6 @@ from dotenv import dotenv_values
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nccl_launch.migrate.start import typed
 from nccl_launch.nccl import rules
 from nccl_launch.serving import references
 from nccl_launch.sglang import facts
@@ -164,14 +163,18 @@ def test_a_converted_start_script_round_trips_to_integers_and_the_same_digest(
     ],
 )
 def test_typed_values_read_best_and_mean_the_same(name: str, raw: str, stored: object) -> None:
-    assert typed(name, raw) == stored
-    assert type(typed(name, raw)) is type(stored)
-    assert rules.canonical(name, typed(name, raw)) == rules.canonical(name, raw)
+    written = rules.reading(name, raw).toml()
+    assert written == stored
+    assert written is not None
+    assert type(written) is type(stored)
+    assert rules.canonical(name, written) == rules.canonical(name, raw)
 
 
 @given(st.integers(min_value=1, max_value=2**31 - 1))
 def test_every_buffsize_keeps_its_bytes_when_typed(number: int) -> None:
-    assert rules.canonical("NCCL_BUFFSIZE", typed("NCCL_BUFFSIZE", str(number))) == str(number)
+    written = rules.reading("NCCL_BUFFSIZE", str(number)).toml()
+    assert written is not None
+    assert rules.canonical("NCCL_BUFFSIZE", written) == str(number)
 
 
 def test_convert_a_raw_line_from_stdin(run_cli: RunCli) -> None:
@@ -184,7 +187,7 @@ def test_convert_a_raw_line_from_stdin(run_cli: RunCli) -> None:
     profile = tomllib.loads(Path("raw.toml").read_text())
     # NCCL reads `4M` as 4 (strtoll stops at the M): the profile keeps that, and says so.
     assert profile["nccl"] == {"PROTO": "ll", "BUFFSIZE": 4}
-    assert "NCCL_BUFFSIZE=4M is read by NCCL as 4; stored 4" in result.stderr
+    assert "NCCL_BUFFSIZE=4M: NCCL reads 4; stored 4" in result.stderr
     assert profile["server"]["tp_size"] == 2
     assert profile["provenance"]["source"] == "stdin"
 
@@ -218,10 +221,10 @@ def test_a_size_whose_unit_nccl_dropped_is_said_by_convert_and_validate(run_cli:
     result = run_cli("convert", "start.sh", "--name", "slip", "-o", "slip.toml")
     assert result.returncode == 0, result.stderr
     assert result.stderr == (
-        "nccl-launch: warning: line 1: NCCL_BUFFSIZE=16MiB is read by NCCL as 16; stored 16 (16 "
+        "nccl-launch: warning: line 1: NCCL_BUFFSIZE=16MiB: NCCL reads 16; stored 16 (16 "
         "bytes is under 1/64 of NCCL's default 4194304; for 16MiB (16777216 bytes) write "
         '"16MiB")\n'
-        "nccl-launch: warning: line 2: NCCL_CHUNK_SIZE=16K is read by NCCL as 16; stored "
+        "nccl-launch: warning: line 2: NCCL_CHUNK_SIZE=16K: NCCL reads 16; stored "
         "16\n"  # its default is "0 (auto)": nothing to measure against
         "nccl-launch: warning: line 1: NCCL_P2P_NET_CHUNKSIZE=512: 512 bytes is under 1/64 of "
         'NCCL\'s default 131072; for 512KiB (524288 bytes) write "512KiB"\n'
@@ -298,7 +301,7 @@ def test_convert_of_16mb_says_what_nccl_read_and_what_was_probably_meant(run_cli
     assert result.returncode == 0, result.stderr
     assert tomllib.loads(Path("mb.toml").read_text())["nccl"] == {"BUFFSIZE": 16}
     assert result.stderr == (
-        "nccl-launch: warning: line 1: NCCL_BUFFSIZE=16MB is read by NCCL as 16; stored 16 (MB "
+        "nccl-launch: warning: line 1: NCCL_BUFFSIZE=16MB: NCCL reads 16; stored 16 (MB "
         "is ambiguous: for 16MiB = 16777216 bytes (what NCCL users almost always mean) write "
         '"16MiB" or 16777216; for 16000000 bytes write 16000000)\n'
     )
@@ -804,10 +807,10 @@ def test_capture_stores_what_nccl_read_with_a_note(run_cli: RunCli, tmp_path: Pa
     profile = tomllib.loads(Path("profiles/live.toml").read_text())
     assert profile["nccl"] == {"BUFFSIZE": 8, "NTHREADS": 512, "P2P_LEVEL": "PHB"}
     text = Path("profiles/live.toml").read_text().splitlines()
-    assert f'BUFFSIZE = 8  # pid {process.pid}: "010", which NCCL reads as 8' in text
-    for note in ["NCCL_BUFFSIZE=010 is read by NCCL as 8; stored 8",
-                 "NCCL_NTHREADS=0x200 is read by NCCL as 512; stored 512",
-                 "NCCL_P2P_LEVEL=4294967299 is read by NCCL as PHB; stored PHB"]:  # fmt: skip
+    assert f'BUFFSIZE = 8  # pid {process.pid}: "010" (NCCL reads 8)' in text
+    for note in ["NCCL_BUFFSIZE=010: NCCL reads 8; stored 8",
+                 "NCCL_NTHREADS=0x200: NCCL reads 512; stored 512",
+                 "NCCL_P2P_LEVEL=4294967299: NCCL reads PHB; stored PHB"]:  # fmt: skip
         assert note in result.stderr
         assert note in profile["provenance"]["notes"]
 
@@ -904,8 +907,7 @@ def test_convert_names_the_script_and_escapes_it(run_cli: RunCli) -> None:
     result = run_cli("convert", name, "-o", "out\x1b.toml")
     assert result.returncode == 0, result.stderr
     assert result.stderr == (
-        "nccl-launch: warning: line 1: NCCL_BUFFSIZE=0x400000 is read by NCCL as 4194304; "
-        "stored 4194304\n"
+        "nccl-launch: warning: line 1: NCCL_BUFFSIZE=0x400000: NCCL reads 4194304; stored 4194304\n"
     )
     assert result.stdout.splitlines()[0].startswith("wrote out\\x1b.toml (")
     assert result.stdout.splitlines()[1] == "  nccl-launch run --dry-run $'out\\x1b.toml'"

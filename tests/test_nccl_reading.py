@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 from nccl_launch.nccl import rules
 from nccl_launch.nccl.grammar import Undefined
+from nccl_launch.profile.chain import read_chain
+from nccl_launch.tune.candidates import Candidates
 from tests.conftest import RunCli, WriteProfile
 from tests.helpers import STANDIN, read_record
 
@@ -201,13 +203,13 @@ def test_convert_keeps_what_nccl_read_and_run_passes_it_on(
     )
     converted = nccl_launch("convert", "s.sh", "--name", "s")
     assert converted.returncode == 0, converted.stderr
-    for note in ["NCCL_BUFFSIZE=010 is read by NCCL as 8; stored 8",
-                 "NCCL_NTHREADS=0x200 is read by NCCL as 512; stored 512",
-                 "NCCL_MAX_NCHANNELS=016 is read by NCCL as 14; stored 14"]:  # fmt: skip
+    for note in ["NCCL_BUFFSIZE=010: NCCL reads 8; stored 8",
+                 "NCCL_NTHREADS=0x200: NCCL reads 512; stored 512",
+                 "NCCL_MAX_NCHANNELS=016: NCCL reads 14; stored 14"]:  # fmt: skip
         assert note in converted.stderr
     profile = tomllib.loads(Path("profiles/s.toml").read_text())
     assert profile["nccl"] == {"BUFFSIZE": 8, "NTHREADS": 512, "MAX_NCHANNELS": 14}
-    assert "NCCL_BUFFSIZE=010 is read by NCCL as 8" in profile["provenance"]["notes"]
+    assert "NCCL_BUFFSIZE=010: NCCL reads 8" in profile["provenance"]["notes"]
 
     out = tmp_path / "record.json"
     env = {"PYTHONPATH": str(STANDIN), "STANDIN_RECORD": str(out)}
@@ -225,5 +227,49 @@ def test_convert_drops_an_empty_integer_with_a_note(run_cli: RunCli) -> None:
     )
     converted = run_cli("convert", "e.sh")
     assert converted.returncode == 0, converted.stderr
-    assert "NCCL_BUFFSIZE is empty: NCCL keeps its default; not stored" in converted.stderr
+    assert "NCCL_BUFFSIZE=: empty: NCCL keeps its default; not stored" in converted.stderr
     assert "nccl" not in tomllib.loads(Path("profiles/e.toml").read_text())
+
+
+@pytest.mark.parametrize(
+    ("variable", "raw", "note"),
+    [
+        ("NCCL_BUFFSIZE", "010", None),  # 8: what the profile says
+        ("NCCL_BUFFSIZE", "0x10", "NCCL reads 16"),
+        ("NCCL_P2P_LEVEL", "3", "NCCL reads PHB"),
+    ],
+)
+def test_run_and_convert_word_nccls_reading_alike(
+    variable: str, raw: str, note: str | None, write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """One reading, one wording: the note `run` gives a value that drifts is the one
+    `convert` gives when it stores what NCCL read."""
+    write_profile("p", PROFILE.format(level="SYS"))
+    ran = run_cli("run", "--dry-run", "p", env={variable: raw})
+    Path("s.sh").write_text(
+        f"export {variable}={raw}\npython3 -m sglang.launch_server --model-path /m\n"
+    )
+    converted = run_cli("convert", "s.sh", "--name", "s")
+    assert converted.returncode == 0, converted.stderr
+    if note is None:
+        assert ran.returncode == 0, ran.stderr
+        assert f"{variable}={raw}: NCCL reads 8; stored 8" in converted.stderr
+    else:
+        assert ran.returncode == 1, ran.stderr
+        assert f"; {note})" in ran.stderr
+        assert f"{variable}={raw}: {note}; stored" in converted.stderr
+
+
+def test_tune_writes_its_values_as_convert_does(write_profile: WriteProfile) -> None:
+    """A tune candidate (and so the version `tune --write` writes) keeps NCCL's canonical
+    values typed the way `convert` types them: a size in its binary unit, a switch as a
+    bool, a count as an integer."""
+    path = write_profile("q", PROFILE.format(level="SYS"))
+    values = {"BUFFSIZE": "8388608", "MAX_NCHANNELS": "16", "P2P_DISABLE": "1", "PROTO": "LL128"}
+    candidate = Candidates(read_chain(path)).get(dict(values))
+    assert candidate.data["nccl"] == {
+        "P2P_LEVEL": "SYS", "BUFFSIZE": "8MiB", "MAX_NCHANNELS": 16, "P2P_DISABLE": True,
+        "PROTO": "LL128",
+    }  # fmt: skip
+    for name, value in values.items():
+        assert rules.canonical(f"NCCL_{name}", candidate.data["nccl"][name]) == value

@@ -15,8 +15,6 @@ from pydantic import BaseModel, ConfigDict, computed_field, field_serializer
 from nccl_launch.errors import EXIT_DRIFT, EXIT_OK
 from nccl_launch.masking import MASK, mask_value
 from nccl_launch.nccl import catalog, others, rules
-from nccl_launch.nccl.grammar import IntRule, SizeRule, Undefined
-from nccl_launch.nccl.selection import Rejected
 from nccl_launch.profile.markers import NCCL_DEBUG_KEYS, OWN_VARIABLES
 from nccl_launch.profile.model import Policy
 
@@ -174,26 +172,6 @@ def undeclared_note(key: str, value: str, policy: Policy) -> str:
     return "undeclared, unknown to NCCL" + (f"; did you mean {hint}?" if hint else "")
 
 
-def changed_note(key: str, actual: str) -> str | None:
-    """What NCCL really makes of a value, when that is not what it looks like."""
-    rule = rules.rule_for(key)
-    if rule is None:
-        return None
-    read = rule.meaning(actual)
-    if isinstance(read, int) and str(read) != actual:
-        return f"NCCL reads {read}"
-    if isinstance(read, Undefined):
-        return read.why
-    if isinstance(read, Rejected):  # NCCL_PROTO / NCCL_ALGO that parseList refuses
-        return read.note
-    if read is None and isinstance(rule, IntRule | SizeRule):
-        # ncclLoadParam (src/misc/param.cc:130-135) keeps the default for both.
-        return "empty: NCCL keeps its default" if not actual else "overflow: NCCL keeps its default"
-    if read is None:
-        return "NCCL treats it as unset"
-    return None
-
-
 def diff_env(
     expected: Mapping[str, str],
     actual: Mapping[str, str],
@@ -231,7 +209,7 @@ def diff_env(
         elif rules.same_meaning(key, value, actual[key]):
             matched.append(key)
         else:
-            entries.append(entry(key, "changed", changed_note(key, actual[key])))
+            entries.append(entry(key, "changed", rules.reading(key, actual[key]).note))
     for key in sorted(set(actual) - set(expected)):
         if key.startswith(catalog.PREFIX) and key not in OWN_VARIABLES:
             entries.append(entry(key, "undeclared", undeclared_note(key, actual[key], policy)))

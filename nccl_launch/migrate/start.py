@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,7 +29,6 @@ from nccl_launch.migrate.secrets import (
 )
 from nccl_launch.migrate.server_table import server_table
 from nccl_launch.nccl import catalog, others, rules
-from nccl_launch.nccl.grammar import BoolRule, IntRule, LevelRule, SizeRule, TomlValue, Undefined
 from nccl_launch.profile.load import LoadedProfile, validate_resolved
 from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.profile.model import PROFILE_SCHEMA, Profile
@@ -63,55 +61,12 @@ class StartCommand:
         return self.lines.get(key) or self.origin
 
 
-_DECIMAL = re.compile(r"-?[0-9]+")
-_BINARY_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
-
-
-def _integer(value: TomlValue) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str) and _DECIMAL.fullmatch(value) and str(int(value)) == value:
-        return int(value)
-    return None
-
-
-def typed(key: str, value: TomlValue) -> TomlValue:
-    """`value` as a profile reads best, meaning the same to NCCL (so the digest is the same):
-    an integer as a TOML integer, a 0/1 switch as false/true, a size in the largest binary
-    unit that divides it (16777216 is "16MiB"), other text as it is."""
-    rule, number = rules.rule_for(key), _integer(value)
-    if number is None:
-        return value
-    if isinstance(rule, BoolRule) and number in (0, 1):
-        return bool(number)
-    if isinstance(rule, SizeRule):
-        unit = next(((name, size) for name, size in _BINARY_UNITS if number % size == 0), None)
-        return f"{number // unit[1]}{unit[0]}" if unit and number else number
-    return number if isinstance(rule, IntRule) else value
-
-
-def nccl_reading(key: str, value: str, where: str) -> tuple[TomlValue | None, str | None]:
-    """The value to store for `key=value`: what NCCL read, so the profile keeps its meaning
-    (`010` is 8, octal; `0x200` is 512; `16MB` is 16), with a note when that differs from the
-    spelling; None (and a note) for an empty integer, which leaves NCCL's default."""
-    rule = rules.rule_for(key)
-    read = rules.meaning(key, value)
-    if isinstance(read, Undefined):
-        raise ValueError(f"{value!r}: {read.why}; write the level NCCL should use")
-    if isinstance(rule, IntRule | SizeRule):
-        if read is None and not value:
-            return None, f"{where}{key} is empty: NCCL keeps its default; not stored"
-        slip = rules.size_slip(key, value)
-        said = "; ".join(slip) if slip else None
-        if isinstance(read, int) and str(read) != value:
-            meant = (rule.ambiguity(value) if isinstance(rule, SizeRule) else None) or said
-            also = f" ({meant})" if meant else ""
-            return read, f"{where}{key}={value} is read by NCCL as {read}; stored {read}{also}"
-        if said:
-            return value, f"{where}{key}={value}: {said}"
-    if isinstance(rule, LevelRule) and isinstance(read, str) and read != value:
-        return read, f"{where}{key}={value} is read by NCCL as {read}; stored {read}"
-    return value, None
+def _stored(read: rules.Reading) -> str:
+    """What a profile keeps of a value NCCL reads otherwise, and why."""
+    if not read.changed:
+        return read.hint or ""
+    kept = "not stored" if read.stored is None else f"stored {read.stored}"
+    return f"{read.note}; {kept}" + (f" ({read.hint})" if read.hint else "")
 
 
 @dataclass(frozen=True)
@@ -147,19 +102,21 @@ def build_profile(
         elif catalog.lookup(key) is None:
             problems.append(f"{where}{catalog.unknown_name_message(key)}")
         else:
-            stored: TomlValue | None = None
+            read = rules.reading(key, value)
             try:
-                stored, note = nccl_reading(key, value, where)
-                if note is not None:
-                    notes.append(note)
-                if stored is not None:
-                    rules.canonical(key, stored)
-                    nccl[key.removeprefix(catalog.PREFIX)] = typed(key, stored)
-                if stored != value and comments[key]:
-                    comments[key] += f": {json.dumps(value)}, which NCCL reads as {stored}"
+                written = read.toml()
             except ValueError as error:
-                read = "" if stored in (None, value) else f"{value!r} (NCCL reads {stored}): "
-                problems.append(f"{where}{key}: {read}{error}")
+                said = (
+                    f"{value!r} ({read.note}): " if read.changed and read.stored is not None else ""
+                )
+                problems.append(f"{where}{key}: {said}{error}")
+                continue
+            if written is not None:
+                nccl[key.removeprefix(catalog.PREFIX)] = written
+            if read.changed or read.hint:
+                notes.append(f"{where}{key}={value}: {_stored(read)}")
+            if read.changed and comments[key]:
+                comments[key] += f": {json.dumps(value)} ({read.note})"
     if not_nccl:
         notes.append(f"left out what NCCL does not read: {', '.join(not_nccl)}")
     if problems:  # a name or a value read from a process or a script may hold anything

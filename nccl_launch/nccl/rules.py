@@ -1,6 +1,10 @@
-"""Which rule reads each NCCL variable, and the lookups every other module uses."""
+"""Which rule reads each NCCL variable, and the lookups every other module uses: no module
+outside nccl/ looks at a rule itself (`reading` says what NCCL makes of a value)."""
 
 from __future__ import annotations
+
+import re
+from dataclasses import dataclass
 
 from nccl_launch.nccl.catalog import PREFIX, Kind, NcclVar, lookup
 from nccl_launch.nccl.grammar import (
@@ -15,9 +19,10 @@ from nccl_launch.nccl.grammar import (
     StringRule,
     TokenListRule,
     TomlValue,
+    Undefined,
     strtoll,
 )
-from nccl_launch.nccl.selection import SelectionRule
+from nccl_launch.nccl.selection import Rejected, SelectionRule
 
 _LEVEL = LevelRule()
 _CHANNELS = IntRule(1, 64)
@@ -158,3 +163,88 @@ def size_slip(name: str, raw: str) -> tuple[str, str] | None:
     unit = f"{letter}iB" if f"{letter}iB" in fits else nearest
     wrong = f"{read} bytes is under 1/{FAR_BELOW} of NCCL's default {default}"
     return wrong, f'for {read}{unit} ({fits[unit]} bytes) write "{read}{unit}"'
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What NCCL makes of one raw value of a variable (`reading`): `note` says it where that
+    is not what the value looks like ("NCCL reads 16"), in the one wording every command
+    shows; `stored` is what a profile keeps so that the value means the same to NCCL (None:
+    nothing, NCCL keeps its default); `hint` what a size in the wrong unit likely meant;
+    `refused` why a profile cannot say it at all."""
+
+    name: str
+    raw: str
+    note: str | None = None
+    stored: TomlValue | None = None
+    hint: str | None = None
+    refused: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        """Whether a profile keeps another value than the one written."""
+        return self.stored != self.raw
+
+    def toml(self) -> TomlValue | None:
+        """`stored` as a profile writes it, checked with the variable's rule (ValueError
+        saying what would be valid): an integer as a TOML integer, a 0/1 switch as
+        false/true, a size in the largest binary unit that divides it (16777216 is "16MiB"),
+        other text as it is; all mean the same to NCCL, so the digest is the same."""
+        if self.refused is not None:
+            raise ValueError(f"{self.raw!r}: {self.refused}")
+        if self.stored is None:
+            return None
+        canonical(self.name, self.stored)
+        return _typed(rule_for(self.name), self.stored)
+
+
+def reading(name: str, raw: str) -> Reading:
+    """What NCCL makes of `raw` for the variable `name` (as written, for other variables):
+    `010` is 8 (octal), `0x200` 512, `16MB` 16 (strtoll stops at the M), `4` the level PHB."""
+    rule = rule_for(name)
+    if rule is None:
+        return Reading(name, raw, stored=raw)
+    read = rule.meaning(raw)
+    counted = isinstance(rule, IntRule | SizeRule)
+    if isinstance(read, Undefined):
+        return Reading(name, raw, read.why, refused=f"{read.why}; write the level NCCL should use")
+    if isinstance(read, Rejected):  # NCCL_PROTO / NCCL_ALGO that parseList refuses
+        return Reading(name, raw, read.note, raw)
+    if read is None and counted:
+        # ncclLoadParam (src/misc/param.cc:130-135) keeps the default for both.
+        if not raw:
+            return Reading(name, raw, "empty: NCCL keeps its default")
+        return Reading(name, raw, "overflow: NCCL keeps its default", raw)
+    if read is None:
+        return Reading(name, raw, "NCCL treats it as unset", raw)
+    level = isinstance(rule, LevelRule) and read != raw
+    if not level and not (isinstance(read, int) and str(read) != raw):
+        return Reading(name, raw, stored=raw, hint=_size_hint(name, rule, raw))
+    kept = read if (counted or level) and isinstance(read, int | str) else raw
+    return Reading(name, raw, f"NCCL reads {read}", kept, _size_hint(name, rule, raw))
+
+
+def _size_hint(name: str, rule: Rule, raw: str) -> str | None:
+    """For a size: both readings of a decimal unit, or what a slipped unit likely meant."""
+    slip = size_slip(name, raw)
+    ambiguity = rule.ambiguity(raw) if isinstance(rule, SizeRule) else None
+    return ambiguity or ("; ".join(slip) if slip else None)
+
+
+_DECIMAL = re.compile(r"-?[0-9]+")
+_BINARY_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+
+
+def _typed(rule: Rule | None, value: TomlValue) -> TomlValue:
+    """`value` as a profile reads best (`Reading.toml`)."""
+    number = value if isinstance(value, int) and not isinstance(value, bool) else None
+    if isinstance(value, str) and _DECIMAL.fullmatch(value) and str(int(value)) == value:
+        number = int(value)
+    if number is None:
+        return value
+    if isinstance(rule, BoolRule) and number in (0, 1):
+        return bool(number)
+    if isinstance(rule, SizeRule):
+        unit = next(((name, size) for name, size in _BINARY_UNITS if number % size == 0), None)
+        return f"{number // unit[1]}{unit[0]}" if unit and number else number
+    return number if isinstance(rule, IntRule) else value

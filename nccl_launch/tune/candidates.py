@@ -15,13 +15,12 @@ from typing import Any
 
 import tomli_w
 
-from nccl_launch.digits import is_ascii_digits
 from nccl_launch.env.env_files import profile_layers
 from nccl_launch.errors import UsageError
 from nccl_launch.kinds import ServerKind, kind_of
+from nccl_launch.nccl import catalog, rules
 from nccl_launch.profile.chain import ProfileChain
 from nccl_launch.profile.load import LoadedProfile, validate_resolved
-from nccl_launch.profile.model import nccl_value
 from nccl_launch.profile.new import (
     env_files_from,
     moved_line,
@@ -84,14 +83,6 @@ def changes(values: Values, start: Values) -> str:
     return " ".join(words) or "none"
 
 
-def _as_written(name: str, value: str) -> str | int:
-    """A canonical value as a profile writes it: a number as a TOML integer where the
-    variable's rule reads it the same (MAX_NCHANNELS = 8, not "8")."""
-    if is_ascii_digits(value) and nccl_value(name, int(value)) == value:
-        return int(value)
-    return value
-
-
 class Candidates:
     """The candidates of one base profile (`chain`), each built once."""
 
@@ -121,7 +112,7 @@ class Candidates:
             if value is None:
                 nccl.pop(name, None)
             else:
-                nccl[name] = _as_written(name, value)
+                nccl[name] = rules.reading(catalog.PREFIX + name, value).toml()
         data["name"] = f"{self.base.profile.name}.tune"
         data["description"] = (
             f"a tune candidate of {label}: {changes(values, self.start(list(values)))}"
