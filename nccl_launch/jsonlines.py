@@ -18,7 +18,8 @@ from pydantic import BaseModel, ValidationError
 
 from nccl_launch.errors import HOST_ERRNOS, HostError
 from nccl_launch.escaping import escaped
-from nccl_launch.files import BaseDirectory, FileError, base_directory, kind_of, open_beneath
+from nccl_launch.files.base_dirs import BaseDirectory, base_directory, open_beneath
+from nccl_launch.files.paths import FileError, kind_of
 
 Record = TypeVar("Record", bound=BaseModel)
 STATE = PurePath("nccl-launch")  # nccl-launch's folder under the state home

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from nccl_launch.bench.result import BenchReport
 from nccl_launch.errors import EXIT_OK
-from nccl_launch.files import read_text
+from nccl_launch.files.reading import read_text
 from nccl_launch.jsonlines import STATE, absent, append_line, open_store, parse_lines, state_home
 from nccl_launch.masking import masked_json
 from nccl_launch.profile.search import split_reference

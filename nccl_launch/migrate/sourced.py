@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from nccl_launch.errors import UsageError
-from nccl_launch.files import MAX_BYTES, read_text, stdin_bytes
+from nccl_launch.files.reading import MAX_BYTES, read_text, stdin_bytes
 from nccl_launch.migrate import shell
 from nccl_launch.migrate.expansion import Lookup, expand
 from nccl_launch.migrate.server_table import known

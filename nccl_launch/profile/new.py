@@ -20,7 +20,9 @@ from typing import Any
 import tomli_w
 
 from nccl_launch.errors import ProfileError, UsageError
-from nccl_launch.files import FileError, check_output, check_trusted, write_output
+from nccl_launch.files.paths import FileError
+from nccl_launch.files.trust import check_trusted
+from nccl_launch.files.writing import check_output, write_output
 from nccl_launch.masking import holds_secret
 from nccl_launch.profile.chain import ProfileChain, read_chain
 from nccl_launch.profile.document import parse_profile_toml
