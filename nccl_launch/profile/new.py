@@ -20,7 +20,7 @@ from typing import Any
 import tomli_w
 
 from nccl_launch.errors import ProfileError, UsageError
-from nccl_launch.files.paths import FileError
+from nccl_launch.files.paths import FileError, status_of
 from nccl_launch.files.trust import check_trusted
 from nccl_launch.files.writing import check_output, write_output
 from nccl_launch.masking import holds_secret
@@ -193,7 +193,8 @@ def _check_target(path: Path, force: bool, fixes: Fixes) -> None:
     """UsageError, ending with the caller's fix, unless `path` can be written: its folder a
     directory, itself a regular file, and not there unless `force` (`check_output`)."""
     folder = path.parent
-    if folder.exists() and not folder.is_dir():
+    status = status_of(folder, "folder")
+    if status is not None and not stat.S_ISDIR(status.st_mode):
         message = f"{folder}: not a directory, so {path.name} cannot be written in it"
         raise UsageError(f"{message}; {fixes.folder}")
     check_output(path, replace=force, fix=fixes.exists)
