@@ -57,23 +57,25 @@ def closed(tmp_path: Path) -> Path:
     return folder
 
 
-def as_a_user(*args: str) -> subprocess.CompletedProcess[str]:
-    """The console script as root without CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH: a folder's
-    mode holds for it as for any user."""
-    setpriv = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+# Root without CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH: a folder's mode holds for it as for
+# any user.
+AS_A_USER = ("setpriv", "--bounding-set=-dac_override,-dac_read_search")
+
+
+def as_a_user(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The console script, as a user the folder's mode refuses."""
     return subprocess.run(
-        [*setpriv, console_script(), *args], capture_output=True, text=True, timeout=60
+        [*AS_A_USER, console_script(), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
     )
 
 
 def test_the_user_of_this_test_is_refused_the_folder(closed: Path) -> None:
     """Else the tests below could not fail: the refusal is the kernel's."""
-    done = subprocess.run(
-        ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "ls", str(closed)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = subprocess.run([*AS_A_USER, "ls", str(closed)], capture_output=True, text=True)
     assert done.returncode != 0
     assert "Permission denied" in done.stderr
 
@@ -148,3 +150,44 @@ def test_a_nul_byte_in_a_path_is_refused_with_the_profile(
     result = run_cli("preflight", *SKIP, "paths")
     assert result.returncode == 2
     assert result.stderr.startswith("profiles/paths.toml: server.python: holds a NUL byte")
+
+
+REASON = "cannot look at it: Permission denied; every folder on its way must be searchable by uid 0"
+
+
+def test_a_profile_this_user_cannot_look_at_is_not_said_missing(closed: Path) -> None:
+    profile = closed / "p.toml"
+    result = as_a_user("run", str(profile), "--", "true")
+    assert result.returncode == 3
+    assert result.stderr == f"nccl-launch: profile {profile}: {REASON}, the user running this\n"
+
+
+def test_new_in_a_folder_this_user_cannot_look_at_is_one_line(closed: Path) -> None:
+    folder = closed / "profiles"
+    result = as_a_user("new", "q", "--dir", str(folder))
+    assert result.returncode == 3
+    assert result.stderr == f"nccl-launch: folder {folder}: {REASON}, the user running this\n"
+
+
+def test_a_bench_history_this_user_cannot_look_at_is_one_line(closed: Path) -> None:
+    state = closed / "state"
+    result = as_a_user("bench", "--history", "p", env={"XDG_STATE_HOME": str(state)})
+    assert result.returncode == 3
+    history = state / "nccl-launch" / "bench.jsonl"
+    assert result.stderr == (
+        f"nccl-launch: bench history {history}: {REASON}, the user running this\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "what"),
+    [(("run", "{long}", "--", "true"), "profile"), (("new", "q", "--dir", "{long}"), "folder")],
+    ids=["profile", "new-dir"],
+)
+def test_a_name_longer_than_the_system_takes_is_one_line(
+    args: tuple[str, ...], what: str, run_cli: RunCli, tmp_path: Path
+) -> None:
+    long = str(tmp_path / ("x" * 300))
+    result = run_cli(*(arg.format(long=long) for arg in args))
+    assert result.returncode == 3
+    assert result.stderr == f"nccl-launch: {what} {long}: cannot look at it: File name too long\n"
