@@ -191,3 +191,37 @@ def test_a_name_longer_than_the_system_takes_is_one_line(
     result = run_cli(*(arg.format(long=long) for arg in args))
     assert result.returncode == 3
     assert result.stderr == f"nccl-launch: {what} {long}: cannot look at it: File name too long\n"
+
+
+def test_preflight_passes_over_library_and_conf_folders_this_user_cannot_search(
+    closed: Path, write_profile: WriteProfile
+) -> None:
+    """As the loader passes over a folder of LD_LIBRARY_PATH it cannot search; an nccl.conf
+    that cannot be read is a warning, as `run` gives it."""
+    _write(write_profile, sys.executable, "/")
+    env = {"LD_LIBRARY_PATH": str(closed), "NCCL_CONF_FILE": str(closed / "nccl.conf")}
+    result = as_a_user("preflight", *SKIP, "paths", env=env)
+    assert result.stderr == ""
+    assert "ok    env-plugin   no libnccl-env.so on the library path" in result.stdout
+    assert (
+        f"warn  nccl.conf    nccl.conf {closed / 'nccl.conf'}: cannot read: Permission denied"
+    ) in result.stdout
+
+
+def test_convert_looks_up_sourced_files_and_commands_as_bash_past_such_folders(
+    closed: Path, tmp_path: Path
+) -> None:
+    """bash's PATH search passes over a folder it cannot search; a file named by its path in
+    one is a sourced file that cannot be read."""
+    start = tmp_path / "start.sh"
+    serve = "exec python3 -m sglang.launch_server --model-path /m --tp 1\n"
+    start.write_text(f"#!/bin/bash\nexport PATH={closed}:/usr/bin\n{serve}")
+    result = as_a_user("convert", str(start), "-o", str(tmp_path / "out.toml"))
+    assert result.returncode == 0, result.stderr
+    activate = closed / "venv" / "bin" / "activate"
+    start.write_text(f"#!/bin/bash\nsource {activate}\n{serve}")
+    result = as_a_user("convert", str(start), "-o", str(tmp_path / "out2.toml"))
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"nccl-launch: {start}: line 2: sourced file {activate}: cannot read: Permission denied\n"
+    )

@@ -49,3 +49,13 @@ def status_of(path: Path, what: str) -> os.stat_result | None:
         ) from None
     except OSError as error:
         raise PathError(f"{what} {path}: cannot look at it: {error.strerror}") from None
+
+
+def is_regular(path: Path) -> bool:
+    """Whether `path` is a regular file (through symlinks) for a lookup that passes over what
+    this user cannot look at, as bash's PATH search and the dynamic loader do."""
+    try:
+        status = status_of(path, str(path))
+    except PathError:
+        return False
+    return status is not None and stat.S_ISREG(status.st_mode)

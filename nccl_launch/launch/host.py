@@ -14,7 +14,7 @@ from pathlib import Path
 
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import HostError
-from nccl_launch.files.paths import PathError, status_of
+from nccl_launch.files.paths import PathError, is_regular, status_of
 from nccl_launch.files.paths import kind_of as kind_of_file
 from nccl_launch.kinds import kind_of
 from nccl_launch.launch.preflight_report import Check
@@ -82,11 +82,7 @@ def env_plugin_check(env: Mapping[str, str]) -> Check:
         )
         return Check(name="env-plugin", status="warn", message=message)
     for folder in _library_dirs(env):
-        try:
-            found = status_of(folder / ENV_PLUGIN, "LD_LIBRARY_PATH") is not None
-        except PathError:  # a folder this user cannot search: the loader skips it too
-            found = False
-        if found:
+        if is_regular(folder / ENV_PLUGIN):
             message = (
                 f"{folder / ENV_PLUGIN} would answer every NCCL lookup (NCCL_ENV_PLUGIN is "
                 'unset); declare ENV_PLUGIN = "none" unless that plugin is intended'
