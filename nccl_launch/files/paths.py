@@ -1,5 +1,6 @@
 """Looking at a path a user names (`[server] python`, a model, a cwd, a library folder): what
-is there, or one line saying why this user cannot look, never an OSError."""
+is there, or one line saying why this user cannot look, never an OSError; and the error of a
+file that is not read."""
 
 from __future__ import annotations
 

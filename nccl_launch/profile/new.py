@@ -10,6 +10,7 @@ copy's folder: the copy names it by its absolute path, and its digest differs by
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -219,8 +220,10 @@ def _mode(path: Path, private: bool) -> int:
     umask: never that of a symlink's target, which is not the file replaced."""
     if private:
         return 0o600
-    if path.is_file() and not path.is_symlink():
-        return stat.S_IMODE(path.stat().st_mode)
+    with contextlib.suppress(OSError):  # none there, or none this user may look at
+        status = path.lstat()  # a symlink's own status: not a regular file
+        if stat.S_ISREG(status.st_mode):
+            return stat.S_IMODE(status.st_mode)
     umask = os.umask(0)  # the only way to read it
     os.umask(umask)
     return 0o666 & ~umask
