@@ -49,7 +49,9 @@ def closed(tmp_path: Path) -> Path:
         pytest.skip("needs root (another user's folder) and setpriv (to act as a user)")
     folder = tmp_path / "closed"
     (folder / "venv" / "bin").mkdir(parents=True)
-    shutil.copy(sys.executable, folder / "venv" / "bin" / "python")
+    python = folder / "venv" / "bin" / "python"
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
     (folder / "model").mkdir()
     for path in (folder, *folder.rglob("*")):
         os.chown(path, NOBODY, NOBODY)
@@ -115,10 +117,12 @@ def test_a_model_or_cwd_this_user_cannot_look_at_is_a_failed_check(
 
 
 @pytest.mark.parametrize("key", ["python", "model_path", "cwd"])
+@pytest.mark.parametrize("limit", ["NAME_MAX", "PATH_MAX"])
 def test_a_path_longer_than_the_system_takes_is_a_failed_check(
-    key: str, write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+    key: str, limit: str, write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
 ) -> None:
-    long = str(tmp_path / ("x" * 300))  # past NAME_MAX (255)
+    # One name past NAME_MAX (255), or short names past PATH_MAX (4096) in all.
+    long = str(tmp_path / ("x" * 300 if limit == "NAME_MAX" else "/".join(["x" * 200] * 21)))
     python = long if key == "python" else sys.executable
     model = long if key == "model_path" else str(tmp_path)
     _write(write_profile, python, model, f'cwd = "{long}"' if key == "cwd" else "")
