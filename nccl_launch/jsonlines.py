@@ -18,7 +18,8 @@ from pydantic import BaseModel, ValidationError
 
 from nccl_launch.errors import HOST_ERRNOS, HostError
 from nccl_launch.escaping import escaped
-from nccl_launch.files import BaseDirectory, FileError, base_directory, kind_of, open_beneath
+from nccl_launch.files.base_dirs import BaseDirectory, base_directory, open_beneath
+from nccl_launch.files.paths import FileError, kind_of, status_of
 
 Record = TypeVar("Record", bound=BaseModel)
 STATE = PurePath("nccl-launch")  # nccl-launch's folder under the state home
@@ -84,7 +85,8 @@ def absent(what: str, path: Path) -> bool:
     if os.path.lexists(path):
         return False
     folder = next(folder for folder in path.absolute().parents if os.path.lexists(folder))
-    if not folder.is_dir():
+    status = status_of(folder, f"{what} {path}: its folder")
+    if status is None or not stat.S_ISDIR(status.st_mode):
         why = "a folder on its path is a file, not a directory"
     elif not os.access(folder, os.W_OK | os.X_OK):
         why = os.strerror(errno.EACCES)  # as the open would fail

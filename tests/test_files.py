@@ -1,4 +1,4 @@
-"""files.py on real files: FIFOs, devices, symlinks, sizes, owners and modes, atomic writes."""
+"""files/ on real files: FIFOs, devices, symlinks, sizes, owners and modes, atomic writes."""
 
 from __future__ import annotations
 
@@ -13,7 +13,10 @@ from typing import Any
 
 import pytest
 
-from nccl_launch.files import FileError, atomic_write, check_trusted, open_stream, read_text
+from nccl_launch.files.paths import FileError
+from nccl_launch.files.reading import open_stream, read_text
+from nccl_launch.files.trust import check_trusted
+from nccl_launch.files.writing import atomic_write
 from tests.conftest import RunCli, console_script
 from tests.test_migrate import start_standin
 
@@ -184,7 +187,7 @@ def test_atomic_write_leaves_nothing_behind_on_error(tmp_path: Path) -> None:
     # the limit does not reach pytest's own files).
     script = (
         "import resource, signal, sys; from pathlib import Path; "
-        "from nccl_launch.files import atomic_write; "
+        "from nccl_launch.files.writing import atomic_write; "
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
         "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY)); "
         "atomic_write(Path(sys.argv[1]), 'x' * 100_000, replace=True)"

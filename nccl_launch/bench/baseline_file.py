@@ -13,7 +13,9 @@ from typing import Any
 
 from nccl_launch.bench.result import BenchReport, WrittenBaseline
 from nccl_launch.errors import HostError, NcclLaunchError, UsageError
-from nccl_launch.files import FileError, read_text, write_output
+from nccl_launch.files.paths import FileError
+from nccl_launch.files.reading import read_text
+from nccl_launch.files.writing import write_output
 from nccl_launch.profile.chain import ChainFile, ProfileChain, read_chain
 from nccl_launch.profile.document import parse_profile_toml
 from nccl_launch.profile.load import LoadedProfile, validate_chain

@@ -22,7 +22,7 @@ from nccl_launch.bench import TOKEN_LIMIT
 from nccl_launch.bench.result import RunFigure
 from nccl_launch.bench.url import masked_url
 from nccl_launch.errors import HostError
-from nccl_launch.files import LINE_LIMIT, split_lines
+from nccl_launch.files.reading import LINE_LIMIT, split_lines
 from nccl_launch.kinds import ServerKind
 from nccl_launch.serving.api import Served
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from nccl_launch.bench.result import BenchReport
 from nccl_launch.errors import EXIT_OK
-from nccl_launch.files import read_text
+from nccl_launch.files.paths import status_of
+from nccl_launch.files.reading import read_text
 from nccl_launch.jsonlines import STATE, absent, append_line, open_store, parse_lines, state_home
 from nccl_launch.masking import masked_json
 from nccl_launch.profile.search import split_reference
@@ -100,7 +101,7 @@ def _matches(result: BenchReport, ref: str) -> bool:
 def read_history(path: Path, ref: str | None = None) -> History:
     """Every result in `path` (of profile `ref` if given); a bad line is reported with its
     number and skipped."""
-    if not path.exists() and not path.is_symlink():
+    if status_of(path, WHAT) is None and not path.is_symlink():
         return History(path=str(path), results=[], problems=[])
     text = read_text(path, WHAT, limit=HISTORY_LIMIT, errors="replace")
     found, problems = parse_lines(text, path, BenchReport, "bench result")

@@ -89,7 +89,7 @@ def check(
     Exit 0 no drift, 1 drift, another digest than --digest or unreadable processes, 2
     invalid profile, 3 no such server.
     """
-    from nccl_launch.files import write_output
+    from nccl_launch.files.writing import write_output
     from nccl_launch.live import watch as live
     from nccl_launch.live.target import Target
 

@@ -19,7 +19,7 @@ def verify_log(profile: str, log: str, fmt: str) -> int:
 
     journalctl -u sglang | nccl-launch verify-log PROFILE
     """
-    from nccl_launch.files import LINE_LIMIT, open_stream
+    from nccl_launch.files.reading import LINE_LIMIT, open_stream
     from nccl_launch.live.verify_log import verify_profile
     from nccl_launch.render.reports import log_lines
 

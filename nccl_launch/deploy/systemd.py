@@ -24,7 +24,7 @@ from nccl_launch.env.env_files import (
 from nccl_launch.env.merge import EnvLayer
 from nccl_launch.errors import UsageError
 from nccl_launch.escaping import not_utf8
-from nccl_launch.files import write_output
+from nccl_launch.files.writing import write_output
 from nccl_launch.findings import Finding, refuse
 from nccl_launch.kinds import argument_findings, kind_of
 from nccl_launch.masking import mask_credentials, masked_values

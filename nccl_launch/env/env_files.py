@@ -12,7 +12,7 @@ from typing import NamedTuple
 from nccl_launch.env.drift import ENV_FILE
 from nccl_launch.env.merge import CALLING_ENV, EnvLayer
 from nccl_launch.errors import HostError, UsageError
-from nccl_launch.files import read_text
+from nccl_launch.files.reading import read_text
 from nccl_launch.kinds import kind_of
 from nccl_launch.profile.load import LoadedProfile
 from nccl_launch.profile.model import env_value

@@ -7,12 +7,15 @@ import os
 import re
 import shutil
 import socket
+import stat
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import HostError
+from nccl_launch.files.paths import PathError, is_regular, status_of
+from nccl_launch.files.paths import kind_of as kind_of_file
 from nccl_launch.kinds import kind_of
 from nccl_launch.launch.preflight_report import Check
 from nccl_launch.nccl.conf import ConfEntry, applied, conf_paths
@@ -37,7 +40,11 @@ def conf_checks(
     for path in conf_paths(env):
         mine = [entry for entry in conf if entry.path == str(path)]
         used = [entry for entry in effective if entry.path == str(path)]
-        if not path.exists():
+        try:
+            present = status_of(path, "nccl.conf") is not None
+        except PathError:
+            continue  # among the files that could not be read, warned above
+        if not present:
             message = f"{path}: not present"
         elif not used:
             message = f"{path}: sets nothing the environment does not already set"
@@ -75,7 +82,7 @@ def env_plugin_check(env: Mapping[str, str]) -> Check:
         )
         return Check(name="env-plugin", status="warn", message=message)
     for folder in _library_dirs(env):
-        if (folder / ENV_PLUGIN).exists():
+        if is_regular(folder / ENV_PLUGIN):
             message = (
                 f"{folder / ENV_PLUGIN} would answer every NCCL lookup (NCCL_ENV_PLUGIN is "
                 'unset); declare ENV_PLUGIN = "none" unless that plugin is intended'
@@ -172,10 +179,30 @@ def interpreter_check(server: Server, env: Mapping[str, str]) -> Check:
         message = f"[server] python {python!r} is {found} on the server's PATH"
         return Check(name="python", status="ok", message=message)
     path = Path(server.cwd or ".") / python
-    if path.is_file() and os.access(path, os.X_OK):
+    try:
+        status = status_of(path, "[server] python")
+    except PathError as error:
+        return Check(name="python", status="fail", message=str(error))
+    if status is None:
+        what = "does not exist"
+    elif not stat.S_ISREG(status.st_mode):
+        what = f"is {kind_of_file(status.st_mode)}, not an executable file"
+    elif not os.access(path, os.X_OK):
+        what = "is not an executable file"
+    else:
         return Check(name="python", status="ok", message=f"[server] python {python} exists")
-    what = "is not an executable file" if path.exists() else "does not exist"
     return Check(name="python", status="fail", message=f"[server] python {python} {what}")
+
+
+def _cwd_check(cwd: Path) -> Check:
+    try:
+        status = status_of(cwd, "[server] cwd")
+    except PathError as error:
+        return Check(name="paths", status="fail", message=str(error))
+    if status is not None and stat.S_ISDIR(status.st_mode):
+        return Check(name="paths", status="ok", message=f"[server] cwd {cwd} exists")
+    what = "does not exist" if status is None else "is not a directory"
+    return Check(name="paths", status="fail", message=f"[server] cwd {cwd} {what}")
 
 
 def path_checks(server: Server) -> list[Check]:
@@ -183,19 +210,16 @@ def path_checks(server: Server) -> list[Check]:
     Hugging Face ids the server downloads."""
     kind = kind_of(server)
     paths = {"model_path": server.model_path, kind.draft_key: kind.draft_model(server)}
-    checks = []
-    if server.cwd is not None:
-        cwd = Path(server.cwd)
-        what = "is not a directory" if cwd.exists() else "does not exist"
-        if cwd.is_dir():
-            checks.append(Check(name="paths", status="ok", message=f"[server] cwd {cwd} exists"))
-        else:
-            checks.append(Check(name="paths", status="fail", message=f"[server] cwd {cwd} {what}"))
+    checks = [] if server.cwd is None else [_cwd_check(Path(server.cwd))]
     for key, value in paths.items():
         if value is None:
             continue
-        path = Path(server.cwd or ".") / value
-        if path.exists():
+        try:
+            found = status_of(Path(server.cwd or ".") / value, key) is not None
+        except PathError as error:
+            checks.append(Check(name="paths", status="fail", message=str(error)))
+            continue
+        if found:
             checks.append(Check(name="paths", status="ok", message=f"{key} {value} exists"))
         elif not value.startswith((".", "/")) and _HUB_ID.fullmatch(value):
             message = f"{key} {value} is not a local path; {kind.title} will fetch it from the Hub"

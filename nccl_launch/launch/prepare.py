@@ -14,7 +14,9 @@ from nccl_launch.env.drift import DriftEntry, DriftReport
 from nccl_launch.env.env_files import check_key_variable, filled_args, profile_layers, read_env_file
 from nccl_launch.env.merge import EnvLayer, MergeResult, inherited_environment, merge_environment
 from nccl_launch.errors import ProfileError, UsageError
-from nccl_launch.files import FileError, check_trusted, read_text
+from nccl_launch.files.paths import FileError
+from nccl_launch.files.reading import read_text
+from nccl_launch.files.trust import check_trusted
 from nccl_launch.findings import refuse
 from nccl_launch.kinds import argument_findings, kind_of, unfilled_findings
 from nccl_launch.launch.placement import Placement, placement_args

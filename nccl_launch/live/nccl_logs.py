@@ -20,7 +20,9 @@ from pydantic import BaseModel
 
 from nccl_launch.env.drift import DriftEntry, diff_env
 from nccl_launch.errors import HostError
-from nccl_launch.files import LINE_LIMIT, FileError, kind_of, open_beneath
+from nccl_launch.files.base_dirs import open_beneath
+from nccl_launch.files.paths import FileError, kind_of
+from nccl_launch.files.reading import LINE_LIMIT
 from nccl_launch.jsonlines import STATE, state_home
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.nccl.log import LogReader, ProcessLog, judge

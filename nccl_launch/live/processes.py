@@ -18,7 +18,8 @@ import psutil
 
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import HostError, UsageError
-from nccl_launch.files import FileError, read_text
+from nccl_launch.files.paths import FileError
+from nccl_launch.files.reading import read_text
 from nccl_launch.live.environ import OVERWRITTEN, getenv_view
 from nccl_launch.live.target import PID_LIMIT, Target
 from nccl_launch.masking import mask_argv

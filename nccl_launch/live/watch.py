@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 from collections.abc import Callable, Mapping
@@ -20,6 +19,7 @@ from nccl_launch.errors import (
     ProfileError,
     UsageError,
 )
+from nccl_launch.files.paths import is_regular
 from nccl_launch.live.compare import LiveReport, evaluate
 from nccl_launch.live.nccl_logs import SOURCE, NcclLogs
 from nccl_launch.live.processes import ProcessSnapshot, hold, snapshot_tree, stop_tree
@@ -88,7 +88,7 @@ def _started_file(pid: int, env: Mapping[str, str]) -> str | None:
             f"pid {pid}: {MARKER_PROFILE_FILE} is {file!r}, not the absolute path of a .toml "
             "file; name the PROFILE to check it against"
         )
-    return file if os.path.isfile(file) else None  # noqa: PTH113 - False, never OSError, for a path too long
+    return file if is_regular(Path(file)) else None
 
 
 def profile_of(main: ProcessSnapshot, ref: str | None) -> LoadedProfile:

@@ -10,7 +10,7 @@ from pathlib import Path, PurePath
 
 from nccl_launch.env.env_files import env_file_lines
 from nccl_launch.errors import UsageError
-from nccl_launch.files import read_text
+from nccl_launch.files.reading import read_text
 from nccl_launch.migrate.script import read_script
 from nccl_launch.migrate.sourced import read_script_file
 from nccl_launch.migrate.start import StartCommand

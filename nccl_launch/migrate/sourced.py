@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from nccl_launch.errors import UsageError
-from nccl_launch.files import MAX_BYTES, read_text, stdin_bytes
+from nccl_launch.files.paths import is_regular
+from nccl_launch.files.reading import MAX_BYTES, read_text, stdin_bytes
 from nccl_launch.migrate import shell
 from nccl_launch.migrate.expansion import Lookup, expand
 from nccl_launch.migrate.server_table import known
@@ -44,7 +45,7 @@ def locate(name: str, cwd: str | None, search: str | None) -> str:
     if "/" not in name:
         for folder in (search or "").split(":"):
             candidate = _here(cwd, f"{folder or '.'}/{name}")
-            if Path(candidate).is_file() and os.access(candidate, os.R_OK):
+            if is_regular(Path(candidate)) and os.access(candidate, os.R_OK):
                 return candidate
     return _here(cwd, name)
 
@@ -67,7 +68,7 @@ def venv_bin(path: str) -> str | None:
     folder = Path(path).absolute().parent
     if Path(path).name != "activate" or folder.name != "bin":
         return None
-    if not (folder.parent / "pyvenv.cfg").is_file():
+    if not is_regular(folder.parent / "pyvenv.cfg"):
         return None
     read_sourced(path)
     return str(folder)
@@ -129,6 +130,6 @@ def on_path(name: str, folders: list[str]) -> str | None:
         if not folder.startswith("/"):
             return None
         candidate = Path(folder) / name
-        if candidate.is_file() and os.access(candidate, os.X_OK):
+        if is_regular(candidate) and os.access(candidate, os.X_OK):
             return str(candidate)
     return None

@@ -15,7 +15,7 @@ import tomli_w
 from nccl_launch.env.env_files import env_file_lines, profile_env_file_lines
 from nccl_launch.errors import HostError, ProfileError, UsageError
 from nccl_launch.escaping import toml_escaped
-from nccl_launch.files import check_output, write_output
+from nccl_launch.files.writing import check_output, write_output
 from nccl_launch.kinds import KINDS, command_of
 from nccl_launch.masking import credential_values, holds_secret, is_secret, mask_argv
 from nccl_launch.migrate.secrets import (

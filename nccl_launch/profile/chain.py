@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from nccl_launch.errors import ProfileError, UsageError
-from nccl_launch.files import read_text
+from nccl_launch.files.reading import read_text
 from nccl_launch.kinds import DEFAULT_KIND
 from nccl_launch.nccl.catalog import PREFIX
 from nccl_launch.profile.document import parse_profile_toml

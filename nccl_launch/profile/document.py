@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from nccl_launch.errors import ProfileError
-from nccl_launch.files import read_text
+from nccl_launch.files.reading import read_text
 from nccl_launch.nccl.grammar import INT64_MAX, INT64_MIN  # TOML integers are 64-bit too
 
 # A profile's tables go three deep ([server.speculative] KEY); deeper is a mistake or an attack,

@@ -10,6 +10,7 @@ copy's folder: the copy names it by its absolute path, and its digest differs by
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -20,7 +21,9 @@ from typing import Any
 import tomli_w
 
 from nccl_launch.errors import ProfileError, UsageError
-from nccl_launch.files import FileError, check_output, check_trusted, write_output
+from nccl_launch.files.paths import FileError, status_of
+from nccl_launch.files.trust import check_trusted
+from nccl_launch.files.writing import check_output, write_output
 from nccl_launch.masking import holds_secret
 from nccl_launch.profile.chain import ProfileChain, read_chain
 from nccl_launch.profile.document import parse_profile_toml
@@ -191,7 +194,8 @@ def _check_target(path: Path, force: bool, fixes: Fixes) -> None:
     """UsageError, ending with the caller's fix, unless `path` can be written: its folder a
     directory, itself a regular file, and not there unless `force` (`check_output`)."""
     folder = path.parent
-    if folder.exists() and not folder.is_dir():
+    status = status_of(folder, "folder")
+    if status is not None and not stat.S_ISDIR(status.st_mode):
         message = f"{folder}: not a directory, so {path.name} cannot be written in it"
         raise UsageError(f"{message}; {fixes.folder}")
     check_output(path, replace=force, fix=fixes.exists)
@@ -216,8 +220,10 @@ def _mode(path: Path, private: bool) -> int:
     umask: never that of a symlink's target, which is not the file replaced."""
     if private:
         return 0o600
-    if path.is_file() and not path.is_symlink():
-        return stat.S_IMODE(path.stat().st_mode)
+    with contextlib.suppress(OSError):  # none there, or none this user may look at
+        status = path.lstat()  # a symlink's own status: not a regular file
+        if stat.S_ISREG(status.st_mode):
+            return stat.S_IMODE(status.st_mode)
     umask = os.umask(0)  # the only way to read it
     os.umask(umask)
     return 0o666 & ~umask

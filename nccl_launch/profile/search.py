@@ -11,6 +11,7 @@ from pathlib import Path
 
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import ProfileError, UsageError
+from nccl_launch.files.paths import status_of
 from nccl_launch.profile.document import read_profile_toml
 from nccl_launch.profile.markers import SEARCH_PATH_VAR, SYSTEM_DIR_VAR
 
@@ -143,6 +144,7 @@ def find_profile(ref: str, near: Path | None = None) -> Path:
     if _looks_like_path(ref):
         path = Path(os.path.normpath(near / ref if near is not None else ref))
         if not os.path.lexists(path):  # False, not an error, for a name too long
+            status_of(path, "profile")  # one this user cannot look at is not said missing
             raise UsageError(f"profile file not found: {path}")
         # Reading it says what else may be wrong: a FIFO, a device, untrusted, a symlink
         # that loops or names nothing.

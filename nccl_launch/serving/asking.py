@@ -12,6 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from nccl_launch.files.paths import is_regular
 from nccl_launch.serving.command import PYTHON
 from nccl_launch.serving.table import ServerTable
 
@@ -70,7 +71,7 @@ def interpreter(python: str, env: Mapping[str, str]) -> list[str]:
     line), the Python of its `#!` line, which imports the same packages."""
     found = Path(shutil.which(python, path=env.get("PATH", os.defpath)) or python)
     try:
-        if not found.is_file():  # a FIFO would hold the read; running it says what it is
+        if not is_regular(found):  # a FIFO would hold the read; running it says what it is
             return [python]
         with found.open("rb") as script:
             first = script.readline(4096)

@@ -19,7 +19,7 @@ from pathlib import Path, PurePath
 
 from pydantic import BaseModel, Field, model_validator
 
-from nccl_launch.files import FileError
+from nccl_launch.files.paths import FileError
 from nccl_launch.jsonlines import append_line, open_store, parse_lines, state_home
 from nccl_launch.profile.plan import DIGEST
 from nccl_launch.tune.orphans import Owner, StartedServer, stop_leftover

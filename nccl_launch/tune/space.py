@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from nccl_launch.errors import UsageError
-from nccl_launch.files import read_text
+from nccl_launch.files.reading import read_text
 from nccl_launch.profile.model import nccl_value
 from nccl_launch.tune.search import Space
 

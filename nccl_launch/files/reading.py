@@ -1,0 +1,129 @@
+"""Reading: only regular files, with a size cap, never blocking on a FIFO; streams line by
+line, a line never held past its cap."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import stat
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from nccl_launch.files.paths import FileError, kind_of
+from nccl_launch.files.trust import check_trusted
+
+# A profile, env file, nccl.conf or pidfile is a few KiB; anything larger is a mistake.
+MAX_BYTES = 1 << 20
+# A line read from a stream is held in memory: NCCL's INFO lines and a server's events are
+# some 200 bytes, so a longer line than this is none of them.
+LINE_LIMIT = 1 << 20
+LINE_END = re.compile(rb"\r\n|\r|\n")
+CHUNK = 1 << 16
+
+
+def _open_regular(path: Path, what: str, trusted: bool) -> int:
+    """A descriptor of `path` when it is a regular file (and trusted, if asked); never blocks:
+    O_NONBLOCK keeps a FIFO from hanging the open."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except ValueError:  # a NUL in the path
+        raise FileError(f"{what} {str(path)!r}: a path cannot hold a NUL byte") from None
+    except OSError as error:
+        raise FileError(f"{what} {path}: cannot read: {error.strerror}") from None
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            kind = kind_of(status.st_mode)
+            raise FileError(f"{what} {path}: {kind}; only regular files are read")
+        if trusted:
+            check_trusted(path, status, what)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_text(
+    path: Path, what: str, *, trusted: bool = False, limit: int = MAX_BYTES, errors: str = "strict"
+) -> str:
+    """The UTF-8 text of a regular file of at most `limit` bytes; FileError names `what` and
+    the path. With `trusted`, a root process also refuses a file others could have written."""
+    fd = _open_regular(path, what, trusted)
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise FileError(f"{what} {path}: larger than {limit} bytes; this is not a {what}")
+    try:
+        return data.decode("utf-8", errors)
+    except UnicodeDecodeError as error:
+        raise FileError(f"{what} {path}: not UTF-8 text (byte {error.start})") from None
+
+
+def split_lines(chunks: Iterable[bytes]) -> Iterator[bytes | None]:
+    """The lines of a byte stream without their ends (LF, CRLF or CR, as universal newlines
+    and server-sent events have them; a CRLF may be split between two chunks), and None in
+    place of a line longer than LINE_LIMIT, said as soon as it passes the limit and dropped
+    as it comes: a line is held in memory, so an endless one must never be."""
+    pending = bytearray()
+    after_cr = too_long = False
+    for whole in chunks:
+        # The LF of a CRLF whose CR ended the chunk before ends no second line.
+        chunk = whole[1:] if after_cr and whole.startswith(b"\n") else whole
+        after_cr = chunk.endswith(b"\r") or (after_cr and not chunk)
+        *ended, rest = LINE_END.split(chunk)
+        for part in ended:
+            if not too_long:
+                pending += part
+                yield None if len(pending) > LINE_LIMIT else bytes(pending)
+            pending.clear()
+            too_long = False
+        if not too_long:
+            pending += rest
+        if len(pending) > LINE_LIMIT and not too_long:
+            yield None
+            pending.clear()
+            too_long = True
+    if pending:
+        yield bytes(pending)
+
+
+class StreamLines:
+    """The lines of a binary stream as text (undecodable bytes replaced), those longer than
+    LINE_LIMIT skipped and counted: `skipped` of them, the first at line `first_skipped`."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._chunks = iter(lambda: stream.read(CHUNK), b"")
+        self.skipped = 0
+        self.first_skipped: int | None = None
+
+    def __iter__(self) -> Iterator[str]:
+        for number, line in enumerate(split_lines(self._chunks), 1):
+            if line is not None:
+                yield line.decode("utf-8", "replace")
+                continue
+            self.skipped += 1
+            if self.first_skipped is None:
+                self.first_skipped = number
+
+
+def stdin_bytes() -> BinaryIO:
+    """Standard input as bytes; FileError when the caller closed it (`<&-`)."""
+    if sys.stdin is None:
+        raise FileError("stdin: closed; give a file, or '-' with something on standard input")
+    return sys.stdin.buffer
+
+
+@contextlib.contextmanager
+def open_stream(path: str, what: str) -> Iterator[StreamLines]:
+    """The lines of a regular file (or `-`, standard input) read as they come: for logs,
+    which may be large; devices and FIFOs are refused like elsewhere."""
+    if path == "-":
+        yield StreamLines(stdin_bytes())
+        return
+    fd = _open_regular(Path(path), what, trusted=False)
+    with os.fdopen(fd, "rb") as handle:
+        yield StreamLines(handle)
