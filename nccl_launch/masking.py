@@ -78,6 +78,12 @@ def is_secret(name: str) -> bool:
     return any(word.endswith(SECRET_WORDS) for word in words if word)
 
 
+def secret_name(name: str) -> str:
+    """A variable's name masking hides: `name` when it names a secret (`API_KEY`), else
+    `name` with `_SECRET` added (`WATERMARK_CONFIG_SECRET`)."""
+    return name if is_secret(name) else f"{name}_SECRET"
+
+
 def _names_credential(name: str) -> bool:
     """Whether a pair's name (`password`, `api_key`, `--hf-token`) holds a credential: not
     one of SGLang's flags only named like one (`speculative_token_map`)."""
@@ -230,12 +236,21 @@ def mask_known(text: str, secrets: Collection[str]) -> str:
     return text
 
 
-def mask_value(name: str, value: str) -> str:
-    """A variable's value as people see it: masked whole for a secret name, else masked as a
-    command line (`EXTRA_ARGS="--api-key sk-1 --tp 8"`) with the passwords in it masked."""
+def mask_value(name: str, value: str, held: bool = False) -> str:
+    """A variable's value as people see it: masked whole for a secret name, or whatever its
+    name when an env file of the profile holds it (`held`: those files are where a profile's
+    secrets live), else masked as a command line (`EXTRA_ARGS="--api-key sk-1 --tp 8"`) with
+    the passwords in it masked."""
+    if held:
+        return MASK
     if name.startswith(_NEVER):
         return value
     return MASK if is_secret(name) else mask_command_line(value)
+
+
+def shows_masked(name: str, value: str) -> bool:
+    """Whether people see a variable's value masked, whole or in part (`mask_value`)."""
+    return mask_value(name, value) != value
 
 
 def _secret_flag(word: str) -> bool:
@@ -356,5 +371,5 @@ def holds_secret(argv: Sequence[str], env: Mapping[str, str]) -> bool:
     """A credential-looking variable or flag (`HF_TOKEN`, `--api-key`), or a password in a
     value (`postgres://u:pw@db`): whatever people would see masked."""
     return list(argv) != mask_argv(argv) or any(
-        mask_value(key, value) != value for key, value in env.items()
+        shows_masked(key, value) for key, value in env.items()
     )
