@@ -56,6 +56,12 @@ _NAME = re.compile(
     r"""(?<![\w%.-])(?:(?P<quote>["'])(?P<member>[\w%.-]+)(?P=quote)\s*[:=]|(?P<name>[\w%.-]+)\s*=)\s*"""
 )
 _VALUE = re.compile(r""""[^"]*"|'[^']*'|[^\s&;#"']+""")
+# Inside a JSON or Python list, tuple or object (`["sk-1"]`, `('sk-1',)`, `{"v": "x"}`): a
+# quoted text, with its escapes (`"a\\"]"`), or one character; the value runs to the bracket
+# that closes its first.
+_NESTED = re.compile(r""""(?:[^"\\]|\\.)*"?|'(?:[^'\\]|\\.)*'?|[^"']""", re.DOTALL)
+_CLOSES = {"[": "]", "{": "}", "(": ")"}
+_MEMBER_NAMED = re.compile(r"\s*:")  # after a quoted text, it named an object's member
 # A value that only names a variable (`"$API_KEY"`, `'${API_KEY}'`, a hint's `"$API_KEY")`)
 # holds no credential.
 _REFERENCE = re.compile(r"""(["']?)\$\{?[A-Za-z_][A-Za-z0-9_]*\}?\1[).,]?""")
@@ -72,6 +78,12 @@ def is_secret(name: str) -> bool:
     return any(word.endswith(SECRET_WORDS) for word in words if word)
 
 
+def secret_name(name: str) -> str:
+    """A variable's name masking hides: `name` when it names a secret (`API_KEY`), else
+    `name` with `_SECRET` added (`WATERMARK_CONFIG_SECRET`)."""
+    return name if is_secret(name) else f"{name}_SECRET"
+
+
 def _names_credential(name: str) -> bool:
     """Whether a pair's name (`password`, `api_key`, `--hf-token`) holds a credential: not
     one of SGLang's flags only named like one (`speculative_token_map`)."""
@@ -84,6 +96,20 @@ def _names_a_value(text: str) -> bool:
     return bool(_REFERENCE.fullmatch(text) or _PLACEHOLDER.fullmatch(text))
 
 
+def _bracketed_end(text: str, start: int) -> int:
+    """Where the list or object opening at `start` ends: after the bracket closing it, or at
+    the end of `text` when none does (what follows may all be the credential)."""
+    depth = 0
+    for part in _NESTED.finditer(text, start):
+        if part[0] in _CLOSES:
+            depth += 1
+        elif part[0] in _CLOSES.values():
+            depth -= 1
+            if depth == 0:
+                return part.end()
+    return len(text)
+
+
 def _credential_pairs(text: str) -> list[tuple[int, int]]:
     """Where the values of `text`'s pairs whose names hold a credential start and end, in
     order. An unquoted value ends before the `)` and `,` that close what holds it
@@ -92,6 +118,9 @@ def _credential_pairs(text: str) -> list[tuple[int, int]]:
     for pair in _NAME.finditer(text):
         inside = values and pair.start() < values[-1][1]
         if inside or not _names_credential(pair["member"] or pair["name"]):
+            continue
+        if text[pair.end() : pair.end() + 1] in _CLOSES:  # a list or an object, masked whole
+            values.append((pair.end(), _bracketed_end(text, pair.end())))
             continue
         value = _VALUE.match(text, pair.end())
         if value is None:
@@ -126,13 +155,20 @@ def _mask_url(match: re.Match[str]) -> str:
 
 def _passwords(text: str) -> set[str]:
     """What `mask_credentials` hides in `text`: each URL's password (its user info when it
-    has none: a user alone may be a token), each credential pair's value."""
-    found = {text[start:end].strip("\"'") for start, end in _credential_pairs(text)}
+    has none: a user alone may be a token), each credential pair's value, and each text
+    quoted in a value that is a list or an object (`["k1", "k2"]`: a server may log them apart)."""
+    found = set()
+    for start, end in _credential_pairs(text):
+        found.add(text[start:end].strip("\"'"))
+        if text[start] in _CLOSES:  # its quoted texts, but for the names of its members
+            for part in _NESTED.finditer(text, start, end):
+                if part[0][0] in "\"'" and not _MEMBER_NAMED.match(text, part.end()):
+                    found.add(part[0][1:].removesuffix(part[0][0]))
     for run in _RUN.findall(text):
         if (where := _userinfo(run)) is not None:
             user, colon, password = run[where[0] : where[1]].partition(":")
             found |= {password if colon else user} - {"", MASK}
-    return found
+    return found - {""}
 
 
 def mask_credentials(text: str) -> str:
@@ -173,24 +209,48 @@ def masked_texts(value: Any, mask: Callable[[str], str] = mask_credentials) -> A
 SHORTEST_SECRET = 8  # a shorter value (`1`, `true`) masked wherever it appears garbles a log
 
 
+def _forms(secret: str) -> set[str]:
+    """`secret` as a server may log it: as given, and quoted by Python's repr or by JSON
+    (`it\\'s`, `say \\"x\\"`, `\\t`), without the quotes."""
+    import json  # only for masking a log: not on a TAB's path, which imports this module
+
+    return {
+        secret,
+        repr(secret)[1:-1],
+        json.dumps(secret)[1:-1],
+        json.dumps(secret, ensure_ascii=False)[1:-1],
+    }
+
+
 def mask_known(text: str, secrets: Collection[str]) -> str:
     """`text` with each of the `secrets` a command knows it handed out (a server's key, an env
-    file's values) masked: anywhere when long enough to mean nothing else, else only as a
-    whole word (`unrecognized arguments: --api-keyy k3y`)."""
-    for secret in sorted(secrets, key=len, reverse=True):
-        if len(secret) >= SHORTEST_SECRET:
-            text = text.replace(secret, MASK)
-        elif secret:
-            text = re.sub(rf"(?<!\S){re.escape(secret)}(?!\S)", MASK, text)
+    file's values) masked in each form a server may log it (`_forms`): anywhere when long
+    enough to mean nothing else, else wherever no letter, digit or `_` touches it
+    (`['k3y']`, `--api-keyy k3y`, `key=k3y`), so that `k3ys` stays a word."""
+    forms = {form for secret in secrets if secret for form in _forms(secret)}
+    for form in sorted(forms, key=len, reverse=True):
+        if len(form) >= SHORTEST_SECRET:
+            text = text.replace(form, MASK)
+        else:
+            text = re.sub(rf"(?<!\w){re.escape(form)}(?!\w)", MASK, text)
     return text
 
 
-def mask_value(name: str, value: str) -> str:
-    """A variable's value as people see it: masked whole for a secret name, else masked as a
-    command line (`EXTRA_ARGS="--api-key sk-1 --tp 8"`) with the passwords in it masked."""
+def mask_value(name: str, value: str, held: bool = False) -> str:
+    """A variable's value as people see it: masked whole for a secret name, or whatever its
+    name when an env file of the profile holds it (`held`: those files are where a profile's
+    secrets live), else masked as a command line (`EXTRA_ARGS="--api-key sk-1 --tp 8"`) with
+    the passwords in it masked."""
+    if held:
+        return MASK
     if name.startswith(_NEVER):
         return value
     return MASK if is_secret(name) else mask_command_line(value)
+
+
+def shows_masked(name: str, value: str) -> bool:
+    """Whether people see a variable's value masked, whole or in part (`mask_value`)."""
+    return mask_value(name, value) != value
 
 
 def _secret_flag(word: str) -> bool:
@@ -311,5 +371,5 @@ def holds_secret(argv: Sequence[str], env: Mapping[str, str]) -> bool:
     """A credential-looking variable or flag (`HF_TOKEN`, `--api-key`), or a password in a
     value (`postgres://u:pw@db`): whatever people would see masked."""
     return list(argv) != mask_argv(argv) or any(
-        mask_value(key, value) != value for key, value in env.items()
+        shows_masked(key, value) for key, value in env.items()
     )

@@ -16,6 +16,7 @@ from nccl_launch.masking import (
     is_secret,
     mask_argv,
     mask_credentials,
+    mask_known,
     mask_value,
     mask_words,
     masked_values,
@@ -679,6 +680,7 @@ def test_an_error_never_echoes_a_credential_given_to_an_option(
         ["--url", "http://app:p/ss?w-9z@db/x", "--x", "password = pw-9z"],
         ["--config", '{"password": "js-9z", "port": 1}', "--hf-token=hf-9z"],
         ["--u", "https://t0k-9z@hub/m", "--q", "https://h/v1?token=q-9z&n=1"],
+        ["--j", '{"auth_token": ["t1-9z", "t2-9z"], "password": {"v": "v-9z"}, "n": ""}'],
     ],
 )
 def test_masked_values_are_what_the_masked_argv_hides(argv: list[str]) -> None:
@@ -705,3 +707,77 @@ def test_a_value_nccl_logged_is_masked_in_verify_logs_text_and_json(
     assert result.returncode == 0, result.stderr
     assert "hunter2" not in result.stdout + result.stderr
     assert "https://***@plugins.example/net.so" in result.stdout
+
+
+# A credential's value that is a JSON or Python list or object: masked whole, brackets and all.
+
+BRACKETED = """schema = 1
+name = "bracketed"
+version = 1
+[env]
+OTHER = '{"api_key": ["sk-9z", "sk-8z"], "port": 1}'
+CONF = "{'password': {'v': 'py-9z'}}"
+[server]
+python = "/usr/bin/python3"
+model_path = "/m"
+args = ["--x", '{"auth_token": ["tok-9z"]}', "--y", '{"password": {"v": "[js-9z]"}, "n": 2}']
+"""
+
+
+@pytest.mark.parametrize("command", [["show"], ["run", "--dry-run"]])
+def test_a_credential_whose_value_is_a_list_or_an_object_is_masked_whole(
+    command: list[str], write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    write_profile("bracketed", BRACKETED)
+    result = run_cli(*command, "bracketed")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "9z" not in result.stdout + result.stderr
+    assert "8z" not in result.stdout + result.stderr
+    shown = result.stdout.replace('\\"', '"')
+    for masked in ('{"api_key": ***, "port": 1}', "{'password': ***}", '{"auth_token": ***}'):
+        assert masked in shown
+    assert '{"password": ***, "n": 2}' in shown
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        (
+            """non-default args: {'api_key': ['s3cr3tK'], 'port': 8}""",
+            "{'api_key': ***, 'port': 8}",
+        ),
+        ('"password": {"v": "}]\\"x"}, "n": 1', '"password": ***, "n": 1'),
+        ("api_key=['k1', 'k2']) tail", "api_key=***) tail"),
+        ("Namespace(api_key=('k1',), port=8)", "Namespace(api_key=***, port=8)"),
+        ("token=[never-closed, sk-9z", "token=***"),
+    ],
+)
+def test_a_list_or_object_value_is_masked_to_its_closing_bracket(text: str, masked: str) -> None:
+    assert mask_credentials(text).endswith(masked)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "keys: ['k3y'] (1)",  # a Python list of vLLM's, or a tuple
+        "Bearer k3y,",
+        '{"keys": ["k3y"]}',
+        "unrecognized arguments: --api-keyy k3y",
+        "key=k3y\tnext",
+    ],
+)
+def test_a_short_key_handed_to_a_server_is_masked_wherever_it_stands_alone(text: str) -> None:
+    assert "k3y" not in mask_known(text, {"k3y"})
+    assert MASK in mask_known(text, {"k3y"})
+
+
+def test_a_short_key_inside_a_longer_word_is_kept() -> None:
+    assert mask_known("k3ys k3y_x xk3y 1k3y", {"k3y"}) == "k3ys k3y_x xk3y 1k3y"
+
+
+@pytest.mark.parametrize("key", ["it's-k3y", 'say "k3y"', "back\\slash-k3y", "tab\tk3y"])
+def test_a_key_is_masked_as_python_and_json_quote_it(key: str) -> None:
+    """A server logs its arguments as Python's repr or as JSON: the key escaped."""
+    for form in (repr([key]), json.dumps([key]), repr((key,)), key):
+        masked = mask_known(f"args: {form}", {key})
+        assert "k3y" not in masked, (form, masked)

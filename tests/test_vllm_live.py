@@ -354,3 +354,19 @@ def test_a_vllm_trial_is_locked_to_loopback_unless_its_server_would_check_a_key(
         path.chmod(0o600)
     write_profile("vstandin", profile_text(free_port(), args, top, host=""))
     assert exposed_host(load_profile("vstandin")) == exposed
+
+
+def test_a_short_key_vllm_logs_at_start_stays_out_of_a_failed_trials_tail_and_journal(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """vLLM without its redaction logs `non-default args: {'api_key': ['KEY']}`: a key shorter
+    than any value masked wherever it appears, in a list."""
+    key = "s3cr3tK"
+    write_profile("vstandin", profile_text(free_port(), f'args = ["--api-key", "{key}"]\n'))
+    env = MODEL | {"STANDIN_UNREDACTED_ARGS": "1", "STANDIN_EXIT_IF": "NCCL_PROTO=LL128"}
+    result = run_cli("tune", "vstandin", "--try", "PROTO=LL128", *TRIALS, env=env)
+    said = "'api_key': ***, 'tensor_parallel_size': 2}"
+    assert said in result.stdout, result.stdout + result.stderr
+    journals = [path.read_text() for path in tmp_path.rglob("journal.jsonl")]
+    assert journals and "non-default args" in "".join(journals)
+    assert key not in result.stdout + result.stderr + "".join(journals)

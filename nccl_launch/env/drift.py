@@ -13,7 +13,7 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict, computed_field, field_serializer
 
 from nccl_launch.errors import EXIT_DRIFT, EXIT_OK
-from nccl_launch.masking import MASK, mask_value
+from nccl_launch.masking import mask_value
 from nccl_launch.nccl import catalog, others, rules
 from nccl_launch.profile.markers import NCCL_DEBUG_KEYS, OWN_VARIABLES
 from nccl_launch.profile.model import Policy
@@ -32,13 +32,6 @@ Stage = Literal["start", "nccl.conf", "live"]
 # env file PATH".
 DECLARED_BY = "declared by "
 ENV_FILE = "env file "  # the source of a value from an env file: "env file PATH"
-
-
-def shown_value(key: str, value: str, held: bool = False) -> str:
-    """A value as people see it: masked when its name looks like a secret's (masking's
-    rule), and whatever its name when an env file of the profile holds it (`held`): those
-    files are where a profile's secrets live, under any name."""
-    return MASK if held else mask_value(key, value)
 
 
 class DriftEntry(BaseModel):
@@ -74,12 +67,12 @@ class DriftEntry(BaseModel):
     @property
     def held(self) -> bool:
         """Whether an env file of the profile declares the key: both values are then masked
-        (`shown_value`), as the one found may be its key of before."""
+        (`mask_value`), as the one found may be its key of before."""
         return (self.note or "").startswith(DECLARED_BY)
 
     def shown(self, value: str | None) -> str | None:
-        """`expected` or `actual` as people see it (`shown_value`)."""
-        return None if value is None else shown_value(self.key, value, self.held)
+        """`expected` or `actual` as people see it (`mask_value`)."""
+        return None if value is None else mask_value(self.key, value, self.held)
 
     @field_serializer("expected", "actual")
     def _masked(self, value: str | None) -> str | None:

@@ -87,11 +87,12 @@ def server_checks(
     if stage == "parse":
         message = f"{kind.title}'s parser rejects the argv: {mask_words(result['error'])}"
         return [*checks, Check(name="argv", status="fail", message=message)], result
-    parsed, expected = result["parsed"], parser.expected_values(server)
+    # Compared as the server read them, shown masked (a masked value never equals the profile's).
+    read, parsed, expected = probed["parsed"], result["parsed"], parser.expected_values(server)
     differs = [
         mask_words(f"{key}: {kind.title} parsed {parsed.get(key)!r}, the profile says {value!r}")
         for key, value in expected.items()
-        if parsed.get(key) != value
+        if read.get(key) != value
     ]
     if differs:
         message = f"{kind.title} reads the argv differently from the profile"

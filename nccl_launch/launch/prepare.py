@@ -93,7 +93,7 @@ class LaunchPlan:
             value
             for key, value in env.items()
             if key in filled
-            or ((key in held or mask_value(key, value) == MASK) and len(value) >= SHORTEST_SECRET)
+            or (mask_value(key, value, key in held) == MASK and len(value) >= SHORTEST_SECRET)
         }
         return (found | masked_values(self.filled)) - {""}
 

@@ -14,7 +14,7 @@ from nccl_launch.deploy.exports import dotenv
 from nccl_launch.errors import UsageError
 from nccl_launch.escaping import escaped
 from nccl_launch.kinds import ServerKind
-from nccl_launch.masking import credential_values, is_secret, mask_value
+from nccl_launch.masking import credential_values, secret_name, shows_masked
 from nccl_launch.serving import references
 
 SECRETS_MODE = 0o600
@@ -36,7 +36,7 @@ def secret_variables(env: Mapping[str, str], keys: Collection[str] = ()) -> dict
     return {
         key: value
         for key, value in env.items()
-        if mask_value(key, value) != value or (value and value in keys)
+        if shows_masked(key, value) or (value and value in keys)
     }
 
 
@@ -78,7 +78,7 @@ def variable_for(flag: str, credential_flags: Sequence[str]) -> str:
     meant = [each for each in credential_flags if each.startswith(flag)]
     name = re.sub(r"[^A-Za-z0-9]+", "_", (meant[0] if len(meant) == 1 else flag)).strip("_")
     name = name.upper() if name and not name[0].isdigit() else f"SECRET_{name.upper()}"
-    return name if is_secret(name) else f"{name}_SECRET"
+    return secret_name(name)
 
 
 def moved_credentials(

@@ -12,7 +12,7 @@ from pathlib import PurePosixPath
 
 from nccl_launch.errors import UsageError
 from nccl_launch.escaping import not_utf8
-from nccl_launch.masking import is_secret
+from nccl_launch.masking import secret_name
 from nccl_launch.migrate import shell, sourced
 from nccl_launch.migrate.expansion import DEFAULT_IFS, SECRET_FILE, arguments, expand, references
 from nccl_launch.migrate.server_table import from_caller, known
@@ -113,7 +113,7 @@ class Shell:
         path = os.path.normpath(PurePosixPath(self.cwd or "") / read)
         stem = re.sub(r"[^A-Za-z0-9_]", "_", path.rstrip("/").rpartition("/")[2]).upper()
         stem = stem if re.match(r"[A-Z_]", stem) else f"SECRET_{stem}"
-        stem = stem if is_secret(stem) else f"{stem}_SECRET"
+        stem = secret_name(stem)
         names = [stem, *(f"{stem}_{number}" for number in range(2, len(self.secret_files) + 3))]
         name = next(each for each in names if self.secret_files.get(each, path) == path)
         self.secret_files[name] = path

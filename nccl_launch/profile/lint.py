@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from nccl_launch.findings import Finding, Severity
 from nccl_launch.kinds import kind_of
-from nccl_launch.masking import is_secret, mask_argv, mask_credentials, mask_value
+from nccl_launch.masking import is_secret, mask_argv, mask_credentials, shows_masked
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.profile.model import Profile
 
@@ -39,7 +39,7 @@ def secret_notes(profile: Profile) -> list[Finding]:
             notes.append(_secret(f"env.{key}", "holds a literal secret", _ELSEWHERE))
         elif mask_credentials(value) != value:
             notes.append(_secret(f"env.{key}", "holds a password in a URL", _ELSEWHERE))
-        elif mask_value(key, value) != value:
+        elif shows_masked(key, value):
             notes.append(_secret(f"env.{key}", "holds a credential flag's value", _ELSEWHERE))
     server = profile.server
     argv = kind_of(server).argv(server) if server is not None else []

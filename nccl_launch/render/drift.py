@@ -5,19 +5,11 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping, Sequence
 
-from nccl_launch.env.drift import (
-    DECLARED_BY,
-    ENV_FILE,
-    DriftEntry,
-    DriftKind,
-    DriftReport,
-    Reason,
-    shown_value,
-)
+from nccl_launch.env.drift import DECLARED_BY, ENV_FILE, DriftEntry, DriftKind, DriftReport, Reason
 from nccl_launch.env.merge import CALLING_ENV
 from nccl_launch.escaping import escaped, shell_word
 from nccl_launch.launch.prepare import LaunchPlan
-from nccl_launch.masking import is_secret, mask_argv
+from nccl_launch.masking import is_secret, mask_argv, mask_value
 from nccl_launch.profile.markers import NCCL_DEBUG_KEYS
 
 _MARKS: dict[DriftKind, str] = {"changed": "~", "missing": "-", "undeclared": "+"}
@@ -31,8 +23,8 @@ _FIXES: dict[DriftKind, str] = {
 
 def quoted_value(key: str, value: str | None, held: bool = False) -> str:
     """A value as reports print it: quoted, `unset`, masked when it looks like a secret or an
-    env file of the profile holds it (`shown_value`)."""
-    return "unset" if value is None else json.dumps(shown_value(key, value, held))
+    env file of the profile holds it (`mask_value`)."""
+    return "unset" if value is None else json.dumps(mask_value(key, value, held))
 
 
 def _entry_value(entry: DriftEntry) -> str:

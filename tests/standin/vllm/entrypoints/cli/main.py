@@ -49,7 +49,9 @@ The knobs are the SGLang stand-in's (tests/standin/sglang/launch_server.py lists
 implemented in tests/standin/standin_core.py), here with: STANDIN_DRIFT_RANK for the worker of
 that rank (the engine core with a world size of 1), SIGUSR1's late worker started by the engine
 core, STANDIN_COMPUTE_APPS listing the workers (or the engine core), NCCL's INFO lines printed
-by each worker, and STANDIN_INFO* and STANDIN_OLD_INFO unused (vLLM has no /server_info).
+by each worker, and STANDIN_INFO* and STANDIN_OLD_INFO unused (vLLM has no /server_info); and
+STANDIN_UNREDACTED_ARGS=1 logs the arguments at start with their keys, as a vLLM without
+`redact_sensitive_args` does.
 """
 
 from __future__ import annotations
@@ -166,6 +168,18 @@ def parse(argv: list[str]) -> argparse.Namespace:
         parser.print_help()
         sys.exit(0)
     return parsed
+
+
+def log_non_default_args(args: argparse.Namespace) -> None:
+    """As vLLM logs its arguments at start (`entrypoints/launchers/launcher.py:368`): those that
+    differ from their defaults, the keys as `***` (`entrypoints/common/startup.py:50-96`)."""
+    serve = argparse.ArgumentParser()
+    serve_flags(serve)
+    defaults = vars(serve.parse_args([]))
+    given = {key: value for key, value in vars(args).items() if defaults.get(key, value) != value}
+    if os.environ.get("STANDIN_UNREDACTED_ARGS") != "1":
+        given = {key: "***" if key == "api_key" else value for key, value in given.items()}
+    sys.stderr.write(f"INFO [startup.py:96] non-default args: {given}\n")
 
 
 def import_env_override() -> None:
@@ -401,6 +415,7 @@ def main() -> None:
     import_env_override()
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     args = parse(sys.argv[1:])
+    log_non_default_args(args)
     core.starting()
     config_env(args)
     server = Server(args)
