@@ -191,8 +191,16 @@ def test_a_bench_history_this_user_cannot_look_at_is_one_line(closed: Path) -> N
 def test_a_name_longer_than_the_system_takes_is_one_line(
     args: tuple[str, ...], what: str, run_cli: RunCli, tmp_path: Path
 ) -> None:
+    """A profile no file can be is a usage error, as any profile not found; a folder to
+    write in that the system refuses is a host problem."""
     long = str(tmp_path / ("x" * 300))
     result = run_cli(*(arg.format(long=long) for arg in args))
+    if what == "profile":
+        assert (result.returncode, result.stderr) == (
+            2,
+            f"nccl-launch: profile file not found: {long}\n",
+        )
+        return
     assert result.returncode == 3
     assert result.stderr == f"nccl-launch: {what} {long}: cannot look at it: File name too long\n"
 

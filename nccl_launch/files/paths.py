@@ -4,6 +4,7 @@ file that is not read."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -33,9 +34,10 @@ def kind_of(mode: int) -> str:
     return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
 
 
-def status_of(path: Path, what: str) -> os.stat_result | None:
+def status_of(path: Path, what: str, *, report_too_long: bool = True) -> os.stat_result | None:
     """The status of `path` (through symlinks), which the user named as `what`; None when
-    nothing is there (a dangling symlink, a file on the way where a folder should be).
+    nothing is there (a dangling symlink, a file on the way where a folder should be; with
+    `report_too_long` False, a name longer than the system takes, which no file can have).
     PathError names `what`, the path and the system's reason when this user cannot tell."""
     try:
         return path.stat()
@@ -49,6 +51,8 @@ def status_of(path: Path, what: str) -> os.stat_result | None:
             f"be searchable by uid {os.geteuid()}, the user running this"
         ) from None
     except OSError as error:
+        if error.errno == errno.ENAMETOOLONG and not report_too_long:
+            return None
         raise PathError(f"{what} {path}: cannot look at it: {error.strerror}") from None
 
 

@@ -143,8 +143,9 @@ def find_profile(ref: str, near: Path | None = None) -> Path:
     as `pick` says)."""
     if _looks_like_path(ref):
         path = Path(os.path.normpath(near / ref if near is not None else ref))
-        if not os.path.lexists(path):  # False, not an error, for a name too long
-            status_of(path, "profile")  # one this user cannot look at is not said missing
+        if not os.path.lexists(path):
+            # One this user cannot look at is not said missing; one too long is (a usage error).
+            status_of(path, "profile", report_too_long=False)
             raise UsageError(f"profile file not found: {path}")
         # Reading it says what else may be wrong: a FIFO, a device, untrusted, a symlink
         # that loops or names nothing.
