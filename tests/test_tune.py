@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import random
 import re
@@ -79,7 +80,7 @@ Z = 3.1
 def host_sd(window: float, runs: int) -> float:
     """The relative standard deviation the host's delays add to a mean of `runs` runs whose
     timed window is `window` seconds."""
-    return HOST_DELAY / window / runs**0.5
+    return HOST_DELAY / window / math.sqrt(runs)
 
 
 JSON_KEYS = {
