@@ -73,7 +73,7 @@ MODEL = {
 # figure aside) is the noise a window of W seconds adds to one run's rate: HOST_DELAY / W.
 # A bound that compares figures of the host's clock allows for it (see host_sd).
 HOST_DELAY = 0.007
-# Each bound below holds but with probability under 1e-3 per comparison (one-sided normal).
+# A bound below is crossed by chance with probability under 1e-3 (one-sided, normal).
 Z = 3.1
 
 
@@ -383,7 +383,7 @@ def test_tune_finds_the_effect_through_the_noise_between_starts_and_bench_agrees
     # host's delays in the tune's runs widen it as they move it (it is estimated from them).
     # The bench's own noise: each request up to 1% off (uniform: sd 0.58%, 0.33% over 3) and
     # the host's, host_sd(0.8, 3) = 0.5% for 3 runs of 400 tokens (0.8 s each): Z times the
-    # two, 1.9%, is within the margin (runs of 40 tokens: 14%, which is how it failed).
+    # two, 1.9%, is within the margin (runs of 40 tokens: 16%, which is how it failed).
     server = Server(
         [console_script(), "run", "standin@2"], MODEL | EFFECT | {"STANDIN_START_NOISE": "0"}, seed
     )
