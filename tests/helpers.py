@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypedDict, TypeVar
 
@@ -93,6 +93,20 @@ def wait_for_record(
     """The record once the stand-in has written it (a server started in the background)."""
     wait_for(path.exists, f"the stand-in to write {path.name}", process=process, timeout=timeout)
     return read_record(path)
+
+
+def while_running(
+    argv: list[str], env: Mapping[str, str], cwd: Path, record: Path, then: Callable[[int], T]
+) -> T:
+    """`then(pid)` once the stand-in started with `argv` has written `record`; the stand-in
+    is stopped after, whatever `then` does."""
+    process = subprocess.Popen(argv, env=env, cwd=cwd)
+    try:
+        wait_for_record(record, process)
+        return then(process.pid)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=10)
 
 
 PROFILE = """

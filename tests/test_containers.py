@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
 import time
 import tomllib
@@ -21,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nccl_launch.nccl import catalog, others
 from tests.conftest import RunCli, WriteProfile, console_script
-from tests.helpers import PROFILE, STANDIN, Server, free_port, wait_for_record
+from tests.helpers import PROFILE, STANDIN, Server, free_port, while_running
 from tests.test_live import Watcher
 
 # What NVIDIA's CUDA image exports (its Dockerfiles' ENV lines).
@@ -252,13 +251,13 @@ def test_capture_writes_none_of_the_images_variables(run_cli: RunCli, tmp_path: 
         "NCCL_PROTO": "LL", "HF_HOME": "/hf", "CUDA_HOME": "/usr/local/cuda",
     }  # fmt: skip
     argv = [sys.executable, "-m", "sglang.launch_server", "--model", "/m"]
-    process = subprocess.Popen(argv, env=env, cwd=tmp_path)
-    try:
-        wait_for_record(out, process)
-        result = run_cli("capture", "--pid", str(process.pid), "-o", "live.toml")
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.communicate(timeout=10)
+    result = while_running(
+        argv,
+        env,
+        tmp_path,
+        out,
+        lambda pid: run_cli("capture", "--pid", str(pid), "-o", "live.toml"),
+    )
     assert result.returncode == 0, result.stderr
     profile = tomllib.loads(Path("live.toml").read_text())
     assert profile["nccl"] == {"PROTO": "LL"}

@@ -24,7 +24,7 @@ from nccl_launch.nccl import rules
 from nccl_launch.serving import references
 from nccl_launch.sglang import facts
 from tests.conftest import HERE, RunCli, console_script
-from tests.helpers import STANDIN, Record, read_record, sleeper, wait_for_record
+from tests.helpers import STANDIN, Record, read_record, sleeper, wait_for_record, while_running
 from tests.test_migrate_bash import EAGLE, vllm_reads, vllm_standins
 
 SCRIPTS = HERE / "scripts"
@@ -543,13 +543,13 @@ def test_capture_names_what_it_left_out_never_the_values(run_cli: RunCli, tmp_pa
         "NCCL_LAUNCH_PROFILE": "old@1", "ODD\udcff": "x",
     }  # fmt: skip
     argv = [sys.executable, "-m", "sglang.launch_server", "--model", "/m"]
-    process = subprocess.Popen(argv, env=env, cwd=tmp_path)
-    try:
-        wait_for_record(out, process)
-        result = run_cli("capture", "--pid", str(process.pid), "-o", "live.toml")
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.communicate(timeout=10)
+    result = while_running(
+        argv,
+        env,
+        tmp_path,
+        out,
+        lambda pid: run_cli("capture", "--pid", str(pid), "-o", "live.toml"),
+    )
     assert result.returncode == 0, result.stderr
     assert result.stderr.splitlines()[0] == (
         "nccl-launch: warning: left out 6 variables of the process (neither NCCL_* nor a "

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tomllib
@@ -22,7 +21,7 @@ from nccl_launch.live.processes import ProcessSnapshot
 from nccl_launch.profile.load import load_profile
 from nccl_launch.profile.model import Policy
 from tests.conftest import RunCli, WriteProfile, console_script
-from tests.helpers import PROFILE, STANDIN, free_port, wait_for_record
+from tests.helpers import PROFILE, STANDIN, free_port, while_running
 
 LINE = "vm:{pid}:{pid} [1] NCCL INFO NCCL_PROTO set by environment to {value}\n"
 
@@ -362,13 +361,13 @@ def test_capture_of_a_server_started_with_nccl_debug_leaves_out_what_it_added(
     }
     argv = [console_script(), "run", "--nccl-debug", "p", "--", sys.executable, "-m",
             "sglang.launch_server", "--model", "/m"]  # fmt: skip
-    process = subprocess.Popen(argv, env=env, cwd=tmp_path)
-    try:
-        wait_for_record(out, process)
-        result = run_cli("capture", "--pid", str(process.pid), "-o", "live.toml")
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.communicate(timeout=10)
+    result = while_running(
+        argv,
+        env,
+        tmp_path,
+        out,
+        lambda pid: run_cli("capture", "--pid", str(pid), "-o", "live.toml"),
+    )
     assert result.returncode == 0, result.stderr
     assert tomllib.loads(Path("live.toml").read_text())["nccl"] == {"PROTO": "LL"}
     assert (
