@@ -25,9 +25,9 @@ from nccl_launch.bench.client import Client
 from nccl_launch.bench.gpus import parse_gpus
 from nccl_launch.bench.history import opened, read_history
 from nccl_launch.bench.result import BenchReport, Method, RunFigure, judge, summarize
-from nccl_launch.bench.url import server_url, url_address
 from nccl_launch.files.paths import FileError
 from nccl_launch.kinds import KINDS
+from nccl_launch.live.url import server_url, url_address
 from nccl_launch.profile.model import Baseline
 from nccl_launch.report import SCHEMA_VERSION
 from nccl_launch.sglang.server import Server as ServerTable

@@ -913,7 +913,8 @@ def test_a_server_started_by_run_is_checked_from_any_directory(
 
 # The tree walk through /proc/PID/task/TID/children, against psutil's scan of every process.
 
-from nccl_launch.live.processes import descendants, hold, snapshot_tree  # noqa: E402
+from nccl_launch.live.processes import descendants, snapshot_tree  # noqa: E402
+from nccl_launch.live.resolve import hold  # noqa: E402
 from nccl_launch.live.target import Target  # noqa: E402
 
 
@@ -1045,7 +1046,8 @@ def watch(profile, script, digest):
 
 def held():
     from nccl_launch.errors import HostError
-    from nccl_launch.live.processes import hold, snapshot_tree, stop_tree
+    from nccl_launch.live.processes import snapshot_tree, stop_tree
+    from nccl_launch.live.resolve import hold
     from nccl_launch.live.target import Target
 
     old = server()

@@ -20,10 +20,10 @@ import httpx
 
 from nccl_launch.bench import TOKEN_LIMIT
 from nccl_launch.bench.result import RunFigure
-from nccl_launch.bench.url import masked_url
 from nccl_launch.errors import HostError
 from nccl_launch.files.reading import LINE_LIMIT, split_lines
 from nccl_launch.kinds import ServerKind
+from nccl_launch.live.url import masked_url
 from nccl_launch.serving.api import Served
 
 SHOWN_BODY = 200  # of an error answer, enough for a reason, not a page of HTML

@@ -210,8 +210,8 @@ def bench(
     """
     from nccl_launch.bench import history
     from nccl_launch.bench.baseline_file import hold_profile, write_figure
-    from nccl_launch.bench.measure import locate, measure_decode
-    from nccl_launch.bench.url import server_url, url_address
+    from nccl_launch.bench.measure import measure_decode
+    from nccl_launch.live.url import server_url, url_address
     from nccl_launch.profile.load import load_profile
     from nccl_launch.render.bench import summary_lines, unwritten_line, written_line
 
@@ -235,9 +235,9 @@ def bench(
         loaded.profile.baseline, max_tokens, runs, warmup, prompt, prompt_tokens, concurrency
     )
     with history.opened(record) as recorder:
-        endpoint = locate(url, pid)  # after the history: a file that cannot take it fails first
         echo = Echo(err=fmt == "json", asked=method.max_tokens)
-        report = measure_decode(loaded, endpoint, method, timeout, echo)
+        # The server found after the history: a file that cannot take it fails first.
+        report = measure_decode(loaded, url, pid, method, timeout, echo)
         if report.status == "measured" and not report.failed:
             recorder.append(report)
     aside = fmt == "json"  # what is said beside the JSON document goes to stderr

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from nccl_launch.digits import is_ascii_digits
-from nccl_launch.errors import HostError
 from nccl_launch.files.paths import PathError, is_regular, status_of
 from nccl_launch.files.paths import kind_of as kind_of_file
 from nccl_launch.kinds import kind_of
@@ -152,15 +151,10 @@ def port_check(server: Server) -> Check:
 
 def _owner(port: int) -> str:
     # Imported here: only a taken port needs psutil.
-    import psutil
+    from nccl_launch.live.resolve import listener_title
 
-    from nccl_launch.live.processes import listening_pids, title
-
-    try:
-        pid = min(listening_pids(port, f"port {port}"))
-        return f" by pid {pid} ({title(psutil.Process(pid))})"
-    except (HostError, psutil.Error):
-        return ""  # the port is taken; who holds it is a courtesy
+    owner = listener_title(port)
+    return "" if owner is None else f" by {owner}"  # who holds it is a courtesy
 
 
 def interpreter_check(server: Server, env: Mapping[str, str]) -> Check:

@@ -1,32 +1,23 @@
-"""The edge of `check` and `bench`: find the server's process (by PID, pidfile, unit or the
-socket it listens on), read its tree, stop it when asked."""
+"""The server's process held by a pidfd (live/resolve.py finds it): its tree read from /proc,
+stopped when asked."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 import select
 import shlex
 import signal
-import subprocess
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
-from nccl_launch.digits import is_ascii_digits
-from nccl_launch.errors import HostError, UsageError
-from nccl_launch.files.paths import FileError
-from nccl_launch.files.reading import read_text
+from nccl_launch.errors import HostError
 from nccl_launch.live.environ import OVERWRITTEN, getenv_view
-from nccl_launch.live.target import PID_LIMIT, Target
 from nccl_launch.masking import mask_argv
-from nccl_launch.tools import ask
 
 TITLE_WIDTH = 100
-PIDFILE_LIMIT = 64  # a PID and a newline; anything longer is not a pidfile
 PROC = Path("/proc")
 
 
@@ -41,107 +32,6 @@ class ProcessSnapshot:
     env: dict[str, str] | None
     unreadable: str | None = None
     uid: int | None = None  # its effective uid: whose files it writes
-
-
-def any_address(address: str) -> bool:
-    """Every address of a port: where `check --port` looks."""
-    return True
-
-
-def listening_pids(port: int, where: str, accepts: Callable[[str], bool] = any_address) -> set[int]:
-    """The PIDs listening on `port` at an address `accepts` takes; `where` names the place in
-    the error raised when none listens there or a listener is not this user's to see."""
-    try:
-        connections = psutil.net_connections(kind="inet")
-    except psutil.AccessDenied:
-        raise HostError(f"permission denied listing sockets to find {where}") from None
-    pids = {
-        connection.pid
-        for connection in connections
-        if connection.status == psutil.CONN_LISTEN
-        and connection.laddr
-        and connection.laddr.port == port
-        and accepts(connection.laddr.ip)
-    }
-    if not pids:
-        raise HostError(f"no process listens on {where}")
-    if None in pids:
-        raise HostError(f"the process listening on {where} is not visible; run as its user")
-    return {pid for pid in pids if pid is not None}
-
-
-def _unit_pid(unit: str) -> int:
-    # `--` ends systemctl's options: a unit named `-H host` is not another machine's.
-    command = ["systemctl", "show", "--property", "MainPID", "--value", "--", unit]
-    try:
-        done = ask(command, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise HostError(f"cannot ask systemd for {unit}: {error}") from None
-    value = done.stdout.strip()
-    if done.returncode != 0 or not is_ascii_digits(value):
-        # Its first line is the reason (without systemd: "System has not been booted with
-        # systemd..."); the next ones repeat it ("Failed to connect to bus").
-        said = (done.stderr.strip() or value or f"exit {done.returncode}").splitlines()[0]
-        raise HostError(f"systemctl show {unit} failed: {said}")
-    if value == "0":
-        raise HostError(f"unit {unit} has no running main process")
-    return int(value)
-
-
-def _pidfile_pid(path: Path) -> int:
-    try:
-        text = read_text(path, "pidfile", limit=PIDFILE_LIMIT).strip()
-    except FileError as error:  # the server's file, not the user's input: a target problem
-        raise HostError(str(error)) from None
-    if not is_ascii_digits(text) or not 0 < int(text) <= PID_LIMIT:
-        raise HostError(f"pidfile {path} holds {text!r}, not a PID")
-    return int(text)
-
-
-def tree_pids(pid: int) -> set[int]:
-    """`pid` and every live descendant's PID."""
-    try:
-        return {pid} | {child.pid for child in descendants(psutil.Process(pid))}
-    except psutil.Error:
-        return {pid}
-
-
-def listening_server(
-    port: int, where: str, hint: str, accepts: Callable[[str], bool] = any_address
-) -> int:
-    """The main process of the one tree listening on `port` at an address `accepts` takes:
-    the listener whose tree holds the others. Listeners of different trees (a stranger on
-    another address of the port) are refused, each named, with `hint` on naming one."""
-    owners = listening_pids(port, where, accepts)
-    for pid in sorted(owners):
-        if owners <= tree_pids(pid):
-            return pid
-    named = ", ".join(f"pid {pid} ({_title_of(pid)})" for pid in sorted(owners))
-    raise HostError(f"processes of different trees listen on {where}: {named}; {hint}")
-
-
-def _title_of(pid: int) -> str:
-    try:
-        return title(psutil.Process(pid))
-    except psutil.Error:
-        return "ended"
-
-
-def main_pid(target: Target) -> int:
-    """The PID of the server's main process, from whichever target was given."""
-    given = [value for value in vars(target).values() if value is not None]
-    if len(given) != 1:
-        raise UsageError("name the server with exactly one of --pid, --port, --pidfile, --unit")
-    if target.pid is not None:
-        return target.pid
-    if target.port is not None:
-        where = f"port {target.port}"
-        return listening_server(target.port, where, "name the server with --pid")
-    if target.unit is not None:
-        return _unit_pid(target.unit)
-    if target.pidfile is not None:
-        return _pidfile_pid(target.pidfile)
-    raise AssertionError("unreachable: one target is set")
 
 
 @dataclass(frozen=True)
@@ -183,31 +73,9 @@ class HeldProcess:
         also = ", and its PID now names another process" if reused else ""
         return f"pid {self.pid} ended{also}"
 
-
-@contextlib.contextmanager
-def hold(target: Target) -> Iterator[HeldProcess]:
-    """The server's main process, held by a pidfd until the block ends."""
-    pid = main_pid(target)
-    try:
-        pidfd = os.pidfd_open(pid)
-    except (ProcessLookupError, OverflowError):  # OverflowError: past any pid_t
-        raise HostError(f"no process with pid {pid}") from None
-    except OSError as error:
-        raise HostError(f"cannot hold pid {pid} (pidfd_open): {error.strerror}") from None
-    try:
-        yield _held(pid, pidfd)
-    finally:
-        os.close(pidfd)
-
-
-def _held(pid: int, pidfd: int) -> HeldProcess:
-    try:
-        held = HeldProcess(pid, psutil.Process(pid).create_time(), pidfd)
-    except psutil.NoSuchProcess:
-        raise HostError(f"no process with pid {pid}") from None
-    if held.process() is None:  # exited since pidfd_open: the create time may be another's
-        raise HostError(f"no process with pid {pid}")
-    return held
+    def denied(self) -> str:
+        """Why the held process cannot be read: another user's."""
+        return f"permission denied reading process {self.pid}; run as its user or root"
 
 
 def readable(text: str) -> str:
@@ -307,7 +175,7 @@ def snapshot_tree(server: HeldProcess) -> list[ProcessSnapshot]:
     except psutil.NoSuchProcess:
         raise HostError(server.gone()) from None
     except psutil.AccessDenied:
-        raise HostError(f"permission denied reading process {server.pid}") from None
+        raise HostError(server.denied()) from None
     # Still running after the reads: the PID was never free, so they were of this process.
     if snapshots[0].create_time != server.create_time or not server.running():
         raise HostError(server.gone())

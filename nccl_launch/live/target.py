@@ -1,5 +1,5 @@
-"""How a user names a running server: the target, and the numbers it may hold (a fact, read
-by the options without importing psutil)."""
+"""How a user names a running server: the target (a PID, a port, a pidfile, a systemd unit, a
+URL), and the numbers it may hold (a fact, read by the options without importing psutil)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ PORT_LIMIT = 65535
 
 @dataclass(frozen=True)
 class Target:
-    """How the user named the server: exactly one of these."""
+    """How the user named the server: exactly one of pid, port, pidfile and unit; or a url,
+    with the pid of the process that must own its listener when it is given."""
 
     pid: int | None = None
     port: int | None = None
     pidfile: Path | None = None
     unit: str | None = None
+    url: str | None = None

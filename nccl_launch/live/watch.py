@@ -22,7 +22,8 @@ from nccl_launch.errors import (
 from nccl_launch.files.paths import is_regular
 from nccl_launch.live.compare import LiveReport, evaluate
 from nccl_launch.live.nccl_logs import SOURCE, NcclLogs
-from nccl_launch.live.processes import ProcessSnapshot, hold, snapshot_tree, stop_tree
+from nccl_launch.live.processes import ProcessSnapshot, snapshot_tree, stop_tree
+from nccl_launch.live.resolve import hold
 from nccl_launch.live.signals import catching
 from nccl_launch.live.target import Target
 from nccl_launch.profile.load import LoadedProfile, check_pin, load_profile

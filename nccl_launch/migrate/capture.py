@@ -11,6 +11,8 @@ from nccl_launch.errors import HostError
 from nccl_launch.escaping import escaped, not_utf8
 from nccl_launch.kinds import KINDS
 from nccl_launch.live.environ import OVERWRITTEN, getenv_view
+from nccl_launch.live.resolve import hold
+from nccl_launch.live.target import Target
 from nccl_launch.migrate.start import StartCommand
 from nccl_launch.nccl import catalog, others
 from nccl_launch.profile.markers import (
@@ -54,18 +56,23 @@ def _check_text(pid: int, what: str, text: str) -> None:
 
 def read_process(pid: int) -> StartCommand:
     """A running process's own environment (as NCCL's getenv reads it), command line and
-    directory."""
-    try:
-        process = psutil.Process(pid)
-        with process.oneshot():
-            argv, cwd, deleted = process.cmdline(), process.cwd(), _cwd_deleted(pid)
-        environ = getenv_view(pid)
-    except psutil.NoSuchProcess:
-        raise HostError(f"no process with pid {pid}") from None
-    except psutil.AccessDenied:
-        raise HostError(
-            f"permission denied reading process {pid}; run as its user or root"
-        ) from None
+    directory, read while a pidfd holds it: of a process that ended meanwhile, or whose PID
+    now names another, nothing is read."""
+    with hold(Target(pid=pid)) as server:
+        try:
+            process = server.process()
+            if process is None:
+                raise psutil.NoSuchProcess(pid)
+            with process.oneshot():
+                argv, cwd, deleted = process.cmdline(), process.cwd(), _cwd_deleted(pid)
+            environ = getenv_view(pid)
+        except psutil.NoSuchProcess:
+            raise HostError(server.gone()) from None
+        except psutil.AccessDenied:
+            raise HostError(server.denied()) from None
+        # Still running after the reads: the PID was never free, so they were of this process.
+        if not server.running():
+            raise HostError(server.gone())
     if environ is None:
         raise HostError(f"process {pid}: {OVERWRITTEN}")
     if argv and "/" not in argv[0]:

@@ -18,7 +18,8 @@ from pydantic import BaseModel, Field
 
 from nccl_launch.errors import HostError
 from nccl_launch.live.environ import getenv_view
-from nccl_launch.live.processes import HeldProcess, snapshot_tree, stop_tree
+from nccl_launch.live.processes import snapshot_tree, stop_tree
+from nccl_launch.live.resolve import hold_pid
 from nccl_launch.live.target import PID_LIMIT
 from nccl_launch.profile.markers import MARKER_TUNE, MARKER_TUNE_DIGEST, MARKER_TUNE_JOURNAL
 from nccl_launch.profile.plan import short_digest
@@ -95,28 +96,17 @@ def stop_leftover(server: StartedServer, journal: Path, digest: str, grace: floa
     """Stop the trial server an earlier tune of `journal` started for candidate `digest` and
     left running (it was killed): the process of that PID and start time whose environment
     carries both marks, never a PID alone. What was stopped, or None when none runs."""
-    try:
-        pidfd = os.pidfd_open(server.pid)
-    except ProcessLookupError:
-        return None
-    try:
-        held = HeldProcess(server.pid, server.create_time, pidfd)
-        if held.process() is None:  # ended, or the PID names a process started since
-            return None
-        try:
+    with contextlib.ExitStack() as stack:
+        try:  # ended (meanwhile), another user's, or the PID names a process started since
+            held = stack.enter_context(hold_pid(server.pid, server.create_time))
             env = getenv_view(server.pid) or {}
-        except psutil.Error:  # ended meanwhile, or another user's: not a server of this tune
+            tree = snapshot_tree(held)
+        except (HostError, psutil.Error):
             return None
         if env.get(MARKER_TUNE_JOURNAL) != str(journal) or env.get(MARKER_TUNE_DIGEST) != digest:
             return None
         tune = env.get(MARKER_TUNE, "").partition(" ")[0] or "?"
-        try:
-            tree = snapshot_tree(held)
-        except HostError:  # it ended meanwhile
-            return None
         stopped = stop_tree(held, tree, grace)
-    finally:
-        os.close(pidfd)
     return (
         f"stopped a trial server a killed tune of this journal left running: pid {server.pid}, "
         f"candidate {short_digest(digest)}, started by tune pid {tune} ({stopped} processes)"

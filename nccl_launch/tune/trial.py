@@ -24,9 +24,8 @@ import psutil
 from pydantic import BaseModel, Field, model_validator
 
 from nccl_launch.bench.gpus import compute_pids
-from nccl_launch.bench.measure import Progress, locate, measure_decode
+from nccl_launch.bench.measure import Progress, measure_decode
 from nccl_launch.bench.result import Method
-from nccl_launch.bench.url import Address, server_url, url_address
 from nccl_launch.env.drift import DriftEntry
 from nccl_launch.errors import HostError, NcclLaunchError, UsageError
 from nccl_launch.escaping import escaped
@@ -34,6 +33,7 @@ from nccl_launch.launch.host import port_check
 from nccl_launch.launch.prepare import LaunchPlan, prepare_launch, with_nccl_debug
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.live.processes import HeldProcess, ProcessSnapshot, snapshot_tree, stop_tree
+from nccl_launch.live.url import Address, server_url, url_address
 from nccl_launch.live.verify_log import verify
 from nccl_launch.masking import mask_known, mask_words
 from nccl_launch.nccl.catalog import PREFIX
@@ -316,9 +316,8 @@ def _trial(
         child.look()
         time.sleep(POLL)
     try:
-        endpoint = locate(url, child.held.pid)
         report = measure_decode(
-            launch.loaded, endpoint, settings.method, settings.request_timeout, progress
+            launch.loaded, url, child.held.pid, settings.method, settings.request_timeout, progress
         )
     except NcclLaunchError as error:
         if not child.held.running():

@@ -1,0 +1,190 @@
+"""A running server named by PID, pidfile, port or URL is found by one resolver and held by a
+pidfd while it is read: each target problem is one line with exit 3, worded the same by
+every command that meets it, and a process that ends (or whose PID is taken) between the
+resolve and the read is reported, never read."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import RunCli, WriteProfile, console_script
+from tests.helpers import PROFILE, free_port, sleeper
+
+MISSING = "4194303"  # the highest PID Linux gives: unused here
+
+
+@pytest.fixture
+def standin(write_profile: WriteProfile) -> None:
+    write_profile("standin", PROFILE.format(version=1, python=sys.executable, port=1,
+                                            buffsize="4MiB"))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("check", "--pid", MISSING),
+        ("capture", "--pid", MISSING),
+        # A URL of another host: bench checks the process --pid names.
+        ("bench", "standin", "--url", "http://192.0.2.1:30000", "--pid", MISSING),
+    ],
+    ids=["check", "capture", "bench"],
+)
+def test_a_pid_that_names_no_process_is_one_line_and_exit_3_for_every_command(
+    args: tuple[str, ...], standin: None, run_cli: RunCli
+) -> None:
+    result = run_cli(*args)
+    assert (result.returncode, result.stdout, result.stderr) == (
+        3, "", f"nccl-launch: no process with pid {MISSING}\n")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [("", "''"), ("4194304\n", "'4194304'"), ("12 13\n", "'12 13'")],
+)
+def test_a_pidfile_that_holds_no_pid_is_a_target_problem(
+    content: str, said: str, run_cli: RunCli
+) -> None:
+    Path("server.pid").write_text(content)
+    result = run_cli("check", "--pidfile", "server.pid")
+    assert (result.returncode, result.stderr) == (
+        3, f"nccl-launch: pidfile server.pid holds {said}, not a PID\n")  # fmt: skip
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[int, int]]:
+    """A process listening on 127.0.0.1: its PID and port."""
+    port = free_port()
+    script = (
+        "import socket, sys\n"
+        f"s = socket.create_server(('127.0.0.1', {port})); print(flush=True); sys.stdin.read()\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline() == b"\n"  # listening
+        yield process.pid, port
+    finally:
+        process.communicate(timeout=10)
+
+
+def test_bench_refuses_a_pid_that_does_not_own_the_urls_listener(
+    listener: tuple[int, int], standin: None, run_cli: RunCli
+) -> None:
+    owner, port = listener
+    with sleeper({b"NCCL_PROTO": b"LL"}) as other:  # a sibling: the listener is not its child
+        result = run_cli("bench", "standin", "--url", f"http://127.0.0.1:{port}",
+                         "--pid", str(other))  # fmt: skip
+    assert (result.returncode, result.stderr) == (
+        3,
+        f"nccl-launch: --pid {other}: pid {owner} listens on 127.0.0.1:{port}, and it is not "
+        f"in pid {other}'s tree; the server measured must be the one checked\n",
+    )
+
+
+def test_a_url_whose_host_cannot_be_resolved_is_a_target_problem(
+    standin: None, run_cli: RunCli
+) -> None:
+    host = "a" * 64 + ".example"  # a label longer than DNS allows: refused without a network
+    result = run_cli("bench", "standin", "--url", f"http://{host}:30000")
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.startswith(f"nccl-launch: --url: cannot resolve {host}: ")
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_capture_of_another_users_process_is_denied_in_one_line(tmp_path: Path) -> None:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root (a process of another user's) and setpriv (to act as a user)")
+    nobody = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
+    with sleeper({b"NCCL_PROTO": b"LL"}) as pid:  # root's: nobody may not read its /proc
+        done = subprocess.run(
+            [*nobody, console_script(), "capture", "--pid", str(pid), "-o", str(tmp_path / "p")],
+            capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+        )  # fmt: skip
+    if "Permission denied" in done.stderr and "nccl-launch:" not in done.stderr:
+        pytest.skip(f"the console script cannot run as nobody here: {done.stderr}")
+    denied = f"permission denied reading process {pid}; run as its user or root"
+    assert (done.returncode, done.stderr) == (3, f"nccl-launch: {denied}\n")
+    assert not (tmp_path / "p").exists()
+
+
+# Between the resolve and the read: the console script stops itself once it holds the
+# process (a sitecustomize wraps the resolver's hold, nothing else), the server ends or
+# a newcomer takes its PID, and the script goes on. In a PID namespace of the test's own,
+# where writing ns_last_pid chooses the next PID; the driver is its PID 1, and every process
+# left in it dies with the driver.
+
+PAUSE = """
+import contextlib, os, signal
+from nccl_launch.live import resolve
+
+held = resolve.hold_pid
+
+@contextlib.contextmanager
+def paused(pid, create_time=None):
+    with held(pid, create_time) as server:
+        os.kill(os.getpid(), signal.SIGSTOP)
+        yield server
+
+resolve.hold_pid = paused
+"""
+
+BETWEEN = """
+import json, os, signal, subprocess, sys
+
+script, site, out, mode = sys.argv[1:]
+old = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                       env={"NCCL_PROTO": "LL"})
+capture = subprocess.Popen([script, "capture", "--pid", str(old.pid), "-o", out],
+                           env={**os.environ, "PYTHONPATH": site},
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+_, status = os.waitpid(capture.pid, os.WUNTRACED)
+assert os.WIFSTOPPED(status), status  # it holds the process, and has read nothing yet
+old.kill()
+old.wait()
+if mode == "reused":
+    with open("/proc/sys/kernel/ns_last_pid", "w") as file:
+        file.write(str(old.pid - 1))
+    argv = ["sleep", "1000"]
+    newcomer = subprocess.Popen(argv, env={"NCCL_PROTO": "Simple", "HF_TOKEN": "hf_newcomer"})
+    assert newcomer.pid == old.pid, (newcomer.pid, old.pid)
+capture.send_signal(signal.SIGCONT)
+stdout, stderr = capture.communicate(timeout=30)
+found = {"pid": old.pid, "code": capture.returncode, "out": stdout, "err": stderr}
+print(json.dumps({**found, "written": os.path.exists(out)}))
+"""
+
+
+def between_resolve_and_read(mode: str, tmp_path: Path) -> dict[str, Any]:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(PAUSE)
+    out = str(tmp_path / "captured.toml")
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", BETWEEN,
+            console_script(), str(site), out, mode]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    found: dict[str, Any] = json.loads(done.stdout)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("mode", "said"),
+    [("ended", "ended"), ("reused", "ended, and its PID now names another process")],
+)
+def test_capture_reads_nothing_of_a_process_that_ended_between_resolve_and_read(
+    mode: str, said: str, tmp_path: Path
+) -> None:
+    found = between_resolve_and_read(mode, tmp_path)
+    assert (found["code"], found["out"], found["written"]) == (3, "", False), found["err"]
+    assert found["err"] == f"nccl-launch: pid {found['pid']} {said}\n"
+    assert "hf_newcomer" not in found["err"]
