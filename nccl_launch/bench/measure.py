@@ -51,11 +51,15 @@ def request_body(served: Served, method: Method, number: int = 1) -> dict[str, A
 
 
 def measure_decode(
-    loaded: LoadedProfile, url: str, pid: int | None, method: Method, timeout: float,
+    loaded: LoadedProfile,
+    url: str,
+    pid: int | None,
+    method: Method,
+    timeout: float,
     progress: Progress,
-) -> BenchReport:  # fmt: skip
-    """Measure the server at `url` (the process `pid`, which must own its listener where it is
-    local), proved to run `loaded` before and after, asked as its kind is, with
+) -> BenchReport:
+    """Measure the server at `url` (the process `pid`, which must own its listener where the
+    URL is local), proved to run `loaded` before and after, asked as its kind is, with
     the API key it was started with; the report says whether it was measured, refused,
     discarded or interrupted (Ctrl-C: the runs so far), and which requests failed."""
     plan = loaded.plan
