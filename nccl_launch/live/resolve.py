@@ -1,6 +1,8 @@
 """The one resolver of a target: the server's main process found by its PID, the socket it
 listens on (a port, a URL's address and port), a pidfile or a systemd unit, and held by a
-pidfd for as long as a command reads it; every target problem worded here, exit 3."""
+pidfd for as long as a command reads it. Every target problem is worded here, or by the held
+process once it has ended or is not this user's to read (`HeldProcess.gone`, `.denied`):
+one line, exit 3."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ PIDFILE_LIMIT = 64  # a PID and a newline; anything longer is not a pidfile
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-def no_process(pid: int) -> HostError:
+def _no_process(pid: int) -> HostError:
     """The one wording of a PID that names no process (any longer)."""
     return HostError(f"no process with pid {pid}")
 
@@ -216,7 +218,7 @@ def hold_pid(pid: int, create_time: float | None = None) -> Iterator[HeldProcess
     try:
         pidfd = os.pidfd_open(pid)
     except (ProcessLookupError, OverflowError):  # OverflowError: past any pid_t
-        raise no_process(pid) from None
+        raise _no_process(pid) from None
     except OSError as error:
         raise HostError(f"cannot hold pid {pid} (pidfd_open): {error.strerror}") from None
     try:
@@ -229,10 +231,10 @@ def _held(pid: int, pidfd: int, create_time: float | None) -> HeldProcess:
     try:
         held = HeldProcess(pid, psutil.Process(pid).create_time(), pidfd)
     except psutil.NoSuchProcess:
-        raise no_process(pid) from None
+        raise _no_process(pid) from None
     # Exited since pidfd_open (the create time may be another's), or another process.
     if held.process() is None or create_time not in (None, held.create_time):
-        raise no_process(pid)
+        raise _no_process(pid)
     return held
 
 
