@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -216,36 +216,6 @@ def masked_texts(value: Any, mask: Callable[[str], str] = mask_credentials) -> A
     return value
 
 
-SHORTEST_SECRET = 8  # a shorter value (`1`, `true`) masked wherever it appears garbles a log
-
-
-def _forms(secret: str) -> set[str]:
-    """`secret` as a server may log it: as given, and quoted by Python's repr or by JSON
-    (`it\\'s`, `say \\"x\\"`, `\\t`), without the quotes."""
-    import json  # only for masking a log: not on a TAB's path, which imports this module
-
-    return {
-        secret,
-        repr(secret)[1:-1],
-        json.dumps(secret)[1:-1],
-        json.dumps(secret, ensure_ascii=False)[1:-1],
-    }
-
-
-def mask_known(text: str, secrets: Collection[str]) -> str:
-    """`text` with each of the `secrets` a command knows it handed out (a server's key, an env
-    file's values) masked in each form a server may log it (`_forms`): anywhere when long
-    enough to mean nothing else, else wherever no letter, digit or `_` touches it
-    (`['k3y']`, `--api-keyy k3y`, `key=k3y`), so that `k3ys` stays a word."""
-    forms = {form for secret in secrets if secret for form in _forms(secret)}
-    for form in sorted(forms, key=len, reverse=True):
-        if len(form) >= SHORTEST_SECRET:
-            text = text.replace(form, MASK)
-        else:
-            text = re.sub(rf"(?<!\w){re.escape(form)}(?!\w)", MASK, text)
-    return text
-
-
 def mask_value(name: str, value: str, held: bool = False) -> str:
     """A variable's value as people see it: masked whole for a secret name, or whatever its
     name when an env file of the profile holds it (`held`: those files are where a profile's
@@ -380,11 +350,3 @@ def mask_command_line(text: str) -> str:
     if masked == [mask_credentials(word) for word in words]:
         return mask_words(text)
     return mask_credentials(shlex.join(masked))  # and the pairs spaced out: `password = x`
-
-
-def holds_secret(argv: Sequence[str], env: Mapping[str, str]) -> bool:
-    """A credential-looking variable or flag (`HF_TOKEN`, `--api-key`), or a password in a
-    value (`postgres://u:pw@db`): whatever people would see masked."""
-    return list(argv) != mask_argv(argv) or any(
-        shows_masked(key, value) for key, value in env.items()
-    )

@@ -15,19 +15,13 @@ from pydantic import BaseModel, ValidationError
 from nccl_launch.errors import PinError, ProfileError
 from nccl_launch.findings import Finding
 from nccl_launch.kinds import DEFAULT_KIND, INVALID_KIND, KINDS, server_problems
-from nccl_launch.masking import (
-    MASK,
-    is_secret,
-    mask_argv,
-    mask_command_line,
-    mask_credentials,
-    masked_values,
-)
+from nccl_launch.masking import MASK, is_secret, mask_argv, mask_command_line, mask_credentials
 from nccl_launch.profile.chain import ProfileChain, read_chain
 from nccl_launch.profile.lint import review
 from nccl_launch.profile.model import Baseline, Policy, Profile, Provenance
 from nccl_launch.profile.plan import ProfilePlan, build_plan
 from nccl_launch.profile.search import find_profile
+from nccl_launch.secrets import secrets_of
 from nccl_launch.serving import references
 from nccl_launch.serving.table import ServerTable
 
@@ -196,7 +190,7 @@ def _reference_problems(profile: Profile, server: ServerTable) -> list[Finding]:
             if name not in allowed
         ]
     marked = {name: f"ref-{name}-ref" for name in names}
-    hidden = " ".join(masked_values([references.fill(arg, marked) for arg in server.args]))
+    hidden = " ".join(secrets_of([references.fill(arg, marked) for arg in server.args], {}).values)
     problems += [
         Finding(
             "reference",
