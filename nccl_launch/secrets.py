@@ -1,14 +1,25 @@
 """The secrets of a profile or a launch, decided once by masking's rules and each server
 kind's facts (`secrets_of`): one frozen value handed to where text leaves the program, which
-masks with it. A key this tool handed a server is masked in every form the server may print."""
+masks with it. A key this tool handed a server is masked in every form the server may print;
+what a validation error echoes of a profile is masked here too."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from nccl_launch.masking import MASK, mask_argv, mask_value, mask_words, masked_values
+from nccl_launch.masking import (
+    MASK,
+    is_secret,
+    mask_argv,
+    mask_command_line,
+    mask_credentials,
+    mask_value,
+    mask_words,
+    masked_values,
+)
 
 SHORTEST_SECRET = 8  # a shorter value (`1`, `true`) masked wherever it appears garbles a log
 
@@ -90,3 +101,37 @@ def secrets_of(
     }
     values = (found | masked_values(argv)) - {""}
     return Secrets(frozenset(names), frozenset(held), frozenset(words), frozenset(values))
+
+
+def unechoed(message: str, table: Any) -> str:
+    """A validation error's `KEY: message` about a table, with the value of a secret-looking
+    KEY masked where echoed."""
+    name, colon, text = message.partition(": ")
+    if not colon or not isinstance(table, dict) or name not in table:
+        return message
+    value = table[name]
+    hidden = text.replace(repr(value), MASK) if is_secret(name) else text
+    return f"{name}: {mask_credentials(hidden)}"
+
+
+def _masked_items(items: list[Any]) -> list[Any]:
+    """A list as an error echoes it: masked as an argv (`["--api-key", 1234]` hides 1234)."""
+    masked = mask_argv([str(item) for item in items])
+    return [
+        item if shown == str(item) else shown for item, shown in zip(items, masked, strict=True)
+    ]
+
+
+def echoed_input(loc: tuple[str | int, ...], value: Any, within: Any) -> str:
+    """The offending value at `loc` (in the list or table `within`) as a validation error
+    echoes it: masked under a secret-looking key, where it follows a credential flag in its
+    list, and as an argv or a shell line itself."""
+    if any(is_secret(str(part)) for part in loc):
+        return MASK
+    if isinstance(within, list) and isinstance(loc[-1], int):
+        value = _masked_items(within)[loc[-1]]
+    if isinstance(value, list):
+        value = _masked_items(value)
+    if isinstance(value, str):  # `args = "--api-key X"` is echoed as one string
+        value = mask_command_line(value)
+    return mask_credentials(repr(value))
