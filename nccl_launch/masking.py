@@ -228,11 +228,6 @@ def mask_value(name: str, value: str, held: bool = False) -> str:
     return MASK if is_secret(name) else mask_command_line(value)
 
 
-def shows_masked(name: str, value: str) -> bool:
-    """Whether people see a variable's value masked, whole or in part (`mask_value`)."""
-    return mask_value(name, value) != value
-
-
 def _secret_flag(word: str) -> bool:
     """`--api-key`, `--token=X`, `--admin-api` (a server's parser may read a prefix of its
     flags); not `--api-key:`, which names the flag in a message, nor a server's flag only

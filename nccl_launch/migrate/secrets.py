@@ -31,7 +31,7 @@ class SecretsFile:
 
 
 def secret_variables(env: Mapping[str, str], keys: Collection[str] = ()) -> dict[str, str]:
-    """The variables people would see masked (masking's one rule): a credential-looking name
+    """The variables people would see masked (`secrets_of`): a credential-looking name
     (`HF_TOKEN`), or a password in the value (`postgres://u:pw@db`); and those whatever their
     name that hold one of the `keys` given to credential flags (`SK` of `--api-key "$SK"`)."""
     names = secrets_of([], env).names
