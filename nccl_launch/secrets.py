@@ -57,13 +57,13 @@ class Secrets:
 
     # The variables people see masked, whole (a secret's name, an env file's) or in part,
     # and those masked whatever their names: set by an env file of the profile.
-    names: frozenset[str] = frozenset()
-    held: frozenset[str] = frozenset()
+    names: frozenset[str]
+    held: frozenset[str]
     # The words of the argv people see masked: a credential flag's value, a URL's password.
-    words: frozenset[int] = frozenset()
+    words: frozenset[int]
     # What the server is given that people must not see, which it may print in forms no
     # rule of masking knows (`ServerArgs(..., api_key='...')`, `unrecognized arguments: ...`).
-    values: frozenset[str] = frozenset()
+    values: frozenset[str]
 
     def __bool__(self) -> bool:
         """Whether any variable or word of the argv holds a secret."""
