@@ -72,6 +72,12 @@ class ServerKind:
     reads: Callable[[str], Flag | None]
     fields: Callable[[Sequence[Given]], tuple[dict[str, Any], list[Given], list[str]]]
     credential_flags: tuple[str, ...]  # whose values are secrets, spelled in full
+    # Whether its parser may read an option as one of those (a prefix, `_` for `-`); its
+    # flags only named like one (`--speculative-token-map`), shown; whether its API-key flag
+    # takes several keys (`--api-key K1 K2`).
+    reads_as_credential: Callable[[str], bool]
+    named_like_credentials: tuple[str, ...]
+    several_keys: bool
     env_prefix: str  # of the variables it reads
     # Its HTTP API: what it says of itself, the key a request carries (read from the server's
     # argv and environment).
@@ -118,6 +124,9 @@ KINDS = {
         reads=sglang_argv.reads,
         fields=sglang_argv.table_fields,
         credential_flags=sglang_facts.CREDENTIAL_FLAGS,
+        reads_as_credential=sglang_facts.reads_as_credential,
+        named_like_credentials=sglang_facts.NAMED_LIKE_CREDENTIALS,
+        several_keys=False,
         env_prefix=sglang_facts.ENV_PREFIX,
         served=sglang_api.served,
         request_key=sglang_api.request_key,
@@ -149,6 +158,9 @@ KINDS = {
         reads=vllm_facts.flag_for,
         fields=vllm_argv.table_fields,
         credential_flags=vllm_facts.CREDENTIAL_FLAGS,
+        reads_as_credential=vllm_facts.reads_as_credential,
+        named_like_credentials=(),
+        several_keys=True,
         env_prefix=vllm_facts.ENV_PREFIX,
         served=vllm_api.served,
         request_key=vllm_api.request_key,

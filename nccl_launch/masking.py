@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from nccl_launch.escaping import escaped
-from nccl_launch.sglang import facts as sglang_facts
-from nccl_launch.sglang.facts import NAMED_LIKE_CREDENTIALS
-from nccl_launch.vllm import facts as vllm_facts
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
+
+    from nccl_launch.kinds import ServerKind
 
 MASK = "***"
 # A word of a name (split at `_` or `-`) that ends in one of these names a credential:
@@ -37,9 +36,6 @@ SECRET_WORDS = (
 )
 # NCCL's variables tune a transport; none holds a credential (NCCL_IB_PKEY is a partition).
 _NEVER = "NCCL_"
-# Whether a server's parser may read an option as a flag whose value is a credential: each
-# kind's own rule (an SGLang profile's argv may hold a vLLM flag in a pasted line, and back).
-_CREDENTIAL_FLAGS = (sglang_facts.reads_as_credential, vllm_facts.reads_as_credential)
 _WORDS = re.compile(r"[^A-Za-z0-9]+")
 _SPACES = re.compile(r"(\s+)")  # kept, as a group, between the words split at them
 # scheme://userinfo@host: the user info runs from the first `://` of a run of characters
@@ -70,6 +66,20 @@ _REFERENCE = re.compile(r"""(["']?)\$\{?[A-Za-z_][A-Za-z0-9_]*\}?\1[).,]?""")
 _PLACEHOLDER = re.compile(r"[A-Z]+(?:_[A-Z]+)*[).,]?|None|null")
 
 
+def _kinds() -> Iterable[ServerKind]:
+    """The server kinds, each asked for its own credential flags: every kind's rules apply to
+    every text (a profile's argv may hold another kind's flag in a pasted line).
+    Imported when first asked: a TAB on a command's options masks nothing."""
+    from nccl_launch.kinds import KINDS
+
+    return KINDS.values()
+
+
+def _named_like_credential(flag: str) -> bool:
+    """Whether `flag` is a server's own flag only named like a credential's."""
+    return any(flag in kind.named_like_credentials for kind in _kinds())
+
+
 def is_secret(name: str) -> bool:
     """Whether a variable or flag name looks like it holds a credential (NCCL_* never does)."""
     if name.startswith(_NEVER):
@@ -86,9 +96,9 @@ def secret_name(name: str) -> str:
 
 def _names_credential(name: str) -> bool:
     """Whether a pair's name (`password`, `api_key`, `--hf-token`) holds a credential: not
-    one of SGLang's flags only named like one (`speculative_token_map`)."""
+    a server's flag only named like one (`speculative_token_map`)."""
     flag = "--" + unquote(name).lstrip("-").replace("_", "-").lower()
-    return is_secret(unquote(name)) and flag not in NAMED_LIKE_CREDENTIALS
+    return is_secret(unquote(name)) and not _named_like_credential(flag)
 
 
 def _names_a_value(text: str) -> bool:
@@ -206,36 +216,6 @@ def masked_texts(value: Any, mask: Callable[[str], str] = mask_credentials) -> A
     return value
 
 
-SHORTEST_SECRET = 8  # a shorter value (`1`, `true`) masked wherever it appears garbles a log
-
-
-def _forms(secret: str) -> set[str]:
-    """`secret` as a server may log it: as given, and quoted by Python's repr or by JSON
-    (`it\\'s`, `say \\"x\\"`, `\\t`), without the quotes."""
-    import json  # only for masking a log: not on a TAB's path, which imports this module
-
-    return {
-        secret,
-        repr(secret)[1:-1],
-        json.dumps(secret)[1:-1],
-        json.dumps(secret, ensure_ascii=False)[1:-1],
-    }
-
-
-def mask_known(text: str, secrets: Collection[str]) -> str:
-    """`text` with each of the `secrets` a command knows it handed out (a server's key, an env
-    file's values) masked in each form a server may log it (`_forms`): anywhere when long
-    enough to mean nothing else, else wherever no letter, digit or `_` touches it
-    (`['k3y']`, `--api-keyy k3y`, `key=k3y`), so that `k3ys` stays a word."""
-    forms = {form for secret in secrets if secret for form in _forms(secret)}
-    for form in sorted(forms, key=len, reverse=True):
-        if len(form) >= SHORTEST_SECRET:
-            text = text.replace(form, MASK)
-        else:
-            text = re.sub(rf"(?<!\w){re.escape(form)}(?!\w)", MASK, text)
-    return text
-
-
 def mask_value(name: str, value: str, held: bool = False) -> str:
     """A variable's value as people see it: masked whole for a secret name, or whatever its
     name when an env file of the profile holds it (`held`: those files are where a profile's
@@ -248,20 +228,15 @@ def mask_value(name: str, value: str, held: bool = False) -> str:
     return MASK if is_secret(name) else mask_command_line(value)
 
 
-def shows_masked(name: str, value: str) -> bool:
-    """Whether people see a variable's value masked, whole or in part (`mask_value`)."""
-    return mask_value(name, value) != value
-
-
 def _secret_flag(word: str) -> bool:
-    """`--api-key`, `--token=X`, `--admin-api` (SGLang reads a prefix of its flags); not
-    `--api-key:`, which names the flag in a message, nor a flag of SGLang's only named like
-    a credential (`--speculative-token-map`)."""
+    """`--api-key`, `--token=X`, `--admin-api` (a server's parser may read a prefix of its
+    flags); not `--api-key:`, which names the flag in a message, nor a server's flag only
+    named like a credential (`--speculative-token-map`)."""
     option = word.split("=", 1)[0]
     name = option.lstrip("-")
-    if not word.startswith("-") or name.endswith(":") or option in NAMED_LIKE_CREDENTIALS:
+    if not word.startswith("-") or name.endswith(":") or _named_like_credential(option):
         return False
-    return is_secret(name) or any(reads(option) for reads in _CREDENTIAL_FLAGS)
+    return is_secret(name) or any(kind.reads_as_credential(option) for kind in _kinds())
 
 
 def _credential_value(previous: str, word: str) -> bool:
@@ -285,6 +260,11 @@ def _holds_a_line(word: str) -> bool:
     return _SPACES.search(word) is not None and len(_line_words(word)) > 1
 
 
+def _lists_keys(option: str) -> bool:
+    """Whether a server reads `option` as its API-key flag that takes several keys."""
+    return any(kind.several_keys and kind.reads_as_api_key(option) for kind in _kinds())
+
+
 def credential_values(argv: Sequence[str]) -> dict[int, tuple[str, str]]:
     """The credential flags' values in `argv`, by the index of the word holding one, each
     with its flag: `--api-key X` (X's index), `--api-key=X` (its own) and each further key of
@@ -301,8 +281,8 @@ def credential_values(argv: Sequence[str]) -> dict[int, tuple[str, str]]:
             found[index] = (before, word)
         elif listing is not None and not word.startswith("-") and not _REFERENCE.fullmatch(word):
             found[index] = (listing, word)
-        if word.startswith("-"):  # vLLM's `--api-key K1 K2` (`--api-key=K1` gives one)
-            listing = word if not equals and vllm_facts.reads_as_api_key(word) else None
+        if word.startswith("-"):  # `--api-key K1 K2` (`--api-key=K1` gives one)
+            listing = word if not equals and _lists_keys(word) else None
     return found
 
 
@@ -339,7 +319,7 @@ def masked_values(argv: Sequence[str]) -> set[str]:
 
 
 def mask_words(text: str) -> str:
-    """A text of argv words (SGLang's message about an argv, a log line) as people see it:
+    """A text of argv words (a server's message about an argv, a log line) as people see it:
     its words, between runs of any whitespace, masked as `mask_argv` masks an argv."""
     parts = _SPACES.split(text)
     parts[::2] = mask_argv(parts[::2])
@@ -365,11 +345,3 @@ def mask_command_line(text: str) -> str:
     if masked == [mask_credentials(word) for word in words]:
         return mask_words(text)
     return mask_credentials(shlex.join(masked))  # and the pairs spaced out: `password = x`
-
-
-def holds_secret(argv: Sequence[str], env: Mapping[str, str]) -> bool:
-    """A credential-looking variable or flag (`HF_TOKEN`, `--api-key`), or a password in a
-    value (`postgres://u:pw@db`): whatever people would see masked."""
-    return list(argv) != mask_argv(argv) or any(
-        shows_masked(key, value) for key, value in env.items()
-    )

@@ -23,6 +23,7 @@ LAYERS = (
     ("sglang", "vllm"),
     ("kinds",),
     ("masking",),
+    ("secrets",),
     ("profile",),
     ("env",),
     ("live",),

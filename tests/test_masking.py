@@ -16,11 +16,11 @@ from nccl_launch.masking import (
     is_secret,
     mask_argv,
     mask_credentials,
-    mask_known,
     mask_value,
     mask_words,
     masked_values,
 )
+from nccl_launch.secrets import mask_known
 from nccl_launch.sglang import facts
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import Server, free_port, sleeper

@@ -27,9 +27,10 @@ from nccl_launch.escaping import not_utf8
 from nccl_launch.files.writing import write_output
 from nccl_launch.findings import Finding, refuse
 from nccl_launch.kinds import argument_findings, kind_of
-from nccl_launch.masking import mask_credentials, masked_values
+from nccl_launch.masking import mask_credentials
 from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.profile.markers import NCCL_DEBUG_KEYS
+from nccl_launch.secrets import secrets_of
 from nccl_launch.serving.references import REFERENCE
 from nccl_launch.serving.table import ServerTable as Server
 
@@ -150,7 +151,7 @@ def server_words(
     for index, word in enumerate(args, start=1):
         _one_line(f"-- ARGS: argument {index}", word)
     # Split at blanks too, as SGLang's error shows a word: `'--api-key sk-1'` as one word.
-    hidden = masked_values(args) | masked_values(" ".join(args).split())
+    hidden = secrets_of(args, {}).values | secrets_of(" ".join(args).split(), {}).values
     if any(REFERENCE.sub("", value) for value in hidden):
         raise UsageError(
             "-- ARGS: a credential would be written into the unit, which any user may read "

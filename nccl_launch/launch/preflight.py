@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, cast
 
@@ -22,8 +22,9 @@ from nccl_launch.launch.host import (
 )
 from nccl_launch.launch.preflight_report import Check, PreflightReport
 from nccl_launch.launch.prepare import LaunchPlan
-from nccl_launch.masking import mask_known, mask_words, masked_texts
+from nccl_launch.masking import mask_words, masked_texts
 from nccl_launch.profile.lint import accept_line, review
+from nccl_launch.secrets import Secrets
 from nccl_launch.serving.table import ServerTable
 
 
@@ -64,7 +65,7 @@ def waiting_for(what: str) -> Iterator[None]:
 
 
 def server_checks(
-    server: ServerTable, argv: list[str], env: Mapping[str, str], secrets: Collection[str]
+    server: ServerTable, argv: list[str], env: Mapping[str, str], secrets: Secrets
 ) -> tuple[list[Check], dict[str, Any]]:
     """The installed server's version and its parser's verdict on the argv, in the server's
     environment `env`; what the server says masked, the `secrets` given to it among the rest.
@@ -74,7 +75,7 @@ def server_checks(
     parser = importlib.import_module(kind.parser)  # not on `run`'s path
     with waiting_for(f"{server.python} imports {kind.title} and parses the argv"):
         probed = parser.probe(server, argv, env)
-    result = masked_texts(probed, lambda text: mask_known(text, secrets))
+    result = masked_texts(probed, secrets.known)
     stage = result.get("stage")
     if stage == "interpreter":
         return [Check(name=name, status="fail", message=result["error"])], result
@@ -145,7 +146,7 @@ def run_preflight(launch: LaunchPlan, skip: frozenset[str] = frozenset()) -> Pre
     answers: dict[str, dict[str, Any]] = {}  # the kind's answer, on the argv it parsed
     if server is not None and kind_of(server).name not in skip:
         more, answers[kind_of(server).name] = server_checks(
-            server, launch.filled, env, launch.secrets()
+            server, launch.filled, env, launch.secrets
         )
         checks += [check for check in more if check.name not in skip]
     return PreflightReport(

@@ -21,7 +21,6 @@ from nccl_launch.findings import refuse
 from nccl_launch.kinds import argument_findings, kind_of, unfilled_findings
 from nccl_launch.launch.placement import Placement, placement_args
 from nccl_launch.live.nccl_logs import debug_file, run_folder
-from nccl_launch.masking import MASK, SHORTEST_SECRET, mask_value, masked_values
 from nccl_launch.nccl.conf import ConfEntry, conf_paths, parse
 from nccl_launch.profile.lint import run_notes
 from nccl_launch.profile.load import LoadedProfile, check_pin, load_profile
@@ -32,6 +31,7 @@ from nccl_launch.profile.markers import (
     NCCL_DEBUG_KEYS,
 )
 from nccl_launch.profile.plan import ProfilePlan
+from nccl_launch.secrets import Secrets, secrets_of
 from nccl_launch.serving import references
 
 
@@ -45,6 +45,8 @@ class LaunchPlan:
     filled: list[str]  # `argv` as the server gets it
     conf: list[ConfEntry]
     unreadable_conf: list[str]
+    # What people must not see of `filled` and `merged.env`, decided once (`secrets_of`).
+    secrets: Secrets
     env_files: list[EnvLayer] = dataclasses.field(default_factory=list)  # the profile's
     # With --nccl-debug: the folder under the state home of each process's NCCL log, which
     # `run` creates as it execs.
@@ -73,29 +75,6 @@ class LaunchPlan:
         if not self.argv[0]:  # exec cannot run a program without a name
             raise UsageError("the command after '--' is an empty word; give the program to run")
         return self.filled
-
-    @property
-    def held_keys(self) -> set[str]:
-        """The variables the profile's env files set: shown masked, whatever their names."""
-        return {key for layer in self.env_files for key in layer.values}
-
-    def secrets(self) -> set[str]:
-        """What the server is given that people must not see, which it may print in forms no
-        rule of masking knows (SGLang's `ServerArgs(..., api_key='...')`, its parser's
-        `unrecognized arguments: ...`): its credential flags' values and what its `${NAME}`
-        were filled with, at any length (`mask_known` masks a short one as a word), and the
-        values of secret-looking variables and of the profile's env files long enough to mean
-        nothing else (an env file's `1` masked as a word would garble a log)."""
-        env, held = self.merged.env, self.held_keys
-        server = self.loaded.profile.server
-        filled = references.names(server.args) if server is not None else []
-        found = {
-            value
-            for key, value in env.items()
-            if key in filled
-            or (mask_value(key, value, key in held) == MASK and len(value) >= SHORTEST_SECRET)
-        }
-        return (found | masked_values(self.filled)) - {""}
 
     def refusal(self) -> DriftReport | None:
         """The drift that stops the launch, or None when nothing drifts."""
@@ -194,6 +173,9 @@ def prepare_launch(
         declared_env = loaded.profile.declared_env()
         refuse(kind_of(server).environment_findings(server, merged.env, declared_env))
         check_key_variable(loaded, merged.env, merged.sources, filled)
+    held = {key for layer in declared for key in layer.values}
+    names = references.names(server.args) if server is not None else []
+    secrets = secrets_of(filled, merged.env, held, names)
     folder = run_folder(os.getpid()) if nccl_debug else None
     if folder is not None:
         merged = with_nccl_debug(merged, plan, debug_file(folder))
@@ -205,6 +187,7 @@ def prepare_launch(
         unreadable_conf=unreadable,
         env_files=declared,
         filled=filled,
+        secrets=secrets,
         nccl_logs=folder,
     )
 

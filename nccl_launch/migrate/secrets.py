@@ -14,7 +14,8 @@ from nccl_launch.deploy.exports import dotenv
 from nccl_launch.errors import UsageError
 from nccl_launch.escaping import escaped
 from nccl_launch.kinds import ServerKind
-from nccl_launch.masking import credential_values, secret_name, shows_masked
+from nccl_launch.masking import credential_values, secret_name
+from nccl_launch.secrets import secrets_of
 from nccl_launch.serving import references
 
 SECRETS_MODE = 0o600
@@ -30,14 +31,11 @@ class SecretsFile:
 
 
 def secret_variables(env: Mapping[str, str], keys: Collection[str] = ()) -> dict[str, str]:
-    """The variables people would see masked (masking's one rule): a credential-looking name
+    """The variables people would see masked (`secrets_of`): a credential-looking name
     (`HF_TOKEN`), or a password in the value (`postgres://u:pw@db`); and those whatever their
     name that hold one of the `keys` given to credential flags (`SK` of `--api-key "$SK"`)."""
-    return {
-        key: value
-        for key, value in env.items()
-        if shows_masked(key, value) or (value and value in keys)
-    }
+    names = secrets_of([], env).names
+    return {key: value for key, value in env.items() if key in names or (value and value in keys)}
 
 
 def secrets_file(

@@ -17,7 +17,7 @@ from nccl_launch.errors import HostError, ProfileError, UsageError
 from nccl_launch.escaping import toml_escaped
 from nccl_launch.files.writing import check_output, write_output
 from nccl_launch.kinds import KINDS, command_of
-from nccl_launch.masking import credential_values, holds_secret, is_secret, mask_argv
+from nccl_launch.masking import credential_values, is_secret, mask_argv
 from nccl_launch.migrate.secrets import (
     SECRETS_MODE,
     SecretsFile,
@@ -34,6 +34,7 @@ from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.profile.model import PROFILE_SCHEMA, Profile
 from nccl_launch.profile.new import check_name
 from nccl_launch.profile.plan import ProfilePlan, build_plan
+from nccl_launch.secrets import secrets_of
 from nccl_launch.serving import references
 
 
@@ -293,7 +294,7 @@ def _profile(
     )
     built = build_profile(moved_start, name, source, how, env_files)
     _check_env_files(built, path, start, list(files))
-    return built, kept, holds_secret(words, env)
+    return built, kept, bool(secrets_of(words, env))
 
 
 def save_profile(

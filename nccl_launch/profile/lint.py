@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 from nccl_launch.findings import Finding, Severity
 from nccl_launch.kinds import kind_of
-from nccl_launch.masking import is_secret, mask_argv, mask_credentials, shows_masked
+from nccl_launch.masking import is_secret, mask_credentials
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.profile.model import Profile
+from nccl_launch.secrets import secrets_of
 
 _ELSEWHERE = "it belongs in an env file (mode 0600) named in env_files"
 _UNMATCHED = "unmatched-accept"
@@ -29,21 +30,25 @@ class Review:
 def secret_notes(profile: Profile) -> list[Finding]:
     """Secrets written into the profile, which is read by many and shown in reviews and logs,
     and a `${NAME}` in [env] meant to keep one out, which nothing fills."""
+    server = profile.server
+    argv = kind_of(server).argv(server) if server is not None else []
+    secrets = secrets_of(argv, profile.env)
     notes = []
     for key, value in profile.env.items():
         if "${" in value:
             message = "holds '${', which only [server] args fill: the server gets it as written"
             fix = f"set {key} in an env file named in env_files instead"
             notes.append(Finding("reference", f"env.{key}", message, fix, "warning"))
+        if key not in secrets.names:
+            continue
         if is_secret(key):
-            notes.append(_secret(f"env.{key}", "holds a literal secret", _ELSEWHERE))
+            what = "holds a literal secret"
         elif mask_credentials(value) != value:
-            notes.append(_secret(f"env.{key}", "holds a password in a URL", _ELSEWHERE))
-        elif shows_masked(key, value):
-            notes.append(_secret(f"env.{key}", "holds a credential flag's value", _ELSEWHERE))
-    server = profile.server
-    argv = kind_of(server).argv(server) if server is not None else []
-    if mask_argv(argv) != argv:
+            what = "holds a password in a URL"
+        else:
+            what = "holds a credential flag's value"
+        notes.append(_secret(f"env.{key}", what, _ELSEWHERE))
+    if secrets.words:
         fix = "write it in an env file named in env_files and refer to it: --api-key ${API_KEY}"
         notes.append(_secret("server.args", "holds a credential", fix))
     return notes

@@ -15,19 +15,13 @@ from pydantic import BaseModel, ValidationError
 from nccl_launch.errors import PinError, ProfileError
 from nccl_launch.findings import Finding
 from nccl_launch.kinds import DEFAULT_KIND, INVALID_KIND, KINDS, server_problems
-from nccl_launch.masking import (
-    MASK,
-    is_secret,
-    mask_argv,
-    mask_command_line,
-    mask_credentials,
-    masked_values,
-)
+from nccl_launch.masking import is_secret, mask_credentials
 from nccl_launch.profile.chain import ProfileChain, read_chain
 from nccl_launch.profile.lint import review
 from nccl_launch.profile.model import Baseline, Policy, Profile, Provenance
 from nccl_launch.profile.plan import ProfilePlan, build_plan
 from nccl_launch.profile.search import find_profile
+from nccl_launch.secrets import echoed_input, secrets_of, unechoed
 from nccl_launch.serving import references
 from nccl_launch.serving.table import ServerTable
 
@@ -68,24 +62,6 @@ def _valid_keys(table: str, kind: str) -> str:
     return ", ".join(field.alias or name for name, field in model.model_fields.items())
 
 
-def _unechoed(message: str, table: Any) -> str:
-    """A table's `KEY: message` with the value of a secret-looking KEY masked where echoed."""
-    name, colon, text = message.partition(": ")
-    if not colon or not isinstance(table, dict) or name not in table:
-        return message
-    value = table[name]
-    hidden = text.replace(repr(value), MASK) if is_secret(name) else text
-    return f"{name}: {mask_credentials(hidden)}"
-
-
-def _masked_items(items: list[Any]) -> list[Any]:
-    """A list as an error echoes it: masked as an argv (`["--api-key", 1234]` hides 1234)."""
-    masked = mask_argv([str(item) for item in items])
-    return [
-        item if shown == str(item) else shown for item, shown in zip(items, masked, strict=True)
-    ]
-
-
 def _at(data: Any, loc: tuple[str | int, ...]) -> Any:
     """What `data` holds at pydantic's `loc`; None where it holds nothing."""
     for part in loc:
@@ -96,21 +72,6 @@ def _at(data: Any, loc: tuple[str | int, ...]) -> Any:
         else:
             return None
     return data
-
-
-def _shown_input(loc: tuple[str | int, ...], value: Any, data: Any) -> str:
-    """The offending value as an error echoes it: masked under a secret-looking key, where it
-    follows a credential flag in its list, and as an argv or a shell line itself."""
-    if any(is_secret(str(part)) for part in loc):
-        return MASK
-    within = _at(data, loc[:-1])
-    if isinstance(within, list) and isinstance(loc[-1], int):
-        value = _masked_items(within)[loc[-1]]
-    if isinstance(value, list):
-        value = _masked_items(value)
-    if isinstance(value, str):  # `args = "--api-key X"` is echoed as one string
-        value = mask_command_line(value)
-    return mask_credentials(repr(value))
 
 
 def _kind_and_loc(loc: tuple[str | int, ...]) -> tuple[str, list[str | int]]:
@@ -137,10 +98,10 @@ def validation_problems(path: Path | str, error: ValidationError, data: Any) -> 
         if item["type"] == "value_error" and loc in (["nccl"], ["env"]):
             message = item["msg"].removeprefix("Value error, ")
             lines += [
-                f"{path}: {key}.{_unechoed(line, item['input'])}" for line in message.split("\n")
+                f"{path}: {key}.{unechoed(line, item['input'])}" for line in message.split("\n")
             ]
         elif item["type"] == "value_error":
-            message = _unechoed(item["msg"].removeprefix("Value error, "), item["input"])
+            message = unechoed(item["msg"].removeprefix("Value error, "), item["input"])
             lines.append(f"{path}: {key}: {message}")
         elif item["type"] == "extra_forbidden":
             table = ".".join(loc[:-1])
@@ -151,7 +112,7 @@ def validation_problems(path: Path | str, error: ValidationError, data: Any) -> 
         elif item["type"] == "missing":
             lines.append(f"{path}: {key}: required key is missing")
         else:
-            got = _shown_input(tuple(parts), item["input"], data)
+            got = echoed_input(tuple(parts), item["input"], _at(data, tuple(parts[:-1])))
             lines.append(f"{path}: {key}: {item['msg']} (got {got})")
     return lines
 
@@ -196,7 +157,7 @@ def _reference_problems(profile: Profile, server: ServerTable) -> list[Finding]:
             if name not in allowed
         ]
     marked = {name: f"ref-{name}-ref" for name in names}
-    hidden = " ".join(masked_values([references.fill(arg, marked) for arg in server.args]))
+    hidden = " ".join(secrets_of([references.fill(arg, marked) for arg in server.args], {}).values)
     problems += [
         Finding(
             "reference",

@@ -24,13 +24,13 @@ from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files.paths import FileError, status_of
 from nccl_launch.files.trust import check_trusted
 from nccl_launch.files.writing import check_output, write_output
-from nccl_launch.masking import holds_secret
 from nccl_launch.profile.chain import ProfileChain, read_chain
 from nccl_launch.profile.document import parse_profile_toml
 from nccl_launch.profile.load import LoadedProfile, validate_chain, validate_resolved
 from nccl_launch.profile.model import PROFILE_SCHEMA
 from nccl_launch.profile.plan import ProfilePlan, build_plan
 from nccl_launch.profile.search import find_profile
+from nccl_launch.secrets import secrets_of
 
 # NAME.toml and the temporary name atomic_write gives it (.NAME.toml.XXXXXXXX.tmp) must fit
 # in a file name (255 bytes).
@@ -142,7 +142,7 @@ def resolved_copy(chain: ProfileChain, folder: Path) -> ResolvedCopy:
     if loaded.secret_files:
         data["secret_files"] = secret_files_from(loaded, folder)
     private = any(not path.stat().st_mode & stat.S_IROTH for path in chain.paths)
-    private = private or holds_secret(loaded.plan.argv, loaded.plan.env)
+    private = private or bool(secrets_of(loaded.plan.argv, loaded.plan.env))
     return ResolvedCopy(data, loaded, private, moved)
 
 

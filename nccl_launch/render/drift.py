@@ -180,7 +180,7 @@ def dry_run_lines(launch: LaunchPlan, calling: Mapping[str, str]) -> list[str]:
     lines = [f"profile {plan.label} ({plan.short_digest}) from {launch.path}"]
     lines += [
         "environment changes:",
-        *env_changes(calling, launch.merged.env, launch.merged.sources, launch.held_keys),
+        *env_changes(calling, launch.merged.env, launch.merged.sources, launch.secrets.held),
     ]
     others = [entry for entry in launch.merged.report.entries if entry.reason == "not-nccl"]
     if others:

@@ -35,9 +35,9 @@ from nccl_launch.live.compare import LiveReport
 from nccl_launch.live.processes import HeldProcess, ProcessSnapshot, snapshot_tree, stop_tree
 from nccl_launch.live.url import Address, server_url, url_address
 from nccl_launch.live.verify_log import verify
-from nccl_launch.masking import mask_known, mask_words
 from nccl_launch.nccl.catalog import PREFIX
 from nccl_launch.profile.markers import NCCL_DEBUG_ENV, NCCL_DEBUG_KEYS
+from nccl_launch.secrets import Secrets
 from nccl_launch.serving.table import ServerTable as Server
 from nccl_launch.tune.orphans import Owner, StartedServer, adopting, die_with, reap
 
@@ -151,7 +151,7 @@ def run_trial(
         searched = {f"{PREFIX}{name}" for name, value in owner.values.items() if value}
         more |= _proof(launch, fd, log, searched if outcome.status == "measured" else set())
         if more.get("status", outcome.status) not in ("measured", "drift"):
-            more["log_tail"] = _tail(fd, launch.secrets())
+            more["log_tail"] = _tail(fd, launch.secrets)
     return outcome.model_copy(update=more)
 
 
@@ -364,10 +364,9 @@ def _wait_released(server: Server, pids: set[int]) -> None:
         time.sleep(POLL)
 
 
-def _tail(fd: int, secrets: set[str]) -> list[str]:
-    """The last lines of the log, masked (the `secrets` the server was given, `mask_known`)
-    and escaped: they are printed and kept in the journal."""
+def _tail(fd: int, secrets: Secrets) -> list[str]:
+    """The last lines of the log, masked with the launch's `secrets` and escaped: they are
+    printed and kept in the journal."""
     size = os.fstat(fd).st_size
     data = os.pread(fd, TAIL_BYTES, max(0, size - TAIL_BYTES))
-    text = mask_known(data.decode(errors="replace"), secrets)
-    return [escaped(mask_words(line)) for line in text.splitlines()[-TAIL_LINES:]]
+    return [escaped(line) for line in secrets.lines(data.decode(errors="replace"))[-TAIL_LINES:]]

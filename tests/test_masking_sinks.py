@@ -1,0 +1,109 @@
+"""Every place text leaves the program masks the secrets of the launch: a credential whose
+value is a JSON or Python list or object, and a key shorter than any value masked wherever it
+appears, through `run --dry-run`, `show`, `validate`, `systemd`, `preflight`, `check` and
+tune's failed-trial tail (terminal and journal)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from nccl_launch.masking import MASK
+from tests.conftest import RunCli, WriteProfile
+from tests.helpers import STANDIN, free_port, sleeper
+
+# `k3y` is the short key given to the server; each `-9z` ends a value of a credential.
+LEAKY = """schema = 1
+name = "leaky"
+version = 1
+description = 'token=["d-9z"]'
+[nccl]
+PROTO = "LL"
+[env]
+OTHER = '{{"api_key": ["e-9z"]}}'
+[server]
+python = "{python}"
+model_path = "/models/m"
+port = {port}
+args = ["--api-key", "k3y", "--x", '{{"password": {{"v": "a-9z"}}}}']
+"""
+SKIP_HOST = ("--skip", "gpus", "--skip", "paths", "--skip", "port")
+
+
+def assert_masked(*texts: str) -> None:
+    said = "".join(texts)
+    assert "9z" not in said, said
+    assert "k3y" not in said, said
+
+
+@pytest.fixture
+def leaky(write_profile: WriteProfile, tmp_path: Path) -> dict[str, str]:
+    """The profile, and an SGLang on the PYTHONPATH whose import fails quoting its secrets
+    as a server quotes its arguments (preflight's probe prints what it says)."""
+    write_profile("leaky", LEAKY.format(python=sys.executable, port=free_port()))
+    package = tmp_path / "site" / "sglang"
+    package.mkdir(parents=True)
+    said = """args: {'api_key': ['k3y'], 'x': {"password": {"v": "a-9z"}}}; key k3y"""
+    (package / "__init__.py").write_text(f"raise ImportError({said!r})\n")
+    return {"PYTHONPATH": str(package.parent)}
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["run", "--dry-run"],
+        ["show"],
+        ["validate"],
+        ["systemd"],
+        ["preflight", *SKIP_HOST],
+        ["preflight", *SKIP_HOST, "--format", "json"],
+    ],
+    ids=["run", "show", "validate", "systemd", "preflight", "preflight-json"],
+)
+def test_a_command_masks_every_secret_of_the_profile_it_prints(
+    command: list[str], leaky: dict[str, str], run_cli: RunCli
+) -> None:
+    result = run_cli(*command, "leaky", env=leaky)
+    assert result.returncode in (0, 3), result.stdout + result.stderr  # 3: no SGLang
+    assert_masked(result.stdout, result.stderr)
+    if command[0] != "validate":  # which names no value
+        assert MASK in result.stdout
+
+
+def test_preflight_masks_what_the_server_says_of_its_secrets(
+    leaky: dict[str, str], run_cli: RunCli
+) -> None:
+    result = run_cli("preflight", *SKIP_HOST, "leaky", "--format", "json", env=leaky)
+    [check] = [check for check in json.loads(result.stdout)["checks"] if check["name"] == "sglang"]
+    said = """args: {'api_key': ***, 'x': {"password": ***}}; key ***"""
+    assert check["message"].endswith(f"ImportError: {said}")
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_check_masks_a_process_title_holding_them(
+    fmt: str, write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    title = (b"--api-key", b"k3y", b'--x={"auth_token": ["t-9z"]}')
+    with sleeper({b"NCCL_PROTO": b"LL"}, *title) as pid:
+        result = run_cli("check", "p", "--pid", str(pid), "--format", fmt)
+    assert result.returncode == 0, result.stderr
+    assert_masked(result.stdout, result.stderr)
+    assert """--api-key '***' '--x={"auth_token": ***}'""" in result.stdout.replace('\\"', '"')
+
+
+def test_tunes_failed_trial_tail_masks_them_on_the_terminal_and_in_the_journal(
+    leaky: dict[str, str], run_cli: RunCli, tmp_path: Path
+) -> None:
+    """The stand-in's parser refuses `--x`, quoting its value, and exits at start."""
+    args = ("--try", "PROTO=Simple", "--runs", "1", "--warmup", "0", "--ready-timeout", "2")
+    result = run_cli("tune", "leaky", *args, env={"PYTHONPATH": str(STANDIN)})
+    assert result.returncode == 1, result.stdout + result.stderr  # nothing measured
+    refused = """  | launch_server.py: error: unrecognized arguments: --x {"password": ***}"""
+    assert refused in result.stdout
+    [journal] = (tmp_path / "home").rglob("journal.jsonl")
+    assert "unrecognized arguments" in journal.read_text()
+    assert_masked(result.stdout, result.stderr, journal.read_text())
