@@ -13,7 +13,8 @@ from nccl_launch.env.drift import ENV_FILE
 from nccl_launch.env.merge import CALLING_ENV, EnvLayer
 from nccl_launch.errors import HostError, UsageError
 from nccl_launch.files.reading import read_text
-from nccl_launch.kinds import kind_of
+from nccl_launch.findings import Finding, empty_key, unset_reference
+from nccl_launch.kinds import ARGS, kind_of
 from nccl_launch.profile.load import LoadedProfile
 from nccl_launch.profile.model import env_value
 from nccl_launch.serving import references
@@ -175,60 +176,52 @@ def profile_layers(loaded: LoadedProfile, unread: list[str] | None = None) -> li
 
 def filled_args(
     loaded: LoadedProfile, layers: Sequence[EnvLayer], calling: Mapping[str, str]
-) -> list[str]:
+) -> tuple[list[str], list[Finding]]:
     """The profile's `[server] args` with each `${NAME}` filled in: from its env files
     (`layers`, the last that sets it), else from the `calling` environment for a name its
-    `[policy] environment_references` lists. A name neither sets, or one that gives a
-    credential flag an empty key, is a HostError naming where it was looked for: the profile
-    is valid, this host lacks the value."""
+    `[policy] environment_references` lists; and a finding for each name neither sets (left
+    unfilled) and each that gives a credential flag an empty key: the profile is valid, this
+    host lacks the value."""
     server = loaded.profile.server
     if server is None:
-        return []
+        return [], []
     kind, args = kind_of(server), server.args
     allowed = loaded.profile.policy.environment_references
     values: dict[str, str] = {}
     sources: dict[str, str] = {}
+    found: list[Finding] = []
+    files, where = [str(path) for path in loaded.env_files], str(loaded.path)
     for name in references.names(args):
-        found = [layer for layer in layers if name in layer.values]
-        if found:
-            values[name], sources[name] = found[-1].values[name], found[-1].source
+        setting = [layer for layer in layers if name in layer.values]
+        if setting:
+            values[name], sources[name] = setting[-1].values[name], setting[-1].source
         elif name in allowed and name in calling:
             values[name], sources[name] = calling[name], CALLING_ENV
         else:
-            files = ", ".join(map(str, loaded.env_files)) or "none"
-            raise HostError(
-                f"{loaded.path}: server.args: ${{{name}}} is set by none of the profile's env "
-                f"files ({files}){' nor the calling environment' if name in allowed else ''}; "
-                f"write {name}=VALUE in one of them, or name the file that holds it in "
-                "secret_files"
-            )
+            found.append(unset_reference(name, ARGS, files, name in allowed).in_file(where))
+            values[name] = f"${{{name}}}"  # kept as written: the launch is refused
     filled = [references.fill(word, values) for word in args]
     for index, option, valued in empty_credentials(filled, kind.reads_as_api_key, complete=False):
         at = index + 1 if valued and "=" not in filled[index] else index
-        empty = references.names(args[at : at + 1])
+        empty = [name for name in references.names(args[at : at + 1]) if name in sources]
         if empty:
-            raise HostError(
-                f"{loaded.path}: server.args: {option}'s ${{{empty[0]}}} is empty in "
-                f"{sources[empty[0]]}, which {kind.title} takes as no key (every request served); "
-                "write the key there"
-            )
-    return filled
+            subject, source = f"{option}'s ${{{empty[0]}}}", sources[empty[0]]
+            found.append(empty_key(kind.title, subject, ARGS, source, host=True).in_file(where))
+    return filled, found
 
 
-def check_key_variable(
+def key_variable_findings(
     loaded: LoadedProfile, env: Mapping[str, str], sources: Mapping[str, str], argv: Sequence[str]
-) -> None:
-    """A HostError where the server reads its key from a variable when `argv` gives it no
-    key flag (vLLM's VLLM_API_KEY), and the environment it gets (`env`, each value from
-    `sources`) sets that variable empty: the server then takes no key, serving every request."""
-    kind = loaded.profile.kind
-    if loaded.profile.server is None or kind.api_key_env is None:
-        return
-    if env.get(kind.api_key_env) != "":  # unset, or a key
-        return
+) -> list[Finding]:
+    """Where the server reads its key from a variable when `argv` gives it no key flag (vLLM's
+    VLLM_API_KEY), and the environment it gets (`env`, each value from `sources`) sets that
+    variable empty: the server then takes no key, serving every request. The profile's to fix
+    when it declares the variable empty, else this host's."""
+    kind, name = loaded.profile.kind, loaded.profile.kind.api_key_env
+    if loaded.profile.server is None or name is None or env.get(name) != "":  # unset, or a key
+        return []
     if any(kind.reads_as_api_key(word.split("=", 1)[0]) for word in argv):
-        return
-    raise HostError(
-        f"{loaded.path}: {kind.api_key_env} is empty in {sources.get(kind.api_key_env)}, which "
-        f"{kind.title} takes as no key (every request served); write the key there"
-    )
+        return []
+    host = name not in loaded.plan.env
+    found = empty_key(kind.title, name, "", sources.get(name, ""), host)
+    return [found.in_file(str(loaded.path))]

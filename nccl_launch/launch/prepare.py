@@ -11,13 +11,18 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 
 from nccl_launch.env.drift import DriftEntry, DriftReport
-from nccl_launch.env.env_files import check_key_variable, filled_args, profile_layers, read_env_file
+from nccl_launch.env.env_files import (
+    filled_args,
+    key_variable_findings,
+    profile_layers,
+    read_env_file,
+)
 from nccl_launch.env.merge import EnvLayer, MergeResult, inherited_environment, merge_environment
-from nccl_launch.errors import ProfileError, UsageError
+from nccl_launch.errors import UsageError
 from nccl_launch.files.paths import FileError
 from nccl_launch.files.reading import read_text
 from nccl_launch.files.trust import check_trusted
-from nccl_launch.findings import refuse
+from nccl_launch.findings import Finding, refuse
 from nccl_launch.kinds import argument_findings, kind_of, unfilled_findings
 from nccl_launch.launch.placement import Placement, placement_args
 from nccl_launch.live.nccl_logs import debug_file, run_folder
@@ -161,16 +166,15 @@ def prepare_launch(
     # The profile's own env files before any --env-file: a problem in them is said first.
     declared = profile_layers(loaded)
     inherited = inherited_environment(calling, [read_env_file(path) for path in env_files])
+    found: list[Finding] = []
     if server is not None:
         judge = kind_of(server).model_problem
-        if judge is not None:
-            problem = judge(server, model_architecture(server.model_path or ""))
-            if problem is not None:
-                raise ProfileError([f"{loaded.path}: {problem.text()}"])
-        args = filled_args(loaded, declared, inherited.env)
+        problem = judge(server, model_architecture(server.model_path or "")) if judge else None
+        found += [problem.in_file(str(loaded.path))] if problem is not None else []
+        args, unfilled = filled_args(loaded, declared, inherited.env)
         filled_server = server.model_copy(update={"args": args})
-        found = argument_findings(filled_server, extra, str(loaded.path), ref)
-        refuse(found + unfilled_findings(server, extra))
+        found += unfilled + argument_findings(server, extra, str(loaded.path), ref)
+        found += unfilled_findings(server, extra)
         more = placement_args(server, placement, calling) + list(extra)
         argv, filled = plan.argv + more, kind_of(server).argv(filled_server) + more
     elif placement != Placement():
@@ -192,8 +196,9 @@ def prepare_launch(
     )
     if server is not None:
         declared_env = loaded.profile.declared_env()
-        refuse(kind_of(server).environment_findings(server, merged.env, declared_env))
-        check_key_variable(loaded, merged.env, merged.sources, filled)
+        found += kind_of(server).environment_findings(server, merged.env, declared_env)
+        found += key_variable_findings(loaded, merged.env, merged.sources, filled)
+    refuse(found)  # every error at once, with the exit code of whose problem they are
     folder = run_folder(os.getpid()) if nccl_debug else None
     if folder is not None:
         merged = with_nccl_debug(merged, plan, debug_file(folder))
