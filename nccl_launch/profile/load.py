@@ -123,9 +123,11 @@ def _kind_and_loc(loc: tuple[str | int, ...]) -> tuple[str, list[str | int]]:
 
 
 def _split(text: str, code: str, path: Path | str) -> Finding:
-    """A finding of `KEY: MESSAGE` in the file at `path`."""
-    where, _, message = text.partition(": ")
-    return Finding(code, where, message, file=str(path))
+    """A finding of `KEY: MESSAGE; FIX` in the file at `path` (a rule's wording says what is
+    wrong, then after `; ` what would be valid)."""
+    where, _, said = text.partition(": ")
+    message, _, fix = said.partition("; ")
+    return Finding(code, where, message, fix, file=str(path))
 
 
 def validation_problems(path: Path | str, error: ValidationError, data: Any) -> list[Finding]:
@@ -149,7 +151,7 @@ def validation_problems(path: Path | str, error: ValidationError, data: Any) -> 
             ]
         elif item["type"] == "value_error":
             message = _unechoed(item["msg"].removeprefix("Value error, "), item["input"])
-            found.append(Finding("invalid-value", key, message, file=str(path)))
+            found.append(_split(f"{key}: {message}", "invalid-value", path))
         elif item["type"] == "extra_forbidden":
             table = ".".join(loc[:-1])
             where = f"[{table}]" if table else "the top level"
