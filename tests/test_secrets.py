@@ -456,6 +456,26 @@ def test_a_secret_file_and_an_env_file_that_both_set_a_name_are_refused(
     assert result.stderr.endswith("sets it too; keep it in one place\n")
 
 
+def test_every_file_of_this_host_that_fails_is_named_at_once(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """An env file with a line that is no assignment and a secret file that is missing: both
+    said, so that one start tells what to fix on the host (exit 3)."""
+    secret = mounted(write_profile)
+    profile = secret.with_name("mounted.toml")
+    text = profile.read_text().replace("version = 1\n", 'version = 1\nenv_files = ["k.env"]\n')
+    profile.write_text(text)
+    secret.with_name("k.env").write_text("not an assignment\n")
+    secret.unlink()
+    result = run_cli("run", "--dry-run", "mounted")
+    assert (result.returncode, result.stdout) == (3, "")
+    named = f"nccl-launch: {Path('profiles/mounted.toml')}: "
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith(f"{named}env_files: {secret.with_name('k.env')}:1: ")
+    assert lines[1].startswith(f"{named}secret_files: API_KEY: ") and str(secret) in lines[1]
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="trust is checked for root only")
 def test_as_root_a_secret_file_others_could_write_is_refused(
     write_profile: WriteProfile, run_cli: RunCli

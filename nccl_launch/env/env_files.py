@@ -13,7 +13,7 @@ from nccl_launch.env.drift import ENV_FILE
 from nccl_launch.env.merge import CALLING_ENV, EnvLayer
 from nccl_launch.errors import HostError, UsageError
 from nccl_launch.files.reading import read_text
-from nccl_launch.findings import Finding, empty_key, unset_reference
+from nccl_launch.findings import Finding, empty_key, refuse, unset_reference
 from nccl_launch.kinds import ARGS, kind_of
 from nccl_launch.profile.load import LoadedProfile
 from nccl_launch.profile.model import env_value
@@ -102,14 +102,22 @@ def read_profile_env_file(loaded: LoadedProfile, path: Path) -> EnvLayer:
     return EnvLayer(source=f"{ENV_FILE}{path}", values=values)
 
 
+class EnvFileError(HostError):
+    """A problem of a file of this host that the profile names (exit 3, as a finding): the
+    profile is valid on every host (`validate` reads no env file); the file belongs to this
+    host, like a model path."""
+
+    def __init__(self, loaded: LoadedProfile, where: str, message: str) -> None:
+        self.finding = Finding("host-file", where, message, cause="host", file=str(loaded.path))
+        super().__init__(self.finding.line())
+
+
 def profile_env_file_lines(
     loaded: LoadedProfile, path: Path, trusted: bool = True
 ) -> list[Assignment]:
     """The assignments of one env file of `loaded.env_files`, read as `--env-file` is, each
-    variable held to the rules of [env] and declared in one place only. Any problem is a
-    HostError (exit 3) naming the profile, the key and the file: the profile is valid on
-    every host (`validate` reads no env file); the file belongs to this host, like a model
-    path. `trusted` as for `env_file_lines`."""
+    variable held to the rules of [env] and declared in one place only. Any problem is an
+    EnvFileError naming the profile, the key and the file. `trusted` as for `env_file_lines`."""
     try:
         assignments = env_file_lines(path, trusted)
         for key, value in {each.key: each.value for each in assignments}.items():
@@ -120,57 +128,59 @@ def profile_env_file_lines(
             if key in loaded.plan.env:
                 raise ValueError(f"{key}: the profile declares it too; keep it in one place")
     except ValueError as error:
-        raise HostError(f"{loaded.path}: env_files: env file {path}: {error}") from None
+        raise EnvFileError(loaded, "env_files", f"env file {path}: {error}") from None
     except UsageError as error:
-        raise HostError(f"{loaded.path}: env_files: {error}") from None
+        raise EnvFileError(loaded, "env_files", str(error)) from None
     return assignments
+
+
+def _secret_layer(loaded: LoadedProfile, name: str, path: Path, trusted: bool) -> EnvLayer:
+    try:
+        value = read_text(path, "secret file", trusted=trusted, limit=SECRET_LIMIT)
+    except UsageError as error:
+        raise EnvFileError(loaded, "secret_files", f"{name}: {error}") from None
+    if "\x00" in value or name in loaded.plan.env:
+        why = "holds a NUL byte" if "\x00" in value else "the profile declares it too"
+        raise EnvFileError(loaded, "secret_files", f"{name}: {path}: {why}")
+    return EnvLayer(source=f"{VALUE_FILE}{path}", values={name: value.rstrip("\n")})
 
 
 def secret_layers(loaded: LoadedProfile, trusted: bool = True) -> list[EnvLayer]:
     """Each file of `loaded.secret_files` as a layer setting its one variable: the file's text
     less its trailing newlines, as `$(cat FILE)` reads it. Only a regular file of at most
     SECRET_LIMIT bytes of UTF-8, and as root one others could not have written unless
-    `trusted` is False; any problem is a HostError naming the profile, the key and the file."""
-    layers = []
-    for name, path in loaded.secret_files.items():
-        try:
-            value = read_text(path, "secret file", trusted=trusted, limit=SECRET_LIMIT)
-        except UsageError as error:
-            raise HostError(f"{loaded.path}: secret_files: {name}: {error}") from None
-        if "\x00" in value or name in loaded.plan.env:
-            why = "holds a NUL byte" if "\x00" in value else "the profile declares it too"
-            raise HostError(f"{loaded.path}: secret_files: {name}: {path}: {why}")
-        layers.append(EnvLayer(source=f"{VALUE_FILE}{path}", values={name: value.rstrip("\n")}))
-    return layers
+    `trusted` is False; a problem is an EnvFileError naming the profile, the key and the file."""
+    return [
+        _secret_layer(loaded, name, path, trusted) for name, path in loaded.secret_files.items()
+    ]
 
 
 def profile_layers(loaded: LoadedProfile, unread: list[str] | None = None) -> list[EnvLayer]:
     """What the profile takes from files of this host, as layers: its env files, then its
-    secret files; each variable set in one of them only. With `unread`, a file this user may
-    not read is said there (a monitoring user's `check`) instead of stopping all."""
-    layers = []
+    secret files; each variable set in one of them only. Every file is read: the problems of
+    all of them are refused at once (exit 3); with `unread`, a file's are said there instead
+    (a monitoring user's `check`, who may not read some), and the rest used."""
+    layers, secrets, problems = [], [], []
     for path in loaded.env_files:
         try:
             layers.append(read_profile_env_file(loaded, path))
-        except HostError as error:
-            if unread is None:
-                raise
-            unread.append(str(error))
-    try:
-        secrets = secret_layers(loaded)
-    except HostError as error:
-        if unread is None:
-            raise
-        unread.append(str(error))
-        secrets = []
+        except EnvFileError as error:
+            problems.append(error.finding)
+    for name, path in loaded.secret_files.items():
+        try:
+            secrets.append(_secret_layer(loaded, name, path, trusted=True))
+        except EnvFileError as error:
+            problems.append(error.finding)
+    if unread is not None:
+        unread += [problem.line() for problem in problems]
+        problems = []
     for layer in secrets:
         for name in layer.values:
             twice = [each.source for each in layers if name in each.values]
             if twice:
-                raise HostError(
-                    f"{loaded.path}: secret_files: {name}: {twice[0]} sets it too; keep it in "
-                    "one place"
-                )
+                message = f"{name}: {twice[0]} sets it too; keep it in one place"
+                problems.append(EnvFileError(loaded, "secret_files", message).finding)
+    refuse(problems)
     return layers + secrets
 
 
