@@ -175,11 +175,14 @@ def prepare_launch(
         filled_server = server.model_copy(update={"args": args})
         found += unfilled + argument_findings(server, extra, str(loaded.path), ref)
         found += unfilled_findings(server, extra)
-        more = placement_args(server, placement, calling) + list(extra)
+        placed, misplaced = placement_args(server, placement, calling)
+        found += misplaced
+        more = placed + list(extra)
         argv, filled = plan.argv + more, kind_of(server).argv(filled_server) + more
-    elif placement != Placement():
-        raise UsageError(f"profile {plan.label} has no [server] table to place on a node")
     else:
+        if placement != Placement():
+            message = f"profile {plan.label} has no [server] table to place on a node"
+            found.append(Finding("placement", "", message))
         # Empty when there is nothing to run: `run` refuses, `preflight` not.
         argv = filled = list(extra)
     origins = {key: str(path) for key, path in loaded.origins.items()}
@@ -198,6 +201,7 @@ def prepare_launch(
         declared_env = loaded.profile.declared_env()
         found += kind_of(server).environment_findings(server, merged.env, declared_env)
         found += key_variable_findings(loaded, merged.env, merged.sources, filled)
+    found += nccl_debug_findings(plan) if nccl_debug else []
     refuse(found)  # every error at once, with the exit code of whose problem they are
     folder = run_folder(os.getpid()) if nccl_debug else None
     if folder is not None:
@@ -224,15 +228,20 @@ def model_architecture(model_path: str) -> str | None:
     return architecture if isinstance(architecture, str) else None
 
 
+def nccl_debug_findings(plan: ProfilePlan) -> list[Finding]:
+    """Where the profile sets NCCL's logging itself, which --nccl-debug would replace."""
+    declared = sorted(NCCL_DEBUG_KEYS & plan.env.keys())
+    message = f"the profile declares {declared[0]}; drop it or --nccl-debug" if declared else ""
+    return [Finding("nccl-debug", "", message)] if declared else []
+
+
 def with_nccl_debug(
     merged: MergeResult, plan: ProfilePlan, log_file: str | None = None
 ) -> MergeResult:
     """NCCL_DEBUG=INFO with the ENV subsystem, marked so that `check` tolerates it; with
     `log_file`, NCCL_DEBUG_FILE: each process writes there instead of its standard output,
     and `check` reads it. Whatever the calling environment had for them is replaced."""
-    declared = sorted(NCCL_DEBUG_KEYS & plan.env.keys())
-    if declared:
-        raise UsageError(f"the profile declares {declared[0]}; drop it or --nccl-debug")
+    refuse(nccl_debug_findings(plan))
     extra = NCCL_DEBUG_ENV | {MARKER_NCCL_DEBUG: "1"}
     if log_file is not None:
         extra[NCCL_DEBUG_FILE] = log_file
