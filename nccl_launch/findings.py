@@ -8,7 +8,7 @@ error, `validate` notes a warning), never how to word them nor which exit code t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from nccl_launch.errors import EXIT_HOST, EXIT_USAGE, ProfileError
@@ -26,8 +26,8 @@ EXIT_CODES: dict[Cause, int] = {"profile": EXIT_USAGE, "host": EXIT_HOST}
 @dataclass(frozen=True)
 class Finding:
     """One thing a check found: `code` (short and stable: `repeated-field`), `where` (a key,
-    `server.args`, or `-- ARGS`), what is wrong, the fix when there is one, and `file`, the
-    file it is in when known (the profile, an env file)."""
+    `server.args`, or `-- ARGS`), what is wrong, the fix when there is one, whose problem it
+    is (`cause`), and `file`, the file it is in when known (the profile, a parent)."""
 
     code: str
     where: str
@@ -57,18 +57,7 @@ class Finding:
 
     def in_file(self, file: str) -> Finding:
         """The finding, said to be in `file` unless it already names one."""
-        return self if self.file else Finding(**(asdict(self) | {"file": file}))
-
-    def as_json(self) -> dict[str, str]:
-        """What `validate --format json` gives of it."""
-        return {
-            "code": self.code,
-            "severity": self.severity,
-            "file": self.file,
-            "location": self.where,
-            "message": self.message,
-            "fix": self.fix,
-        }
+        return self if self.file else replace(self, file=file)
 
 
 class Refused(ProfileError):
