@@ -230,9 +230,10 @@ def model_architecture(model_path: str) -> str | None:
 
 def nccl_debug_findings(plan: ProfilePlan) -> list[Finding]:
     """Where the profile sets NCCL's logging itself, which --nccl-debug would replace."""
-    declared = sorted(NCCL_DEBUG_KEYS & plan.env.keys())
-    message = f"the profile declares {declared[0]}; drop it or --nccl-debug" if declared else ""
-    return [Finding("nccl-debug", "", message)] if declared else []
+    return [
+        Finding("nccl-debug", "", f"the profile declares {name}; drop it or --nccl-debug")
+        for name in sorted(NCCL_DEBUG_KEYS & plan.env.keys())
+    ]
 
 
 def with_nccl_debug(
