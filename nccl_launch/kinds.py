@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import Discriminator, Tag
 
-from nccl_launch.findings import Finding
+from nccl_launch.findings import Finding, empty_key
 from nccl_launch.serving.api import Get, Served
 from nccl_launch.serving.command import Given, split_command
 from nccl_launch.serving.flags import Flag, empty_credentials, unfilled_credentials
@@ -213,11 +213,6 @@ Server = Annotated[
 
 # Where the server's arguments come from: the profile, or after `--` (run's, a unit's).
 ARGS, EXTRA_ARGS = "server.args", "-- ARGS"
-_KEY_FIX = "pass the key after '--' (a unit's ${NAME} that no EnvironmentFile= sets is empty)"
-# In [server] args: written empty, or a `${NAME}` its env file sets empty.
-_ARGS_KEY_FIX = (
-    "refer to the key (--api-key ${API_KEY}) and give it a value in an env file the profile names"
-)
 _VALUE_FIX = (
     'give the key after it; quote a variable ("$API_KEY"): unquoted, an unset one is dropped'
 )
@@ -258,10 +253,7 @@ def argument_findings(
         at = index + 1 if valued and "=" not in argv[index] else index  # where the value is
         where = ARGS if at < len(server.args) else EXTRA_ARGS
         if valued:
-            message = f"{option} has an empty value, which {kind.title} takes as no key "
-            message += "(every request served)"
-            fix = _ARGS_KEY_FIX if where == ARGS else _KEY_FIX
-            findings.append(Finding("empty-key", where, message, fix))
+            findings.append(empty_key(kind.title, f"{option}'s value", where))
         else:
             message = f"{option} has no value (another option follows, or nothing), which "
             message += f"{kind.title} refuses at start"

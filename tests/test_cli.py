@@ -78,6 +78,7 @@ def test_json_outputs_keep_their_keys() -> None:
     from nccl_launch.live.compare import LiveReport, ProcessReport
     from nccl_launch.live.nccl_logs import NcclLog
     from nccl_launch.live.verify_log import KeyReport, LogReport
+    from nccl_launch.profile.overview import ReportedFinding, ValidatedFile, Validation
 
     contracts: dict[type[BaseModel], list[str]] = {
         LiveReport: ["schema_version", "profile", "digest", "path", "main_pid",
@@ -91,6 +92,9 @@ def test_json_outputs_keep_their_keys() -> None:
         LogReport: ["schema_version", "profile", "digest", "source", "processes", "keys",
                     "undeclared", "communicators", "warnings"],
         KeyReport: ["key", "expected", "verdict", "detail"],
+        Validation: ["schema_version", "files", "invalid"],
+        ValidatedFile: ["path", "profile", "digest", "valid", "findings", "accepted"],
+        ReportedFinding: ["code", "severity", "file", "location", "message", "fix"],
         DriftReport: ["profile", "digest", "entries", "matched"],
         DriftEntry: ["key", "kind", "expected", "actual", "source", "note", "reason",
                      "tolerated"],

@@ -352,7 +352,7 @@ def test_the_servers_arguments_end_both_exec_lines_and_only_references_hold_cred
     typo = run_cli("systemd", "served", "--", "--api-key", "${API_KEYS}")
     assert typo.returncode == 0
     assert typo.stderr == (
-        f"nccl-launch: warning: ${{API_KEYS}}: set by none of the profile's env files "
+        f"nccl-launch: warning: -- ARGS: ${{API_KEYS}} is set by none of the profile's env files "
         f"({path.with_name('served.env')}), so unless the unit's environment has it, systemd "
         "passes an empty argument; write API_KEYS=VALUE in one of them\n"
     )
@@ -367,8 +367,8 @@ def test_the_servers_arguments_end_both_exec_lines_and_only_references_hold_cred
         ("--api-key sk-live-1",): "-- ARGS: a credential",
         ("--log-level", "a\nExecStartPost=/bin/evil"): "-- ARGS: argument 2: holds the control",
         ("--tp", "4"): "-- ARGS: --tp repeats the field tp_size",
-        ("--api-key", ""): "-- ARGS: --api-key has an empty value, which SGLang takes as no key",
-        ("--admin-api=",): "-- ARGS: --admin-api has an empty value",
+        ("--api-key", ""): "-- ARGS: --api-key's value is empty, which SGLang takes as no key",
+        ("--admin-api=",): "-- ARGS: --admin-api's value is empty",
         # `-- --api-key ${API_KEY}` unquoted in a shell where it is unset: the word is gone.
         ("--api-key",): "-- ARGS: --api-key has no value (another option follows, or nothing)",
         ("--api-key", "--log-level", "info"): "-- ARGS: --api-key has no value",

@@ -316,7 +316,7 @@ def test_an_empty_credential_is_refused_before_the_server_starts(
     assert (result.returncode, result.stdout) == (2, "")
     option = args[0].removesuffix("=")
     assert result.stderr == (
-        f"nccl-launch: -- ARGS: {option} has an empty value, which SGLang takes as no key "
+        f"nccl-launch: -- ARGS: {option}'s value is empty, which SGLang takes as no key "
         "(every request served); pass the key after '--' (a unit's ${NAME} that no "
         "EnvironmentFile= sets is empty)\n"
     )
@@ -327,7 +327,7 @@ def test_an_empty_key_in_the_profiles_args_is_refused_by_validate_as_by_run(
 ) -> None:
     path = write_profile("keyless", KEYLESS)
     refusal = (
-        f"{Path('profiles/keyless.toml')}: server.args: --api-key has an empty value, which "
+        f"{Path('profiles/keyless.toml')}: server.args: --api-key's value is empty, which "
         "SGLang takes as no key (every request served); refer to the key (--api-key "
         "${API_KEY}) and give it a value in an env file the profile names\n"
     )
@@ -354,7 +354,7 @@ def test_a_key_flag_ending_the_profiles_args_takes_the_first_word_after_the_dash
     write_profile("keyless", KEYLESS.replace('args = ["--api-key", ""]', 'args = ["--api-key"]'))
     result = run_cli("run", "--dry-run", "keyless", "--", "")
     assert (result.returncode, result.stdout) == (2, "")
-    assert result.stderr.startswith("nccl-launch: -- ARGS: --api-key has an empty value")
+    assert result.stderr.startswith("nccl-launch: -- ARGS: --api-key's value is empty")
 
 
 NO_VALUE = (

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from nccl_launch.errors import UsageError
 from nccl_launch.launch.placement import Placement, placement_args
 from nccl_launch.sglang.server import Server
 from tests.conftest import RunCli, WriteProfile
@@ -41,7 +40,7 @@ MULTI = {"tp_size": 16, "nnodes": 2, "dist_init_addr": "10.0.0.1:5000"}
 def test_node_rank_order_flag_profile_slurm_lws(
     fields: dict[str, Any], given: Placement, environ: dict[str, str], expected: list[str]
 ) -> None:
-    assert placement_args(server(**fields), given, environ) == expected
+    assert placement_args(server(**fields), given, environ) == (expected, [])
 
 
 @pytest.mark.parametrize(
@@ -59,8 +58,8 @@ def test_node_rank_order_flag_profile_slurm_lws(
 def test_placement_errors(
     fields: dict[str, Any], given: Placement, environ: dict[str, str], message: str
 ) -> None:
-    with pytest.raises(UsageError, match=message):
-        placement_args(server(**fields), given, environ)
+    [found] = placement_args(server(**fields), given, environ)[1]
+    assert message in found.text()
 
 
 def multi_node_profile(write_profile: WriteProfile) -> None:
@@ -108,3 +107,17 @@ def test_multi_node_without_a_rank_is_refused(write_profile: WriteProfile, run_c
     result = run_cli("run", "--dist-init-addr", "10.0.0.1:5000", "two-nodes")
     assert result.returncode == 2
     assert "nnodes = 2 but no node rank" in result.stderr
+
+
+def test_every_placement_error_is_said_at_once(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """No rank from anywhere and no address either: both said, one start fixes both."""
+    multi_node_profile(write_profile)
+    result = run_cli("run", "--dry-run", "two-nodes")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.splitlines() == [
+        "nccl-launch: nnodes = 2 but no node rank: pass --node-rank, or run under Slurm "
+        "(SLURM_NODEID) or a LeaderWorkerSet (LWS_WORKER_INDEX)",
+        "nccl-launch: nnodes = 2 needs --dist-init-addr HOST:PORT",
+    ]

@@ -8,6 +8,7 @@ them all, as a profiles repository's CI would; each file is then checked on its 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -89,6 +90,39 @@ def test_invalid_profile_names_file_and_key(
         assert line.startswith(f"{case.reported_in}: {case.key}: ")
     else:  # the file as a whole: the problem follows its name
         assert line.startswith(f"{case.path}: {case.fragment}")
+
+
+def test_validate_json_gives_each_problem_as_a_finding_with_its_file_and_key(
+    run_cli: RunCli,
+) -> None:
+    """The same corpus through `validate --format json`: each file invalid, with a finding in
+    the file its line names, at its key, whose parts make up what the line says."""
+
+    def line(finding: dict[str, str]) -> str:
+        parts = (finding["file"], finding["location"], finding["message"])
+        return ": ".join(part for part in parts if part) + (
+            f"; {finding['fix']}" if finding["fix"] else ""
+        )
+
+    result = run_cli("validate", "--format", "json", *map(str, INVALID), *map(str, REPO_PROFILES))
+    assert (result.returncode, result.stderr) == (2, "")
+    report = json.loads(result.stdout)
+    assert report["invalid"] == len(INVALID)
+    files = {entry["path"]: entry for entry in report["files"]}
+    for case in CASES:
+        entry = files[str(case.path)]
+        assert (entry["valid"], entry["profile"], entry["digest"]) == (False, None, None)
+        assert entry["findings"], case.path
+        said = [finding for finding in entry["findings"] if case.fragment in line(finding)]
+        assert said, (case.path, entry["findings"])
+        assert {finding["severity"] for finding in said} == {"error"}
+        if case.key:
+            assert [f["file"] for f in said if f["location"] == case.key] == [
+                str(case.reported_in)
+            ], (case.path, said)
+    shipped = [files[str(path)] for path in REPO_PROFILES]
+    assert all(entry["valid"] and entry["profile"] for entry in shipped)
+    assert [f for entry in shipped for f in entry["findings"] if f["severity"] == "error"] == []
 
 
 def test_one_invalid_file_prints_nothing_on_stdout(run_cli: RunCli) -> None:

@@ -123,6 +123,36 @@ def test_a_key_its_env_file_sets_empty_is_refused_naming_the_file(
     )
 
 
+@pytest.mark.parametrize(
+    "command", [["run", "--dry-run"], ["preflight", "--skip", "sglang"], ["systemd"]]
+)
+def test_every_error_is_said_at_once_with_the_exit_code_of_whose_problem_it_is(
+    command: list[str], write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """This host's env file gives the key empty (exit 3 alone), and the command line repeats a
+    field of the profile (the command's to fix): both are said, and the exit is 2."""
+    path = keyed(write_profile)
+    (path.parent / "secrets.env").write_text("API_KEY=\n")
+    empty = (
+        f"nccl-launch: {Path('profiles/keyed.toml')}: server.args: --api-key's ${{API_KEY}} is "
+        f"empty in env file {path.parent / 'secrets.env'}, which SGLang takes as no key (every "
+        "request served); write the key there"
+    )
+    alone = run_cli(*command, "keyed")
+    assert (alone.returncode, alone.stderr.splitlines()) == (3, [empty])
+    both = run_cli(*command, "keyed", "--", "--tp-size", "2", "--api-key", "")
+    assert (both.returncode, both.stdout) == (2, "")
+    assert both.stderr.splitlines() == [
+        empty,
+        "nccl-launch: -- ARGS: --tp-size repeats the field tp_size, which `--` cannot change; "
+        f"set tp_size in [server] of {Path('profiles/keyed.toml')} (or of a copy: "
+        "nccl-launch new NAME --from keyed)",
+        "nccl-launch: -- ARGS: --api-key's value is empty, which SGLang takes as no key "
+        "(every request served); pass the key after '--' (a unit's ${NAME} that no "
+        "EnvironmentFile= sets is empty)",
+    ]
+
+
 def test_a_reference_nothing_could_fill_is_invalid_unless_the_policy_takes_it_from_the_caller(
     write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
@@ -132,9 +162,9 @@ def test_a_reference_nothing_could_fill_is_invalid_unless_the_policy_takes_it_fr
     invalid = run_cli("validate", "keyed")
     assert (invalid.returncode, invalid.stderr) == (
         2,
-        f"{Path('profiles/keyed.toml')}: server.args: ${{API_KEY}} can be filled from nothing: "
-        "the profile names no env_files; name the env file that sets API_KEY in env_files, or "
-        "the file that holds it in secret_files\n",
+        f"{Path('profiles/keyed.toml')}: server.args: ${{API_KEY}} is set by none of the "
+        "profile's env files (none); name one that sets API_KEY in env_files, or name the file "
+        "that holds it in secret_files\n",
     )
     path.write_text(text + '[policy]\nenvironment_references = ["API_KEY"]\n')
     assert run_cli("validate", "keyed").returncode == 0
@@ -424,6 +454,26 @@ def test_a_secret_file_and_an_env_file_that_both_set_a_name_are_refused(
     assert result.returncode == 3
     assert "secret_files: API_KEY: env file " in result.stderr
     assert result.stderr.endswith("sets it too; keep it in one place\n")
+
+
+def test_every_file_of_this_host_that_fails_is_named_at_once(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """An env file with a line that is no assignment and a secret file that is missing: both
+    said, so that one start tells what to fix on the host (exit 3)."""
+    secret = mounted(write_profile)
+    profile = secret.with_name("mounted.toml")
+    text = profile.read_text().replace("version = 1\n", 'version = 1\nenv_files = ["k.env"]\n')
+    profile.write_text(text)
+    secret.with_name("k.env").write_text("not an assignment\n")
+    secret.unlink()
+    result = run_cli("run", "--dry-run", "mounted")
+    assert (result.returncode, result.stdout) == (3, "")
+    named = f"nccl-launch: {Path('profiles/mounted.toml')}: "
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith(f"{named}env_files: {secret.with_name('k.env')}:1: ")
+    assert lines[1].startswith(f"{named}secret_files: API_KEY: ") and str(secret) in lines[1]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="trust is checked for root only")

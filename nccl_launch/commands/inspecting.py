@@ -14,13 +14,22 @@ from nccl_launch.errors import EXIT_OK
 
 @click.command(name="validate")
 @profile_argument("files", nargs=-1, required=True)
-def validate_command(files: tuple[str, ...]) -> int:
+@format_option(
+    "text",
+    "json",
+    default="text",
+    help_text="json: each file's findings (code, severity, file, location, message, fix).",
+)
+def validate_command(files: tuple[str, ...], fmt: str) -> int:
     """Check profile FILES (and what they extend) alone, asking this host nothing; exit 2 if
     any is invalid."""
     from nccl_launch.profile.overview import validate
     from nccl_launch.render.profiles import validate_lines
 
     validation = validate(files)
+    if fmt == "json":
+        click.echo(validation.model_dump_json(indent=2))
+        return validation.exit_code
     out, err = validate_lines(validation)
     echo_lines(err, err=True)
     echo_lines(out)

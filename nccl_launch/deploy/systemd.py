@@ -16,8 +16,8 @@ from nccl_launch.digits import is_ascii_digits
 from nccl_launch.env.drift import ENV_FILE
 from nccl_launch.env.env_files import (
     Assignment,
-    check_key_variable,
     filled_args,
+    key_variable_findings,
     profile_env_file_lines,
     secret_layers,
 )
@@ -25,8 +25,8 @@ from nccl_launch.env.merge import EnvLayer
 from nccl_launch.errors import UsageError
 from nccl_launch.escaping import not_utf8
 from nccl_launch.files.writing import write_output
-from nccl_launch.findings import Finding, refuse
-from nccl_launch.kinds import argument_findings, kind_of
+from nccl_launch.findings import Finding, refuse, unset_reference
+from nccl_launch.kinds import EXTRA_ARGS, argument_findings, kind_of
 from nccl_launch.masking import mask_credentials
 from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.profile.markers import NCCL_DEBUG_KEYS
@@ -164,7 +164,7 @@ def server_words(
         return words, []  # a file this user cannot read: nothing to say
     set_for_systemd = {each.key for _, each in assignments if not each.exported}
     exported = {each.key: f"{path}:{each.line}" for path, each in assignments if each.exported}
-    files = ", ".join(map(str, loaded.env_files)) or "none"
+    files = [str(path) for path in loaded.env_files]
     notes = []
     for name in sorted(names - set_for_systemd):
         if name in exported:
@@ -175,12 +175,8 @@ def server_words(
             fix = f"write {name}=VALUE there, or systemd passes an empty argument"
             notes.append(Finding("exported", f"${{{name}}}", message, fix, "warning"))
         else:
-            message = (
-                f"set by none of the profile's env files ({files}), so unless the unit's "
-                "environment has it, systemd passes an empty argument"
-            )
-            fix = f"write {name}=VALUE in one of them"
-            notes.append(Finding("unset-reference", f"${{{name}}}", message, fix, "warning"))
+            then = ", so unless the unit's environment has it, systemd passes an empty argument"
+            notes.append(unset_reference(name, EXTRA_ARGS, files, then=then))
     return words, notes
 
 
@@ -311,18 +307,19 @@ def write_unit(
     # Refused as run would refuse it at every start: a ${NAME} of [server] args that none of
     # the env files sets (the unit's environment may set those its policy takes from there),
     # or a credential flag left without a key.
-    filled = server
+    found = argument_findings(server, args, str(loaded.path), ref)
     if assignments is not None:
         layers = [
             EnvLayer(f"{ENV_FILE}{path}", {each.key: each.value}) for path, each in assignments
         ] + secret_layers(loaded, trusted=False)
         unit_env = dict.fromkeys(loaded.profile.policy.environment_references, "-")
-        filled = server.model_copy(update={"args": filled_args(loaded, layers, unit_env)})
+        filled, unfilled = filled_args(loaded, layers, unit_env)
         unit = {key: value for layer in layers for key, value in layer.values.items()}
         sources = dict.fromkeys(loaded.profile.env, f"{loaded.path} [env]")
         sources |= {key: layer.source for layer in layers for key in layer.values}
-        check_key_variable(loaded, loaded.profile.env | unit, sources, [*filled.args, *args])
-    refuse(argument_findings(filled, args, str(loaded.path), ref))
+        env = loaded.profile.env | unit
+        found = unfilled + found + key_variable_findings(loaded, env, sources, [*filled, *args])
+    refuse(found)
     extra, on_args = server_words(loaded, args, assignments)
     notes += on_args
     otherwise = (

@@ -13,7 +13,8 @@ from nccl_launch.env.drift import ENV_FILE
 from nccl_launch.env.merge import CALLING_ENV, EnvLayer
 from nccl_launch.errors import HostError, UsageError
 from nccl_launch.files.reading import read_text
-from nccl_launch.kinds import kind_of
+from nccl_launch.findings import Finding, empty_key, refuse, unset_reference
+from nccl_launch.kinds import ARGS, kind_of
 from nccl_launch.profile.load import LoadedProfile
 from nccl_launch.profile.model import env_value
 from nccl_launch.serving import references
@@ -101,14 +102,22 @@ def read_profile_env_file(loaded: LoadedProfile, path: Path) -> EnvLayer:
     return EnvLayer(source=f"{ENV_FILE}{path}", values=values)
 
 
+class EnvFileError(HostError):
+    """A problem of a file of this host that the profile names (exit 3, as a finding): the
+    profile is valid on every host (`validate` reads no env file); the file belongs to this
+    host, like a model path."""
+
+    def __init__(self, loaded: LoadedProfile, where: str, message: str) -> None:
+        self.finding = Finding("host-file", where, message, cause="host", file=str(loaded.path))
+        super().__init__(self.finding.line())
+
+
 def profile_env_file_lines(
     loaded: LoadedProfile, path: Path, trusted: bool = True
 ) -> list[Assignment]:
     """The assignments of one env file of `loaded.env_files`, read as `--env-file` is, each
-    variable held to the rules of [env] and declared in one place only. Any problem is a
-    HostError (exit 3) naming the profile, the key and the file: the profile is valid on
-    every host (`validate` reads no env file); the file belongs to this host, like a model
-    path. `trusted` as for `env_file_lines`."""
+    variable held to the rules of [env] and declared in one place only. Any problem is an
+    EnvFileError naming the profile, the key and the file. `trusted` as for `env_file_lines`."""
     try:
         assignments = env_file_lines(path, trusted)
         for key, value in {each.key: each.value for each in assignments}.items():
@@ -119,116 +128,110 @@ def profile_env_file_lines(
             if key in loaded.plan.env:
                 raise ValueError(f"{key}: the profile declares it too; keep it in one place")
     except ValueError as error:
-        raise HostError(f"{loaded.path}: env_files: env file {path}: {error}") from None
+        raise EnvFileError(loaded, "env_files", f"env file {path}: {error}") from None
     except UsageError as error:
-        raise HostError(f"{loaded.path}: env_files: {error}") from None
+        raise EnvFileError(loaded, "env_files", str(error)) from None
     return assignments
+
+
+def _secret_layer(loaded: LoadedProfile, name: str, path: Path, trusted: bool) -> EnvLayer:
+    try:
+        value = read_text(path, "secret file", trusted=trusted, limit=SECRET_LIMIT)
+    except UsageError as error:
+        raise EnvFileError(loaded, "secret_files", f"{name}: {error}") from None
+    if "\x00" in value or name in loaded.plan.env:
+        why = "holds a NUL byte" if "\x00" in value else "the profile declares it too"
+        raise EnvFileError(loaded, "secret_files", f"{name}: {path}: {why}")
+    return EnvLayer(source=f"{VALUE_FILE}{path}", values={name: value.rstrip("\n")})
 
 
 def secret_layers(loaded: LoadedProfile, trusted: bool = True) -> list[EnvLayer]:
     """Each file of `loaded.secret_files` as a layer setting its one variable: the file's text
     less its trailing newlines, as `$(cat FILE)` reads it. Only a regular file of at most
     SECRET_LIMIT bytes of UTF-8, and as root one others could not have written unless
-    `trusted` is False; any problem is a HostError naming the profile, the key and the file."""
-    layers = []
-    for name, path in loaded.secret_files.items():
-        try:
-            value = read_text(path, "secret file", trusted=trusted, limit=SECRET_LIMIT)
-        except UsageError as error:
-            raise HostError(f"{loaded.path}: secret_files: {name}: {error}") from None
-        if "\x00" in value or name in loaded.plan.env:
-            why = "holds a NUL byte" if "\x00" in value else "the profile declares it too"
-            raise HostError(f"{loaded.path}: secret_files: {name}: {path}: {why}")
-        layers.append(EnvLayer(source=f"{VALUE_FILE}{path}", values={name: value.rstrip("\n")}))
-    return layers
+    `trusted` is False; a problem is an EnvFileError naming the profile, the key and the file."""
+    return [
+        _secret_layer(loaded, name, path, trusted) for name, path in loaded.secret_files.items()
+    ]
 
 
 def profile_layers(loaded: LoadedProfile, unread: list[str] | None = None) -> list[EnvLayer]:
     """What the profile takes from files of this host, as layers: its env files, then its
-    secret files; each variable set in one of them only. With `unread`, a file this user may
-    not read is said there (a monitoring user's `check`) instead of stopping all."""
-    layers = []
+    secret files; each variable set in one of them only. Every file is read: the problems of
+    all of them are refused at once (exit 3); with `unread`, a file's are said there instead
+    (a monitoring user's `check`, who may not read some), and the rest used."""
+    layers, secrets, problems = [], [], []
     for path in loaded.env_files:
         try:
             layers.append(read_profile_env_file(loaded, path))
-        except HostError as error:
-            if unread is None:
-                raise
-            unread.append(str(error))
-    try:
-        secrets = secret_layers(loaded)
-    except HostError as error:
-        if unread is None:
-            raise
-        unread.append(str(error))
-        secrets = []
+        except EnvFileError as error:
+            problems.append(error.finding)
+    for name, path in loaded.secret_files.items():
+        try:
+            secrets.append(_secret_layer(loaded, name, path, trusted=True))
+        except EnvFileError as error:
+            problems.append(error.finding)
+    if unread is not None:
+        unread += [problem.line() for problem in problems]
+        problems = []
     for layer in secrets:
         for name in layer.values:
             twice = [each.source for each in layers if name in each.values]
             if twice:
-                raise HostError(
-                    f"{loaded.path}: secret_files: {name}: {twice[0]} sets it too; keep it in "
-                    "one place"
-                )
+                message = f"{name}: {twice[0]} sets it too; keep it in one place"
+                problems.append(EnvFileError(loaded, "secret_files", message).finding)
+    refuse(problems)
     return layers + secrets
 
 
 def filled_args(
     loaded: LoadedProfile, layers: Sequence[EnvLayer], calling: Mapping[str, str]
-) -> list[str]:
+) -> tuple[list[str], list[Finding]]:
     """The profile's `[server] args` with each `${NAME}` filled in: from its env files
     (`layers`, the last that sets it), else from the `calling` environment for a name its
-    `[policy] environment_references` lists. A name neither sets, or one that gives a
-    credential flag an empty key, is a HostError naming where it was looked for: the profile
-    is valid, this host lacks the value."""
+    `[policy] environment_references` lists; and a finding for each name neither sets (left
+    unfilled) and each that gives a credential flag an empty key: the profile is valid, this
+    host lacks the value."""
     server = loaded.profile.server
     if server is None:
-        return []
+        return [], []
     kind, args = kind_of(server), server.args
     allowed = loaded.profile.policy.environment_references
     values: dict[str, str] = {}
     sources: dict[str, str] = {}
+    found: list[Finding] = []
+    files, where = [str(path) for path in loaded.env_files], str(loaded.path)
     for name in references.names(args):
-        found = [layer for layer in layers if name in layer.values]
-        if found:
-            values[name], sources[name] = found[-1].values[name], found[-1].source
+        setting = [layer for layer in layers if name in layer.values]
+        if setting:
+            values[name], sources[name] = setting[-1].values[name], setting[-1].source
         elif name in allowed and name in calling:
             values[name], sources[name] = calling[name], CALLING_ENV
         else:
-            files = ", ".join(map(str, loaded.env_files)) or "none"
-            raise HostError(
-                f"{loaded.path}: server.args: ${{{name}}} is set by none of the profile's env "
-                f"files ({files}){' nor the calling environment' if name in allowed else ''}; "
-                f"write {name}=VALUE in one of them, or name the file that holds it in "
-                "secret_files"
-            )
+            found.append(unset_reference(name, ARGS, files, name in allowed).in_file(where))
+            values[name] = f"${{{name}}}"  # kept as written: the launch is refused
     filled = [references.fill(word, values) for word in args]
     for index, option, valued in empty_credentials(filled, kind.reads_as_api_key, complete=False):
         at = index + 1 if valued and "=" not in filled[index] else index
-        empty = references.names(args[at : at + 1])
+        empty = [name for name in references.names(args[at : at + 1]) if name in sources]
         if empty:
-            raise HostError(
-                f"{loaded.path}: server.args: {option}'s ${{{empty[0]}}} is empty in "
-                f"{sources[empty[0]]}, which {kind.title} takes as no key (every request served); "
-                "write the key there"
-            )
-    return filled
+            subject, source = f"{option}'s ${{{empty[0]}}}", sources[empty[0]]
+            found.append(empty_key(kind.title, subject, ARGS, source, host=True).in_file(where))
+    return filled, found
 
 
-def check_key_variable(
+def key_variable_findings(
     loaded: LoadedProfile, env: Mapping[str, str], sources: Mapping[str, str], argv: Sequence[str]
-) -> None:
-    """A HostError where the server reads its key from a variable when `argv` gives it no
-    key flag (vLLM's VLLM_API_KEY), and the environment it gets (`env`, each value from
-    `sources`) sets that variable empty: the server then takes no key, serving every request."""
-    kind = loaded.profile.kind
-    if loaded.profile.server is None or kind.api_key_env is None:
-        return
-    if env.get(kind.api_key_env) != "":  # unset, or a key
-        return
+) -> list[Finding]:
+    """Where the server reads its key from a variable when `argv` gives it no key flag (vLLM's
+    VLLM_API_KEY), and the environment it gets (`env`, each value from `sources`) sets that
+    variable empty: the server then takes no key, serving every request. The profile's to fix
+    when it declares the variable empty, else this host's."""
+    kind, name = loaded.profile.kind, loaded.profile.kind.api_key_env
+    if loaded.profile.server is None or name is None or env.get(name) != "":  # unset, or a key
+        return []
     if any(kind.reads_as_api_key(word.split("=", 1)[0]) for word in argv):
-        return
-    raise HostError(
-        f"{loaded.path}: {kind.api_key_env} is empty in {sources.get(kind.api_key_env)}, which "
-        f"{kind.title} takes as no key (every request served); write the key there"
-    )
+        return []
+    host = name not in loaded.plan.env
+    found = empty_key(kind.title, name, "", sources.get(name, ""), host)
+    return [found.in_file(str(loaded.path))]

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nccl_launch.digits import is_ascii_digits
-from nccl_launch.errors import UsageError
+from nccl_launch.findings import Finding
 from nccl_launch.kinds import kind_of
 from nccl_launch.serving.table import ServerTable as Server
 
@@ -19,39 +19,43 @@ class Placement:
     dist_init_addr: str | None = None
 
 
-def placement_args(server: Server, given: Placement, environ: Mapping[str, str]) -> list[str]:
+def placement_args(
+    server: Server, given: Placement, environ: Mapping[str, str]
+) -> tuple[list[str], list[Finding]]:
     """This node's rank and the first node's address as its server kind takes them (SGLang's
-    `--node-rank` and `--dist-init-addr`), from flags, then the cluster engine.
+    `--node-rank` and `--dist-init-addr`), from flags, then the cluster engine; and what
+    stops them (a flag the profile fixes, a rank out of range, none at all).
 
     Order for the rank: `--node-rank`, `[server] node_rank`, Slurm's `SLURM_NODEID`, then
     LeaderWorkerSet's `LWS_WORKER_INDEX`. These stay out of the digest: every node runs the same.
     """
     kind = kind_of(server)
     args: list[str] = []
+    found: list[str] = []
     rank = given.node_rank
     if rank is not None and server.node_rank is not None:
-        raise UsageError(f"the profile fixes node_rank = {server.node_rank}; drop --node-rank")
-    if rank is None and server.node_rank is None and server.nnodes > 1:
+        found.append(f"the profile fixes node_rank = {server.node_rank}; drop --node-rank")
+    elif rank is None and server.node_rank is None and server.nnodes > 1:
         rank = node_rank_from(environ)
         if rank is None:
-            raise UsageError(
+            found.append(
                 f"nnodes = {server.nnodes} but no node rank: pass --node-rank, or run under "
                 "Slurm (SLURM_NODEID) or a LeaderWorkerSet (LWS_WORKER_INDEX)"
             )
-    if rank is not None:
+    if rank is not None and server.node_rank is None:
         if rank >= server.nnodes:
-            raise UsageError(f"node rank {rank} is not below nnodes = {server.nnodes}")
+            found.append(f"node rank {rank} is not below nnodes = {server.nnodes}")
         args += [kind.node_rank_flag, str(rank)]
     if given.dist_init_addr is not None:
         if server.dist_init_addr is not None:
-            raise UsageError(f"the profile fixes dist_init_addr = {server.dist_init_addr!r}")
+            found.append(f"the profile fixes dist_init_addr = {server.dist_init_addr!r}")
         try:
             args += kind.address_args(given.dist_init_addr)
         except ValueError as error:
-            raise UsageError(f"--dist-init-addr: {error}") from None
+            found.append(f"--dist-init-addr: {error}")
     elif server.nnodes > 1 and server.dist_init_addr is None:
-        raise UsageError(f"nnodes = {server.nnodes} needs --dist-init-addr HOST:PORT")
-    return args
+        found.append(f"nnodes = {server.nnodes} needs --dist-init-addr HOST:PORT")
+    return args, [Finding("placement", "", message) for message in found]
 
 
 def node_rank_from(environ: Mapping[str, str]) -> int | None:

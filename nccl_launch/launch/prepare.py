@@ -11,13 +11,18 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 
 from nccl_launch.env.drift import DriftEntry, DriftReport
-from nccl_launch.env.env_files import check_key_variable, filled_args, profile_layers, read_env_file
+from nccl_launch.env.env_files import (
+    filled_args,
+    key_variable_findings,
+    profile_layers,
+    read_env_file,
+)
 from nccl_launch.env.merge import EnvLayer, MergeResult, inherited_environment, merge_environment
-from nccl_launch.errors import ProfileError, UsageError
+from nccl_launch.errors import UsageError
 from nccl_launch.files.paths import FileError
 from nccl_launch.files.reading import read_text
 from nccl_launch.files.trust import check_trusted
-from nccl_launch.findings import refuse
+from nccl_launch.findings import Finding, refuse
 from nccl_launch.kinds import argument_findings, kind_of, unfilled_findings
 from nccl_launch.launch.placement import Placement, placement_args
 from nccl_launch.live.nccl_logs import debug_file, run_folder
@@ -140,21 +145,23 @@ def prepare_launch(
     # The profile's own env files before any --env-file: a problem in them is said first.
     declared = profile_layers(loaded)
     inherited = inherited_environment(calling, [read_env_file(path) for path in env_files])
+    found: list[Finding] = []
     if server is not None:
         judge = kind_of(server).model_problem
-        if judge is not None:
-            problem = judge(server, model_architecture(server.model_path or ""))
-            if problem is not None:
-                raise ProfileError([f"{loaded.path}: {problem.text()}"])
-        args = filled_args(loaded, declared, inherited.env)
+        problem = judge(server, model_architecture(server.model_path or "")) if judge else None
+        found += [problem.in_file(str(loaded.path))] if problem is not None else []
+        args, unfilled = filled_args(loaded, declared, inherited.env)
         filled_server = server.model_copy(update={"args": args})
-        found = argument_findings(filled_server, extra, str(loaded.path), ref)
-        refuse(found + unfilled_findings(server, extra))
-        more = placement_args(server, placement, calling) + list(extra)
+        found += unfilled + argument_findings(server, extra, str(loaded.path), ref)
+        found += unfilled_findings(server, extra)
+        placed, misplaced = placement_args(server, placement, calling)
+        found += misplaced
+        more = placed + list(extra)
         argv, filled = plan.argv + more, kind_of(server).argv(filled_server) + more
-    elif placement != Placement():
-        raise UsageError(f"profile {plan.label} has no [server] table to place on a node")
     else:
+        if placement != Placement():
+            message = f"profile {plan.label} has no [server] table to place on a node"
+            found.append(Finding("placement", "", message))
         # Empty when there is nothing to run: `run` refuses, `preflight` not.
         argv = filled = list(extra)
     origins = {key: str(path) for key, path in loaded.origins.items()}
@@ -171,8 +178,10 @@ def prepare_launch(
     )
     if server is not None:
         declared_env = loaded.profile.declared_env()
-        refuse(kind_of(server).environment_findings(server, merged.env, declared_env))
-        check_key_variable(loaded, merged.env, merged.sources, filled)
+        found += kind_of(server).environment_findings(server, merged.env, declared_env)
+        found += key_variable_findings(loaded, merged.env, merged.sources, filled)
+    found += nccl_debug_findings(plan) if nccl_debug else []
+    refuse(found)  # every error at once, with the exit code of whose problem they are
     held = {key for layer in declared for key in layer.values}
     names = references.names(server.args) if server is not None else []
     secrets = secrets_of(filled, merged.env, held, names)
@@ -202,15 +211,21 @@ def model_architecture(model_path: str) -> str | None:
     return architecture if isinstance(architecture, str) else None
 
 
+def nccl_debug_findings(plan: ProfilePlan) -> list[Finding]:
+    """Where the profile sets NCCL's logging itself, which --nccl-debug would replace."""
+    return [
+        Finding("nccl-debug", "", f"the profile declares {name}; drop it or --nccl-debug")
+        for name in sorted(NCCL_DEBUG_KEYS & plan.env.keys())
+    ]
+
+
 def with_nccl_debug(
     merged: MergeResult, plan: ProfilePlan, log_file: str | None = None
 ) -> MergeResult:
     """NCCL_DEBUG=INFO with the ENV subsystem, marked so that `check` tolerates it; with
     `log_file`, NCCL_DEBUG_FILE: each process writes there instead of its standard output,
     and `check` reads it. Whatever the calling environment had for them is replaced."""
-    declared = sorted(NCCL_DEBUG_KEYS & plan.env.keys())
-    if declared:
-        raise UsageError(f"the profile declares {declared[0]}; drop it or --nccl-debug")
+    refuse(nccl_debug_findings(plan))
     extra = NCCL_DEBUG_ENV | {MARKER_NCCL_DEBUG: "1"}
     if log_file is not None:
         extra[NCCL_DEBUG_FILE] = log_file

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files.reading import read_text
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.kinds import DEFAULT_KIND
 from nccl_launch.nccl.catalog import PREFIX
 from nccl_launch.profile.document import parse_profile_toml
@@ -134,17 +135,16 @@ def _parent(files: list[ChainFile], extends: str) -> Path:
     """The file `extends` names, seen from the last file read; ProfileError for a loop."""
     path = files[-1].path
     if len(files) == MAX_EXTENDS:
-        raise ProfileError(
-            [f"{path}: extends: a chain of more than {MAX_EXTENDS} files from {files[0].path}"]
-        )
+        message = f"a chain of more than {MAX_EXTENDS} files from {files[0].path}"
+        raise Refused([Finding("extends", "extends", message, file=str(path))])
     try:
         parent = find_profile(extends, near=path.parent)
     except UsageError as error:
-        raise ProfileError([f"{path}: extends: {error}"]) from None
+        raise Refused([Finding("extends", "extends", str(error), file=str(path))]) from None
     seen = [file.path for file in files]
     if parent.resolve() in [file.resolve() for file in seen]:
         cycle = " -> ".join(str(file) for file in (*seen, parent))
-        raise ProfileError([f"{path}: extends: cycle {cycle}"])
+        raise Refused([Finding("extends", "extends", f"cycle {cycle}", file=str(path))])
     return parent
 
 

@@ -8,8 +8,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from nccl_launch.errors import ProfileError
 from nccl_launch.files.reading import read_text
+from nccl_launch.findings import Finding, Refused, refuse
 from nccl_launch.nccl.grammar import INT64_MAX, INT64_MIN  # TOML integers are 64-bit too
 
 # A profile's tables go three deep ([server.speculative] KEY); deeper is a mistake or an attack,
@@ -17,7 +17,7 @@ from nccl_launch.nccl.grammar import INT64_MAX, INT64_MIN  # TOML integers are 6
 MAX_NESTING = 16
 
 
-def _shape_problems(path: Path, data: dict[str, Any]) -> list[str]:
+def _shape_problems(path: Path, data: dict[str, Any]) -> list[Finding]:
     """What TOML allows but no profile can mean: nesting deeper than MAX_NESTING, an integer
     beyond 64 bits (tomllib reads any size), a key holding a control character."""
     problems = []
@@ -26,18 +26,21 @@ def _shape_problems(path: Path, data: dict[str, Any]) -> list[str]:
         key, value, depth = pending.pop()
         where = key or "the document"
         if depth > MAX_NESTING:
-            problems.append(f"{path}: {where}: nested deeper than {MAX_NESTING} levels")
+            message = f"nested deeper than {MAX_NESTING} levels"
+            problems.append(Finding("nesting", where, message, file=str(path)))
         elif isinstance(value, dict):
             for name, item in value.items():
                 if not name.isprintable():
                     dotted = f"{key}.{name!r}" if key else repr(name)
-                    problems.append(f"{path}: {dotted}: a key cannot hold a control character")
+                    message = "a key cannot hold a control character"
+                    problems.append(Finding("key-name", dotted, message, file=str(path)))
                 else:
                     pending.append((f"{key}.{name}" if key else name, item, depth + 1))
         elif isinstance(value, list):
             pending += [(f"{key}.{index}", item, depth + 1) for index, item in enumerate(value)]
         elif isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
-            problems.append(f"{path}: {where}: integer out of range; TOML integers are 64-bit")
+            message, fix = "integer out of range", "TOML integers are 64-bit"
+            problems.append(Finding("integer-range", where, message, fix, file=str(path)))
     return problems
 
 
@@ -58,8 +61,6 @@ def parse_profile_toml(path: Path, text: str) -> dict[str, Any]:
     except RecursionError:
         problem = "nested deeper than Python can read"
     else:
-        problems = _shape_problems(path, data)
-        if problems:
-            raise ProfileError(problems)
+        refuse(_shape_problems(path, data))
         return data
-    raise ProfileError([f"{path}: not valid TOML: {problem}"])
+    raise Refused([Finding("not-toml", "", f"not valid TOML: {problem}", file=str(path))])

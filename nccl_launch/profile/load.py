@@ -12,9 +12,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from nccl_launch.errors import PinError, ProfileError
-from nccl_launch.findings import Finding
-from nccl_launch.kinds import DEFAULT_KIND, INVALID_KIND, KINDS, server_problems
+from nccl_launch.errors import PinError
+from nccl_launch.findings import Finding, Refused, refuse, unset_reference
+from nccl_launch.kinds import ARGS, DEFAULT_KIND, INVALID_KIND, KINDS, server_problems
 from nccl_launch.masking import is_secret, mask_credentials
 from nccl_launch.profile.chain import ProfileChain, read_chain
 from nccl_launch.profile.lint import review
@@ -83,45 +83,55 @@ def _kind_and_loc(loc: tuple[str | int, ...]) -> tuple[str, list[str | int]]:
     return DEFAULT_KIND, parts
 
 
-def validation_problems(path: Path | str, error: ValidationError, data: Any) -> list[str]:
-    """One line per pydantic error in validating `data`, naming the file, the dotted key and
-    what would be valid; a credential is never echoed."""
-    lines = []
+def _split(text: str, code: str, path: Path | str) -> Finding:
+    """A finding of `KEY: MESSAGE; FIX` in the file at `path` (a rule's wording says what is
+    wrong, then after `; ` what would be valid)."""
+    where, _, said = text.partition(": ")
+    message, _, fix = said.partition("; ")
+    return Finding(code, where, message, fix, file=str(path))
+
+
+def validation_problems(path: Path | str, error: ValidationError, data: Any) -> list[Finding]:
+    """One finding per pydantic error in validating `data`, naming the file, the dotted key
+    and what would be valid; a credential is never echoed."""
+    found = []
     for item in error.errors():
         kind, parts = _kind_and_loc(item["loc"])
         loc = [str(part) for part in parts]
         key = ".".join(loc)
         if item["type"] == INVALID_KIND:
             shown = mask_credentials(repr(_at(data, ("server", "kind"))))
-            lines.append(f"{path}: server.kind: {shown} is {item['msg']}")
+            message = f"{shown} is {item['msg']}"
+            found.append(Finding("invalid-kind", "server.kind", message, file=str(path)))
             continue
         if item["type"] == "value_error" and loc in (["nccl"], ["env"]):
             message = item["msg"].removeprefix("Value error, ")
-            lines += [
-                f"{path}: {key}.{unechoed(line, item['input'])}" for line in message.split("\n")
+            found += [
+                _split(f"{key}.{unechoed(line, item['input'])}", "invalid-value", path)
+                for line in message.split("\n")
             ]
         elif item["type"] == "value_error":
             message = unechoed(item["msg"].removeprefix("Value error, "), item["input"])
-            lines.append(f"{path}: {key}: {message}")
+            found.append(_split(f"{key}: {message}", "invalid-value", path))
         elif item["type"] == "extra_forbidden":
             table = ".".join(loc[:-1])
             where = f"[{table}]" if table else "the top level"
-            lines.append(
-                f"{path}: {key}: unknown key; valid in {where}: {_valid_keys(table, kind)}"
-            )
+            fix = f"valid in {where}: {_valid_keys(table, kind)}"
+            found.append(Finding("unknown-key", key, "unknown key", fix, file=str(path)))
         elif item["type"] == "missing":
-            lines.append(f"{path}: {key}: required key is missing")
+            found.append(Finding("missing-key", key, "required key is missing", file=str(path)))
         else:
             got = echoed_input(tuple(parts), item["input"], _at(data, tuple(parts[:-1])))
-            lines.append(f"{path}: {key}: {item['msg']} (got {got})")
-    return lines
+            message = f"{item['msg']} (got {got})"
+            found.append(Finding("invalid-value", key, message, file=str(path)))
+    return found
 
 
 def _validate(path: Path | str, data: dict[str, Any]) -> Profile:
     try:
         return Profile.model_validate(data)
     except ValidationError as error:
-        raise ProfileError(validation_problems(path, error, data)) from None
+        raise Refused(validation_problems(path, error, data)) from None
 
 
 def validate_resolved(source: Path | str, data: dict[str, Any]) -> Profile:
@@ -131,8 +141,7 @@ def validate_resolved(source: Path | str, data: dict[str, Any]) -> Profile:
     if profile.server is not None:
         problems = server_problems(profile.server) + _reference_problems(profile, profile.server)
         problems += [note for note in review(profile).warnings if note.severity == "error"]
-        if problems:
-            raise ProfileError([f"{source}: {problem.text()}" for problem in problems])
+        refuse([problem.in_file(str(source)) for problem in problems])
     return profile
 
 
@@ -145,17 +154,7 @@ def _reference_problems(profile: Profile, server: ServerTable) -> list[Finding]:
     names = references.names(server.args)
     if not profile.env_files:
         allowed = [*profile.policy.environment_references, *profile.secret_files]
-        problems += [
-            Finding(
-                "reference",
-                "server.args",
-                f"${{{name}}} can be filled from nothing: the profile names no env_files",
-                f"name the env file that sets {name} in env_files, or the file that holds it "
-                f"in secret_files",
-            )
-            for name in names
-            if name not in allowed
-        ]
+        problems += [unset_reference(name, ARGS, []) for name in names if name not in allowed]
     marked = {name: f"ref-{name}-ref" for name in names}
     hidden = " ".join(secrets_of([references.fill(arg, marked) for arg in server.args], {}).values)
     problems += [

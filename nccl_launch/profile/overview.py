@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, computed_field
 
-from nccl_launch.errors import EXIT_OK, EXIT_USAGE, NcclLaunchError
+from nccl_launch.errors import EXIT_OK, EXIT_USAGE, NcclLaunchError, ProfileError
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.profile.lint import accept_line, review
 from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.profile.model import Baseline
@@ -15,24 +16,76 @@ from nccl_launch.profile.search import pick, profile_files
 from nccl_launch.report import Report
 
 
+class ReportedFinding(BaseModel):
+    """A finding as `validate --format json` gives it."""
+
+    code: str
+    severity: str
+    file: str
+    location: str
+    message: str
+    fix: str
+
+    @classmethod
+    def of(cls, finding: Finding) -> ReportedFinding:
+        return cls(
+            code=finding.code,
+            severity=finding.severity,
+            file=finding.file,
+            location=finding.where,
+            message=finding.message,
+            fix=finding.fix,
+        )
+
+
 class Validated(BaseModel):
     """One file given to `validate`: its label, digest, warnings and the ids of the warnings
-    it acknowledges, or the lines of the error it raised."""
+    it acknowledges, or the lines of the error it raised; and all it found, as findings."""
 
     path: str
     label: str = ""
+    digest: str = ""
     short_digest: str = ""
     warnings: list[str] = []
     problems: list[str] = []
     acknowledged: list[str] = []
     baseline: Baseline | None = None
+    findings: list[ReportedFinding] = []
 
 
-class Validation(BaseModel):
+class ValidatedFile(BaseModel):
+    """One file of `validate --format json`: the profile it is (when valid), its findings,
+    errors and warnings, and the ids of the warnings its `[policy] accept` takes."""
+
+    path: str
+    profile: str | None
+    digest: str | None
+    valid: bool
+    findings: list[ReportedFinding]
+    accepted: list[str]
+
+
+class Validation(Report):
     """`validate`'s result: exit 2 if any file is invalid."""
 
-    results: list[Validated]
+    results: list[Validated] = Field(exclude=True)
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def files(self) -> list[ValidatedFile]:
+        return [
+            ValidatedFile(
+                path=result.path,
+                profile=result.label or None,
+                digest=result.digest or None,
+                valid=not result.problems,
+                findings=result.findings,
+                accepted=result.acknowledged,
+            )
+            for result in self.results
+        ]
+
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def invalid(self) -> int:
         return sum(bool(result.problems) for result in self.results)
@@ -42,6 +95,18 @@ class Validation(BaseModel):
         return EXIT_USAGE if self.invalid else EXIT_OK
 
 
+def _unloaded(ref: str, error: NcclLaunchError) -> list[Finding]:
+    """What a profile that did not load found: its findings, or the error as one (a file not
+    found or not TOML), in the file it names."""
+    if isinstance(error, Refused):
+        return error.findings
+    code = "invalid-file" if isinstance(error, ProfileError) else "unreadable"
+    return [
+        Finding(code, "", line.removeprefix(error.prefix).removeprefix(f"{ref}: "), file=ref)
+        for line in error.lines()
+    ]
+
+
 def validate(refs: tuple[str, ...]) -> Validation:
     """Each profile judged alone: the host is asked nothing, so CI and a GPU host agree."""
     results = []
@@ -49,18 +114,22 @@ def validate(refs: tuple[str, ...]) -> Validation:
         try:
             loaded = load_profile(ref)
         except NcclLaunchError as error:
-            results.append(Validated(path=ref, problems=error.lines()))
+            found = [ReportedFinding.of(each) for each in _unloaded(ref, error)]
+            results.append(Validated(path=ref, problems=error.lines(), findings=found))
             continue
         plan = loaded.plan
-        found = review(loaded.profile)
+        review_ = review(loaded.profile)
+        path = str(loaded.path)
         results.append(
             Validated(
-                path=str(loaded.path),
+                path=path,
                 label=plan.label,
+                digest=plan.digest,
                 short_digest=plan.short_digest,
-                warnings=[accept_line(note) for note in found.warnings],
-                acknowledged=[note.id for note in found.acknowledged],
+                warnings=[accept_line(note) for note in review_.warnings],
+                acknowledged=[note.id for note in review_.acknowledged],
                 baseline=loaded.profile.baseline,
+                findings=[ReportedFinding.of(note.in_file(path)) for note in review_.warnings],
             )
         )
     return Validation(results=results)
