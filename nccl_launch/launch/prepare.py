@@ -162,11 +162,9 @@ def prepare_launch(
     declared = profile_layers(loaded)
     inherited = inherited_environment(calling, [read_env_file(path) for path in env_files])
     if server is not None:
-        judge = kind_of(server).model_problem
-        if judge is not None:
-            problem = judge(server, model_architecture(server.model_path or ""))
-            if problem is not None:
-                raise ProfileError([f"{loaded.path}: {problem.text()}"])
+        problem = kind_of(server).model_problem(server, model_architecture)
+        if problem is not None:
+            raise ProfileError([f"{loaded.path}: {problem.text()}"])
         args = filled_args(loaded, declared, inherited.env)
         filled_server = server.model_copy(update={"args": args})
         found = argument_findings(filled_server, extra, str(loaded.path), ref)

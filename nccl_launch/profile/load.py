@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from nccl_launch.errors import PinError, ProfileError
 from nccl_launch.findings import Finding
-from nccl_launch.kinds import DEFAULT_KIND, INVALID_KIND, KINDS, server_problems
+from nccl_launch.kinds import INVALID_KIND, ServerKind, default_kind, kind_named, server_problems
 from nccl_launch.masking import (
     MASK,
     is_secret,
@@ -54,8 +54,8 @@ class LoadedProfile:
     secret_files: Mapping[str, Path] = dataclasses.field(default_factory=dict)
 
 
-def _valid_keys(table: str, kind: str) -> str:
-    server = KINDS[kind].table
+def _valid_keys(table: str, kind: ServerKind) -> str:
+    server = kind.table
     speculative = server.model_fields["speculative"].annotation
     if table == "server":
         model: type[BaseModel] | None = server
@@ -113,13 +113,14 @@ def _shown_input(loc: tuple[str | int, ...], value: Any, data: Any) -> str:
     return mask_credentials(repr(value))
 
 
-def _kind_and_loc(loc: tuple[str | int, ...]) -> tuple[str, list[str | int]]:
+def _kind_and_loc(loc: tuple[str | int, ...]) -> tuple[ServerKind, list[str | int]]:
     """The server kind a `[server]` error was found under (pydantic names the tag in its
     `loc`: `server.vllm.port`), and the `loc` as the file spells it (`server.port`)."""
     parts = list(loc)
-    if parts[:1] == ["server"] and len(parts) > 1 and parts[1] in KINDS:
-        return str(parts[1]), ["server", *parts[2:]]
-    return DEFAULT_KIND, parts
+    kind = kind_named(str(parts[1])) if parts[:1] == ["server"] and len(parts) > 1 else None
+    if kind is not None:
+        return kind, ["server", *parts[2:]]
+    return default_kind(), parts
 
 
 def validation_problems(path: Path | str, error: ValidationError, data: Any) -> list[str]:
