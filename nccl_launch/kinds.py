@@ -137,7 +137,7 @@ class Registry(Sequence[ServerKind]):
     points (read once, when a kind is looked for), then those `register`ed."""
 
     def __init__(self, *kinds: ServerKind) -> None:
-        self._kinds = list(kinds)
+        self.read = list(kinds)  # so far: the entry points not yet, where none was looked for
         self._plugins_read = False
 
     def _all(self) -> list[ServerKind]:
@@ -145,7 +145,7 @@ class Registry(Sequence[ServerKind]):
             self._plugins_read = True
             for point in entry_points(group=ENTRY_POINTS):
                 register(point.load())
-        return self._kinds
+        return self.read
 
     @overload
     def __getitem__(self, index: int) -> ServerKind: ...
@@ -168,12 +168,12 @@ def register(kind: ServerKind) -> None:
     """Add `kind` after those registered: a profile may then name it (`kind = NAME`)."""
     if kind.name in names():
         raise ValueError(f"a server kind named {kind.name!r} is registered already")
-    KINDS._kinds.append(kind)
+    KINDS.read.append(kind)
 
 
 def unregister(kind: ServerKind) -> None:
     """Take `kind` back out of the registry (a test's own kind, after the test)."""
-    KINDS._kinds.remove(kind)
+    KINDS.read.remove(kind)
 
 
 def names() -> tuple[str, ...]:
@@ -184,7 +184,7 @@ def names() -> tuple[str, ...]:
 def kind_named(name: str) -> ServerKind | None:
     """The kind registered under `name`; None for another name. The entry points are read
     only for a name the kinds registered so far do not have."""
-    for kinds in (KINDS._kinds, KINDS):
+    for kinds in (KINDS.read, KINDS):
         found = next((kind for kind in kinds if kind.name == name), None)
         if found is not None:
             return found
@@ -193,7 +193,7 @@ def kind_named(name: str) -> ServerKind | None:
 
 def default_kind() -> ServerKind:
     """The kind of a `[server]` table that names none: the first registered."""
-    return KINDS[0]
+    return KINDS.read[0]
 
 
 def kind_of(server: ServerTable) -> ServerKind:
@@ -251,7 +251,8 @@ def _union(kinds: tuple[ServerKind, ...]) -> TypeAdapter[ServerTable]:
 
 
 def _validated(table: Any) -> ServerTable:
-    return _union(tuple(KINDS)).validate_python(table)
+    _tag(table)  # a kind not registered yet is looked for among the entry points first
+    return _union(tuple(KINDS.read)).validate_python(table)
 
 
 class _Registered:
