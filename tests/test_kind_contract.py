@@ -162,6 +162,19 @@ def test_a_registered_kind_is_validated_and_its_argv_run_dry(
     dry = run_cli("run", "--dry-run", "echo")
     assert dry.returncode == 0, dry.stderr
     assert f"{shlex.quote(sys.executable)} -c " in dry.stdout
+    # Its table is read as its own: a key it does not have, named with those it has.
+    write_profile("other", PROFILE.format(port=8123).replace("[server]", "[server]\ntp = 2"))
+    other = run_cli("validate", "other")
+    assert other.returncode == 2
+    assert other.stderr.splitlines() == [
+        "profiles/other.toml: server.tp: unknown key; valid in [server]: python, entrypoint, "
+        "model_path, tp_size, pp_size, host, port, nnodes, node_rank, dist_init_addr, cwd, args, "
+        "kind"
+    ]
+    write_profile("draft", PROFILE.format(port=8123) + '[server.speculative]\nmodel = "/d"\n')
+    draft = run_cli("validate", "draft")
+    assert draft.returncode == 2
+    assert "server.speculative: unknown key; valid in [server]:" in draft.stderr
     assert "--model /models/m --listen 8123" in dry.stdout
     # The kind's own rules are asked: a structured field repeated after `--`.
     repeated = run_cli("run", "--dry-run", "echo", "--", "--listen", "9")

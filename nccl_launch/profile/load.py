@@ -56,10 +56,10 @@ class LoadedProfile:
 
 def _valid_keys(table: str, kind: ServerKind) -> str:
     server = kind.table
-    speculative = server.model_fields["speculative"].annotation
     if table == "server":
         model: type[BaseModel] | None = server
-    elif table == "server.speculative":
+    elif table == "server.speculative" and "speculative" in server.model_fields:
+        speculative = server.model_fields["speculative"].annotation
         model = next(arg for arg in typing.get_args(speculative) if arg is not type(None))
     else:
         model = _TABLES.get(table)
