@@ -36,10 +36,12 @@ class LaunchCommand(click.Command):
             extra = super().parse_args(ctx, list(own))  # click consumes the list it parses
         except click.NoSuchOption as error:
             message = error.format_message()
-            if _field_flag(error.option_name, own) is not None:  # not a near miss of ours
+            flag = _field_flag(error.option_name, own)
+            if flag is not None:  # not a near miss of one of ours
                 message = f"No such option {error.option_name!r}."
             stop = "" if message.endswith((".", "?")) else "."
-            where = _where_it_goes(error.option_name, own, hint, ctx.info_name == "systemd")
+            unit = ctx.info_name == "systemd"
+            where = _where_it_goes(error.option_name, flag, own, hint, unit)
             raise click.UsageError(f"{escaped(message)}{stop} {where}", ctx) from None
         if extra and ctx.resilient_parsing:
             raise click.exceptions.Exit(0)  # completing after a stray argument: nothing fits
@@ -85,17 +87,17 @@ def _field_flag(option: str, own: list[str]) -> Flag | None:
         except NcclLaunchError:
             continue
         return kind.field_flag(option)
-    return next((kind.field_flag(option) for kind in KINDS if kind.field_flag(option)), None)
+    flags = (kind.field_flag(option) for kind in KINDS)
+    return next((flag for flag in flags if flag is not None), None)
 
 
-def _where_it_goes(option: str, own: list[str], hint: str, unit: bool) -> str:
-    """Where an unknown `option` belongs: a structured `[server]` field in the profile (after
-    `--` it is refused), any other server flag after `--` with the value it was given; a
-    credential's value is never echoed to a log, but given as a variable (`"$API_KEY"`, or
-    for a `unit`, `'${API_KEY}'` that systemd fills from an env file)."""
+def _where_it_goes(option: str, flag: Flag | None, own: list[str], hint: str, unit: bool) -> str:
+    """Where an unknown `option` belongs: a structured `[server]` field (its `flag`) in the
+    profile (after `--` it is refused), any other server flag after `--` with the value it
+    was given; a credential's value is never echoed to a log, but given as a variable
+    (`"$API_KEY"`, or for a `unit`, `'${API_KEY}'` that systemd fills from an env file)."""
     from nccl_launch.masking import MASK, mask_argv  # a mistake's path, not a TAB's
 
-    flag = _field_flag(option, own)
     if flag is not None:
         return (
             f"{shell_word(option)} is the field {flag.field}: set {flag.place} of the profile "
