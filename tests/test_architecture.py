@@ -161,6 +161,23 @@ def test_only_the_registry_imports_a_kinds_folder() -> None:
     assert kinds == {f"nccl_launch.{folder}.kind" for folder in KIND_FOLDERS}
 
 
+# A document an earlier nccl-launch wrote stamps SGLang's version under its own key.
+NAMES_A_KIND = {"nccl_launch.bench.result"}
+
+
+def test_only_a_kinds_folder_names_it() -> None:
+    named = {
+        name: [
+            node.lineno
+            for node in ast.walk(ast.parse(MODULES[name].read_text(encoding="utf-8")))
+            if isinstance(node, ast.Constant) and node.value in KIND_FOLDERS
+        ]
+        for name in MODULES
+        if package_of(name) not in KIND_FOLDERS and name not in NAMES_A_KIND
+    }
+    assert {name: lines for name, lines in named.items() if lines} == {}
+
+
 def test_the_registry_wires_no_kind_by_hand() -> None:
     tree = ast.parse(MODULES[REGISTRY].read_text(encoding="utf-8"))
     assert [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Lambda)] == []
