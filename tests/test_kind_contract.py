@@ -175,6 +175,8 @@ def test_a_registered_kind_is_validated_and_its_argv_run_dry(
     draft = run_cli("validate", "draft")
     assert draft.returncode == 2
     assert "server.speculative: unknown key; valid in [server]:" in draft.stderr
+    # Editors are told of it: the JSON Schema is built from the kinds registered.
+    assert '"const": "echo"' in run_cli("schema").stdout
     assert "--model /models/m --listen 8123" in dry.stdout
     # The kind's own rules are asked: a structured field repeated after `--`.
     repeated = run_cli("run", "--dry-run", "echo", "--", "--listen", "9")
