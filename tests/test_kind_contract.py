@@ -162,7 +162,21 @@ def test_a_registered_kind_is_validated_and_its_argv_run_dry(
     dry = run_cli("run", "--dry-run", "echo")
     assert dry.returncode == 0, dry.stderr
     assert f"{shlex.quote(sys.executable)} -c " in dry.stdout
-    # Its table is read as its own: a key it does not have, named with those it has.
+    assert "--model /models/m --listen 8123" in dry.stdout
+    # The kind's own rules are asked: a structured field repeated after `--`.
+    repeated = run_cli("run", "--dry-run", "echo", "--", "--listen", "9")
+    assert repeated.returncode == 2
+    assert "--listen repeats the field port, which `--` cannot change" in repeated.stderr
+    # A flag of its fields before `--` is said to belong in the profile, as the kind reads it.
+    hint = run_cli("run", "echo", "--listen", "9")
+    assert hint.returncode == 2
+    assert "--listen is the field port: set port in [server] of the profile" in hint.stderr
+
+
+def test_a_registered_kinds_table_is_read_as_its_own(
+    registered: Echo, write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    # A key it does not have, named with those it has; it has no [server.speculative].
     write_profile("other", PROFILE.format(port=8123).replace("[server]", "[server]\ntp = 2"))
     other = run_cli("validate", "other")
     assert other.returncode == 2
@@ -177,15 +191,6 @@ def test_a_registered_kind_is_validated_and_its_argv_run_dry(
     assert "server.speculative: unknown key; valid in [server]:" in draft.stderr
     # Editors are told of it: the JSON Schema is built from the kinds registered.
     assert '"const": "echo"' in run_cli("schema").stdout
-    assert "--model /models/m --listen 8123" in dry.stdout
-    # The kind's own rules are asked: a structured field repeated after `--`.
-    repeated = run_cli("run", "--dry-run", "echo", "--", "--listen", "9")
-    assert repeated.returncode == 2
-    assert "--listen repeats the field port, which `--` cannot change" in repeated.stderr
-    # A flag of its fields before `--` is said to belong in the profile, as the kind reads it.
-    hint = run_cli("run", "echo", "--listen", "9")
-    assert hint.returncode == 2
-    assert "--listen is the field port: set port in [server] of the profile" in hint.stderr
 
 
 @pytest.mark.xfail(
