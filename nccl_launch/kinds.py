@@ -46,6 +46,10 @@ class Kind(Protocol[TableT]):
     script: str
     entrypoints: tuple[str, ...]
     credential_flags: tuple[str, ...]  # whose values are secrets, spelled in full
+    # Its flags only named like one (`--speculative-token-map`), shown; whether its API-key
+    # flag takes several keys (`--api-key K1 K2`).
+    named_like_credentials: tuple[str, ...]
+    several_keys: bool
     env_prefix: str  # of the variables it reads
 
     def address(self, server: TableT) -> tuple[str, int]:

@@ -63,6 +63,8 @@ class Echo:
     script = "echo-server"
     entrypoints: tuple[str, ...] = ("-m echo_server",)
     credential_flags: tuple[str, ...] = (WORD_FLAG,)
+    named_like_credentials: tuple[str, ...] = ()
+    several_keys = False
     env_prefix = "ECHO_"
 
     def address(self, server: EchoServer) -> tuple[str, int]:

@@ -30,6 +30,8 @@ class SGLang:
     script = facts.SCRIPT
     entrypoints: tuple[str, ...] = facts.ENTRYPOINTS
     credential_flags: tuple[str, ...] = facts.CREDENTIAL_FLAGS
+    named_like_credentials: tuple[str, ...] = facts.NAMED_LIKE_CREDENTIALS
+    several_keys = False
     env_prefix = facts.ENV_PREFIX
 
     def address(self, server: Server) -> tuple[str, int]:

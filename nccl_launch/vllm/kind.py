@@ -31,6 +31,8 @@ class Vllm:
     script = facts.SCRIPT
     entrypoints: tuple[str, ...] = facts.ENTRYPOINTS
     credential_flags: tuple[str, ...] = facts.CREDENTIAL_FLAGS
+    named_like_credentials: tuple[str, ...] = ()
+    several_keys = True  # `--api-key K1 K2`
     env_prefix = facts.ENV_PREFIX
 
     def address(self, server: VllmServer) -> tuple[str, int]:
