@@ -1,181 +1,217 @@
-"""The server kinds a `[server]` table may name (`kind`, SGLang by default) and what each
-means: its table, its argv, its rules, the NCCL variables it sets; and the rules every kind
-shares. Generic code asks `kind_of(server)`; nothing else branches on a kind."""
+"""The registry of server kinds a `[server]` table may name (`kind`, the first registered by
+default): the protocol each kind implements in one module of its folder (`sglang/kind.py`,
+`vllm/kind.py`), the kinds registered, the `[server]` union built from them, and the rules
+every kind shares. Generic code asks `kind_of(server)`; nothing else branches on a kind."""
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Annotated, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import cache
+from importlib.metadata import entry_points
+from typing import Annotated, Any, Protocol, TypeVar, Union, overload
 
-from pydantic import Discriminator, Tag
+from pydantic import Discriminator, GetCoreSchemaHandler, GetJsonSchemaHandler, Tag, TypeAdapter
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, core_schema
 
 from nccl_launch.findings import Finding, empty_key
 from nccl_launch.serving.api import Get, Served
 from nccl_launch.serving.command import Given, split_command
 from nccl_launch.serving.flags import Flag, empty_credentials, unfilled_credentials
 from nccl_launch.serving.table import ServerTable
-from nccl_launch.sglang import api as sglang_api
-from nccl_launch.sglang import argv as sglang_argv
-from nccl_launch.sglang import facts as sglang_facts
-from nccl_launch.sglang import rules as sglang_rules
-from nccl_launch.sglang.server import Server as SGLangServer
-from nccl_launch.vllm import api as vllm_api
-from nccl_launch.vllm import argv as vllm_argv
-from nccl_launch.vllm import facts as vllm_facts
-from nccl_launch.vllm import rules as vllm_rules
-from nccl_launch.vllm.server import VllmServer, address_args
+from nccl_launch.sglang.kind import SGLang
+from nccl_launch.vllm.kind import Vllm
 
-DEFAULT_KIND = "sglang"
+TableT = TypeVar("TableT", bound=ServerTable)
 
 
-@dataclass(frozen=True)
-class ServerKind:
-    """What one kind of server means; each function takes that kind's `[server]` table."""
+class Kind(Protocol[TableT]):
+    """What one kind of server means; each method takes that kind's `[server]` table."""
 
-    name: str
+    name: str  # as a profile's `kind` names it
     title: str  # as people write it: "SGLang"
-    table: type[ServerTable]
-    argv: Callable[[Any], list[str]]
-    problems: Callable[[Any], list[Finding]]  # its own rules, beyond the shared ones
-    warnings: Callable[[Any, dict[str, str]], list[Finding]]
-    # What the environment the server gets makes it do to the profile's declared values,
-    # beyond what the profile's own [env] says (`warnings` judges that).
-    environment_findings: Callable[[Any, Mapping[str, str], Mapping[str, str]], list[Finding]]
-    owned_env: Callable[[Any, Mapping[str, str]], tuple[str, ...]]
-    duplicated_flags: Callable[[Any, Sequence[str]], list[tuple[str, Flag]]]
-    reads_as_api_key: Callable[[str], bool]
+    table: type[TableT]
     api_key_flag: str
     api_key_env: str | None  # a variable the server reads its key from, where the flag is absent
     default_host: str
     default_port: int
-    # The speculative draft's path, where it has one, and its key in `[server.speculative]`.
-    draft_model: Callable[[Any], str | None]
-    draft_key: str
-    # Why the model (of the architecture its config.json names on this host, None where
-    # unreadable) cannot serve the table, where the kind judges it before start.
-    model_problem: Callable[[Any, str | None], Finding | None] | None
+    draft_key: str  # the speculative draft's key in `[server.speculative]`
     # The module asking the installed server (`probe`, `expected_values`): imported by
     # preflight alone, off `run`'s path.
     parser: str
-    # Where placement puts this node: its rank's flag, and the first node's HOST:PORT as
-    # arguments (ValueError for an address the kind cannot take).
-    node_rank_flag: str
-    address_args: Callable[[str], list[str]]
-    # Its command line read back into a table (`convert`, `capture`): the console script
-    # and the interpreter's entrypoints that start it, the flag a first plain word after the
-    # entrypoint stands for, the field each option gives, and the fields those give.
+    node_rank_flag: str  # where placement puts this node's rank
+    # Its command line read back into a table (`convert`, `capture`): the console script and
+    # the interpreter's entrypoints that start it.
     script: str
     entrypoints: tuple[str, ...]
-    leading_flag: Callable[[str], Flag | None]
-    reads: Callable[[str], Flag | None]
-    fields: Callable[[Sequence[Given]], tuple[dict[str, Any], list[Given], list[str]]]
     credential_flags: tuple[str, ...]  # whose values are secrets, spelled in full
-    # Whether its parser may read an option as one of those (a prefix, `_` for `-`); its
-    # flags only named like one (`--speculative-token-map`), shown; whether its API-key flag
-    # takes several keys (`--api-key K1 K2`).
-    reads_as_credential: Callable[[str], bool]
+    # Its flags only named like one (`--speculative-token-map`), shown; whether its API-key
+    # flag takes several keys (`--api-key K1 K2`).
     named_like_credentials: tuple[str, ...]
     several_keys: bool
     env_prefix: str  # of the variables it reads
-    # Its HTTP API: what it says of itself, the key a request carries (read from the server's
-    # argv and environment).
-    served: Callable[[Get], Served]
-    request_key: Callable[[Sequence[str], Mapping[str, str]], str | None]
 
-    def address(self, server: ServerTable) -> tuple[str, int]:
+    def address(self, server: TableT) -> tuple[str, int]:
         """Where the server listens: its host and port, the kind's defaults where unset."""
-        return server.host or self.default_host, server.port or self.default_port
+        ...
+
+    def argv(self, server: TableT) -> list[str]:
+        """The command line the table stands for."""
+        ...
+
+    def problems(self, server: TableT) -> list[Finding]:
+        """Its own rules, beyond the shared ones."""
+        ...
+
+    def warnings(self, server: TableT, env: dict[str, str]) -> list[Finding]:
+        """Where the server will not honour what the profile declares (`env`)."""
+        ...
+
+    def environment_findings(
+        self, server: TableT, env: Mapping[str, str], declared: Mapping[str, str]
+    ) -> list[Finding]:
+        """What the environment the server gets makes it do to the profile's `declared`
+        values, beyond what the profile's own [env] says (`warnings` judges that)."""
+        ...
+
+    def owned_env(self, server: TableT | None, env: Mapping[str, str]) -> tuple[str, ...]:
+        """The NCCL variables the server sets itself (no table: a profile without one)."""
+        ...
+
+    def duplicated_flags(self, server: TableT, args: Sequence[str]) -> list[tuple[str, Flag]]:
+        """The options of `args` that give a structured field again, with its flag."""
+        ...
+
+    def reads_as_api_key(self, option: str) -> bool:
+        """Whether its parser reads `option` as its API key's flag."""
+        ...
+
+    def reads_as_credential(self, option: str) -> bool:
+        """Whether its parser may read `option` as a flag whose value is a credential."""
+        ...
+
+    def draft_model(self, server: TableT) -> str | None:
+        """The speculative draft's path, where it has one."""
+        ...
+
+    def model_problem(
+        self, server: TableT, architecture: Callable[[str], str | None]
+    ) -> Finding | None:
+        """Why the model cannot serve the table, where the kind judges it before start
+        (`architecture`: what the config.json of a model path names, None where unreadable)."""
+        ...
+
+    def address_args(self, address: str) -> list[str]:
+        """The first node's HOST:PORT as arguments; ValueError for one it cannot take."""
+        ...
+
+    def field_flag(self, option: str) -> Flag | None:
+        """The structured field an option of `run` or `preflight` would set."""
+        ...
+
+    def leading_flag(self, entrypoint: str) -> Flag | None:
+        """The flag a first plain word after `entrypoint` stands for."""
+        ...
+
+    def reads(self, option: str) -> Flag | None:
+        """The field an option of a command line gives."""
+        ...
+
+    def fields(self, given: Sequence[Given]) -> tuple[dict[str, Any], list[Given], list[str]]:
+        """The table the structured options `given` make, those left to args, and notes."""
+        ...
+
+    def served(self, get: Get) -> Served:
+        """What its HTTP API says of the server."""
+        ...
+
+    def request_key(self, argv: Sequence[str], env: Mapping[str, str]) -> str | None:
+        """The key a request carries, read from the server's argv and environment."""
+        ...
 
 
-def _canonical(flags: Sequence[Flag], field: str) -> str:
-    """The canonical spelling of the flag for `field` among `flags`."""
-    return next(flag.canonical for flag in flags if flag.field == field)
+ServerKind = Kind[Any]  # a kind whose table generic code does not know
+# Kinds outside this package: each entry point of the group names a kind object.
+ENTRY_POINTS = "nccl_launch.kinds"
 
 
-KINDS = {
-    "sglang": ServerKind(
-        name="sglang",
-        title="SGLang",
-        table=SGLangServer,
-        argv=sglang_argv.server_argv,
-        problems=sglang_rules.server_problems,
-        warnings=sglang_rules.server_warnings,
-        environment_findings=lambda server, env, declared: [],
-        owned_env=lambda server, env: sglang_facts.OWNED_ENV,
-        duplicated_flags=lambda server, args: sglang_argv.duplicated_flags(
-            list(args), sglang_argv.extra_settings(server)
-        ),
-        reads_as_api_key=sglang_facts.reads_as_api_key,
-        api_key_flag=sglang_facts.API_KEY_FLAG,
-        api_key_env=None,
-        default_host=sglang_facts.DEFAULT_HOST,
-        default_port=sglang_facts.DEFAULT_PORT,
-        draft_model=lambda server: server.speculative and server.speculative.draft_model_path,
-        draft_key="draft_model_path",
-        model_problem=sglang_rules.mtp_problem,
-        parser="nccl_launch.sglang.parser",
-        node_rank_flag=_canonical(sglang_facts.FLAGS, "node_rank"),
-        address_args=lambda address: [_canonical(sglang_facts.FLAGS, "dist_init_addr"), address],
-        script=sglang_facts.SCRIPT,
-        entrypoints=sglang_facts.ENTRYPOINTS,
-        leading_flag=lambda entrypoint: None,
-        reads=sglang_argv.reads,
-        fields=sglang_argv.table_fields,
-        credential_flags=sglang_facts.CREDENTIAL_FLAGS,
-        reads_as_credential=sglang_facts.reads_as_credential,
-        named_like_credentials=sglang_facts.NAMED_LIKE_CREDENTIALS,
-        several_keys=False,
-        env_prefix=sglang_facts.ENV_PREFIX,
-        served=sglang_api.served,
-        request_key=sglang_api.request_key,
-    ),
-    "vllm": ServerKind(
-        name="vllm",
-        title="vLLM",
-        table=VllmServer,
-        argv=vllm_argv.server_argv,
-        problems=vllm_rules.server_problems,
-        warnings=vllm_rules.server_warnings,
-        environment_findings=vllm_rules.environment_findings,
-        owned_env=vllm_rules.owned_env,
-        duplicated_flags=vllm_argv.duplicated_flags,
-        reads_as_api_key=vllm_facts.reads_as_api_key,
-        api_key_flag=vllm_facts.API_KEY_FLAG,
-        api_key_env=vllm_facts.API_KEY_ENV,
-        default_host=vllm_facts.DEFAULT_HOST,
-        default_port=vllm_facts.DEFAULT_PORT,
-        draft_model=lambda server: server.speculative and server.speculative.model,
-        draft_key="model",
-        model_problem=None,  # vLLM reads the draft's config itself, at start
-        parser="nccl_launch.vllm.parser",
-        node_rank_flag=_canonical(vllm_facts.FLAGS, "node_rank"),
-        address_args=address_args,
-        script=vllm_facts.SCRIPT,
-        entrypoints=vllm_facts.ENTRYPOINTS,
-        leading_flag=vllm_argv.leading_flag,
-        reads=vllm_facts.flag_for,
-        fields=vllm_argv.table_fields,
-        credential_flags=vllm_facts.CREDENTIAL_FLAGS,
-        reads_as_credential=vllm_facts.reads_as_credential,
-        named_like_credentials=(),
-        several_keys=True,
-        env_prefix=vllm_facts.ENV_PREFIX,
-        served=vllm_api.served,
-        request_key=vllm_api.request_key,
-    ),
-}
+class Registry(Sequence[ServerKind]):
+    """The kinds registered, in order: the built-in ones, those of the installed entry
+    points (read once, when a kind is looked for), then those `register`ed."""
+
+    def __init__(self, *kinds: ServerKind) -> None:
+        self.read = list(kinds)  # so far: the entry points not yet, where none was looked for
+        self._plugins_read = False
+
+    def _all(self) -> list[ServerKind]:
+        if not self._plugins_read:
+            self._plugins_read = True
+            for point in entry_points(group=ENTRY_POINTS):
+                register(point.load())
+        return self.read
+
+    @overload
+    def __getitem__(self, index: int) -> ServerKind: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[ServerKind]: ...
+    def __getitem__(self, index: int | slice) -> ServerKind | Sequence[ServerKind]:
+        return self._all()[index]
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __iter__(self) -> Iterator[ServerKind]:
+        return iter(tuple(self._all()))
+
+
+KINDS = Registry(SGLang(), Vllm())
+
+
+def register(kind: ServerKind) -> None:
+    """Add `kind` after those registered: a profile may then name it (`kind = NAME`)."""
+    if kind.name in names():
+        raise ValueError(f"a server kind named {kind.name!r} is registered already")
+    KINDS.read.append(kind)
+
+
+def unregister(kind: ServerKind) -> None:
+    """Take `kind` back out of the registry (a test's own kind, after the test)."""
+    KINDS.read.remove(kind)
+
+
+def names() -> tuple[str, ...]:
+    """The names of the kinds registered, the default first."""
+    return tuple(kind.name for kind in KINDS)
+
+
+def kind_named(name: str) -> ServerKind | None:
+    """The kind registered under `name`; None for another name. The entry points are read
+    only for a name the kinds registered so far do not have."""
+    for kinds in (KINDS.read, KINDS):
+        found = next((kind for kind in kinds if kind.name == name), None)
+        if found is not None:
+            return found
+    return None
+
+
+def default_kind() -> ServerKind:
+    """The kind of a `[server]` table that names none: the first registered."""
+    return KINDS.read[0]
 
 
 def kind_of(server: ServerTable) -> ServerKind:
-    return KINDS[server.kind]
+    """The kind of a validated `[server]` table."""
+    kind = kind_named(server.kind)
+    if kind is None:
+        raise LookupError(f"no server kind {server.kind!r} is registered")
+    return kind
 
 
 def command_of(argv: Sequence[str]) -> tuple[ServerKind, tuple[str, str, list[str]]] | None:
     """The kind of server a command line starts, with its (python, entrypoint, the words
     after it); None for a command that starts none."""
-    for kind in KINDS.values():
+    for kind in KINDS:
         split = split_command(argv, kind.script, kind.entrypoints)
         if split is not None:
             return kind, split
@@ -186,30 +222,60 @@ def server_commands() -> list[str]:
     """The command lines that start a server, as a start script writes them."""
     return [
         form
-        for kind in KINDS.values()
+        for kind in KINDS
         for form in (*(f"python {entry}" for entry in kind.entrypoints), f"{kind.script} serve")
     ]
 
 
 def _tag(table: Any) -> str | None:
-    """The kind a `[server]` table names (SGLang when it names none, or is no table, which
-    SGLang's then refuses as such); None for another."""
+    """The kind a `[server]` table names (the default kind when it names none, or is no
+    table, which that kind's table then refuses as such); None for another."""
     if isinstance(table, ServerTable):
         return table.kind
-    kind = table.get("kind", DEFAULT_KIND) if isinstance(table, dict) else DEFAULT_KIND
-    return kind if isinstance(kind, str) and kind in KINDS else None
+    default = default_kind().name
+    kind = table.get("kind", default) if isinstance(table, dict) else default
+    return kind if isinstance(kind, str) and kind_named(kind) is not None else None
 
 
 INVALID_KIND = "server_kind"
-# `[server]` as a profile reads it: the table of the kind it names.
-Server = Annotated[
-    Annotated[SGLangServer, Tag("sglang")] | Annotated[VllmServer, Tag("vllm")],
-    Discriminator(
+
+
+@cache
+def _union(kinds: tuple[ServerKind, ...]) -> TypeAdapter[ServerTable]:
+    """The tagged union of the tables of `kinds`, each tagged with its kind's name."""
+    members = tuple(Annotated[kind.table, Tag(kind.name)] for kind in kinds)
+    valid = ", ".join(kind.name for kind in kinds)
+    discriminator = Discriminator(
         _tag,
         custom_error_type=INVALID_KIND,
-        custom_error_message=f"not a server kind; valid: {', '.join(KINDS)}",
-    ),
-]
+        custom_error_message=f"not a server kind; valid: {valid}",
+    )
+    union: Any = Annotated[Union[members], discriminator]  # noqa: UP007
+    return TypeAdapter(union)
+
+
+def _validated(table: Any) -> ServerTable:
+    _tag(table)  # a kind not registered yet is looked for among the entry points first
+    return _union(tuple(KINDS.read)).validate_python(table)
+
+
+class _Registered:
+    """Reads a `[server]` table as the table of the kind it names among those registered
+    when it is read (the union is built from the registry then, not when a model is)."""
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.no_info_plain_validator_function(_validated)
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return handler(_union(tuple(KINDS)).core_schema)
+
+
+# `[server]` as a profile reads it: the table of the kind it names.
+Server = Annotated[ServerTable, _Registered]
 
 # Where the server's arguments come from: the profile, or after `--` (run's, a unit's).
 ARGS, EXTRA_ARGS = "server.args", "-- ARGS"

@@ -72,7 +72,7 @@ def _kinds() -> Iterable[ServerKind]:
     Imported when first asked: a TAB on a command's options masks nothing."""
     from nccl_launch.kinds import KINDS
 
-    return KINDS.values()
+    return KINDS
 
 
 def _named_like_credential(flag: str) -> bool:

@@ -142,6 +142,46 @@ def test_only_nccl_names_the_grammars_rule_classes(name: str) -> None:
     assert named == set(), f"{name} reads NCCL's values itself: ask nccl.rules.reading"
 
 
+# A server kind is one folder: the registry imports each folder's `kind.py`, nothing else
+# imports the folder, and generic code asks the registry.
+KIND_FOLDERS = sorted(path.parent.name for path in PACKAGE.glob("*/kind.py"))
+REGISTRY = "nccl_launch.kinds"
+
+
+def test_only_the_registry_imports_a_kinds_folder() -> None:
+    assert KIND_FOLDERS == ["sglang", "vllm"]
+    outside = {
+        name: sorted(target for target in imported(name) if package_of(target) in KIND_FOLDERS)
+        for name in MODULES
+        if package_of(name) not in KIND_FOLDERS and name != REGISTRY
+    }
+    assert {name: targets for name, targets in outside.items() if targets} == {}
+    kinds = {target for target in imported(REGISTRY) if package_of(target) in KIND_FOLDERS}
+    assert kinds == {f"nccl_launch.{folder}.kind" for folder in KIND_FOLDERS}
+
+
+# A document an earlier nccl-launch wrote stamps SGLang's version under its own key.
+NAMES_A_KIND = {"nccl_launch.bench.result"}
+
+
+def test_only_a_kinds_folder_names_it() -> None:
+    named = {
+        name: [
+            node.lineno
+            for node in ast.walk(ast.parse(MODULES[name].read_text(encoding="utf-8")))
+            if isinstance(node, ast.Constant) and node.value in KIND_FOLDERS
+        ]
+        for name in MODULES
+        if package_of(name) not in KIND_FOLDERS and name not in NAMES_A_KIND
+    }
+    assert {name: lines for name, lines in named.items() if lines} == {}
+
+
+def test_the_registry_wires_no_kind_by_hand() -> None:
+    tree = ast.parse(MODULES[REGISTRY].read_text(encoding="utf-8"))
+    assert [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Lambda)] == []
+
+
 @pytest.mark.parametrize(
     "folder", sorted({path.parent for path in MODULES.values()}), ids=lambda path: path.name
 )

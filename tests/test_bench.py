@@ -26,10 +26,10 @@ from nccl_launch.bench.gpus import parse_gpus
 from nccl_launch.bench.history import opened, read_history
 from nccl_launch.bench.result import BenchReport, Method, RunFigure, judge, summarize
 from nccl_launch.files.paths import FileError
-from nccl_launch.kinds import KINDS
 from nccl_launch.live.url import server_url, url_address
 from nccl_launch.profile.model import Baseline
 from nccl_launch.report import SCHEMA_VERSION
+from nccl_launch.sglang.kind import SGLang
 from nccl_launch.sglang.server import Server as ServerTable
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import PROFILE as LIVE_PROFILE
@@ -157,7 +157,7 @@ def test_events_may_end_their_lines_with_cr_or_crlf(
 
 def test_a_crlf_split_between_two_chunks_ends_one_line() -> None:
     chunks = [b"data: a\r", b"\ndata: b\r", b"", b"\n\rdata: c\n"]
-    with Client("http://127.0.0.1:1", 1, KINDS["sglang"]) as client:
+    with Client("http://127.0.0.1:1", 1, SGLang()) as client:
         lines = list(client._lines("/v1/completions", iter(chunks)))
     assert lines == ["data: a", "data: b", "", "data: c"]
 
@@ -1196,7 +1196,7 @@ def test_a_server_with_an_api_key_is_sent_its_own_key_and_nothing_shows_it(
     ],
 )
 def test_the_api_key_is_read_as_sglangs_parser_reads_it(argv: list[str], key: str | None) -> None:
-    assert KINDS["sglang"].request_key(argv, {"VLLM_API_KEY": "v"}) == key
+    assert SGLang().request_key(argv, {"VLLM_API_KEY": "v"}) == key
 
 
 def test_a_key_no_http_header_carries_is_refused_without_showing_it(

@@ -285,6 +285,23 @@ def test_a_field_repeated_in_args_is_refused_in_every_spelling_vllm_reads(
     )
 
 
+def test_a_vllm_field_before_the_dashes_is_said_to_belong_in_the_profile(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    profile(write_profile, "v", SERVER)
+    result = run_cli("run", "v", "--master-addr", "10.0.0.1")  # no flag of SGLang's
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        "Error: No such option '--master-addr'. --master-addr is the field dist_init_addr: set "
+        "dist_init_addr in [server] of the profile (or of a copy: nccl-launch new NAME --from "
+        "PROFILE)"
+    )
+    # `--tp` is SGLang's prefix of --tp-size, not a flag vLLM reads: after `--` it goes.
+    other = run_cli("preflight", "v", "--tp", "4")
+    assert other.returncode == 2
+    assert other.stderr.splitlines()[-1].endswith("nccl-launch preflight PROFILE -- --tp 4")
+
+
 @pytest.mark.parametrize("words", [["--spec-m", "x"], ["--mode", "x"], ["--master", "h"]])
 def test_an_ambiguous_prefix_is_no_repeated_field(
     words: list[str], write_profile: WriteProfile, run_cli: RunCli

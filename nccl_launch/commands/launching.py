@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -11,14 +12,14 @@ from nccl_launch.commands.echo import echo_lines, warn
 from nccl_launch.commands.options import format_option, launch_options
 from nccl_launch.errors import EXIT_OK
 from nccl_launch.escaping import escaped, shell_word
-from nccl_launch.launch.check_names import SKIPPABLE
+from nccl_launch.launch.check_names import skippable
 from nccl_launch.masking import masked_json
-from nccl_launch.sglang.facts import flag_for
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from nccl_launch.launch.prepare import LaunchPlan
+    from nccl_launch.serving.flags import Flag
 
 
 class LaunchCommand(click.Command):
@@ -35,10 +36,12 @@ class LaunchCommand(click.Command):
             extra = super().parse_args(ctx, list(own))  # click consumes the list it parses
         except click.NoSuchOption as error:
             message = error.format_message()
-            if flag_for(error.option_name) is not None:  # not a near miss of one of ours
+            flag = _field_flag(error.option_name, own)
+            if flag is not None:  # not a near miss of one of ours
                 message = f"No such option {error.option_name!r}."
             stop = "" if message.endswith((".", "?")) else "."
-            where = _where_it_goes(error.option_name, own, hint, ctx.info_name == "systemd")
+            unit = ctx.info_name == "systemd"
+            where = _where_it_goes(error.option_name, flag, own, hint, unit)
             raise click.UsageError(f"{escaped(message)}{stop} {where}", ctx) from None
         if extra and ctx.resilient_parsing:
             raise click.exceptions.Exit(0)  # completing after a stray argument: nothing fits
@@ -52,14 +55,49 @@ class LaunchCommand(click.Command):
         return [*super().collect_usage_pieces(ctx), "[-- ARGS...]"]
 
 
-def _where_it_goes(option: str, own: list[str], hint: str, unit: bool) -> str:
-    """Where an unknown `option` belongs: a structured `[server]` field in the profile (after
-    `--` it is refused), any other server flag after `--` with the value it was given; a
-    credential's value is never echoed to a log, but given as a variable (`"$API_KEY"`, or
-    for a `unit`, `'${API_KEY}'` that systemd fills from an env file)."""
+class ReadWhenUsed(click.Choice[str]):
+    """A choice among what `read` returns, read when the option is used or shown, not when
+    a TAB lists the command's options."""
+
+    def __init__(self, read: Callable[[], tuple[str, ...]]) -> None:
+        self.read, self.case_sensitive = read, True
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        return self.read()
+
+    @choices.setter
+    def choices(self, value: object) -> None:
+        raise AttributeError("the choices are read, not set")
+
+
+def _field_flag(option: str, own: list[str]) -> Flag | None:
+    """The structured `[server]` field an unknown `option` sets, as the kind of the profile
+    among the words `own` reads it; as the first kind that has it, where no word names a
+    profile that loads."""
+    from nccl_launch.errors import NcclLaunchError  # a mistake's path, not a TAB's
+    from nccl_launch.kinds import KINDS
+    from nccl_launch.profile.load import load_profile
+
+    for word in own:
+        if word.startswith("-"):
+            continue
+        try:
+            kind = load_profile(word).profile.kind
+        except NcclLaunchError:
+            continue
+        return kind.field_flag(option)
+    flags = (kind.field_flag(option) for kind in KINDS)
+    return next((flag for flag in flags if flag is not None), None)
+
+
+def _where_it_goes(option: str, flag: Flag | None, own: list[str], hint: str, unit: bool) -> str:
+    """Where an unknown `option` belongs: a structured `[server]` field (its `flag`) in the
+    profile (after `--` it is refused), any other server flag after `--` with the value it
+    was given; a credential's value is never echoed to a log, but given as a variable
+    (`"$API_KEY"`, or for a `unit`, `'${API_KEY}'` that systemd fills from an env file)."""
     from nccl_launch.masking import MASK, mask_argv  # a mistake's path, not a TAB's
 
-    flag = flag_for(option)
     if flag is not None:
         return (
             f"{shell_word(option)} is the field {flag.field}: set {flag.place} of the profile "
@@ -148,7 +186,7 @@ def run(dry_run: bool, **options: Any) -> int:
 @click.option(
     "--skip",
     multiple=True,
-    type=click.Choice(SKIPPABLE),
+    type=ReadWhenUsed(skippable),
     help="Leave out the check of this name (repeatable), e.g. gpus and paths in CI.",
 )
 def preflight(fmt: str, skip: tuple[str, ...], **options: Any) -> int:

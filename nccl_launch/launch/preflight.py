@@ -7,11 +7,10 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any
 
 from nccl_launch.escaping import escaped
 from nccl_launch.kinds import kind_of
-from nccl_launch.launch.check_names import CheckName
 from nccl_launch.launch.host import (
     conf_checks,
     env_plugin_check,
@@ -69,9 +68,9 @@ def server_checks(
 ) -> tuple[list[Check], dict[str, Any]]:
     """The installed server's version and its parser's verdict on the argv, in the server's
     environment `env`; what the server says masked, the `secrets` given to it among the rest.
-    The check is named after the kind (`sglang`, `vllm`), as `--skip` names it."""
+    The check is named after the kind, as `--skip` names it."""
     kind = kind_of(server)
-    name = cast(CheckName, kind.name)
+    name = kind.name
     parser = importlib.import_module(kind.parser)  # not on `run`'s path
     with waiting_for(f"{server.python} imports {kind.title} and parses the argv"):
         probed = parser.probe(server, argv, env)
@@ -154,6 +153,5 @@ def run_preflight(launch: LaunchPlan, skip: frozenset[str] = frozenset()) -> Pre
         digest=plan.digest,
         argv=launch.argv,
         checks=checks,
-        sglang=answers.get("sglang"),
-        vllm=answers.get("vllm"),
+        answers=answers,
     )

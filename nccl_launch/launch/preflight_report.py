@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, field_serializer
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_serializer,
+    model_serializer,
+)
 
 from nccl_launch.env.drift import DriftReport
 from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK
+from nccl_launch.kinds import names
 from nccl_launch.launch.check_names import CheckName
 from nccl_launch.masking import mask_argv, mask_words, masked_texts
 from nccl_launch.report import Report
@@ -33,18 +40,18 @@ class PreflightReport(Report):
     digest: str
     argv: list[str]
     checks: list[Check]
-    # The installed server's answer, under its kind's name.
-    sglang: dict[str, Any] | None = None
-    vllm: dict[str, Any] | None = None
+    # The installed server's answer, by its kind's name: in JSON, a key per kind registered.
+    answers: dict[str, dict[str, Any]] = Field(default_factory=dict, exclude=True)
 
     @field_serializer("argv")
     def _masked_argv(self, argv: list[str]) -> list[str]:
         return mask_argv(argv)
 
-    @field_serializer("sglang", "vllm")
-    def _masked_probe(self, probe: dict[str, Any] | None) -> dict[str, Any] | None:
+    @model_serializer(mode="wrap")
+    def _answers_by_kind(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
         # Every text of the probe's answer (its error, the parsed values) masked as words.
-        return masked_texts(probe, mask_words)  # type: ignore[no-any-return]
+        return data | {name: masked_texts(self.answers.get(name), mask_words) for name in names()}
 
     @property
     def exit_code(self) -> int:

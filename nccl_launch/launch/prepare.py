@@ -147,8 +147,7 @@ def prepare_launch(
     inherited = inherited_environment(calling, [read_env_file(path) for path in env_files])
     found: list[Finding] = []
     if server is not None:
-        judge = kind_of(server).model_problem
-        problem = judge(server, model_architecture(server.model_path or "")) if judge else None
+        problem = kind_of(server).model_problem(server, model_architecture)
         found += [problem.in_file(str(loaded.path))] if problem is not None else []
         args, unfilled = filled_args(loaded, declared, inherited.env)
         filled_server = server.model_copy(update={"args": args})

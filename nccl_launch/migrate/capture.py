@@ -27,7 +27,7 @@ from nccl_launch.profile.markers import (
 CAPTURED_PREFIXES = (
     "CUDA_", "HF_", "TORCH_", "PYTORCH_", "TRANSFORMERS_", "FLASHINFER_",
     "NVSHMEM_", "UCX_", "TOKENIZERS_", "OMP_NUM_THREADS",
-    *(kind.env_prefix for kind in KINDS.values()),
+    *(kind.env_prefix for kind in KINDS),
 )  # fmt: skip
 
 

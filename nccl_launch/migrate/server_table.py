@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from nccl_launch.errors import UsageError
-from nccl_launch.kinds import DEFAULT_KIND, command_of
+from nccl_launch.kinds import command_of, default_kind
 from nccl_launch.serving import references
 from nccl_launch.serving.command import Given
 
@@ -49,7 +49,7 @@ def server_table(
     kind, (python, entrypoint, flags) = found
     notes: list[str] = []
     written = (words or [references.literal(word) for word in argv])[len(argv) - len(flags) :]
-    table: dict[str, Any] = {} if kind.name == DEFAULT_KIND else {"kind": kind.name}
+    table: dict[str, Any] = {} if kind is default_kind() else {"kind": kind.name}
     table |= {"python": python, "entrypoint": entrypoint}
     leading = kind.leading_flag(entrypoint)
     items: list[Given | int] = []  # a structured flag, or the index of a word for the args

@@ -142,7 +142,7 @@ def build_profile(
     elif start.argv:
         # Kept in the profile's provenance, which is shown, diffed and committed.
         shown = " ".join(mask_argv(start.argv))
-        kinds = " or ".join(kind.title for kind in KINDS.values())
+        kinds = " or ".join(kind.title for kind in KINDS)
         notes.append(f"not an {kinds} command, run it with: -- {shown}")
     data["provenance"] = {"source": source} | ({"notes": "; ".join(notes)} if notes else {})
     profile = validate_resolved(source, data)

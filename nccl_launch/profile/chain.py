@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files.reading import read_text
 from nccl_launch.findings import Finding, Refused
-from nccl_launch.kinds import DEFAULT_KIND
+from nccl_launch.kinds import default_kind
 from nccl_launch.nccl.catalog import PREFIX
 from nccl_launch.profile.document import parse_profile_toml
 from nccl_launch.profile.search import find_profile
@@ -52,7 +52,7 @@ class ProfileChain:
         file added after those of what it extends."""
         merged: dict[str, Any] = {}
         for file in reversed(self.files):
-            if _kind(file.data) not in (None, _kind(merged) or DEFAULT_KIND):
+            if _kind(file.data) not in (None, _kind(merged) or default_kind().name):
                 merged = {key: value for key, value in merged.items() if key != "server"}
             merged = _deep_merge(merged, file.data)
         env_files = [path for file in reversed(self.files) for path in _env_files(file)]

@@ -14,7 +14,14 @@ from pydantic import BaseModel, ValidationError
 
 from nccl_launch.errors import PinError
 from nccl_launch.findings import Finding, Refused, refuse, unset_reference
-from nccl_launch.kinds import ARGS, DEFAULT_KIND, INVALID_KIND, KINDS, server_problems
+from nccl_launch.kinds import (
+    ARGS,
+    INVALID_KIND,
+    ServerKind,
+    default_kind,
+    kind_named,
+    server_problems,
+)
 from nccl_launch.masking import is_secret, mask_credentials
 from nccl_launch.profile.chain import ProfileChain, read_chain
 from nccl_launch.profile.lint import review
@@ -48,12 +55,12 @@ class LoadedProfile:
     secret_files: Mapping[str, Path] = dataclasses.field(default_factory=dict)
 
 
-def _valid_keys(table: str, kind: str) -> str:
-    server = KINDS[kind].table
-    speculative = server.model_fields["speculative"].annotation
+def _valid_keys(table: str, kind: ServerKind) -> str:
+    server = kind.table
     if table == "server":
         model: type[BaseModel] | None = server
-    elif table == "server.speculative":
+    elif table == "server.speculative" and "speculative" in server.model_fields:
+        speculative = server.model_fields["speculative"].annotation
         model = next(arg for arg in typing.get_args(speculative) if arg is not type(None))
     else:
         model = _TABLES.get(table)
@@ -74,13 +81,14 @@ def _at(data: Any, loc: tuple[str | int, ...]) -> Any:
     return data
 
 
-def _kind_and_loc(loc: tuple[str | int, ...]) -> tuple[str, list[str | int]]:
+def _kind_and_loc(loc: tuple[str | int, ...]) -> tuple[ServerKind, list[str | int]]:
     """The server kind a `[server]` error was found under (pydantic names the tag in its
     `loc`: `server.vllm.port`), and the `loc` as the file spells it (`server.port`)."""
     parts = list(loc)
-    if parts[:1] == ["server"] and len(parts) > 1 and parts[1] in KINDS:
-        return str(parts[1]), ["server", *parts[2:]]
-    return DEFAULT_KIND, parts
+    kind = kind_named(str(parts[1])) if parts[:1] == ["server"] and len(parts) > 1 else None
+    if kind is not None:
+        return kind, ["server", *parts[2:]]
+    return default_kind(), parts
 
 
 def _split(text: str, code: str, path: Path | str) -> Finding:

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from nccl_launch.kinds import DEFAULT_KIND, KINDS, Server, ServerKind, kind_of
+from nccl_launch.kinds import Server, ServerKind, default_kind, kind_of
 from nccl_launch.nccl import catalog, others, rules
 from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.profile.search import PROFILE_NAME
@@ -299,8 +299,8 @@ class Profile(StrictModel):
 
     @property
     def kind(self) -> ServerKind:
-        """The kind of server it runs: its `[server]` table's, SGLang's without one."""
-        return kind_of(self.server) if self.server is not None else KINDS[DEFAULT_KIND]
+        """The kind of server it runs: its `[server]` table's, the default kind's without one."""
+        return kind_of(self.server) if self.server is not None else default_kind()
 
     def declared_env(self) -> dict[str, str]:
         """Every variable the profile sets, NCCL ones with their full name."""

@@ -24,6 +24,7 @@ from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files.paths import FileError, status_of
 from nccl_launch.files.trust import check_trusted
 from nccl_launch.files.writing import check_output, write_output
+from nccl_launch.kinds import KINDS, default_kind
 from nccl_launch.profile.chain import ProfileChain, read_chain
 from nccl_launch.profile.document import parse_profile_toml
 from nccl_launch.profile.load import LoadedProfile, validate_chain, validate_resolved
@@ -31,6 +32,15 @@ from nccl_launch.profile.model import PROFILE_SCHEMA
 from nccl_launch.profile.plan import ProfilePlan, build_plan
 from nccl_launch.profile.search import find_profile
 from nccl_launch.secrets import secrets_of
+
+
+def _servers() -> dict[str, str]:
+    """What a scratch profile's `[server]` comment names: the default kind, then the others
+    (`kind = "vllm": vLLM's`)."""
+    default = default_kind()
+    others = (f'kind = "{kind.name}": {kind.title}\'s' for kind in KINDS if kind is not default)
+    return {"server": default.title, "others": ", ".join(others)}
+
 
 # NAME.toml and the temporary name atomic_write gives it (.NAME.toml.XXXXXXXX.tmp) must fit
 # in a file name (255 bytes).
@@ -46,7 +56,7 @@ description = ""
 # PROTO = "LL"
 # BUFFSIZE = "16MiB"
 
-# [server]  # the SGLang command line `run` builds and execs (kind = \"vllm\": vLLM's)
+# [server]  # the {server} command line `run` builds and execs ({others})
 # python = "/opt/ml-env/bin/python3"
 # model_path = "/models/..."
 # tp_size = 8
@@ -172,7 +182,7 @@ def new_profile(
     fixes = Fixes("give another --dir", "pass --force to replace it")
     _check_target(path, force, fixes)  # before the copy is resolved: its errors come after
     if source is None:
-        text = SCRATCH.format(name=json.dumps(name))  # a checked name needs no TOML escape
+        text = SCRATCH.format(name=json.dumps(name), **_servers())  # a checked name: no escape
         return path, write_profile(path, text, private=False, force=force, fixes=fixes), []
     copied = _copied(source, name, folder)
     text = tomli_w.dumps(copied.data)

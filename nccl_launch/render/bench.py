@@ -6,7 +6,7 @@ from pathlib import Path
 
 from nccl_launch.bench.result import BenchReport, Method, RunFigure, Verdict, WrittenBaseline
 from nccl_launch.escaping import escaped
-from nccl_launch.kinds import KINDS
+from nccl_launch.kinds import kind_named
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.profile.plan import short_digest
 from nccl_launch.render.reports import live_lines
@@ -102,7 +102,7 @@ def _more_figures(report: BenchReport) -> list[str]:
 
 def _server(report: BenchReport, unknown: str) -> str:
     """`SGLang 0.5.23`: the server's kind as people write it, and its version (or `unknown`)."""
-    kind = KINDS.get(report.server or "")
+    kind = kind_named(report.server or "")
     return f"{kind.title if kind else 'server'} {report.server_version or unknown}"
 
 

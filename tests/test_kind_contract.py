@@ -1,0 +1,248 @@
+"""A server kind of this file's own, registered without a line of nccl_launch/ for it, taken
+through `validate`, `run --dry-run`, masking and `check` of a real server of its kind: what
+`kinds.Kind` asks of a kind is all a kind needs.
+
+The kind serves HTTP from a Python one-liner on loopback. In-process it is `register`ed for
+the test and taken back after; the console script that starts its server finds it through
+the entry point group `nccl_launch.kinds`, from a distribution's metadata written here."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+
+from nccl_launch import kinds
+from nccl_launch.findings import Finding
+from nccl_launch.serving.api import Get, Served
+from nccl_launch.serving.command import Given
+from nccl_launch.serving.flags import Flag
+from nccl_launch.serving.table import Name, ServerTable
+from tests.conftest import RunCli, WriteProfile, console_script
+from tests.helpers import free_port, wait_for
+
+# Listens on the port after `--listen` and answers nothing but its own errors.
+SERVE = (
+    "import http.server as h, sys; a = sys.argv; "
+    "h.HTTPServer(('127.0.0.1', int(a[a.index('--listen') + 1])), h.BaseHTTPRequestHandler)"
+    ".serve_forever()"
+)
+# Its credential: a flag no rule of masking would take for one by its name alone.
+WORD_FLAG = "--magic-word"
+PORT_FLAG = Flag("port", "--listen")
+
+
+class EchoServer(ServerTable):
+    """`[server]` of kind "echo"."""
+
+    kind: Literal["echo"]
+    entrypoint: Name = f"-c {shlex.quote(SERVE)}"
+
+
+class Echo:
+    """The kind: what `kinds.Kind` asks, answered in the fewest words."""
+
+    name = "echo"
+    title = "Echo"
+    table = EchoServer
+    api_key_flag = WORD_FLAG
+    api_key_env: str | None = None
+    default_host = "127.0.0.1"
+    default_port = 8080
+    draft_key = "draft"
+    parser = __name__
+    node_rank_flag = "--rank"
+    script = "echo-server"
+    entrypoints: tuple[str, ...] = ("-m echo_server",)
+    credential_flags: tuple[str, ...] = (WORD_FLAG,)
+    named_like_credentials: tuple[str, ...] = ()
+    several_keys = False
+    env_prefix = "ECHO_"
+
+    def address(self, server: EchoServer) -> tuple[str, int]:
+        return server.host or self.default_host, server.port or self.default_port
+
+    def argv(self, server: EchoServer) -> list[str]:
+        port = str(self.address(server)[1])
+        model = ["--model", server.model_path or ""]
+        words = [*shlex.split(server.entrypoint), *model, PORT_FLAG.canonical, port]
+        return [server.python, *words, *server.args]
+
+    def problems(self, server: EchoServer) -> list[Finding]:
+        return []
+
+    def warnings(self, server: EchoServer, env: dict[str, str]) -> list[Finding]:
+        return []
+
+    def environment_findings(
+        self, server: EchoServer, env: Mapping[str, str], declared: Mapping[str, str]
+    ) -> list[Finding]:
+        return []
+
+    def owned_env(self, server: EchoServer | None, env: Mapping[str, str]) -> tuple[str, ...]:
+        return ()
+
+    def duplicated_flags(self, server: EchoServer, args: Sequence[str]) -> list[tuple[str, Flag]]:
+        return [(arg, PORT_FLAG) for arg in args if arg == PORT_FLAG.canonical]
+
+    def reads_as_api_key(self, option: str) -> bool:
+        return option.split("=", 1)[0] == WORD_FLAG
+
+    def reads_as_credential(self, option: str) -> bool:
+        return self.reads_as_api_key(option)
+
+    def draft_model(self, server: EchoServer) -> str | None:
+        return None
+
+    def model_problem(
+        self, server: EchoServer, architecture: Callable[[str], str | None]
+    ) -> Finding | None:
+        return None
+
+    def address_args(self, address: str) -> list[str]:
+        return ["--leader", address]
+
+    def field_flag(self, option: str) -> Flag | None:
+        return PORT_FLAG if option == PORT_FLAG.canonical else None
+
+    def leading_flag(self, entrypoint: str) -> Flag | None:
+        return None
+
+    def reads(self, option: str) -> Flag | None:
+        return self.field_flag(option)
+
+    def fields(self, given: Sequence[Given]) -> tuple[dict[str, Any], list[Given], list[str]]:
+        return {}, list(given), []
+
+    def served(self, get: Get) -> Served:
+        return Served(version=None, model=None, request_model=None)
+
+    def request_key(self, argv: Sequence[str], env: Mapping[str, str]) -> str | None:
+        return None
+
+
+ECHO = Echo()
+PROFILE = f"""
+schema = 1
+name = "echo"
+version = 1
+[nccl]
+PROTO = "LL"
+[server]
+kind = "echo"
+python = "{sys.executable}"
+model_path = "/models/m"
+port = {{port}}
+args = ["{WORD_FLAG}", "s3cr3t-word"]
+"""
+
+
+@pytest.fixture
+def registered() -> Iterator[Echo]:
+    """The kind, registered for the test and taken back out after it."""
+    kinds.register(ECHO)
+    try:
+        yield ECHO
+    finally:
+        kinds.unregister(ECHO)
+
+
+def test_a_registered_kind_is_validated_and_its_argv_run_dry(
+    registered: Echo, write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    write_profile("echo", PROFILE.format(port=8123))
+    validated = run_cli("validate", "echo")
+    assert validated.returncode == 0, validated.stderr
+    dry = run_cli("run", "--dry-run", "echo")
+    assert dry.returncode == 0, dry.stderr
+    assert f"{shlex.quote(sys.executable)} -c " in dry.stdout
+    assert "--model /models/m --listen 8123" in dry.stdout
+    # The kind's own rules are asked: a structured field repeated after `--`.
+    repeated = run_cli("run", "--dry-run", "echo", "--", "--listen", "9")
+    assert repeated.returncode == 2
+    assert "--listen repeats the field port, which `--` cannot change" in repeated.stderr
+    # A flag of its fields before `--` is said to belong in the profile, as the kind reads it.
+    hint = run_cli("run", "echo", "--listen", "9")
+    assert hint.returncode == 2
+    assert "--listen is the field port: set port in [server] of the profile" in hint.stderr
+
+
+def test_a_registered_kinds_table_is_read_as_its_own(
+    registered: Echo, write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    # A key it does not have, named with those it has; it has no [server.speculative].
+    write_profile("other", PROFILE.format(port=8123).replace("[server]", "[server]\ntp = 2"))
+    other = run_cli("validate", "other")
+    assert other.returncode == 2
+    assert other.stderr.splitlines() == [
+        "profiles/other.toml: server.tp: unknown key; valid in [server]: python, entrypoint, "
+        "model_path, tp_size, pp_size, host, port, nnodes, node_rank, dist_init_addr, cwd, args, "
+        "kind"
+    ]
+    write_profile("draft", PROFILE.format(port=8123) + '[server.speculative]\nmodel = "/d"\n')
+    draft = run_cli("validate", "draft")
+    assert draft.returncode == 2
+    assert "server.speculative: unknown key; valid in [server]:" in draft.stderr
+    # Editors are told of it: the JSON Schema is built from the kinds registered.
+    assert '"const": "echo"' in run_cli("schema").stdout
+
+
+def test_the_kinds_credential_flag_is_masked_in_the_dry_run(
+    registered: Echo, write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    write_profile("echo", PROFILE.format(port=8123))
+    dry = run_cli("run", "--dry-run", "echo")
+    assert dry.returncode == 0, dry.stderr
+    assert f"{WORD_FLAG} '***'" in dry.stdout
+    assert "s3cr3t-word" not in dry.stdout
+
+
+def test_a_kind_taken_back_is_no_kind(
+    registered: Echo, write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    write_profile("echo", PROFILE.format(port=8123))
+    assert kinds.kind_named("echo") is registered
+    kinds.unregister(registered)
+    try:
+        result = run_cli("validate", "echo")
+    finally:
+        kinds.register(registered)  # for the fixture to take back
+    assert result.returncode == 2
+    assert "server.kind: 'echo' is not a server kind; valid: sglang, vllm" in result.stderr
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_check_finds_no_drift_in_a_server_the_console_script_started(
+    registered: Echo, write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    port = free_port()
+    write_profile("echo", PROFILE.format(port=port))
+    # What an installed distribution of the kind would carry: its entry point.
+    info = tmp_path / "plugins" / "echo_kind-1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: echo-kind\nVersion: 1\n")
+    point = f"[{kinds.ENTRY_POINTS}]\necho = {__name__}:ECHO\n"
+    (info / "entry_points.txt").write_text(point)
+    env = {**os.environ, "PYTHONPATH": f"{info.parent}:{Path(__file__).parent.parent}"}
+    argv = [console_script(), "run", "echo"]
+    process = subprocess.Popen(argv, env=env, start_new_session=True, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: _listening(port), "the echo server to listen", process=process)
+        result = run_cli("check", "echo", "--port", str(port))
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert result.stdout.splitlines()[-1] == "no drift in 1 process"
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate(timeout=10)
