@@ -1,14 +1,15 @@
 """The secrets of a profile or a launch, decided once by masking's rules and each server
 kind's facts (`secrets_of`): one frozen value handed to where text leaves the program, which
 masks with it. A key this tool handed a server is masked in every form the server may print;
-what a validation error echoes of a profile is masked here too."""
+what a validation error echoes of a profile is masked here too. What a server wrote is
+carried as it was written, apart from our prose (`Quoted`), and masked where it is shown."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nccl_launch.masking import (
     MASK,
@@ -20,6 +21,10 @@ from nccl_launch.masking import (
     mask_words,
     masked_values,
 )
+
+if TYPE_CHECKING:
+    from pydantic import GetCoreSchemaHandler
+    from pydantic_core import CoreSchema
 
 SHORTEST_SECRET = 8  # a shorter value (`1`, `true`) masked wherever it appears garbles a log
 
@@ -73,10 +78,60 @@ class Secrets:
         """A text the server wrote with the `values` masked in each form it may write them."""
         return mask_known(text, self.values)
 
+    def said(self, text: str) -> str:
+        """A text the server wrote (its parser's answer, its error) as people see it:
+        `known`, then its words masked as an argv's."""
+        return mask_words(self.known(text))
+
     def lines(self, text: str) -> list[str]:
-        """The lines of a text the server wrote (a log, its parser's answer) as people see
-        them: `known`, then the words of each masked as an argv's."""
+        """The lines of a log the server wrote as people see them: `known`, then the words of
+        each line masked as an argv's."""
         return [mask_words(line) for line in self.known(text).splitlines()]
+
+    def quoting(self, *parts: str) -> Quoted:
+        """Our prose and what a server or a user wrote, in turn (`prose, quote, prose, ...`),
+        kept apart until a sink shows them (`Quoted`)."""
+        return Quoted(self, parts)
+
+
+@dataclass(frozen=True, repr=False)
+class Quoted:
+    """A text that quotes what a server or a user wrote, kept as written, apart from our prose
+    around it, until it leaves the program: each sink (a line printed, JSON) shows it with
+    `shown`, which masks the quotes with the launch's `secrets` and never the prose
+    (`--api-key has no value` stays as it is). Turned into text any other way (`str`, an
+    f-string), it raises: a sink that forgets to mask fails instead of leaking."""
+
+    secrets: Secrets
+    parts: tuple[str, ...]  # prose, quote, prose, quote, ...
+
+    def shown(self) -> str:
+        """The text as people see it: the prose as it is, each quote masked (`said`)."""
+        said = self.secrets.said
+        return "".join(said(part) if index % 2 else part for index, part in enumerate(self.parts))
+
+    def lines(self) -> list[str]:
+        """The lines of a quoted log as people see them, each masked alone (`lines`)."""
+        return self.secrets.lines("".join(self.parts[1::2]))
+
+    def __str__(self) -> str:
+        raise TypeError("a quote is shown masked by its sink (Quoted.shown), never as it is")
+
+    def __repr__(self) -> str:
+        return f"Quoted({len(self.parts)} parts, not shown)"
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        """In a report: kept as it is, and written into JSON as `shown`."""
+        from pydantic_core import core_schema  # only where a report holds one
+
+        shown = core_schema.plain_serializer_function_ser_schema(cls.shown)
+        return core_schema.is_instance_schema(cls, serialization=shown)
+
+
+def shown(text: str | Quoted) -> str:
+    """A text of a report as people see it: a `Quoted` masked (`Quoted.shown`), our own as it is."""
+    return text.shown() if isinstance(text, Quoted) else text
 
 
 def secrets_of(

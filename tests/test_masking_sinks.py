@@ -1,7 +1,8 @@
 """Every place text leaves the program masks the secrets of the launch: a credential whose
 value is a JSON or Python list or object, and a key shorter than any value masked wherever it
 appears, through `run --dry-run`, `show`, `validate`, `systemd`, `preflight`, `check` and
-tune's failed-trial tail (terminal and journal)."""
+tune's failed-trial tail (terminal and journal). What a server says is quoted apart from our
+prose (`Quoted`) and masked by each sink: a sink that forgets fails these tests."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from nccl_launch.masking import MASK
+from nccl_launch.secrets import secrets_of
+from nccl_launch.tune.trial import TrialOutcome, tail_lines
 from tests.conftest import RunCli, WriteProfile
 from tests.helpers import STANDIN, free_port, sleeper
 
@@ -107,3 +110,70 @@ def test_tunes_failed_trial_tail_masks_them_on_the_terminal_and_in_the_journal(
     [journal] = (tmp_path / "home").rglob("journal.jsonl")
     assert "unrecognized arguments" in journal.read_text()
     assert_masked(result.stdout, result.stderr, journal.read_text())
+
+
+# SGLang's parser as the probe imports it, quoting the argv it is given as a server may: in
+# its error (`parse`), or in a value it reads back (`differs`: a check's detail lines).
+SERVER_ARGS = """
+import os
+class Args:
+    def __init__(self, argv):
+        self.model_path = "/models/m " + " ".join(argv)
+def prepare_server_args(argv):
+    if os.environ["SAID"] == "parse":
+        raise ValueError(f"cannot read {argv}")
+    return Args(argv)
+"""
+
+
+@pytest.mark.parametrize("said", ["parse", "differs"])
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_preflight_masks_what_the_parser_says_and_keeps_its_own_prose(
+    said: str, fmt: str, leaky: dict[str, str], run_cli: RunCli
+) -> None:
+    """The text sink (`preflight_lines`) and the JSON one (the report's serializers) each
+    mask the quotes of a check's message, of its detail, and the server's answer."""
+    package = Path(leaky["PYTHONPATH"]) / "sglang"
+    (package / "__init__.py").write_text('__version__ = "0.0.1"\n')
+    (package / "srt").mkdir()
+    (package / "srt" / "__init__.py").write_text("")
+    (package / "srt" / "server_args.py").write_text(SERVER_ARGS)
+    result = run_cli("preflight", *SKIP_HOST, "leaky", "--format", fmt, env=leaky | {"SAID": said})
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert_masked(result.stdout, result.stderr)
+    if fmt == "json":
+        report = json.loads(result.stdout)
+        assert MASK in json.dumps(report["sglang"])  # its error, or the model_path it read
+        [argv] = [check for check in report["checks"] if check["name"] == "argv"]
+        lines = [argv["message"], *argv["detail"]]
+    else:
+        lines = [line.strip() for line in result.stdout.splitlines()]
+    prose, quote = {
+        "parse": (
+            "SGLang's parser rejects the argv: ValueError: ",
+            """'--api-key', '***', '--x'""",
+        ),
+        "differs": (
+            "model_path: SGLang parsed '/models/m ",
+            """--api-key *** --x {"password": ***}""",
+        ),
+    }[said]
+    assert any(prose in line and quote in line for line in lines), "\n".join(lines)
+
+
+def test_a_quote_is_masked_and_the_prose_around_it_never() -> None:
+    quoted = secrets_of(["--api-key", "k3y"], {}).quoting("--api-key has no value: ", "key k3y")
+    assert quoted.shown() == "--api-key has no value: key ***"
+    with pytest.raises(TypeError):
+        f"{quoted}"  # a sink that forgets to mask fails instead of leaking
+
+
+def test_a_trials_tail_is_masked_in_the_journals_json_and_on_the_terminal() -> None:
+    log = "start\n--api-key k3y\nServerArgs(api_key='k3y')\n\x1b[31mdone\n"
+    tail = secrets_of(["--api-key", "k3y"], {}).quoting("", log)
+    outcome = TrialOutcome(status="exited", log_tail=tail, seconds=1)
+    shown = ["start", "--api-key ***", "ServerArgs(api_key='***')", r"\x1b[31mdone"]
+    assert tail_lines(outcome.log_tail) == shown
+    journaled = TrialOutcome.model_validate_json(outcome.model_dump_json())
+    assert journaled.log_tail == shown
+    assert tail_lines(journaled.log_tail) == shown  # read back, it is shown as written

@@ -26,7 +26,7 @@ from nccl_launch.errors import HostError
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.tune import trial
 from nccl_launch.tune.orphans import Owner
-from nccl_launch.tune.trial import TrialSettings, run_trial
+from nccl_launch.tune.trial import TrialSettings, run_trial, tail_lines
 from tests.conftest import RunCli, WriteProfile
 from tests.helpers import STANDIN, free_port, stop_left, wait_for
 
@@ -150,8 +150,9 @@ def test_a_server_that_exits_at_start_is_a_failed_trial_with_its_code_and_masked
     outcome = run_trial(candidate(PROTO="Simple"), SETTINGS, tmp_path / "log", Progress(), OWNER)
     assert (outcome.status, outcome.exit_code) == ("exited", 1), outcome
     assert outcome.detail == "the server exited with code 1"
-    assert outcome.log_tail[-1] == r"Invalid value DATABASE_URL=postgres://***@db/\x1b[31mruns"
-    assert outcome.log_tail[1].startswith("torch.distributed.DistBackendError: NCCL error")
+    tail = tail_lines(outcome.log_tail)  # as printed and journaled
+    assert tail[-1] == r"Invalid value DATABASE_URL=postgres://***@db/\x1b[31mruns"
+    assert tail[1].startswith("torch.distributed.DistBackendError: NCCL error")
     assert "hunter2" in (tmp_path / "log").read_text()  # the log keeps what the server said
     assert outcome.runs == []
 
@@ -177,10 +178,11 @@ args = ["--api-key", "{key}", "--admin-api={admin}"]
     ref = str(write_profile("secret", text, "tune"))
     outcome = run_trial(ref, SETTINGS, tmp_path / "log", Progress(), OWNER)
     assert outcome.status == "exited", outcome
-    assert outcome.log_tail[0] == (
+    tail = tail_lines(outcome.log_tail)  # as printed and journaled
+    assert tail[0] == (
         "server_args=ServerArgs(model_path='/models/m', api_key='***', admin_api_key='***')"
     )
-    assert outcome.log_tail[-1] == "Invalid value HF_TOKEN=***"
+    assert tail[-1] == "Invalid value HF_TOKEN=***"
     assert key in (tmp_path / "log").read_text()  # the 0600 log keeps what the server said
 
 

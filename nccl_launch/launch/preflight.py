@@ -21,9 +21,8 @@ from nccl_launch.launch.host import (
 )
 from nccl_launch.launch.preflight_report import Check, PreflightReport
 from nccl_launch.launch.prepare import LaunchPlan
-from nccl_launch.masking import mask_words, masked_texts
 from nccl_launch.profile.lint import accept_line, review
-from nccl_launch.secrets import Secrets
+from nccl_launch.secrets import Quoted, Secrets
 from nccl_launch.serving.table import ServerTable
 
 
@@ -67,39 +66,40 @@ def server_checks(
     server: ServerTable, argv: list[str], env: Mapping[str, str], secrets: Secrets
 ) -> tuple[list[Check], dict[str, Any]]:
     """The installed server's version and its parser's verdict on the argv, in the server's
-    environment `env`; what the server says masked, the `secrets` given to it among the rest.
+    environment `env`; what the server says quoted, to be masked with the `secrets` given to it
+    where it is shown.
     The check is named after the kind, as `--skip` names it."""
     kind = kind_of(server)
     name = kind.name
     parser = importlib.import_module(kind.parser)  # not on `run`'s path
     with waiting_for(f"{server.python} imports {kind.title} and parses the argv"):
-        probed = parser.probe(server, argv, env)
-    result = masked_texts(probed, secrets.known)
+        result = parser.probe(server, argv, env)
+    said = secrets.quoting  # what the server says, masked where it is shown
     stage = result.get("stage")
     if stage == "interpreter":
-        return [Check(name=name, status="fail", message=result["error"])], result
+        return [Check(name=name, status="fail", message=said("", result["error"]))], result
     if stage == "import":
-        message = f"cannot import {kind.title} with {server.python}: {result['error']}"
+        message = said(f"cannot import {kind.title} with {server.python}: ", result["error"])
         return [Check(name=name, status="fail", message=message)], result
-    where = f"{result['python']}, Python {result['python_version']}"
-    message = f"{kind.title} {result['version']} ({where})"
-    checks = [Check(name=name, status="ok", message=message)]
+    version, python = result["version"], f"{result['python']}, Python {result['python_version']}"
+    checks = [
+        Check(name=name, status="ok", message=said(f"{kind.title} ", version, " (", python, ")"))
+    ]
     if stage == "parse":
-        message = f"{kind.title}'s parser rejects the argv: {mask_words(result['error'])}"
+        message = said(f"{kind.title}'s parser rejects the argv: ", result["error"])
         return [*checks, Check(name="argv", status="fail", message=message)], result
-    # Compared as the server read them, shown masked (a masked value never equals the profile's).
-    read, parsed, expected = probed["parsed"], result["parsed"], parser.expected_values(server)
-    differs = [
-        mask_words(f"{key}: {kind.title} parsed {parsed.get(key)!r}, the profile says {value!r}")
+    parsed, expected = result["parsed"], parser.expected_values(server)
+    differs: list[str | Quoted] = [
+        said(f"{key}: ", f"{kind.title} parsed {parsed.get(key)!r}, the profile says {value!r}")
         for key, value in expected.items()
-        if read.get(key) != value
+        if parsed.get(key) != value
     ]
     if differs:
-        message = f"{kind.title} reads the argv differently from the profile"
-        checks.append(Check(name="argv", status="fail", message=message, detail=differs))
+        reads = f"{kind.title} reads the argv differently from the profile"
+        checks.append(Check(name="argv", status="fail", message=reads, detail=differs))
     else:
         shown = ", ".join(f"{key}={parsed[key]}" for key in expected if parsed[key])
-        message = mask_words(f"{kind.title}'s parser accepts: {shown}")
+        message = said(f"{kind.title}'s parser accepts: ", shown)
         checks.append(Check(name="argv", status="ok", message=message))
     return checks, result
 
@@ -154,4 +154,5 @@ def run_preflight(launch: LaunchPlan, skip: frozenset[str] = frozenset()) -> Pre
         argv=launch.argv,
         checks=checks,
         answers=answers,
+        secrets=launch.secrets,
     )

@@ -11,19 +11,22 @@ from nccl_launch.live.verify_log import LogReport
 from nccl_launch.masking import for_people
 from nccl_launch.profile.plan import short_digest
 from nccl_launch.render.drift import LATE_LINE, drift_lines, fix_lines, restart_line
+from nccl_launch.secrets import shown
 
 
 def preflight_lines(report: PreflightReport) -> list[str]:
     """One line per check, details indented beneath, then the verdict. What a check quotes
-    (SGLang's own error about an `args` word, the interpreter's answer) is escaped, so that
-    it cannot forge a check's line or drive the terminal."""
+    (SGLang's own error about an `args` word, the interpreter's answer) is masked here, and
+    escaped, so that it cannot forge a check's line or drive the terminal."""
     width = max(len(check.name) for check in report.checks)
     lines = []
     for check in report.checks:
-        lines.append(f"{check.status:<4}  {check.name.ljust(width)}  {check.message}")
+        lines.append(f"{check.status:<4}  {check.name.ljust(width)}  {shown(check.message)}")
         drift = check.drift
         detail = (
-            check.detail if drift is None else drift_lines(drift.entries) + fix_lines(drift.entries)
+            list(map(shown, check.detail))
+            if drift is None
+            else drift_lines(drift.entries) + fix_lines(drift.entries)
         )
         lines += [f"      {line}" for line in detail]
     failed = sum(check.status == "fail" for check in report.checks)

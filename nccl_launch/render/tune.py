@@ -8,7 +8,7 @@ from pathlib import Path
 from nccl_launch.escaping import escaped, shell_word
 from nccl_launch.profile.plan import short_digest
 from nccl_launch.tune.result import CandidateRow, Confirmation, Estimate, TrialRow, TuneReport
-from nccl_launch.tune.trial import TrialOutcome
+from nccl_launch.tune.trial import TrialOutcome, tail_lines
 
 BAR = 24  # characters of a chart's scale
 TAIL = 5  # log lines shown of a failed trial
@@ -176,7 +176,7 @@ def _failures(report: TuneReport) -> list[str]:
         )
         if row.outcome.status != "refused":  # nothing started: no log was written
             lines.append(f"  log {row.log}")
-        lines += [f"  | {line}" for line in row.outcome.log_tail[-TAIL:]]
+        lines += [f"  | {line}" for line in tail_lines(row.outcome.log_tail)[-TAIL:]]
     return lines
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Annotated, Literal, Self
 
 import psutil
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, PlainSerializer, model_validator
 
 from nccl_launch.bench.gpus import compute_pids
 from nccl_launch.bench.measure import Progress, measure_decode
@@ -37,7 +37,7 @@ from nccl_launch.live.url import Address, server_url, url_address
 from nccl_launch.live.verify_log import verify
 from nccl_launch.nccl.catalog import PREFIX
 from nccl_launch.profile.markers import NCCL_DEBUG_ENV, NCCL_DEBUG_KEYS
-from nccl_launch.secrets import Secrets
+from nccl_launch.secrets import Quoted, Secrets
 from nccl_launch.serving.table import ServerTable as Server
 from nccl_launch.tune.orphans import Owner, StartedServer, adopting, die_with, reap
 
@@ -65,6 +65,18 @@ class TrialSettings:
 Rate = Annotated[float, Field(gt=0, lt=1e12, allow_inf_nan=False)]
 
 
+def tail_lines(tail: list[str] | Quoted) -> list[str]:
+    """A failed trial's log tail as people see it, on a terminal or in a journal: its last
+    lines masked (`Quoted.lines`) and escaped; as it is when read back from a journal."""
+    if isinstance(tail, Quoted):
+        return [escaped(line) for line in tail.lines()[-TAIL_LINES:]]
+    return tail
+
+
+# The server's log quoted as it wrote it: masked where it is printed or written (`tail_lines`).
+Tail = Annotated[list[str] | Quoted, PlainSerializer(tail_lines)]
+
+
 class TrialOutcome(BaseModel):
     """What one trial found; `tune` writes it into its journal."""
 
@@ -75,7 +87,7 @@ class TrialOutcome(BaseModel):
     prefill: list[Rate] = []
     detail: str = ""  # one line, masked and escaped: why it is not "measured"
     exit_code: int | None = None  # the server's, when it exited
-    log_tail: list[str] = []  # the last lines of its log (masked, escaped), when it failed
+    log_tail: Tail = []  # the last lines of its log, when it failed
     seconds: float = Field(ge=0, allow_inf_nan=False)  # wall time of the whole trial
     # NCCL's own log of the server: the candidate's NCCL keys it says every process applied;
     # those no communicator of the server reads (NCCL_PROTO where each has one rank); the
@@ -364,9 +376,9 @@ def _wait_released(server: Server, pids: set[int]) -> None:
         time.sleep(POLL)
 
 
-def _tail(fd: int, secrets: Secrets) -> list[str]:
-    """The last lines of the log, masked with the launch's `secrets` and escaped: they are
-    printed and kept in the journal."""
+def _tail(fd: int, secrets: Secrets) -> Quoted:
+    """The end of the log, quoted: masked with the launch's `secrets` where it is printed and
+    kept in the journal (`tail_lines`)."""
     size = os.fstat(fd).st_size
     data = os.pread(fd, TAIL_BYTES, max(0, size - TAIL_BYTES))
-    return [escaped(line) for line in secrets.lines(data.decode(errors="replace"))[-TAIL_LINES:]]
+    return secrets.quoting("", data.decode(errors="replace"))
