@@ -21,6 +21,7 @@ from nccl_launch.masking import (
     mask_words,
     masked_values,
 )
+from nccl_launch.serving import references
 
 if TYPE_CHECKING:
     from pydantic import GetCoreSchemaHandler
@@ -156,6 +157,16 @@ def secrets_of(
     }
     values = (found | masked_values(argv)) - {""}
     return Secrets(frozenset(names), frozenset(held), frozenset(words), frozenset(values))
+
+
+def shown_references(args: Sequence[str]) -> list[str]:
+    """The `${NAME}`s of a profile's `args` that fill what masking hides of the argv (a
+    credential flag's value, a URL's password) under a name masking shows (`API_HOST`, not
+    `API_KEY`): the value each is filled with would be printed wherever the server's
+    environment is."""
+    marked = {name: f"ref-{name}-ref" for name in references.names(args)}
+    hidden = " ".join(secrets_of([references.fill(arg, marked) for arg in args], {}).values)
+    return [name for name, mark in marked.items() if mark in hidden and not is_secret(name)]
 
 
 def unechoed(message: str, table: Any) -> str:

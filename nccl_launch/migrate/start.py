@@ -17,7 +17,7 @@ from nccl_launch.errors import HostError, ProfileError, UsageError
 from nccl_launch.escaping import toml_escaped
 from nccl_launch.files.writing import check_output, write_output
 from nccl_launch.kinds import KINDS, command_of
-from nccl_launch.masking import credential_values, is_secret, mask_argv
+from nccl_launch.masking import credential_values, mask_argv
 from nccl_launch.migrate.secrets import (
     SECRETS_MODE,
     SecretsFile,
@@ -34,7 +34,7 @@ from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.profile.model import PROFILE_SCHEMA, Profile
 from nccl_launch.profile.new import check_name
 from nccl_launch.profile.plan import ProfilePlan, build_plan
-from nccl_launch.secrets import secrets_of
+from nccl_launch.secrets import secrets_of, shown_references
 from nccl_launch.serving import references
 
 
@@ -202,10 +202,11 @@ def _env_file_words(
     words = list(start.words) or [references.literal(word) for word in start.argv]
     files: dict[str, dict[str, str]] = {}
     credentials = credential_values(start.argv)
+    exposed = shown_references(words)
     for index, word in enumerate(words):
         names = [each for each in references.names([word]) if each not in start.secret_files]
         origins = sorted({start.sourced[each][0] for each in names})
-        shown = [each for each in names if not is_secret(each)] if index in credentials else []
+        shown = [each for each in names if each in exposed] if index in credentials else []
         if shown:
             notes.append(
                 f"{credentials[index][0]} {word}: written as its value, since masking shows a "

@@ -22,13 +22,13 @@ from nccl_launch.kinds import (
     kind_named,
     server_problems,
 )
-from nccl_launch.masking import is_secret, mask_credentials
+from nccl_launch.masking import mask_credentials
 from nccl_launch.profile.chain import ProfileChain, read_chain
 from nccl_launch.profile.lint import review
 from nccl_launch.profile.model import Baseline, Policy, Profile, Provenance
 from nccl_launch.profile.plan import ProfilePlan, build_plan
 from nccl_launch.profile.search import find_profile
-from nccl_launch.secrets import echoed_input, secrets_of, unechoed
+from nccl_launch.secrets import echoed_input, shown_references, unechoed
 from nccl_launch.serving import references
 from nccl_launch.serving.table import ServerTable
 
@@ -163,8 +163,6 @@ def _reference_problems(profile: Profile, server: ServerTable) -> list[Finding]:
     if not profile.env_files:
         allowed = [*profile.policy.environment_references, *profile.secret_files]
         problems += [unset_reference(name, ARGS, []) for name in names if name not in allowed]
-    marked = {name: f"ref-{name}-ref" for name in names}
-    hidden = " ".join(secrets_of([references.fill(arg, marked) for arg in server.args], {}).values)
     problems += [
         Finding(
             "reference",
@@ -173,8 +171,7 @@ def _reference_problems(profile: Profile, server: ServerTable) -> list[Finding]:
             "its value would be printed wherever the server's environment is",
             "name it with a word ending in KEY, TOKEN, SECRET or PASSWORD (API_KEY)",
         )
-        for name, mark in marked.items()
-        if mark in hidden and not is_secret(name)
+        for name in shown_references(server.args)
     ]
     return problems
 
