@@ -112,7 +112,8 @@ class Quoted:
         return "".join(said(part) if index % 2 else part for index, part in enumerate(self.parts))
 
     def lines(self) -> list[str]:
-        """The lines of a quoted log as people see them, each masked alone (`lines`)."""
+        """The lines of a log quoted whole (`quoting("", log)`) as people see them, each
+        masked alone (`Secrets.lines`)."""
         return self.secrets.lines("".join(self.parts[1::2]))
 
     def __str__(self) -> str:
@@ -159,7 +160,7 @@ def secrets_of(
     return Secrets(frozenset(names), frozenset(held), frozenset(words), frozenset(values))
 
 
-def shown_references(args: Sequence[str]) -> list[str]:
+def unmasked_references(args: Sequence[str]) -> list[str]:
     """The `${NAME}`s of a profile's `args` that fill what masking hides of the argv (a
     credential flag's value, a URL's password) under a name masking shows (`API_HOST`, not
     `API_KEY`): the value each is filled with would be printed wherever the server's

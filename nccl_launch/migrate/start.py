@@ -34,7 +34,7 @@ from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.profile.model import PROFILE_SCHEMA, Profile
 from nccl_launch.profile.new import check_name
 from nccl_launch.profile.plan import ProfilePlan, build_plan
-from nccl_launch.secrets import secrets_of, shown_references
+from nccl_launch.secrets import secrets_of, unmasked_references
 from nccl_launch.serving import references
 
 
@@ -202,7 +202,7 @@ def _env_file_words(
     words = list(start.words) or [references.literal(word) for word in start.argv]
     files: dict[str, dict[str, str]] = {}
     credentials = credential_values(start.argv)
-    exposed = shown_references(words)
+    exposed = unmasked_references(words)
     for index, word in enumerate(words):
         names = [each for each in references.names([word]) if each not in start.secret_files]
         origins = sorted({start.sourced[each][0] for each in names})

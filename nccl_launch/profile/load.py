@@ -28,7 +28,7 @@ from nccl_launch.profile.lint import review
 from nccl_launch.profile.model import Baseline, Policy, Profile, Provenance
 from nccl_launch.profile.plan import ProfilePlan, build_plan
 from nccl_launch.profile.search import find_profile
-from nccl_launch.secrets import echoed_input, shown_references, unechoed
+from nccl_launch.secrets import echoed_input, unechoed, unmasked_references
 from nccl_launch.serving import references
 from nccl_launch.serving.table import ServerTable
 
@@ -171,7 +171,7 @@ def _reference_problems(profile: Profile, server: ServerTable) -> list[Finding]:
             "its value would be printed wherever the server's environment is",
             "name it with a word ending in KEY, TOKEN, SECRET or PASSWORD (API_KEY)",
         )
-        for name in shown_references(server.args)
+        for name in unmasked_references(server.args)
     ]
     return problems
 
