@@ -20,6 +20,30 @@ import pytest
 from nccl_launch import cli
 
 HEAVY = ("psutil", "pydantic", "dotenv", "nccl_launch.commands.", "nccl_launch.launch.preflight")
+# What no start needs: the HTTP client (bench, the servers' API), TOML writing (new, convert,
+# capture, tune), env files (only with --env-file), the other commands' work and reports.
+NOT_FOR_START = (
+    "httpx",
+    "tomlkit",
+    "dotenv",
+    "traceback",
+    "nccl_launch.serving.asking",
+    "nccl_launch.launch.preflight",
+    "nccl_launch.live.verify_log",
+    "nccl_launch.bench",
+    "nccl_launch.tune",
+    "nccl_launch.migrate",
+    "nccl_launch.deploy",
+)
+# `run` reads no process (psutil) and no NCCL log (only with --nccl-debug), and renders no
+# report of check's.
+RUN_NEEDS_NOT = (
+    *NOT_FOR_START,
+    "psutil",
+    "nccl_launch.live.nccl_logs",
+    "nccl_launch.nccl.log",
+    "nccl_launch.render.reports",
+)
 
 
 # Runs the CLI in-process, then lists sys.modules (-X importtime misses importlib.import_module).
@@ -34,8 +58,8 @@ PROBE = (
 )
 
 
-def imported(*args: str, cwd: Path | None = None, **env: str) -> set[str]:
-    """The modules `nccl-launch ARGS` has imported by the time it returns."""
+def imported(*args: str, cwd: Path | None = None, code: int = 0, **env: str) -> set[str]:
+    """The modules `nccl-launch ARGS` has imported by the time it returns (with exit `code`)."""
     result = subprocess.run(
         [sys.executable, "-c", PROBE, *args],
         capture_output=True,
@@ -45,7 +69,7 @@ def imported(*args: str, cwd: Path | None = None, **env: str) -> set[str]:
         env={**os.environ, "COLUMNS": "80", **env},
         timeout=120,
     )
-    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.returncode == code, result.stderr[-2000:]
     return set(result.stderr.splitlines())
 
 
@@ -76,7 +100,7 @@ def test_a_tab_on_a_commands_options_imports_only_its_options(name: str) -> None
     assert not {module for module in modules if module.startswith(("pydantic", "psutil", "httpx"))}
 
 
-def test_run_validates_with_pydantic_and_imports_no_psutil_nor_dotenv(tmp_path: Path) -> None:
+def test_run_validates_with_pydantic_and_imports_no_other_commands_work(tmp_path: Path) -> None:
     (tmp_path / "profiles").mkdir(exist_ok=True)
     (tmp_path / "profiles" / "p.toml").write_text(
         'schema = 1\nname = "p"\nversion = 1\n\n[nccl]\nPROTO = "LL"\n', encoding="utf-8"
@@ -84,11 +108,32 @@ def test_run_validates_with_pydantic_and_imports_no_psutil_nor_dotenv(tmp_path: 
     modules = imported("run", "--dry-run", "p", "--", "true", cwd=tmp_path)
     assert "nccl_launch.commands.launching" in modules  # the report was read
     assert "pydantic" in modules  # every run validates the profile with the one model
-    unwanted = ("psutil", "dotenv", "traceback", "nccl_launch.serving.asking")
-    assert not {name for name in modules if name.startswith(unwanted)}
+    assert not {name for name in modules if name.startswith(RUN_NEEDS_NOT)}
     assert "nccl_launch.commands.checking" not in modules
     # Nothing is cached between runs: no file is written under the home directory.
     assert list(Path(os.environ["HOME"]).rglob("*")) == []
+
+
+def test_run_with_nccl_debug_loads_the_log_folder_it_needs(tmp_path: Path) -> None:
+    (tmp_path / "profiles").mkdir(exist_ok=True)
+    (tmp_path / "profiles" / "p.toml").write_text(
+        'schema = 1\nname = "p"\nversion = 1\n\n[nccl]\nPROTO = "LL"\n', encoding="utf-8"
+    )
+    modules = imported("run", "--dry-run", "--nccl-debug", "p", "--", "true", cwd=tmp_path)
+    assert "nccl_launch.live.nccl_logs" in modules  # the other test would pass without it
+
+
+def test_a_one_shot_check_imports_what_it_reads_and_no_more(tmp_path: Path) -> None:
+    (tmp_path / "profiles").mkdir(exist_ok=True)
+    (tmp_path / "profiles" / "p.toml").write_text(
+        'schema = 1\nname = "p"\nversion = 1\n\n[nccl]\nPROTO = "LL"\n', encoding="utf-8"
+    )
+    # This test's process was not started with the profile: drift (exit 1), read all the same.
+    modules = imported("check", "--pid", str(os.getpid()), "p", cwd=tmp_path, code=1)
+    assert {"psutil", "pydantic", "nccl_launch.live.compare"} <= modules  # the tree was read
+    unwanted = (*NOT_FOR_START, "nccl_launch.render.prometheus")
+    assert not {name for name in modules if name.startswith(unwanted)}
+    assert "nccl_launch.commands.launching" not in modules
 
 
 def test_validate_and_check_write_nothing_under_the_cache_or_home(

@@ -30,10 +30,11 @@ LIVE_FORMATS = ("text", "json", "prometheus")
 
 def _rendered(fmt: str, report: LiveReport, stream: bool) -> str:
     """`report` in `fmt`, one of LIVE_FORMATS; JSON on one line in a `stream` (JSON Lines)."""
-    from nccl_launch.render.prometheus import metrics
     from nccl_launch.render.reports import live_text
 
     if fmt == "prometheus":
+        from nccl_launch.render.prometheus import metrics
+
         return metrics(report)
     if fmt == "json":
         return masked_json(report, indent=None if stream else 2) + "\n"

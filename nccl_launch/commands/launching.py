@@ -155,7 +155,6 @@ def run(dry_run: bool, **options: Any) -> int:
     run PROFILE -- COMMAND...
     """
     from nccl_launch.launch.execute import exec_command  # not on a TAB's path (options.py)
-    from nccl_launch.live.nccl_logs import with_run_folder
     from nccl_launch.render.drift import drift_lines, dry_run_lines, refusal_lines
 
     launch = prepare(**options)
@@ -172,6 +171,8 @@ def run(dry_run: bool, **options: Any) -> int:
     if not dry_run:
         env, problem = launch.merged.env, None
         if launch.nccl_logs is not None:
+            from nccl_launch.live.nccl_logs import with_run_folder  # only for --nccl-debug
+
             env, problem = with_run_folder(env, launch.nccl_logs, os.getpid())
         if problem is not None:
             warn(problem)

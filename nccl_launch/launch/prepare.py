@@ -25,7 +25,6 @@ from nccl_launch.files.trust import check_trusted
 from nccl_launch.findings import Finding, refuse
 from nccl_launch.kinds import argument_findings, kind_of, unfilled_findings
 from nccl_launch.launch.placement import Placement, placement_args
-from nccl_launch.live.nccl_logs import debug_file, run_folder
 from nccl_launch.nccl.conf import ConfEntry, conf_paths, parse
 from nccl_launch.profile.lint import run_notes
 from nccl_launch.profile.load import LoadedProfile, check_pin, load_profile
@@ -184,8 +183,11 @@ def prepare_launch(
     held = {key for layer in declared for key in layer.values}
     names = references.names(server.args) if server is not None else []
     secrets = secrets_of(filled, merged.env, held, names)
-    folder = run_folder(os.getpid()) if nccl_debug else None
-    if folder is not None:
+    folder: PurePath | None = None
+    if nccl_debug:  # NCCL's logs and their reader only for --nccl-debug: off run's path
+        from nccl_launch.live.nccl_logs import debug_file, run_folder
+
+        folder = run_folder(os.getpid())
         merged = with_nccl_debug(merged, plan, debug_file(folder))
     return LaunchPlan(
         loaded=loaded,

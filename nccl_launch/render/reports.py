@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
-from nccl_launch.launch.preflight_report import PreflightReport
-from nccl_launch.live.compare import LiveReport, ProcessReport
 from nccl_launch.live.nccl_logs import SOURCE
-from nccl_launch.live.verify_log import LogReport
 from nccl_launch.masking import for_people
 from nccl_launch.profile.plan import short_digest
 from nccl_launch.render.drift import LATE_LINE, drift_lines, fix_lines, restart_line
 from nccl_launch.secrets import shown
+
+if TYPE_CHECKING:  # each command renders its own report: check loads no preflight model
+    from nccl_launch.launch.preflight_report import PreflightReport
+    from nccl_launch.live.compare import LiveReport, ProcessReport
+    from nccl_launch.live.verify_log import LogReport
 
 
 def preflight_lines(report: PreflightReport) -> list[str]:
