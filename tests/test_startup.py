@@ -131,7 +131,8 @@ def test_a_one_shot_check_imports_what_it_reads_and_no_more(tmp_path: Path) -> N
     # This test's process was not started with the profile: drift (exit 1), read all the same.
     modules = imported("check", "--pid", str(os.getpid()), "p", cwd=tmp_path, code=1)
     assert {"psutil", "pydantic", "nccl_launch.live.compare"} <= modules  # the tree was read
-    unwanted = (*NOT_FOR_START, "nccl_launch.render.prometheus")
+    # Nor run's launch, nor the Prometheus text of --format prometheus.
+    unwanted = (*NOT_FOR_START, "nccl_launch.launch.", "nccl_launch.render.prometheus")
     assert not {name for name in modules if name.startswith(unwanted)}
     assert "nccl_launch.commands.launching" not in modules
 

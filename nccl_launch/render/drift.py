@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from nccl_launch.env.drift import DECLARED_BY, ENV_FILE, DriftEntry, DriftKind, DriftReport, Reason
 from nccl_launch.env.merge import CALLING_ENV
 from nccl_launch.escaping import escaped, shell_word
-from nccl_launch.launch.prepare import LaunchPlan
 from nccl_launch.masking import is_secret, mask_argv, mask_value
 from nccl_launch.profile.markers import NCCL_DEBUG_KEYS
+
+if TYPE_CHECKING:  # a launch is drawn by run's dry run alone: check's reports load no launch
+    from nccl_launch.launch.prepare import LaunchPlan
 
 _MARKS: dict[DriftKind, str] = {"changed": "~", "missing": "-", "undeclared": "+"}
 # At start, what ends each kind of drift besides removing the value where it came from, and
