@@ -20,8 +20,8 @@ import pytest
 from nccl_launch import cli
 
 HEAVY = ("psutil", "pydantic", "dotenv", "nccl_launch.commands.", "nccl_launch.launch.preflight")
-# What no start needs: the HTTP client (bench, the servers' API), TOML writing (new, convert,
-# capture, tune), env files (only with --env-file), the other commands' work and reports.
+# What no start needs: the HTTP client (bench, the servers' API), tomlkit (a baseline written
+# into a profile), python-dotenv (only with --env-file), the other commands' work and reports.
 NOT_FOR_START = (
     "httpx",
     "tomlkit",
@@ -73,6 +73,14 @@ def imported(*args: str, cwd: Path | None = None, code: int = 0, **env: str) -> 
     return set(result.stderr.splitlines())
 
 
+def write_profile(folder: Path) -> None:
+    """Profile `p`, one NCCL variable, in `folder`'s profiles/ (on the search path there)."""
+    (folder / "profiles").mkdir(exist_ok=True)
+    (folder / "profiles" / "p.toml").write_text(
+        'schema = 1\nname = "p"\nversion = 1\n\n[nccl]\nPROTO = "LL"\n', encoding="utf-8"
+    )
+
+
 @pytest.mark.parametrize("flag", ["--version", "--help"])
 def test_version_and_help_import_no_command(flag: str) -> None:
     modules = imported(flag)
@@ -101,10 +109,7 @@ def test_a_tab_on_a_commands_options_imports_only_its_options(name: str) -> None
 
 
 def test_run_validates_with_pydantic_and_imports_no_other_commands_work(tmp_path: Path) -> None:
-    (tmp_path / "profiles").mkdir(exist_ok=True)
-    (tmp_path / "profiles" / "p.toml").write_text(
-        'schema = 1\nname = "p"\nversion = 1\n\n[nccl]\nPROTO = "LL"\n', encoding="utf-8"
-    )
+    write_profile(tmp_path)
     modules = imported("run", "--dry-run", "p", "--", "true", cwd=tmp_path)
     assert "nccl_launch.commands.launching" in modules  # the report was read
     assert "pydantic" in modules  # every run validates the profile with the one model
@@ -115,19 +120,13 @@ def test_run_validates_with_pydantic_and_imports_no_other_commands_work(tmp_path
 
 
 def test_run_with_nccl_debug_loads_the_log_folder_it_needs(tmp_path: Path) -> None:
-    (tmp_path / "profiles").mkdir(exist_ok=True)
-    (tmp_path / "profiles" / "p.toml").write_text(
-        'schema = 1\nname = "p"\nversion = 1\n\n[nccl]\nPROTO = "LL"\n', encoding="utf-8"
-    )
+    write_profile(tmp_path)
     modules = imported("run", "--dry-run", "--nccl-debug", "p", "--", "true", cwd=tmp_path)
     assert "nccl_launch.live.nccl_logs" in modules  # the other test would pass without it
 
 
 def test_a_one_shot_check_imports_what_it_reads_and_no_more(tmp_path: Path) -> None:
-    (tmp_path / "profiles").mkdir(exist_ok=True)
-    (tmp_path / "profiles" / "p.toml").write_text(
-        'schema = 1\nname = "p"\nversion = 1\n\n[nccl]\nPROTO = "LL"\n', encoding="utf-8"
-    )
+    write_profile(tmp_path)
     # This test's process was not started with the profile: drift (exit 1), read all the same.
     modules = imported("check", "--pid", str(os.getpid()), "p", cwd=tmp_path, code=1)
     assert {"psutil", "pydantic", "nccl_launch.live.compare"} <= modules  # the tree was read
