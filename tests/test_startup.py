@@ -21,8 +21,11 @@ from nccl_launch import cli
 
 HEAVY = ("psutil", "pydantic", "dotenv", "nccl_launch.commands.", "nccl_launch.launch.preflight")
 # What no start needs: the HTTP client (bench, the servers' API), tomlkit (a baseline written
-# into a profile), python-dotenv (only with --env-file), the other commands' work and reports.
+# into a profile), python-dotenv (only with --env-file), shell completion (only on a TAB), the
+# other commands' work and reports.
 NOT_FOR_START = (
+    "click.shell_completion",
+    "nccl_launch.commands.completion",
     "httpx",
     "tomlkit",
     "dotenv",

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from nccl_launch.commands.completion import complete_profiles
 from nccl_launch.errors import UsageError
 from nccl_launch.live.target import PID_LIMIT, PORT_LIMIT
+
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
 
 F = TypeVar("F", bound=Callable[..., Any])
 # A number no process or socket can have is a usage error, not a server not found.
@@ -69,6 +71,16 @@ def seconds_option(
         help=f"{help_text}  [{low}]",
         **kwargs,
     )
+
+
+def complete_profiles(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """PROFILE's completions: the completion module (and click's) is imported only when a
+    shell asks, not on every command's path."""
+    from nccl_launch.commands import completion
+
+    return completion.complete_profiles(ctx, param, incomplete)
 
 
 def profile_argument(name: str = "profile", **kwargs: Any) -> Callable[[F], F]:
