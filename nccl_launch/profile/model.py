@@ -277,6 +277,15 @@ class Profile(StrictModel):
     @classmethod
     def _secret_files(cls, files: dict[str, str]) -> dict[str, str]:
         def check(name: str, path: str) -> str:
+            nccl = name.startswith(catalog.PREFIX) and name not in OWN_VARIABLES
+            if nccl and others.what_is(name, path) is None:  # else env_value says what it is
+                raise ValueError(
+                    "not a secret: NCCL's settings belong in [nccl] "
+                    f"({name.removeprefix(catalog.PREFIX)} = ...), where the value is validated "
+                    "against what NCCL reads and covered by the digest check compares (NCCL's "
+                    "INFO log prints it anyway); secret_files is for a value the server must not "
+                    "show, such as an API key"
+                )
             env_value(name, path)
             if not path:
                 raise ValueError("an empty path; give the path of the file that holds the value")
