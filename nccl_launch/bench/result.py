@@ -147,7 +147,7 @@ class BenchReport(Report):
     @property
     def interval_tok_s(self) -> list[float] | None:
         """The CONFIDENCE interval of the decode mean, [low, high], t-based on ln(rate) as
-        `tune`'s (`runs_interval`); None under two runs."""
+        `tune`'s (`runs_interval`); None under two runs, or with a run of no rate."""
         return _interval([run.tok_s for run in self.runs])
 
     @computed_field  # type: ignore[prop-decorator]
