@@ -43,6 +43,7 @@ LEAVES = {
     "nccl_launch.nccl.conf": set(),
     "nccl_launch.nccl.others": {"nccl_launch.nccl.catalog"},
     "nccl_launch.profile.markers": {"nccl_launch.nccl.conf"},
+    "nccl_launch.bench.stats": set(),
 }
 # What NCCL makes of a value is read in nccl/ alone (`rules.reading`): the classes of its
 # grammar stay there.

@@ -384,10 +384,12 @@ JSON_KEYS = {
     "method",
     "runs",
     "mean_tok_s",
+    "interval_tok_s",
     "min_tok_s",
     "max_tok_s",
     "ttft_s",
     "prefill_tok_s",
+    "prefill_interval_tok_s",
     "min_prefill_tok_s",
     "max_prefill_tok_s",
     "output_tok_s",
@@ -510,7 +512,7 @@ def test_history_prints_a_table_per_profile_and_digest(
     header = tables[0].splitlines()[1].split()
     assert header[:4] == ["WHEN", "RUNS", "MEAN", "TOK/S"]
     assert tables[0].splitlines()[2].split()[1] == "2x60"
-    assert header[7:11] == ["PREFILL", "TOK/S", "SERVER", "BASELINE"]
+    assert header[8:12] == ["PREFILL", "TOK/S", "SERVER", "BASELINE"]
     assert tables[1].splitlines()[2].split()[5:8] == ["-", "SGLang", "0.5.23"]
     one = run_cli("bench", "--history", "standin@0")
     assert one.stdout.startswith("standin@0 ") and "standin@1" not in one.stdout

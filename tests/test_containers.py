@@ -365,7 +365,19 @@ def test_a_profile_that_sets_one_in_env_is_told_it_is_left_to_the_server(
         ),
         (
             'not_nccl = ["NCCL_LAUNCH_PROFILE"]',
-            "policy.not_nccl: NCCL_LAUNCH_PROFILE: nccl-launch sets this variable itself",
+            "policy.not_nccl: NCCL_LAUNCH_PROFILE: nccl-launch sets this variable itself, never "
+            "drift: remove it",
+        ),
+        # What is never drift whatever the profile says is refused in both lists alike.
+        (
+            'server_owned = ["NCCL_LAUNCH_PROFILE"]',
+            "policy.server_owned: NCCL_LAUNCH_PROFILE: nccl-launch sets this variable itself, "
+            "never drift: remove it",
+        ),
+        (
+            'not_nccl = ["NCCL_VERSION"]',
+            "policy.not_nccl: NCCL_VERSION is set by NVIDIA's CUDA image, not read by NCCL, "
+            "and never drift: remove it",
         ),
     ],
 )

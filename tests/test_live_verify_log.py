@@ -123,6 +123,53 @@ def _edited(tmp_path: Path, rank1: dict[str, str], last: str = "") -> Path:
     return path
 
 
+@pytest.mark.parametrize(
+    ("policy", "said", "reasons"),
+    [
+        (
+            "",
+            'note  NCCL_CUMEM_ENABLE   server-owned; tolerated, applied as "0" by 2 of them',
+            {"NCCL_HOSTID": "drift", "NCCL_CUMEM_ENABLE": "server-owned"},
+        ),
+        (
+            '[policy]\nundeclared_nccl = "warn"\nserver_owned = []\n',
+            'note  NCCL_CUMEM_ENABLE   undeclared; tolerated, applied as "0" by 2 of them',
+            {"NCCL_HOSTID": "policy", "NCCL_CUMEM_ENABLE": "policy"},
+        ),
+        (
+            "[policy]\nserver_owned = []\n",
+            'warn  NCCL_CUMEM_ENABLE   undeclared, applied as "0" by 2 of them',
+            {"NCCL_HOSTID": "drift", "NCCL_CUMEM_ENABLE": "drift"},
+        ),
+    ],
+)
+def test_a_value_the_server_sets_itself_is_said_as_check_says_it(
+    policy: str,
+    said: str,
+    reasons: dict[str, str],
+    write_profile: WriteProfile,
+    run_cli: RunCli,
+    tmp_path: Path,
+) -> None:
+    """SGLang sets NCCL_CUMEM_ENABLE in its workers (its kind's `server_owned`): each rank's
+    log then says it applied it, and `check` tolerates it in the live server, as here."""
+    write_profile("h200", H200 + 'SOCKET_IFNAME = "lo"\n' + policy)
+    owned = " NCCL INFO NCCL_CUMEM_ENABLE set by environment to 0."
+    lines = [
+        f"{line}\n{line.split(' NCCL INFO ')[0]}{owned}"
+        if "NCCL_P2P_LEVEL set by environment" in line
+        else line
+        for line in TWO_RANKS.read_text().splitlines()
+    ]
+    log = tmp_path / "owned.log"
+    log.write_text("\n".join(lines) + "\n")
+    result = run_cli("verify-log", "h200", str(log))
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.splitlines()[-2] == said
+    found = json.loads(run_cli("verify-log", "h200", str(log), "--format", "json").stdout)
+    assert found["reasons"] == reasons
+
+
 def test_the_rank_that_applied_another_protocol_is_named(
     write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
 ) -> None:
@@ -398,7 +445,7 @@ def test_the_commands_reference_shows_what_verify_log_prints_of_the_real_logs(
     block = "$ nccl-launch verify-log h200 one-rank.log\n" + block.split("```\n\nWhich names", 1)[0]
     commands = [line for line in block.splitlines() if line.startswith("$ ")]
     verify = [command for command in commands if command.startswith("$ nccl-launch")]
-    assert len(verify) == 4
+    assert len(verify) == 5
     for command in commands:
         if command == "$ echo $?":
             continue

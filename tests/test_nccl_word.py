@@ -346,6 +346,43 @@ def test_a_run_whose_log_folder_cannot_be_made_starts_with_nccls_log_in_its_outp
     )
 
 
+def test_a_run_that_never_starts_its_server_leaves_no_log_folder(
+    nccl_launch: RunCli, write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    """The exec fails: nothing will ever write in the run's folder, so it goes again."""
+    write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    result = nccl_launch("run", "--nccl-debug", "p", "--", str(tmp_path / "missing"))
+    said = f"nccl-launch: cannot execute {tmp_path / 'missing'}: No such file or directory\n"
+    assert (result.returncode, result.stderr) == (3, said)
+    folder = tmp_path / "home" / ".local" / "state" / "nccl-launch" / "nccl-debug"
+    assert list(folder.iterdir()) == []
+
+
+def test_a_run_whose_log_folder_cannot_be_written_leaves_none_and_starts(
+    write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    """A full disk, as a file size limit of 0 makes it (`ulimit -f 0`: writing the folder's
+    pid file fails with EFBIG where a full disk gives ENOSPC): a warning, the server started
+    with NCCL's log in its output, no folder left behind."""
+    write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    result = subprocess.run(
+        ["bash", "-c", 'ulimit -f 0 && exec "$0" "$@"', console_script(),
+         "run", "--nccl-debug", "p", "--", "env"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "NCCL_DEBUG=INFO" in result.stdout.splitlines()
+    assert "NCCL_DEBUG_FILE=" not in result.stdout
+    folder = tmp_path / "home" / ".local" / "state" / "nccl-launch" / "nccl-debug"
+    assert result.stderr.startswith(
+        f"nccl-launch: warning: cannot write in NCCL's log folder {folder}/"
+    )
+    assert result.stderr.endswith(
+        ": File too large; NCCL's log goes to the server's output, where check cannot read it\n"
+    )
+    assert list(folder.iterdir()) == []
+
+
 def test_capture_of_a_server_started_with_nccl_debug_leaves_out_what_it_added(
     run_cli: RunCli, write_profile: WriteProfile, tmp_path: Path
 ) -> None:

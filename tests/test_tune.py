@@ -27,10 +27,10 @@ import psutil
 import pytest
 
 from nccl_launch.bench.result import Method
+from nccl_launch.bench.stats import Start, t_quantile
 from nccl_launch.profile.model import Baseline
 from nccl_launch.tune.journal import Journal
 from nccl_launch.tune.search import CAP, Space, Values, confirm, descend, grid
-from nccl_launch.tune.stats import Start, t_quantile
 from nccl_launch.tune.trial import TrialSettings
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import STANDIN, Server, free_port, wait_for

@@ -13,9 +13,9 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from nccl_launch.bench.stats import Start
 from nccl_launch.commands.benching import DEFAULT_PROMPT
 from nccl_launch.tune.search import Values, descend, grid
-from nccl_launch.tune.stats import Start
 from tests.conftest import RunCli
 from tests.test_tune import (
     FACTORS,

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import AfterValidator, BaseModel, Field, computed_field, model_validator
 
 from nccl_launch.bench import TOKEN_LIMIT
+from nccl_launch.bench.stats import Start, runs_interval
 from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_INTERRUPTED, EXIT_OK
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.profile.model import Baseline
@@ -144,6 +145,19 @@ class BenchReport(Report):
 
     @computed_field  # type: ignore[prop-decorator]
     @property
+    def interval_tok_s(self) -> list[float] | None:
+        """The CONFIDENCE interval of the decode mean, [low, high], t-based on ln(rate) as
+        `tune`'s (`runs_interval`); None under two runs, or with a run of no rate."""
+        return _interval([run.tok_s for run in self.runs])
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def prefill_interval_tok_s(self) -> list[float] | None:
+        """The CONFIDENCE interval of the prefill mean; None under two runs or without one."""
+        return _interval([run.prefill_tok_s for run in self.runs])
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
     def prefill_tok_s(self) -> float | None:
         """The mean of the runs' prefill figures (None: a run without one)."""
         return _mean_of([run.prefill_tok_s for run in self.runs])
@@ -233,6 +247,13 @@ def _mean_of(figures: list[float | None]) -> float | None:
     if None in figures or not figures:
         return None
     return fmean(figures)  # type: ignore[arg-type]
+
+
+def _interval(figures: list[float | None]) -> list[float] | None:
+    """The CONFIDENCE interval of the mean of `figures`; None when one is None."""
+    rates = tuple(figure for figure in figures if figure is not None)
+    found = runs_interval(Start(rates)) if len(rates) == len(figures) else None
+    return None if found is None else list(found)
 
 
 def _shown(value: object) -> str:

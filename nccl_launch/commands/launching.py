@@ -10,7 +10,7 @@ import click
 
 from nccl_launch.commands.echo import echo_lines, warn
 from nccl_launch.commands.options import format_option, launch_options
-from nccl_launch.errors import EXIT_OK
+from nccl_launch.errors import EXIT_OK, HostError
 from nccl_launch.escaping import escaped, shell_word
 from nccl_launch.launch.check_names import skippable
 from nccl_launch.masking import masked_json
@@ -176,7 +176,14 @@ def run(dry_run: bool, **options: Any) -> int:
             env, problem = with_run_folder(env, launch.nccl_logs, os.getpid())
         if problem is not None:
             warn(problem)
-        exec_command(argv, env, launch.cwd)
+        try:
+            exec_command(argv, env, launch.cwd)
+        except HostError:
+            if launch.nccl_logs is not None and problem is None:  # nothing will write there
+                from nccl_launch.live.nccl_logs import remove_run_folder
+
+                remove_run_folder(launch.nccl_logs)
+            raise
     echo_lines(dry_run_lines(launch, os.environ))
     return EXIT_OK
 

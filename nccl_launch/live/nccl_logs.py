@@ -69,18 +69,34 @@ def debug_file(folder: PurePath) -> str:
 
 def _make_run_folder(folder: PurePath, pid: int) -> None:
     """Create `folder` under the state home (0700, as every folder on the way), with a file
-    `pid` holding the run's PID; HostError when it exists already (never shared by two runs)."""
+    `pid` holding the run's PID; HostError when it exists already (never shared by two runs)
+    or cannot be written (a full disk), leaving no folder of its own behind."""
     state = state_home()
+    where = state.path / folder
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     try:
         fd = open_beneath(state, folder / "pid", flags, _FIX)
     except FileError as error:
-        raise FileError(f"NCCL's log folder {state.path / folder}: {error}") from None
+        raise FileError(f"NCCL's log folder {where}: {error}") from None
     except OSError as error:
-        where = state.path / folder
+        with contextlib.suppress(OSError):  # made on the way, empty; another run's is not
+            where.rmdir()
         raise HostError(f"cannot create NCCL's log folder {where}: {error.strerror}") from None
-    with os.fdopen(fd, "w", encoding="ascii") as handle:
-        handle.write(f"{pid}\n")
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as handle:
+            handle.write(f"{pid}\n")
+    except OSError as error:
+        remove_run_folder(folder)
+        raise HostError(f"cannot write in NCCL's log folder {where}: {error.strerror}") from None
+
+
+def remove_run_folder(folder: PurePath) -> None:
+    """Remove the run's folder where its server never started: its `pid` file, then the
+    folder, unless something else is in it."""
+    where = state_home().path / folder
+    with contextlib.suppress(OSError):
+        (where / "pid").unlink()
+        where.rmdir()
 
 
 def with_run_folder(
@@ -89,7 +105,7 @@ def with_run_folder(
     """The server's `env` once the run's folder is made; else `env` without NCCL_DEBUG_FILE
     (NCCL then prints to the server's output, as it does when it cannot open the file) and
     why: a start never fails for want of a log folder, and NCCL never writes where the
-    folder was refused."""
+    folder was refused. Where the start then fails, `remove_run_folder` takes it away."""
     try:
         _make_run_folder(folder, pid)
     except (FileError, HostError) as error:

@@ -7,11 +7,11 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from nccl_launch.env.drift import Reason, classify
 from nccl_launch.errors import EXIT_DRIFT, EXIT_OK
 from nccl_launch.nccl import catalog
 from nccl_launch.nccl.log import ProcessLog, judge, read_log
-from nccl_launch.profile.load import load_profile
-from nccl_launch.profile.plan import ProfilePlan
+from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.report import Report
 
 Verdict = Literal["ok", "mismatch", "unconfirmed", "not-read", "not-logged"]
@@ -33,6 +33,9 @@ class LogReport(Report):
     processes: list[str]
     keys: list[KeyReport]
     undeclared: dict[str, dict[str, str]]  # key -> process -> value NCCL applied
+    # key -> why an undeclared value is there, as `check` says it (`classify`): "drift", or
+    # why it is tolerated ("server-owned": the server sets it itself)
+    reasons: dict[str, Reason]
     communicators: dict[str, dict[str, int]]  # process -> communicator -> nranks
     warnings: dict[str, list[str]]  # process -> NCCL's WARN lines, `file:line message`
 
@@ -92,8 +95,11 @@ def _process_order(process: str) -> tuple[str, int, str]:
     return host, len(pid), pid
 
 
-def verify(plan: ProfilePlan, lines: Iterable[str], source: str) -> LogReport:
-    """Every declared NCCL value against what each process of the log says it applied."""
+def verify(loaded: LoadedProfile, lines: Iterable[str], source: str) -> LogReport:
+    """Every declared NCCL value against what each process of the log says it applied; each
+    undeclared one judged as `check` judges it in a running server (a log of NCCL's INFO
+    lines is one `run --nccl-debug` asked for)."""
+    plan, policy = loaded.plan, loaded.profile.policy
     logs = dict(sorted(read_log(lines).items(), key=lambda item: _process_order(item[0])))
     declared = {key: value for key, value in plan.env.items() if key.startswith(catalog.PREFIX)}
     keys = [_verdict(key, value, logs) for key, value in declared.items()]
@@ -102,6 +108,12 @@ def verify(plan: ProfilePlan, lines: Iterable[str], source: str) -> LogReport:
         for key, seen in log.applied.items():
             if key not in declared:
                 undeclared.setdefault(key, {})[process] = seen[-1]
+    reasons = {
+        key: classify(
+            key, "undeclared", policy, "live", nccl_debug=True, value=next(iter(seen.values()))
+        )
+        for key, seen in undeclared.items()
+    }
     return LogReport(
         profile=plan.label,
         digest=plan.digest,
@@ -109,6 +121,7 @@ def verify(plan: ProfilePlan, lines: Iterable[str], source: str) -> LogReport:
         processes=list(logs),
         keys=keys,
         undeclared=undeclared,
+        reasons=reasons,
         communicators={process: log.communicators for process, log in logs.items()},
         warnings={process: log.warnings for process, log in logs.items() if log.warnings},
     )
@@ -116,4 +129,4 @@ def verify(plan: ProfilePlan, lines: Iterable[str], source: str) -> LogReport:
 
 def verify_profile(ref: str, lines: Iterable[str], source: str) -> LogReport:
     """`verify` against the profile `ref` names."""
-    return verify(load_profile(ref).plan, lines, source)
+    return verify(load_profile(ref), lines, source)

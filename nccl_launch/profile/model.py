@@ -134,6 +134,18 @@ def env_value(name: str, value: Any) -> str:
 MAX_NOT_NCCL = 256
 
 
+def _refuse_never_drift(name: str) -> None:
+    """A ValueError where `name` is no name for [policy] to tolerate, being never drift
+    whatever a profile says: nccl-launch's own (never compared), or, by its name alone,
+    another program's that NCCL does not read (`others.what_is`, as `drift.classify` judges
+    it before the policy)."""
+    if name in OWN_VARIABLES:
+        raise ValueError(f"{name}: nccl-launch sets this variable itself, never drift: remove it")
+    what = others.what_is(name, "")
+    if what is not None:
+        raise ValueError(f"{name} is {what}, not read by NCCL, and never drift: remove it")
+
+
 class Policy(StrictModel):
     """What to do when the inherited environment disagrees with the profile."""
 
@@ -163,12 +175,11 @@ class Policy(StrictModel):
     @field_validator("server_owned")
     @classmethod
     def _known_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            _refuse_never_drift(name)
         unknown = [name for name in names if catalog.lookup(name) is None]
         if unknown:
             name = unknown[0]
-            what = others.what_is(name, "")
-            if what is not None:
-                raise ValueError(f"{name} is {what}, not read by NCCL, and never drift: remove it")
             raise ValueError(
                 f"{catalog.unknown_name_message(name)}; a name of this site's that NCCL does "
                 "not read goes in not_nccl"
@@ -190,8 +201,7 @@ class Policy(StrictModel):
                     f"{name!r}: only a name with NCCL's prefix could be drift; valid: NCCL_ "
                     "then letters, digits, '_'"
                 )
-            if name in OWN_VARIABLES:
-                raise ValueError(f"{name}: nccl-launch sets this variable itself")
+            _refuse_never_drift(name)
             if catalog.lookup(name) is not None:
                 raise ValueError(
                     f"NCCL reads {name}: declare it in [nccl], or in server_owned where the "
@@ -267,6 +277,15 @@ class Profile(StrictModel):
     @classmethod
     def _secret_files(cls, files: dict[str, str]) -> dict[str, str]:
         def check(name: str, path: str) -> str:
+            nccl = name.startswith(catalog.PREFIX) and name not in OWN_VARIABLES
+            if nccl and others.what_is(name, path) is None:  # else env_value says what it is
+                raise ValueError(
+                    "not a secret: NCCL's settings belong in [nccl] "
+                    f"({name.removeprefix(catalog.PREFIX)} = ...), where the value is validated "
+                    "against what NCCL reads and covered by the digest check compares (NCCL's "
+                    "INFO log prints it anyway); secret_files is for a value the server must not "
+                    "show, such as an API key"
+                )
             env_value(name, path)
             if not path:
                 raise ValueError("an empty path; give the path of the file that holds the value")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nccl_launch.bench.result import BenchReport, Method, RunFigure, Verdict, WrittenBaseline
+from nccl_launch.bench.stats import CONFIDENCE
 from nccl_launch.escaping import escaped
 from nccl_launch.kinds import kind_named
 from nccl_launch.live.compare import LiveReport
@@ -36,8 +37,14 @@ def verified_line(when: str, report: LiveReport) -> str | None:
     )
 
 
-def _spread(report: BenchReport) -> str:
-    return f"{report.min_tok_s:.1f}-{report.max_tok_s:.1f} tok/s (min-max)"
+INTERVAL = f"{CONFIDENCE:.0%} interval"
+
+
+def _interval(interval: list[float] | None, runs: int) -> str:
+    """`95% interval 89.1-90.9 tok/s` of a mean, or why it has none."""
+    if interval is None:
+        return f"no {INTERVAL} ({'one run' if runs < 2 else 'a run of no rate'})"
+    return f"{INTERVAL} {interval[0]:.1f}-{interval[1]:.1f} tok/s"
 
 
 def _verdict_line(verdict: Verdict) -> str:
@@ -81,8 +88,8 @@ def _more_figures(report: BenchReport) -> list[str]:
         else:
             lines.append(
                 f"prefill mean {report.prefill_tok_s:.1f} tok/s of {said} prompt tokens "
-                f"(the server's count; {method.prompt_tokens} asked), spread "
-                f"{report.min_prefill_tok_s:.1f}-{report.max_prefill_tok_s:.1f} tok/s (min-max)"
+                f"(the server's count; {method.prompt_tokens} asked), "
+                f"{_interval(report.prefill_interval_tok_s, len(report.runs))}"
             )
     if method.concurrency > 1 and report.output_tok_s is not None:
         lines.append(
@@ -149,7 +156,8 @@ def summary_lines(report: BenchReport) -> list[str]:
     figures = (
         f"mean {report.mean_tok_s:.1f} tok/s{stream} over {done} run{'' if done == 1 else 's'} of "
         f"{returned} tokens{'' if returned == str(asked) else f' ({asked} asked)'}, "
-        f"spread {_spread(report)}, time to first token {report.ttft_s:.3f} s (mean)"
+        f"{_interval(report.interval_tok_s, done)}, time to first token {report.ttft_s:.3f} s "
+        "(mean)"
     )
     if report.status == "interrupted":
         return [f"interrupted after {done} of {total} runs: {figures}; nothing recorded"]
@@ -193,13 +201,13 @@ def unwritten_line(report: BenchReport, path: Path) -> str:
 
 
 def _history_row(report: BenchReport) -> tuple[str, ...]:
-    verdict, prefill = report.baseline, report.prefill_tok_s
+    verdict, prefill, interval = report.baseline, report.prefill_tok_s, report.interval_tok_s
     met = "-" if verdict is None or verdict.met is None else ("met" if verdict.met else "missed")
     row = (
         report.time,
         f"{len(report.runs)}x{_returned(report)}",
         f"{report.mean_tok_s or 0:.1f}",
-        f"{report.min_tok_s or 0:.1f}-{report.max_tok_s or 0:.1f}",
+        "-" if interval is None else f"{interval[0]:.1f}-{interval[1]:.1f}",
         f"{report.ttft_s or 0:.3f}",
         "-" if prefill is None or report.method.prompt_tokens is None else f"{prefill:.1f}",
         _server(report, "-"),
@@ -213,7 +221,7 @@ HISTORY_HEADER = (
     "WHEN",
     "RUNS",
     "MEAN TOK/S",
-    "SPREAD",
+    INTERVAL.upper(),
     "TTFT S",
     "PREFILL TOK/S",
     "SERVER",

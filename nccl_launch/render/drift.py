@@ -35,8 +35,9 @@ def _entry_value(entry: DriftEntry) -> str:
     return shown[1] if entry.kind == "undeclared" else " -> ".join(shown)
 
 
-def _details(entry: DriftEntry) -> list[str]:
-    """Where the value came from, what NCCL makes of it, and why it is tolerated."""
+def details(entry: DriftEntry) -> list[str]:
+    """Where the value came from, what NCCL makes of it, and why it is tolerated: the words
+    of every report that shows an entry."""
     reasons: dict[Reason, list[str | None]] = {
         "drift": [entry.note],
         "policy": [entry.note, "tolerated"],
@@ -57,8 +58,8 @@ def drift_lines(entries: Sequence[DriftEntry]) -> list[str]:
     value_width = max(len(_entry_value(entry)) for entry in entries)
     lines = []
     for entry in entries:
-        details = _details(entry)
-        suffix = f"  ({'; '.join(details)})" if details else ""
+        said = details(entry)
+        suffix = f"  ({'; '.join(said)})" if said else ""
         key, value = keys[entry.key].ljust(key_width), _entry_value(entry).ljust(value_width)
         lines.append(f"  {_MARKS[entry.kind]} {key}  {value}{suffix}".rstrip())
     return lines

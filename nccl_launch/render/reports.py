@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from nccl_launch.env.drift import DriftEntry, Reason
 from nccl_launch.live.nccl_logs import SOURCE
 from nccl_launch.masking import for_people
 from nccl_launch.profile.plan import short_digest
-from nccl_launch.render.drift import LATE_LINE, drift_lines, fix_lines, restart_line
+from nccl_launch.render.drift import LATE_LINE, details, drift_lines, fix_lines, restart_line
 from nccl_launch.secrets import shown
 
 if TYPE_CHECKING:  # each command renders its own report: check loads no preflight model
@@ -119,15 +120,21 @@ _LOG_STATUS = {
 }
 
 
-def _undeclared_line(name: str, seen: dict[str, str], width: int) -> str:
-    """A value no key declares: one value in every process it applied in, or one each (a
-    value set per rank, `NCCL_HOSTID`, is no value a profile can declare)."""
+def _undeclared_line(name: str, seen: dict[str, str], reason: Reason, width: int) -> str:
+    """A value no key declares, said as `check` says it (`server-owned; tolerated`): one
+    value in every process it applied in, or one each (a value set per rank, `NCCL_HOSTID`,
+    is no value a profile can declare)."""
+    entry = DriftEntry(
+        key=name, kind="undeclared", expected=None, actual=None, note="undeclared", reason=reason
+    )
+    what = "; ".join(details(entry))
     values = sorted({json.dumps(value) for value in seen.values()})
     if len(values) == 1 or len(values) < len(seen):
-        said = f"undeclared, applied as {', '.join(values)} by {len(seen)} of them"
-        return f"warn  {name.ljust(width)}  {said}"
+        status = "note" if entry.tolerated else "warn"
+        said = f"{what}, applied as {', '.join(values)} by {len(seen)} of them"
+        return f"{status:<4}  {name.ljust(width)}  {said}"
     each = ", ".join(f"{json.dumps(value)} by {process}" for process, value in seen.items())
-    return f"note  {name.ljust(width)}  undeclared, one value per process: {each}"
+    return f"note  {name.ljust(width)}  {what}, one value per process: {each}"
 
 
 def log_lines(report: LogReport) -> list[str]:
@@ -143,7 +150,10 @@ def log_lines(report: LogReport) -> list[str]:
         lines.append(
             f"{status:<4}  {key.key.ljust(width)}  {json.dumps(key.expected)}: {key.detail}"
         )
-    lines += [_undeclared_line(name, seen, width) for name, seen in report.undeclared.items()]
+    lines += [
+        _undeclared_line(name, seen, report.reasons[name], width)
+        for name, seen in report.undeclared.items()
+    ]
     for process, warnings in report.warnings.items():
         lines += [f"warn  {process} NCCL WARN {warning}" for warning in warnings]
     failed = sum(key.verdict in ("mismatch", "unconfirmed") for key in report.keys)

@@ -10,11 +10,11 @@ from typing import Literal
 from pydantic import BaseModel, computed_field
 
 from nccl_launch.bench.result import Method
+from nccl_launch.bench.stats import Noise, Start, mean_figure, rate_interval, ratio_interval
 from nccl_launch.errors import EXIT_DRIFT, EXIT_OK
 from nccl_launch.profile.model import Baseline
 from nccl_launch.report import Report
 from nccl_launch.tune.search import Stop
-from nccl_launch.tune.stats import Noise, Start, mean_figure, rate_interval, ratio_interval
 from nccl_launch.tune.trial import TrialOutcome
 
 

@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from nccl_launch.tune.stats import (
+from nccl_launch.bench.stats import (
     CONFIDENCE,
     Start,
     lower_bound,

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from nccl_launch.bench.measure import Progress
 from nccl_launch.bench.result import Method
+from nccl_launch.bench.stats import Noise, Start, pooled_noise, prefill_starts
 from nccl_launch.errors import UsageError
 from nccl_launch.nccl.catalog import PREFIX
 from nccl_launch.profile.chain import read_chain
@@ -24,7 +25,6 @@ from nccl_launch.tune import journal
 from nccl_launch.tune.candidates import Candidates, changes
 from nccl_launch.tune.result import CandidateRow, Confirmation, Estimate, Gain, TrialRow, TuneReport
 from nccl_launch.tune.search import Space, Values, confirm, defaults, descend, grid
-from nccl_launch.tune.stats import Noise, Start, pooled_noise, prefill_starts
 from nccl_launch.tune.trial import TrialOutcome, TrialSettings, run_trial
 
 

@@ -183,7 +183,7 @@ def _proof(launch: LaunchPlan, fd: int, log: Path, judged: set[str]) -> dict[str
     lines judges nothing."""
     with os.fdopen(os.dup(fd), encoding="utf-8", errors="replace") as text:
         text.seek(0)
-        report = verify(launch.plan, text, str(log))
+        report = verify(launch.loaded, text, str(log))
     confirmed = [key.key for key in report.keys if key.verdict == "ok"]
     not_read = [key.key for key in report.keys if key.verdict == "not-read"]
     ignored = [

@@ -1,6 +1,7 @@
-"""The statistics of `tune`, on ln(rate): a start's figure, the noise pooled between starts of
-the same candidate, Student's t (no scipy), and the bounds and intervals the search and the
-confirmation decide by. Pure functions of numbers."""
+"""The statistics of measured rates, on ln(rate): a start's figure, its runs' own interval
+(`bench`), the noise pooled between starts of the same candidate, Student's t (no scipy), and
+the bounds and intervals `tune`'s search and confirmation decide by. Pure functions of
+numbers, importing nothing of nccl-launch's."""
 
 from __future__ import annotations
 
@@ -106,6 +107,17 @@ def t_quantile(p: float, dof: int) -> float:
         middle = (low + high) / 2
         low, high = (middle, high) if t_cdf(middle, dof) < p else (low, middle)
     return (low + high) / 2
+
+
+def runs_interval(start: Start) -> tuple[float, float] | None:
+    """The CONFIDENCE interval of one start's rate from its own runs, as `rate_interval` of
+    the start with the variance its runs show (their ln, over the runs: `pooled_noise`'s
+    floor); None with fewer than two runs, or a run of no rate (no ln)."""
+    count = len(start.runs)
+    if count < 2 or min(start.runs) <= 0:
+        return None
+    variance = _squares([math.log(run) for run in start.runs]) / (count - 1) / count
+    return rate_interval([start], Noise(variance, count - 1))
 
 
 def prefill_starts(starts: Iterable[Start]) -> list[Start]:
