@@ -155,6 +155,7 @@ def run(dry_run: bool, **options: Any) -> int:
     run PROFILE -- COMMAND...
     """
     from nccl_launch.launch.execute import exec_command  # not on a TAB's path (options.py)
+    from nccl_launch.launch.program import COMMAND, SERVER_PYTHON
     from nccl_launch.live.nccl_logs import with_run_folder
     from nccl_launch.render.drift import drift_lines, dry_run_lines, refusal_lines
 
@@ -175,7 +176,8 @@ def run(dry_run: bool, **options: Any) -> int:
             env, problem = with_run_folder(env, launch.nccl_logs, os.getpid())
         if problem is not None:
             warn(problem)
-        exec_command(argv, env, launch.cwd)
+        what = COMMAND if launch.loaded.profile.server is None else SERVER_PYTHON
+        exec_command(argv, env, launch.cwd, what)
     echo_lines(dry_run_lines(launch, os.environ))
     return EXIT_OK
 
