@@ -18,7 +18,7 @@ from nccl_launch.env.env_files import (
     Assignment,
     filled_args,
     key_variable_findings,
-    profile_env_file_lines,
+    profile_env_file_read,
     secret_layers,
 )
 from nccl_launch.env.merge import EnvLayer
@@ -299,11 +299,12 @@ def write_unit(
     else:
         # Held to run's rules, which would refuse them at every start; read, not trusted: the
         # service's User= runs with them, and its run judges who may write them.
-        assignments = [
-            (path, each)
-            for path in loaded.env_files
-            for each in profile_env_file_lines(loaded, path, trusted=False)
-        ]
+        assignments, misread = [], []
+        for path in loaded.env_files:
+            read, problems = profile_env_file_read(loaded, path, trusted=False)
+            assignments += [(path, each) for each in read]
+            misread += problems
+        refuse(misread)  # every problem of every file, before anything reads them
     # Refused as run would refuse it at every start: a ${NAME} of [server] args that none of
     # the env files sets (the unit's environment may set those its policy takes from there),
     # or a credential flag left without a key.

@@ -14,8 +14,8 @@ from nccl_launch.env.drift import DriftEntry, DriftReport
 from nccl_launch.env.env_files import (
     filled_args,
     key_variable_findings,
-    profile_layers,
-    read_env_file,
+    profile_layer_findings,
+    read_env_files,
 )
 from nccl_launch.env.merge import EnvLayer, MergeResult, inherited_environment, merge_environment
 from nccl_launch.errors import UsageError
@@ -143,9 +143,11 @@ def prepare_launch(
     loaded = check_pin(load_profile(ref), pin)
     plan, server = loaded.plan, loaded.profile.server
     # The profile's own env files before any --env-file: a problem in them is said first.
-    declared = profile_layers(loaded)
-    inherited = inherited_environment(calling, [read_env_file(path) for path in env_files])
-    found: list[Finding] = []
+    # Every problem of every file at once, before anything that reads them.
+    declared, found = profile_layer_findings(loaded)
+    given, misread = read_env_files(env_files)
+    refuse(found + misread)
+    inherited = inherited_environment(calling, given)
     if server is not None:
         problem = kind_of(server).model_problem(server, model_architecture)
         found += [problem.in_file(str(loaded.path))] if problem is not None else []
