@@ -97,11 +97,11 @@ class LaunchPlan:
         return [*(note.text() for note in run_notes(self.loaded.profile)), *self.unreadable_conf]
 
 
-def read_conf(env: Mapping[str, str]) -> tuple[list[ConfEntry], list[str]]:
-    """The entries of the nccl.conf files NCCL reads for `env`, in precedence order, and the
-    files it could not read (warnings). An absent file is the usual case; as root, a regular
-    file others could have written is refused, like a profile."""
-    entries, unreadable = [], []
+def read_conf(env: Mapping[str, str]) -> tuple[list[ConfEntry], list[str], list[Finding]]:
+    """The entries of the nccl.conf files NCCL reads for `env`, in precedence order, the
+    files it could not read (warnings), and a finding for each regular file others could
+    have written, as root (refused, like a profile). An absent file is the usual case."""
+    entries, unreadable, untrusted = [], [], []
     for path in conf_paths(env):
         try:
             status = path.stat()
@@ -113,7 +113,11 @@ def read_conf(env: Mapping[str, str]) -> tuple[list[ConfEntry], list[str]]:
         if path == Path(os.devnull):
             continue  # the usual way to have NCCL read no file
         if stat.S_ISREG(status.st_mode):
-            check_trusted(path, status, "nccl.conf")
+            try:
+                check_trusted(path, status, "nccl.conf")
+            except FileError as error:
+                untrusted.append(Finding("untrusted", "", str(error)))
+                continue
         try:
             # NCCL reads bytes: keep them, as surrogates, rather than refuse the file.
             text = read_text(path, "nccl.conf", trusted=True, errors="surrogateescape")
@@ -121,7 +125,7 @@ def read_conf(env: Mapping[str, str]) -> tuple[list[ConfEntry], list[str]]:
             unreadable.append(str(error))
             continue
         entries += parse(text, str(path))
-    return entries, unreadable
+    return entries, unreadable, untrusted
 
 
 def prepare_launch(
@@ -167,7 +171,8 @@ def prepare_launch(
         argv = filled = list(extra)
     origins = {key: str(path) for key, path in loaded.origins.items()}
     # Enough of the child's env to know which nccl.conf files NCCL will read.
-    conf, unreadable = read_conf(inherited.env | plan.env)
+    conf, unreadable, untrusted = read_conf(inherited.env | plan.env)
+    found += untrusted
     merged = merge_environment(
         inherited,
         plan,
