@@ -31,10 +31,10 @@ _GPU_LINE = re.compile(r"^GPU [0-9]+: ", re.MULTILINE)
 _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
 
 
-def conf_checks(env: Mapping[str, str], conf: list[ConfEntry], unreadable: list[str]) -> Seen:
-    """Which nccl.conf files NCCL will read for this server, and what they still set; a
-    warning for each that could not be read."""
-    seen: Seen = [problem("unreadable", text, severity="warning") for text in unreadable]
+def conf_checks(env: Mapping[str, str], conf: list[ConfEntry], unreadable: list[Finding]) -> Seen:
+    """Which nccl.conf files NCCL will read for this server, and what they still set; with
+    the warnings of those that could not be read (`prepare.read_conf`)."""
+    seen: Seen = list(unreadable)
     effective = applied(conf, env)
     for path in conf_paths(env):
         mine = [entry for entry in conf if entry.path == str(path)]

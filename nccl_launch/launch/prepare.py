@@ -49,7 +49,7 @@ class LaunchPlan:
     argv: list[str]  # as people see it: `${NAME}` of [server] args unfilled
     filled: list[str]  # `argv` as the server gets it
     conf: list[ConfEntry]
-    unreadable_conf: list[str]
+    unreadable_conf: list[Finding]  # warnings: NCCL skips such a file too
     # What people must not see of `filled` and `merged.env`, decided once (`secrets_of`).
     secrets: Secrets
     env_files: list[EnvLayer] = dataclasses.field(default_factory=list)  # the profile's
@@ -94,13 +94,15 @@ class LaunchPlan:
     def warnings(self) -> list[str]:
         """The profile's notes worth saying on every start, and the nccl.conf files that could
         not be read."""
-        return [*(note.text() for note in run_notes(self.loaded.profile)), *self.unreadable_conf]
+        notes = [*run_notes(self.loaded.profile), *self.unreadable_conf]
+        return [note.text() for note in notes]
 
 
-def read_conf(env: Mapping[str, str]) -> tuple[list[ConfEntry], list[str], list[Finding]]:
-    """The entries of the nccl.conf files NCCL reads for `env`, in precedence order, the
-    files it could not read (warnings), and a finding for each regular file others could
-    have written, as root (refused, like a profile). An absent file is the usual case."""
+def read_conf(env: Mapping[str, str]) -> tuple[list[ConfEntry], list[Finding], list[Finding]]:
+    """The entries of the nccl.conf files NCCL reads for `env`, in precedence order; a
+    warning for each file it could not read (this host's), and an error for each regular
+    file others could have written, as root (refused, like a profile). An absent file is the
+    usual case."""
     entries, unreadable, untrusted = [], [], []
     for path in conf_paths(env):
         try:
@@ -108,7 +110,7 @@ def read_conf(env: Mapping[str, str]) -> tuple[list[ConfEntry], list[str], list[
         except (FileNotFoundError, NotADirectoryError):
             continue
         except OSError as error:
-            unreadable.append(f"nccl.conf {path}: cannot read: {error.strerror}")
+            unreadable.append(_unreadable(f"nccl.conf {path}: cannot read: {error.strerror}"))
             continue
         if path == Path(os.devnull):
             continue  # the usual way to have NCCL read no file
@@ -122,10 +124,14 @@ def read_conf(env: Mapping[str, str]) -> tuple[list[ConfEntry], list[str], list[
             # NCCL reads bytes: keep them, as surrogates, rather than refuse the file.
             text = read_text(path, "nccl.conf", trusted=True, errors="surrogateescape")
         except FileError as error:
-            unreadable.append(str(error))
+            unreadable.append(_unreadable(str(error)))
             continue
         entries += parse(text, str(path))
     return entries, unreadable, untrusted
+
+
+def _unreadable(message: str) -> Finding:
+    return Finding("unreadable", "", message, severity="warning", cause="host")
 
 
 def prepare_launch(
