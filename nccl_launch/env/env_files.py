@@ -115,7 +115,7 @@ def env_file_read(path: Path, trusted: bool = True) -> tuple[list[Assignment], l
     return assignments, found
 
 
-def host_file(loaded: LoadedProfile, where: str, message: str) -> Finding:
+def _host_file(loaded: LoadedProfile, where: str, message: str) -> Finding:
     """A problem of a file of this host that the profile names (exit 3): the profile is valid
     on every host (`validate` reads no env file); the file belongs to this host, like a model
     path."""
@@ -140,16 +140,16 @@ def profile_env_file_read(
     host for every problem, naming the profile, the key and the file. `trusted` as for
     `env_file_read`."""
     assignments, problems = env_file_read(path, trusted)
-    found = [host_file(loaded, "env_files", problem.text()) for problem in problems]
+    found = [_host_file(loaded, "env_files", problem.text()) for problem in problems]
     for key, value in {each.key: each.value for each in assignments}.items():
         try:
             env_value(key, value)
         except ValueError as error:
-            found.append(host_file(loaded, "env_files", f"env file {path}: {key}: {error}"))
+            found.append(_host_file(loaded, "env_files", f"env file {path}: {key}: {error}"))
             continue
         if key in loaded.plan.env:
             message = f"env file {path}: {key}: the profile declares it too; keep it in one place"
-            found.append(host_file(loaded, "env_files", message))
+            found.append(_host_file(loaded, "env_files", message))
     return assignments, found
 
 
@@ -159,10 +159,10 @@ def _secret_layer(
     try:
         value = read_text(path, "secret file", trusted=trusted, limit=SECRET_LIMIT)
     except UsageError as error:
-        return host_file(loaded, "secret_files", f"{name}: {error}")
+        return _host_file(loaded, "secret_files", f"{name}: {error}")
     if "\x00" in value or name in loaded.plan.env:
         why = "holds a NUL byte" if "\x00" in value else "the profile declares it too"
-        return host_file(loaded, "secret_files", f"{name}: {path}: {why}")
+        return _host_file(loaded, "secret_files", f"{name}: {path}: {why}")
     return EnvLayer(source=f"{VALUE_FILE}{path}", values={name: value.rstrip("\n")})
 
 
@@ -202,7 +202,7 @@ def _set_twice(
             twice = [each.source for each in layers if name in each.values]
             if twice:
                 message = f"{name}: {twice[0]} sets it too; keep it in one place"
-                found.append(host_file(loaded, "secret_files", message))
+                found.append(_host_file(loaded, "secret_files", message))
     return found
 
 
