@@ -430,6 +430,19 @@ def test_command_that_cannot_execute_is_a_host_error(tuned: Path, nccl_launch: R
     assert result.stderr == "nccl-launch: command /nonexistent/python3 does not exist\n"
 
 
+def test_a_command_that_cannot_start_leaves_no_nccl_log_folder(
+    tuned: Path, run_cli: RunCli, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    env = {"XDG_STATE_HOME": str(state)}
+    result = run_cli("run", "--nccl-debug", "tuned", "--", "/nonexistent/python3", env=env)
+    assert (result.returncode, result.stderr) == (
+        3,
+        "nccl-launch: command /nonexistent/python3 does not exist\n",
+    )
+    assert not state.exists()
+
+
 def test_run_warns_where_the_server_will_not_honour_the_profile(
     write_profile: WriteProfile, nccl_launch: RunCli
 ) -> None:

@@ -8,17 +8,10 @@ from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
 from nccl_launch.errors import HostError
-from nccl_launch.findings import refuse
-from nccl_launch.launch.program import start_findings
 
 
-def exec_command(
-    argv: Sequence[str], env: Mapping[str, str], cwd: str | None, what: str
-) -> NoReturn:
-    """Replace this process with the command, which `what` names (`program.SERVER_PYTHON`,
-    `program.COMMAND`): same PID, its signals and exit code. What would keep it from starting
-    is refused first, as `preflight` words it."""
-    refuse(start_findings(argv[0], what, cwd, env))
+def exec_command(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> NoReturn:
+    """Replace this process with the command: same PID, its signals and exit code."""
     sys.stdout.flush()
     sys.stderr.flush()
     if cwd is not None:

@@ -25,6 +25,7 @@ from nccl_launch.files.trust import check_trusted
 from nccl_launch.findings import Finding, refuse
 from nccl_launch.kinds import argument_findings, kind_of, unfilled_findings
 from nccl_launch.launch.placement import Placement, placement_args
+from nccl_launch.launch.program import COMMAND, SERVER_PYTHON, start_findings
 from nccl_launch.live.nccl_logs import debug_file, run_folder
 from nccl_launch.nccl.conf import ConfEntry, conf_paths, parse
 from nccl_launch.profile.lint import run_notes
@@ -80,6 +81,12 @@ class LaunchPlan:
         if not self.argv[0]:  # exec cannot run a program without a name
             raise UsageError("the command after '--' is an empty word; give the program to run")
         return self.filled
+
+    def start_findings(self) -> list[Finding]:
+        """What keeps the command from starting on this host, its cwd and program judged as
+        `preflight` judges them (`program.start_findings`)."""
+        what = SERVER_PYTHON if self.loaded.profile.server is not None else COMMAND
+        return start_findings(self.filled[0], what, self.cwd, self.merged.env)
 
     def refusal(self) -> DriftReport | None:
         """The drift that stops the launch, or None when nothing drifts."""

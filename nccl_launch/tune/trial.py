@@ -32,7 +32,6 @@ from nccl_launch.escaping import escaped
 from nccl_launch.findings import Finding
 from nccl_launch.launch.host import port_check
 from nccl_launch.launch.prepare import LaunchPlan, prepare_launch, with_nccl_debug
-from nccl_launch.launch.program import SERVER_PYTHON, start_findings
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.live.processes import HeldProcess, ProcessSnapshot, snapshot_tree, stop_tree
 from nccl_launch.live.url import Address, server_url, url_address
@@ -132,7 +131,7 @@ def run_trial(
         detail = f"the calling environment drifts from the candidate: {_entries(refusal.drifted)}"
         return TrialOutcome(status="refused", detail=detail, seconds=time.monotonic() - start)
     # What would keep `run` from starting it, and a port another process holds.
-    problems = start_findings(server.python, SERVER_PYTHON, server.cwd, launch.merged.env)
+    problems = launch.start_findings()
     problems += [seen for seen in [port_check(server)] if isinstance(seen, Finding)]
     if problems:
         raise HostError(f"cannot start a trial: {'; '.join(each.text() for each in problems)}")
