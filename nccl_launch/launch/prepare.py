@@ -18,11 +18,10 @@ from nccl_launch.env.env_files import (
     read_env_files,
 )
 from nccl_launch.env.merge import EnvLayer, MergeResult, inherited_environment, merge_environment
-from nccl_launch.errors import UsageError
 from nccl_launch.files.paths import FileError
 from nccl_launch.files.reading import read_text
 from nccl_launch.files.trust import check_trusted
-from nccl_launch.findings import Finding, refuse
+from nccl_launch.findings import Finding, Refused, refuse
 from nccl_launch.kinds import argument_findings, kind_of, unfilled_findings
 from nccl_launch.launch.placement import Placement, placement_args
 from nccl_launch.launch.program import COMMAND, SERVER_PYTHON, start_findings
@@ -74,12 +73,12 @@ class LaunchPlan:
     def command(self) -> list[str]:
         """The argv to exec; without `[server]` it is what followed `--`, and must be there."""
         if not self.argv:
-            raise UsageError(
-                f"profile {self.plan.label} has no [server] table; give the command after "
-                f"'--': nccl-launch run {self.path} -- COMMAND..."
-            )
+            message = f"profile {self.plan.label} has no [server] table"
+            fix = f"give the command after '--': nccl-launch run {self.path} -- COMMAND..."
+            raise Refused([Finding("no-command", "", message, fix)])
         if not self.argv[0]:  # exec cannot run a program without a name
-            raise UsageError("the command after '--' is an empty word; give the program to run")
+            message = "the command after '--' is an empty word"
+            raise Refused([Finding("no-command", "", message, "give the program to run")])
         return self.filled
 
     def start_findings(self) -> list[Finding]:
