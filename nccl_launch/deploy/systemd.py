@@ -33,9 +33,6 @@ from nccl_launch.serving.table import ServerTable as Server
 START_TIMEOUT_S = 1800  # model load and CUDA-graph capture take minutes on 8 GPUs
 STOP_TIMEOUT_S = 120
 _PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
-# A name or a numeric uid, as useradd and systemd's User= read it; nothing systemd expands.
-_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]*\$?")
-UID_INVALID = 2**32 - 1
 # Where systemd's managers load units from (systemd.unit(5)); the user ones under HOME too.
 SYSTEM_UNIT_DIRS = (
     "/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system",
@@ -73,8 +70,8 @@ def server_words(
 ) -> tuple[str, list[Finding]]:
     """` -- ARGS` of the Exec lines for the server's extra arguments `args` (empty without
     any), `${NAME}` kept for systemd to expand; and a note for each NAME that none of the
-    profile's env files sets as systemd reads them (it would pass an empty argument). A
-    credential flag's value must be such a reference: written out, anyone could read it."""
+    profile's env files sets as systemd reads them (it would pass an empty argument).
+    `unit_input.unit_findings` has judged them first."""
     if not args:
         return "", []
     words = " -- " + " ".join(exec_word(word, expand=True) for word in args)
