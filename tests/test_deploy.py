@@ -657,8 +657,8 @@ def test_systemd_refuses_a_cwd_it_would_not_start_in_as_run_does(
     write_profile("served", SERVER.format(python=sys.executable).replace(CWD, f"cwd = {cwd!r}"))
     result = run_cli("systemd", "served", "--output", str(tmp_path / "served.service"))
     assert (result.returncode, result.stdout) == (2, "")
-    assert result.stderr == (
-        f"nccl-launch: profiles/served.toml: server.cwd: {cwd!r} is not an absolute path "
+    assert result.stderr == (  # the profile's to fix: its line starts with its file
+        f"profiles/served.toml: server.cwd: {cwd!r} is not an absolute path "
         "without '..', which systemd's WorkingDirectory= needs to start the unit; write the "
         "directory's absolute path\n"
     )
@@ -681,7 +681,7 @@ def test_systemd_writes_an_absolute_cwd_literally_and_refuses_a_trailing_blank(
     result = run_cli("systemd", "served")
     assert (result.returncode, result.stderr) == (
         2,
-        "nccl-launch: profiles/served.toml: server.cwd: ends in a blank, which systemd drops\n",
+        "profiles/served.toml: server.cwd: ends in a blank, which systemd drops\n",
     )
 
 
@@ -699,6 +699,28 @@ def test_systemd_refuses_a_user_that_is_no_user_name(
     result = run_cli("systemd", "served", "--user", user)
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr.startswith(f"nccl-launch: --user: {user!r} is not a user name; valid:")
+
+
+def test_systemd_says_every_problem_of_its_input_at_once(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """What the unit cannot hold and what run would refuse at every start, one line each;
+    exit 2: the profile or the command line must change."""
+    write_profile("served", SERVER.format(python=sys.executable).replace(CWD, 'cwd = "srv"'))
+    args = ["--", "--api-key", "sk-live-1", "--log-level", "a\nb", "--tp", "4"]
+    result = run_cli("systemd", "served", "--user", "-root", *args)
+    assert (result.returncode, result.stdout) == (2, "")
+    lines = result.stderr.splitlines()
+    assert [line.split(": ")[:2] for line in lines] == [
+        ["nccl-launch", "--user"],
+        ["profiles/served.toml", "server.cwd"],
+        ["nccl-launch", "-- ARGS"],
+        ["nccl-launch", "-- ARGS"],
+        ["nccl-launch", "-- ARGS"],
+    ]
+    assert "argument 4: holds the control character '\\n'" in lines[2]
+    assert "a credential would be written into the unit" in lines[3]
+    assert "--tp repeats the field tp_size" in lines[4]
 
 
 def test_systemd_takes_the_highest_uid_systemd_takes(

@@ -170,6 +170,20 @@ def test_bad_env_file_is_a_usage_error_naming_the_line(
     assert result.stderr == f"nccl-launch: {message}\n"
 
 
+def test_every_bad_line_of_every_env_file_is_said_at_once(tuned: Path, run_cli: RunCli) -> None:
+    Path("a.env").write_text("A=1\nnot dotenv\nB\nC=3\n")
+    Path("b.env").write_text("'D E'=1\n")
+    files = ["--env-file", "a.env", "--env-file", "missing.env", "--env-file", "b.env"]
+    result = run_cli("run", *files, "tuned", "--", "true")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"nccl-launch: a.env:2: not a KEY=VALUE line {NOT_SHOWN}; {VALID}",
+        f"nccl-launch: a.env:3: a name without =VALUE {NOT_SHOWN}; {VALID}",
+        "nccl-launch: env file missing.env: cannot read: No such file or directory",
+        f"nccl-launch: b.env:1: not a variable name {NOT_SHOWN}; {VALID}",
+    ]
+
+
 def test_policy_warn_and_strip_let_the_command_start(
     write_profile: WriteProfile, tmp_path: Path, nccl_launch: RunCli
 ) -> None:
@@ -413,8 +427,20 @@ def test_profile_without_server_needs_a_command(tuned: Path, run_cli: RunCli) ->
 def test_command_that_cannot_execute_is_a_host_error(tuned: Path, nccl_launch: RunCli) -> None:
     result = nccl_launch("run", "tuned", "--", "/nonexistent/python3")
     assert result.returncode == 3
-    last = result.stderr.splitlines()[-1]
-    assert last == "nccl-launch: cannot execute /nonexistent/python3: No such file or directory"
+    assert result.stderr == "nccl-launch: command /nonexistent/python3 does not exist\n"
+
+
+def test_a_command_that_cannot_start_leaves_no_nccl_log_folder(
+    tuned: Path, run_cli: RunCli, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    env = {"XDG_STATE_HOME": str(state)}
+    result = run_cli("run", "--nccl-debug", "tuned", "--", "/nonexistent/python3", env=env)
+    assert (result.returncode, result.stderr) == (
+        3,
+        "nccl-launch: command /nonexistent/python3 does not exist\n",
+    )
+    assert not state.exists()
 
 
 def test_run_warns_where_the_server_will_not_honour_the_profile(
@@ -673,6 +699,27 @@ def served(write_profile: WriteProfile, tmp_path: Path) -> Path:
     path = write_profile("served", SECRETS.replace("[nccl]", "[env]\nHF_HUB_OFFLINE = '1'\n[nccl]"))
     (tmp_path / "profiles" / "served.env").write_text("HF_TOKEN=hf_served123\n")
     return path
+
+
+def test_the_profiles_env_files_and_the_env_files_given_are_refused_together(
+    served: Path, tmp_path: Path, run_cli: RunCli
+) -> None:
+    """Every problem of the profile's files (this host's) and of those given (the command
+    line's, so exit 2), each line of each, the profile's first."""
+    served_env = tmp_path / "profiles" / "served.env"
+    served_env.write_text("HF_TOKEN\nNCCL_ALGO=Ring\nHF_HUB_OFFLINE=0\n")
+    Path("given.env").write_text("X\n")
+    result = run_cli("run", "served", "--env-file", "given.env", "--", "true")
+    assert result.returncode == 2
+    at = "nccl-launch: profiles/served.toml: env_files:"
+    assert result.stderr.splitlines() == [
+        f"{at} {served_env}:1: a name without =VALUE {NOT_SHOWN}; {VALID}",
+        f"{at} env file {served_env}: NCCL_ALGO: NCCL variables belong in [nccl], validated: "
+        "ALGO = 'Ring'",
+        f"{at} env file {served_env}: HF_HUB_OFFLINE: the profile declares it too; keep it in "
+        "one place",
+        f"nccl-launch: given.env:1: a name without =VALUE {NOT_SHOWN}; {VALID}",
+    ]
 
 
 def test_the_profiles_env_files_reach_the_child_before_any_env_file_given(

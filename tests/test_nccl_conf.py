@@ -230,6 +230,23 @@ def test_root_refuses_the_calling_envs_conf_file_and_a_writable_home_conf(
     assert not ran.exists()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="trust is checked for root only")
+def test_an_nccl_conf_others_could_replace_is_refused_with_the_starts_other_problems(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    _declaring(write_profile, tmp_path / "site.conf")
+    conf = tmp_path / "site.conf"
+    conf.write_text("NCCL_PROTO=Simple\n")
+    conf.chmod(0o646)
+    result = run_cli("run", "conf", "--node-rank", "1", "--", "true")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "nccl-launch: profile conf@1 has no [server] table to place on a node",
+        f"nccl-launch: nccl.conf {conf}: writable by group or others (mode 0646); chown root "
+        "and chmod go-w, or move it out of reach of other users",
+    ]
+
+
 def test_bytes_of_an_nccl_conf_that_are_not_utf8_are_kept_and_shown_in_json(
     write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
 ) -> None:

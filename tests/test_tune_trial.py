@@ -273,6 +273,17 @@ def test_a_port_taken_before_the_start_stops_the_tune(
     assert not (tmp_path / "log").exists()
 
 
+def test_an_interpreter_run_could_not_start_stops_the_tune_in_runs_words(
+    candidate: Candidate, tmp_path: Path
+) -> None:
+    path = Path(candidate(PROTO="LL"))
+    path.write_text(path.read_text().replace(sys.executable, "/nonexistent/python3"))
+    refusal = "cannot start a trial: [server] python /nonexistent/python3 does not exist"
+    with pytest.raises(HostError, match=re.escape(refusal)):
+        run_trial(str(path), SETTINGS, tmp_path / "log", Progress(), OWNER)
+    assert not (tmp_path / "log").exists()
+
+
 def test_gpu_memory_still_held_after_the_stop_stops_the_tune(
     candidate: Candidate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

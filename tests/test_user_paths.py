@@ -94,10 +94,13 @@ def test_an_interpreter_this_user_cannot_look_at_is_a_failed_check(
         f"fail  python       [server] python {python}: cannot look at it: Permission denied; "
         f"every folder on its way must be searchable by uid 0, the user running this"
     ) in result.stdout.splitlines()
-    # `run` says the same of it, with the same exit code.
+    # `run` says the same of it, in the same words, with the same exit code, before it execs.
     result = as_a_user("run", "paths")
     assert result.returncode == 3
-    assert result.stderr == f"nccl-launch: cannot execute {python}: Permission denied\n"
+    assert result.stderr == (
+        f"nccl-launch: [server] python {python}: cannot look at it: Permission denied; every "
+        "folder on its way must be searchable by uid 0, the user running this\n"
+    )
 
 
 def test_a_model_or_cwd_this_user_cannot_look_at_is_a_failed_check(

@@ -154,6 +154,7 @@ def run(dry_run: bool, **options: Any) -> int:
     appended to the server's argv; without one, they are the command to run: nccl-launch
     run PROFILE -- COMMAND...
     """
+    from nccl_launch.findings import refuse
     from nccl_launch.launch.execute import exec_command  # not on a TAB's path (options.py)
     from nccl_launch.render.drift import drift_lines, dry_run_lines, refusal_lines
 
@@ -169,6 +170,7 @@ def run(dry_run: bool, **options: Any) -> int:
         warn(f"environment differs from {launch.plan.label}, tolerated by [policy]:")
         echo_lines(drift_lines(tolerated), err=True)
     if not dry_run:
+        refuse(launch.start_findings())  # as preflight says it, before the run's log folder
         env, problem = launch.merged.env, None
         if launch.nccl_logs is not None:
             from nccl_launch.live.nccl_logs import with_run_folder  # only for --nccl-debug

@@ -11,35 +11,28 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from nccl_launch.deploy.exports import CONTROL
+from nccl_launch.deploy.unit_input import description, env_file_path, profile_path, unit_findings
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.env.drift import ENV_FILE
 from nccl_launch.env.env_files import (
     Assignment,
     filled_args,
     key_variable_findings,
-    profile_env_file_lines,
+    profile_env_file_read,
     secret_layers,
 )
 from nccl_launch.env.merge import EnvLayer
-from nccl_launch.errors import UsageError
-from nccl_launch.escaping import not_utf8
 from nccl_launch.files.writing import write_output
-from nccl_launch.findings import Finding, refuse, unset_reference
-from nccl_launch.kinds import EXTRA_ARGS, argument_findings, kind_of
-from nccl_launch.masking import mask_credentials
+from nccl_launch.findings import Finding, Refused, refuse, unset_reference
+from nccl_launch.kinds import EXTRA_ARGS, argument_findings
 from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.profile.markers import NCCL_DEBUG_KEYS
-from nccl_launch.secrets import secrets_of
 from nccl_launch.serving.references import REFERENCE
 from nccl_launch.serving.table import ServerTable as Server
 
 START_TIMEOUT_S = 1800  # model load and CUDA-graph capture take minutes on 8 GPUs
 STOP_TIMEOUT_S = 120
 _PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
-# A name or a numeric uid, as useradd and systemd's User= read it; nothing systemd expands.
-_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]*\$?")
-UID_INVALID = 2**32 - 1
 # Where systemd's managers load units from (systemd.unit(5)); the user ones under HOME too.
 SYSTEM_UNIT_DIRS = (
     "/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system",
@@ -69,73 +62,6 @@ def exec_word(argument: str, expand: bool = False) -> str:
     return '"' + escaped.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _one_line(where: str, text: str) -> str:
-    """`text` when it can be the value of a unit line: systemd ends a line at a newline, CR or
-    NUL, joins the next one to a line ending in a backslash, and ignores one that is not
-    UTF-8; so those are refused."""
-    found = CONTROL.search(text)
-    if found is not None:
-        raise UsageError(
-            f"{where}: holds the control character {found[0]!r}, which would end the unit's "
-            "line; write it on one line without control characters"
-        )
-    byte = not_utf8(text)
-    if byte is not None:
-        raise UsageError(
-            f"{where}: holds the byte {byte}, which is not UTF-8; systemd ignores a unit line "
-            "that is not UTF-8 text"
-        )
-    if text.endswith("\\"):
-        raise UsageError(f"{where}: ends in a backslash, which joins the unit's next line to it")
-    return text
-
-
-def _env_file_line(loaded: LoadedProfile, path: Path) -> str:
-    """`EnvironmentFile=` for one of the profile's env files: the path `run` reads, absolute
-    and without `..` (systemd refuses a path that is not normalized), its folders' symlinks
-    resolved but not the file's own (a rotated `current.env` link stays the one named);
-    `%` doubled (a specifier); trailing blanks refused (systemd strips them)."""
-    named = Path(os.path.realpath(path.parent)) / path.name
-    return "EnvironmentFile=" + _unit_path(f"{loaded.path}: env_files: {path}", str(named))
-
-
-def _working_directory(loaded: LoadedProfile, cwd: str) -> str:
-    """`WorkingDirectory=` for the server's cwd, the directory `run` changes to: systemd
-    starts no unit whose path is relative or holds `..`, and reads a leading `-` or `~` as
-    its own syntax (relative paths to `run`), so only an absolute path without `..` is
-    written, literally."""
-    where = f"{loaded.path}: server.cwd"
-    if not cwd.startswith("/") or ".." in cwd.split("/"):
-        raise UsageError(
-            f"{where}: {cwd!r} is not an absolute path without '..', which systemd's "
-            "WorkingDirectory= needs to start the unit; write the directory's absolute path"
-        )
-    return "WorkingDirectory=" + _unit_path(where, cwd)
-
-
-def _unit_path(where: str, path: str) -> str:
-    """`path` as a unit line's value: on one line, `%` doubled (a specifier), a trailing
-    blank refused (systemd drops it)."""
-    text = _one_line(where, path)
-    if text != text.rstrip():
-        raise UsageError(f"{where}: ends in a blank, which systemd drops")
-    return text.replace("%", "%%")
-
-
-def _user(user: str) -> str:
-    if is_ascii_digits(user):  # a uid to systemd, which refuses (uid_t) -1 and 65535 (16-bit -1)
-        valid = len(user) <= 10 and int(user) < UID_INVALID and int(user) != 65535
-    else:
-        valid = _USER.fullmatch(user) is not None
-    if not valid:
-        raise UsageError(
-            f"--user: {user!r} is not a user name; valid: a name of letters, digits, '_', "
-            f"'.', '-', '@' (not starting with '-' or '.') or a numeric uid below {UID_INVALID} "
-            "but 65535"
-        )
-    return user
-
-
 Assignments = list[tuple[Path, Assignment]]
 
 
@@ -144,20 +70,10 @@ def server_words(
 ) -> tuple[str, list[Finding]]:
     """` -- ARGS` of the Exec lines for the server's extra arguments `args` (empty without
     any), `${NAME}` kept for systemd to expand; and a note for each NAME that none of the
-    profile's env files sets as systemd reads them (it would pass an empty argument). A
-    credential flag's value must be such a reference: written out, anyone could read it."""
+    profile's env files sets as systemd reads them (it would pass an empty argument).
+    `unit_input.unit_findings` has judged them first."""
     if not args:
         return "", []
-    for index, word in enumerate(args, start=1):
-        _one_line(f"-- ARGS: argument {index}", word)
-    # Split at blanks too, as SGLang's error shows a word: `'--api-key sk-1'` as one word.
-    hidden = secrets_of(args, {}).values | secrets_of(" ".join(args).split(), {}).values
-    if any(REFERENCE.sub("", value) for value in hidden):
-        raise UsageError(
-            "-- ARGS: a credential would be written into the unit, which any user may read "
-            "(systemctl cat); keep it in an env file of the profile and pass ${NAME}, e.g. "
-            "-- --api-key '${API_KEY}'"
-        )
     words = " -- " + " ".join(exec_word(word, expand=True) for word in args)
     names = {name[2:-1] for word in args for name in REFERENCE.findall(word)}
     if assignments is None:
@@ -193,25 +109,19 @@ def unit_file(
     longer the one written here; `extra` (from `server_words`) ends both lines. With
     `nccl_debug`, run --nccl-debug, unless the profile sets NCCL's logging itself (run
     would refuse the two at every start)."""
-    profile = loaded.profile
-    path = _one_line(f"{loaded.path}: the profile's path", str(loaded.path.resolve()))
+    profile, env_files = loaded.profile, loaded.env_files
+    path = profile_path(loaded)
     command = " ".join(exec_word(word) for word in launcher())
-    # Masked as `show` masks it: `systemctl status` shows it to every user.
-    description = _one_line(
-        f"{loaded.path}: description",
-        mask_credentials(
-            profile.description or f"{kind_of(server).title} server of {profile.label}"
-        ),
-    )
     profile_words = exec_word(path) + (f" --digest {loaded.plan.digest}" if pin else "")
     debug = nccl_debug and not NCCL_DEBUG_KEYS & loaded.plan.env.keys()
     service = [
         "Type=exec",
-        *([f"User={_user(user)}"] if user is not None else []),
-        *([_working_directory(loaded, server.cwd)] if server.cwd is not None else []),
+        *([f"User={user}"] if user is not None else []),
+        # Literally: `%` doubled (a specifier).
+        *([f"WorkingDirectory={server.cwd.replace('%', '%%')}"] if server.cwd else []),
         # The unit's processes get the secrets from systemd; run reads the same files and
         # finds the same values, a match.
-        *[_env_file_line(loaded, path) for path in loaded.env_files],
+        *[f"EnvironmentFile={env_file_path(each).replace('%', '%%')}" for each in env_files],
         f"ExecStartPre={command} preflight {profile_words}{extra}",
         f"ExecStart={command} run {'--nccl-debug ' * debug}{profile_words}{extra}",
         f"TimeoutStartSec={START_TIMEOUT_S}",
@@ -225,7 +135,7 @@ def unit_file(
     lines = [
         f"# Generated by nccl-launch from {path} ({profile.label})",
         "[Unit]",
-        f"Description={description.replace('%', '%%')} ({profile.label})",
+        f"Description={description(loaded, server).replace('%', '%%')} ({profile.label})",
         "Wants=network-online.target",
         "After=network-online.target",
         "# A server that fails at once is started 5 times in 10 minutes, then left failed.",
@@ -288,7 +198,8 @@ def write_unit(
     loaded = load_profile(ref)
     server = loaded.profile.server
     if server is None:
-        raise UsageError(f"{loaded.path}: no [server] table, so no server to run as a service")
+        message = "no [server] table, so no server to run as a service"
+        raise Refused([Finding("no-server", "", message, file=str(loaded.path))])
     notes: list[Finding] = []
     files = [*loaded.env_files, *loaded.secret_files.values()]
     unread = [str(path) for path in files if not os.access(path, os.R_OK)]
@@ -299,15 +210,17 @@ def write_unit(
     else:
         # Held to run's rules, which would refuse them at every start; read, not trusted: the
         # service's User= runs with them, and its run judges who may write them.
-        assignments = [
-            (path, each)
-            for path in loaded.env_files
-            for each in profile_env_file_lines(loaded, path, trusted=False)
-        ]
+        assignments, misread = [], []
+        for path in loaded.env_files:
+            read, problems = profile_env_file_read(loaded, path, trusted=False)
+            assignments += [(path, each) for each in read]
+            misread += problems
+        refuse(misread)  # every problem of every file, before anything reads them
     # Refused as run would refuse it at every start: a ${NAME} of [server] args that none of
     # the env files sets (the unit's environment may set those its policy takes from there),
     # or a credential flag left without a key.
-    found = argument_findings(server, args, str(loaded.path), ref)
+    found = unit_findings(loaded, server, user, args)
+    found += argument_findings(server, args, str(loaded.path), ref)
     if assignments is not None:
         layers = [
             EnvLayer(f"{ENV_FILE}{path}", {each.key: each.value}) for path, each in assignments
@@ -338,7 +251,7 @@ def write_unit(
         if not each.alike
     ]
     if user is not None:
-        notes += unreadable_by(_user(user), [*loaded.chain, *loaded.env_files])
+        notes += unreadable_by(user, [*loaded.chain, *loaded.env_files])
     text = unit_file(loaded, server, user, pin, extra, nccl_debug)
     if output is not None:
         write_output(output, text, replace=force)

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 from nccl_launch.env.drift import ENV_FILE
 from nccl_launch.env.merge import CALLING_ENV, EnvLayer
-from nccl_launch.errors import HostError, UsageError
+from nccl_launch.errors import UsageError
 from nccl_launch.files.reading import read_text
 from nccl_launch.findings import Finding, empty_key, refuse, unset_reference
 from nccl_launch.kinds import ARGS, kind_of
@@ -25,10 +25,8 @@ SECRET_LIMIT = 1 << 16
 VALUE_FILE = "secret file "  # the source of a value from a file of `secret_files`
 # An env file holds secrets, and a line that is not an assignment may be one pasted alone,
 # or a key holding its value: a problem names the line by its number, never by its text.
-_UNSHOWN = (
-    "(not shown: an env file holds secrets); "
-    "valid: KEY=VALUE, export KEY=VALUE, a # comment or a blank line"
-)
+_UNSHOWN = "(not shown: an env file holds secrets)"
+_VALID = "valid: KEY=VALUE, export KEY=VALUE, a # comment or a blank line"
 _EXPORT = re.compile(r"\s*export[^\S\r\n]")  # python-dotenv's `export KEY=VALUE`
 # A line python-dotenv and systemd's EnvironmentFile= surely read alike: a value of plain
 # characters, or in single or double quotes around no quote, backslash, `$` or backtick;
@@ -62,86 +60,109 @@ def _is_name(name: str) -> bool:
     )
 
 
-def read_env_file(path: Path) -> EnvLayer:
-    """A dotenv file as a layer; a line python-dotenv cannot parse is an error, not skipped.
-    As root, a file others could have written is refused: it shapes the server's env."""
-    values = {each.key: each.value for each in env_file_lines(path)}
-    return EnvLayer(source=f"{ENV_FILE}{path}", values=values)
+def read_env_files(paths: Sequence[Path]) -> tuple[list[EnvLayer], list[Finding]]:
+    """The `--env-file`s, each a layer of the lines python-dotenv parses, and a finding for
+    every line it cannot and every file that cannot be read, of every file at once: the
+    command line's to fix (exit 2). As root, a file others could have written is refused: it
+    shapes the server's env."""
+    layers, found = [], []
+    for path in paths:
+        assignments, problems = env_file_read(path)
+        layers.append(EnvLayer(f"{ENV_FILE}{path}", {each.key: each.value for each in assignments}))
+        found += problems
+    return layers, found
 
 
 def env_file_lines(path: Path, trusted: bool = True) -> list[Assignment]:
     """Each assignment of a dotenv file, in order; the last one of a key is the one that
-    counts. As root, one others could have written is refused unless `trusted` is False:
-    whoever only reads its values, and runs nothing with them, need not trust it."""
-    text = read_text(path, "env file", trusted=trusted)
-    assignments = []
+    counts. Refused with every line that is no assignment (`env_file_read`)."""
+    assignments, found = env_file_read(path, trusted)
+    refuse(found)
+    return assignments
+
+
+def env_file_read(path: Path, trusted: bool = True) -> tuple[list[Assignment], list[Finding]]:
+    """Each assignment of a dotenv file, in order, and a finding (`FILE:LINE`) for each line
+    that is none, or for the file that cannot be read. As root, one others could have written
+    is refused unless `trusted` is False: whoever only reads its values, and runs nothing with
+    them, need not trust it."""
+    try:
+        text = read_text(path, "env file", trusted=trusted)
+    except UsageError as error:
+        return [], [Finding("env-file", "", str(error))]
+    assignments, found = [], []
     # Imported here: python-dotenv (and the traceback module it loads) only for --env-file.
     from dotenv.parser import parse_stream
 
     for binding in parse_stream(io.StringIO(text)):
-        line = binding.original.line
+        where = f"{path}:{binding.original.line}"
         if binding.error:
-            raise UsageError(f"{path}:{line}: not a KEY=VALUE line {_UNSHOWN}")
-        if binding.key is None:
+            found.append(Finding("env-file", where, f"not a KEY=VALUE line {_UNSHOWN}", _VALID))
+        elif binding.key is None:
             continue
-        if not _is_name(binding.key):
-            raise UsageError(f"{path}:{line}: not a variable name {_UNSHOWN}")
-        if binding.value is None:
-            raise UsageError(f"{path}:{line}: a name without =VALUE {_UNSHOWN}")
-        if "\x00" in binding.value:
-            raise UsageError(f"{path}:{line}: {binding.key}: a NUL byte cannot be in a value")
-        raw = binding.original.string
-        exported, alike = _EXPORT.match(raw) is not None, _ALIKE.fullmatch(raw) is not None
-        assignments.append(Assignment(line, binding.key, binding.value, exported, alike))
-    return assignments
+        elif not _is_name(binding.key):
+            found.append(Finding("env-file", where, f"not a variable name {_UNSHOWN}", _VALID))
+        elif binding.value is None:
+            found.append(Finding("env-file", where, f"a name without =VALUE {_UNSHOWN}", _VALID))
+        elif "\x00" in binding.value:
+            message = f"{binding.key}: a NUL byte cannot be in a value"
+            found.append(Finding("env-file", where, message))
+        else:
+            raw = binding.original.string
+            exported, alike = _EXPORT.match(raw) is not None, _ALIKE.fullmatch(raw) is not None
+            line = binding.original.line
+            assignments.append(Assignment(line, binding.key, binding.value, exported, alike))
+    return assignments, found
 
 
-def read_profile_env_file(loaded: LoadedProfile, path: Path) -> EnvLayer:
-    """One env file of `loaded.env_files` as a layer (`profile_env_file_lines`)."""
-    values = {each.key: each.value for each in profile_env_file_lines(loaded, path)}
-    return EnvLayer(source=f"{ENV_FILE}{path}", values=values)
-
-
-class EnvFileError(HostError):
-    """A problem of a file of this host that the profile names (exit 3, as a finding): the
-    profile is valid on every host (`validate` reads no env file); the file belongs to this
-    host, like a model path."""
-
-    def __init__(self, loaded: LoadedProfile, where: str, message: str) -> None:
-        self.finding = Finding("host-file", where, message, cause="host", file=str(loaded.path))
-        super().__init__(self.finding.line())
+def _host_file(loaded: LoadedProfile, where: str, message: str) -> Finding:
+    """A problem of a file of this host that the profile names (exit 3): the profile is valid
+    on every host (`validate` reads no env file); the file belongs to this host, like a model
+    path."""
+    return Finding("host-file", where, message, cause="host", file=str(loaded.path))
 
 
 def profile_env_file_lines(
     loaded: LoadedProfile, path: Path, trusted: bool = True
 ) -> list[Assignment]:
-    """The assignments of one env file of `loaded.env_files`, read as `--env-file` is, each
-    variable held to the rules of [env] and declared in one place only. Any problem is an
-    EnvFileError naming the profile, the key and the file. `trusted` as for `env_file_lines`."""
-    try:
-        assignments = env_file_lines(path, trusted)
-        for key, value in {each.key: each.value for each in assignments}.items():
-            try:
-                env_value(key, value)
-            except ValueError as error:
-                raise ValueError(f"{key}: {error}") from None
-            if key in loaded.plan.env:
-                raise ValueError(f"{key}: the profile declares it too; keep it in one place")
-    except ValueError as error:
-        raise EnvFileError(loaded, "env_files", f"env file {path}: {error}") from None
-    except UsageError as error:
-        raise EnvFileError(loaded, "env_files", str(error)) from None
+    """The assignments of one env file of `loaded.env_files`, refused with every problem of
+    it (`profile_env_file_read`). `trusted` as for `env_file_read`."""
+    assignments, found = profile_env_file_read(loaded, path, trusted)
+    refuse(found)
     return assignments
 
 
-def _secret_layer(loaded: LoadedProfile, name: str, path: Path, trusted: bool) -> EnvLayer:
+def profile_env_file_read(
+    loaded: LoadedProfile, path: Path, trusted: bool = True
+) -> tuple[list[Assignment], list[Finding]]:
+    """The assignments of one env file of `loaded.env_files`, read as `--env-file` is, each
+    variable held to the rules of [env] and declared in one place only; and a finding of this
+    host for every problem, naming the profile, the key and the file. `trusted` as for
+    `env_file_read`."""
+    assignments, problems = env_file_read(path, trusted)
+    found = [_host_file(loaded, "env_files", problem.text()) for problem in problems]
+    for key, value in {each.key: each.value for each in assignments}.items():
+        try:
+            env_value(key, value)
+        except ValueError as error:
+            found.append(_host_file(loaded, "env_files", f"env file {path}: {key}: {error}"))
+            continue
+        if key in loaded.plan.env:
+            message = f"env file {path}: {key}: the profile declares it too; keep it in one place"
+            found.append(_host_file(loaded, "env_files", message))
+    return assignments, found
+
+
+def _secret_layer(
+    loaded: LoadedProfile, name: str, path: Path, trusted: bool
+) -> EnvLayer | Finding:
     try:
         value = read_text(path, "secret file", trusted=trusted, limit=SECRET_LIMIT)
     except UsageError as error:
-        raise EnvFileError(loaded, "secret_files", f"{name}: {error}") from None
+        return _host_file(loaded, "secret_files", f"{name}: {error}")
     if "\x00" in value or name in loaded.plan.env:
         why = "holds a NUL byte" if "\x00" in value else "the profile declares it too"
-        raise EnvFileError(loaded, "secret_files", f"{name}: {path}: {why}")
+        return _host_file(loaded, "secret_files", f"{name}: {path}: {why}")
     return EnvLayer(source=f"{VALUE_FILE}{path}", values={name: value.rstrip("\n")})
 
 
@@ -149,38 +170,61 @@ def secret_layers(loaded: LoadedProfile, trusted: bool = True) -> list[EnvLayer]
     """Each file of `loaded.secret_files` as a layer setting its one variable: the file's text
     less its trailing newlines, as `$(cat FILE)` reads it. Only a regular file of at most
     SECRET_LIMIT bytes of UTF-8, and as root one others could not have written unless
-    `trusted` is False; a problem is an EnvFileError naming the profile, the key and the file."""
-    return [
+    `trusted` is False; refused with every problem, naming the profile, the key and the file."""
+    read = [
         _secret_layer(loaded, name, path, trusted) for name, path in loaded.secret_files.items()
     ]
+    refuse([each for each in read if isinstance(each, Finding)])
+    return [each for each in read if isinstance(each, EnvLayer)]
 
 
-def profile_layers(loaded: LoadedProfile, unread: list[str] | None = None) -> list[EnvLayer]:
-    """What the profile takes from files of this host, as layers: its env files, then its
-    secret files; each variable set in one of them only. Every file is read: the problems of
-    all of them are refused at once (exit 3); with `unread`, a file's are said there instead
-    (a monitoring user's `check`, who may not read some), and the rest used."""
-    layers, secrets, problems = [], [], []
+def _read_files(loaded: LoadedProfile) -> tuple[list[EnvLayer], list[EnvLayer], list[Finding]]:
+    """The layers of the profile's env files and of its secret files that read well, and
+    every problem of the others."""
+    layers, problems = [], []
     for path in loaded.env_files:
-        try:
-            layers.append(read_profile_env_file(loaded, path))
-        except EnvFileError as error:
-            problems.append(error.finding)
-    for name, path in loaded.secret_files.items():
-        try:
-            secrets.append(_secret_layer(loaded, name, path, trusted=True))
-        except EnvFileError as error:
-            problems.append(error.finding)
-    if unread is not None:
-        unread += [problem.line() for problem in problems]
-        problems = []
+        assignments, found = profile_env_file_read(loaded, path)
+        values = {each.key: each.value for each in assignments}
+        layers += [] if found else [EnvLayer(source=f"{ENV_FILE}{path}", values=values)]
+        problems += found
+    read = [_secret_layer(loaded, name, path, True) for name, path in loaded.secret_files.items()]
+    problems += [each for each in read if isinstance(each, Finding)]
+    return layers, [each for each in read if isinstance(each, EnvLayer)], problems
+
+
+def _set_twice(
+    loaded: LoadedProfile, layers: list[EnvLayer], secrets: list[EnvLayer]
+) -> list[Finding]:
+    """A variable of a secret file that an env file sets too."""
+    found = []
     for layer in secrets:
         for name in layer.values:
             twice = [each.source for each in layers if name in each.values]
             if twice:
                 message = f"{name}: {twice[0]} sets it too; keep it in one place"
-                problems.append(EnvFileError(loaded, "secret_files", message).finding)
-    refuse(problems)
+                found.append(_host_file(loaded, "secret_files", message))
+    return found
+
+
+def profile_layer_findings(loaded: LoadedProfile) -> tuple[list[EnvLayer], list[Finding]]:
+    """What the profile takes from files of this host, as layers: its env files, then its
+    secret files, each variable set in one of them only; and every problem of every file, of
+    this host (exit 3)."""
+    layers, secrets, found = _read_files(loaded)
+    return layers + secrets, found + _set_twice(loaded, layers, secrets)
+
+
+def profile_layers(loaded: LoadedProfile, unread: list[str] | None = None) -> list[EnvLayer]:
+    """The profile's layers (`profile_layer_findings`), refused with every problem at once;
+    with `unread`, a file's problems are said there instead (a monitoring user's `check`, who
+    may not read some), and the rest used."""
+    if unread is None:
+        layers, found = profile_layer_findings(loaded)
+        refuse(found)
+        return layers
+    layers, secrets, found = _read_files(loaded)
+    unread += [problem.line() for problem in found]
+    refuse(_set_twice(loaded, layers, secrets))
     return layers + secrets
 
 

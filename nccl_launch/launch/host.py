@@ -1,22 +1,23 @@
-"""What only the host can tell: nccl.conf, the NCCL env plugin, GPUs, the port, the model."""
+"""What only the host can tell: nccl.conf, the NCCL env plugin, GPUs, the port, the model.
+
+Each check says what it saw: a line that passes (preflight's `ok`), or a finding of this host
+(exit 3) for each problem."""
 
 from __future__ import annotations
 
 import errno
-import os
 import re
 import shutil
 import socket
-import stat
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.files.paths import PathError, is_regular, status_of
-from nccl_launch.files.paths import kind_of as kind_of_file
+from nccl_launch.findings import Finding
 from nccl_launch.kinds import kind_of
-from nccl_launch.launch.preflight_report import Check
+from nccl_launch.launch.program import Seen, cwd_seen, problem
 from nccl_launch.nccl.conf import ConfEntry, applied, conf_paths
 from nccl_launch.serving.table import ServerTable as Server
 from nccl_launch.tools import ask
@@ -30,11 +31,10 @@ _GPU_LINE = re.compile(r"^GPU [0-9]+: ", re.MULTILINE)
 _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
 
 
-def conf_checks(
-    env: Mapping[str, str], conf: list[ConfEntry], unreadable: list[str]
-) -> list[Check]:
-    """Which nccl.conf files NCCL will read for this server, and what they still set."""
-    checks = [Check(name="nccl.conf", status="warn", message=f"{text}") for text in unreadable]
+def conf_checks(env: Mapping[str, str], conf: list[ConfEntry], unreadable: list[Finding]) -> Seen:
+    """Which nccl.conf files NCCL will read for this server, and what they still set; with
+    the warnings of those that could not be read (`prepare.read_conf`)."""
+    seen: Seen = list(unreadable)
     effective = applied(conf, env)
     for path in conf_paths(env):
         mine = [entry for entry in conf if entry.path == str(path)]
@@ -44,14 +44,13 @@ def conf_checks(
         except PathError:
             continue  # among the files that could not be read, warned above
         if not present:
-            message = f"{path}: not present"
+            seen.append(f"{path}: not present")
         elif not used:
-            message = f"{path}: sets nothing the environment does not already set"
+            seen.append(f"{path}: sets nothing the environment does not already set")
         else:
             keys = ", ".join(f"{entry.key}={entry.value} ({entry.where})" for entry in used)
-            message = f"{path}: applies {keys}; {len(mine) - len(used)} shadowed"
-        checks.append(Check(name="nccl.conf", status="ok", message=message))
-    return checks
+            seen.append(f"{path}: applies {keys}; {len(mine) - len(used)} shadowed")
+    return seen
 
 
 def _library_dirs(env: Mapping[str, str]) -> list[Path]:
@@ -68,26 +67,23 @@ def _library_dirs(env: Mapping[str, str]) -> list[Path]:
     return dirs + [Path(folder) for folder in LIBRARY_DIRS]
 
 
-def env_plugin_check(env: Mapping[str, str]) -> Check:
+def env_plugin_check(env: Mapping[str, str]) -> str | Finding:
     """NCCL 2.28+ asks an env plugin for every NCCL_* value when one is loaded."""
     plugin = env.get("NCCL_ENV_PLUGIN")
     if plugin == "none":
-        message = "NCCL_ENV_PLUGIN=none: NCCL reads the process environment"
-        return Check(name="env-plugin", status="ok", message=message)
+        return "NCCL_ENV_PLUGIN=none: NCCL reads the process environment"
     if plugin:
-        message = (
-            f"NCCL_ENV_PLUGIN={plugin} answers every NCCL lookup; the profile holds only if "
-            "that plugin passes the environment through"
-        )
-        return Check(name="env-plugin", status="warn", message=message)
+        message = f"NCCL_ENV_PLUGIN={plugin} answers every NCCL lookup"
+        fix = "the profile holds only if that plugin passes the environment through"
+        return problem("env-plugin", message, fix, "warning")
     for folder in _library_dirs(env):
         if is_regular(folder / ENV_PLUGIN):
             message = (
-                f"{folder / ENV_PLUGIN} would answer every NCCL lookup (NCCL_ENV_PLUGIN is "
-                'unset); declare ENV_PLUGIN = "none" unless that plugin is intended'
+                f"{folder / ENV_PLUGIN} would answer every NCCL lookup (NCCL_ENV_PLUGIN is unset)"
             )
-            return Check(name="env-plugin", status="warn", message=message)
-    return Check(name="env-plugin", status="ok", message=f"no {ENV_PLUGIN} on the library path")
+            fix = 'declare ENV_PLUGIN = "none" unless that plugin is intended'
+            return problem("env-plugin", message, fix, "warning")
+    return f"no {ENV_PLUGIN} on the library path"
 
 
 def _visible(devices: str, installed: int) -> int:
@@ -104,17 +100,17 @@ def _visible(devices: str, installed: int) -> int:
     return count
 
 
-def gpu_check(server: Server, env: Mapping[str, str]) -> Check:
+def gpu_check(server: Server, env: Mapping[str, str]) -> str | Finding:
     """`nvidia-smi -L` and CUDA_VISIBLE_DEVICES against the GPUs this node's ranks need."""
     needed = server.tp_size * server.pp_size // server.nnodes
     smi = shutil.which("nvidia-smi", path=env.get("PATH"))
     if smi is None:
         message = "no GPU tooling: nvidia-smi is not on PATH (is the NVIDIA driver installed?)"
-        return Check(name="gpus", status="fail", message=message)
+        return problem("gpus", message)
     try:
         done = ask([smi, "-L"], timeout=60)
     except (OSError, subprocess.TimeoutExpired) as error:
-        return Check(name="gpus", status="fail", message=f"nvidia-smi -L failed: {error}")
+        return problem("gpus", f"nvidia-smi -L failed: {error}")
     installed = len(_GPU_LINE.findall(done.stdout)) if done.returncode == 0 else 0
     devices = env.get("CUDA_VISIBLE_DEVICES")
     visible = installed if devices is None else _visible(devices, installed)
@@ -123,13 +119,11 @@ def gpu_check(server: Server, env: Mapping[str, str]) -> Check:
         reason = (done.stdout or done.stderr).strip().splitlines()[:1] if not installed else []
         detail = f" ({reason[0]})" if reason else ""
         message = f"{visible} GPUs visible ({where}){detail}; this node's ranks need {needed}"
-        return Check(name="gpus", status="fail", message=message)
-    return Check(
-        name="gpus", status="ok", message=f"{visible} GPUs visible ({where}), {needed} needed"
-    )
+        return problem("gpus", message)
+    return f"{visible} GPUs visible ({where}), {needed} needed"
 
 
-def port_check(server: Server) -> Check:
+def port_check(server: Server) -> str | Finding:
     """The server's port must be free: nothing, another server included, may listen there."""
     host, port = kind_of(server).address(server)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -141,12 +135,9 @@ def port_check(server: Server) -> Check:
             probe.bind((host, port))
         except OSError as error:
             if error.errno != errno.EADDRINUSE:
-                message = f"cannot bind {host}:{port}: {error.strerror}"
-                return Check(name="port", status="fail", message=message)
-            return Check(
-                name="port", status="fail", message=f"{host}:{port} is in use{_owner(port)}"
-            )
-    return Check(name="port", status="ok", message=f"{host}:{port} is free")
+                return problem("port", f"cannot bind {host}:{port}: {error.strerror}")
+            return problem("port", f"{host}:{port} is in use{_owner(port)}")
+    return f"{host}:{port} is free"
 
 
 def _owner(port: int) -> str:
@@ -157,69 +148,25 @@ def _owner(port: int) -> str:
     return "" if owner is None else f" by {owner}"  # who holds it is a courtesy
 
 
-def interpreter_check(server: Server, env: Mapping[str, str]) -> Check:
-    """The interpreter `run` executes: a name is looked up on the server's own PATH, as
-    execvpe looks it up; a path is taken from the server's cwd."""
-    python = server.python
-    if "/" not in python:
-        folders = os.get_exec_path(dict(env))
-        found = shutil.which(python, path=os.pathsep.join(folders))
-        if found is None:
-            message = (
-                f"[server] python {python!r} is not found on the server's PATH "
-                f"({os.pathsep.join(folders)}); write the interpreter's absolute path"
-            )
-            return Check(name="python", status="fail", message=message)
-        message = f"[server] python {python!r} is {found} on the server's PATH"
-        return Check(name="python", status="ok", message=message)
-    path = Path(server.cwd or ".") / python
-    try:
-        status = status_of(path, "[server] python")
-    except PathError as error:
-        return Check(name="python", status="fail", message=str(error))
-    if status is None:
-        what = "does not exist"
-    elif not stat.S_ISREG(status.st_mode):
-        what = f"is {kind_of_file(status.st_mode)}, not an executable file"
-    elif not os.access(path, os.X_OK):
-        what = "is not an executable file"
-    else:
-        return Check(name="python", status="ok", message=f"[server] python {python} exists")
-    return Check(name="python", status="fail", message=f"[server] python {python} {what}")
-
-
-def _cwd_check(cwd: Path) -> Check:
-    try:
-        status = status_of(cwd, "[server] cwd")
-    except PathError as error:
-        return Check(name="paths", status="fail", message=str(error))
-    if status is not None and stat.S_ISDIR(status.st_mode):
-        return Check(name="paths", status="ok", message=f"[server] cwd {cwd} exists")
-    what = "does not exist" if status is None else "is not a directory"
-    return Check(name="paths", status="fail", message=f"[server] cwd {cwd} {what}")
-
-
-def path_checks(server: Server) -> list[Check]:
+def path_checks(server: Server) -> Seen:
     """The server's cwd is a directory; the model and the draft model exist here, or are
     Hugging Face ids the server downloads."""
     kind = kind_of(server)
     paths = {"model_path": server.model_path, kind.draft_key: kind.draft_model(server)}
-    checks = [] if server.cwd is None else [_cwd_check(Path(server.cwd))]
+    seen: Seen = [] if server.cwd is None else [cwd_seen(server.cwd)]
     for key, value in paths.items():
         if value is None:
             continue
         try:
             found = status_of(Path(server.cwd or ".") / value, key) is not None
         except PathError as error:
-            checks.append(Check(name="paths", status="fail", message=str(error)))
+            seen.append(problem("model", str(error)))
             continue
         if found:
-            checks.append(Check(name="paths", status="ok", message=f"{key} {value} exists"))
+            seen.append(f"{key} {value} exists")
         elif not value.startswith((".", "/")) and _HUB_ID.fullmatch(value):
             message = f"{key} {value} is not a local path; {kind.title} will fetch it from the Hub"
-            checks.append(Check(name="paths", status="warn", message=message))
+            seen.append(problem("hub-model", message, severity="warning"))
         else:
-            checks.append(
-                Check(name="paths", status="fail", message=f"{key} {value} does not exist")
-            )
-    return checks
+            seen.append(problem("model", f"{key} {value} does not exist"))
+    return seen

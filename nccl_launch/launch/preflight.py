@@ -11,16 +11,17 @@ from typing import Any
 
 from nccl_launch.escaping import escaped
 from nccl_launch.kinds import kind_of
+from nccl_launch.launch.check_names import CheckName
 from nccl_launch.launch.host import (
     conf_checks,
     env_plugin_check,
     gpu_check,
-    interpreter_check,
     path_checks,
     port_check,
 )
 from nccl_launch.launch.preflight_report import Check, PreflightReport
 from nccl_launch.launch.prepare import LaunchPlan
+from nccl_launch.launch.program import SERVER_PYTHON, Seen, program_seen, start_findings
 from nccl_launch.profile.lint import accept_line, review
 from nccl_launch.secrets import Quoted, Secrets
 from nccl_launch.serving.table import ServerTable
@@ -62,6 +63,19 @@ def waiting_for(what: str) -> Iterator[None]:
             sys.stderr.flush()
 
 
+def lines_of(name: CheckName, seen: Seen) -> list[Check]:
+    """A check's lines: `ok` for what passes, `fail` for an error, `warn` for a warning, in
+    the finding's words."""
+    return [
+        Check(name=name, status="ok", message=each)
+        if isinstance(each, str)
+        else Check(
+            name=name, status="fail" if each.severity == "error" else "warn", message=each.text()
+        )
+        for each in seen
+    ]
+
+
 def server_checks(
     server: ServerTable, argv: list[str], env: Mapping[str, str], secrets: Secrets
 ) -> tuple[list[Check], dict[str, Any]]:
@@ -71,6 +85,13 @@ def server_checks(
     The check is named after the kind, as `--skip` names it."""
     kind = kind_of(server)
     name = kind.name
+    # What keeps `run` from starting the server keeps it from answering: said as `run` says it.
+    unstarted = start_findings(server.python, SERVER_PYTHON, server.cwd, env)
+    if unstarted:
+        return lines_of(name, [unstarted[0]]), {
+            "stage": "interpreter",
+            "error": unstarted[0].text(),
+        }
     parser = importlib.import_module(kind.parser)  # not on `run`'s path
     with waiting_for(f"{server.python} imports {kind.title} and parses the argv"):
         result = parser.probe(server, argv, env)
@@ -127,7 +148,7 @@ def run_preflight(launch: LaunchPlan, skip: frozenset[str] = frozenset()) -> Pre
         # What is tolerated is shown, as `run --dry-run` and `check` show it.
         shown = report if report.entries else None
         checks.append(Check(name="environment", status="ok", message=message, drift=shown))
-    host: dict[str, Callable[[], list[Check]]] = {
+    host: dict[CheckName, Callable[[], Seen]] = {
         "nccl.conf": lambda: conf_checks(env, launch.conf, launch.unreadable_conf),
         "env-plugin": lambda: [env_plugin_check(env)],
     }
@@ -136,12 +157,12 @@ def run_preflight(launch: LaunchPlan, skip: frozenset[str] = frozenset()) -> Pre
         host |= {
             "gpus": lambda: [gpu_check(server, env)],
             "port": lambda: [port_check(server)],
-            "python": lambda: [interpreter_check(server, env)],
+            "python": lambda: [program_seen(server.python, SERVER_PYTHON, server.cwd, env)],
             "paths": lambda: path_checks(server),
         }
     for name, run in host.items():
         if name not in skip:
-            checks += run()
+            checks += lines_of(name, run())
     answers: dict[str, dict[str, Any]] = {}  # the kind's answer, on the argv it parsed
     if server is not None and kind_of(server).name not in skip:
         more, answers[kind_of(server).name] = server_checks(

@@ -14,17 +14,17 @@ from nccl_launch.env.drift import DriftEntry, DriftReport
 from nccl_launch.env.env_files import (
     filled_args,
     key_variable_findings,
-    profile_layers,
-    read_env_file,
+    profile_layer_findings,
+    read_env_files,
 )
 from nccl_launch.env.merge import EnvLayer, MergeResult, inherited_environment, merge_environment
-from nccl_launch.errors import UsageError
 from nccl_launch.files.paths import FileError
 from nccl_launch.files.reading import read_text
 from nccl_launch.files.trust import check_trusted
-from nccl_launch.findings import Finding, refuse
+from nccl_launch.findings import Finding, Refused, refuse
 from nccl_launch.kinds import argument_findings, kind_of, unfilled_findings
 from nccl_launch.launch.placement import Placement, placement_args
+from nccl_launch.launch.program import COMMAND, SERVER_PYTHON, start_findings
 from nccl_launch.nccl.conf import ConfEntry, conf_paths, parse
 from nccl_launch.profile.lint import run_notes
 from nccl_launch.profile.load import LoadedProfile, check_pin, load_profile
@@ -48,7 +48,7 @@ class LaunchPlan:
     argv: list[str]  # as people see it: `${NAME}` of [server] args unfilled
     filled: list[str]  # `argv` as the server gets it
     conf: list[ConfEntry]
-    unreadable_conf: list[str]
+    unreadable_conf: list[Finding]  # warnings: NCCL skips such a file too
     # What people must not see of `filled` and `merged.env`, decided once (`secrets_of`).
     secrets: Secrets
     env_files: list[EnvLayer] = dataclasses.field(default_factory=list)  # the profile's
@@ -72,13 +72,19 @@ class LaunchPlan:
     def command(self) -> list[str]:
         """The argv to exec; without `[server]` it is what followed `--`, and must be there."""
         if not self.argv:
-            raise UsageError(
-                f"profile {self.plan.label} has no [server] table; give the command after "
-                f"'--': nccl-launch run {self.path} -- COMMAND..."
-            )
+            message = f"profile {self.plan.label} has no [server] table"
+            fix = f"give the command after '--': nccl-launch run {self.path} -- COMMAND..."
+            raise Refused([Finding("no-command", "", message, fix)])
         if not self.argv[0]:  # exec cannot run a program without a name
-            raise UsageError("the command after '--' is an empty word; give the program to run")
+            message = "the command after '--' is an empty word"
+            raise Refused([Finding("no-command", "", message, "give the program to run")])
         return self.filled
+
+    def start_findings(self) -> list[Finding]:
+        """What keeps the command from starting on this host, its cwd and program judged as
+        `preflight` judges them (`program.start_findings`)."""
+        what = SERVER_PYTHON if self.loaded.profile.server is not None else COMMAND
+        return start_findings(self.filled[0], what, self.cwd, self.merged.env)
 
     def refusal(self) -> DriftReport | None:
         """The drift that stops the launch, or None when nothing drifts."""
@@ -93,34 +99,44 @@ class LaunchPlan:
     def warnings(self) -> list[str]:
         """The profile's notes worth saying on every start, and the nccl.conf files that could
         not be read."""
-        return [*(note.text() for note in run_notes(self.loaded.profile)), *self.unreadable_conf]
+        notes = [*run_notes(self.loaded.profile), *self.unreadable_conf]
+        return [note.text() for note in notes]
 
 
-def read_conf(env: Mapping[str, str]) -> tuple[list[ConfEntry], list[str]]:
-    """The entries of the nccl.conf files NCCL reads for `env`, in precedence order, and the
-    files it could not read (warnings). An absent file is the usual case; as root, a regular
-    file others could have written is refused, like a profile."""
-    entries, unreadable = [], []
+def read_conf(env: Mapping[str, str]) -> tuple[list[ConfEntry], list[Finding], list[Finding]]:
+    """The entries of the nccl.conf files NCCL reads for `env`, in precedence order; a
+    warning for each file it could not read (this host's), and an error for each regular
+    file others could have written, as root (refused, like a profile). An absent file is the
+    usual case."""
+    entries, unreadable, untrusted = [], [], []
     for path in conf_paths(env):
         try:
             status = path.stat()
         except (FileNotFoundError, NotADirectoryError):
             continue
         except OSError as error:
-            unreadable.append(f"nccl.conf {path}: cannot read: {error.strerror}")
+            unreadable.append(_unreadable(f"nccl.conf {path}: cannot read: {error.strerror}"))
             continue
         if path == Path(os.devnull):
             continue  # the usual way to have NCCL read no file
         if stat.S_ISREG(status.st_mode):
-            check_trusted(path, status, "nccl.conf")
+            try:
+                check_trusted(path, status, "nccl.conf")
+            except FileError as error:
+                untrusted.append(Finding("untrusted", "", str(error)))
+                continue
         try:
             # NCCL reads bytes: keep them, as surrogates, rather than refuse the file.
             text = read_text(path, "nccl.conf", trusted=True, errors="surrogateescape")
         except FileError as error:
-            unreadable.append(str(error))
+            unreadable.append(_unreadable(str(error)))
             continue
         entries += parse(text, str(path))
-    return entries, unreadable
+    return entries, unreadable, untrusted
+
+
+def _unreadable(message: str) -> Finding:
+    return Finding("unreadable", "", message, severity="warning", cause="host")
 
 
 def prepare_launch(
@@ -142,9 +158,11 @@ def prepare_launch(
     loaded = check_pin(load_profile(ref), pin)
     plan, server = loaded.plan, loaded.profile.server
     # The profile's own env files before any --env-file: a problem in them is said first.
-    declared = profile_layers(loaded)
-    inherited = inherited_environment(calling, [read_env_file(path) for path in env_files])
-    found: list[Finding] = []
+    # Every problem of every file at once, before anything that reads them.
+    declared, found = profile_layer_findings(loaded)
+    given, misread = read_env_files(env_files)
+    refuse(found + misread)
+    inherited = inherited_environment(calling, given)
     if server is not None:
         problem = kind_of(server).model_problem(server, model_architecture)
         found += [problem.in_file(str(loaded.path))] if problem is not None else []
@@ -164,7 +182,8 @@ def prepare_launch(
         argv = filled = list(extra)
     origins = {key: str(path) for key, path in loaded.origins.items()}
     # Enough of the child's env to know which nccl.conf files NCCL will read.
-    conf, unreadable = read_conf(inherited.env | plan.env)
+    conf, unreadable, untrusted = read_conf(inherited.env | plan.env)
+    found += untrusted
     merged = merge_environment(
         inherited,
         plan,

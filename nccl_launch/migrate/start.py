@@ -13,9 +13,10 @@ from typing import Any
 import tomli_w
 
 from nccl_launch.env.env_files import env_file_lines, profile_env_file_lines
-from nccl_launch.errors import HostError, ProfileError, UsageError
+from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.escaping import toml_escaped
 from nccl_launch.files.writing import check_output, write_output
+from nccl_launch.findings import Refused
 from nccl_launch.kinds import KINDS, command_of
 from nccl_launch.masking import credential_values, mask_argv
 from nccl_launch.migrate.secrets import (
@@ -219,13 +220,18 @@ def _env_file_words(
         for file in origins:
             try:
                 files[file] = {each.key: each.value for each in env_file_lines(Path(file))}
-            except UsageError as error:
-                raise _Unnamed(file, str(error)) from None
+            except Refused as error:
+                raise _Unnamed(file, _why(error)) from None
         for each in names:
             file, value = start.sourced[each]
             if files[file].get(each) != value:
                 raise _Unnamed(file, f"read as an env file, it gives {each} another value")
     return words, files
+
+
+def _why(refused: Refused) -> str:
+    """Why a file is no env file of the profile: its problems, on one line."""
+    return "; ".join(finding.line() for finding in refused.findings)
 
 
 def _check_env_files(
@@ -240,8 +246,8 @@ def _check_env_files(
             raise _Unnamed(file, None)  # its variables only in fields, which hold values
         try:
             profile_env_file_lines(loaded, Path(file))
-        except HostError as error:
-            raise _Unnamed(file, str(error)) from None
+        except Refused as error:
+            raise _Unnamed(file, _why(error)) from None
 
 
 def _profile(

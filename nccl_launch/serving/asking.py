@@ -47,10 +47,7 @@ def ask(
             env=dict(env),
             check=False,
         )
-    except OSError as error:
-        if server.cwd is not None and error.filename == server.cwd:  # not the interpreter
-            problem = f"cannot change to the server's cwd {server.cwd} ([server] cwd)"
-            return {"stage": "interpreter", "error": f"{problem}: {error.strerror}"}
+    except OSError as error:  # preflight looked at its cwd and interpreter first: a race
         return {"stage": "interpreter", "error": f"cannot run {server.python}: {error}"}
     except subprocess.TimeoutExpired:  # its text holds the argv, credentials and all
         late = f"{server.python} did not answer in {PROBE_TIMEOUT_S} s"

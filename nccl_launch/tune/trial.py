@@ -29,6 +29,7 @@ from nccl_launch.bench.result import Method
 from nccl_launch.env.drift import DriftEntry
 from nccl_launch.errors import HostError, NcclLaunchError, UsageError
 from nccl_launch.escaping import escaped
+from nccl_launch.findings import Finding
 from nccl_launch.launch.host import port_check
 from nccl_launch.launch.prepare import LaunchPlan, prepare_launch, with_nccl_debug
 from nccl_launch.live.compare import LiveReport
@@ -141,9 +142,11 @@ def run_trial(
     if refusal is not None:
         detail = f"the calling environment drifts from the candidate: {_entries(refusal.drifted)}"
         return TrialOutcome(status="refused", detail=detail, seconds=time.monotonic() - start)
-    port = port_check(server)
-    if port.status != "ok":
-        raise HostError(f"cannot start a trial: {port.message}")
+    # What would keep `run` from starting it, and a port another process holds.
+    problems = launch.start_findings()
+    problems += [seen for seen in [port_check(server)] if isinstance(seen, Finding)]
+    if problems:
+        raise HostError(f"cannot start a trial: {'; '.join(each.text() for each in problems)}")
     with _log_file(log) as fd, adopting(), _started(launch, fd, owner) as child:
         try:
             outcome = _trial(launch, server, child, settings, progress)
@@ -368,10 +371,10 @@ def _wait_released(server: Server, pids: set[int]) -> None:
         port = port_check(server)
         holding = compute_pids()
         ours = sorted(pids & holding) if holding is not None else []
-        if port.status == "ok" and not ours:
+        if isinstance(port, str) and not ours:
             return
         if time.monotonic() >= deadline:
-            why = port.message if port.status != "ok" else f"pids {ours} still hold GPU memory"
+            why = port.text() if isinstance(port, Finding) else f"pids {ours} still hold GPU memory"
             raise HostError(f"after the trial's server stopped: {why}; the next trial cannot start")
         time.sleep(POLL)
 
