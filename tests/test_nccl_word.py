@@ -349,10 +349,14 @@ def test_a_run_whose_log_folder_cannot_be_made_starts_with_nccls_log_in_its_outp
 def test_a_run_that_never_starts_its_server_leaves_no_log_folder(
     nccl_launch: RunCli, write_profile: WriteProfile, tmp_path: Path
 ) -> None:
-    """The exec fails: nothing will ever write in the run's folder, so it goes again."""
+    """The exec fails (a program run's checks pass but the kernel cannot load: no ELF, no
+    `#!`): nothing will ever write in the run's folder, so it goes again."""
     write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
-    result = nccl_launch("run", "--nccl-debug", "p", "--", str(tmp_path / "missing"))
-    said = f"nccl-launch: cannot execute {tmp_path / 'missing'}: No such file or directory\n"
+    program = tmp_path / "not-a-program"
+    program.write_bytes(b"\x00\x01")
+    program.chmod(0o755)
+    result = nccl_launch("run", "--nccl-debug", "p", "--", str(program))
+    said = f"nccl-launch: cannot execute {program}: Exec format error\n"
     assert (result.returncode, result.stderr) == (3, said)
     folder = tmp_path / "home" / ".local" / "state" / "nccl-launch" / "nccl-debug"
     assert list(folder.iterdir()) == []
