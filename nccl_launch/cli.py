@@ -53,7 +53,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "tok/s as bench does, keep the fastest the noise between server starts allows.",
     ),
     "verify-log": (
-        "verifying",
+        "checking",
         "verify_log",
         "Confirm from NCCL's NCCL_DEBUG=INFO output (LOG, or stdin) that every rank applied "
         "each declared value; exit 1 on a value applied differently or never confirmed.",
@@ -189,7 +189,7 @@ def _debug_requested(args: list[str]) -> bool:
 def _complain(lines: list[str]) -> None:
     """An error's lines on stderr, each as people see it: a path or a key may hold a newline,
     a value a credential."""
-    from nccl_launch.masking import for_people  # only on an error: not on --version's path
+    from nccl_launch.secrets.masking import for_people  # only on an error: not on --version's path
 
     click.echo("\n".join(map(for_people, lines)), err=True)
 

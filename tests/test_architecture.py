@@ -22,7 +22,6 @@ LAYERS = (
     ("serving",),
     ("sglang", "vllm"),
     ("kinds",),
-    ("masking",),
     ("secrets",),
     ("profile",),
     ("env",),

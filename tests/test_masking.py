@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nccl_launch.masking import (
+from nccl_launch.secrets.masking import (
     MASK,
     is_secret,
     mask_argv,
@@ -20,7 +20,7 @@ from nccl_launch.masking import (
     mask_words,
     masked_values,
 )
-from nccl_launch.secrets import mask_known
+from nccl_launch.secrets.values import mask_known
 from nccl_launch.sglang import facts
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import Server, free_port, sleeper

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from nccl_launch import masking
-from nccl_launch.masking import MASK, mask_argv, mask_credentials
+from nccl_launch.secrets import masking
+from nccl_launch.secrets.masking import MASK, mask_argv, mask_credentials
 
 
 @pytest.fixture

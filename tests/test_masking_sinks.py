@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from nccl_launch.masking import MASK
-from nccl_launch.secrets import secrets_of
+from nccl_launch.secrets.masking import MASK
+from nccl_launch.secrets.values import secrets_of
 from nccl_launch.tune.trial import TrialOutcome, tail_lines
 from tests.conftest import RunCli, WriteProfile
 from tests.helpers import STANDIN, free_port, sleeper

@@ -17,9 +17,9 @@ from nccl_launch.errors import EXIT_OK
 from nccl_launch.files.paths import status_of
 from nccl_launch.files.reading import read_text
 from nccl_launch.jsonlines import STATE, absent, append_line, open_store, parse_lines, state_home
-from nccl_launch.masking import masked_json
 from nccl_launch.profile.search import split_reference
 from nccl_launch.report import Report
+from nccl_launch.secrets.masking import masked_json
 
 FILE_NAME = "bench.jsonl"
 WHAT = "bench history"

@@ -11,7 +11,7 @@ from nccl_launch.bench import TOKEN_LIMIT
 from nccl_launch.commands.echo import echo_lines, warn
 from nccl_launch.commands.options import PID, F, format_option, profile_argument, seconds_option
 from nccl_launch.errors import UsageError
-from nccl_launch.masking import masked_json
+from nccl_launch.secrets.masking import masked_json
 
 if TYPE_CHECKING:
     from nccl_launch.bench.result import Method, RunFigure

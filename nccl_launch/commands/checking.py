@@ -1,4 +1,5 @@
-"""After start: `check` the live process tree, once or `--watch`."""
+"""After start: `check` the live process tree, once or `--watch`; and `verify-log`, the proof
+from NCCL itself in its NCCL_DEBUG=INFO lines."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from nccl_launch.commands.options import (
     seconds_option,
 )
 from nccl_launch.errors import UsageError
-from nccl_launch.masking import masked_json
+from nccl_launch.secrets.masking import masked_json
 
 if TYPE_CHECKING:
     from nccl_launch.live.compare import LiveReport
@@ -128,3 +129,33 @@ def check(
         echo_lines([line])
 
     return live.watch(target, profile, watch, on_drift, grace, emit, say=say, warn=warn, pin=pin)
+
+
+@click.command(name="verify-log")
+@profile_argument()
+@click.argument("log", default="-")
+@format_option("text", "json", default="text")
+def verify_log(profile: str, log: str, fmt: str) -> int:
+    """Confirm from NCCL's NCCL_DEBUG=INFO output (LOG, or stdin) that every rank applied
+    each declared value; exit 1 on a value applied differently or never confirmed.
+
+    journalctl -u sglang | nccl-launch verify-log PROFILE
+    """
+    from nccl_launch.files.reading import LINE_LIMIT, open_stream
+    from nccl_launch.live.verify_log import verify_profile
+    from nccl_launch.render.reports import log_lines
+
+    source = "stdin" if log == "-" else log
+    with open_stream(log, "log") as lines:
+        report = verify_profile(profile, lines, source)
+    if lines.skipped:
+        said = "1 line" if lines.skipped == 1 else f"{lines.skipped} lines"
+        warn(
+            f"log {source}: {said} longer than {LINE_LIMIT >> 20} MiB skipped (the first is line "
+            f"{lines.first_skipped}); NCCL's INFO lines are short"
+        )
+    if fmt == "json":
+        click.echo(masked_json(report))
+    else:
+        echo_lines(log_lines(report))
+    return report.exit_code

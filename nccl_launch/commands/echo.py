@@ -9,7 +9,7 @@ import click
 
 from nccl_launch.errors import WARNING_PREFIX
 from nccl_launch.escaping import shell_word
-from nccl_launch.masking import for_people
+from nccl_launch.secrets.masking import for_people
 
 if TYPE_CHECKING:
     from nccl_launch.profile.plan import ProfilePlan

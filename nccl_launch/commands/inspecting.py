@@ -95,7 +95,7 @@ def schema() -> int:
     Save it beside the profiles and start each profile with `#:schema ./nccl-launch.schema.json`
     (Taplo, Even Better TOML) for completion and checks while typing.
     """
-    from nccl_launch.profile.schema import profile_schema
+    from nccl_launch.profile.model import profile_schema
 
     click.echo(json.dumps(profile_schema(), indent=2))
     return EXIT_OK

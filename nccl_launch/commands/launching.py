@@ -13,7 +13,7 @@ from nccl_launch.commands.options import format_option, launch_options
 from nccl_launch.errors import EXIT_OK, HostError
 from nccl_launch.escaping import escaped, shell_word
 from nccl_launch.launch.check_names import skippable
-from nccl_launch.masking import masked_json
+from nccl_launch.secrets.masking import masked_json
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -96,7 +96,7 @@ def _where_it_goes(option: str, flag: Flag | None, own: list[str], hint: str, un
     profile (after `--` it is refused), any other server flag after `--` with the value it
     was given; a credential's value is never echoed to a log, but given as a variable
     (`"$API_KEY"`, or for a `unit`, `'${API_KEY}'` that systemd fills from an env file)."""
-    from nccl_launch.masking import MASK, mask_argv  # a mistake's path, not a TAB's
+    from nccl_launch.secrets.masking import MASK, mask_argv  # a mistake's path, not a TAB's
 
     if flag is not None:
         return (

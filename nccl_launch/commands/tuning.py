@@ -13,7 +13,7 @@ from nccl_launch.commands.echo import echo_lines, warn
 from nccl_launch.commands.options import format_option, profile_argument, seconds_option
 from nccl_launch.errors import EXIT_INTERRUPTED, UsageError
 from nccl_launch.live.signals import catching
-from nccl_launch.masking import masked_json
+from nccl_launch.secrets.masking import masked_json
 
 if TYPE_CHECKING:
     from nccl_launch.tune.result import TrialRow

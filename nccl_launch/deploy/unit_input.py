@@ -15,9 +15,9 @@ from nccl_launch.digits import is_ascii_digits
 from nccl_launch.escaping import not_utf8
 from nccl_launch.findings import Finding
 from nccl_launch.kinds import kind_of
-from nccl_launch.masking import mask_credentials
 from nccl_launch.profile.load import LoadedProfile
-from nccl_launch.secrets import secrets_of
+from nccl_launch.secrets.masking import mask_credentials
+from nccl_launch.secrets.values import secrets_of
 from nccl_launch.serving.references import REFERENCE
 from nccl_launch.serving.table import ServerTable as Server
 

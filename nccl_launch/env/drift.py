@@ -13,10 +13,10 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict, computed_field, field_serializer
 
 from nccl_launch.errors import EXIT_DRIFT, EXIT_OK
-from nccl_launch.masking import mask_value
 from nccl_launch.nccl import catalog, others, rules
 from nccl_launch.profile.markers import NCCL_DEBUG_KEYS, OWN_VARIABLES
 from nccl_launch.profile.model import Policy
+from nccl_launch.secrets.masking import mask_value
 
 DriftKind = Literal["changed", "missing", "undeclared"]
 DRIFT_KINDS: tuple[DriftKind, ...] = get_args(DriftKind)

@@ -23,7 +23,7 @@ from nccl_launch.launch.preflight_report import Check, PreflightReport
 from nccl_launch.launch.prepare import LaunchPlan
 from nccl_launch.launch.program import SERVER_PYTHON, Seen, program_seen, start_findings
 from nccl_launch.profile.lint import accept_line, review
-from nccl_launch.secrets import Quoted, Secrets
+from nccl_launch.secrets.values import Quoted, Secrets
 from nccl_launch.serving.table import ServerTable
 
 

@@ -16,9 +16,9 @@ from nccl_launch.env.drift import DriftReport
 from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK
 from nccl_launch.kinds import names
 from nccl_launch.launch.check_names import CheckName
-from nccl_launch.masking import mask_argv, masked_texts
 from nccl_launch.report import Report
-from nccl_launch.secrets import Quoted, Secrets, secrets_of
+from nccl_launch.secrets.masking import mask_argv, masked_texts
+from nccl_launch.secrets.values import Quoted, Secrets, secrets_of
 
 Status = Literal["ok", "warn", "fail"]
 

@@ -35,7 +35,7 @@ from nccl_launch.profile.markers import (
     NCCL_DEBUG_KEYS,
 )
 from nccl_launch.profile.plan import ProfilePlan
-from nccl_launch.secrets import Secrets, secrets_of
+from nccl_launch.secrets.values import Secrets, secrets_of
 from nccl_launch.serving import references
 
 

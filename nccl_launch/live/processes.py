@@ -15,7 +15,7 @@ import psutil
 
 from nccl_launch.errors import HostError
 from nccl_launch.live.environ import OVERWRITTEN, getenv_view
-from nccl_launch.masking import mask_argv
+from nccl_launch.secrets.masking import mask_argv
 
 TITLE_WIDTH = 100
 PROC = Path("/proc")

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 from nccl_launch.errors import UsageError
 from nccl_launch.escaping import escaped
 from nccl_launch.kinds import kind_of
-from nccl_launch.masking import mask_credentials
+from nccl_launch.secrets.masking import mask_credentials
 from nccl_launch.serving.table import ServerTable as Server
 
 URL_LIMIT = 4096  # far beyond any server's base URL; a longer one is a mistake or an attack

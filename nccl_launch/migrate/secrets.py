@@ -14,8 +14,8 @@ from nccl_launch.deploy.exports import dotenv
 from nccl_launch.errors import UsageError
 from nccl_launch.escaping import escaped
 from nccl_launch.kinds import ServerKind
-from nccl_launch.masking import credential_values, secret_name
-from nccl_launch.secrets import secrets_of
+from nccl_launch.secrets.masking import credential_values, secret_name
+from nccl_launch.secrets.values import secrets_of
 from nccl_launch.serving import references
 
 SECRETS_MODE = 0o600

@@ -18,7 +18,6 @@ from nccl_launch.escaping import toml_escaped
 from nccl_launch.files.writing import check_output, write_output
 from nccl_launch.findings import Refused
 from nccl_launch.kinds import KINDS, command_of
-from nccl_launch.masking import credential_values, mask_argv
 from nccl_launch.migrate.secrets import (
     SECRETS_MODE,
     SecretsFile,
@@ -35,7 +34,8 @@ from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.profile.model import PROFILE_SCHEMA, Profile
 from nccl_launch.profile.new import check_name
 from nccl_launch.profile.plan import ProfilePlan, build_plan
-from nccl_launch.secrets import secrets_of, unmasked_references
+from nccl_launch.secrets.masking import credential_values, mask_argv
+from nccl_launch.secrets.values import secrets_of, unmasked_references
 from nccl_launch.serving import references
 
 

@@ -12,11 +12,11 @@ from pathlib import PurePosixPath
 
 from nccl_launch.errors import UsageError
 from nccl_launch.escaping import not_utf8
-from nccl_launch.masking import secret_name
 from nccl_launch.migrate import shell, sourced
 from nccl_launch.migrate.expansion import DEFAULT_IFS, SECRET_FILE, arguments, expand, references
 from nccl_launch.migrate.server_table import from_caller, known
 from nccl_launch.nccl import catalog
+from nccl_launch.secrets.masking import secret_name
 from nccl_launch.serving.references import literal
 
 # Around the name of a variable in an argument being written: bytes no script's word holds.

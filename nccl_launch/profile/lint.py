@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 from nccl_launch.findings import Finding, Severity
 from nccl_launch.kinds import kind_of
-from nccl_launch.masking import is_secret, mask_credentials
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.profile.model import Profile
-from nccl_launch.secrets import secrets_of
+from nccl_launch.secrets.masking import is_secret, mask_credentials
+from nccl_launch.secrets.values import secrets_of
 
 _ELSEWHERE = "it belongs in an env file (mode 0600) named in env_files"
 _UNMATCHED = "unmatched-accept"

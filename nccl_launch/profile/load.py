@@ -22,13 +22,13 @@ from nccl_launch.kinds import (
     kind_named,
     server_problems,
 )
-from nccl_launch.masking import mask_credentials
 from nccl_launch.profile.chain import ProfileChain, read_chain
 from nccl_launch.profile.lint import review
 from nccl_launch.profile.model import Baseline, Policy, Profile, Provenance
 from nccl_launch.profile.plan import ProfilePlan, build_plan
 from nccl_launch.profile.search import find_profile
-from nccl_launch.secrets import echoed_input, unechoed, unmasked_references
+from nccl_launch.secrets.masking import mask_credentials
+from nccl_launch.secrets.values import echoed_input, unechoed, unmasked_references
 from nccl_launch.serving import references
 from nccl_launch.serving.table import ServerTable
 

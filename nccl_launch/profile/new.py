@@ -31,7 +31,7 @@ from nccl_launch.profile.load import LoadedProfile, validate_chain, validate_res
 from nccl_launch.profile.model import PROFILE_SCHEMA
 from nccl_launch.profile.plan import ProfilePlan, build_plan
 from nccl_launch.profile.search import find_profile
-from nccl_launch.secrets import secrets_of
+from nccl_launch.secrets.values import secrets_of
 
 
 def _servers() -> dict[str, str]:

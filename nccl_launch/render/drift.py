@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from nccl_launch.env.drift import DECLARED_BY, ENV_FILE, DriftEntry, DriftKind, DriftReport, Reason
 from nccl_launch.env.merge import CALLING_ENV
 from nccl_launch.escaping import escaped, shell_word
-from nccl_launch.masking import is_secret, mask_argv, mask_value
 from nccl_launch.profile.markers import NCCL_DEBUG_KEYS
+from nccl_launch.secrets.masking import is_secret, mask_argv, mask_value
 
 if TYPE_CHECKING:  # a launch is drawn by run's dry run alone: check's reports load no launch
     from nccl_launch.launch.prepare import LaunchPlan

@@ -11,10 +11,10 @@ import tomli_w
 
 from nccl_launch.errors import WARNING_PREFIX
 from nccl_launch.escaping import escaped, toml_escaped
-from nccl_launch.masking import mask_argv, mask_command_line, mask_value
 from nccl_launch.profile.diff import ProfileDiff
 from nccl_launch.profile.overview import ListedProfile, ShownProfile, Validation
 from nccl_launch.render.drift import quoted_value
+from nccl_launch.secrets.masking import mask_argv, mask_command_line, mask_value
 
 
 def _masked(table: dict[str, Any], path: str = "") -> dict[str, Any]:

@@ -7,8 +7,8 @@ from collections import Counter
 
 from nccl_launch.env.drift import DRIFT_KINDS
 from nccl_launch.live.compare import LiveReport
-from nccl_launch.masking import for_people
 from nccl_launch.profile.search import split_reference
+from nccl_launch.secrets.masking import for_people
 
 Samples = list[tuple[dict[str, str], float]]
 

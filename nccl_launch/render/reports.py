@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 from nccl_launch.env.drift import DriftEntry, Reason
 from nccl_launch.live.nccl_logs import SOURCE
-from nccl_launch.masking import for_people
 from nccl_launch.profile.plan import short_digest
 from nccl_launch.render.drift import LATE_LINE, details, drift_lines, fix_lines, restart_line
-from nccl_launch.secrets import shown
+from nccl_launch.secrets.masking import for_people
+from nccl_launch.secrets.values import shown
 
 if TYPE_CHECKING:  # each command renders its own report: check loads no preflight model
     from nccl_launch.launch.preflight_report import PreflightReport

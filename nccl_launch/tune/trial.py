@@ -38,7 +38,7 @@ from nccl_launch.live.url import Address, server_url, url_address
 from nccl_launch.live.verify_log import verify
 from nccl_launch.nccl.catalog import PREFIX
 from nccl_launch.profile.markers import NCCL_DEBUG_ENV, NCCL_DEBUG_KEYS
-from nccl_launch.secrets import Quoted, Secrets
+from nccl_launch.secrets.values import Quoted, Secrets
 from nccl_launch.serving.table import ServerTable as Server
 from nccl_launch.tune.orphans import Owner, StartedServer, adopting, die_with, reap
 

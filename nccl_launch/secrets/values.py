@@ -11,7 +11,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nccl_launch.masking import (
+from nccl_launch.secrets.masking import (
     MASK,
     is_secret,
     mask_argv,
