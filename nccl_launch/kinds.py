@@ -52,10 +52,6 @@ class Kind(Protocol[TableT]):
     several_keys: bool
     env_prefix: str  # of the variables it reads
 
-    def address(self, server: TableT) -> tuple[str, int]:
-        """Where the server listens: its host and port, the kind's defaults where unset."""
-        ...
-
     def argv(self, server: TableT) -> list[str]:
         """The command line the table stands for."""
         ...
@@ -198,6 +194,12 @@ def kind_named(name: str) -> ServerKind | None:
 def default_kind() -> ServerKind:
     """The kind of a `[server]` table that names none: the first registered."""
     return KINDS.read[0]
+
+
+def address(server: ServerTable) -> tuple[str, int]:
+    """Where the server listens: its host and port, its kind's defaults where unset."""
+    kind = kind_of(server)
+    return server.host or kind.default_host, server.port or kind.default_port
 
 
 def kind_of(server: ServerTable) -> ServerKind:

@@ -67,11 +67,8 @@ class Echo:
     several_keys = False
     env_prefix = "ECHO_"
 
-    def address(self, server: EchoServer) -> tuple[str, int]:
-        return server.host or self.default_host, server.port or self.default_port
-
     def argv(self, server: EchoServer) -> list[str]:
-        port = str(self.address(server)[1])
+        port = str(server.port or self.default_port)
         model = ["--model", server.model_path or ""]
         words = [*shlex.split(server.entrypoint), *model, PORT_FLAG.canonical, port]
         return [server.python, *words, *server.args]

@@ -16,7 +16,7 @@ from pathlib import Path
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.files.paths import PathError, is_regular, status_of
 from nccl_launch.findings import Finding
-from nccl_launch.kinds import kind_of
+from nccl_launch.kinds import address, kind_of
 from nccl_launch.launch.program import Seen, cwd_seen, problem
 from nccl_launch.nccl.conf import ConfEntry, applied, conf_paths
 from nccl_launch.serving.table import ServerTable as Server
@@ -125,7 +125,7 @@ def gpu_check(server: Server, env: Mapping[str, str]) -> str | Finding:
 
 def port_check(server: Server) -> str | Finding:
     """The server's port must be free: nothing, another server included, may listen there."""
-    host, port = kind_of(server).address(server)
+    host, port = address(server)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         # As SGLang and vLLM bind (SO_REUSEADDR): the connections a server just stopped leaves in

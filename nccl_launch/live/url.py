@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 from nccl_launch.errors import UsageError
 from nccl_launch.escaping import escaped
-from nccl_launch.kinds import kind_of
+from nccl_launch.kinds import address
 from nccl_launch.secrets.masking import mask_credentials
 from nccl_launch.serving.table import ServerTable as Server
 
@@ -73,6 +73,6 @@ def url_address(url: str) -> Address:
 def server_url(server: Server) -> str:
     """The base URL a client on this host reaches the profile's `[server]` at: its `host` and
     `port` (its kind's defaults when unset), a wildcard host read as the loopback address."""
-    host, port = kind_of(server).address(server)
+    host, port = address(server)
     host = WILDCARDS.get(host, host)
     return f"http://{f'[{host}]' if ':' in host else host}:{port}"

@@ -34,9 +34,6 @@ class SGLang:
     several_keys = False
     env_prefix = facts.ENV_PREFIX
 
-    def address(self, server: Server) -> tuple[str, int]:
-        return server.host or self.default_host, server.port or self.default_port
-
     def argv(self, server: Server) -> list[str]:
         return command_line.server_argv(server)
 

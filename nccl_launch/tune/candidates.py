@@ -17,7 +17,7 @@ import tomli_w
 
 from nccl_launch.env.env_files import profile_layers
 from nccl_launch.errors import UsageError
-from nccl_launch.kinds import ServerKind, kind_of
+from nccl_launch.kinds import ServerKind, address, kind_of
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.profile.chain import ProfileChain
 from nccl_launch.profile.load import LoadedProfile, validate_resolved
@@ -45,7 +45,7 @@ def exposed_host(loaded: LoadedProfile) -> str | None:
     kind = kind_of(server)
     if kind.request_key(loaded.plan.argv, _key_env(loaded, kind)) is not None:
         return None
-    host, _ = kind.address(server)
+    host, _ = address(server)
     with contextlib.suppress(ValueError):
         if ipaddress.ip_address(host).is_loopback:
             return None

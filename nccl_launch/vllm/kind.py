@@ -35,9 +35,6 @@ class Vllm:
     several_keys = True  # `--api-key K1 K2`
     env_prefix = facts.ENV_PREFIX
 
-    def address(self, server: VllmServer) -> tuple[str, int]:
-        return server.host or self.default_host, server.port or self.default_port
-
     def argv(self, server: VllmServer) -> list[str]:
         return command_line.server_argv(server)
 
