@@ -160,10 +160,6 @@ def test_only_the_registry_imports_a_kinds_folder() -> None:
     assert kinds == {f"nccl_launch.{folder}.kind" for folder in KIND_FOLDERS}
 
 
-# A document an earlier nccl-launch wrote stamps SGLang's version under its own key.
-NAMES_A_KIND = {"nccl_launch.bench.result"}
-
-
 def test_only_a_kinds_folder_names_it() -> None:
     named = {
         name: [
@@ -172,7 +168,7 @@ def test_only_a_kinds_folder_names_it() -> None:
             if isinstance(node, ast.Constant) and node.value in KIND_FOLDERS
         ]
         for name in MODULES
-        if package_of(name) not in KIND_FOLDERS and name not in NAMES_A_KIND
+        if package_of(name) not in KIND_FOLDERS
     }
     assert {name: lines for name, lines in named.items() if lines} == {}
 

@@ -12,6 +12,7 @@ from pydantic import AfterValidator, BaseModel, Field, computed_field, model_val
 from nccl_launch.bench import TOKEN_LIMIT
 from nccl_launch.bench.stats import Start, runs_interval
 from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_INTERRUPTED, EXIT_OK
+from nccl_launch.kinds import default_kind
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.profile.model import Baseline
 from nccl_launch.report import Report
@@ -137,10 +138,11 @@ class BenchReport(Report):
     @model_validator(mode="before")
     @classmethod
     def _server_of_before(cls, data: Any) -> Any:
-        """A history line of an earlier nccl-launch, which measured SGLang alone and stamped its
-        `sglang_version`: that is the server's version."""
+        """A history line of an earlier nccl-launch, which measured the default kind (SGLang)
+        alone and stamped its `sglang_version`: that is the server's version."""
         if isinstance(data, dict) and "server" not in data and "sglang_version" in data:
-            data = {**data, "server": "sglang", "server_version": data["sglang_version"]}
+            server = default_kind().name
+            data = {**data, "server": server, "server_version": data["sglang_version"]}
         return data
 
     @computed_field  # type: ignore[prop-decorator]
@@ -206,7 +208,7 @@ class BenchReport(Report):
     @property
     def sglang_version(self) -> str | None:
         """`server_version` of an SGLang server, as documents written before `server` say it."""
-        return self.server_version if self.server == "sglang" else None
+        return self.server_version if self.server == default_kind().name else None
 
     @model_validator(mode="after")
     def _summary_of_its_runs(self) -> Self:
