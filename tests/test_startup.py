@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import click
 import pytest
 
 from nccl_launch import cli
+from tests.conftest import console_script
 
 HEAVY = ("psutil", "pydantic", "dotenv", "nccl_launch.commands.", "nccl_launch.launch.preflight")
 # What no start needs: the HTTP client (bench, the servers' API), tomlkit (a baseline written
@@ -120,6 +122,75 @@ def test_run_validates_with_pydantic_and_imports_no_other_commands_work(tmp_path
     assert "nccl_launch.commands.checking" not in modules
     # Nothing is cached between runs: no file is written under the home directory.
     assert list(Path(os.environ["HOME"]).rglob("*")) == []
+
+
+VLLM_PROFILE = (
+    'schema = 1\nname = "v"\nversion = 1\n\n[nccl]\nPROTO = "LL"\n\n'
+    '[server]\nkind = "vllm"\nmodel_path = "/models/m"\n'
+)
+
+
+# pydantic's first model would read the entry points of every installed distribution, looking
+# for pydantic plugins; the probe fails where pydantic's group is read.
+NO_SCAN = (
+    "import importlib.metadata, sys\n"
+    "read = importlib.metadata.entry_points\n"
+    "def scan(**selection):\n"
+    "    if selection.get('group') == 'pydantic':\n"
+    "        raise SystemExit(f'entry points read: {selection}')\n"
+    "    return read(**selection)\n"
+    "importlib.metadata.entry_points = scan\n"
+    "from nccl_launch.cli import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "--dry-run", "p", "--", "python", "-c", "pass"],
+        ["run", "--dry-run", "v"],
+        ["validate"],
+    ],
+)
+def test_a_command_looks_for_no_pydantic_plugins(args: list[str], tmp_path: Path) -> None:
+    write_profile(tmp_path)
+    (tmp_path / "profiles" / "v.toml").write_text(VLLM_PROFILE, encoding="utf-8")
+    if args == ["validate"]:
+        args = ["validate", str(tmp_path / "profiles" / "v.toml")]
+    result = subprocess.run(
+        [sys.executable, "-c", NO_SCAN, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr  # the scan would exit 1, saying so
+    assert "entry points read" not in result.stderr
+
+
+SHOW_ENV = "import json, os, sys; json.dump(dict(os.environ), sys.stdout)"
+
+
+@pytest.mark.parametrize("given", [None, "", "logfire", "__all__"])
+def test_the_server_gets_pydantic_disable_plugins_as_the_caller_gave_it(
+    given: str | None, tmp_path: Path
+) -> None:
+    # pydantic's plugins are off in nccl-launch's own process alone: the server's pydantic
+    # (SGLang's, vLLM's) finds its plugins as the caller's environment says.
+    write_profile(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    if given is not None:
+        env["PYDANTIC_DISABLE_PLUGINS"] = given
+    argv = [console_script(), "run", "p", "--", sys.executable, "-c", SHOW_ENV]
+    result = subprocess.run(
+        argv, env=env, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    received = json.loads(result.stdout)
+    assert received["NCCL_PROTO"] == "LL"  # the server's own environment was read
+    assert received.get("PYDANTIC_DISABLE_PLUGINS") == given
 
 
 def test_run_with_nccl_debug_loads_the_log_folder_it_needs(tmp_path: Path) -> None:

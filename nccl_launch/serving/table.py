@@ -26,8 +26,11 @@ from pydantic import (
 
 from nccl_launch.serving import references
 
-# How every table of a profile is read: unknown keys are errors, no coercion, immutable.
-STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
+# How every table of a profile is read: unknown keys are errors, no coercion, immutable. Each
+# model's validator is built when it is first used, not when its module is imported: a model
+# read only as a part of another (a profile's tables) never builds one of its own, and a
+# profile without `[server]` builds none for the kinds' tables.
+STRICT = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
 _SETTING = re.compile(r"[a-z][a-z0-9_]*")
 NUL_PROBLEM = "holds a NUL byte, which no argument, path or environment value can carry"
 Scalar = str | int | float | bool
