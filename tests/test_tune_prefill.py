@@ -13,6 +13,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nccl_launch.commands.benching import DEFAULT_PROMPT
 from nccl_launch.tune.search import Values, descend, grid
 from nccl_launch.tune.stats import Start
@@ -33,6 +35,8 @@ from tests.test_tune import (
 )
 
 __all__ = ["seed"]  # the fixture of the seed's profile
+
+pytestmark = pytest.mark.slow  # tunes: first in the run (tests/conftest.py)
 
 # PROTO=LL128 wins decode by 12% and loses 40% of prefill; NTHREADS=256 wins both.
 PREFILL: dict[str, dict[str | None, float]] = {"PROTO": {"LL128": 0.60}, "NTHREADS": {"256": 1.05}}

@@ -308,6 +308,7 @@ def test_the_api_key_is_read_as_vllm_reads_it(
 # tune
 
 
+@pytest.mark.slow
 def test_tune_of_a_vllm_profile_locks_its_trials_to_loopback_and_writes_the_winner(
     write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
 ) -> None:
