@@ -388,9 +388,11 @@ def test_tune_finds_the_effect_through_the_noise_between_starts_and_bench_agrees
     document = json.loads(result.stdout)
     assert set(document) == JSON_KEYS
     winner = next(row for row in document["candidates"] if row["digest"] == document["winner"])
-    assert winner["values"] == {"PROTO": "LL128", "ALGO": "Ring", "BUFFSIZE": "16777216"}, (
-        result.stderr
-    )
+    # The effect is found. ALGO and BUFFSIZE are worth nothing, and the rule keeps a change of
+    # no effect in up to 5% of its decisions (see the search's own test above): the seeds'
+    # draws decide that here, but the host's delays may change how often a candidate is
+    # started, and so which draws it gets.
+    assert winner["values"]["PROTO"] == "LL128", result.stderr
     assert document["confirmed"] is True
     confirmation = document["confirmation"]
     gain = confirmation["gain_over_profile"]
