@@ -63,6 +63,12 @@ REQUIRE_TOOLS = os.environ.get("NCCL_LAUNCH_REQUIRE_TOOLS") == "1"
 HOSTILE_ETC = os.environ.get("NCCL_LAUNCH_TEST_HOSTILE_ETC") == "1"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests marked slow first: the workers take the next test as each finishes one, so
+    that what runs last is short and they end together."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @dataclass(frozen=True)
 class Isolation:
     """Where a test's HOME and the two system paths nccl-launch reads are: under `root`."""

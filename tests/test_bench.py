@@ -120,7 +120,9 @@ def history_lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-@pytest.mark.parametrize("rate", [200, 400])
+# Runs of 60 tokens at 50 and 100 tok/s (1.2 and 0.6 s): the host's delays, up to 60 ms at
+# either end of a run (LATEST in tests/test_tune.py), are well under 15% of them.
+@pytest.mark.parametrize("rate", [50, 100])
 def test_bench_reports_the_rate_the_server_streams_within_15_percent(
     rate: int, start: Started, run_cli: RunCli, tmp_path: Path
 ) -> None:

@@ -11,6 +11,8 @@ import tarfile
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import RunCli, WriteProfile
 
 REPO = Path(__file__).parent.parent
@@ -119,6 +121,7 @@ def test_a_shipped_child_extends_its_shipped_parent_whatever_is_local(
 # SLOW (about 15 s here): in a fresh venv, `python -m build` makes the sdist
 # from a copy of the source tree and the wheel from that sdist (both from the package registry:
 # `build`, setuptools, the dependencies); the wheel is installed there and run outside the tree.
+@pytest.mark.slow
 def test_the_wheel_installed_in_a_fresh_venv_carries_its_profiles(tmp_path: Path) -> None:
     source = tmp_path / "source"
     junk = shutil.ignore_patterns(".*", "build", "dist", "*.egg-info", "__pycache__")

@@ -20,6 +20,8 @@ from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import STANDIN, free_port
 from tests.test_tune_trial import free
 
+pytestmark = pytest.mark.slow  # tunes: first in the run (tests/conftest.py)
+
 PROFILE = """
 schema = 1
 name = "standin"

@@ -12,7 +12,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nccl_launch.vllm.probe import FIELDS, MARK
+
+pytestmark = pytest.mark.slow  # each imports vLLM (seconds): first in the run
 
 PROBE = resources.files("nccl_launch.vllm").joinpath("probe.py").read_text("utf-8")
 SPECULATIVE = {"method": "eagle3", "model": "/models/d", "num_speculative_tokens": 3}
