@@ -186,13 +186,15 @@ def _no_pydantic_plugins() -> None:
     """pydantic plugins observe validation; none is meant for nccl-launch's own models. Left
     alone, pydantic's first model reads the entry points of every installed distribution to
     find some (about 10 ms of CPU beside the 300 of a server's environment, docs/performance.md):
-    `get_plugins` in pydantic/plugin/_loader.py scans only while its `_plugins` is None. Setting
-    it here, in this process, leaves the environment alone: a user's PYDANTIC_DISABLE_PLUGINS, or
-    none, reaches the server as given. Runs before a command, never for --help, --version or a
-    TAB."""
-    from pydantic.plugin import _loader
-
-    if _loader._plugins is None:
+    pydantic's plugin loader scans only while its private `_plugins` is None. Setting it here, in
+    this process, leaves the environment alone: a user's PYDANTIC_DISABLE_PLUGINS, or none,
+    reaches the server as given. Runs before a command, never for --help, --version or a TAB. A
+    pydantic without that name only scans again."""
+    try:
+        from pydantic.plugin import _loader
+    except ImportError:
+        return
+    if getattr(_loader, "_plugins", ...) is None:
         _loader._plugins = {}
 
 

@@ -83,6 +83,8 @@ def refuse(findings: Sequence[Finding]) -> None:
         raise Refused(errors)
 
 
+# Where the server's arguments come from: the profile, or after `--` (run's, a unit's).
+ARGS, EXTRA_ARGS = "server.args", "-- ARGS"
 # Rules that more than one check judges (`validate`, `run`, `preflight`, `systemd`), each
 # worded once here; whose problem it is follows from where the value is.
 
@@ -99,7 +101,7 @@ def empty_key(
     if source:
         cause: Cause = "host" if host else "profile"
         return Finding("empty-key", where, message, "write the key there", cause=cause)
-    if where == "-- ARGS":
+    if where == EXTRA_ARGS:
         fix = "pass the key after '--' (a unit's ${NAME} that no EnvironmentFile= sets is empty)"
     else:
         fix = "refer to the key (--api-key ${API_KEY}) and give it a value in an env file the "

@@ -8,14 +8,15 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cache
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import Annotated, Any, Protocol, TypeVar, Union, overload
 
 from pydantic import Discriminator, GetCoreSchemaHandler, GetJsonSchemaHandler, Tag, TypeAdapter
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
-from nccl_launch.findings import Finding, empty_key
+from nccl_launch.errors import HostError
+from nccl_launch.findings import ARGS, EXTRA_ARGS, Finding, empty_key
 from nccl_launch.serving.api import Get, Served
 from nccl_launch.serving.command import Given, split_command
 from nccl_launch.serving.flags import Flag, empty_credentials, unfilled_credentials
@@ -142,7 +143,10 @@ class Registry(Sequence[ServerKind]):
 
     def _all(self) -> list[ServerKind]:
         if not self._plugins_read:
-            self._plugins_read = True
+            taken = [kind.name for kind in self.read]
+            for point in entry_points(group=ENTRY_POINTS):
+                taken.append(_plugin(point, taken).name)
+            self._plugins_read = True  # every one loads, or none is registered
             for point in entry_points(group=ENTRY_POINTS):
                 register(point.load())
         return self.read
@@ -161,6 +165,20 @@ class Registry(Sequence[ServerKind]):
         return iter(tuple(self._all()))
 
 
+def _plugin(point: EntryPoint, taken: Sequence[str]) -> ServerKind:
+    """The kind an installed entry point names; one that cannot load, or whose name another
+    kind has (`taken`), is this host's problem: a kind left out would leave its credentials
+    unmasked."""
+    where = f"server kind {point.name!r} ({point.value}, entry point of {ENTRY_POINTS})"
+    try:
+        kind: ServerKind = point.load()
+    except Exception as error:  # whatever an installed plugin raises
+        raise HostError(f"{where} cannot be loaded: {type(error).__name__}: {error}") from None
+    if kind.name in taken:
+        raise HostError(f"{where}: a server kind named {kind.name!r} is registered already")
+    return kind
+
+
 KINDS = Registry(SGLang(), Vllm())
 
 
@@ -172,7 +190,7 @@ def register(kind: ServerKind) -> None:
 
 
 def unregister(kind: ServerKind) -> None:
-    """Take `kind` back out of the registry (a test's own kind, after the test)."""
+    """Take `kind` back out of the registry; for tests, which register a kind of their own."""
     KINDS.read.remove(kind)
 
 
@@ -279,8 +297,6 @@ class _Registered:
 # `[server]` as a profile reads it: the table of the kind it names.
 Server = Annotated[ServerTable, _Registered]
 
-# Where the server's arguments come from: the profile, or after `--` (run's, a unit's).
-ARGS, EXTRA_ARGS = "server.args", "-- ARGS"
 _VALUE_FIX = (
     'give the key after it; quote a variable ("$API_KEY"): unquoted, an unset one is dropped'
 )

@@ -243,3 +243,47 @@ def test_check_finds_no_drift_in_a_server_the_console_script_started(
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.communicate(timeout=10)
+
+
+class Twin(Echo):
+    name = "vllm"
+
+
+TWIN = Twin()
+
+
+def _plugins(tmp_path: Path, points: str) -> dict[str, str]:
+    """An environment whose Python finds an installed distribution with these entry points."""
+    info = tmp_path / "plugins" / "broken_kind-1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-kind\nVersion: 1\n")
+    (info / "entry_points.txt").write_text(f"[{kinds.ENTRY_POINTS}]\n{points}")
+    return {**os.environ, "PYTHONPATH": f"{info.parent}:{Path(__file__).parent.parent}"}
+
+
+@pytest.mark.parametrize(
+    ("points", "said"),
+    [
+        (
+            "gone = no_such_module:KIND\n",
+            "nccl-launch: server kind 'gone' (no_such_module:KIND, entry point of "
+            "nccl_launch.kinds) cannot be loaded: ModuleNotFoundError: No module named "
+            "'no_such_module'\n",
+        ),
+        (
+            f"vllm = {__name__}:TWIN\n",
+            f"nccl-launch: server kind 'vllm' ({__name__}:TWIN, entry point of "
+            "nccl_launch.kinds): a server kind named 'vllm' is registered already\n",
+        ),
+    ],
+    ids=["cannot-load", "name-taken"],
+)
+def test_an_installed_kind_that_cannot_be_used_is_a_host_problem_said_in_one_line(
+    points: str, said: str, write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    """Left out, its credentials would go unmasked: every command refuses, naming it."""
+    write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    argv = [console_script(), "run", "--dry-run", "p", "--", "python3", "-c", "pass"]
+    env = _plugins(tmp_path, points)
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (3, said)

@@ -177,3 +177,18 @@ def test_a_trials_tail_is_masked_in_the_journals_json_and_on_the_terminal() -> N
     journaled = TrialOutcome.model_validate_json(outcome.model_dump_json())
     assert journaled.log_tail == shown
     assert tail_lines(journaled.log_tail) == shown  # read back, it is shown as written
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_validate_masks_a_password_in_a_key_it_names(
+    fmt: str, write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    path = write_profile(
+        "keyed",
+        'schema = 1\nname = "keyed"\nversion = 1\n[server]\nmodel_path = "/m"\n'
+        '"https://u:hunter22@db/x" = 1\n',
+    )
+    result = run_cli("validate", str(path), "--format", fmt)
+    assert result.returncode == 2
+    assert "hunter22" not in result.stdout + result.stderr
+    assert "https://***@db/x" in result.stdout + result.stderr

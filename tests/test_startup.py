@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import click
@@ -268,3 +269,15 @@ def test_a_command_leaves_the_start_up_heap_frozen_and_the_collector_on() -> Non
 def test_the_collector_is_on_again_after_a_usage_error() -> None:
     assert cli.main(["frobnicate"]) == 2
     assert gc.isenabled()
+
+
+def test_a_pydantic_without_its_plugin_table_only_scans_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The table is pydantic's private name: a release without it must not stop a command.
+    import pydantic.plugin
+
+    renamed = types.SimpleNamespace(plugins=None)
+    monkeypatch.setattr(pydantic.plugin, "_loader", renamed)
+    cli._no_pydantic_plugins()
+    assert vars(renamed) == {"plugins": None}

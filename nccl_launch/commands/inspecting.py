@@ -28,7 +28,9 @@ def validate_command(files: tuple[str, ...], fmt: str) -> int:
 
     validation = validate(files)
     if fmt == "json":
-        click.echo(validation.model_dump_json(indent=2))
+        from nccl_launch.secrets.masking import masked_json
+
+        click.echo(masked_json(validation))
         return validation.exit_code
     out, err = validate_lines(validation)
     echo_lines(err, err=True)

@@ -23,8 +23,8 @@ from nccl_launch.env.env_files import (
 )
 from nccl_launch.env.merge import EnvLayer
 from nccl_launch.files.writing import write_output
-from nccl_launch.findings import Finding, Refused, refuse, unset_reference
-from nccl_launch.kinds import EXTRA_ARGS, argument_findings
+from nccl_launch.findings import EXTRA_ARGS, Finding, Refused, refuse, unset_reference
+from nccl_launch.kinds import argument_findings
 from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.profile.markers import NCCL_DEBUG_KEYS
 from nccl_launch.serving.references import REFERENCE

@@ -13,8 +13,8 @@ from nccl_launch.env.drift import ENV_FILE
 from nccl_launch.env.merge import CALLING_ENV, EnvLayer
 from nccl_launch.errors import UsageError
 from nccl_launch.files.reading import read_text
-from nccl_launch.findings import Finding, empty_key, refuse, unset_reference
-from nccl_launch.kinds import ARGS, kind_of
+from nccl_launch.findings import ARGS, Finding, empty_key, refuse, unset_reference
+from nccl_launch.kinds import kind_of
 from nccl_launch.profile.load import LoadedProfile
 from nccl_launch.profile.model import env_value
 from nccl_launch.serving import references

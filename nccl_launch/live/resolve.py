@@ -172,7 +172,7 @@ def _url_pid(url: str, pid: int | None) -> int:
         if pid is None:
             raise UsageError(
                 f"--url {masked_url(url)}: {host} is not this host, whose processes "
-                "bench checks; run bench on the server's host, or name its process with --pid"
+                "nccl-launch checks; run bench on the server's host, or name its process with --pid"
             )
         return pid
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -13,15 +13,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from nccl_launch.errors import PinError
-from nccl_launch.findings import Finding, Refused, refuse, unset_reference
-from nccl_launch.kinds import (
-    ARGS,
-    INVALID_KIND,
-    ServerKind,
-    default_kind,
-    kind_named,
-    server_problems,
-)
+from nccl_launch.findings import ARGS, Finding, Refused, refuse, unset_reference
+from nccl_launch.kinds import INVALID_KIND, ServerKind, default_kind, kind_named, server_problems
 from nccl_launch.profile.chain import ProfileChain, read_chain
 from nccl_launch.profile.lint import review
 from nccl_launch.profile.model import Baseline, Policy, Profile, Provenance

@@ -1,4 +1,4 @@
-"""SGLang as a server kind: what `kinds.ServerKind` asks of a kind, read from this folder."""
+"""SGLang as a server kind: what `kinds.Kind` asks of a kind, read from this folder."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""vLLM as a server kind (`kind = "vllm"`): what `kinds.ServerKind` asks of a kind, read from
+"""vLLM as a server kind (`kind = "vllm"`): what `kinds.Kind` asks of a kind, read from
 this folder."""
 
 from __future__ import annotations
