@@ -219,7 +219,7 @@ def nccl_launch() -> RunCli:
             text=True,
             env={**os.environ, **(env or {})},
             input=stdin_path.read_text() if stdin_path else None,
-            timeout=60,
+            timeout=TIMEOUT,
             check=False,
         )
 
@@ -236,8 +236,10 @@ class Hang(BaseException):
     test past TEST_LIMIT, from SIGALRM."""
 
 
-# What the nccl_launch fixture allows a command, and so run_cli too.
-TIMEOUT = 60
+# What the nccl_launch fixture allows a command, and so run_cli too: the slowest, a tune whose
+# runs are long enough that a busy host's late wake-ups stay a small share, takes about a
+# minute, more beside busy loops.
+TIMEOUT = 180
 
 
 def _no_exec(file: str, argv: list[str], env: Mapping[str, str]) -> NoReturn:
