@@ -5,6 +5,7 @@ resolve and the read is reported, never read."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -44,6 +45,30 @@ def test_a_pid_that_names_no_process_is_one_line_and_exit_3_for_every_command(
     result = run_cli(*args)
     assert (result.returncode, result.stdout, result.stderr) == (
         3, "", f"nccl-launch: no process with pid {MISSING}\n")  # fmt: skip
+
+
+def a_kernel_thread() -> tuple[int, str]:
+    """A kernel thread's PID and name (kthreadd is PID 2 on a host, absent in a container)."""
+    for pid in sorted(int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()):
+        with contextlib.suppress(OSError):
+            name, _, rest = Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")
+            if int(rest.split()[6]) & 0x00200000:  # PF_KTHREAD
+                return pid, name.partition(b" (")[2].decode()
+    pytest.skip("no kernel thread is visible here (a container's PID namespace)")
+
+
+@pytest.mark.parametrize("command", ["check", "capture"])
+def test_a_kernel_thread_is_said_to_be_one_never_a_reused_pid(
+    command: str, run_cli: RunCli
+) -> None:
+    pid, name = a_kernel_thread()
+    result = run_cli(command, "--pid", str(pid))
+    assert (result.returncode, result.stdout, result.stderr) == (
+        3,
+        "",
+        f"nccl-launch: pid {pid} is a kernel thread ({name}), not a server: it runs no program "
+        "and has no environment; name the server's main process\n",
+    )
 
 
 @pytest.mark.parametrize(

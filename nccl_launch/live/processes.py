@@ -4,6 +4,7 @@ stopped when asked."""
 from __future__ import annotations
 
 import contextlib
+import os
 import select
 import shlex
 import signal
@@ -19,6 +20,7 @@ from nccl_launch.secrets.masking import mask_argv
 
 TITLE_WIDTH = 100
 PROC = Path("/proc")
+PF_KTHREAD = 0x00200000  # the kernel's flag of its own threads (include/linux/sched.h)
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,19 @@ def title(process: psutil.Process) -> str:
         return readable(process.name())
     line = parts[0] if len(parts) == 1 else shlex.join(parts)
     return line if len(line) <= TITLE_WIDTH else line[: TITLE_WIDTH - 3] + "..."
+
+
+def kernel_thread(pid: int, proc: Path = PROC) -> str | None:
+    """The name of `pid` if it is a kernel thread (kthreadd, a kworker), else None: it runs
+    no program and has no environment (its /proc/PID/environ answers as an ended process's)."""
+    try:
+        stat = (proc / str(pid) / "stat").read_bytes()
+    except OSError:  # ended: no thread of any kind now
+        return None
+    # The name may hold any byte, ')' included; after it: state, ppid, pgrp, session, tty,
+    # tpgid, then the flags.
+    name, _, rest = stat.partition(b" (")[2].rpartition(b")")
+    return readable(os.fsdecode(name)) if int(rest.split()[6]) & PF_KTHREAD else None
 
 
 def _snapshot(process: psutil.Process) -> ProcessSnapshot:

@@ -20,7 +20,7 @@ from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import HostError, UsageError
 from nccl_launch.files.paths import FileError
 from nccl_launch.files.reading import read_text
-from nccl_launch.live.processes import HeldProcess, descendants, title
+from nccl_launch.live.processes import HeldProcess, descendants, kernel_thread, title
 from nccl_launch.live.target import PID_LIMIT, Target
 from nccl_launch.live.url import masked_url, url_address
 from nccl_launch.tools import ask
@@ -235,6 +235,12 @@ def _held(pid: int, pidfd: int, create_time: float | None) -> HeldProcess:
     # Exited since pidfd_open (the create time may be another's), or another process.
     if held.process() is None or create_time not in (None, held.create_time):
         raise _no_process(pid)
+    thread = kernel_thread(pid)
+    if thread is not None:  # not "ended": its environment reads as an ended process's
+        raise HostError(
+            f"pid {pid} is a kernel thread ({thread}), not a server: it runs no "
+            "program and has no environment; name the server's main process"
+        )
     return held
 
 
