@@ -1203,7 +1203,7 @@ def test_a_stale_pidfile_is_refused_before_on_drift_stop_signals_anything(
     assert watcher.process.stderr is not None
     assert (watcher.process.returncode, out, alive) == (3, "", True)
     assert watcher.process.stderr.read() == (
-        f"nccl-launch: pid {pid} was not started by nccl-launch as evil: {said}; --on-drift stop "
+        f"nccl-launch: pid {pid} was not started by nccl-launch as evil@1: {said}; --on-drift stop "
         "signals only such a server (a stale pidfile names another process)\n"
     )
 

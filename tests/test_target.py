@@ -17,8 +17,10 @@ from typing import Any
 
 import pytest
 
+from nccl_launch.profile.load import load_profile
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import PROFILE, free_port, sleeper
+from tests.test_live import EVIL
 
 MISSING = "4194303"  # the highest PID Linux gives: unused here
 
@@ -213,3 +215,119 @@ def test_capture_reads_nothing_of_a_process_that_ended_between_resolve_and_read(
     assert (found["code"], found["out"], found["written"]) == (3, "", False), found["err"]
     assert found["err"] == f"nccl-launch: pid {found['pid']} {said}\n"
     assert "hf_newcomer" not in found["err"]
+
+
+# Which process a pidfile may name, as root: a red team beside two users, one of whom writes a
+# pidfile naming the other's server. In a PID namespace of the test's own (the driver is its
+# PID 1: every process left in it dies with the driver); the server runs as `user` by setpriv.
+
+PIDFILE = """
+import json, os, subprocess, sys, time
+
+config = json.loads(sys.argv[1])
+user = config["user"]
+as_user = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"]
+server = subprocess.Popen([*as_user, "sleep", "600"], env=config["env"])
+comm = f"/proc/{server.pid}/comm"
+for _ in range(600):  # until setpriv has become the server
+    if open(comm).read() == "sleep\\n":
+        break
+    time.sleep(0.05)
+folder, pidfile = config["folder"], os.path.join(config["folder"], "server.pid")
+os.makedirs(folder)
+os.chown(folder, config["folder_owner"], config["folder_owner"])
+with open(pidfile, "w") as file:
+    file.write(f"{server.pid}\\n")
+os.chown(pidfile, config["owner"], config["owner"])
+os.chmod(pidfile, config["mode"])
+argv = [config["script"], "check", "--pidfile", pidfile, *config["args"]]
+done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+found = {"pid": server.pid, "pidfile": pidfile, "code": done.returncode, "out": done.stdout}
+print(json.dumps({**found, "err": done.stderr, "alive": server.poll() is None}))
+"""
+
+USER, OTHER = 1000, 65534  # the server's user, and the one who writes the pidfile
+STOP = ("evil", "--watch", "0.2", "--on-drift", "stop", "--grace", "1")
+
+
+def pidfile_check(
+    tmp_path: Path, env: dict[str, str], *args: str, owner: int, mode: int, folder_owner: int = 0
+) -> dict[str, Any]:
+    """`check --pidfile F ARGS` as root of a server run by USER with `env`, F owned by `owner`
+    with `mode` in a folder of `folder_owner`'s; the driver's findings."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None or shutil.which("unshare") is None:
+        pytest.skip("needs root, setpriv (a server of another user's) and unshare")
+    config = {
+        "user": USER, "env": env, "folder": str(tmp_path / "run"), "folder_owner": folder_owner,
+        "owner": owner, "mode": mode, "script": console_script(), "args": args,
+    }  # fmt: skip
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", PIDFILE,
+            json.dumps(config)]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=90, check=False)
+    assert done.returncode == 0, done.stderr
+    found: dict[str, Any] = json.loads(done.stdout)
+    return found
+
+
+def started_as_evil(write_profile: WriteProfile, digest: str | None = None) -> dict[str, str]:
+    """A drifted environment of a server that `run` started as evil@1 (of `digest`, else the
+    profile's own)."""
+    path = write_profile("evil", EVIL)
+    own = load_profile(str(path)).plan.digest
+    markers = {"NCCL_LAUNCH_PROFILE": "evil@1", "NCCL_LAUNCH_DIGEST": digest or own}
+    return {"NCCL_PROTO": "Simple", **markers}
+
+
+TRUST = (
+    f"as root, a pidfile is trusted only where root or the server's user (uid {USER}) owns it "
+    "and no other user may write it or its directories"
+)
+
+
+@pytest.mark.parametrize(
+    ("owner", "mode", "folder_owner", "said"),
+    [
+        (OTHER, 0o644, 0, f"owned by uid {OTHER}, neither root nor uid {USER} that pid {{pid}} "
+                          "runs as"),
+        (USER, 0o664, USER, "writable by group or others (mode 0664)"),
+        (0, 0o644, OTHER, f"its directory {{folder}} (uid {OTHER}, mode 0755) lets other users "
+                          "replace it"),
+    ],
+    ids=["another-users", "group-writable", "in-another-users-folder"],
+)  # fmt: skip
+def test_as_root_a_pidfile_another_user_could_write_is_refused_and_nothing_signalled(
+    owner: int, mode: int, folder_owner: int, said: str, write_profile: WriteProfile,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    env = started_as_evil(write_profile)  # what --on-drift stop would end, named rightly
+    found = pidfile_check(tmp_path, env, *STOP, owner=owner, mode=mode, folder_owner=folder_owner)
+    assert (found["code"], found["out"], found["alive"]) == (3, "", True), found["err"]
+    why = said.format(pid=found["pid"], folder=tmp_path / "run")
+    assert found["err"] == f"nccl-launch: pidfile {found['pidfile']}: {why}; {TRUST}\n"
+
+
+def test_as_root_the_pidfile_a_services_own_user_writes_is_trusted(
+    write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    # `User=svc` writing its PID into its own /run/svc: checked, never refused.
+    env = started_as_evil(write_profile)
+    found = pidfile_check(tmp_path, env, "evil", owner=USER, mode=0o644, folder_owner=USER)
+    assert (found["code"], found["alive"]) == (1, True), found["err"]
+    assert '~ NCCL_PROTO  "LL" -> "Simple"' in found["out"]
+
+
+def test_on_drift_stop_never_signals_another_profiles_server_of_the_same_name(
+    write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    # The second user's own profile named evil, of another digest: the pidfile is that user's
+    # own and trusted, and the server is not the profile's.
+    other = "sha256:" + "0" * 64
+    env = started_as_evil(write_profile, other)
+    found = pidfile_check(tmp_path, env, *STOP, owner=USER, mode=0o644, folder_owner=USER)
+    assert (found["code"], found["out"], found["alive"]) == (3, "", True), found["err"]
+    digest = load_profile("profiles/evil.toml").plan.short_digest
+    assert found["err"] == (
+        f"nccl-launch: pid {found['pid']} was not started by nccl-launch as evil@1: it runs "
+        f"'evil@1 (sha256:00000000)', the profile is {digest}; --on-drift stop signals only such "
+        "a server (a stale pidfile names another process)\n"
+    )

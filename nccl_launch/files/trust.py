@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+from collections.abc import Collection
 from pathlib import Path
 
 from nccl_launch.files.paths import FileError
@@ -20,8 +21,8 @@ def writable_by_others(path: Path, status: os.stat_result) -> bool:
     return False
 
 
-def _owner_ok(status: os.stat_result) -> bool:
-    return status.st_uid in (0, os.geteuid())
+def _owner_ok(status: os.stat_result, owners: Collection[int] = ()) -> bool:
+    return status.st_uid in (0, os.geteuid(), *owners)
 
 
 def check_trusted(path: Path, status: os.stat_result, what: str) -> None:
@@ -55,9 +56,12 @@ def check_trusted(path: Path, status: os.stat_result, what: str) -> None:
         )
 
 
-def folder_of_others(path: Path) -> tuple[Path, os.stat_result] | None:
+def folder_of_others(
+    path: Path, owners: Collection[int] = ()
+) -> tuple[Path, os.stat_result] | None:
     """The first directory above `path` (as given, then as it resolves) that another user
-    owns or may write, sticky directories such as /tmp aside; None when there is none."""
+    (than root, this one and `owners`) owns or may write, sticky directories such as /tmp
+    aside; None when there is none."""
     try:  # the directories as given, before symlinks are followed
         given = path if path.is_absolute() else Path.cwd() / path
     except FileNotFoundError:  # a deleted current directory: no file has a relative path
@@ -69,6 +73,6 @@ def folder_of_others(path: Path) -> tuple[Path, os.stat_result] | None:
             continue
         sticky = bool(folder_status.st_mode & stat.S_ISVTX)
         writable = writable_by_others(folder, folder_status) and not sticky
-        if not _owner_ok(folder_status) or writable:
+        if not _owner_ok(folder_status, owners) or writable:
             return folder, folder_status
     return None

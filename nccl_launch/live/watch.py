@@ -28,6 +28,7 @@ from nccl_launch.live.signals import catching
 from nccl_launch.live.target import Target
 from nccl_launch.profile.load import LoadedProfile, check_pin, load_profile
 from nccl_launch.profile.markers import MARKER_DIGEST, MARKER_PROFILE, MARKER_PROFILE_FILE
+from nccl_launch.profile.plan import short_digest
 from nccl_launch.profile.search import is_reference, split_reference
 
 _DIGITS = 18  # of a version a marker may hold: more is no profile's (int() refuses 4,301)
@@ -62,8 +63,9 @@ def _label_name(label: str) -> str | None:
 
 
 def _stoppable(main: ProcessSnapshot, loaded: LoadedProfile) -> None:
-    """Refuses a tree that nccl-launch did not start as `loaded`'s profile: a stale pidfile or
-    a reused PID may name any process, and `--on-drift stop` must never signal it."""
+    """Refuses a tree that nccl-launch did not start as `loaded`'s profile, its name and
+    digest: a stale pidfile or a reused PID may name any process, and another user's profile
+    of the same name is another profile; `--on-drift stop` must never signal them."""
     name = loaded.profile.name
     if main.env is None:
         said = f"its environment cannot be read ({main.unreadable})"
@@ -71,11 +73,14 @@ def _stoppable(main: ProcessSnapshot, loaded: LoadedProfile) -> None:
         said = f"it has no {MARKER_PROFILE} and {MARKER_DIGEST}"
     elif _label_name(main.env[MARKER_PROFILE]) != name:
         said = f"its {MARKER_PROFILE} is {main.env[MARKER_PROFILE]!r}"
+    elif main.env[MARKER_DIGEST] != loaded.plan.digest:
+        running = f"{main.env[MARKER_PROFILE]} ({short_digest(main.env[MARKER_DIGEST])})"
+        said = f"it runs {running!r}, the profile is {loaded.plan.short_digest}"
     else:
         return
     raise HostError(
-        f"pid {main.pid} was not started by nccl-launch as {name}: {said}; --on-drift stop "
-        "signals only such a server (a stale pidfile names another process)"
+        f"pid {main.pid} was not started by nccl-launch as {loaded.profile.label}: {said}; "
+        "--on-drift stop signals only such a server (a stale pidfile names another process)"
     )
 
 
@@ -167,7 +172,7 @@ def _reason(report: LiveReport) -> str:
         for process in report.processes
         for entry in process.drifted
     ]
-    return ", ".join(found) if found else "the server runs another digest than the profile's"
+    return ", ".join(found)  # a stopped server runs the profile's digest: its keys drifted
 
 
 def watch(
@@ -185,7 +190,8 @@ def watch(
 
     SIGINT and SIGTERM end the watch and never touch the server. On drift with
     `on_drift="stop"` the server's tree is stopped and the exit code is 1; a tree that
-    nccl-launch did not start as the profile is refused at each look, before any signal.
+    nccl-launch did not start as the profile (its name and digest) is refused at each look,
+    before any signal.
     While the profile is invalid, each round compares with its last good version and `warn`
     says why, once.
     """
