@@ -18,7 +18,11 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from nccl_launch.env.drift import DriftEntry
+from nccl_launch.live.compare import LiveReport, ProcessReport
 from nccl_launch.nccl import catalog, others
+from nccl_launch.render.reports import live_lines
+from nccl_launch.secrets.masking import masked_json
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import PROFILE, STANDIN, Server, free_port, while_running
 from tests.test_live import Watcher
@@ -190,8 +194,16 @@ def test_check_of_a_server_started_in_a_container_finds_no_drift(
     assert text.stdout.splitlines()[-1] == "no drift in 5 processes"
     words = [" ".join(line.split()) for line in text.stdout.splitlines()]
     line = '+ NCCL_VERSION "2.28.3-1" (set by NVIDIA\'s CUDA image, not read by NCCL)'
-    assert words.count(line) == 5  # each process
+    # Said once for the tree, not once a process: a pod's every process has them all.
+    header = "not NCCL's, left as they are, in all 5 processes:"
+    assert words[-len(NOT_NCCL) - 2 :: len(NOT_NCCL) + 1] == [header, "no drift in 5 processes"]
+    assert sorted(word.split()[1] for word in words[-len(NOT_NCCL) - 1 : -1]) == NOT_NCCL
+    assert words.count(line) == 1
     assert "tolerated: NCCL_CUMEM_ENABLE, NCCL_GRAPH_REGISTER, NCCL_NVLS_ENABLE" in text.stdout
+    verbose = run_cli("check", "standin", "--port", port, "--verbose")
+    assert verbose.returncode == 0, verbose.stdout
+    words = [" ".join(line.split()) for line in verbose.stdout.splitlines()]
+    assert (words.count(line), header in words) == (5, False)  # each process, as before
     document = json.loads(run_cli("check", "standin", "--port", port, "--format", "json").stdout)
     for process in document["processes"]:
         entries = [entry for entry in process["entries"] if entry["key"] in CONTAINER]
@@ -201,6 +213,36 @@ def test_check_of_a_server_started_in_a_container_finds_no_drift(
     assert prometheus.returncode == 0
     families = {family.name: family for family in text_string_to_metric_families(prometheus.stdout)}
     assert [sample.value for sample in families["nccl_launch_drift"].samples] == [0]
+
+
+def test_what_only_some_processes_carry_is_said_once_with_how_many() -> None:
+    def entry(key: str) -> DriftEntry:
+        return DriftEntry(key=key, kind="undeclared", expected=None, actual=CONTAINER[key],
+                          note=SHOWN[key], reason="not-nccl")  # fmt: skip
+
+    version, link = entry("NCCL_VERSION"), entry("NCCL_PROXY_PORT")
+    processes = [
+        ProcessReport(pid=pid, title="sglang", readable=True, entries=entries)
+        for pid, entries in [(7, [version, link]), (8, [version, link]), (9, [version])]
+    ]
+    report = LiveReport(
+        profile="p@1", digest="sha256:0", path="p.toml", main_pid=7, running_profile="p@1",
+        running_digest="sha256:0", processes=processes,
+    )  # fmt: skip
+    assert live_lines(report)[-5:] == [
+        "not NCCL's, left as they are, in all 3 processes:",
+        '  + NCCL_VERSION  "2.28.3-1"  (set by NVIDIA\'s CUDA image, not read by NCCL)',
+        "not NCCL's, left as they are, in 2 of 3 processes:",
+        '  + NCCL_PROXY_PORT  "tcp://10.0.0.7:8080"  (a Kubernetes service link, not read by NCCL)',
+        "no drift in 3 processes",
+    ]
+    verbose = live_lines(report, verbose=True)  # under each process that carries it
+    assert [line.split()[1] for line in verbose if line.startswith("  + ")] == [
+        "NCCL_VERSION", "NCCL_PROXY_PORT", "NCCL_VERSION", "NCCL_PROXY_PORT", "NCCL_VERSION"
+    ]  # fmt: skip
+    assert verbose[-1] == "no drift in 3 processes"
+    document = json.loads(masked_json(report))  # JSON keeps every entry of every process
+    assert [len(process["entries"]) for process in document["processes"]] == [2, 2, 1]
 
 
 def test_check_of_a_server_started_with_nccl_debug_in_a_container_finds_no_drift(

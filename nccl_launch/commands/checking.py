@@ -29,8 +29,10 @@ if TYPE_CHECKING:
 LIVE_FORMATS = ("text", "json", "prometheus")
 
 
-def _rendered(fmt: str, report: LiveReport, stream: bool) -> str:
-    """`report` in `fmt`, one of LIVE_FORMATS; JSON on one line in a `stream` (JSON Lines)."""
+def _rendered(fmt: str, report: LiveReport, stream: bool, verbose: bool) -> str:
+    """`report` in `fmt`, one of LIVE_FORMATS; JSON on one line in a `stream` (JSON Lines);
+    the text `verbose` (what is not NCCL's, process by process). JSON and Prometheus hold
+    every entry of every process."""
     from nccl_launch.render.reports import live_text
 
     if fmt == "prometheus":
@@ -39,7 +41,7 @@ def _rendered(fmt: str, report: LiveReport, stream: bool) -> str:
         return metrics(report)
     if fmt == "json":
         return masked_json(report, indent=None if stream else 2) + "\n"
-    return live_text(report) + "\n"
+    return live_text(report, verbose) + "\n"
 
 
 @click.command()
@@ -52,6 +54,13 @@ def _rendered(fmt: str, report: LiveReport, stream: bool) -> str:
 @format_option(*LIVE_FORMATS, default="text")
 @output_options(
     "Write the report to FILE atomically (for node_exporter's textfile collector).", force=False
+)
+@click.option(
+    "--verbose",
+    "-v",
+    is_flag=True,
+    help="In the text, list what is not NCCL's (an image's NCCL_VERSION, a pod's service "
+    "links) under each process, not once for the tree.",
 )
 @seconds_option("--watch", least=0.1, help_text="Keep checking, every SECONDS.")
 @click.option(
@@ -77,6 +86,7 @@ def check(
     unit: str | None,
     fmt: str,
     output: Path | None,
+    verbose: bool,
     watch: float | None,
     on_drift: OnDrift,
     grace: float,
@@ -104,7 +114,7 @@ def check(
     last: list[str] = []
 
     def emit(report: LiveReport) -> None:
-        rendered = _rendered(fmt, report, stream)
+        rendered = _rendered(fmt, report, stream, verbose)
         if output is not None:
             # Rewritten at each look, so no --force: but never over the profile it reads.
             if output.resolve() == Path(report.path).resolve():

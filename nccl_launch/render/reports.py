@@ -42,14 +42,15 @@ def preflight_lines(report: PreflightReport) -> list[str]:
     return lines
 
 
-def _process_lines(process: ProcessReport) -> list[str]:
+def _process_lines(process: ProcessReport, verbose: bool) -> list[str]:
     lines = [f"pid {process.pid}  {process.title}"]
     if not process.readable:
         return [*lines, f"  unreadable: {process.reason}"]
-    # Someone else's variables (an image's NCCL_VERSION) are shown as what they are.
-    shown = [entry for entry in process.entries if entry.reason in ("drift", "not-nccl")]
+    # Someone else's variables (an image's NCCL_VERSION) are shown as what they are: here
+    # when `verbose`, else once for the whole tree (`_others_lines`).
+    shown = [e for e in process.entries if e.reason == "drift" or (verbose and _others(e))]
     lines += drift_lines(shown)
-    owned = [entry.key for entry in process.entries if entry not in shown]
+    owned = [entry.key for entry in process.entries if entry.tolerated and not _others(entry)]
     tolerated = f", tolerated: {', '.join(owned)}" if owned else ""
     status = "drift" if process.drifted else "no drift"
     lines.append(f"  {status}, {len(process.matched)} match{tolerated}")
@@ -65,14 +66,36 @@ def _process_lines(process: ProcessReport) -> list[str]:
     return lines
 
 
-def live_text(report: LiveReport) -> str:
+def _others(entry: DriftEntry) -> bool:
+    return entry.reason == "not-nccl"
+
+
+def _others_lines(processes: list[ProcessReport]) -> list[str]:
+    """Someone else's variables (an image's NCCL_VERSION, a pod's service links), each said
+    once for the tree with how many of its processes carry it: every process of a pod has
+    them all."""
+    carried: dict[DriftEntry, int] = {}
+    for entry in (entry for process in processes for entry in process.entries):
+        if _others(entry):
+            carried[entry] = carried.get(entry, 0) + 1
+    lines = []
+    total = len(processes)
+    for count in sorted(set(carried.values()), reverse=True):
+        where = f"all {total}" if count == total > 1 else f"{count} of {total}"
+        lines.append(f"not NCCL's, left as they are, in {where} process{'es' * (total > 1)}:")
+        lines += drift_lines([entry for entry, carriers in carried.items() if carriers == count])
+    return lines
+
+
+def live_text(report: LiveReport, verbose: bool = False) -> str:
     """The text form of `check`, each line as people see it (masked, escaped), for a
     terminal or the file of `-o`."""
-    return "\n".join(map(for_people, live_lines(report)))
+    return "\n".join(map(for_people, live_lines(report, verbose)))
 
 
-def live_lines(report: LiveReport) -> list[str]:
-    """A header, each process with its entries, a verdict."""
+def live_lines(report: LiveReport, verbose: bool = False) -> list[str]:
+    """A header, each process with its entries, what is not NCCL's (in each process when
+    `verbose`, else once for the tree), a verdict."""
     lines = [f"check {report.profile} ({short_digest(report.digest)}) from {report.path}"]
     if report.profile_error is not None:
         why = report.profile_error
@@ -86,7 +109,9 @@ def live_lines(report: LiveReport) -> list[str]:
         file = f"{report.profile} ({short_digest(report.digest)})"
         lines.append(f"server runs {running}, the file is {file}")
     for process in report.processes:
-        lines += _process_lines(process)
+        lines += _process_lines(process, verbose)
+    if not verbose:
+        lines += _others_lines(report.processes)
     drifted = sum(bool(process.drifted) for process in report.processes)
     unreadable = len(report.unreadable)
     count = len(report.processes)
