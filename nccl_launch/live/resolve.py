@@ -127,22 +127,23 @@ def _pidfile_pid(path: Path) -> int:
         raise HostError(str(error)) from None
     if not is_ascii_digits(text) or not 0 < int(text) <= PID_LIMIT:
         raise HostError(f"pidfile {path} holds {text!r}, not a PID")
-    if os.geteuid() == 0:
-        _check_pidfile(path, int(text))
     return int(text)
 
 
-def _check_pidfile(path: Path, pid: int) -> None:
-    """As root, refuses a pidfile that a user other than root and the one `pid` runs as could
-    have written: it would have root read, and `--on-drift stop` signal, any process. A
-    `User=svc` service's own pidfile, in its own folder, is trusted."""
+def _check_pidfile(path: Path, held: HeldProcess) -> None:
+    """As root, refuses a pidfile that a user other than root and the one the `held` process
+    it names runs as could have written: it would have root read, and `--on-drift stop`
+    signal, any process. A `User=svc` service's own pidfile, in its own folder, is trusted."""
+    process, pid = held.process(), held.pid
+    if process is None:
+        raise HostError(held.gone())
     try:
-        user = psutil.Process(pid).uids().effective
+        user = process.uids().effective
         # After the read: the file read is this one, unless a directory lets another user
         # replace it, which is refused below.
         status = path.stat()
     except psutil.NoSuchProcess:
-        raise _no_process(pid) from None
+        raise HostError(held.gone()) from None
     except OSError as error:
         raise HostError(f"pidfile {path}: cannot read: {error.strerror}") from None
     fix = (
@@ -285,6 +286,9 @@ def _held(pid: int, pidfd: int, create_time: float | None) -> HeldProcess:
 
 @contextlib.contextmanager
 def hold(target: Target) -> Iterator[HeldProcess]:
-    """The server's main process, held by a pidfd until the block ends."""
+    """The server's main process, held by a pidfd until the block ends (named by a pidfile
+    root may trust: the held process's user's or root's alone)."""
     with hold_pid(main_pid(target)) as held:
+        if target.pidfile is not None and os.geteuid() == 0:
+            _check_pidfile(target.pidfile, held)
         yield held
