@@ -1,6 +1,7 @@
 """Which NCCL releases read each `NCCL_*` name: rewrites the `releases` column (and the rows
 of names only older releases read) of nccl_launch/nccl/data/nccl-env-read-by-source.tsv from a
-clone of NVIDIA/nccl that has the release tags (docs/explanation.md#which-releases).
+clone of NVIDIA/nccl that has the release tags
+(docs/explanation.md#which-releases-the-catalog-covers).
 
 Run: python tools/nccl_env_releases.py NCCL_GIT_DIR [--oldest 2.21.5] [--newest 2.30.7]
 

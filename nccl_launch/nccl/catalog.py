@@ -195,7 +195,7 @@ def did_you_mean(name: str) -> str | None:
     nor NCCL_NET_GDR_READ); then a known name written out longer (NCCL_ALGORITHM: NCCL_ALGO;
     NCCL_DEBUG_LEVEL: NCCL_DEBUG, not NCCL_DEBUG_FILE); else one that shares at least CLOSE
     of its characters (NCCL_BUFFER_SIZE: NCCL_BUFFSIZE). NCCL_VERSION is close to none, and
-    NCCL_SOCKET (cut short of twelve names, none its switch) to none."""
+    NCCL_SOCKET (cut short of eleven names, none its switch) to none."""
     import difflib
 
     names = {known.removeprefix(PREFIX): known for known in catalog()}
