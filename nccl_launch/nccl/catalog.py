@@ -103,7 +103,8 @@ def _version(release: str) -> tuple[int, ...]:
 
 
 def _spans(releases: str) -> list[list[str]]:
-    """ "2.21.5-2.26.6, 2.28.3" as [["2.21.5", "2.26.6"], ["2.28.3"]]."""
+    """The runs of a `releases` text: "2.21.5-2.26.6, 2.28.3" is [["2.21.5", "2.26.6"],
+    ["2.28.3"]]."""
     return [span.split("-") for span in releases.split(", ") if span]
 
 
