@@ -400,6 +400,20 @@ def test_a_profile_that_sets_one_in_env_is_told_it_is_left_to_the_server(
             "policy.not_nccl: NCCL_PROTOCOL is close to NCCL_PROTO, which NCCL reads: most "
             "likely a misspelling",
         ),
+        # Read by NCCL 2.21.5 to 2.30.4: a name of NCCL's, whichever release the server loads.
+        (
+            'not_nccl = ["NCCL_SHM_MEMCPY_MODE"]',
+            "policy.not_nccl: NCCL reads NCCL_SHM_MEMCPY_MODE (read by NCCL 2.21.5-2.30.4, not "
+            "2.30.7): declare it in [nccl], or in server_owned where the server sets it",
+        ),
+        (
+            'not_nccl = ["NCCL_CREATE_THREAD_CONTEXT"]',
+            "policy.not_nccl: NCCL reads NCCL_CREATE_THREAD_CONTEXT (read by NCCL 2.21.5-2.30.4",
+        ),
+        (
+            'not_nccl = ["NCCL_NET_GDR"]',
+            "policy.not_nccl: NCCL_NET_GDR is close to NCCL_NET_GDR_LEVEL, which NCCL reads",
+        ),
         ('not_nccl = ["NCCL_"]', "policy.not_nccl: 'NCCL_': only a name with NCCL's prefix"),
         (
             "not_nccl = [" + ", ".join(f'"NCCL_SITE_{i}"' for i in range(257)) + "]",

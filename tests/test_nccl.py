@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -239,6 +240,37 @@ def test_catalog_holds_both_reference_files() -> None:
     assert variables["NCCL_LL_BUFFSIZE"].documented is False
 
 
+def test_the_catalog_holds_every_name_any_covered_release_reads() -> None:
+    """2.21.5 to 2.30.7: what the servers' torch wheels pin (2.30.7) and what an image's own
+    libnccl or an older torch puts under them; a name only older releases read is NCCL's."""
+    variables = catalog.catalog()
+    assert catalog.covered() == ("2.21.5", "2.30.7")
+    assert catalog.release() == "2.30.7"
+    assert sum(bool(var.releases) for var in variables.values()) == 254
+    older = {name: var.releases for name, var in variables.items() if catalog.older_releases(var)}
+    assert older == {
+        "NCCL_CREATE_THREAD_CONTEXT": "2.21.5-2.30.4",
+        "NCCL_GIN_COUNTER_POOL_SIZE": "2.28.7-2.29.7",
+        "NCCL_GIN_EXCLUSIVE_CONTEXTS": "2.29.7",
+        "NCCL_GIN_NCONTEXTS": "2.28.7-2.29.7",
+        "NCCL_GIN_SIGNAL_POOL_SIZE": "2.28.7-2.29.7",
+        "NCCL_PROXY_PROFILE": "2.21.5-2.22.3",
+        "NCCL_SHM_MEMCPY_MODE": "2.21.5-2.30.4",
+        "NCCL_SHM_USE_CUDA_MEMCPY": "2.21.5-2.30.4",
+        "NCCL_WORK_FIFO_DEPTH": "2.21.5",
+    }
+    assert variables["NCCL_PROTO"].releases == "2.21.5-2.30.7"
+    assert variables["NCCL_ENV_PLUGIN"].releases == "2.28.7-2.30.7"
+    assert variables["NCCL_CHECKS_DISABLE"].releases == ""  # documented, read by none
+    assert catalog.older_releases(variables["NCCL_PROTO"]) is None
+    assert catalog.name_note("NCCL_SHM_MEMCPY_MODE") == (
+        "ignored",
+        "read by NCCL 2.21.5-2.30.4, not 2.30.7, the catalog's release (undocumented; read at "
+        "src/transport/shm.cc:69 in NCCL 2.30.4)",
+        "keep it only where the server loads one of those releases",
+    )
+
+
 @pytest.mark.parametrize(
     ("typo", "meant"),
     [
@@ -251,11 +283,44 @@ def test_catalog_holds_both_reference_files() -> None:
         ("NCCL_LL_BUFSIZE", "NCCL_LL_BUFFSIZE"),  # only the source reads this one
         ("NCCL_DEBUG_LEVEL", "NCCL_DEBUG"),  # written out longer, not NCCL_DEBUG_FILE
         ("NCCL_IB_HCA_LIST", "NCCL_IB_HCA"),
+        ("NCCL_SOCKET_IF", "NCCL_SOCKET_IFNAME"),
+        ("NCCL_NET_GDR_LEVELS", "NCCL_NET_GDR_LEVEL"),
+        # Cut short at a word: the family's switch, not the shorter NCCL_NET, nor a sibling.
+        ("NCCL_NET_GDR", "NCCL_NET_GDR_LEVEL"),
+        ("NCCL_IB_GDR", "NCCL_IB_GDR_LEVEL"),
+        ("NCCL_NVLS", "NCCL_NVLS_ENABLE"),
+        ("NCCL_CUMEM", "NCCL_CUMEM_ENABLE"),
+        ("NCCL_COLLNET", "NCCL_COLLNET_ENABLE"),
+        ("NCCL_SHM", "NCCL_SHM_DISABLE"),
+        ("NCCL_P2P", "NCCL_P2P_LEVEL"),  # the shorter of its two switches
+        ("NCCL_GRAPH_DUMP", "NCCL_GRAPH_DUMP_FILE"),  # the family's only name
+        ("NCCL_SHM_MEMCPY", "NCCL_SHM_MEMCPY_MODE"),  # read by 2.21.5-2.30.4 only
     ],
 )
 def test_typos_get_a_suggestion_from_both_catalogs(typo: str, meant: str) -> None:
     assert catalog.lookup(typo) is None
     assert catalog.did_you_mean(typo) == meant
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "NCCL_VERSION",  # an image's; close to no name
+        "NCCL_SITE_RACK",
+        "NCCL_SOCKET",  # cut short of twelve names, none its switch: no guess
+        "NCCL_HOME",
+        "NCCL_ROOT_DIR",
+    ],
+)
+def test_names_close_to_none_get_no_suggestion(name: str) -> None:
+    assert catalog.did_you_mean(name) is None
+
+
+def test_a_name_older_releases_read_is_no_typo_of_another() -> None:
+    """NCCL 2.21.5 to 2.30.4 read NCCL_SHM_USE_CUDA_MEMCPY: it is never "fixed" to
+    NCCL_P2P_USE_CUDA_MEMCPY."""
+    assert catalog.lookup("NCCL_SHM_USE_CUDA_MEMCPY") is not None
+    assert catalog.did_you_mean("NCCL_SHM_USE_CUDA_MEMCP") == "NCCL_SHM_USE_CUDA_MEMCPY"
 
 
 @pytest.mark.parametrize(
@@ -295,6 +360,40 @@ def test_the_profile_error_for_16mb_names_both_sizes(
     )
 
 
+def test_a_name_only_older_releases_read_is_declared_with_a_warning(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """Refused as unknown before: NCCL 2.21.5 to 2.30.4 read it, 2.30.7 does not."""
+    path = write_profile(
+        "old", 'schema = 1\nname = "old"\nversion = 1\n[nccl]\nSHM_MEMCPY_MODE = 3\n'
+    )
+    warning = (
+        "NCCL_SHM_MEMCPY_MODE: read by NCCL 2.21.5-2.30.4, not 2.30.7, the catalog's release "
+        "(undocumented; read at src/transport/shm.cc:69 in NCCL 2.30.4); keep it only where "
+        "the server loads one of those releases"
+    )
+    result = run_cli("validate", str(path))
+    assert result.returncode == 0, result.stderr
+    assert f'{warning} [accept: "NCCL_SHM_MEMCPY_MODE ignored"]' in result.stdout + result.stderr
+    shown = run_cli("show", "--format", "json", str(path))
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["warnings"] == [warning]
+
+
+def test_an_undeclared_name_only_older_releases_read_is_said_so(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """Not "unknown to NCCL; did you mean NCCL_P2P_USE_CUDA_MEMCPY?"."""
+    write_profile("plain", 'schema = 1\nname = "plain"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    env = {"NCCL_SHM_USE_CUDA_MEMCPY": "1"}
+    result = run_cli("run", "--dry-run", "plain", "--", "true", env=env)
+    assert result.returncode == 1
+    assert (
+        "(calling environment; undeclared, read by NCCL 2.21.5-2.30.4, not 2.30.7)" in result.stderr
+    )
+    assert "P2P_USE_CUDA_MEMCPY" not in result.stderr
+
+
 def test_deprecated_and_undocumented_names_get_notes() -> None:
     kind, message, fix = catalog.name_note("NCCL_MAX_NCHANNELS") or ("", "", "")
     assert kind == "deprecated"
@@ -303,8 +402,7 @@ def test_deprecated_and_undocumented_names_get_notes() -> None:
     assert fix == "moving to the replacement is a tuning change to measure again"
     assert catalog.name_note("NCCL_CHECKS_DISABLE") == (
         "ignored",
-        "deprecated and not read by NCCL 2.30.7, the catalog's release (Disabled per-call "
-        "argument checks; "
+        "deprecated and not read by NCCL 2.21.5 to 2.30.7 (Disabled per-call argument checks; "
         "deprecated 2.2.12, no longer read)",
         "",
     )

@@ -154,10 +154,13 @@ def classify(
 
 
 def undeclared_note(key: str, value: str, policy: Policy) -> str:
-    """Why an undeclared NCCL variable matters, with a did-you-mean when the name is unknown;
-    what it is where it is someone else's."""
-    if catalog.lookup(key) is not None:
-        return "undeclared"
+    """Why an undeclared NCCL variable matters, with a did-you-mean when the name is unknown,
+    and the releases that read it where only older ones do; what it is where it is someone
+    else's."""
+    var = catalog.lookup(key)
+    if var is not None:
+        older = catalog.older_releases(var)
+        return "undeclared" + (f", {older}" if older else "")
     other = not_nccl_note(key, value, policy)
     if other is not None:
         return other

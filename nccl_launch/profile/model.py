@@ -203,10 +203,13 @@ class Policy(StrictModel):
                     "then letters, digits, '_'"
                 )
             _refuse_never_drift(name)
-            if catalog.lookup(name) is not None:
+            var = catalog.lookup(name)
+            if var is not None:
+                older = catalog.older_releases(var)  # NCCL 2.28 reads it: never the site's
+                which = f" ({older})" if older else ""
                 raise ValueError(
-                    f"NCCL reads {name}: declare it in [nccl], or in server_owned where the "
-                    "server sets it"
+                    f"NCCL reads {name}{which}: declare it in [nccl], or in server_owned where "
+                    "the server sets it"
                 )
             meant = catalog.did_you_mean(name)
             if meant is not None:
