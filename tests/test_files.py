@@ -144,6 +144,24 @@ def test_root_checks_the_directories_a_symlink_leads_through(tmp_path: Path) -> 
         read_text(link, "profile", trusted=True)
 
 
+@AS_ROOT
+def test_root_walks_a_path_as_the_kernel_does(tmp_path: Path) -> None:
+    """`..` after a symlink is the parent of its target, not of the link: the folder judged
+    is the one the kernel goes through (another user's here), whatever the path spells."""
+    (tmp_path / "a").mkdir()
+    theirs = tmp_path / "b"
+    (theirs / "c").mkdir(parents=True)
+    (theirs / "x.toml").write_text("")
+    os.chown(theirs, NOBODY, -1)
+    (tmp_path / "a" / "x.toml").write_text("")  # what `a/link/..` spells, never read
+    (tmp_path / "a" / "link").symlink_to(theirs / "c")
+    path = tmp_path / "a" / "link" / ".." / "x.toml"
+    with pytest.raises(FileError, match=rf"its directory {theirs} \(uid {NOBODY}, mode 0755\)"):
+        read_text(path, "profile", trusted=True)
+    os.chown(theirs, 0, -1)
+    assert read_text(path, "profile", trusted=True) == ""
+
+
 def test_atomic_write_makes_folders_no_other_user_may_write(tmp_path: Path) -> None:
     """Under umask 0 a plain `mkdir -p` makes 0777 folders, and a root `run` refuses every
     profile in them: the folders atomic_write makes are 0755 less the umask."""

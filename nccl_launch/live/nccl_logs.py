@@ -61,7 +61,7 @@ def run_folder(pid: int, now: float | None = None) -> PurePath:
     return FOLDER / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}-{pid}"
 
 
-def debug_file(folder: Path | PurePath) -> str:
+def debug_file(folder: PurePath) -> str:
     """NCCL_DEBUG_FILE for the run's `folder`: its path, any `%` in it doubled (NCCL would
     expand it), then LOG_NAME."""
     return str(folder).replace("%", "%%") + "/" + LOG_NAME
