@@ -278,20 +278,18 @@ def started_as_evil(write_profile: WriteProfile, digest: str | None = None) -> d
     return {"NCCL_PROTO": "Simple", **markers}
 
 
-TRUST = (
-    f"as root, a pidfile is trusted only where root or the server's user (uid {USER}) owns it "
-    "and no other user may write it or its directories"
-)
+FIX = "chown root and chmod go-w, or move it out of reach of other users"
 
 
 @pytest.mark.parametrize(
     ("owner", "mode", "folder_owner", "said"),
     [
-        (OTHER, 0o644, 0, f"owned by uid {OTHER}, neither root nor uid {USER} that pid {{pid}} "
-                          "runs as"),
-        (USER, 0o664, USER, "writable by group or others (mode 0664)"),
+        (OTHER, 0o644, 0, f"owned by uid {OTHER}, not root or uid {USER}; chown root and chmod "
+                          "go-w (chgrp the service's group and chmod 0640 where its User= must "
+                          f"read it), or run this as uid {OTHER}"),
+        (USER, 0o664, USER, f"writable by group or others (mode 0664); {FIX}"),
         (0, 0o644, OTHER, f"its directory {{folder}} (uid {OTHER}, mode 0755) lets other users "
-                          "replace it"),
+                          f"replace it; {FIX}"),
     ],
     ids=["another-users", "group-writable", "in-another-users-folder"],
 )  # fmt: skip
@@ -302,8 +300,8 @@ def test_as_root_a_pidfile_another_user_could_write_is_refused_and_nothing_signa
     env = started_as_evil(write_profile)  # what --on-drift stop would end, named rightly
     found = pidfile_check(tmp_path, env, *STOP, owner=owner, mode=mode, folder_owner=folder_owner)
     assert (found["code"], found["out"], found["alive"]) == (3, "", True), found["err"]
-    why = said.format(pid=found["pid"], folder=tmp_path / "run")
-    assert found["err"] == f"nccl-launch: pidfile {found['pidfile']}: {why}; {TRUST}\n"
+    why = said.format(folder=tmp_path / "run")
+    assert found["err"] == f"nccl-launch: pidfile {found['pidfile']}: {why}\n"
 
 
 def test_as_root_the_pidfile_a_services_own_user_writes_is_trusted(

@@ -54,7 +54,14 @@ def _check_replaceable(path: Path) -> None:
     """UsageError for a symlink (the new text would replace the link, not the file it names);
     HostError unless this user may replace `path`: a read-only file (no write bit: root too
     respects it) is its owner's wish, and the new text is written beside it, so its folder
-    must take a file."""
+    must take a file. A file on a read-only mount (a configMap's, linked into the kubelet's
+    timestamped folder) is said so first, by the path given: the path it resolves to is
+    gone at the volume's next update."""
+    if os.statvfs(path).f_flag & os.ST_RDONLY:
+        raise HostError(
+            f"--write-baseline: {path}: on a read-only mount; bench writes nothing there: "
+            "change the file where it comes from, or drop --write-baseline"
+        )
     if path.is_symlink():
         raise UsageError(
             f"--write-baseline: {path} is a symlink; bench writes the figure into the file "

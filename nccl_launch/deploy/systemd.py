@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from nccl_launch.deploy.unit_input import description, env_file_path, profile_path, unit_findings
+from nccl_launch.deploy.unit_input import description, profile_path, unit_findings, unit_path
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.env.drift import ENV_FILE
 from nccl_launch.env.env_files import (
@@ -121,7 +121,7 @@ def unit_file(
         *([f"WorkingDirectory={server.cwd.replace('%', '%%')}"] if server.cwd else []),
         # The unit's processes get the secrets from systemd; run reads the same files and
         # finds the same values, a match.
-        *[f"EnvironmentFile={env_file_path(each).replace('%', '%%')}" for each in env_files],
+        *[f"EnvironmentFile={unit_path(each).replace('%', '%%')}" for each in env_files],
         f"ExecStartPre={command} preflight {profile_words}{extra}",
         f"ExecStart={command} run {'--nccl-debug ' * debug}{profile_words}{extra}",
         f"TimeoutStartSec={START_TIMEOUT_S}",

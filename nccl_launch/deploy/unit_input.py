@@ -27,8 +27,10 @@ UID_INVALID = 2**32 - 1
 
 
 def profile_path(loaded: LoadedProfile) -> str:
-    """The profile's path as the unit names it."""
-    return str(loaded.path.resolve())
+    """The profile's path as the unit names it: as it was given (`unit_path`), so that a
+    configMap's update, which removes the timestamped folder its link led to, leaves the
+    unit working; each start judges what it then resolves to."""
+    return unit_path(loaded.path)
 
 
 def description(loaded: LoadedProfile, server: Server) -> str:
@@ -40,10 +42,10 @@ def description(loaded: LoadedProfile, server: Server) -> str:
     )
 
 
-def env_file_path(path: Path) -> str:
-    """The path `run` reads, absolute and without `..` (systemd refuses a path that is not
-    normalized), its folders' symlinks resolved but not the file's own (a rotated
-    `current.env` link stays the one named)."""
+def unit_path(path: Path) -> str:
+    """A file's path as a unit names it: absolute and without `..` (systemd refuses a path
+    that is not normalized), its folders' symlinks resolved but not the file's own (a rotated
+    `current.env` link, a configMap's `kimi.toml` link stays the one named)."""
     return str(Path(os.path.realpath(path.parent)) / path.name)
 
 
@@ -131,10 +133,7 @@ def unit_findings(
         _line("description", description(loaded, server), file),
         *([] if user is None else [_user(user)]),
         *([] if server.cwd is None else [_cwd(server.cwd, file)]),
-        *[
-            _line(f"env_files: {path}", env_file_path(path), file, True)
-            for path in loaded.env_files
-        ],
+        *[_line(f"env_files: {path}", unit_path(path), file, True) for path in loaded.env_files],
         *_args(args),
     ]
     return [each for each in found if each is not None]

@@ -11,7 +11,7 @@ from pathlib import Path, PurePath
 
 from nccl_launch.errors import HostError
 from nccl_launch.files.paths import FileError
-from nccl_launch.files.trust import folder_of_others, writable_by_others
+from nccl_launch.files.trust import lets_others_replace, walk, writable_by_others
 
 
 @dataclass(frozen=True)
@@ -55,13 +55,37 @@ def base_directory(variable: str, default: str) -> BaseDirectory:
 
 
 def _refuse_others(folder: Path, status: os.stat_result, fix: str) -> None:
-    """As root, a folder another user owns or may write: root creates nothing there."""
-    if os.geteuid() == 0 and (status.st_uid != 0 or writable_by_others(folder, status)):
-        mode = stat.S_IMODE(status.st_mode)
+    """A folder nccl-launch writes in, refused unless this user's alone (root's, as root):
+    whoever else owns it or may write it could replace what is made there."""
+    if status.st_uid != os.geteuid() or writable_by_others(status):
+        mode, me = stat.S_IMODE(status.st_mode), _me()
         raise FileError(
-            f"{folder} (uid {status.st_uid}, mode {mode:04o}) is not root's alone, and root "
+            f"{folder} (uid {status.st_uid}, mode {mode:04o}) is not {me}'s alone, and {me} "
             f"writes nothing in another user's folder; {fix}"
         )
+
+
+def _me() -> str:
+    return "root" if os.geteuid() == 0 else f"uid {os.geteuid()}"
+
+
+def _refuse_way(existing: Path, status: os.stat_result, fix: str) -> None:
+    """The folder the base directory starts from, opened (`status`): refused when another
+    user owns or could replace something on the way to it (`files.trust.walk`), or it
+    itself: as root, unless root's alone (root creates nothing in another user's home)."""
+    if os.geteuid() == 0 or lets_others_replace(existing, status):
+        _refuse_others(existing, status, fix)
+    try:
+        way = walk(existing)
+    except OSError as error:
+        raise FileError(f"{existing}: changed as it was opened ({error.strerror}); {fix}") from None
+    if way.others is not None:
+        thing, found = way.others
+        if stat.S_ISLNK(found.st_mode):
+            raise FileError(f"{thing}: a symlink of uid {found.st_uid}, not followed; {fix}")
+        _refuse_others(thing, found, fix)
+    if (way.end.st_dev, way.end.st_ino) != (status.st_dev, status.st_ino):
+        raise FileError(f"{existing}: changed as it was opened; {fix}")
 
 
 def _folder_beneath(parent: int, name: str, folder: Path, fix: str) -> int:
@@ -85,18 +109,16 @@ def _folder_beneath(parent: int, name: str, folder: Path, fix: str) -> int:
 
 def open_beneath(base: BaseDirectory, name: PurePath, flags: int, fix: str) -> int:
     """A descriptor of `name` under `base`, opened with `flags` but never through a symlink;
-    the folders missing on the way are created 0700, as the specification says. Below
-    `base.given` only the user's own symlinks are followed, and as root every folder from
-    `base.given` down must be root's alone. FileError is a refusal ending with `fix`;
-    OSError, the system's answer."""
+    the folders missing on the way are created 0700, as the specification says. No other
+    user may own or replace anything on the way to the first folder there (`_refuse_way`);
+    from there down only the user's own symlinks are followed, and every folder must be the
+    user's alone (root's, as root). FileError is a refusal ending with `fix`; OSError, the
+    system's answer."""
     existing = next(folder for folder in (base.given, *base.given.parents) if folder.is_dir())
     parts = [*base.given.relative_to(existing).parts, *base.below.parts, *name.parent.parts]
     fd = os.open(existing, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        _refuse_others(existing, os.fstat(fd), fix)
-        found = folder_of_others(existing) if os.geteuid() == 0 else None
-        if found is not None:
-            _refuse_others(*found, fix)
+        _refuse_way(existing, os.fstat(fd), fix)
         folder = existing
         for part in parts:
             folder /= part

@@ -1,78 +1,161 @@
-"""Trust as root: what another user could have written is never read (sshd's StrictModes)."""
+"""Trust: what another user could have written, or could point elsewhere, is never read as
+root (sshd's StrictModes), and nothing is written through it."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 
 from nccl_launch.files.paths import FileError
 
+MAX_LINKS = 40  # the symlinks one lookup follows before the kernel says ELOOP
+FIX = "chown root and chmod go-w, or move it out of reach of other users"
 
-def writable_by_others(path: Path, status: os.stat_result) -> bool:
-    """Whether group or others may write `path`: by its mode, on a mount that is not read-only
-    (a configMap volume's folder shows 0777, and no one writes there)."""
-    if status.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        with contextlib.suppress(OSError, ValueError):
-            return not os.statvfs(path).f_flag & os.ST_RDONLY
-        return True
-    return False
+
+def writable_by_others(status: os.stat_result) -> bool:
+    """Whether its mode lets group or others write it. A read-only mount changes nothing:
+    a read-only bind of a 0666 file is written where it comes from."""
+    return bool(status.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
 
 
 def _owner_ok(status: os.stat_result, owners: Collection[int] = ()) -> bool:
     return status.st_uid in (0, os.geteuid(), *owners)
 
 
-def check_trusted(path: Path, status: os.stat_result, what: str) -> None:
-    """As root, refuse what another user could have written (sshd's StrictModes): a file that
-    is group- or world-writable or owned by another user, or that sits, through any
-    directory up to `/` (as given and as resolved), in one other users may write, sticky
-    directories (/tmp) and read-only mounts (a configMap volume) aside. Other users are not
+def lets_others_replace(folder: Path, status: os.stat_result, owners: Collection[int] = ()) -> bool:
+    """Whether another user (than root, this one and `owners`) may put, rename or remove an
+    entry of `folder`: it is theirs, or
+    its mode lets them write it, unless it is sticky (/tmp: only an entry's owner may replace
+    it) or root's on a read-only mount (a configMap volume's 0777 folder, where nothing can
+    be renamed: the mount, not the mode, decides who writes a folder root owns)."""
+    if not _owner_ok(status, owners):
+        return True
+    if not writable_by_others(status) or status.st_mode & stat.S_ISVTX:
+        return False
+    if status.st_uid == 0:
+        with contextlib.suppress(OSError, ValueError):
+            return not os.statvfs(folder).f_flag & os.ST_RDONLY
+    return True
+
+
+@dataclass(frozen=True)
+class Way:
+    """A path walked: the first thing on it that another user owns or could replace (a
+    symlink or a folder, and its status), None when there is none; and the status of what
+    the path names at its end."""
+
+    others: tuple[Path, os.stat_result] | None
+    end: os.stat_result
+
+
+def walk(path: Path, owners: Collection[int] = ()) -> Way:
+    """`path` walked as the kernel looks it up, each symlink replaced by its target, judged
+    at every step: a symlink must be root's, this user's or one of `owners`', and a folder
+    looked into must not `lets_others_replace`. The walk stops at the first that fails.
+    OSError when the path leads nowhere (a missing name, a loop)."""
+    todo = list(reversed(path.absolute().parts[1:]))
+    root = Path("/")
+    at, at_status, links = root, root.stat(), 0
+    while todo:
+        part = todo.pop()
+        if part == "..":  # `at` is a real folder: its parent was judged on the way to it
+            at = at.parent
+            at_status = at.stat()
+            continue
+        if not stat.S_ISDIR(at_status.st_mode):
+            raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(at))
+        if lets_others_replace(at, at_status, owners):
+            return Way((at, at_status), at_status)
+        step = at / part
+        status = step.lstat()
+        if not stat.S_ISLNK(status.st_mode):
+            at, at_status = step, status
+            continue
+        if not _owner_ok(status, owners):
+            return Way((step, status), status)
+        links += 1
+        if links > MAX_LINKS:
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
+        target = step.readlink()
+        if target.is_absolute():
+            at, at_status = root, root.stat()
+        todo += reversed(target.parts[1:] if target.is_absolute() else target.parts)
+    return Way(None, at_status)
+
+
+def others_on_way(
+    path: Path, status: os.stat_result, what: str, owners: Collection[int] = ()
+) -> None:
+    """FileError when another user owns or could replace something on the way to `path`
+    (`walk`), or when the way no longer leads to the file of `status`: it was replaced as it
+    was read, which only one who may replace something on it can do."""
+    try:
+        way = walk(path, owners)
+    except OSError as error:
+        raise FileError(f"{what} {path}: changed as it was read ({error.strerror})") from None
+    if way.others is not None:
+        thing, found = way.others
+        if stat.S_ISLNK(found.st_mode):
+            raise FileError(
+                f"{what} {path}: the symlink {thing} (uid {found.st_uid}) on its way is another "
+                "user's, who may point it elsewhere; name the file itself"
+            )
+        raise _replaceable(path, what, thing, found)
+    if (way.end.st_dev, way.end.st_ino) != (status.st_dev, status.st_ino):
+        raise FileError(f"{what} {path}: changed as it was read; read it again")
+
+
+def check_trusted(
+    path: Path,
+    status: os.stat_result,
+    what: str,
+    *,
+    exists: bool = True,
+    owners: Collection[int] = (),
+) -> None:
+    """As root, refuse what another user could have written (sshd's StrictModes): a file
+    (`status`, of what was opened) that is group- or world-writable or owned by another user,
+    whatever the mount; or one whose way, walked as the kernel walks it, passes a symlink of
+    another user or a folder others may write (`walk`). Unless `exists` is False (a file to
+    be written), the way must still lead to the file opened. `owners` are users trusted
+    beside root (a server's own user, for the pidfile it writes). Other users are not
     checked: what they may write, they could run themselves."""
     if os.geteuid() != 0:
         return
-    fix = "chown root and chmod go-w, or move it out of reach of other users"
-    if not _owner_ok(status):
+    if not _owner_ok(status, owners):
         uid = status.st_uid
+        trusted = " or ".join(["root", *(f"uid {owner}" for owner in owners)])
         raise FileError(
-            f"{what} {path}: owned by uid {uid}, not root; chown root and chmod go-w (chgrp "
-            f"the service's group and chmod 0640 where its User= must read it), or run this as "
-            f"uid {uid}"
+            f"{what} {path}: owned by uid {uid}, not {trusted}; chown root and chmod go-w "
+            f"(chgrp the service's group and chmod 0640 where its User= must read it), or run "
+            f"this as uid {uid}"
         )
-    if writable_by_others(path, status):
+    if writable_by_others(status):
         raise FileError(
             f"{what} {path}: writable by group or others (mode {stat.S_IMODE(status.st_mode):04o})"
-            f"; {fix}"
+            f"; {FIX}"
         )
-    found = folder_of_others(path)
-    if found is not None:
-        folder, folder_status = found
-        mode = stat.S_IMODE(folder_status.st_mode)
-        raise FileError(
-            f"{what} {path}: its directory {folder} (uid {folder_status.st_uid}, mode "
-            f"{mode:04o}) lets other users replace it; {fix}"
-        )
+    if exists:
+        others_on_way(path, status, what, owners)
+        return
+    try:  # the folder it goes to, or the nearest one above that is there (made on the way)
+        folder = next((each for each in path.absolute().parents if each.is_dir()), Path("/"))
+        status = folder.stat()
+    except FileNotFoundError:  # a deleted current directory: nothing is written by this path
+        return
+    others_on_way(folder, status, what)
+    if lets_others_replace(folder, status):
+        raise _replaceable(path, what, folder, status)
 
 
-def folder_of_others(
-    path: Path, owners: Collection[int] = ()
-) -> tuple[Path, os.stat_result] | None:
-    """The first directory above `path` (as given, then as it resolves) that another user
-    (than root, this one and `owners`) owns or may write, sticky directories such as /tmp
-    aside; None when there is none."""
-    try:  # the directories as given, before symlinks are followed
-        given = path if path.is_absolute() else Path.cwd() / path
-    except FileNotFoundError:  # a deleted current directory: no file has a relative path
-        return None
-    for folder in dict.fromkeys([*given.parents, *given.resolve().parents]):
-        try:
-            folder_status = folder.stat()
-        except OSError:
-            continue
-        sticky = bool(folder_status.st_mode & stat.S_ISVTX)
-        writable = writable_by_others(folder, folder_status) and not sticky
-        if not _owner_ok(folder_status, owners) or writable:
-            return folder, folder_status
-    return None
+def _replaceable(path: Path, what: str, folder: Path, status: os.stat_result) -> FileError:
+    mode = stat.S_IMODE(status.st_mode)
+    return FileError(
+        f"{what} {path}: its directory {folder} (uid {status.st_uid}, mode {mode:04o}) lets "
+        f"other users replace it; {FIX}"
+    )

@@ -204,10 +204,11 @@ def prepare_launch(
     secrets = secrets_of(filled, merged.env, held, names)
     folder: PurePath | None = None
     if nccl_debug:  # NCCL's logs and their reader only for --nccl-debug: off run's path
+        from nccl_launch.jsonlines import state_home
         from nccl_launch.live.nccl_logs import debug_file, run_folder
 
-        folder = run_folder(os.getpid())
-        merged = with_nccl_debug(merged, plan, debug_file(folder))
+        folder = run_folder(os.getpid())  # `run` names it resolved once it is made
+        merged = with_nccl_debug(merged, plan, debug_file(state_home().path / folder))
     return LaunchPlan(
         loaded=loaded,
         merged=merged,

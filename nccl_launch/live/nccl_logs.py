@@ -13,7 +13,7 @@ import stat
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
@@ -62,15 +62,17 @@ def run_folder(pid: int, now: float | None = None) -> PurePath:
 
 
 def debug_file(folder: PurePath) -> str:
-    """NCCL_DEBUG_FILE for `folder`: its absolute path, any `%` in it doubled (NCCL would
+    """NCCL_DEBUG_FILE for the run's `folder`: its path, any `%` in it doubled (NCCL would
     expand it), then LOG_NAME."""
-    return str(state_home().path / folder).replace("%", "%%") + "/" + LOG_NAME
+    return str(folder).replace("%", "%%") + "/" + LOG_NAME
 
 
-def _make_run_folder(folder: PurePath, pid: int) -> None:
+def _make_run_folder(folder: PurePath, pid: int) -> Path:
     """Create `folder` under the state home (0700, as every folder on the way), with a file
-    `pid` holding the run's PID; HostError when it exists already (never shared by two runs)
-    or cannot be written (a full disk), leaving no folder of its own behind."""
+    `pid` holding the run's PID, and return the folder's resolved path: NCCL opens its log by
+    name, later, so no symlink on the way may point it elsewhere meanwhile. HostError when
+    it exists already (never shared by two runs) or cannot be written (a full disk), leaving
+    no folder of its own behind."""
     state = state_home()
     where = state.path / folder
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
@@ -83,11 +85,14 @@ def _make_run_folder(folder: PurePath, pid: int) -> None:
             where.rmdir()
         raise HostError(f"cannot create NCCL's log folder {where}: {error.strerror}") from None
     try:
+        # The folder as the kernel found it, whatever symlinks led there.
+        resolved = Path(f"/proc/self/fd/{fd}").readlink().parent
         with os.fdopen(fd, "w", encoding="ascii") as handle:
             handle.write(f"{pid}\n")
     except OSError as error:
         remove_run_folder(folder)
         raise HostError(f"cannot write in NCCL's log folder {where}: {error.strerror}") from None
+    return resolved
 
 
 def remove_run_folder(folder: PurePath) -> None:
@@ -102,16 +107,17 @@ def remove_run_folder(folder: PurePath) -> None:
 def with_run_folder(
     env: Mapping[str, str], folder: PurePath, pid: int
 ) -> tuple[dict[str, str], str | None]:
-    """The server's `env` once the run's folder is made; else `env` without NCCL_DEBUG_FILE
-    (NCCL then prints to the server's output, as it does when it cannot open the file) and
-    why: a start never fails for want of a log folder, and NCCL never writes where the
-    folder was refused. Where the start then fails, `remove_run_folder` takes it away."""
+    """The server's `env` once the run's folder is made, NCCL_DEBUG_FILE naming it by its
+    resolved path; else `env` without NCCL_DEBUG_FILE (NCCL then prints to the server's
+    output, as it does when it cannot open the file) and why: a start never fails for want
+    of a log folder, and NCCL never writes where the folder was refused. Where the start then
+    fails, `remove_run_folder` takes it away."""
     try:
-        _make_run_folder(folder, pid)
+        resolved = _make_run_folder(folder, pid)
     except (FileError, HostError) as error:
         kept = {key: value for key, value in env.items() if key != NCCL_DEBUG_FILE}
         return kept, f"{error}; NCCL's log goes to the server's output, where check cannot read it"
-    return dict(env), None
+    return {**env, NCCL_DEBUG_FILE: debug_file(resolved)}, None
 
 
 def nccl_host() -> str:

@@ -10,7 +10,6 @@ import contextlib
 import ipaddress
 import os
 import socket
-import stat
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import HostError, UsageError
 from nccl_launch.files.paths import FileError
 from nccl_launch.files.reading import read_text
-from nccl_launch.files.trust import folder_of_others, writable_by_others
+from nccl_launch.files.trust import check_trusted
 from nccl_launch.live.processes import HeldProcess, descendants, kernel_thread, title
 from nccl_launch.live.target import PID_LIMIT, Target
 from nccl_launch.live.url import masked_url, url_address
@@ -132,40 +131,23 @@ def _pidfile_pid(path: Path) -> int:
 
 def _check_pidfile(path: Path, held: HeldProcess) -> None:
     """As root, refuses a pidfile that a user other than root and the one the `held` process
-    it names runs as could have written: it would have root read, and `--on-drift stop`
-    signal, any process. A `User=svc` service's own pidfile, in its own folder, is trusted."""
-    process, pid = held.process(), held.pid
+    it names runs as could have written (files/trust.py's rule, that user trusted beside
+    root): it would have root read, and `--on-drift stop` signal, any process. A `User=svc`
+    service's own pidfile, in its own folder, is trusted."""
+    process = held.process()
     if process is None:
         raise HostError(held.gone())
     try:
         user = process.uids().effective
-        # After the read: the file read is this one, unless a directory lets another user
-        # replace it, which is refused below.
+        # After the read: the way to the file must still lead to this one (check_trusted).
         status = path.stat()
+        check_trusted(path, status, "pidfile", owners=(user,))
     except psutil.NoSuchProcess:
         raise HostError(held.gone()) from None
+    except FileError as error:
+        raise HostError(str(error)) from None
     except OSError as error:
         raise HostError(f"pidfile {path}: cannot read: {error.strerror}") from None
-    fix = (
-        f"as root, a pidfile is trusted only where root or the server's user (uid {user}) owns "
-        "it and no other user may write it or its directories"
-    )
-    if status.st_uid not in (0, user):
-        raise HostError(
-            f"pidfile {path}: owned by uid {status.st_uid}, neither root nor uid {user} that "
-            f"pid {pid} runs as; {fix}"
-        )
-    if writable_by_others(path, status):
-        mode = stat.S_IMODE(status.st_mode)
-        raise HostError(f"pidfile {path}: writable by group or others (mode {mode:04o}); {fix}")
-    found = folder_of_others(path, owners=(user,))
-    if found is not None:
-        folder, folder_status = found
-        mode = stat.S_IMODE(folder_status.st_mode)
-        raise HostError(
-            f"pidfile {path}: its directory {folder} (uid {folder_status.st_uid}, mode "
-            f"{mode:04o}) lets other users replace it; {fix}"
-        )
 
 
 def _ip(address: str) -> IPAddress:

@@ -71,13 +71,13 @@ class ProfileChain:
         return data | {"server": server | {"kind": inherited}}
 
     def env_files(self) -> tuple[Path, ...]:
-        """The env files the chain names, root first: a relative path is read from the real
-        directory of the file that names it, so that the file a symlink points at, and the
-        unit that names it by its resolved path, read the same env files."""
+        """The env files the chain names, root first: a relative path is read from the folder
+        of the file that names it as it was named (its folder's symlinks resolved, not the
+        file's own), where a unit names it too: a configMap's `profiles/kimi.toml` reads
+        `profiles/kimi.env`, not a file of the timestamped folder the kubelet removes at
+        its next update."""
         return tuple(
-            Path(os.path.realpath(file.path)).parent / path
-            for file in reversed(self.files)
-            for path in _env_files(file)
+            _folder(file) / path for file in reversed(self.files) for path in _env_files(file)
         )
 
     def secret_files(self) -> dict[str, Path]:
@@ -87,7 +87,7 @@ class ProfileChain:
         for file in reversed(self.files):
             table = file.data.get("secret_files")
             if isinstance(table, dict):
-                folder = Path(os.path.realpath(file.path)).parent
+                folder = _folder(file)
                 found |= {
                     name: folder / path for name, path in table.items() if isinstance(path, str)
                 }
@@ -102,6 +102,11 @@ class ProfileChain:
                 if isinstance(table, dict):
                     origins |= {prefix + key: file.path for key in table}
         return origins
+
+
+def _folder(file: ChainFile) -> Path:
+    """The folder of `file` as it was named, its symlinks resolved: that of its env files."""
+    return Path(os.path.realpath(file.path.parent))
 
 
 def _env_files(file: ChainFile) -> list[str]:

@@ -245,6 +245,6 @@ def _check_runnable(path: Path, mode: int) -> None:
     (`--dir` 0777) or a mode others may write is refused before anything is written."""
     to_be = os.stat_result((stat.S_IFREG | mode, 0, 0, 1, os.geteuid(), os.getegid(), 0, 0, 0, 0))
     try:
-        check_trusted(path, to_be, "profile")
+        check_trusted(path, to_be, "profile", exists=False)
     except FileError as error:
         raise UsageError(f"{error}; run refuses it as root, so nothing is written") from None
