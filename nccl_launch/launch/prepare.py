@@ -206,7 +206,7 @@ def prepare_launch(
     if nccl_debug:  # NCCL's logs and their reader only for --nccl-debug: off run's path
         from nccl_launch.live.nccl_logs import debug_file, run_folder
 
-        folder = run_folder(os.getpid())
+        folder = run_folder(loaded.profile.name, os.getpid())
         merged = with_nccl_debug(merged, plan, debug_file(folder))
     return LaunchPlan(
         loaded=loaded,
