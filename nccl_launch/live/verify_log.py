@@ -114,15 +114,20 @@ def verify_files(
         found = {f"{process} ({name})": log for process, log in read_log(lines).items()}
         logs |= found
         read[name] = list(found)
-    return judge_logs(loaded, logs, source, read).model_copy(update={"folder": True})
+    return judge_logs(loaded, logs, source, read, folder=True)
 
 
 def judge_logs(
-    loaded: LoadedProfile, found: Mapping[str, ProcessLog], source: str, files: dict[str, list[str]]
+    loaded: LoadedProfile,
+    found: Mapping[str, ProcessLog],
+    source: str,
+    files: dict[str, list[str]],
+    folder: bool = False,
 ) -> LogReport:
-    """Every declared NCCL value against what each process `found` in the `files` read says it
-    applied; each undeclared one judged as `check` judges it in a running server (a log of
-    NCCL's INFO lines is one `run --nccl-debug` asked for)."""
+    """Every declared NCCL value against what each process `found` in the `files` read (of
+    the `folder` `source`, or of the log `source`) says it applied; each undeclared one judged
+    as `check` judges it in a running server (a log of NCCL's INFO lines is one `run
+    --nccl-debug` asked for)."""
     plan, policy = loaded.plan, loaded.profile.policy
     logs = dict(sorted(found.items(), key=lambda item: _process_order(item[0])))
     declared = {key: value for key, value in plan.env.items() if key.startswith(catalog.PREFIX)}
@@ -149,4 +154,5 @@ def judge_logs(
         communicators={process: log.communicators for process, log in logs.items()},
         warnings={process: log.warnings for process, log in logs.items() if log.warnings},
         files=files,
+        folder=folder,
     )
