@@ -89,7 +89,7 @@ def test_json_outputs_keep_their_keys() -> None:
         PreflightReport: ["schema_version", "profile", "digest", "argv", "checks"],
         Check: ["name", "status", "message", "detail", "drift"],
         LogReport: ["schema_version", "profile", "digest", "source", "processes", "keys",
-                    "undeclared", "reasons", "communicators", "warnings"],
+                    "undeclared", "reasons", "communicators", "warnings", "files"],
         KeyReport: ["key", "expected", "verdict", "detail"],
         Validation: ["schema_version", "files", "invalid"],
         ValidatedFile: ["path", "profile", "digest", "valid", "findings", "accepted"],

@@ -6,10 +6,13 @@ stand-in `nvidia-smi`, as no GPU exists here.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
+import re
 import select
+import signal
 import socket
 import struct
 import subprocess
@@ -18,9 +21,10 @@ import termios
 from pathlib import Path
 from typing import Any, Protocol
 
+import psutil
 import pytest
 
-from tests.conftest import Isolation, RunCli, WriteProfile, console_script
+from tests.conftest import TIMEOUT, Isolation, RunCli, WriteProfile, console_script
 from tests.helpers import STANDIN, free_port
 
 REPO_PROFILES = Path(__file__).parent.parent / "profiles"
@@ -494,11 +498,7 @@ def test_a_broken_interpreter_is_a_failed_check_not_a_crash(
 
 
 def test_the_probe_reads_no_input_and_a_timeout_names_no_argument(
-    write_profile: WriteProfile,
-    run_cli: RunCli,
-    nccl_launch: RunCli,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    write_profile: WriteProfile, run_cli: RunCli, nccl_launch: RunCli, tmp_path: Path
 ) -> None:
     """With PYTHONINSPECT in the server's environment, a terminal on the probe's stdin held it
     at Python's prompt; the timeout's message then printed the argv, --api-key and all."""
@@ -511,11 +511,130 @@ def test_the_probe_reads_no_input_and_a_timeout_names_no_argument(
     typed.write_text("import os\n")
     result = nccl_launch(*args, stdin_path=typed)  # preflight's stdin: a pipe
     assert "did not answer: stdin is /dev/null" in result.stdout
-    monkeypatch.setattr("nccl_launch.serving.asking.PROBE_TIMEOUT_S", 1)
-    result = run_cli(*args, env={"SLOW": "5"})
+    result = run_cli(*args[:-3], "--timeout", "1", *args[-3:], env={"SLOW": "5"})
     assert result.returncode == 3
-    assert f"fail  sglang       {fake} did not answer in 1 s\n" in result.stdout
+    assert f"fail  sglang       {fake} did not answer in 1 s; " in result.stdout
     assert "sk-live-1" not in result.stdout + result.stderr
+
+
+def a_probe_that_never_answers(write_profile: WriteProfile, tmp_path: Path) -> Path:
+    """The shipped profile with an interpreter that never answers, as a hung import: it
+    writes its PID to `probe.pid`, starts a `sleep` (its PID in `child.pid`) and waits."""
+    fake = tmp_path / "python3"
+    fake.write_text(
+        f"#!/bin/sh\necho $$ >{tmp_path}/probe.pid\n"
+        f"sleep 600 &\necho $! >{tmp_path}/child.pid\nwait\n"
+    )
+    fake.chmod(0o755)
+    with_python(write_profile, SHIPPED_SERVERS[0], str(fake))
+    return fake
+
+
+def waited_lines(fake: Path, timeout: str) -> re.Pattern[str]:
+    """A line saying how long preflight has waited for `fake`, and when it gives up."""
+    what = re.escape(f"preflight: {fake} imports SGLang and parses the argv...")
+    return re.compile(rf"{what} \d+ s \(gives up after {timeout} s: --timeout\)")
+
+
+def test_a_probe_that_never_answers_is_said_on_stderr_and_fails_at_timeout(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An import that hangs kept preflight silent for five minutes: stderr (a pod's log, not
+    a terminal) says every few seconds what it waits for (every 0.2 s here), stdout stays the
+    JSON report, and the check fails at --timeout saying what to do."""
+    fake = a_probe_that_never_answers(write_profile, tmp_path)
+    monkeypatch.setattr("nccl_launch.launch.preflight.PROGRESS_S", 0.2)
+    args = ("preflight", "--format", "json", *SKIP_HOST, "--timeout", "2", "under-test")
+    result = run_cli(*args)
+    assert result.returncode == 3
+    report = json.loads(result.stdout)
+    late = f"{fake} did not answer in 2 s"
+    assert report["sglang"] == {"stage": "timeout", "error": late}
+    assert [check for check in report["checks"] if check["status"] == "fail"] == [
+        {"name": "sglang", "status": "fail", "detail": [], "drift": None, "message": (
+            f"{late}; a cold disk or a loaded host may need longer: --timeout SECONDS, "
+            "or leave the check out: --skip sglang"
+        )},
+    ]  # fmt: skip
+    waited = result.stderr.splitlines()
+    assert waited, "nothing said while waiting"
+    assert all(waited_lines(fake, "2").fullmatch(line) for line in waited), waited
+
+
+def test_a_quick_answer_says_nothing_on_stderr(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """The progress lines are for a wait that takes a while: an interpreter that answers at
+    once leaves stderr empty where it is no terminal."""
+    an_interpreter_that_answers_nothing(write_profile, tmp_path, "bin/python3")
+    result = run_cli("preflight", *SKIP_HOST, "under-test")
+    assert result.returncode == 3
+    assert result.stderr == ""
+
+
+def test_a_probe_that_never_answers_is_killed_with_what_it_started(
+    write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    """The installed script, in a process group this test kills: at --timeout the probe's
+    whole process group is killed (the `sleep` it started too), not its first process alone."""
+    fake = a_probe_that_never_answers(write_profile, tmp_path)
+    argv = [console_script(), "preflight", *SKIP_HOST, "--timeout", "3", "under-test"]
+    process = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=TIMEOUT)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        for name in ("probe.pid", "child.pid"):  # should preflight have left them running
+            with contextlib.suppress(OSError, ValueError):
+                os.killpg(int((tmp_path / name).read_text()), signal.SIGKILL)
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int((tmp_path / name).read_text()), signal.SIGKILL)
+    assert process.returncode == 3, stderr
+    assert f"fail  sglang       {fake} did not answer in 3 s; " in stdout
+    child = int((tmp_path / "child.pid").read_text())
+    # Its parent is gone: reaped by whoever adopted it, or a zombie it has not reaped yet.
+    with contextlib.suppress(psutil.NoSuchProcess):
+        assert psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+
+
+def test_the_status_line_counts_the_seconds_on_a_terminal(
+    write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    """On a terminal the one status line says how long preflight has waited (every 5 s), each
+    time over the line before, and is erased when the check fails."""
+    fake = a_probe_that_never_answers(write_profile, tmp_path)
+    args = ["preflight", *SKIP_HOST, "--timeout", "8", "under-test"]
+    code, stdout, terminal = run_with_stderr_on_a_terminal(args, dict(os.environ), columns=500)
+    assert code == 3
+    assert f"{fake} did not answer in 8 s; " in stdout
+    first, *updates, last = terminal.split("\r\x1b[K")
+    assert first == f"preflight: {fake} imports SGLang and parses the argv..."
+    assert updates, terminal
+    assert all(waited_lines(fake, "8").fullmatch(line) for line in updates), updates
+    assert last == ""
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0", "--timeout 0: valid: 0 < SECONDS <= 86400"),
+        ("nan", "--timeout nan: valid: 0 < SECONDS <= 86400"),
+        ("inf", "--timeout inf: valid: 0 < SECONDS <= 86400"),
+        ("soon", "Invalid value for '--timeout': 'soon' is not a valid float."),
+    ],
+)
+def test_a_timeout_that_is_no_time_is_a_usage_error(
+    value: str, message: str, write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    with_python(write_profile, SHIPPED_SERVERS[0], sys.executable)
+    result = run_cli("preflight", "--timeout", value, "under-test")
+    assert result.returncode == 2
+    assert len(result.stderr.splitlines()) == 1 or "Invalid value" in message, result.stderr
+    assert message in result.stderr
+    assert result.stdout == ""
 
 
 def run_with_stderr_on_a_terminal(

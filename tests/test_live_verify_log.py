@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Isolation, RunCli, WriteProfile, console_script
-from tests.helpers import STANDIN_SERVER, read_record
+from tests.helpers import STANDIN, STANDIN_SERVER, read_record
 from tests.test_docs import documented
 
 LOGS = Path(__file__).parent / "logs"
@@ -456,3 +456,156 @@ def test_the_commands_reference_shows_what_verify_log_prints_of_the_real_logs(
         )  # fmt: skip
         expected, code = documented(command[2:])
         assert (result.stdout.splitlines(), result.returncode) == (expected, code), command
+
+
+def run_folder_of(log: Path, folder: Path) -> dict[str, list[str]]:
+    """`log`'s NCCL lines split as `run --nccl-debug` has them written: a file per process,
+    `HOST.PID.log`, beside the run's `pid`; each file's lines, by name."""
+    files: dict[str, list[str]] = {}
+    for line in log.read_text().splitlines():
+        host, pid, *_ = [*line.split(" ", 1)[0].split(":"), ""]
+        if " NCCL " in line and pid.isdigit():
+            files.setdefault(f"{host}.{pid}.log", []).append(line)
+    folder.mkdir()
+    (folder / "pid").write_text("48300\n")
+    for name, lines in files.items():
+        (folder / name).write_text("\n".join(lines) + "\n")
+    return files
+
+
+def test_a_run_folder_is_read_file_by_file_each_process_named_with_its_file(
+    tuned: None, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """The 8-rank drifted log as `run --nccl-debug` writes it, a file per rank: the verdicts
+    of the one log, each process named with its file; JSON lists each file's processes."""
+    folder = tmp_path / "20261129T091402Z-48300"
+    files = run_folder_of(LOGS / "tp8-drifted.log", folder)
+    assert len(files) == 8
+    result = run_cli("verify-log", "tuned", str(folder))
+    assert (result.returncode, result.stderr) == (1, "")
+    lines = result.stdout.splitlines()
+    assert lines[0] == (
+        f"verify-log tuned@4 (sha256:cfdee08d) against {folder}: 8 NCCL processes in 8 files"
+    )
+    assert (
+        'fail  NCCL_BUFFSIZE       "16777216": gpu-node-7:48304 [3] (gpu-node-7.48304.log) '
+        'applied "4194304"'
+    ) in lines
+    whole = run_cli("verify-log", "tuned", str(LOGS / "tp8-drifted.log"), "--format", "json")
+    report = json.loads(run_cli("verify-log", "tuned", str(folder), "--format", "json").stdout)
+    assert [key["verdict"] for key in report["keys"]] == [
+        key["verdict"] for key in json.loads(whole.stdout)["keys"]
+    ]
+    assert report["source"] == str(folder)
+    assert report["files"] == {
+        name: [f"gpu-node-7:{name.split('.')[1]} [{rank}] ({name})"]
+        for rank, name in enumerate(sorted(files))
+    }
+    assert report["processes"] == [process for [process] in report["files"].values()]
+
+
+def test_a_folder_without_logs_says_so(tuned: None, run_cli: RunCli, tmp_path: Path) -> None:
+    """A run whose NCCL never started wrote no log: nothing confirms the values, exit 1, as
+    for a log without NCCL's lines; a file without NCCL's lines is named."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "pid").write_text("1\n")
+    result = run_cli("verify-log", "tuned", str(folder))
+    assert (result.returncode, result.stderr) == (1, "")
+    lines = result.stdout.splitlines()
+    assert lines[0].endswith(f"against {folder}: 0 NCCL processes in 0 files")
+    assert lines[-2:] == [
+        f"no NCCL log in {folder}: NCCL started in no process of that run",
+        "verify-log failed: 0 of 7 loggable values confirmed",
+    ]
+    assert (
+        json.loads(run_cli("verify-log", "tuned", str(folder), "--format", "json").stdout)["files"]
+        == {}
+    )
+    (folder / "vm.7.log").write_text("")
+    result = run_cli("verify-log", "tuned", str(folder))
+    assert result.returncode == 1
+    assert "note  vm.7.log: no NCCL INFO lines" in result.stdout.splitlines()
+
+
+def test_a_folders_logs_are_regular_files_never_followed(
+    tuned: None, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """A symlink or a FIFO among the logs is refused as a LOG of that kind is (exit 2), the
+    file named: nothing in the folder leads elsewhere."""
+    folder = tmp_path / "run"
+    run_folder_of(LOGS / "tp8-applied.log", folder)
+    (folder / "vm.9.log").symlink_to(LOGS / "tp8-drifted.log")
+    result = run_cli("verify-log", "tuned", str(folder))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        f"nccl-launch: log {folder}/vm.9.log: a symlink, not followed; only regular files are "
+        "read\n"
+    )
+    (folder / "vm.9.log").unlink()
+    os.mkfifo(folder / "vm.9.log")
+    result = run_cli("verify-log", "tuned", str(folder))
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"nccl-launch: log {folder}/vm.9.log: a FIFO; only regular files are read\n"
+    )
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root reads another user's log")
+def test_as_root_another_users_log_in_the_folder_is_read_as_a_log_file_is(
+    tuned: None, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """`verify-log LOG` reads a log whoever owns it (it shapes no process, it is only
+    judged): in a folder too."""
+    folder = tmp_path / "run"
+    run_folder_of(LOGS / "tp8-applied.log", folder)
+    for path in folder.iterdir():
+        os.chown(path, 65534, 65534)
+    result = run_cli("verify-log", "tuned", str(folder))
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.splitlines()[0].endswith(": 8 NCCL processes in 8 files")
+
+
+# Two ranks of a stand-in NCCL (`nccl_info` of the stand-in servers), started by `run`
+# after `--`, each writing its INFO lines to the file NCCL_DEBUG_FILE names.
+RANKS = (
+    "python3 -c \"import standin_core as s; s.nccl_info('0')\" & "
+    "python3 -c \"import standin_core as s; s.nccl_info('1')\"; wait"
+)
+
+
+def test_latest_reads_the_profiles_newest_run_folder(
+    tuned: None, nccl_launch: RunCli, run_cli: RunCli, isolated: Isolation
+) -> None:
+    """The installed script's `run --nccl-debug`, twice (the first with a rank whose NCCL
+    applied another protocol): `--latest` reads the second run's folder, file by file."""
+    env = {"PYTHONPATH": str(STANDIN)}
+    first = nccl_launch("run", "--nccl-debug", "tuned", "--", "sh", "-c", RANKS,
+                        env={**env, "STANDIN_NCCL_SAYS": "NCCL_PROTO=Simple"})  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    runs = isolated.home / ".local" / "state" / "nccl-launch" / "nccl-debug" / "tuned"
+    [older] = runs.iterdir()
+    assert run_cli("verify-log", "tuned", "--latest").returncode == 1
+    second = nccl_launch("run", "--nccl-debug", "tuned", "--", "sh", "-c", RANKS, env=env)
+    assert second.returncode == 0, second.stderr
+    [newest] = set(runs.iterdir()) - {older}
+    result = run_cli("verify-log", "tuned", "--latest")
+    assert (result.returncode, result.stderr) == (0, "")
+    lines = result.stdout.splitlines()
+    assert lines[0].endswith(f"against {newest}: 2 NCCL processes in 2 files")
+    assert lines[-1] == "verify-log passed: 7 of 7 loggable values confirmed"
+    report = json.loads(run_cli("verify-log", "tuned", "--latest", "--format", "json").stdout)
+    assert sorted(report["files"]) == sorted(path.name for path in newest.glob("*.log"))
+
+
+def test_latest_without_a_run_or_with_a_log_is_said(tuned: None, run_cli: RunCli) -> None:
+    result = run_cli("verify-log", "tuned", "--latest")
+    assert (result.returncode, result.stdout) == (3, "")
+    runs = Path.home() / ".local" / "state" / "nccl-launch" / "nccl-debug" / "tuned"
+    assert result.stderr == (
+        f"nccl-launch: no run of tuned with --nccl-debug: {runs} does not exist; start it "
+        "with: nccl-launch run --nccl-debug tuned\n"
+    )
+    result = run_cli("verify-log", "tuned", "--latest", "server.log")
+    assert result.returncode == 2
+    assert "give --latest or LOG 'server.log', not both" in result.stderr

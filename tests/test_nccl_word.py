@@ -358,7 +358,7 @@ def test_a_run_that_never_starts_its_server_leaves_no_log_folder(
     result = nccl_launch("run", "--nccl-debug", "p", "--", str(program))
     said = f"nccl-launch: cannot execute {program}: Exec format error\n"
     assert (result.returncode, result.stderr) == (3, said)
-    folder = tmp_path / "home" / ".local" / "state" / "nccl-launch" / "nccl-debug"
+    folder = tmp_path / "home" / ".local" / "state" / "nccl-launch" / "nccl-debug" / "p"
     assert list(folder.iterdir()) == []
 
 
@@ -377,7 +377,7 @@ def test_a_run_whose_log_folder_cannot_be_written_leaves_none_and_starts(
     assert result.returncode == 0, result.stderr
     assert "NCCL_DEBUG=INFO" in result.stdout.splitlines()
     assert "NCCL_DEBUG_FILE=" not in result.stdout
-    folder = tmp_path / "home" / ".local" / "state" / "nccl-launch" / "nccl-debug"
+    folder = tmp_path / "home" / ".local" / "state" / "nccl-launch" / "nccl-debug" / "p"
     assert result.stderr.startswith(
         f"nccl-launch: warning: cannot write in NCCL's log folder {folder}/"
     )

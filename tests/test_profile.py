@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import tomllib
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 from nccl_launch.profile.chain import MAX_EXTENDS
 from nccl_launch.render.profiles import list_lines
 from tests.conftest import Isolation, RunCli, WriteProfile
+from tests.test_user_paths import as_a_user
 
 V1 = """
 schema = 1
@@ -223,6 +225,61 @@ def test_list_shows_the_search_path(
         ("tuned", "1", "NCCL_LAUNCH_PATH"),
     ]
     assert any(row[0] == "(invalid)" and row[-1] == "profiles/broken.toml" for row in rows)
+
+
+NOT_READ = (
+    "lets other users replace its profiles, which root does not read; chown root and chmod "
+    "go-w, or move them out of reach of other users"
+)
+
+
+def _listed(stdout: str) -> list[tuple[str, str, str]]:
+    """The name, version and source of each row of `list` but the shipped ones."""
+    rows = [line.split() for line in stdout.splitlines()[1:]]
+    return [(row[0], row[1], row[3]) for row in rows if row[3] != "shipped"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root's rule: another user's folder")
+def test_list_says_a_folder_another_user_could_write_in_one_line_and_lists_the_rest(
+    versions: None, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """A folder of the search path whose files root does not read (another user's, as a
+    volume a pod's fsGroup owns): one warning line for it on stderr, and the table of the
+    others, exit 0; not a row per file with the folder's problem."""
+    archive = tmp_path / "archive"
+    archive.chmod(0o755)
+    os.chown(archive, 65534, 65534)
+    result = run_cli("list", env={"NCCL_LAUNCH_PATH": str(archive)})
+    assert result.returncode == 0
+    assert result.stderr == (
+        f"nccl-launch: warning: NCCL_LAUNCH_PATH folder {archive}: not listed: {archive} "
+        f"(uid 65534, mode 0755) {NOT_READ}\n"
+    )
+    assert _listed(result.stdout) == [("base", "1", "local"), ("tuned", "2", "local")]
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="needs root and setpriv (to drop the capabilities that read any folder)",
+)
+def test_list_says_a_folder_it_cannot_read_and_lists_the_rest(
+    versions: None, write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    """A folder this user may not read (the installed script as root without the
+    capabilities that let root past a folder's mode): it was left out without a word."""
+    closed = tmp_path / "closed"
+    write_profile("other", V1, folder="closed")
+    closed.chmod(0o300)  # searchable and writable by its owner, not readable
+    try:
+        result = as_a_user("list", env={"NCCL_LAUNCH_PATH": str(closed)})
+    finally:
+        closed.chmod(0o755)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == (
+        f"nccl-launch: warning: NCCL_LAUNCH_PATH folder {closed}: not listed: cannot read it: "
+        "Permission denied\n"
+    )
+    assert _listed(result.stdout) == [("base", "1", "local"), ("tuned", "2", "local")]
 
 
 def test_list_escapes_control_characters_in_paths(

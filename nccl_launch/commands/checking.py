@@ -23,6 +23,9 @@ from nccl_launch.errors import UsageError
 from nccl_launch.secrets.masking import masked_json
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from nccl_launch.files.reading import StreamLines
     from nccl_launch.live.compare import LiveReport
     from nccl_launch.live.watch import OnDrift
 
@@ -144,26 +147,54 @@ def check(
 @click.command(name="verify-log")
 @profile_argument()
 @click.argument("log", default="-")
+@click.option(
+    "--latest",
+    is_flag=True,
+    help="Read the profile's newest run folder of `run --nccl-debug` (instead of LOG).",
+)
 @format_option("text", "json", default="text")
-def verify_log(profile: str, log: str, fmt: str) -> int:
+def verify_log(profile: str, log: str, latest: bool, fmt: str) -> int:
     """Confirm from NCCL's NCCL_DEBUG=INFO output (LOG, or stdin) that every rank applied
-    each declared value; exit 1 on a value applied differently or never confirmed.
+    each declared value; exit 1 on a value applied differently or never confirmed. LOG may be
+    a folder of `run --nccl-debug`: each of its *.log files is read.
 
     journalctl -u sglang | nccl-launch verify-log PROFILE
     """
     from nccl_launch.files.reading import LINE_LIMIT, open_stream
-    from nccl_launch.live.verify_log import verify_profile
+    from nccl_launch.live.log_folder import folder_logs, is_folder, latest_run
+    from nccl_launch.live.verify_log import verify, verify_files
+    from nccl_launch.profile.load import load_profile
     from nccl_launch.render.reports import log_lines
 
-    source = "stdin" if log == "-" else log
-    with open_stream(log, "log") as lines:
-        report = verify_profile(profile, lines, source)
-    if lines.skipped:
-        said = "1 line" if lines.skipped == 1 else f"{lines.skipped} lines"
-        warn(
-            f"log {source}: {said} longer than {LINE_LIMIT >> 20} MiB skipped (the first is line "
-            f"{lines.first_skipped}); NCCL's INFO lines are short"
-        )
+    if latest and log != "-":
+        raise UsageError(f"give --latest or LOG {log!r}, not both: --latest reads a run folder")
+    loaded = load_profile(profile)
+    read: list[tuple[str, StreamLines]] = []  # each file's lines, to say what was skipped
+
+    def kept(
+        folder: Path, files: Iterator[tuple[str, StreamLines]]
+    ) -> Iterator[tuple[str, StreamLines]]:
+        for name, lines in files:
+            read.append((str(folder / name), lines))
+            yield name, lines
+
+    if latest:
+        with latest_run(loaded.profile.name, profile) as (folder, fd):
+            report = verify_files(loaded, kept(folder, folder_logs(folder, fd)), str(folder))
+    elif is_folder(log):
+        report = verify_files(loaded, kept(Path(log), folder_logs(Path(log))), log)
+    else:
+        source = "stdin" if log == "-" else log
+        with open_stream(log, "log") as lines:
+            report = verify(loaded, lines, source)
+        read.append((source, lines))
+    for name, lines in read:
+        if lines.skipped:
+            said = "1 line" if lines.skipped == 1 else f"{lines.skipped} lines"
+            warn(
+                f"log {name}: {said} longer than {LINE_LIMIT >> 20} MiB skipped (the first is "
+                f"line {lines.first_skipped}); NCCL's INFO lines are short"
+            )
     if fmt == "json":
         click.echo(masked_json(report))
     else:

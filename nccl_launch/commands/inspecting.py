@@ -6,7 +6,7 @@ import json
 
 import click
 
-from nccl_launch.commands.echo import echo_lines
+from nccl_launch.commands.echo import echo_lines, warn
 from nccl_launch.commands.options import format_option, profile_argument
 from nccl_launch.deploy import exports
 from nccl_launch.errors import EXIT_OK
@@ -85,7 +85,9 @@ def list_command() -> int:
     from nccl_launch.render.profiles import list_lines
 
     labelled = search_path()
-    rows = list_profiles(labelled)
+    rows, refused = list_profiles(labelled)
+    for line in refused:  # the others are listed all the same
+        warn(line)
     echo_lines(list_lines(rows, labelled))
     return EXIT_OK
 

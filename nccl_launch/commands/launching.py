@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from nccl_launch.commands.echo import echo_lines, warn
-from nccl_launch.commands.options import format_option, launch_options
+from nccl_launch.commands.options import format_option, launch_options, seconds_option
 from nccl_launch.errors import EXIT_OK, HostError
 from nccl_launch.escaping import escaped, shell_word
 from nccl_launch.launch.check_names import skippable
@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 
     from nccl_launch.launch.prepare import LaunchPlan
     from nccl_launch.serving.flags import Flag
+
+# A warm import of torch and the server takes seconds (SGLang 2 s, vLLM 7 s on two cores); a
+# cold page cache on a network volume, or a host busy loading models, takes up to a minute.
+PROBE_TIMEOUT_S = 120.0
 
 
 class LaunchCommand(click.Command):
@@ -199,7 +203,16 @@ def run(dry_run: bool, **options: Any) -> int:
     type=ReadWhenUsed(skippable),
     help="Leave out the check of this name (repeatable), e.g. gpus and paths in CI.",
 )
-def preflight(fmt: str, skip: tuple[str, ...], **options: Any) -> int:
+@seconds_option(
+    "--timeout",
+    least=0,
+    included=False,
+    default=PROBE_TIMEOUT_S,
+    show_default=True,
+    help_text="Seconds the server's interpreter has to import SGLang (or vLLM) and parse the "
+    "argv; later, its check fails.",
+)
+def preflight(fmt: str, skip: tuple[str, ...], timeout: float, **options: Any) -> int:
     """Check everything `run` would, then the host and the server's own parser on the argv.
 
     Host checks: nccl.conf files, the NCCL env plugin, GPUs against tp_size, the port, the
@@ -210,7 +223,7 @@ def preflight(fmt: str, skip: tuple[str, ...], **options: Any) -> int:
     from nccl_launch.launch.preflight import run_preflight  # not on `run`'s path
     from nccl_launch.render.reports import preflight_lines
 
-    report = run_preflight(prepare(**options), frozenset(skip))
+    report = run_preflight(prepare(**options), timeout, frozenset(skip))
     if fmt == "json":
         # An nccl.conf may hold bytes that are not UTF-8, kept as NCCL reads them
         # (surrogates), which pydantic's own JSON cannot encode and masked_json escapes.

@@ -4,6 +4,7 @@ line, a line never held past its cap."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import stat
@@ -24,14 +25,23 @@ LINE_END = re.compile(rb"\r\n|\r|\n")
 CHUNK = 1 << 16
 
 
-def _open_regular(path: Path, what: str, trusted: bool) -> int:
+def _open_regular(path: Path, what: str, trusted: bool, folder: int | None = None) -> int:
     """A descriptor of `path` when it is a regular file (and trusted, if asked); never blocks:
-    O_NONBLOCK keeps a FIFO from hanging the open."""
+    O_NONBLOCK keeps a FIFO from hanging the open. In an open `folder`, the file of its name
+    there, never followed if a symlink."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        if folder is None:
+            fd = os.open(path, flags)
+        else:
+            fd = os.open(path.name, flags | os.O_NOFOLLOW, dir_fd=folder)
     except ValueError:  # a NUL in the path
         raise FileError(f"{what} {str(path)!r}: a path cannot hold a NUL byte") from None
     except OSError as error:
+        if error.errno == errno.ELOOP and folder is not None:
+            raise FileError(
+                f"{what} {path}: a symlink, not followed; only regular files are read"
+            ) from None
         raise FileError(f"{what} {path}: cannot read: {error.strerror}") from None
     try:
         status = os.fstat(fd)
@@ -118,12 +128,13 @@ def stdin_bytes() -> BinaryIO:
 
 
 @contextlib.contextmanager
-def open_stream(path: str, what: str) -> Iterator[StreamLines]:
+def open_stream(path: str, what: str, folder: int | None = None) -> Iterator[StreamLines]:
     """The lines of a regular file (or `-`, standard input) read as they come: for logs,
-    which may be large; devices and FIFOs are refused like elsewhere."""
+    which may be large; devices and FIFOs are refused like elsewhere, and in an open
+    `folder` (`path` names a file in it) a symlink too."""
     if path == "-":
         yield StreamLines(stdin_bytes())
         return
-    fd = _open_regular(Path(path), what, trusted=False)
+    fd = _open_regular(Path(path), what, trusted=False, folder=folder)
     with os.fdopen(fd, "rb") as handle:
         yield StreamLines(handle)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -41,25 +43,54 @@ def _cut(text: str, columns: int) -> str:
     return text
 
 
+PROGRESS_S = 5.0  # a wait shorter than this says nothing where stderr is no terminal
+
+
 @contextmanager
-def waiting_for(what: str) -> Iterator[None]:
-    """On a terminal, one status line on stderr saying what preflight waits for, erased when
-    the wait ends; nothing where stderr is a file or a pipe (a log, systemd's journal).
-    The line is cut to the terminal's width less one: `\\x1b[K` erases only the row the
-    cursor is on, so a line that wrapped would leave its first rows behind."""
-    shown = sys.stderr.isatty()
-    if shown:
+def waiting_for(what: str, timeout: float) -> Iterator[None]:
+    """While the body runs, stderr says what preflight waits for (never stdout: `--format
+    json` stays whole). On a terminal, one status line from the start, its seconds updated
+    every PROGRESS_S and erased when the wait ends; where stderr is a file or a pipe (a
+    pod's log, the journal), a line every PROGRESS_S, so that a slow wait is never silent and
+    a quick one says nothing. A terminal's line is cut to its width less one: `\\x1b[K`
+    erases only the row the cursor is on, so a line that wrapped would leave its first rows
+    behind."""
+    terminal = sys.stderr.isatty()
+    width = 0
+    if terminal:
         try:
             width = os.get_terminal_size(sys.stderr.fileno()).columns or 80
         except OSError:
             width = 80
-        sys.stderr.write(_cut(escaped(f"preflight: {what}..."), max(width - 1, 1)))
+
+    def say(text: str, erase: str = "\r\x1b[K") -> None:
+        """On a terminal the status line, over the one before (`erase`: back to the line's
+        start, erase to its end); elsewhere a line of its own."""
+        line = escaped(f"preflight: {what}...{text}")
+        if terminal:
+            sys.stderr.write(erase + _cut(line, max(width - 1, 1)))
+        else:
+            sys.stderr.write(f"{line}\n")
         sys.stderr.flush()
+
+    if terminal:
+        say("", erase="")
+    done, started = threading.Event(), time.monotonic()
+
+    def tick() -> None:
+        while not done.wait(PROGRESS_S):
+            waited = time.monotonic() - started
+            say(f" {waited:.0f} s (gives up after {timeout:g} s: --timeout)")
+
+    ticking = threading.Thread(target=tick, daemon=True)
+    ticking.start()
     try:
         yield
     finally:
-        if shown:
-            sys.stderr.write("\r\x1b[K")  # back to the line's start, erase to its end
+        done.set()
+        ticking.join()
+        if terminal:
+            sys.stderr.write("\r\x1b[K")
             sys.stderr.flush()
 
 
@@ -77,11 +108,15 @@ def lines_of(name: CheckName, seen: Seen) -> list[Check]:
 
 
 def server_checks(
-    server: ServerTable, argv: list[str], env: Mapping[str, str], secrets: Secrets
+    server: ServerTable,
+    argv: list[str],
+    env: Mapping[str, str],
+    secrets: Secrets,
+    timeout: float,
 ) -> tuple[list[Check], dict[str, Any]]:
     """The installed server's version and its parser's verdict on the argv, in the server's
-    environment `env`; what the server says quoted, to be masked with the `secrets` given to it
-    where it is shown.
+    environment `env`, given in `timeout` seconds; what the server says quoted, to be masked
+    with the `secrets` given to it where it is shown.
     The check is named after the kind, as `--skip` names it."""
     kind = kind_of(server)
     name = kind.name
@@ -93,12 +128,18 @@ def server_checks(
             "error": unstarted[0].text(),
         }
     parser = importlib.import_module(kind.parser)  # not on `run`'s path
-    with waiting_for(f"{server.python} imports {kind.title} and parses the argv"):
-        result = parser.probe(server, argv, env)
+    with waiting_for(f"{server.python} imports {kind.title} and parses the argv", timeout):
+        result = parser.probe(server, argv, env, timeout)
     said = secrets.quoting  # what the server says, masked where it is shown
     stage = result.get("stage")
     if stage == "interpreter":
         return [Check(name=name, status="fail", message=said("", result["error"]))], result
+    if stage == "timeout":
+        fix = (
+            f"; a cold disk or a loaded host may need longer: --timeout SECONDS, "
+            f"or leave the check out: --skip {name}"
+        )
+        return [Check(name=name, status="fail", message=said("", result["error"], fix))], result
     if stage == "import":
         message = said(f"cannot import {kind.title} with {server.python}: ", result["error"])
         return [Check(name=name, status="fail", message=message)], result
@@ -125,8 +166,11 @@ def server_checks(
     return checks, result
 
 
-def run_preflight(launch: LaunchPlan, skip: frozenset[str] = frozenset()) -> PreflightReport:
-    """The profile and the environment, then the host and the server, less the `skip`ped checks."""
+def run_preflight(
+    launch: LaunchPlan, timeout: float, skip: frozenset[str] = frozenset()
+) -> PreflightReport:
+    """The profile and the environment, then the host and the server (its answer awaited
+    `timeout` seconds), less the `skip`ped checks."""
     plan, env = launch.plan, launch.merged.env
     profile = launch.loaded.profile
     valid = f"{plan.label} ({plan.short_digest}) from {launch.path} is valid"
@@ -166,7 +210,7 @@ def run_preflight(launch: LaunchPlan, skip: frozenset[str] = frozenset()) -> Pre
     answers: dict[str, dict[str, Any]] = {}  # the kind's answer, on the argv it parsed
     if server is not None and kind_of(server).name not in skip:
         more, answers[kind_of(server).name] = server_checks(
-            server, launch.filled, env, launch.secrets
+            server, launch.filled, env, launch.secrets, timeout
         )
         checks += [check for check in more if check.name not in skip]
     return PreflightReport(

@@ -207,7 +207,7 @@ def prepare_launch(
         from nccl_launch.jsonlines import state_home
         from nccl_launch.live.nccl_logs import debug_file, run_folder
 
-        folder = run_folder(os.getpid())  # `run` names it resolved once it is made
+        folder = run_folder(loaded.profile.name, os.getpid())  # `run` names it resolved
         merged = with_nccl_debug(merged, plan, debug_file(state_home().path / folder))
     return LaunchPlan(
         loaded=loaded,

@@ -55,10 +55,11 @@ class NcclLog(BaseModel):
     not_read: list[str] = []  # declared keys its communicators never read (one rank: PROTO)
 
 
-def run_folder(pid: int, now: float | None = None) -> PurePath:
-    """The folder, under the state home, of the NCCL logs of the run of `pid` started `now`:
-    a new one per run, so that no file of an earlier run is ever read as this one's."""
-    return FOLDER / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}-{pid}"
+def run_folder(name: str, pid: int, now: float | None = None) -> PurePath:
+    """The folder, under the state home, of the NCCL logs of the run of `pid` started `now`
+    with the profile `name`: a new one per run, so that no file of an earlier run is ever
+    read as this one's, among the profile's runs (`verify-log --latest` takes the newest)."""
+    return FOLDER / name / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}-{pid}"
 
 
 def debug_file(folder: PurePath) -> str:

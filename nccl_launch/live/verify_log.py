@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from nccl_launch.env.drift import Reason, classify
 from nccl_launch.errors import EXIT_DRIFT, EXIT_OK
 from nccl_launch.nccl import catalog
 from nccl_launch.nccl.log import ProcessLog, judge, read_log
-from nccl_launch.profile.load import LoadedProfile, load_profile
+from nccl_launch.profile.load import LoadedProfile
 from nccl_launch.report import Report
 
 Verdict = Literal["ok", "mismatch", "unconfirmed", "not-read", "not-logged"]
@@ -38,6 +38,8 @@ class LogReport(Report):
     reasons: dict[str, Reason]
     communicators: dict[str, dict[str, int]]  # process -> communicator -> nranks
     warnings: dict[str, list[str]]  # process -> NCCL's WARN lines, `file:line message`
+    files: dict[str, list[str]]  # each file read (of a folder: its name) -> its processes
+    folder: bool = Field(default=False, exclude=True)  # `source` is a folder of files
 
     @property
     def ok(self) -> bool:
@@ -96,11 +98,38 @@ def _process_order(process: str) -> tuple[str, int, str]:
 
 
 def verify(loaded: LoadedProfile, lines: Iterable[str], source: str) -> LogReport:
-    """Every declared NCCL value against what each process of the log says it applied; each
-    undeclared one judged as `check` judges it in a running server (a log of NCCL's INFO
-    lines is one `run --nccl-debug` asked for)."""
+    """`judge_logs` of the processes of one log, `source`."""
+    logs = read_log(lines)
+    return judge_logs(loaded, logs, source, {source: list(logs)})
+
+
+def verify_files(
+    loaded: LoadedProfile, files: Iterable[tuple[str, Iterable[str]]], source: str
+) -> LogReport:
+    """`judge_logs` of the processes of each of the `files` (name, lines) of the folder
+    `source`, each process named with its file."""
+    logs: dict[str, ProcessLog] = {}
+    read: dict[str, list[str]] = {}
+    for name, lines in files:
+        found = {f"{process} ({name})": log for process, log in read_log(lines).items()}
+        logs |= found
+        read[name] = list(found)
+    return judge_logs(loaded, logs, source, read, folder=True)
+
+
+def judge_logs(
+    loaded: LoadedProfile,
+    found: Mapping[str, ProcessLog],
+    source: str,
+    files: dict[str, list[str]],
+    folder: bool = False,
+) -> LogReport:
+    """Every declared NCCL value against what each process `found` in the `files` read (of
+    the `folder` `source`, or of the log `source`) says it applied; each undeclared one judged
+    as `check` judges it in a running server (a log of NCCL's INFO lines is one `run
+    --nccl-debug` asked for)."""
     plan, policy = loaded.plan, loaded.profile.policy
-    logs = dict(sorted(read_log(lines).items(), key=lambda item: _process_order(item[0])))
+    logs = dict(sorted(found.items(), key=lambda item: _process_order(item[0])))
     declared = {key: value for key, value in plan.env.items() if key.startswith(catalog.PREFIX)}
     keys = [_verdict(key, value, logs) for key, value in declared.items()]
     undeclared: dict[str, dict[str, str]] = {}
@@ -124,9 +153,6 @@ def verify(loaded: LoadedProfile, lines: Iterable[str], source: str) -> LogRepor
         reasons=reasons,
         communicators={process: log.communicators for process, log in logs.items()},
         warnings={process: log.warnings for process, log in logs.items() if log.warnings},
+        files=files,
+        folder=folder,
     )
-
-
-def verify_profile(ref: str, lines: Iterable[str], source: str) -> LogReport:
-    """`verify` against the profile `ref` names."""
-    return verify(load_profile(ref), lines, source)

@@ -12,7 +12,7 @@ from nccl_launch.findings import Finding, Refused
 from nccl_launch.profile.lint import accept_line, review
 from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.profile.model import Baseline
-from nccl_launch.profile.search import pick, profile_files
+from nccl_launch.profile.search import folder_refusal, pick, profile_files, unique_dirs
 from nccl_launch.report import Report
 
 
@@ -200,11 +200,18 @@ def _shadowed(rows: list[ListedProfile]) -> set[Path]:
     return shadowed
 
 
-def list_profiles(search_path: list[tuple[Path, str]]) -> list[ListedProfile]:
-    """Every profile file on the labelled `search_path`, in search order; an invalid one is
-    listed, not fatal."""
-    rows = []
-    for path in profile_files([folder for folder, _ in search_path]):
+def list_profiles(search_path: list[tuple[Path, str]]) -> tuple[list[ListedProfile], list[str]]:
+    """Every profile file on the labelled `search_path`, in search order, an invalid one
+    listed, not fatal; and why a folder's files are not (`folder_refusal`), a line each."""
+    rows, refused, read = [], [], []
+    for folder in unique_dirs([folder for folder, _ in search_path]):
+        why = folder_refusal(folder)
+        label = next(label for each, label in search_path if each == folder)
+        if why is None:
+            read.append(folder)
+        else:
+            refused.append(f"{label} folder {folder}: not listed: {why}")
+    for path in profile_files(read):
         source = next((label for folder, label in search_path if path.parent == folder), "")
         try:
             loaded = load_profile(str(path))
@@ -223,4 +230,4 @@ def list_profiles(search_path: list[tuple[Path, str]]) -> list[ListedProfile]:
             )
         )
     shadowed = _shadowed(rows)
-    return [row.model_copy(update={"shadowed": row.path in shadowed}) for row in rows]
+    return [row.model_copy(update={"shadowed": row.path in shadowed}) for row in rows], refused

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files.paths import status_of
+from nccl_launch.files.trust import lets_others_replace, walk
 from nccl_launch.profile.document import read_profile_toml
 from nccl_launch.profile.markers import SEARCH_PATH_VAR, SYSTEM_DIR_VAR
 
@@ -76,6 +78,36 @@ def unique_dirs(dirs: list[Path]) -> list[Path]:
     for folder in dirs:
         kept.setdefault(real_path(folder), folder)
     return list(kept.values())
+
+
+def folder_refusal(folder: Path) -> str | None:
+    """Why no profile of the search folder `folder` is read: it cannot be read, or, as root,
+    another user could replace its files (the rule every profile file is read by); None
+    when its profiles are read, or it is not there (most of the search path is not)."""
+    try:
+        with os.scandir(folder):
+            pass
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as error:
+        return f"cannot read it: {error.strerror}"
+    if os.geteuid() != 0:
+        return None
+    try:
+        way = walk(folder)
+    except OSError as error:
+        return f"cannot read it: {error.strerror}"
+    if way.others is not None:
+        other, status = way.others
+    elif lets_others_replace(folder, way.end):
+        other, status = folder, way.end
+    else:
+        return None
+    return (
+        f"{other} (uid {status.st_uid}, mode {stat.S_IMODE(status.st_mode):04o}) lets other "
+        "users replace its profiles, which root does not read; chown root and chmod go-w, or "
+        "move them out of reach of other users"
+    )
 
 
 def profile_files(dirs: list[Path]) -> list[Path]:

@@ -167,7 +167,9 @@ def log_lines(report: LogReport) -> list[str]:
     then NCCL's own warnings of each process."""
     count = len(report.processes)
     header = f"verify-log {report.profile} ({short_digest(report.digest)}) against {report.source}"
-    lines = [f"{header}: {count} NCCL process{'' if count == 1 else 'es'}"]
+    files = len(report.files)
+    where = f" in {files} file{'' if files == 1 else 's'}" if report.folder else ""
+    lines = [f"{header}: {count} NCCL process{'' if count == 1 else 'es'}{where}"]
     names = [key.key for key in report.keys] + list(report.undeclared)
     width = max(map(len, names), default=0)  # a profile may declare no NCCL key at all
     for key in report.keys:
@@ -184,7 +186,13 @@ def log_lines(report: LogReport) -> list[str]:
     failed = sum(key.verdict in ("mismatch", "unconfirmed") for key in report.keys)
     unread = sum(key.verdict == "not-read" for key in report.keys)
     checked = sum(key.verdict not in ("not-logged", "not-read") for key in report.keys)
-    if not report.processes:
+    if report.folder:
+        lines += [
+            f"note  {name}: no NCCL INFO lines" for name, found in report.files.items() if not found
+        ]
+    if report.folder and not report.files:
+        lines.append(f"no NCCL log in {report.source}: NCCL started in no process of that run")
+    elif not report.processes:
         lines.append("no NCCL INFO lines: start the server with nccl-launch run --nccl-debug")
     verdict = "passed" if report.ok else "failed"
     tally = f"{checked - failed} of {checked} loggable values confirmed"

@@ -15,9 +15,9 @@ from typing import Any
 from nccl_launch.files.paths import is_regular
 from nccl_launch.serving.command import PYTHON
 from nccl_launch.serving.table import ServerTable
+from nccl_launch.tools import ask as ask_tool
 
 MARK = "NCCL_LAUNCH_PROBE "  # what each kind's probe.py prints before its answer
-PROBE_TIMEOUT_S = 300  # importing a server (and torch) on a cold disk is slow
 _TEXT_KEYS = {
     "import": ("error",),
     "parse": ("python", "python_version", "version", "error"),
@@ -27,31 +27,22 @@ _TEXT_KEYS = {
 
 def ask(
     server: ServerTable, package: str, server_args: list[str], env: Mapping[str, str],
-    fields: Collection[str],
+    fields: Collection[str], timeout: float,
 ) -> dict[str, Any]:  # fmt: skip
     """Run `package`'s probe.py under the server's interpreter, with the environment `run`
     gives the server (its PATH finds a bare interpreter, its PYTHONPATH the package); the
     script travels inline (`-c`) so that nothing beside it on disk can shadow the server's
     package. It reads no input: with PYTHONINSPECT in that environment, a terminal's would
-    hold it at Python's prompt. An answer without the parsed `fields` is none."""
+    hold it at Python's prompt. An answer without the parsed `fields` is none; one not given
+    in `timeout` seconds is the stage `timeout`, the probe and what it started killed."""
     source = resources.files(package).joinpath("probe.py").read_text("utf-8")
+    argv = [*interpreter(server.python, env), "-c", source, *server_args]
     try:
-        done = subprocess.run(
-            [*interpreter(server.python, env), "-c", source, *server_args],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=PROBE_TIMEOUT_S,
-            cwd=server.cwd,
-            env=dict(env),
-            check=False,
-        )
+        done = ask_tool(argv, timeout, cwd=server.cwd, env=env)
     except OSError as error:  # preflight looked at its cwd and interpreter first: a race
         return {"stage": "interpreter", "error": f"cannot run {server.python}: {error}"}
     except subprocess.TimeoutExpired:  # its text holds the argv, credentials and all
-        late = f"{server.python} did not answer in {PROBE_TIMEOUT_S} s"
-        return {"stage": "interpreter", "error": late}
+        return {"stage": "timeout", "error": f"{server.python} did not answer in {timeout:g} s"}
     for line in done.stdout.splitlines():
         if line.startswith(MARK):
             answer = _answer(line.removeprefix(MARK), fields)

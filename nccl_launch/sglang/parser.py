@@ -12,10 +12,12 @@ from nccl_launch.sglang.probe import FIELDS
 from nccl_launch.sglang.server import Server
 
 
-def probe(server: Server, argv: list[str], env: Mapping[str, str]) -> dict[str, Any]:
+def probe(
+    server: Server, argv: list[str], env: Mapping[str, str], timeout: float
+) -> dict[str, Any]:
     """SGLang's answer on the server's `argv`: what follows its interpreter and entrypoint."""
     server_args = argv[1 + len(shlex.split(server.entrypoint)) :]
-    return ask(server, "nccl_launch.sglang", server_args, env, FIELDS)
+    return ask(server, "nccl_launch.sglang", server_args, env, FIELDS, timeout)
 
 
 def expected_values(server: Server) -> dict[str, object]:

@@ -15,11 +15,13 @@ from nccl_launch.vllm.server import VllmServer, address_args
 _DEFAULTS = {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "nnodes": 1}
 
 
-def probe(server: VllmServer, argv: list[str], env: Mapping[str, str]) -> dict[str, Any]:
+def probe(
+    server: VllmServer, argv: list[str], env: Mapping[str, str], timeout: float
+) -> dict[str, Any]:
     """vLLM's answer on the server's `argv`: what follows its interpreter and entrypoint, read
     as `vllm serve` reads it (the entrypoint's own words name the `serve` subcommand)."""
     server_args = ["serve", *argv[1 + len(shlex.split(server.entrypoint)) :]]
-    return ask(server, "nccl_launch.vllm", server_args, env, FIELDS)
+    return ask(server, "nccl_launch.vllm", server_args, env, FIELDS, timeout)
 
 
 def expected_values(server: VllmServer) -> dict[str, object]:
