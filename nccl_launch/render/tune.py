@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nccl_launch.bench.stats import interval_text
+from nccl_launch.bench.stats import interval_text, outward
 from nccl_launch.escaping import escaped, shell_word
 from nccl_launch.profile.plan import short_digest
 from nccl_launch.tune.result import CandidateRow, Confirmation, Estimate, TrialRow, TuneReport
@@ -126,7 +126,8 @@ def chart_lines(report: TuneReport, rows: list[CandidateRow]) -> list[str]:
     its prefill rate, its measured starts of all, the winner marked `*`; 80 columns but for
     the changes at the end."""
     low, high = _scale(rows)
-    scale = f"{low:.1f}".ljust(BAR + 2 - len(f"{high:.1f}")) + f"{high:.1f}"
+    ends = [f"{end:.1f}" for end in outward((low, high))]  # as the intervals' are rounded
+    scale = ends[0].ljust(BAR + 2 - len(ends[1])) + ends[1]
     prefill = report.prefill_tolerance is not None
     table: list[tuple[str, ...]] = [
         (
