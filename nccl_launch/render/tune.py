@@ -41,8 +41,8 @@ def began_line(label: str, journal: Path, done: int) -> str:
 
 
 def plan_line(plan: Plan) -> str:
-    """What the search and its confirmation cost at least and at most, said before the first
-    start, and whether `--budget` allows it."""
+    """The starts the search takes at least and its confirmation at most, said before the
+    first, and whether `--budget` ends the search sooner."""
     each = (
         f"each of the {plan.candidates} combinations once"
         if plan.whole
