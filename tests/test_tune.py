@@ -25,12 +25,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomli_w
 
 from nccl_launch.bench.result import Method
-from nccl_launch.bench.stats import Start, t_quantile
+from nccl_launch.bench.stats import Start, interval_text, outward, t_quantile
 from nccl_launch.profile.model import Baseline
+from nccl_launch.render.tune import chart_lines
 from nccl_launch.tune.journal import Journal
-from nccl_launch.tune.search import CAP, Space, Values, confirm, descend, grid
+from nccl_launch.tune.result import CandidateRow, Estimate, Gain, TuneReport
+from nccl_launch.tune.search import CAP, Plan, Space, Values, confirm, descend, grid, planned
 from nccl_launch.tune.trial import TrialSettings
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import STANDIN, Server, free_port, wait_for
@@ -128,6 +131,11 @@ JSON_KEYS = {
     "kept",
     "baseline",
     "written_ref",
+    "decided",
+    "undecided",
+    "untried",
+    "untried_count",
+    "budget_to_decide",
 }
 
 
@@ -275,6 +283,43 @@ def test_the_budget_stops_the_search_with_the_best_so_far() -> None:
     assert found.best == objective.key(START | {"PROTO": "LL128"})  # trial 4 beat the start
 
 
+def test_a_budget_that_ends_the_search_first_names_what_it_left_open() -> None:
+    # LL128 (+12%) looked faster after its first start, each start up to 8% off: the noise
+    # rule asks for more starts of it, and the budget ends the search there.
+    objective = Separable(FACTORS, noise=0.08, seed=0)
+    found = descend(START, SPACE, objective, budget=4)
+    ll128 = objective.key(START | {"PROTO": "LL128"})
+    assert (found.stop, found.best, found.undecided) == (
+        "budget spent",
+        objective.key(START),
+        (ll128,),
+    )
+    others = [START | {"PROTO": "Simple"}, START | {"MAX_NCHANNELS": "8"}]
+    others += [START | {"MAX_NCHANNELS": "32"}, START | {"NTHREADS": "256"}]
+    assert (list(found.untried), found.untried_count) == (others, 4)
+    # The plan: 4 spent, LL128 up to CAP (3 more), the best up to CAP (2 more), each untried once.
+    assert found.to_decide == 4 + 3 + 2 + 4
+    # A budget that ends before NCCL's defaults names them too; a search that decides, nothing.
+    assert dict.fromkeys(SPACE) in descend(START, SPACE, Separable(FACTORS), budget=2).untried
+    decided = descend(START, SPACE, Separable(FACTORS), budget=None)
+    assert (decided.undecided, decided.untried, decided.to_decide) == ((), (), None)
+
+
+def test_a_budget_that_ends_the_grid_counts_what_it_never_started() -> None:
+    found = grid(START, SPACE, Separable(FACTORS), budget=5)
+    # The start, (LL, 8, 256) and (LL, 8, 512) of the grid's 18 were started.
+    assert (found.untried_count, len(found.untried), found.to_decide) == (15, 15, 5 + 15)
+    assert found.untried[0] == {"PROTO": "LL", "MAX_NCHANNELS": "16", "NTHREADS": "256"}
+
+
+def test_the_plan_counts_the_starts_a_search_takes_at_least() -> None:
+    # The profile's values twice, NCCL's defaults once, each change of one variable once.
+    assert planned(START, SPACE, False, None, 3) == Plan(3 + 5, 5, False, None, 9)
+    assert planned(START, SPACE, True, 4, 2) == Plan(3 + 18 - 1, 18, True, 4, 6)
+    # A profile that sets none of them: its values are the defaults, twice, then 8 changes.
+    assert planned(dict.fromkeys(SPACE), SPACE, False, None, 3) == Plan(2 + 8, 8, False, None, 6)
+
+
 def test_the_grid_measures_every_combination_and_the_fastest_wins() -> None:
     objective = Separable(FACTORS)
     found = grid(START, SPACE, objective, budget=None)
@@ -303,6 +348,31 @@ def test_the_confirmation_interleaves_its_rounds_in_rotating_order() -> None:
     keys = [objective.key(values) for values in three]
     assert objective.measured == keys + keys[1:] + keys[:1] + keys[2:] + keys[:2]
     assert [len(figures) for figures in starts.values()] == [3, 3, 3]
+
+
+def test_an_interval_is_rounded_outward_wherever_it_is_shown() -> None:
+    # 90.45-93.55 to the nearest tenth is 90.5-93.5, narrower than computed, where the written
+    # [baseline] records it outward, [90.4, 93.6]: one rounding, outward, everywhere.
+    estimate = Estimate(starts=3, mean=92.0, interval=[90.45, 93.55])
+    row = CandidateRow(
+        digest="sha256:" + "1" * 64, values={"PROTO": "LL128"}, changes="PROTO=LL128",
+        trials=[1], estimate=estimate,
+    )  # fmt: skip
+    method = Method(max_tokens=40, runs=3, warmup=0, prompt="x")
+    report = TuneReport(
+        profile="standin@1", digest=row.digest, path="standin.toml", journal="j.jsonl",
+        method=method, space={"PROTO": ["LL128"]}, strategy="descent", budget=None,
+        stop="converged", noise=0.01, dof=2, trials=[], candidates=[row],
+        profile_candidate=None, defaults_candidate=None, winner=row.digest, confirmation=None,
+    )  # fmt: skip
+    assert "  92.0   90.4-93.6  " in chart_lines(report, [row])[1]
+    assert interval_text(estimate.interval or []) == "90.4-93.6"
+    assert Baseline(decode_tok_s=92.0, interval=list(outward([90.45, 93.55]))).interval == [
+        90.4,
+        93.6,
+    ]
+    gain = Gain(gain=0.2, interval=[0.17355, 0.25145])  # nearest: +17.4%, +25.1%
+    assert gain.over("standin@1") == "+20.0% [+17.3%, +25.2%] over standin@1"
 
 
 # The journal, read back.
@@ -504,6 +574,11 @@ def test_a_profile_naming_env_files_by_relative_paths_is_measured_as_is(
     assert document["profile_candidate"] == document["digest"]
     gain = document["confirmation"]["gain_over_profile"]["gain"]
     assert gain > 0.25  # CLEAR's 100%, at least 30% whatever the host's delays
+    # The [baseline] as a table: no key for what was not measured (prefill, without
+    # --prompt-tokens), so that it is written as TOML as it is.
+    baseline = document["baseline"]
+    assert None not in baseline.values()
+    assert tomllib.loads(tomli_w.dumps({"baseline": baseline}))["baseline"] == baseline
 
 
 def test_tune_of_a_one_rank_server_keeps_proto_and_algo_as_declared(
@@ -555,7 +630,9 @@ def shown(run_cli: RunCli, ref: str) -> dict[str, Any]:
 def test_write_names_env_files_as_the_profile_does_and_reports_the_written_digest(
     write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
 ) -> None:
-    seed_with(write_profile, top='env_files = ["site.env"]\n')
+    # Notes of version 1's values (a problem LL128 fixes) are not true of version 2's.
+    provenance = '[provenance]\nhardware = "2 stand-in GPUs"\nnotes = "LL stalls at 2 ranks"\n'
+    seed_with(write_profile, top='env_files = ["site.env"]\n', bottom=provenance)
     (tmp_path / "profiles" / "site.env").write_text("HF_TOKEN=hf_site\n")
     result = run_cli(
         "tune", "standin", "--try", "PROTO=LL128", *FAST, "--write", "--format", "json", env=CLEAR
@@ -563,7 +640,10 @@ def test_write_names_env_files_as_the_profile_does_and_reports_the_written_diges
     assert result.returncode == 0, result.stdout + result.stderr
     document = json.loads(result.stdout)
     written = tmp_path / "profiles" / "standin-2.toml"
-    assert tomllib.loads(written.read_text())["env_files"] == ["site.env"]
+    text = tomllib.loads(written.read_text())
+    assert text["env_files"] == ["site.env"]
+    assert text["provenance"]["hardware"] == "2 stand-in GPUs"
+    assert set(text["provenance"]) == {"hardware", "measured", "date", "source"}
     base, tuned = shown(run_cli, "standin@1"), shown(run_cli, "standin@2")
     assert tuned["argv"] == base["argv"]
     changed = {key for key in base["env"].keys() | tuned["env"].keys()
@@ -619,11 +699,11 @@ def test_the_trials_of_a_server_without_a_key_listen_on_the_loopback_address_alo
         result = run_cli(*tune, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert seen == {"127.0.0.1"}
-    assert result.stderr == (
+    assert [line for line in result.stderr.splitlines() if "warning" in line] == [
         "nccl-launch: warning: standin@1's server gives no --api-key and its host 0.0.0.0 is "
         "not a loopback address: each trial listens on 127.0.0.1 alone, and is measured "
-        "there; a version --write writes keeps host 0.0.0.0\n"
-    )
+        "there; a version --write writes keeps host 0.0.0.0"
+    ]
     assert "winner (changes PROTO=LL128): " in result.stdout
     written = tomllib.loads((tmp_path / "profiles" / "standin-2.toml").read_text())
     assert written["server"]["host"] == "0.0.0.0"  # noqa: S104 - read, not bound
@@ -800,11 +880,45 @@ def test_write_gives_the_next_version_whose_baseline_bench_meets(
     assert ": met" in bench.stdout  # with the method recorded: 3 runs of 80 tokens
 
 
+def test_a_tune_the_budget_ends_before_it_decides_says_so_and_exits_1(
+    seed: int, run_cli: RunCli
+) -> None:
+    # The profile's values twice and NCCL's defaults once spend --budget 3: the two changes
+    # were never started, so nothing says the profile's values are best.
+    tries = ("--try", "PROTO=LL128", "--try", "NTHREADS=256")
+    tune = ("tune", "standin", *tries, *FAST, "--budget", "3", "--confirm", "2")
+    result = run_cli(*tune, "--format", "json", env=CLEAR)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert (
+        "the search starts a server at least 5 times (the profile's values twice, NCCL's "
+        "defaults once, each of the 2 candidates of a pass once), more where it asks (up to 4 "
+        "starts of a candidate not yet told from the best, another pass after one that keeps a "
+        "change); the confirmation up to 6; --budget 3 (the journal's trials included) ends "
+        "the search before it can decide\n"
+    ) in result.stderr
+    document = json.loads(result.stdout)
+    assert set(document) == JSON_KEYS
+    assert (document["decided"], document["undecided"]) == (False, [])
+    assert (document["untried"], document["untried_count"]) == (["PROTO=LL128", "NTHREADS=256"], 2)
+    assert document["budget_to_decide"] == 5
+    # The same command as text: every trial from the journal, the end says what is open.
+    again = run_cli(*tune, env=CLEAR)
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert "best so far (standin@1 as is): " in again.stdout
+    assert again.stdout.splitlines()[-3:] == [
+        "undecided: --budget 3 was spent (the journal's trials included) before the search decided",
+        "  never started: PROTO=LL128, NTHREADS=256",
+        "  about 5 starts would decide them (an estimate from the search's plan: each untried "
+        "candidate once, each undecided one and the best up to 4; a change kept asks for "
+        "another pass): the same command with --budget 5 resumes from the journal",
+    ]
+
+
 def test_a_second_tune_of_the_same_journal_is_refused_while_one_runs(
     seed: int, run_cli: RunCli, tmp_path: Path
 ) -> None:
     tune = ("tune", "standin", "--try", "PROTO=LL128", *FAST, "--budget", "1")
-    assert run_cli(*tune, env=MODEL).returncode == 0
+    assert run_cli(*tune, env=MODEL).returncode == 1  # a search --budget 1 ends undecided
     (journal,) = journals(tmp_path)
     with journal.open("a") as running:  # as the first tune holds it
         fcntl.flock(running, fcntl.LOCK_EX)
@@ -820,7 +934,7 @@ def test_a_journal_that_is_no_regular_file_says_to_move_it_aside(
     seed: int, run_cli: RunCli, tmp_path: Path
 ) -> None:
     tune = ("tune", "standin", "--try", "PROTO=LL128", *FAST, "--budget", "1")
-    assert run_cli(*tune, env=MODEL).returncode == 0
+    assert run_cli(*tune, env=MODEL).returncode == 1  # a search --budget 1 ends undecided
     (journal,) = journals(tmp_path)
     journal.unlink()
     os.mkfifo(journal)
@@ -917,7 +1031,7 @@ def test_a_started_line_edited_to_name_no_pid_is_a_warning_not_a_crash(
     pid: int, seed: int, run_cli: RunCli, tmp_path: Path
 ) -> None:
     command = ("tune", "standin", "--try", "PROTO=LL128", *FAST, "--budget", "1", "--confirm", "2")
-    assert run_cli(*command, env=MODEL).returncode == 0
+    assert run_cli(*command, env=MODEL).returncode == 1  # a search --budget 1 ends undecided
     (journal,) = journals(tmp_path)
     line = json.loads(journal.read_text().splitlines()[0])
     line["server"]["pid"] = pid
@@ -925,7 +1039,7 @@ def test_a_started_line_edited_to_name_no_pid_is_a_warning_not_a_crash(
         appended.write(json.dumps(line) + "\n")
     number = len(journal.read_text().splitlines())
     again = run_cli(*command, env=MODEL)
-    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.returncode == 1, again.stdout + again.stderr
     assert f"{journal}:{number}: not a trial" in again.stderr
 
 

@@ -141,6 +141,20 @@ def lower_bound(
     return difference - t_quantile(confidence, noise.dof) * error
 
 
+def outward(interval: Sequence[float]) -> tuple[float, float]:
+    """`interval` rounded outward to a tenth, as every output shows it and a [baseline]
+    records it, so that what is shown holds what was computed; a low end above 0 stays above
+    0 (a rate's is)."""
+    low, high = interval
+    return math.floor(low * 10) / 10 or low, math.ceil(high * 10) / 10
+
+
+def interval_text(interval: Sequence[float]) -> str:
+    """`90.4-93.6`: `interval` rounded `outward`."""
+    low, high = outward(interval)
+    return f"{low:.1f}-{high:.1f}"
+
+
 def _two_sided(center: float, error: float, noise: Noise) -> tuple[float, float]:
     """exp of center -/+ the two-sided CONFIDENCE half-width: an interval of rates or ratios."""
     half = t_quantile((1 + CONFIDENCE) / 2, noise.dof) * error

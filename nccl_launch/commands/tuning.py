@@ -17,6 +17,7 @@ from nccl_launch.secrets.masking import masked_json
 
 if TYPE_CHECKING:
     from nccl_launch.tune.result import TrialRow
+    from nccl_launch.tune.search import Plan
 
 DEFAULT_READY_TIMEOUT = 1200.0  # a large model loads for minutes
 # A server's workers free their GPU memory on SIGTERM; a tree still up after this is killed.
@@ -57,6 +58,11 @@ class TuneEcho(Echo):
     def warn(self, problem: str) -> None:
         warn(problem)
 
+    def planned(self, plan: Plan) -> None:
+        from nccl_launch.render.tune import plan_line
+
+        echo_lines([plan_line(plan)], err=True)  # beside the report, as a warning is
+
 
 @click.command()
 @profile_argument()
@@ -78,7 +84,8 @@ class TuneEcho(Echo):
     "--budget",
     type=click.IntRange(min=1),
     help="At most this many trials (server starts) of the search, those in the journal "
-    "included; the confirmation's come after  [default: no limit]",
+    "included; the confirmation's come after. A search it ends undecided says what is open "
+    "and exits 1  [default: no limit]",
 )
 @click.option("--grid", is_flag=True, help="Try every combination, not coordinate descent.")
 @click.option(
@@ -143,9 +150,11 @@ def tune(
     winner and NCCL's defaults judge its gain (with its 95% interval) and give its
     [baseline]. Every finished trial goes to a journal under $XDG_STATE_HOME/nccl-launch/tune:
     the same command resumes an interrupted tune to the same decisions. Exit 0 with a winner
-    (or none the noise allows over PROFILE's values), 1 when no trial could be measured, 2
-    bad options, space or profile, 3 a host problem (the port taken, a full disk, another
-    tune of the journal), 130 on Ctrl-C, SIGTERM or SIGHUP (the server stopped).
+    the search decided (or none the noise allows over PROFILE's values), 1 when no trial
+    could be measured or --budget ended the search before it decided (what it left open is
+    said, and the budget its plan says would decide it), 2 bad options, space or profile, 3 a
+    host problem (the port taken, a full disk, another tune of the journal), 130 on Ctrl-C,
+    SIGTERM or SIGHUP (the server stopped).
 
     With --prompt-tokens N every run measures prefill tok/s too, from the same requests: the
     objective stays decode, but a candidate whose prefill costs more than

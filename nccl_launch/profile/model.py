@@ -7,7 +7,14 @@ import re
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from nccl_launch.kinds import Server, ServerKind, default_kind, kind_of
 from nccl_launch.nccl import catalog, others, rules
@@ -63,6 +70,13 @@ class Baseline(BaseModel):
                 "with; valid: both, as `bench --write-baseline --prompt-tokens N` writes them"
             )
         return self
+
+    @model_serializer(mode="wrap")
+    def _as_table(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Without the keys it does not have: written as TOML, or read from JSON, it is the
+        same [baseline] table (TOML has no null)."""
+        fields: dict[str, Any] = handler(self)
+        return {key: value for key, value in fields.items() if value is not None}
 
     @property
     def floor(self) -> float:
@@ -230,6 +244,13 @@ class Provenance(StrictModel):
     date: Text | None = None
     software: Text | None = None
     notes: Text | None = None
+
+
+# What a profile's next version of other values (tune's winner) keeps of its [provenance]:
+# what it runs on. Its measurement, date and source are the new version's own; its notes
+# were written of the values it changes (a problem found, a workaround) and stay in the file
+# they describe, which the new version's source names.
+NEXT_VERSION_KEEPS = ("hardware", "software")
 
 
 class Profile(StrictModel):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nccl_launch.bench.result import BenchReport, Method, RunFigure, Verdict, WrittenBaseline
-from nccl_launch.bench.stats import CONFIDENCE
+from nccl_launch.bench.stats import CONFIDENCE, interval_text
 from nccl_launch.escaping import escaped
 from nccl_launch.kinds import kind_named
 from nccl_launch.live.compare import LiveReport
@@ -44,7 +44,7 @@ def _interval(interval: list[float] | None, runs: int) -> str:
     """`95% interval 89.1-90.9 tok/s` of a mean, or why it has none."""
     if interval is None:
         return f"no {INTERVAL} ({'one run' if runs < 2 else 'a run of no rate'})"
-    return f"{INTERVAL} {interval[0]:.1f}-{interval[1]:.1f} tok/s"
+    return f"{INTERVAL} {interval_text(interval)} tok/s"
 
 
 def _verdict_line(verdict: Verdict) -> str:
@@ -207,7 +207,7 @@ def _history_row(report: BenchReport) -> tuple[str, ...]:
         report.time,
         f"{len(report.runs)}x{_returned(report)}",
         f"{report.mean_tok_s or 0:.1f}",
-        "-" if interval is None else f"{interval[0]:.1f}-{interval[1]:.1f}",
+        "-" if interval is None else interval_text(interval),
         f"{report.ttft_s or 0:.3f}",
         "-" if prefill is None or report.method.prompt_tokens is None else f"{prefill:.1f}",
         _server(report, "-"),

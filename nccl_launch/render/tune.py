@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from nccl_launch.bench.stats import interval_text, outward
 from nccl_launch.escaping import escaped, shell_word
 from nccl_launch.profile.plan import short_digest
 from nccl_launch.tune.result import CandidateRow, Confirmation, Estimate, TrialRow, TuneReport
+from nccl_launch.tune.search import CAP, Plan
 from nccl_launch.tune.trial import TrialOutcome, tail_lines
 
 BAR = 24  # characters of a chart's scale
@@ -36,6 +38,30 @@ def began_line(label: str, journal: Path, done: int) -> str:
     return (
         f"tuning {label}; journal {journal} ({done} finished trial{'' if done == 1 else 's'} in it)"
     )
+
+
+def plan_line(plan: Plan) -> str:
+    """The starts the search takes at least and its confirmation at most, said before the
+    first, and whether `--budget` ends the search sooner."""
+    each = (
+        f"each of the {plan.candidates} combinations once"
+        if plan.whole
+        else f"each of the {plan.candidates} candidates of a pass once"
+    )
+    more = f"up to {CAP} starts of a candidate not yet told from the best" + (
+        "" if plan.whole else ", another pass after one that keeps a change"
+    )
+    line = (
+        f"the search starts a server at least {plan.least} times (the profile's values twice, "
+        f"NCCL's defaults once, {each}), more where it asks ({more}); the confirmation up to "
+        f"{plan.confirming}"
+    )
+    if plan.budget is not None and plan.budget < plan.least:
+        line += (
+            f"; --budget {plan.budget} (the journal's trials included) ends the search before "
+            "it can decide"
+        )
+    return line
 
 
 def _trial(number: int, confirm: bool) -> str:
@@ -100,7 +126,8 @@ def chart_lines(report: TuneReport, rows: list[CandidateRow]) -> list[str]:
     its prefill rate, its measured starts of all, the winner marked `*`; 80 columns but for
     the changes at the end."""
     low, high = _scale(rows)
-    scale = f"{low:.1f}".ljust(BAR + 2 - len(f"{high:.1f}")) + f"{high:.1f}"
+    ends = [f"{end:.1f}" for end in outward((low, high))]  # as the intervals' are rounded
+    scale = ends[0].ljust(BAR + 2 - len(ends[1])) + ends[1]
     prefill = report.prefill_tolerance is not None
     table: list[tuple[str, ...]] = [
         (
@@ -122,7 +149,7 @@ def chart_lines(report: TuneReport, rows: list[CandidateRow]) -> list[str]:
                 "*" if row.digest == report.winner else " ",
                 _bar(estimate, low, high),
                 f"{estimate.mean:.1f}" if estimate else "-",
-                f"{interval[0]:.1f}-{interval[1]:.1f}" if interval else "-",
+                interval_text(interval) if interval else "-",
                 *([_rate(row.prefill_tok_s)] if prefill else []),
                 f"{estimate.starts if estimate else 0}/{len(row.trials)}",
                 escaped(_label(report, row)),
@@ -154,9 +181,7 @@ def _refused_lines(report: TuneReport) -> list[str]:
         if not row.prefill_refused or tolerance is None:
             continue
         mine = row.prefill_tok_s
-        interval = (
-            f" [{mine.interval[0]:.1f}-{mine.interval[1]:.1f}]" if mine and mine.interval else ""
-        )
+        interval = f" [{interval_text(mine.interval)}]" if mine and mine.interval else ""
         lines.append(
             f"refused for its prefill cost: {escaped(row.changes)} won decode "
             f"({_rate(row.estimate)} tok/s) by the noise rule, but its prefill "
@@ -213,7 +238,8 @@ def _confirmation_lines(report: TuneReport, confirmation: Confirmation) -> list[
     prefill = confirmation.prefill_over_profile
     if prefill is not None:
         gains.append(f"prefill {prefill.over(report.profile)}")
-    lines.append(f"winner ({said}): {rate}" + "".join(f", {gain}" for gain in gains))
+    word = "winner" if report.decided else "best so far"
+    lines.append(f"{word} ({said}): {rate}" + "".join(f", {gain}" for gain in gains))
     if report.prefill_confirmed is False:
         lines.append(_prefill_not_confirmed(report))
     elif report.confirmed is False:
@@ -273,9 +299,42 @@ def summary_lines(report: TuneReport) -> list[str]:
         table = ", ".join(
             f"{key} = {value}" for key, value in baseline.model_dump(exclude_unset=True).items()
         )
+        won = "own values won" if report.decided else "values are the best so far"
         lines.append(
-            f"nothing written: {report.profile}'s own values won; to record the figure, set "
-            f"in [baseline] of {report.path}: {table}"
+            f"nothing written: {report.profile}'s {won}; to record the figure, set in "
+            f"[baseline] of {report.path}: {table}"
+        )
+    return [*lines, *undecided_lines(report)]
+
+
+def undecided_lines(report: TuneReport) -> list[str]:
+    """Where the budget ended the search first: what it left undecided and untried, and the
+    budget its plan says would decide them; nothing where it decided."""
+    if report.stop != "budget spent":
+        return []
+    lines = [
+        f"undecided: --budget {report.budget} was spent (the journal's trials included) before "
+        "the search decided"
+    ]
+    best = report.candidate(report.winner)
+    for digest in report.undecided:
+        row = report.candidate(digest)
+        if row is not None and row.estimate is not None and best is not None:
+            lines.append(
+                f"  not yet told from the best so far by the noise: {escaped(row.changes)} "
+                f"({_rate(row.estimate)} tok/s over {row.estimate.starts} starts, the best "
+                f"{_rate(best.estimate)} over {best.estimate.starts if best.estimate else 0})"
+            )
+    if report.untried:
+        more = report.untried_count - len(report.untried)
+        listed = ", ".join(escaped(changes) for changes in report.untried)
+        lines.append(f"  never started: {listed}" + (f" and {more} more" if more else ""))
+    if report.budget_to_decide is not None:
+        lines.append(
+            f"  about {report.budget_to_decide} starts would decide them (an estimate from the "
+            f"search's plan: each untried candidate once, each undecided one and the best up to "
+            f"{CAP}; a change kept asks for another pass): the same command with --budget "
+            f"{report.budget_to_decide} resumes from the journal"
         )
     return lines
 

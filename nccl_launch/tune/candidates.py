@@ -21,6 +21,7 @@ from nccl_launch.kinds import ServerKind, address, kind_of
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.profile.chain import ProfileChain
 from nccl_launch.profile.load import LoadedProfile, validate_resolved
+from nccl_launch.profile.model import NEXT_VERSION_KEEPS
 from nccl_launch.profile.new import (
     env_files_from,
     moved_line,
@@ -186,13 +187,16 @@ class Candidates:
     def write_next(
         self, winner: Candidate, baseline: dict[str, Any], provenance: dict[str, str]
     ) -> tuple[Path, ProfilePlan]:
-        """The winner as the base's next version, with `baseline` and `provenance` over the
-        base's, never over an existing file; its digest is the winner's."""
+        """The winner as the base's next version, with `baseline`, and `provenance` over what
+        the base's next version keeps of its own; never over an existing file; its digest is
+        the winner's."""
         path = self.next_path()
         profile = self.base.profile
         data = copy.deepcopy(winner.data)
         data |= {"name": profile.name, "version": profile.version + 1}
         data["description"] = profile.description
-        data["provenance"] = self.data.get("provenance", {}) | provenance
+        kept = self.data.get("provenance", {})
+        kept = {key: kept[key] for key in NEXT_VERSION_KEEPS if key in kept}
+        data["provenance"] = kept | provenance
         data["baseline"] = baseline  # last, as in the shipped files
         return path, write_profile(path, tomli_w.dumps(data), private=self.private, force=False)

@@ -7,10 +7,17 @@ import math
 from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import BaseModel, computed_field
+from pydantic import BaseModel, Field, computed_field
 
 from nccl_launch.bench.result import Method
-from nccl_launch.bench.stats import Noise, Start, mean_figure, rate_interval, ratio_interval
+from nccl_launch.bench.stats import (
+    Noise,
+    Start,
+    mean_figure,
+    outward,
+    rate_interval,
+    ratio_interval,
+)
 from nccl_launch.errors import EXIT_DRIFT, EXIT_OK
 from nccl_launch.profile.model import Baseline
 from nccl_launch.report import Report
@@ -91,7 +98,7 @@ class Gain(BaseModel):
 
     def over(self, what: str) -> str:
         """`+24.8% [+19.0%, +30.9%] over standin@1`."""
-        low, high = (f"{end * 100:+.1f}%" for end in self.interval)
+        low, high = (f"{end:+.1f}%" for end in outward([end * 100 for end in self.interval]))
         return f"{self.gain * 100:+.1f}% [{low}, {high}] over {what}"
 
 
@@ -116,11 +123,14 @@ class Confirmation(BaseModel):
         return [gain.over(what) for gain, what in over if gain is not None]
 
 
-EXIT_NOTHING = EXIT_DRIFT  # no candidate measured: every trial failed, drifted or was refused
+# No candidate measured (every trial failed, drifted or was refused), or the budget ended the
+# search before it decided: as `bench` below its baseline, no answer to act on.
+EXIT_NO_ANSWER = EXIT_DRIFT
 
 
 class TuneReport(Report):
-    """`tune`'s result: exit 0 with a winner, 1 when no candidate could be measured."""
+    """`tune`'s result: exit 0 with a winner the search decided, 1 when no candidate could be
+    measured or the budget ended the search first."""
 
     profile: str
     digest: str
@@ -157,6 +167,15 @@ class TuneReport(Report):
     baseline: Baseline | None = None
     # How `run` names it: NAME@VERSION where the search path finds it there, else its path.
     written_ref: str | None = None
+    # Where the budget ended the search first: the digests of candidates the noise rule had
+    # not yet told from the best, the changes of those a pass (or the grid) would start that
+    # never were (the first 20 of `untried_count`), and the budget the search's plan says
+    # would decide them: an estimate (each untried one started once, each undecided one and
+    # the best up to 4 times; a change kept asks for another pass).
+    undecided: list[str] = Field(default_factory=list)
+    untried: list[str] = Field(default_factory=list)
+    untried_count: int = 0
+    budget_to_decide: int | None = None
 
     def candidate(self, digest: str | None) -> CandidateRow | None:
         return next((row for row in self.candidates if row.digest == digest), None)
@@ -197,7 +216,15 @@ class TuneReport(Report):
         gain = self.confirmation.prefill_over_profile if self.confirmation else None
         return gain is not None and gain.interval[0] > -self.prefill_tolerance
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def decided(self) -> bool:
+        """Whether the search ended by its own rule (converged, the grid done), not the budget
+        or nothing measured."""
+        return self.stop in ("converged", "grid done")
+
     @property
     def exit_code(self) -> int:
-        """0 with a winner; 1 when no trial could be measured."""
-        return EXIT_OK if self.winner is not None else EXIT_NOTHING
+        """0 with a winner the search decided; 1 when no trial could be measured, or the
+        budget ended the search first."""
+        return EXIT_OK if self.winner is not None and self.decided else EXIT_NO_ANSWER

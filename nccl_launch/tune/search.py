@@ -12,6 +12,10 @@ candidate's estimate is above the best's but its bound is not yet, the one of th
 fewer starts (the candidate on a tie) is started again, each at most CAP times, before the
 change is refused as no difference the noise allows.
 
+A budget may end the search before it decides: what it leaves open is then said (`Found`):
+the candidates the noise rule has not yet told from the best (undecided), and those a pass
+from the best would start that never were (untried).
+
 With a prefill tolerance (tune --prompt-tokens), a change the rule keeps is refused still
 where its prefill costs more than the tolerance: where the one-sided 95% upper bound of its
 prefill over the profile's values' (the reference: the first candidate measured where they
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -42,6 +47,7 @@ Space = dict[str, tuple[str | None, ...]]
 # "nothing measured": no start of any candidate could be measured, whatever ended the search.
 Stop = Literal["converged", "grid done", "budget spent", "nothing measured"]
 CAP = 4  # starts of one candidate, at most, while a decision asks for more
+SHOWN = 20  # untried candidates listed, at most: a grid may hold billions
 
 
 class Objective(Protocol):
@@ -56,12 +62,19 @@ class Objective(Protocol):
 @dataclass(frozen=True)
 class Found:
     """Every start of each key tried, in the order first tried (None: a start that could
-    not be measured); the winner's key (None: nothing measured); why the search stopped."""
+    not be measured); the winner's key (None: nothing measured); why the search stopped.
+    Where the budget stopped it: the keys it had not decided, the candidates it never
+    started (the first SHOWN of `untried_count`), and the starts a budget would need, by the
+    search's plan, to decide them (`to_decide`)."""
 
     starts: dict[str, list[Start | None]]
     best: str | None
     stop: Stop
     refused: tuple[str, ...] = ()  # keys whose decode gain was refused for their prefill
+    undecided: tuple[str, ...] = ()
+    untried: tuple[Values, ...] = ()
+    untried_count: int = 0
+    to_decide: int | None = None
 
 
 def measured(starts: list[Start | None]) -> list[Start]:
@@ -80,6 +93,7 @@ class _Trials:
         self.budget = budget
         self.tolerance = tolerance  # of prefill below the reference's; None: not judged
         self.starts: dict[str, list[Start | None]] = {}
+        self.values: dict[str, Values] = {}  # each key's values, as first started
         self.spent = 0
         self.decided: dict[tuple[str, str], bool] = {}
         self.guarded: dict[str, bool] = {}  # each key's prefill, judged once
@@ -94,6 +108,7 @@ class _Trials:
         key = self.objective.key(values)  # the candidate started, whatever its start teaches
         found = self.objective.measure(values)
         self.starts.setdefault(key, []).append(found)
+        self.values.setdefault(key, values)
 
     def figures(self, values: Values, first: int = 1) -> list[Start]:
         """The measured starts of `values`, started `first` times where it never was."""
@@ -166,7 +181,9 @@ class _Trials:
         """How many times `values` was started."""
         return len(self.starts.get(self.objective.key(values), []))
 
-    def found(self, stop: Stop) -> Found:
+    def found(self, stop: Stop, pending: Pending | None = None) -> Found:
+        """What the search found; where the budget stopped it, what of `pending` (the
+        candidates it would still judge against the best) it left open."""
         if not any(measured(starts) for starts in self.starts.values()):
             stop = "nothing measured"
         best = self.best
@@ -174,12 +191,102 @@ class _Trials:
         if key is not None and not measured(self.starts.get(key, [])):
             key = None
         refused = tuple(found for found, within in self.guarded.items() if not within)
-        return Found(dict(self.starts), key, stop, refused)
+        if stop != "budget spent" or best is None or pending is None:
+            return Found(dict(self.starts), key, stop, refused)
+        started = {
+            name: values for name, values in self.values.items() if pending.holds(values, best)
+        }
+        undecided = [
+            values
+            for name, values in started.items()
+            if name != key and name not in refused and self._open(values, best)
+        ]
+        # NCCL's defaults, where the budget ended the search before their start.
+        first = [] if pending.holds(nccl := defaults(pending.space), best) else [nccl]
+        untried = (
+            values
+            for values in itertools.chain(first, pending.each(best))
+            if self.objective.key(values) not in self.starts
+        )
+        count = pending.count(best) - len(started)
+        count += sum(self.objective.key(values) not in self.starts for values in first)
+        # The plan: each untried candidate started once (as one slower than the best is),
+        # each undecided one and the best up to CAP times.
+        more = sum(CAP - self._count(values) for values in undecided)
+        more += CAP - self._count(best) if undecided else 0
+        return Found(
+            dict(self.starts), key, stop, refused,
+            tuple(self.objective.key(values) for values in undecided),
+            tuple(itertools.islice(untried, SHOWN)), count, self.spent + more + count,
+        )  # fmt: skip
+
+    def _open(self, candidate: Values, best: Values) -> bool:
+        """Whether the noise rule has yet to decide `candidate` against `best`: no decision
+        made, its estimate above the best's, and either may be started again."""
+        if (self.objective.key(candidate), self.objective.key(best)) in self.decided:
+            return False
+        mine, theirs = self.figures(candidate), self.figures(best)
+        above = bool(mine) and mean_figure(mine) > mean_figure(theirs)
+        return above and self._more(candidate, best) is not None
+
+
+@dataclass(frozen=True)
+class Pending:
+    """The candidates a search judges against its best: each combination of the space's
+    values (`whole`, the grid), or each change of one variable of the best (a pass)."""
+
+    space: Space
+    whole: bool
+
+    def holds(self, values: Values, best: Values) -> bool:
+        if not all(values[name] in choices for name, choices in self.space.items()):
+            return False
+        return self.whole or sum(values[name] != best[name] for name in self.space) == 1
+
+    def each(self, best: Values) -> Iterator[Values]:
+        """Lazily: a grid may hold billions."""
+        if self.whole:
+            for combination in itertools.product(*self.space.values()):
+                yield dict(zip(self.space, combination, strict=True))
+            return
+        for name, choices in self.space.items():
+            for value in choices:
+                if value != best[name]:
+                    yield best | {name: value}
+
+    def count(self, best: Values) -> int:
+        if self.whole:
+            return math.prod(len(choices) for choices in self.space.values())
+        return sum(value != best[name] for name, choices in self.space.items() for value in choices)
 
 
 def defaults(space: Space) -> Values:
     """Every searched variable unset: NCCL's defaults, the reference."""
     return dict.fromkeys(space)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a search from `start` costs where no decision asks for more starts and no pass
+    keeps a change (`least` starts: the start's values twice, NCCL's defaults once, each of
+    `candidates` once, those of a pass or the `whole` grid), its `budget`, and the most
+    starts its confirmation takes (`confirming`)."""
+
+    least: int
+    candidates: int
+    whole: bool
+    budget: int | None
+    confirming: int
+
+
+def planned(start: Values, space: Space, whole: bool, budget: int | None, rounds: int) -> Plan:
+    """The plan of a search from `start` and its confirmation of `rounds` (of the start's
+    values, the winner and NCCL's defaults)."""
+    pending = Pending(space, whole)
+    ends = [start] + ([defaults(space)] if defaults(space) != start else [])
+    candidates = pending.count(start)
+    least = 1 + candidates + sum(not pending.holds(end, start) for end in ends)
+    return Plan(least, candidates, whole, budget, rounds * (len(ends) + 1))
 
 
 def _begin(trials: _Trials, start: Values, space: Space) -> None:
@@ -217,7 +324,7 @@ def descend(
                     if value != held[name] and trials.kept(candidate):
                         current, changed = candidate, True
     except _Spent:
-        return trials.found("budget spent")
+        return trials.found("budget spent", Pending(space, whole=False))
     return trials.found("converged")
 
 
@@ -237,7 +344,7 @@ def grid(
         for combination in itertools.product(*space.values()):
             trials.kept(dict(zip(space, combination, strict=True)))
     except _Spent:
-        return trials.found("budget spent")
+        return trials.found("budget spent", Pending(space, whole=True))
     return trials.found("grid done")
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path, PurePath
@@ -13,7 +12,14 @@ from typing import Any, Protocol
 
 from nccl_launch.bench.measure import Progress
 from nccl_launch.bench.result import Method
-from nccl_launch.bench.stats import Noise, Start, pooled_noise, prefill_starts
+from nccl_launch.bench.stats import (
+    Noise,
+    Start,
+    interval_text,
+    outward,
+    pooled_noise,
+    prefill_starts,
+)
 from nccl_launch.errors import UsageError
 from nccl_launch.nccl.catalog import PREFIX
 from nccl_launch.profile.chain import read_chain
@@ -24,7 +30,7 @@ from nccl_launch.profile.search import find_profile
 from nccl_launch.tune import journal
 from nccl_launch.tune.candidates import Candidates, changes
 from nccl_launch.tune.result import CandidateRow, Confirmation, Estimate, Gain, TrialRow, TuneReport
-from nccl_launch.tune.search import Space, Values, confirm, defaults, descend, grid
+from nccl_launch.tune.search import Plan, Space, Values, confirm, defaults, descend, grid, planned
 from nccl_launch.tune.trial import TrialOutcome, TrialSettings, run_trial
 
 
@@ -38,6 +44,8 @@ class TuneProgress(Progress, Protocol):
     def ended(self, row: TrialRow) -> None: ...
 
     def warn(self, problem: str) -> None: ...
+
+    def planned(self, plan: Plan) -> None: ...
 
 
 def confirming_method(base: LoadedProfile, method: Method) -> Method:
@@ -245,6 +253,7 @@ def run_tune(
             progress.warn(lockdown)
         progress.began(base.plan.label, opened.path, len(opened.done))
         start = candidates.start(list(space))
+        progress.planned(planned(start, space, use_grid, budget, rounds))
         trials = _Trials(candidates, opened, settings, progress, start)
         found = (grid if use_grid else descend)(start, space, trials, budget, tolerance)
         searched = _grouped(trials.rows)
@@ -277,6 +286,10 @@ def run_tune(
         defaults_candidate=_tried(ends[1], searched),
         winner=found.best,
         confirmation=_confirmation(trials.rows, confirming.method, rounds, found.best, ends),
+        undecided=list(found.undecided),
+        untried=[changes(values, start) for values in found.untried],
+        untried_count=found.untried_count,
+        budget_to_decide=found.to_decide,
     )
     report = report.model_copy(update={"baseline": _baseline(report, base)})
     if not write or report.baseline is None:
@@ -357,9 +370,7 @@ def _baseline(report: TuneReport, base: LoadedProfile) -> Baseline | None:
     if method.concurrency != 1:
         fields["concurrency"] = method.concurrency
     if estimate.interval is not None:
-        low, high = estimate.interval
-        # Outward to a tenth, where that keeps the low end above 0 (a [baseline] rate is).
-        fields["interval"] = [math.floor(low * 10) / 10 or low, math.ceil(high * 10) / 10]
+        fields["interval"] = list(outward(estimate.interval))
     return Baseline(**fields)
 
 
@@ -367,9 +378,7 @@ def _provenance(report: TuneReport, baseline: Baseline) -> dict[str, str]:
     """What the written version says of where it came from."""
     confirmation = report.confirmation
     gains = confirmation.gains(report.profile) if confirmation else []
-    within = (
-        f", 95% interval {baseline.interval[0]}-{baseline.interval[1]}" if baseline.interval else ""
-    )
+    within = f", 95% interval {interval_text(baseline.interval)}" if baseline.interval else ""
     measured = (
         f"{baseline.decode_tok_s:.1f} tok/s decode (mean of {baseline.starts} server starts "
         f"of {baseline.runs} runs of {baseline.max_tokens} tokens{within}) by nccl-launch tune"
