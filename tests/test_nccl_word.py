@@ -20,6 +20,7 @@ from nccl_launch.live.nccl_logs import NcclLogs, expanded
 from nccl_launch.live.processes import ProcessSnapshot
 from nccl_launch.profile.load import load_profile
 from nccl_launch.profile.model import Policy
+from nccl_launch.render.reports import live_lines
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import PROFILE, STANDIN, free_port, while_running
 
@@ -126,6 +127,25 @@ def test_only_what_proc_cannot_see_is_an_entry_of_nccls_word(
     assert report.exit_code == 1
 
 
+def test_a_value_nccls_log_contradicts_is_no_match(
+    tmp_path: Path, write_profile: WriteProfile
+) -> None:
+    """/proc shows the profile's NCCL_PROTO, the rank's NCCL applied another: the process's
+    count of matches leaves it out, in the JSON's `matched` and the text alike."""
+    text = 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\nBUFFSIZE = "16MiB"\n'
+    loaded = load_profile(str(write_profile("p", text)))
+    pid = os.getpid()
+    path = tmp_path / f"vm.{pid}.log"
+    path.write_text(LINE.format(pid=pid, value="Simple"))
+    snapshot = _snapshot(path, pid, NCCL_BUFFSIZE="16777216")
+    report = evaluate(loaded.plan, loaded.profile.policy, "p.toml", [snapshot])
+    [process] = report.processes
+    assert process.matched == ["NCCL_BUFFSIZE"]
+    assert [line for line in live_lines(report) if " match" in line] == [
+        "  drift, 1 match, tolerated: NCCL_DEBUG_FILE"
+    ]
+
+
 # The stand-in's tree started by the console script's `run --nccl-debug`, checked and stopped
 # in a PID namespace of the test's own: PID 1 is this driver, and everything left dies with it.
 DRIVER = """
@@ -208,8 +228,9 @@ def test_a_ranks_late_export_is_drift_by_nccls_word_and_stops_the_tree(
     at = text.index(f"pid {pid}  sglang::scheduler_TP1")
     assert text[at + 1] == f'  ~ NCCL_PROTO  "LL" -> "Simple"  (NCCL\'s log; {line})'
     assert text[-1].startswith("fix: NCCL's log says what the process set inside itself")
-    # /proc sees nothing: the rank started with the profile's value.
-    assert "NCCL_PROTO" in rank1["matched"]
+    # /proc sees nothing (the rank started with the profile's value), yet no match: NCCL's
+    # word wins.
+    assert "NCCL_PROTO" not in rank1["matched"]
     [entry] = [e for e in rank1["entries"] if not e["tolerated"]]
     assert (entry["source"], entry["actual"]) == ("NCCL's log", "Simple")
     assert rank1["nccl_log"]["file"].endswith(f".{pid}.log")

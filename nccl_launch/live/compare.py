@@ -103,12 +103,13 @@ def process_report(
         declared_by=declared.files,
     )
     nccl_log, said = logs.judge(snapshot, declared.env, policy)
+    contradicted = {entry.key for entry in said}  # NCCL's word wins over /proc's
     return ProcessReport(
         pid=snapshot.pid,
         title=snapshot.title,
         readable=True,
         entries=entries + said,
-        matched=matched,
+        matched=[key for key in matched if key not in contradicted],
         nccl_log=nccl_log,
     )
 
