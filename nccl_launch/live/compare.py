@@ -131,7 +131,7 @@ def evaluate(
     main_env = snapshots[0].env or {}
     declared = declared_environment(plan, env_files)
     logs = NcclLogs() if logs is None else logs
-    logs.forget_others(snapshots)
+    logs.look(snapshots)
     return LiveReport(
         profile=plan.label,
         digest=plan.digest,
