@@ -255,15 +255,19 @@ def test_a_log_of_any_length_keeps_a_bounded_part() -> None:
     reader = LogReader()
     head = "h:9:9 [0] NCCL INFO "
     reader.feed(head + "NCCL_SOCKET_IFNAME set by environment to lo")
+    known = sorted(catalog.catalog())  # every name NCCL reads: more than a log keeps
     for n in range(2_000):
         reader.feed(f"{head}ncclCommInitRankConfig comm 0x{n:x} rank 0 nranks 2 - Init START")
-        reader.feed(f"{head}NCCL_X{n} set by environment to {n}")
+        reader.feed(f"{head}{known[n % len(known)]} set by environment to {n}")
+        reader.feed(f"{head}NCCL_X{n} set by environment to {n}")  # a name NCCL never read
         reader.feed(f"h:9:9 [0] misc/x.cc:{n} NCCL WARN flood {n}")
         reader.feed(f"{head}Invalid NCCL_NTHREADS {n} (must be a multiple of 32)")
     reader.feed(head + "NCCL_SOCKET_IFNAME set by environment to " + "e" * (1 << 20))
     log = reader.processes["h:9 [0]"]
     assert len(log.communicators) == log_module.COMMUNICATORS_KEPT
     assert sum(map(len, log.applied.values())) == log_module.VALUES_KEPT
+    unknown = [key for key in log.applied if catalog.lookup(key) is None]
+    assert len(unknown) == log_module.UNKNOWN_KEPT
     assert log.warnings[0] == "misc/x.cc:0 flood 0"
     assert len(log.warnings) == len(log.invalid) == log_module.LINES_KEPT
     [ifname] = log.values("NCCL_SOCKET_IFNAME")

@@ -556,7 +556,7 @@ def test_a_file_processes_share_is_read_once_a_look_each_judged_by_its_own_lines
     for each in (first, drifted, third):  # the one file read once, as far as the bound
         assert (each["nccl_log"]["read_bytes"], each["nccl_log"]["size_bytes"]) == (
             LOOK_LIMIT, size)  # fmt: skip
-    said = f"  NCCL's log {shared}: 1 applied as the profile; read the first 8.0 MiB of its "
+    said = f"  NCCL's log {shared}: 1 applied as the profile; read the first 4.0 MiB of its "
     assert found["text"]["out"].count(f"{said}{size / (1 << 20):.1f} MiB so far") == 2
 
 

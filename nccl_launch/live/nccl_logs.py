@@ -35,7 +35,7 @@ FOLDER = STATE / "nccl-debug"
 LOG_NAME = "%h.%p.log"  # expanded by NCCL in each process: its host and its PID
 # Read of all the tree's files at one look, shared evenly between them: NCCL's INIT,ENV lines
 # are some 10 KiB a rank, written at each communicator's init, from the start of the file on.
-LOOK_LIMIT = 8 << 20
+LOOK_LIMIT = 4 << 20
 SOURCE = "NCCL's log"
 _FIX = "set XDG_STATE_HOME to a folder of your own"
 _LOOK = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC

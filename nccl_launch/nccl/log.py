@@ -42,7 +42,8 @@ Verdict = Literal["ok", "differs", "not-read", "pending", "unconfirmed", "not-lo
 # alone; its first communicators, values and lines are kept, and a value already kept is
 # always brought up to date.
 COMMUNICATORS_KEPT = 64
-VALUES_KEPT = 256  # (name, communicator) pairs
+VALUES_KEPT = 128  # (name, communicator) pairs
+UNKNOWN_KEPT = 4  # names the catalog does not know (a newer NCCL's): each costs a did-you-mean
 LINES_KEPT = 16  # warnings, and `Invalid` lines
 VALUE_LIMIT = 1024  # characters of a value: NCCL's are names, numbers and short lists
 
@@ -59,6 +60,7 @@ class ProcessLog:
     completed: set[str] = field(default_factory=set)  # communicators that logged Init COMPLETE
     starting: dict[str, str] = field(default_factory=dict)  # thread -> comm in its init
     kept: int = 0  # values kept, of VALUES_KEPT
+    unknown: int = 0  # names kept that the catalog does not know, of UNKNOWN_KEPT
 
     @property
     def complete(self) -> bool:
@@ -77,6 +79,10 @@ class ProcessLog:
         per_communicator = logged is not None and logged.per == "communicator"
         slot = self.starting.get(thread, _PROCESS) if per_communicator else _PROCESS
         slots = self.applied.get(key)
+        if slots is None and catalog.lookup(key) is None:
+            if self.unknown >= UNKNOWN_KEPT:
+                return
+            self.unknown += 1
         if slots is None or slot not in slots:
             if self.kept >= VALUES_KEPT:
                 return

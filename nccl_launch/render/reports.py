@@ -42,14 +42,17 @@ def preflight_lines(report: PreflightReport) -> list[str]:
     return lines
 
 
+_SHOWN: tuple[Reason, ...] = ("drift", "not-nccl")  # entries shown one a line; others named
+
+
 def _process_lines(process: ProcessReport) -> list[str]:
     lines = [f"pid {process.pid}  {process.title}"]
     if not process.readable:
         return [*lines, f"  unreadable: {process.reason}"]
     # Someone else's variables (an image's NCCL_VERSION) are shown as what they are.
-    shown = [entry for entry in process.entries if entry.reason in ("drift", "not-nccl")]
+    shown = [entry for entry in process.entries if entry.reason in _SHOWN]
     lines += drift_lines(shown)
-    owned = [entry.key for entry in process.entries if entry not in shown]
+    owned = [entry.key for entry in process.entries if entry.reason not in _SHOWN]
     tolerated = f", tolerated: {', '.join(owned)}" if owned else ""
     status = "drift" if process.drifted else "no drift"
     lines.append(f"  {status}, {len(process.matched)} match{tolerated}")
