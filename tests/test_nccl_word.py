@@ -112,6 +112,28 @@ def test_a_file_of_its_own_that_cannot_be_read_is_said_not_fatal(tmp_path: Path)
     assert log.reason == "a FIFO; only regular files are read"
 
 
+def test_a_process_that_comes_to_name_a_read_file_has_its_earlier_lines_judged(
+    tmp_path: Path,
+) -> None:
+    """A file one process names is read to its end; once a second names it too (a worker
+    started later), the file is read again from its start, so the second's earlier lines
+    count: each judged by its own PID's lines alone."""
+    path = tmp_path / "shared.log"
+    with subprocess.Popen(["sleep", "60"]) as other:
+        try:
+            path.write_text(
+                LINE.format(pid=PID, value="LL") + LINE.format(pid=other.pid, value="Simple")
+            )
+            logs, alone = NcclLogs(), _snapshot(path)
+            assert _judge(logs, alone) == ("read", [])
+            both = [alone, _snapshot(path, other.pid)]
+            logs.look(both)
+            said = [logs.judge(snapshot, {"NCCL_PROTO": "LL"}, Policy()) for snapshot in both]
+            assert [[e.actual for e in entries] for _, entries in said] == [[], ["Simple"]]
+        finally:
+            other.kill()
+
+
 def test_only_what_proc_cannot_see_is_an_entry_of_nccls_word(
     tmp_path: Path, write_profile: WriteProfile
 ) -> None:
