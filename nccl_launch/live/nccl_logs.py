@@ -326,18 +326,17 @@ def _locate(path: str, pid: int, uid: int | None) -> tuple[tuple[int, int], int]
         return None
     try:
         status = os.fstat(fd)
-        if uid is not None and status.st_uid != uid:
-            os.close(fd)
-            return None
-        if stat.S_ISLNK(status.st_mode):
-            raise _Unreadable("a symlink, not followed")
-        if not stat.S_ISREG(status.st_mode):
-            raise _Unreadable(f"{kind_of(status.st_mode)}; only regular files are read")
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-        raise
-    return (status.st_dev, status.st_ino), fd
+    except OSError:
+        os.close(fd)
+        return None
+    if (uid is None or status.st_uid == uid) and stat.S_ISREG(status.st_mode):
+        return (status.st_dev, status.st_ino), fd
+    os.close(fd)
+    if uid is not None and status.st_uid != uid:
+        return None
+    if stat.S_ISLNK(status.st_mode):
+        raise _Unreadable("a symlink, not followed")
+    raise _Unreadable(f"{kind_of(status.st_mode)}; only regular files are read")
 
 
 class _Unreadable(Exception):
