@@ -538,8 +538,9 @@ def by_nobody(
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root (processes of another user) and setpriv (to act as a user)")
     spec = {"children": children, "watch": [str(path) for path in watch], "pad": pad}
-    argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", OTHERS_DRIVER,
-            console_script(), str(profile), json.dumps(spec)]  # fmt: skip
+    # --kill-child: the namespace's PID 1 (and with it all else) dies with unshare, a timeout's
+    argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", sys.executable, "-c",
+            OTHERS_DRIVER, console_script(), str(profile), json.dumps(spec)]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, timeout=150, check=False)
     assert done.returncode == 0, done.stderr
     found: dict[str, Any] = json.loads(done.stdout)
