@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from nccl_launch.nccl import catalog
+from nccl_launch.nccl import log as log_module
 from nccl_launch.nccl.log import LogReader, ProcessLog, judge, parse_line, read_log
 
 LOGS = Path(__file__).parent / "logs"
@@ -30,6 +31,10 @@ PROFILE = {
 }
 
 
+def applied(log: ProcessLog) -> dict[str, list[str]]:
+    return {key: log.values(key) for key in log.applied}
+
+
 def verdicts(log: ProcessLog, profile: dict[str, str]) -> dict[str, str]:
     return {key: judge(key, value, log).verdict for key, value in profile.items()}
 
@@ -39,7 +44,7 @@ def test_a_one_rank_communicator_reads_no_proto_or_algo() -> None:
     assert list(processes) == ["vm:498 [0]"]
     log = processes["vm:498 [0]"]
     assert (log.communicators, log.completed) == ({"0x162dc720": 1}, {"0x162dc720"})
-    assert log.applied == {
+    assert applied(log) == {
         "NCCL_P2P_LEVEL": ["SYS"],
         "NCCL_MAX_NCHANNELS": ["16"],
         "NCCL_BUFFSIZE": ["16777216"],
@@ -66,7 +71,7 @@ def test_two_ranks_confirm_every_value_and_say_their_own_hostid() -> None:
         assert log.communicators == {"0x397bf090" if "512" in process else "0x3f5d1da0": 2}
         assert set(verdicts(log, profile).values()) == {"ok"}, process
         assert log.warnings == log.invalid == []
-    assert [log.applied["NCCL_HOSTID"] for log in processes.values()] == [
+    assert [log.values("NCCL_HOSTID") for log in processes.values()] == [
         ["proof-host-0"],
         ["proof-host-1"],
     ]
@@ -101,7 +106,7 @@ def test_values_are_read_as_nccl_writes_them() -> None:
         "using default 2.",
     ]
     log = read_log(lines)["h:7 [0]"]
-    assert log.applied == {
+    assert applied(log) == {
         "NCCL_BUFFSIZE": ["16"],
         "NCCL_PROTO": ["LL."],
         "NCCL_NTHREADS": ["100"],
@@ -221,3 +226,59 @@ def test_every_logged_name_is_one_nccl_reads() -> None:
     periods = {var.name for var in logged if var.logged is not None and var.logged.period}
     assert {"NCCL_BUFFSIZE", "NCCL_COLLNET_ENABLE"} <= periods
     assert not periods & {"NCCL_PROTO", "NCCL_SOCKET_IFNAME", "NCCL_HOSTID", "NCCL_P2P_LEVEL"}
+
+
+def test_each_communicator_keeps_the_last_value_its_own_thread_logged() -> None:
+    """Two communicators initialised at once in two threads: each value NCCL reads per
+    communicator belongs to the one its thread is initialising."""
+    reader = LogReader()
+    start = "h:9:{tid} [0] NCCL INFO ncclCommInitRankConfig comm {comm} rank 0 nranks 2 - Init "
+    for tid, comm in (("10", "0xa1"), ("11", "0xb2")):
+        reader.feed(start.format(tid=tid, comm=comm) + "START")
+    for tid, value in (("11", "Simple"), ("10", "LL"), ("11", "LL128")):
+        reader.feed(f"h:9:{tid} [0] NCCL INFO NCCL_PROTO set by environment to {value}")
+    reader.feed("h:9:10 [0] NCCL INFO NCCL_BUFFSIZE set by environment to 4194304.")
+    for tid, comm in (("10", "0xa1"), ("11", "0xb2")):
+        reader.feed(start.format(tid=tid, comm=comm) + "COMPLETE")
+    log = reader.processes["h:9 [0]"]
+    assert log.applied == {
+        "NCCL_PROTO": {"0xa1": "LL", "0xb2": "LL128"},
+        "NCCL_BUFFSIZE": {"": "4194304"},  # read once a process
+    }
+    judgement = judge("NCCL_PROTO", "LL", log)
+    assert (judgement.verdict, judgement.value) == ("differs", "LL128")
+
+
+def test_a_log_of_any_length_keeps_a_bounded_part() -> None:
+    """Lines by the hundred thousand, every one new: what one process's log keeps stays within
+    its bounds, the first of each kind kept, a kept value still brought up to date."""
+    reader = LogReader()
+    head = "h:9:9 [0] NCCL INFO "
+    reader.feed(head + "NCCL_SOCKET_IFNAME set by environment to lo")
+    known = sorted(catalog.catalog())  # every name NCCL reads: more than a log keeps
+    for n in range(2_000):
+        reader.feed(f"{head}ncclCommInitRankConfig comm 0x{n:x} rank 0 nranks 2 - Init START")
+        reader.feed(f"{head}{known[n % len(known)]} set by environment to {n}")
+        reader.feed(f"{head}NCCL_X{n} set by environment to {n}")  # a name NCCL never read
+        reader.feed(f"h:9:9 [0] misc/x.cc:{n} NCCL WARN flood {n}")
+        reader.feed(f"{head}Invalid NCCL_NTHREADS {n} (must be a multiple of 32)")
+    reader.feed(head + "NCCL_SOCKET_IFNAME set by environment to " + "e" * (1 << 20))
+    log = reader.processes["h:9 [0]"]
+    assert len(log.communicators) == log_module.COMMUNICATORS_KEPT
+    assert sum(map(len, log.applied.values())) == log_module.VALUES_KEPT
+    unknown = [key for key in log.applied if catalog.lookup(key) is None]
+    assert len(unknown) == log_module.UNKNOWN_KEPT
+    assert log.warnings[0] == "misc/x.cc:0 flood 0"
+    assert len(log.warnings) == len(log.invalid) == log_module.LINES_KEPT
+    [ifname] = log.values("NCCL_SOCKET_IFNAME")
+    assert ifname == "e" * log_module.VALUE_LIMIT + "..."
+
+
+def test_a_reader_of_some_pids_keeps_their_lines_alone() -> None:
+    reader = LogReader(pids={"513"})
+    for line in TWO_RANKS:
+        reader.feed(line)
+    assert list(reader.processes) == ["vm:513 [0]"]
+    assert reader.log_of(512) is None
+    log = reader.log_of(513)
+    assert log is not None and log.values("NCCL_HOSTID") == ["proof-host-1"]

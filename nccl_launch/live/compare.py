@@ -103,12 +103,13 @@ def process_report(
         declared_by=declared.files,
     )
     nccl_log, said = logs.judge(snapshot, declared.env, policy)
+    contradicted = {entry.key for entry in said}  # NCCL's word wins over /proc's
     return ProcessReport(
         pid=snapshot.pid,
         title=snapshot.title,
         readable=True,
         entries=entries + said,
-        matched=matched,
+        matched=[key for key in matched if key not in contradicted],
         nccl_log=nccl_log,
     )
 
@@ -130,7 +131,7 @@ def evaluate(
     main_env = snapshots[0].env or {}
     declared = declared_environment(plan, env_files)
     logs = NcclLogs() if logs is None else logs
-    logs.forget_others(snapshots)
+    logs.look(snapshots)
     return LiveReport(
         profile=plan.label,
         digest=plan.digest,

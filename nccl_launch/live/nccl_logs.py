@@ -6,7 +6,6 @@ applied, which a process may have changed inside itself where /proc cannot see i
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import socket
 import stat
@@ -34,10 +33,13 @@ if TYPE_CHECKING:  # read from /proc by live/processes.py, which imports psutil
 
 FOLDER = STATE / "nccl-debug"
 LOG_NAME = "%h.%p.log"  # expanded by NCCL in each process: its host and its PID
-READ_LIMIT = 4 << 20  # of one file at one look: NCCL's INIT,ENV lines are some 10 KiB a rank
+# Read of all the tree's files at one look, shared evenly between them: NCCL's INIT,ENV lines
+# are some 10 KiB a rank, written at each communicator's init, from the start of the file on.
+LOOK_LIMIT = 4 << 20
 SOURCE = "NCCL's log"
 _FIX = "set XDG_STATE_HOME to a folder of your own"
-_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_LOOK = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ = os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC
 
 LogState = Literal["read", "none-yet", "unreadable"]
 
@@ -53,6 +55,8 @@ class NcclLog(BaseModel):
     reason: str | None = None
     confirmed: list[str] = []
     not_read: list[str] = []  # declared keys its communicators never read (one rank: PROTO)
+    read_bytes: int = 0  # of the file, from its start, judged so far
+    size_bytes: int = 0  # the file's size at the look
 
 
 def run_folder(name: str, pid: int, now: float | None = None) -> PurePath:
@@ -140,14 +144,20 @@ def expanded(pattern: str, pid: int, host: str) -> str:
 
 @dataclass
 class _Followed:
-    """One file followed: which one (device, inode), how far it was read, the line begun and
-    not yet ended, and NCCL's lines read so far."""
+    """One file followed: which one (device, inode), whose lines it keeps (the PIDs of the
+    processes that write it), how far it was read and its size at the last look, the line
+    begun and not yet ended, and NCCL's lines read so far."""
 
     identity: tuple[int, int]
+    pids: frozenset[str]
     offset: int = 0
+    size: int = 0
     begun: bytes = b""
     skipping: bool = False  # inside a line longer than LINE_LIMIT, dropped as it comes
-    reader: LogReader = field(default_factory=LogReader)
+    reader: LogReader = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.reader = LogReader(self.pids)
 
     def feed(self, data: bytes) -> None:
         *ended, rest = (self.begun + data).split(b"\n")
@@ -179,9 +189,10 @@ def judged(
             not_read.append(key)
         elif judgement.verdict == "differs" and judgement.value is not None:
             said[key], lines[key] = judgement.value, judgement.said[-1]
-    for key, values in log.applied.items():
+    for key in log.applied:
         if key not in declared:
-            said[key], lines[key] = values[-1], f"{key} set by environment to {values[-1]}"
+            last = log.values(key)[-1]
+            said[key], lines[key] = last, f"{key} set by environment to {last}"
     profile = {key: declared[key] for key in said if key in declared}
     entries, _ = diff_env(profile, said, {}, policy, "live", nccl_debug=True)
     unseen = [
@@ -193,18 +204,22 @@ def judged(
     return unseen, confirmed, not_read
 
 
+# What one look found of a process's log: its file read (on), why it cannot be, or None where
+# its user has no file there yet.
+_Found = _Followed | str | None
+
+
 class NcclLogs:
-    """The NCCL log files of a tree, followed from look to look: each file is read on from
-    where the last look stopped, from the start again once replaced or shrunk."""
+    """The NCCL log files of a tree, followed from look to look: at each look (`look`) each
+    file is read on once, however many processes write it, from where the last look stopped
+    (from the start again once replaced or shrunk, or once another process writes it), and at
+    most LOOK_LIMIT bytes of all files together; `judge` then judges each process on its own
+    lines."""
 
     def __init__(self) -> None:
-        self._followed: dict[str, _Followed] = {}
+        self._followed: dict[tuple[int, int], _Followed] = {}
+        self._found: dict[int, tuple[str, _Found]] = {}  # pid -> its file, what was found
         self.host = nccl_host()
-
-    def forget_others(self, snapshots: Sequence[ProcessSnapshot]) -> None:
-        """Drop the files of processes no longer in the tree."""
-        kept = {self.file_of(snapshot) for snapshot in snapshots}
-        self._followed = {path: each for path, each in self._followed.items() if path in kept}
 
     def file_of(self, snapshot: ProcessSnapshot) -> str | None:
         """The file NCCL writes in a process started by `run --nccl-debug`, else None."""
@@ -213,59 +228,122 @@ class NcclLogs:
             return None
         return expanded(env[NCCL_DEBUG_FILE], snapshot.pid, self.host)
 
+    def look(self, snapshots: Sequence[ProcessSnapshot]) -> None:
+        """One look at the logs of the processes of `snapshots`: each one's file found, each
+        file read on once, within its share of LOOK_LIMIT; the files no process of them
+        writes any longer forgotten."""
+        located: dict[int, tuple[str, tuple[int, int] | str | None]] = {}
+        opened: dict[tuple[int, int], int] = {}  # identity -> an O_PATH descriptor
+        writers: dict[tuple[int, int], set[str]] = {}
+        try:
+            for snapshot in snapshots:
+                path = self.file_of(snapshot)
+                if path is None:
+                    continue
+                try:
+                    where = _locate(path, snapshot.pid, snapshot.uid)
+                except _Unreadable as problem:
+                    located[snapshot.pid] = (path, str(problem))
+                    continue
+                if where is None:
+                    located[snapshot.pid] = (path, None)
+                    continue
+                identity, fd = where
+                if identity in opened:
+                    os.close(fd)
+                else:
+                    opened[identity] = fd
+                writers.setdefault(identity, set()).add(str(snapshot.pid))
+                located[snapshot.pid] = (path, identity)
+            self._followed = {
+                identity: each for identity, each in self._followed.items() if identity in opened
+            }
+            share = LOOK_LIMIT // max(len(opened), 1)
+            read: dict[tuple[int, int], _Followed | str] = {}
+            for identity, fd in opened.items():
+                try:
+                    read[identity] = self._read(identity, fd, frozenset(writers[identity]), share)
+                except _Unreadable as problem:
+                    self._followed.pop(identity, None)
+                    read[identity] = str(problem)
+        finally:
+            for fd in opened.values():
+                os.close(fd)
+        self._found = {
+            pid: (path, read[what] if isinstance(what, tuple) else what)
+            for pid, (path, what) in located.items()
+        }
+
     def judge(
         self, snapshot: ProcessSnapshot, declared: Mapping[str, str], policy: Policy
     ) -> tuple[NcclLog | None, list[DriftEntry]]:
-        """The state of the process's NCCL log and its entries (see `judged`)."""
-        path = self.file_of(snapshot)
+        """The state of the process's NCCL log at the last look and its entries (see
+        `judged`), by the lines of its own PID alone."""
+        path, found = self._found.get(snapshot.pid, (None, None))
         if path is None:
             return None, []
-        try:
-            followed = self._read(path, snapshot.pid, snapshot.uid)
-        except _Unreadable as problem:
-            self._followed.pop(path, None)
-            return NcclLog(file=path, state="unreadable", reason=str(problem)), []
-        logs = list(followed.reader.processes.values()) if followed is not None else []
-        if not logs:  # no NCCL line yet
+        if isinstance(found, str):
+            return NcclLog(file=path, state="unreadable", reason=found), []
+        if found is None:
             return NcclLog(file=path, state="none-yet"), []
-        entries, confirmed, not_read = judged(logs[0], declared, snapshot.env or {}, policy)
-        log = NcclLog(file=path, state="read", confirmed=confirmed, not_read=not_read)
-        return log, entries
+        said = NcclLog(file=path, state="none-yet", read_bytes=found.offset, size_bytes=found.size)
+        log = found.reader.log_of(snapshot.pid)
+        if log is None:  # no NCCL line of this process yet
+            return said, []
+        entries, confirmed, not_read = judged(log, declared, snapshot.env or {}, policy)
+        update = {"state": "read", "confirmed": confirmed, "not_read": not_read}
+        return said.model_copy(update=update), entries
 
-    def _read(self, path: str, pid: int, uid: int | None) -> _Followed | None:
-        """The file at `path` read on; None while it does not exist. Only a regular file of
-        the process's own user is read (never through a symlink at its name), and as the
-        process sees it, through /proc/PID/root: a sidecar's `check` has other files at that
-        path than the server's container."""
-        if not path.startswith("/"):
-            raise _Unreadable("not an absolute path")
+    def _read(
+        self, identity: tuple[int, int], fd: int, pids: frozenset[str], limit: int
+    ) -> _Followed:
+        """The file of `identity` (its O_PATH descriptor `fd`) read on by at most `limit`
+        bytes, keeping the lines of `pids`."""
         try:
-            fd = os.open(f"/proc/{pid}/root{path}", _READ)
-        except FileNotFoundError:
-            return None
-        except OSError as error:
-            why = "a symlink, not followed" if error.errno == errno.ELOOP else error.strerror
-            raise _Unreadable(why) from None
-        try:
-            status = os.fstat(fd)
-            if not stat.S_ISREG(status.st_mode):
-                raise _Unreadable(f"{kind_of(status.st_mode)}; only regular files are read")
-            if uid is not None and status.st_uid != uid:
-                raise _Unreadable(f"owned by uid {status.st_uid}, not by the process's {uid}")
-            followed = self._followed.get(path)
-            identity = (status.st_dev, status.st_ino)
-            same = followed is not None and followed.identity == identity
-            if followed is None or not same or status.st_size < followed.offset:
-                followed = self._followed[path] = _Followed(identity)
-            data = os.pread(fd, READ_LIMIT, followed.offset)
+            size = os.fstat(fd).st_size
+            followed = self._followed.get(identity)
+            if followed is None or not pids <= followed.pids or size < followed.offset:
+                followed = self._followed[identity] = _Followed(identity, pids)
+            reading = os.open(f"/proc/self/fd/{fd}", _READ)  # the file looked at, none other
+            try:
+                data = os.pread(reading, limit, followed.offset)
+            finally:
+                os.close(reading)
         except OSError as error:
             raise _Unreadable(error.strerror) from None
-        finally:
-            with contextlib.suppress(OSError):
-                os.close(fd)
         followed.offset += len(data)
+        followed.size = max(size, followed.offset)
         followed.feed(data)
         return followed
+
+
+def _locate(path: str, pid: int, uid: int | None) -> tuple[tuple[int, int], int] | None:
+    """The process's own file at `path`, as it sees it (through /proc/PID/root: a sidecar's
+    `check` has other files at that path than the server's container), looked at before it is
+    opened: an O_PATH descriptor (a device or a FIFO is never opened, a symlink at its name
+    never followed) and the file's identity. None where its user has no file there: nothing,
+    or a file of another user, of any kind; a report says no more of what others own than
+    that nothing of the process's is there. _Unreadable: a file of its own but no regular
+    file."""
+    if not path.startswith("/"):
+        raise _Unreadable("not an absolute path")
+    try:
+        fd = os.open(f"/proc/{pid}/root{path}", _LOOK)
+    except OSError:  # nothing there, or a folder on the way that is none of the process's
+        return None
+    try:
+        status = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        return None
+    if (uid is None or status.st_uid == uid) and stat.S_ISREG(status.st_mode):
+        return (status.st_dev, status.st_ino), fd
+    os.close(fd)
+    if uid is not None and status.st_uid != uid:
+        return None
+    if stat.S_ISLNK(status.st_mode):
+        raise _Unreadable("a symlink, not followed")
+    raise _Unreadable(f"{kind_of(status.st_mode)}; only regular files are read")
 
 
 class _Unreadable(Exception):

@@ -134,9 +134,9 @@ def judge_logs(
     keys = [_verdict(key, value, logs) for key, value in declared.items()]
     undeclared: dict[str, dict[str, str]] = {}
     for process, log in logs.items():
-        for key, seen in log.applied.items():
+        for key in log.applied:
             if key not in declared:
-                undeclared.setdefault(key, {})[process] = seen[-1]
+                undeclared.setdefault(key, {})[process] = log.values(key)[-1]
     reasons = {
         key: classify(
             key, "undeclared", policy, "live", nccl_debug=True, value=next(iter(seen.values()))

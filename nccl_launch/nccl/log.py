@@ -3,15 +3,17 @@ and warnings, and the one judgement of a declared value against it.
 
 Used for a whole log file (`verify-log`), each trial of `tune`, and a process's own
 `NCCL_DEBUG_FILE` read as it grows (`check`): `LogReader` takes lines one at a time, in any
-order of processes. The formats are those of NCCL's `src/debug.cc`, the communicator lines
-those of `src/init.cc`, and which names are logged, and when, is `catalog.Logged` (the data in
+order of processes, and keeps a bounded part of each (the last value of each name per
+communicator, the first warnings), so that a log of any length costs little memory. The
+formats are those of NCCL's `src/debug.cc`, the communicator lines those of `src/init.cc`, and
+which names are logged, and when, is `catalog.Logged` (the data in
 `data/nccl-env-logged.tsv`); docs/explanation.md cites the source.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -24,7 +26,7 @@ from nccl_launch.nccl import catalog, rules
 # so a line of megabytes costs a few passes over it, never one per character.
 _INFO = " NCCL INFO "
 _WARN = " NCCL WARN "
-_ORIGIN = re.compile(r"([\w.-]+):([0-9]+):[0-9]+", re.ASCII)
+_ORIGIN = re.compile(r"([\w.-]+):([0-9]+):([0-9]+)", re.ASCII)
 _SET = re.compile(r"(NCCL_\w+) set by environment to (.*)$", re.ASCII)
 _INVALID = re.compile(r"Invalid (NCCL_\w+) (\S+) \((.*)\)\.?$", re.ASCII)
 # ncclLoadParam when strtoll overflows: NCCL keeps its default.
@@ -32,23 +34,79 @@ _OVERFLOW = re.compile(r"Invalid value (\S*) for (NCCL_\w+), using default (-?[0
 _LINE_END = "\r\n"  # only: a value NCCL read may end in a blank ("LL ", which it rejects)
 _INIT_ENDS = (" Init START", " Init COMPLETE", "- Init START", "- Init COMPLETE")
 
+_PROCESS = ""  # the slot of a value NCCL logs once a process, or outside a communicator's init
 Verdict = Literal["ok", "differs", "not-read", "pending", "unconfirmed", "not-logged"]
+
+# What one process's log keeps, whatever its length: NCCL's INIT,ENV lines of a rank are some
+# 10 KiB (a handful of communicators, a few dozen names), so a log beyond these is not NCCL's
+# alone; its first communicators, values and lines are kept, and a value already kept is
+# always brought up to date.
+COMMUNICATORS_KEPT = 64
+VALUES_KEPT = 128  # (name, communicator) pairs
+UNKNOWN_KEPT = 4  # names the catalog does not know (a newer NCCL's): each costs a did-you-mean
+LINES_KEPT = 16  # warnings, and `Invalid` lines
+VALUE_LIMIT = 1024  # characters of a value: NCCL's are names, numbers and short lists
 
 
 @dataclass
 class ProcessLog:
-    """What NCCL said in one process (`host:pid [dev]`)."""
+    """What NCCL said in one process (`host:pid [dev]`), within the bounds above."""
 
-    applied: dict[str, list[str]] = field(default_factory=dict)  # NCCL_X -> values, in order
+    # NCCL_X -> communicator (or _PROCESS) -> the last value, the latest set last
+    applied: dict[str, dict[str, str]] = field(default_factory=dict)
     invalid: list[str] = field(default_factory=list)  # "Invalid NCCL_NTHREADS 100 (...)"
     warnings: list[str] = field(default_factory=list)  # "graph/tuning.cc:104 <message>"
     communicators: dict[str, int] = field(default_factory=dict)  # comm address -> nranks
     completed: set[str] = field(default_factory=set)  # communicators that logged Init COMPLETE
+    starting: dict[str, str] = field(default_factory=dict)  # thread -> comm in its init
+    kept: int = 0  # values kept, of VALUES_KEPT
+    unknown: int = 0  # names kept that the catalog does not know, of UNKNOWN_KEPT
 
     @property
     def complete(self) -> bool:
         """Some communicator of the process logged `Init COMPLETE`."""
         return bool(self.completed)
+
+    def values(self, key: str) -> list[str]:
+        """The last value NCCL applied for `key` in each communicator (or once), the latest
+        last."""
+        return list(self.applied.get(key, {}).values())
+
+    def apply(self, key: str, value: str, thread: str) -> None:
+        """NCCL set `key` to `value` in `thread`: in the communicator that thread is
+        initialising where NCCL reads `key` per communicator, else once for the process."""
+        logged = _logged(key)
+        per_communicator = logged is not None and logged.per == "communicator"
+        slot = self.starting.get(thread, _PROCESS) if per_communicator else _PROCESS
+        slots = self.applied.get(key)
+        if slots is None and catalog.lookup(key) is None:
+            if self.unknown >= UNKNOWN_KEPT:
+                return
+            self.unknown += 1
+        if slots is None or slot not in slots:
+            if self.kept >= VALUES_KEPT:
+                return
+            self.kept += 1
+        slots = self.applied.setdefault(key, {})
+        slots.pop(slot, None)  # the latest set last
+        slots[slot] = value if len(value) <= VALUE_LIMIT else value[:VALUE_LIMIT] + "..."
+
+    def note(self, lines: list[str], line: str) -> None:
+        """`line` kept in `lines` (warnings or invalid) while fewer than LINES_KEPT."""
+        if len(lines) < LINES_KEPT:
+            lines.append(line[: VALUE_LIMIT * 2])
+
+    def init(self, comm: str, nranks: int, complete: bool, thread: str) -> None:
+        """A communicator's `Init START` or `Init COMPLETE`, said by `thread`."""
+        if comm not in self.communicators and len(self.communicators) >= COMMUNICATORS_KEPT:
+            return
+        self.communicators[comm] = nranks
+        if complete:
+            self.completed.add(comm)
+            if self.starting.get(thread) == comm:
+                del self.starting[thread]
+        elif thread in self.starting or len(self.starting) < COMMUNICATORS_KEPT:
+            self.starting[thread] = comm
 
 
 @dataclass(frozen=True)
@@ -61,8 +119,9 @@ class Judgement:
     value: str | None = None  # where it differs: the last value NCCL applied, else rejected
 
 
-def _origin(head: str) -> tuple[str, str, str] | None:
-    """`(host, pid, device)` from the text before NCCL's level word, ending `... [<dev>]`."""
+def _origin(head: str) -> tuple[str, str, str, str] | None:
+    """`(host, pid, tid, device)` from the text before NCCL's level word, ending
+    `... [<dev>]`."""
     before, bracket, device = head.rpartition(" [")
     if not bracket or not device.endswith("]") or "]" in device[:-1]:
         return None
@@ -71,13 +130,13 @@ def _origin(head: str) -> tuple[str, str, str] | None:
     origin = _ORIGIN.fullmatch(before.rsplit(maxsplit=1)[-1])
     if origin is None:
         return None
-    host, pid = origin.groups()
-    return host, pid, device[:-1]
+    host, pid, tid = origin.groups()
+    return host, pid, tid, device[:-1]
 
 
-def parse_line(line: str) -> tuple[str, str, str, str, str] | None:
-    """`(level, host, pid, device, message)` of an NCCL INFO or WARN line, else None; a WARN's
-    message starts with NCCL's `file:line`."""
+def parse_line(line: str) -> tuple[str, str, str, str, str, str] | None:
+    """`(level, host, pid, tid, device, message)` of an NCCL INFO or WARN line, else None; a
+    WARN's message starts with NCCL's `file:line`."""
     at = line.find(_INFO)
     if at >= 0:
         origin = _origin(line[:at])
@@ -121,39 +180,47 @@ def _logged(key: str) -> catalog.Logged | None:
 
 
 class LogReader:
-    """NCCL's lines fed one at a time (a whole file, or a file read as it grows)."""
+    """NCCL's lines fed one at a time (a whole file, or a file read as it grows). With `pids`,
+    only the lines of those PIDs are kept, one log each whatever the host (`log_of`): a file
+    several processes write holds each one's lines under its own PID."""
 
-    def __init__(self) -> None:
+    def __init__(self, pids: Collection[str] | None = None) -> None:
         self.processes: dict[str, ProcessLog] = {}
         self._names: dict[str, str] = {}
+        self._pids = pids
+
+    def log_of(self, pid: int) -> ProcessLog | None:
+        """The log of the lines of `pid` (of the PIDs the reader keeps), None before any."""
+        name = self._names.get(str(pid))
+        return None if name is None else self.processes[name]
 
     def feed(self, line: str) -> None:
         parsed = parse_line(line)
         if parsed is None:
             return
-        level, host, pid, device, message = parsed
-        process = self._names.setdefault(f"{host}:{pid}", f"{host}:{pid} [{device}]")
+        level, host, pid, tid, device, message = parsed
+        if self._pids is not None and pid not in self._pids:
+            return
+        origin = f"{host}:{pid}" if self._pids is None else pid
+        process = self._names.setdefault(origin, f"{host}:{pid} [{device}]")
         log = self.processes.setdefault(process, ProcessLog())
         if level == "WARN":
-            log.warnings.append(message)
+            log.note(log.warnings, message)
         elif found := _SET.match(message):
             key, value = found.groups()
             logged = _logged(key)
             if value.endswith(".") and logged is not None and logged.period:
                 value = value[:-1]
-            log.applied.setdefault(key, []).append(value)
+            log.apply(key, value, tid)
         elif found := _INVALID.match(message):
-            log.invalid.append(message.removesuffix("."))
+            log.note(log.invalid, message.removesuffix("."))
         elif found := _OVERFLOW.match(message):
             value, key, default = found.groups()
-            log.invalid.append(
-                f"Invalid {key} {value} (overflow: NCCL keeps its default {default})"
+            log.note(
+                log.invalid, f"Invalid {key} {value} (overflow: NCCL keeps its default {default})"
             )
         elif communicator := _communicator(message):
-            comm, nranks, complete = communicator
-            log.communicators[comm] = nranks
-            if complete:
-                log.completed.add(comm)
+            log.init(*communicator, tid)
 
 
 def read_log(lines: Iterable[str]) -> dict[str, ProcessLog]:
@@ -176,7 +243,7 @@ def judge(key: str, expected: str, log: ProcessLog) -> Judgement:
     if logged is None:
         return Judgement("not-logged", "NCCL does not log it; a log cannot confirm it")
     period = "." if logged.period else ""
-    values = log.applied.get(key, [])
+    values = log.values(key)
     wrong = [value for value in values if not rules.same_meaning(key, expected, value)]
     invalid = [text for text in log.invalid if text.startswith(f"Invalid {key} ")]
     if wrong or invalid:

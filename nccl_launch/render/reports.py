@@ -6,7 +6,7 @@ import json
 from typing import TYPE_CHECKING
 
 from nccl_launch.env.drift import DriftEntry, Reason
-from nccl_launch.live.nccl_logs import SOURCE
+from nccl_launch.live.nccl_logs import LOOK_LIMIT, SOURCE
 from nccl_launch.profile.plan import short_digest
 from nccl_launch.render.drift import LATE_LINE, details, drift_lines, fix_lines, restart_line
 from nccl_launch.secrets.masking import for_people
@@ -59,10 +59,16 @@ def _process_lines(process: ProcessReport, verbose: bool) -> list[str]:
         unread = f"; never read by its communicators: {', '.join(log.not_read)}"
         said = {
             "read": f"{len(log.confirmed)} applied as the profile{unread * bool(log.not_read)}",
-            "none-yet": "nothing yet (NCCL has not started in this process)",
+            "none-yet": "nothing of the process's own yet (NCCL has not started in it)",
             "unreadable": f"unreadable: {log.reason}",
         }
-        lines.append(f"  NCCL's log {log.file}: {said[log.state]}")
+        part = ""
+        if log.read_bytes < log.size_bytes:
+            part = (
+                f"; read the first {_mib(log.read_bytes)} of its {_mib(log.size_bytes)} so far"
+                f" (at most {_mib(LOOK_LIMIT)} of the tree's logs a look)"
+            )
+        lines.append(f"  NCCL's log {log.file}: {said[log.state]}{part}")
     return lines
 
 
@@ -85,6 +91,10 @@ def _others_lines(processes: list[ProcessReport]) -> list[str]:
         lines.append(f"not NCCL's, left as they are, in {where} process{'es' * (total > 1)}:")
         lines += drift_lines([entry for entry, carriers in carried.items() if carriers == count])
     return lines
+
+
+def _mib(count: int) -> str:
+    return f"{count / (1 << 20):.1f} MiB"
 
 
 def live_text(report: LiveReport, verbose: bool = False) -> str:
