@@ -8,12 +8,12 @@ import os
 import signal
 import sys
 from collections.abc import Iterator, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import click
 
 from nccl_launch import __version__
-from nccl_launch.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, NcclLaunchError
+from nccl_launch.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, HostError, NcclLaunchError
 
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
@@ -221,15 +221,55 @@ def _complain_as_click(error: click.ClickException) -> None:
     _complain(shown.getvalue().splitlines())
 
 
+class _Output:
+    """Standard output, whose failure to take what is written (a full disk, `> /dev/full`, an
+    I/O error) is HostError, exit 3, whoever wrote: a command, click's --help: its reader has
+    not seen the output. The rest is the stream's own."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as error:
+            raise _unwritten(error) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as error:
+            raise _unwritten(error) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _unwritten(error: OSError) -> HostError:
+    return HostError(f"standard output: cannot write: {error.strerror}")
+
+
 def main(args: list[str] | None = None) -> int:
     """Run the CLI and map every outcome to a documented exit code, in this one place."""
-    args = sys.argv[1:] if args is None else args
+    stdout = sys.stdout
+    if stdout is not None:  # None: started with it closed (`>&-`); click writes nothing then
+        sys.stdout = cast(TextIO, _Output(stdout))
+    try:
+        return _run(sys.argv[1:] if args is None else args)
+    finally:
+        sys.stdout = stdout
+
+
+def _run(args: list[str]) -> int:
+    """The command's exit code; its error, if any, said on stderr."""
     gc.disable()  # imports allocate much and free little: collections would find nothing
     try:
         if "_NCCL_LAUNCH_COMPLETE" in os.environ:  # a shell asking for completions (click's var)
             completion = importlib.import_module("nccl_launch.commands.completion")
             completion.check_request(os.environ)  # bash's reads the line; garbage is refused
         code = cli.main(args, prog_name="nccl-launch", standalone_mode=False)
+        if sys.stdout is not None:
+            sys.stdout.flush()  # what stayed in its buffer: a failure is exit 3 too
     except click.exceptions.Exit as done:
         code = done.exit_code
     except click.ClickException as error:
@@ -241,24 +281,37 @@ def main(args: list[str] | None = None) -> int:
         _complain(error.lines())
         code = error.exit_code
     except Exception as error:
-        if _debug_requested(args):
-            import traceback  # only for a bug, shown on request
-
-            traceback.print_exc()
-        _complain(
-            [
-                f"nccl-launch: internal error: {type(error).__name__}: {error} "
-                "(a bug; rerun with --debug for the traceback)"
-            ]
-        )
+        _internal_error(error, args)
         code = EXIT_INTERNAL
     finally:
         gc.enable()  # for callers in-process, and where no command was looked up
     return code if isinstance(code, int) else EXIT_OK
 
 
+def _internal_error(error: Exception, args: list[str]) -> None:
+    """A bug said in one line, its traceback too with --debug."""
+    if _debug_requested(args):
+        import traceback  # only for a bug, shown on request
+
+        traceback.print_exc()
+    _complain(
+        [
+            f"nccl-launch: internal error: {type(error).__name__}: {error} "
+            "(a bug; rerun with --debug for the traceback)"
+        ]
+    )
+
+
 def console() -> None:
     """The `nccl-launch` command. A reader that goes away (`| head`, `| grep -q`) ends it
     quietly, by SIGPIPE, as it ends `ps` or `grep`: not with exit 1, which means drift."""
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    sys.exit(main())
+    code = main()
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except OSError:
+        # What standard output would not take (main said so) is dropped: the interpreter's
+        # own flush at exit would fail on it again, print a traceback and exit 120.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(code)

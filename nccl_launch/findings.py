@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from nccl_launch.errors import EXIT_HOST, EXIT_USAGE, ProfileError
+from nccl_launch.errors import EXIT_HOST, EXIT_USAGE, NcclLaunchError, ProfileError
 
 # An error stops what would fail; a warning is said wherever the finding applies (`run` says
 # it on every start); a note is for whoever writes the profile (`validate`, `preflight`).
@@ -58,6 +58,12 @@ class Finding:
     def in_file(self, file: str) -> Finding:
         """The finding, said to be in `file` unless it already names one."""
         return self if self.file else replace(self, file=file)
+
+
+def cause_of(error: NcclLaunchError) -> Cause:
+    """Whose problem `error` is, by its exit code: this host's (exit 3), else the profile's or
+    the command line's."""
+    return "host" if error.exit_code == EXIT_HOST else "profile"
 
 
 class Refused(ProfileError):

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from nccl_launch import cli
 from nccl_launch.profile import overview
 from tests.conftest import RunCli, console_script
+from tests.helpers import sleeper
 
 COMMANDS = sorted(cli.cli.commands)
 
@@ -127,6 +128,36 @@ def test_a_reader_that_goes_away_ends_it_by_sigpipe_not_exit_1(entry: list[str])
     os.close(writer)
     assert done.returncode == -signal.SIGPIPE
     assert done.stderr == ""
+
+
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["show", "--format", "json", "p.toml"],
+        ["validate", "p.toml"],
+        ["check", "p.toml", "--pid", "PID"],  # a drifted process: exit 1 unless unseen
+        ["--help"],
+    ],
+)
+def test_output_that_standard_output_cannot_take_is_exit_3(
+    command: list[str], buffered: bool, tmp_path: Path
+) -> None:
+    """`> /dev/full` (a full disk): the reader has seen nothing, whatever the command's
+    outcome; one line, never an internal error nor the interpreter's traceback at exit."""
+    (tmp_path / "p.toml").write_text('schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+    env |= {} if buffered else {"PYTHONUNBUFFERED": "1"}
+    with sleeper({b"NCCL_PROTO": b"Simple"}) as pid, open("/dev/full", "w") as full:  # noqa: PTH123
+        argv = [console_script(), *(str(pid) if word == "PID" else word for word in command)]
+        result = subprocess.run(
+            argv, stdout=full, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env,
+            timeout=120, check=False,
+        )  # fmt: skip
+    assert (result.returncode, result.stderr) == (
+        3,
+        "nccl-launch: standard output: cannot write: No space left on device\n",
+    )
 
 
 # Runs its arguments as a shell left in a deleted directory does (`gone` under the test's cwd).

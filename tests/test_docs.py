@@ -288,6 +288,24 @@ def test_the_key_file_example_of_migrating_prints_what_the_docs_show(run_cli: Ru
     assert (result.returncode, result.stderr.splitlines()) == (code, refused)
 
 
+def test_the_key_variable_example_of_migrating_prints_what_the_docs_show(run_cli: RunCli) -> None:
+    for name in ("start_compose.sh", "start_bearer.sh"):
+        script, _ = documented(f"cat {name}", "migrating.md")
+        Path(name).write_text("\n".join(script) + "\n")
+    expected, _ = documented("nccl-launch convert start_compose.sh --name compose", "migrating.md")
+    result = run_cli("convert", "start_compose.sh", "--name", "compose")
+    assert (result.returncode, result.stdout.splitlines()) == (0, expected)
+    shown, _ = documented(
+        "sed -n '/^\\[secret_files\\]/,/^\\[provenance\\]/p' profiles/compose.toml",
+        "migrating.md",
+    )
+    text = Path("profiles/compose.toml").read_text()
+    assert text[text.index("[secret_files]") :].splitlines()[: len(shown)] == shown
+    refused, code = documented("nccl-launch convert start_bearer.sh --name bearer", "migrating.md")
+    result = run_cli("convert", "start_bearer.sh", "--name", "bearer")
+    assert (result.returncode, result.stderr.splitlines()) == (code, refused)
+
+
 def test_the_vllm_example_of_migrating_prints_what_the_docs_show(run_cli: RunCli) -> None:
     script, _ = documented("cat start_vllm.sh", "migrating.md")
     Path("start_vllm.sh").write_text("\n".join(script) + "\n")

@@ -410,3 +410,42 @@ def test_a_closed_stdin_is_named_not_an_internal_error(command: list[str], tmp_p
     assert result.stderr == (
         "nccl-launch: stdin: closed; give a file, or '-' with something on standard input\n"
     )
+
+
+# /proc/self/mem is a regular file that opens, and whose first page (unmapped in every
+# process) the kernel fails to read: EIO, as a failing disk or network file system gives.
+UNREADABLE = "/proc/self/mem"
+READING_A_KEY = """schema = 1
+name = "p"
+version = 1
+secret_files = { API_KEY = "/proc/self/mem" }
+[server]
+model_path = "/m"
+args = ["--api-key", "${API_KEY}"]
+"""
+
+
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [
+        (["validate", UNREADABLE], f"profile {UNREADABLE}"),
+        (["validate", "p.toml", UNREADABLE], f"profile {UNREADABLE}"),
+        (["run", "--dry-run", "p.toml", "--env-file", UNREADABLE], f"env file {UNREADABLE}"),
+        (
+            ["run", "--dry-run", "secret.toml"],
+            f"secret.toml: secret_files: API_KEY: secret file {UNREADABLE}",
+        ),
+        (["verify-log", "p.toml", UNREADABLE], f"log {UNREADABLE}"),
+        (["convert", UNREADABLE], f"script {UNREADABLE}"),
+        (["check", "p.toml", "--pidfile", UNREADABLE], f"pidfile {UNREADABLE}"),
+    ],
+)
+def test_a_file_the_host_fails_to_read_is_exit_3_naming_it(
+    command: list[str], said: str, run_cli: RunCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.toml").write_text('schema = 1\nname = "p"\nversion = 1\n')
+    (tmp_path / "secret.toml").write_text(READING_A_KEY)
+    result = run_cli(*command)
+    assert result.returncode == 3
+    assert result.stderr == f"nccl-launch: {said}: cannot read: Input/output error\n"

@@ -900,8 +900,9 @@ def test_convert_names_the_script_and_escapes_it(run_cli: RunCli) -> None:
     assert result.returncode == 2
     assert result.stderr == (
         "nccl-launch: start\\x1b[2J\\nok.sh: line 1: command substitution is not supported; "
-        "only a secret read from a file in the server's command is followed: "
-        "$(cat FILE) or $(< FILE), which becomes the profile's secret_files\n"
+        "only a secret read from a file in the server's command, or into a variable it uses "
+        "(NAME=$(cat FILE)), is followed: $(cat FILE) or $(< FILE), which becomes the "
+        "profile's secret_files\n"
     )
     Path(name).write_text(f"export NCCL_BUFFSIZE=0x400000\n/opt/ml/bin/{SERVE}")
     result = run_cli("convert", name, "-o", "out\x1b.toml")

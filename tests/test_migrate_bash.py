@@ -207,18 +207,25 @@ def env_files_values(profile: dict[str, Any], folder: Path) -> dict[str, str]:
     }
 
 
+def secret_files_values(profile: dict[str, Any], folder: Path) -> dict[str, str]:
+    """What the files of a profile's `secret_files` (from its `folder`) give, as `run` reads
+    them: the text less its trailing newlines."""
+    files = profile.get("secret_files", {})
+    return {key: (folder / file).read_text().rstrip("\n") for key, file in files.items()}
+
+
 def assert_profile_holds_what_bash_exports(script: str, tmp_path: Path) -> None:
     """Every variable out.toml declares has the value bash exported, and so has each its env
-    files hold that bash exported; every NCCL_* bash exported is declared, and the server
-    starts where bash ran it, with the arguments bash gave it once its args are filled from
-    its env files."""
+    files and secret files hold that bash exported; every NCCL_* bash exported is declared,
+    and the server starts where bash ran it, with the arguments bash gave it once its args
+    are filled from its env files and secret files."""
     home = os.environ["HOME"]
     (Path(home) / "srv").mkdir(exist_ok=True)
     profile = tomllib.loads((tmp_path / "out.toml").read_text())
     env, cwd, args = bash_exports(script, home, tmp_path)
     declared = {catalog.PREFIX + key: rules.canonical(catalog.PREFIX + key, value)
                 for key, value in profile.get("nccl", {}).items()}  # fmt: skip
-    values = env_files_values(profile, tmp_path)
+    values = env_files_values(profile, tmp_path) | secret_files_values(profile, tmp_path)
     declared |= profile.get("env", {})
     assert declared == {key: env[key] for key in declared if key in env}
     assert {key: value for key, value in values.items() if key in env} == {
@@ -253,11 +260,14 @@ LINES = st.sampled_from([
     "{n}+=,{v}", "cd ~/srv", "export {n}={v} | cat", "readonly {n}", "env -u {n} {serve}",
     ". ~/sub.sh", "IFS=,", "IFS=", "unset IFS", "# {v}\r{n}={v}", "{n}={v} {serve} ${n}",
     "set -f", "set +o noglob", ". ~/keys.env", "KEY={v}", "unset KEY",
+    "KEY=$(cat {k})", "export KEY=$(< {k})", 'declare -r KEY="$(cat {k})"',
 ])  # fmt: skip
 # What `. ~/sub.sh` runs, in the script's shell: its `set -a` stays on after it.
 SUB = "NCCL_IB_HCA=s\nexport HF_HOME=~/s\nset -a\n"
 # What `. ~/keys.env` sets: a variable the server's args refer to, kept in that file.
 KEYS_ENV = "KEY='k ${x} $$'\n"
+# What `$(cat {k})` reads: a secret in a file that holds just it (a Secret volume's).
+KEY_FILE = "k-$ecret\n\n"
 SCRIPTS = st.lists(st.tuples(LINES, NAMES, VALUES), min_size=1, max_size=8).map(
     lambda lines: "\n".join(line.replace("{n}", n).replace("{v}", v) for line, n, v in lines)
 )
@@ -270,7 +280,9 @@ def test_any_script_of_these_lines_converts_as_bash_runs_it(script: str) -> None
     tmp_path = Path.cwd()
     Path(os.environ["HOME"], "sub.sh").write_text(SUB)
     Path(os.environ["HOME"], "keys.env").write_text(KEYS_ENV)
-    script += '\n{serve} $HF_HOME "${KEY-}"'
+    key_file = Path(os.environ["HOME"], "key")
+    key_file.write_text(KEY_FILE)
+    script = script.replace("{k}", str(key_file)) + '\n{serve} $HF_HOME "${KEY-}"'
     result = convert(script, run_in_process)
     if result.returncode == 2:
         assert re.search(r"start.sh: line \d+: ", result.stderr), result.stderr
@@ -660,7 +672,20 @@ SECRET_CORPUS = [
     ('{serve} --api-key "Bearer $(cat secrets/api_key)"', None),
     ('{serve} --api-key "$(head -c 64 secrets/api_key)"', 1),
     ('{serve} --api-key "$(cat secrets/api_key secrets/admin\\ key)"', 1),
-    ('KEY=$(cat secrets/api_key)\n{serve} --api-key "$KEY"', 1),
+    # A variable read from the file, then used or exported, as bash runs it.
+    ('KEY=$(cat secrets/api_key)\n{serve} --api-key "$KEY"', None),
+    ('export API_KEY=$(cat secrets/api_key)\n{serve} --api-key "$API_KEY"', None),
+    ("API_KEY=$(< secrets/api_key)\nexec {serve} --api-key $API_KEY", None),
+    ('declare -x API_KEY="$(<secrets/api_key)"\n{serve}', None),
+    ("export API_KEY=$(cat secrets/api_key)\nexport -n API_KEY\n{serve}", None),
+    ('K="$(cat "secrets/admin key")"\n{serve} --admin-api-key="$K" --api-key "Bearer ${K}"', None),
+    ('mkdir -p srv\ncd srv\nKEY=$(cat ../secrets/api_key)\ncd ..\n{serve} --api-key "$KEY"', None),
+    ('KEY=$(cat secrets/api_key)\nKEY=sk-plain\n{serve} --api-key "$KEY"', None),
+    ("export KEY=$(cat secrets/api_key)\nunset KEY\n{serve}", None),
+    ('KEY=$(cat secrets/api_key)\nAUTH="Bearer $KEY"\n{serve} --api-key "$AUTH"', 2),
+    ('KEY="Bearer $(cat secrets/api_key)"\n{serve} --api-key "$KEY"', 1),
+    ('KEY=$(cat secrets/api_key)\nenv API_KEY="$KEY" {serve}', 2),
+    ("KEY=$(cat secrets/api_key)\nAPI_KEY=$KEY {serve}", 2),
 ]
 
 
@@ -685,13 +710,15 @@ def test_a_secret_read_from_a_file_is_a_secret_file_the_server_gets_as_bash_give
     assert result.returncode == 0, result.stderr
     text = Path("out.toml").read_text()
     assert "sk-live" not in text and "adm in" not in text
-    assert "secret_files" in tomllib.loads(text)
-    _, _, args = bash_exports(script, os.environ["HOME"], tmp_path)
+    env, _, args = bash_exports(script, os.environ["HOME"], tmp_path)
     out = tmp_path / "record.json"
     launched = nccl_launch(
         "run", "out.toml", env={"PYTHONPATH": str(STANDIN), "STANDIN_RECORD": str(out)}
     )
     assert launched.returncode == 0, launched.stderr
-    argv = json.loads(out.read_text())["argv"]
+    record = json.loads(out.read_text())
+    argv = record["argv"]
     assert argv[1:5] == ["--model-path", "/m", "--tp-size", "1"]  # the profile adds tp_size
     assert argv[5:] == args
+    exported = {key: env[key] for key in ("API_KEY", "KEY", "K") if key in env}
+    assert {key: record["env"].get(key) for key in exported} == exported

@@ -416,9 +416,10 @@ BAD_FILES = {
     ),
     "huge-version": ("version = " + "9" * 5000 + "\n", "an integer with thousands of digits"),
     "huge-hex": ("tp = 0x" + "f" * 5000 + "\n", "tp: integer out of range; TOML integers"),
-    "nested-arrays": ("x = " + "[" * 1000 + "]" * 1000 + "\n", "nested deeper than Python"),
-    "nested-tables": ("x = " + "{a=" * 1000 + "1" + "}" * 1000 + "\n", "nested deeper than"),
-    "nested-20": ("x = " + "[" * 20 + "]" * 20 + "\n", "nested deeper than 16 levels"),
+    "nested-arrays": ("x = " + "[" * 1000 + "]" * 1000 + "\n", "line 4: nested deeper than 16"),
+    "nested-tables": ("x = " + "{a=" * 1000 + "1" + "}" * 1000 + "\n", "line 4: nested deeper"),
+    "nested-20": ("x = " + "[" * 20 + "]" * 20 + "\n", "line 4: nested deeper than 16 levels"),
+    "dotted-20000": ("x" + ".x" * 20_000 + " = 1\n", "line 4: nested deeper than 16 levels"),
     "parent-name-too-long": (f'extends = "{"9" * 5000}.toml"\n', "extends: profile file not found"),
 }
 

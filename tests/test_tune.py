@@ -1017,6 +1017,19 @@ def test_a_bad_search_space_is_one_line_naming_the_key(
     assert len(result.stderr.splitlines()) == 1
 
 
+def test_a_search_space_nested_too_deep_is_refused_before_it_is_parsed(
+    seed: int, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """A dotted key of 20,000 parts once cost tomllib seconds and gigabytes."""
+    (tmp_path / "space.toml").write_text('PROTO = ["LL"]\nALGO' + ".x" * 20_000 + ' = ["Ring"]\n')
+    result = run_cli("tune", "standin", "--space", "space.toml")
+    assert result.returncode == 2
+    assert result.stderr == (
+        "nccl-launch: search space space.toml: line 2: nested deeper than 16 levels (each part "
+        "of a dotted key or [table] name is one, each array and inline table too)\n"
+    )
+
+
 def test_a_multi_node_profile_is_refused(write_profile: WriteProfile, run_cli: RunCli) -> None:
     write_profile("standin", SEED.format(python=sys.executable, port=free_port(), nnodes=2))
     result = run_cli("tune", "standin", "--try", "PROTO=LL128")

@@ -116,6 +116,8 @@ def with_baseline(text: str, baseline: dict[str, Any]) -> str:
     measured with, dropped; the rest, byte for byte."""
     import tomlkit  # only --write-baseline pays for it
 
+    # `text` is a profile write_figure has read through parse_profile_toml, so its nesting is
+    # bounded (tomlkit, like tomllib, recurses on nested arrays).
     document = tomlkit.parse(text)
     table = document.get("baseline")
     if table is None:

@@ -13,7 +13,7 @@ from nccl_launch.env.drift import ENV_FILE
 from nccl_launch.env.merge import CALLING_ENV, EnvLayer
 from nccl_launch.errors import UsageError
 from nccl_launch.files.reading import read_text
-from nccl_launch.findings import ARGS, Finding, empty_key, refuse, unset_reference
+from nccl_launch.findings import ARGS, Finding, cause_of, empty_key, refuse, unset_reference
 from nccl_launch.kinds import kind_of
 from nccl_launch.profile.load import LoadedProfile
 from nccl_launch.profile.model import env_value
@@ -89,7 +89,7 @@ def env_file_read(path: Path, trusted: bool = True) -> tuple[list[Assignment], l
     try:
         text = read_text(path, "env file", trusted=trusted)
     except UsageError as error:
-        return [], [Finding("env-file", "", str(error))]
+        return [], [Finding("env-file", "", str(error), cause=cause_of(error))]
     assignments, found = [], []
     # Imported here: python-dotenv (and the traceback module it loads) only for --env-file.
     from dotenv.parser import parse_stream

@@ -9,7 +9,7 @@ import os
 import stat
 from pathlib import Path
 
-from nccl_launch.errors import HostError, UsageError
+from nccl_launch.errors import EXIT_HOST, HostError, UsageError
 
 _KINDS = {
     stat.S_IFDIR: "a directory",
@@ -22,6 +22,13 @@ _KINDS = {
 
 class FileError(UsageError):
     """A file that is not read: missing, not a regular file, too large, untrusted, not text."""
+
+
+class ReadFailed(FileError):
+    """A file (or stdin) that opened but could not be read: an I/O error of this host (EIO),
+    which no input fixes."""
+
+    exit_code = EXIT_HOST
 
 
 class PathError(HostError):

@@ -1,5 +1,5 @@
 """Reading: only regular files, with a size cap, never blocking on a FIFO; streams line by
-line, a line never held past its cap."""
+line, a line never held past its cap; a read the host fails (EIO) is ReadFailed, exit 3."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from nccl_launch.files.paths import FileError, kind_of
+from nccl_launch.files.paths import FileError, ReadFailed, kind_of
 from nccl_launch.files.trust import check_trusted
 
 # A profile, env file, nccl.conf or pidfile is a few KiB; anything larger is a mistake.
@@ -64,13 +64,30 @@ def read_text(
     the path. With `trusted`, a root process also refuses a file others could have written."""
     fd = _open_regular(path, what, trusted)
     with os.fdopen(fd, "rb") as handle:
-        data = handle.read(limit + 1)
+        data = _read(handle, limit + 1, f"{what} {path}")
     if len(data) > limit:
         raise FileError(f"{what} {path}: larger than {limit} bytes; this is not a {what}")
     try:
         return data.decode("utf-8", errors)
     except UnicodeDecodeError as error:
         raise FileError(f"{what} {path}: not UTF-8 text (byte {error.start})") from None
+
+
+def _read(stream: BinaryIO, size: int, name: str) -> bytes:
+    """At most `size` bytes of `stream` (the file `name`); ReadFailed when the host fails it."""
+    try:
+        return stream.read(size)
+    except OSError as error:
+        raise ReadFailed(f"{name}: cannot read: {error.strerror}") from None
+
+
+def read_stdin(limit: int, what: str) -> bytes:
+    """Standard input, `limit` bytes at most: FileError when larger (it is no `what`) or
+    closed, ReadFailed when the host fails the read."""
+    data = _read(stdin_bytes(), limit + 1, "stdin")
+    if len(data) > limit:
+        raise FileError(f"stdin: larger than {limit} bytes; this is not a {what}")
+    return data
 
 
 def split_lines(chunks: Iterable[bytes]) -> Iterator[bytes | None]:
@@ -102,11 +119,12 @@ def split_lines(chunks: Iterable[bytes]) -> Iterator[bytes | None]:
 
 
 class StreamLines:
-    """The lines of a binary stream as text (undecodable bytes replaced), those longer than
-    LINE_LIMIT skipped and counted: `skipped` of them, the first at line `first_skipped`."""
+    """The lines of a binary stream (the file `name`) as text (undecodable bytes replaced),
+    those longer than LINE_LIMIT skipped and counted: `skipped` of them, the first at line
+    `first_skipped`."""
 
-    def __init__(self, stream: BinaryIO) -> None:
-        self._chunks = iter(lambda: stream.read(CHUNK), b"")
+    def __init__(self, stream: BinaryIO, name: str) -> None:
+        self._chunks = iter(lambda: _read(stream, CHUNK, name), b"")
         self.skipped = 0
         self.first_skipped: int | None = None
 
@@ -133,8 +151,8 @@ def open_stream(path: str, what: str, folder: int | None = None) -> Iterator[Str
     which may be large; devices and FIFOs are refused like elsewhere, and in an open
     `folder` (`path` names a file in it) a symlink too."""
     if path == "-":
-        yield StreamLines(stdin_bytes())
+        yield StreamLines(stdin_bytes(), "stdin")
         return
     fd = _open_regular(Path(path), what, trusted=False, folder=folder)
     with os.fdopen(fd, "rb") as handle:
-        yield StreamLines(handle)
+        yield StreamLines(handle, f"{what} {path}")

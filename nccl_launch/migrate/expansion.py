@@ -24,9 +24,10 @@ _SECRET_READ = re.compile(
 )
 # What `lookup` is asked for `$(cat FILE)`: this, then FILE; it answers with the value.
 SECRET_FILE = "\x00secret file "  # noqa: S105 (a marker, no password)
-_FOLLOWED = (
-    "only a secret read from a file in the server's command is followed: $(cat FILE) or "
-    "$(< FILE), which becomes the profile's secret_files"
+FOLLOWED = (
+    "only a secret read from a file in the server's command, or into a variable it uses "
+    "(NAME=$(cat FILE)), is followed: $(cat FILE) or $(< FILE), which becomes the profile's "
+    "secret_files"
 )
 
 
@@ -139,6 +140,15 @@ def _expanded(
     return out
 
 
+def secret_read(word: shell.Word) -> str | None:
+    """The file a word is a read of, whole (`$(cat FILE)`, `"$(< FILE)"`), else None."""
+    commands = [text for text, kind in word.segments if kind == shell.COMMAND]
+    if len(commands) != 1 or any(text for text, kind in word.segments if kind != shell.COMMAND):
+        return None
+    read = _SECRET_READ.fullmatch(commands[0])
+    return next(path for path in read.groups() if path) if read else None
+
+
 def _secret_read(text: str, lookup: Lookup, line: int, assignment: bool) -> str:
     """What `lookup` gives for the file `$(cat FILE)` or `$(< FILE)` reads, in a command's
     word; any other command substitution, or one in a variable's value, is refused."""
@@ -146,7 +156,7 @@ def _secret_read(text: str, lookup: Lookup, line: int, assignment: bool) -> str:
     if read is None or assignment:
         where = " in a variable's value" if read else ""
         raise shell.ShellError(
-            f"line {line}: command substitution is not supported{where}; {_FOLLOWED}"
+            f"line {line}: command substitution is not supported{where}; {FOLLOWED}"
         )
     value = lookup(SECRET_FILE + next(path for path in read.groups() if path))
     if value is None:

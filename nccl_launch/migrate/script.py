@@ -174,7 +174,7 @@ class _Script:
             replaces = replaces or argv[start] == "exec"
             start += 1
             if argv[start - 1] == "env":
-                start = self.env_options(argv, start, prefix, removed, line)
+                start = self.env_options(argv, written, start, prefix, removed, line)
         argv, written = argv[start:], written[start:]
         if not argv:
             return True  # `exec > log 2>&1` only redirects the script's own output
@@ -186,6 +186,7 @@ class _Script:
                     f"line {line}: a second server command (the first: {self.found[0]})"
                 )
             env = state.server_env(removed, prefix)
+            state.given_secrets(written, removed, prefix)
             origins = {
                 name: (state.origins[name], state.variables[name])
                 for name in [*env, *references.names(written)]
@@ -203,10 +204,17 @@ class _Script:
         return None
 
     def env_options(
-        self, argv: list[str], start: int, prefix: dict[str, str], removed: set[str], line: int
+        self,
+        argv: list[str],
+        written: list[str],
+        start: int,
+        prefix: dict[str, str],
+        removed: set[str],
+        line: int,
     ) -> int:
         """`env`'s `-u NAME` and `NAME=value` from `start` into `removed` and `prefix`; where
-        its command starts."""
+        its command starts. A value holding a secret read from a file is refused: a profile's
+        value cannot hold the file's text."""
         while start < len(argv):
             word = argv[start]
             if word in ("-u", "--unset") and start + 1 < len(argv):
@@ -217,6 +225,7 @@ class _Script:
                 prefix.pop(name, None)
             elif "=" in word and not word.startswith("-"):
                 name, _, value = word.partition("=")
+                self.shell.no_secret_in(written[start], f"the value env gives {name}", line)
                 prefix[name], self.shell.lines[name] = known_at(value, line), self.shell.at(line)
                 removed.discard(name)
             elif word.startswith("-"):

@@ -11,7 +11,7 @@ from pathlib import Path, PurePosixPath
 
 from nccl_launch.errors import UsageError
 from nccl_launch.files.paths import is_regular
-from nccl_launch.files.reading import MAX_BYTES, read_text, stdin_bytes
+from nccl_launch.files.reading import MAX_BYTES, read_stdin, read_text
 from nccl_launch.migrate import shell
 from nccl_launch.migrate.expansion import Lookup, expand
 from nccl_launch.migrate.server_table import known
@@ -27,10 +27,7 @@ def read_script_file(path: str) -> str:
     that is not UTF-8 is kept (as a surrogate) for the reader to refuse where it counts."""
     if path != "-":
         return read_text(Path(path), "script", errors="surrogateescape")
-    data = stdin_bytes().read(MAX_BYTES + 1)
-    if len(data) > MAX_BYTES:
-        raise UsageError(f"stdin: larger than {MAX_BYTES} bytes; this is not a script")
-    return data.decode("utf-8", "surrogateescape")
+    return read_stdin(MAX_BYTES, "script").decode("utf-8", "surrogateescape")
 
 
 def _here(cwd: str | None, path: str) -> str:

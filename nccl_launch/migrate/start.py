@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +14,7 @@ import tomli_w
 from nccl_launch.env.env_files import env_file_lines, profile_env_file_lines
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.escaping import toml_escaped
+from nccl_launch.files.toml_text import parse_toml
 from nccl_launch.files.writing import check_output, write_output
 from nccl_launch.findings import Refused
 from nccl_launch.kinds import KINDS, command_of
@@ -169,7 +169,7 @@ def profile_text(data: dict[str, Any], comments: dict[str, str]) -> str:
             parts.append("\n".join(lines) + "\n")
     rest = {key: value for key, value in data.items() if key not in top and key not in tables}
     text = toml_escaped("\n".join([*parts, tomli_w.dumps(rest)]))
-    if tomllib.loads(text) != data:  # a bug here must not write a profile that says otherwise
+    if parse_toml(text) != data:  # a bug here must not write a profile that says otherwise
         raise RuntimeError("the profile written with comments does not read back as built")
     return text
 

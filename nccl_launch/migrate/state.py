@@ -13,11 +13,20 @@ from pathlib import PurePosixPath
 from nccl_launch.errors import UsageError
 from nccl_launch.escaping import not_utf8
 from nccl_launch.migrate import shell, sourced
-from nccl_launch.migrate.expansion import DEFAULT_IFS, SECRET_FILE, arguments, expand, references
+from nccl_launch.migrate.expansion import (
+    DEFAULT_IFS,
+    FOLLOWED,
+    SECRET_FILE,
+    arguments,
+    expand,
+    references,
+    secret_read,
+)
 from nccl_launch.migrate.server_table import from_caller, known
 from nccl_launch.nccl import catalog
 from nccl_launch.secrets.masking import secret_name
 from nccl_launch.serving.references import literal
+from nccl_launch.serving.references import names as refers_to
 
 # Around the name of a variable in an argument being written: bytes no script's word holds.
 _OPEN, _CLOSE = "\x02", "\x03"
@@ -63,6 +72,9 @@ class Shell:
     functions: dict[str, int] = field(default_factory=dict)  # name: the line defining it
     notes: list[str] = field(default_factory=list)
     secret_files: dict[str, str] = field(default_factory=dict)  # NAME: the file `$(cat FILE)` reads
+    # A variable whose value is a secret read from a file (`NAME=$(cat FILE)`): NAME: FILE.
+    # bash holds the file's text; here the server gets `${NAME}`, and the profile secret_files.
+    secret_reads: dict[str, str] = field(default_factory=dict)
 
     def at(self, line: int) -> str:
         """Where `line` of the file being followed is: "line 3", "a.sh line 2"."""
@@ -71,13 +83,34 @@ class Shell:
     def lookup(self, name: str) -> str | None:
         if name.startswith(SECRET_FILE):  # `$(cat FILE)`: the server gets `${NAME}` filled
             return f"${{{self.secret(name.removeprefix(SECRET_FILE))}}}"
+        if name in self.secret_reads:
+            return f"${{{self.read_name(name)}}}"
         found = self.variables.get(name, None if name in self.removed else self.environ.get(name))
         if name == "PATH" and name not in self.variables and self.path_first:
             return ":".join([*self.path_first, found or ""])  # after `PATH=/opt/bin:$PATH`
         return found
 
     def expand(self, word: shell.Word, line: int, assignment: bool = False) -> str:
+        """The word's value, for a variable's: one holding a secret read from a file is
+        refused (a profile's value cannot hold the file's text)."""
+        for name, path in self.secret_reads.items():
+            if references(word, name):
+                raise UsageError(
+                    f"line {line}: ${name} holds the secret read from {path} "
+                    f"({self.lines[name]}), here outside the server's command; {FOLLOWED}"
+                )
         return expand(word, self.lookup, line, from_caller, assignment=assignment)
+
+    def no_secret_in(self, written: str, what: str, line: int) -> None:
+        """Refuse `what` (a value, `written` as `[server] args` would write it) when it holds a
+        variable read from a file: it would reach the profile as `${NAME}`, not the text."""
+        found = [name for name in self.secret_reads if self.read_name(name) in refers_to([written])]
+        if found:
+            raise UsageError(
+                f"line {line}: {what} holds ${found[0]}, the secret read from "
+                f"{self.secret_reads[found[0]]} ({self.lines[found[0]]}), here outside the "
+                f"server's command; {FOLLOWED}"
+            )
 
     def arguments(self, word: shell.Word, line: int) -> list[str]:
         """The arguments bash makes of a command's word, split at the script's IFS."""
@@ -91,6 +124,8 @@ class Shell:
         def marked(name: str) -> str | None:
             if name.startswith(SECRET_FILE):
                 return f"{_OPEN}{self.secret(name.removeprefix(SECRET_FILE))}{_CLOSE}"
+            if name in self.secret_reads:
+                return f"{_OPEN}{self.read_name(name)}{_CLOSE}"
             value = self.lookup(name)
             return f"{_OPEN}{name}{_CLOSE}" if value and name in self.origins else value
 
@@ -110,7 +145,7 @@ class Shell:
         API_KEY; `k`: K_SECRET, a name masking hides), named in `secret_files`, a relative
         FILE from where the script is then, as `[server] cwd` is; a second file of the same
         name gets a number."""
-        path = os.path.normpath(PurePosixPath(self.cwd or "") / read)
+        path = self.here(read)
         stem = re.sub(r"[^A-Za-z0-9_]", "_", path.rstrip("/").rpartition("/")[2]).upper()
         stem = stem if re.match(r"[A-Z_]", stem) else f"SECRET_{stem}"
         stem = secret_name(stem)
@@ -118,6 +153,29 @@ class Shell:
         name = next(each for each in names if self.secret_files.get(each, path) == path)
         self.secret_files[name] = path
         return name
+
+    def here(self, path: str) -> str:
+        """`path` as the script opens it now: from its directory, as `[server] cwd` is."""
+        return os.path.normpath(PurePosixPath(self.cwd or "") / path)
+
+    def read_name(self, name: str) -> str:
+        """The variable the profile gives the secret `name` was read into: `name` when it is
+        exported (the server's env has it so), else a name masking hides (`K`: K_SECRET)."""
+        return name if name in self.exported else secret_name(name)
+
+    def given_secrets(self, words: list[str], removed: set[str], prefix: Mapping[str, str]) -> None:
+        """Each variable read from a file that reaches the server (in its `words`, as `[server]
+        args` write them, or exported to it) into `secret_files`, as bash gives it."""
+        exported, used = self.exported - removed - prefix.keys(), set(refers_to(words))
+        for name, path in sorted(self.secret_reads.items()):
+            named = self.read_name(name)
+            if name not in exported and named not in used:
+                continue
+            if self.secret_files.setdefault(named, path) != path:
+                raise UsageError(
+                    f"{self.lines[name]}: {named} names two secret files, "
+                    f"{self.secret_files[named]} and {path}; read one into another variable"
+                )
 
     def ifs(self) -> str:
         """The script's IFS (bash ignores the caller's)."""
@@ -128,6 +186,14 @@ class Shell:
         server, None leaves that as it was (exported under `set -a`)."""
         name, value, appends = word.assignment() or ("", word, False)
         self.writable(name, line)
+        read = None if appends else secret_read(value)
+        if read is not None:  # bash holds the file's text, which reaches the server as ${NAME}
+            self.variables.pop(name, None)
+            self.origins.pop(name, None)
+            self.secret_reads[name], self.lines[name] = self.here(read), self.at(line)
+            self.mark(name, export)
+            return
+        self.secret_reads.pop(name, None)
         if (appends or references(value, name)) and name not in self.variables:
             if name in self.environ and not name.startswith(catalog.PREFIX):
                 # PATH=/opt/bin:$PATH depends on whoever runs it, and stays theirs
@@ -170,6 +236,7 @@ class Shell:
         """`unset NAME`: gone from the script, and the caller's value with it."""
         self.writable(name, line)
         self.variables.pop(name, None)
+        self.secret_reads.pop(name, None)
         self.origins.pop(name, None)
         self.exported.discard(name)
         self.removed.add(name)

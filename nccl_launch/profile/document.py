@@ -9,35 +9,29 @@ from pathlib import Path
 from typing import Any
 
 from nccl_launch.files.reading import read_text
+from nccl_launch.files.toml_text import TooDeep, parse_toml
 from nccl_launch.findings import Finding, Refused, refuse
 from nccl_launch.nccl.grammar import INT64_MAX, INT64_MIN  # TOML integers are 64-bit too
 
-# A profile's tables go three deep ([server.speculative] KEY); deeper is a mistake or an attack,
-# and would exhaust Python's recursion in the TOML parser or the code after it.
-MAX_NESTING = 16
-
 
 def _shape_problems(path: Path, data: dict[str, Any]) -> list[Finding]:
-    """What TOML allows but no profile can mean: nesting deeper than MAX_NESTING, an integer
-    beyond 64 bits (tomllib reads any size), a key holding a control character."""
+    """What TOML allows but no profile can mean: an integer beyond 64 bits (tomllib reads any
+    size), a key holding a control character. (Nesting is bounded before the parse.)"""
     problems = []
-    pending: list[tuple[str, object, int]] = [("", data, 0)]
-    while pending:  # iterative: the point is not to recurse on what the file nests
-        key, value, depth = pending.pop()
+    pending: list[tuple[str, object]] = [("", data)]
+    while pending:
+        key, value = pending.pop()
         where = key or "the document"
-        if depth > MAX_NESTING:
-            message = f"nested deeper than {MAX_NESTING} levels"
-            problems.append(Finding("nesting", where, message, file=str(path)))
-        elif isinstance(value, dict):
+        if isinstance(value, dict):
             for name, item in value.items():
                 if not name.isprintable():
                     dotted = f"{key}.{name!r}" if key else repr(name)
                     message = "a key cannot hold a control character"
                     problems.append(Finding("key-name", dotted, message, file=str(path)))
                 else:
-                    pending.append((f"{key}.{name}" if key else name, item, depth + 1))
+                    pending.append((f"{key}.{name}" if key else name, item))
         elif isinstance(value, list):
-            pending += [(f"{key}.{index}", item, depth + 1) for index, item in enumerate(value)]
+            pending += [(f"{key}.{index}", item) for index, item in enumerate(value)]
         elif isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
             message, fix = "integer out of range", "TOML integers are 64-bit"
             problems.append(Finding("integer-range", where, message, fix, file=str(path)))
@@ -53,13 +47,14 @@ def read_profile_toml(path: Path) -> dict[str, Any]:
 def parse_profile_toml(path: Path, text: str) -> dict[str, Any]:
     """The TOML `text` of the profile file `path` as data, or ProfileError."""
     try:
-        data = tomllib.loads(text)
+        data = parse_toml(text)
+    except TooDeep as error:
+        finding = Finding("nesting", f"line {error.line}", str(error), file=str(path))
+        raise Refused([finding]) from None
     except tomllib.TOMLDecodeError as error:
         problem = str(error)
     except ValueError:  # Python's limit on the digits of an int
         problem = "an integer with thousands of digits"
-    except RecursionError:
-        problem = "nested deeper than Python can read"
     else:
         refuse(_shape_problems(path, data))
         return data

@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, computed_field
 
-from nccl_launch.errors import EXIT_OK, EXIT_USAGE, NcclLaunchError, ProfileError
-from nccl_launch.findings import Finding, Refused
+from nccl_launch.errors import EXIT_OK, NcclLaunchError, ProfileError
+from nccl_launch.findings import Finding, Refused, cause_of
 from nccl_launch.profile.lint import accept_line, review
 from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.profile.model import Baseline
@@ -51,6 +51,7 @@ class Validated(BaseModel):
     acknowledged: list[str] = []
     baseline: Baseline | None = None
     findings: list[ReportedFinding] = []
+    code: int = EXIT_OK  # of the error: 2, or 3 for a file this host failed to read
 
 
 class ValidatedFile(BaseModel):
@@ -66,7 +67,8 @@ class ValidatedFile(BaseModel):
 
 
 class Validation(Report):
-    """`validate`'s result: exit 2 if any file is invalid."""
+    """`validate`'s result: exit 2 if any file is invalid, else 3 if this host failed to read
+    any (an I/O error)."""
 
     results: list[Validated] = Field(exclude=True)
 
@@ -92,7 +94,7 @@ class Validation(Report):
 
     @property
     def exit_code(self) -> int:
-        return EXIT_USAGE if self.invalid else EXIT_OK
+        return min((result.code for result in self.results if result.problems), default=EXIT_OK)
 
 
 def _unloaded(ref: str, error: NcclLaunchError) -> list[Finding]:
@@ -102,7 +104,13 @@ def _unloaded(ref: str, error: NcclLaunchError) -> list[Finding]:
         return error.findings
     code = "invalid-file" if isinstance(error, ProfileError) else "unreadable"
     return [
-        Finding(code, "", line.removeprefix(error.prefix).removeprefix(f"{ref}: "), file=ref)
+        Finding(
+            code,
+            "",
+            line.removeprefix(error.prefix).removeprefix(f"{ref}: "),
+            cause=cause_of(error),
+            file=ref,
+        )
         for line in error.lines()
     ]
 
@@ -115,7 +123,10 @@ def validate(refs: tuple[str, ...]) -> Validation:
             loaded = load_profile(ref)
         except NcclLaunchError as error:
             found = [ReportedFinding.of(each) for each in _unloaded(ref, error)]
-            results.append(Validated(path=ref, problems=error.lines(), findings=found))
+            problems = error.lines()
+            results.append(
+                Validated(path=ref, problems=problems, findings=found, code=error.exit_code)
+            )
             continue
         plan = loaded.plan
         review_ = review(loaded.profile)

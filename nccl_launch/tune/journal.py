@@ -19,7 +19,7 @@ from pathlib import Path, PurePath
 
 from pydantic import BaseModel, Field, model_validator
 
-from nccl_launch.files.paths import FileError
+from nccl_launch.files.paths import ReadFailed
 from nccl_launch.jsonlines import append_line, open_store, parse_lines, state_home
 from nccl_launch.profile.plan import DIGEST
 from nccl_launch.tune.orphans import Owner, StartedServer, stop_leftover
@@ -152,7 +152,7 @@ def opened(folder: PurePath, settings: TrialSettings) -> Iterator[Journal]:
         try:
             data = os.pread(fd, LIMIT, 0)
         except OSError as error:
-            raise FileError(f"{WHAT} {path}: cannot read: {error.strerror}") from None
+            raise ReadFailed(f"{WHAT} {path}: cannot read: {error.strerror}") from None
         journal = Journal(path, fd, settings)
         journal.read_lines(data.decode("utf-8", "replace"))
         yield journal

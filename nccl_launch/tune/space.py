@@ -9,6 +9,7 @@ from typing import Any
 
 from nccl_launch.errors import UsageError
 from nccl_launch.files.reading import read_text
+from nccl_launch.files.toml_text import TooDeep, parse_toml
 from nccl_launch.profile.model import nccl_value
 from nccl_launch.tune.search import Space
 
@@ -26,8 +27,10 @@ def read_space_file(path: Path) -> Space:
     """The space a TOML file declares, one array of values per NCCL variable (no prefix)."""
     text = read_text(path, "search space", trusted=True)  # it shapes the servers' env
     try:
-        data = tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, ValueError, RecursionError) as error:
+        data = parse_toml(text)
+    except TooDeep as error:
+        raise UsageError(f"search space {path}: line {error.line}: {error}") from None
+    except (tomllib.TOMLDecodeError, ValueError) as error:
         raise UsageError(f"search space {path}: not TOML: {error}") from None
     space: Space = {}
     for short, given in data.items():
