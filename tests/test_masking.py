@@ -757,6 +757,21 @@ def test_a_list_or_object_value_is_masked_to_its_closing_bracket(text: str, mask
 
 
 @pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ('password="pa\\"ss-9z" n=1', 'password="***" n=1'),
+        ("{'token': 'it\\'s-9z', 'n': 1}", "{'token': '***', 'n': 1}"),
+        ('DSN password="never-closed 9z', 'DSN password="***"'),
+    ],
+)
+def test_a_quoted_value_is_masked_past_its_escaped_quotes(text: str, masked: str) -> None:
+    """A value's tail after an escaped quote is the credential's too; with no closing quote,
+    so is the rest of the text."""
+    assert mask_credentials(text) == masked
+    assert {'pa\\"ss-9z', 'pa"ss-9z'} <= masked_values(["--x", 'password="pa\\"ss-9z"'])
+
+
+@pytest.mark.parametrize(
     "text",
     [
         "keys: ['k3y'] (1)",  # a Python list of vLLM's, or a tuple

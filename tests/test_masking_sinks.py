@@ -1,8 +1,10 @@
 """Every place text leaves the program masks the secrets of the launch: a credential whose
-value is a JSON or Python list or object, and a key shorter than any value masked wherever it
-appears, through `run --dry-run`, `show`, `validate`, `systemd`, `preflight`, `check` and
-tune's failed-trial tail (terminal and journal). What a server says is quoted apart from our
-prose (`Quoted`) and masked by each sink: a sink that forgets fails these tests."""
+value is a JSON or Python list or object, a quoted value with an escaped quote in it, a key
+shorter than any value, and a secret file's value filled into a flag that is no credential's,
+masked wherever it appears, through `run --dry-run`, `show`, `validate`, `systemd`,
+`preflight`, `check`, `bench` and tune's failed-trial tail (terminal and journal). What a
+server says is quoted apart from our prose (`Quoted`) and masked by each sink: a sink that
+forgets fails these tests."""
 
 from __future__ import annotations
 
@@ -18,21 +20,29 @@ from nccl_launch.tune.trial import TrialOutcome, tail_lines
 from tests.conftest import RunCli, WriteProfile
 from tests.helpers import STANDIN, free_port, sleeper
 
-# `k3y` is the short key given to the server; each `-9z` ends a value of a credential.
+# `k3y` is the short key given to the server; each `-9z` ends a value of a credential, the
+# password of DSN after an escaped quote, FILLED the value of a secret file filled into
+# `--served-model-name`, which no rule of masking knows to hide.
 LEAKY = """schema = 1
 name = "leaky"
 version = 1
 description = 'token=["d-9z"]'
+secret_files = {{ API_KEY = "api_key" }}
 [nccl]
 PROTO = "LL"
 [env]
 OTHER = '{{"api_key": ["e-9z"]}}'
+DSN = 'password="pa\\"ss-9z"'
 [server]
 python = "{python}"
 model_path = "/models/m"
 port = {port}
-args = ["--api-key", "k3y", "--x", '{{"password": {{"v": "a-9z"}}}}']
+args = [
+    "--api-key", "k3y", "--served-model-name", "${{API_KEY}}",
+    "--x", '{{"password": {{"v": "a-9z"}}}}',
+]
 """
+FILLED = 'Qx7v"jWk-9z'  # a quote in it: a rule that stops there would show its tail
 SKIP_HOST = ("--skip", "gpus", "--skip", "paths", "--skip", "port")
 
 
@@ -40,13 +50,23 @@ def assert_masked(*texts: str) -> None:
     said = "".join(texts)
     assert "9z" not in said, said
     assert "k3y" not in said, said
+    assert_unseen(FILLED, said)
+
+
+def assert_unseen(secret: str, said: str) -> None:
+    """Neither `secret` nor any part of it of 4 characters (a title cut in it, a tail after
+    its quote) is in `said`, in any form a sink may escape it to."""
+    forms = {said, said.replace('\\"', '"')}  # and as JSON, Prometheus and systemd escape it
+    parts = {secret[start : start + 4] for start in range(len(secret) - 3)}
+    assert not [part for part in parts for form in forms if part in form], said
 
 
 @pytest.fixture
 def leaky(write_profile: WriteProfile, tmp_path: Path) -> dict[str, str]:
     """The profile, and an SGLang on the PYTHONPATH whose import fails quoting its secrets
     as a server quotes its arguments (preflight's probe prints what it says)."""
-    write_profile("leaky", LEAKY.format(python=sys.executable, port=free_port()))
+    path = write_profile("leaky", LEAKY.format(python=sys.executable, port=free_port()))
+    (path.parent / "api_key").write_text(FILLED + "\n")
     package = tmp_path / "site" / "sglang"
     package.mkdir(parents=True)
     said = """args: {'api_key': ['k3y'], 'x': {"password": {"v": "a-9z"}}}; key k3y"""
@@ -60,11 +80,12 @@ def leaky(write_profile: WriteProfile, tmp_path: Path) -> dict[str, str]:
         ["run", "--dry-run"],
         ["show"],
         ["validate"],
+        ["validate", "--format", "json"],
         ["systemd"],
         ["preflight", *SKIP_HOST],
         ["preflight", *SKIP_HOST, "--format", "json"],
     ],
-    ids=["run", "show", "validate", "systemd", "preflight", "preflight-json"],
+    ids=["run", "show", "validate", "validate-json", "systemd", "preflight", "preflight-json"],
 )
 def test_a_command_masks_every_secret_of_the_profile_it_prints(
     command: list[str], leaky: dict[str, str], run_cli: RunCli
@@ -74,6 +95,17 @@ def test_a_command_masks_every_secret_of_the_profile_it_prints(
     assert_masked(result.stdout, result.stderr)
     if command[0] != "validate":  # which names no value
         assert MASK in result.stdout
+
+
+@pytest.mark.parametrize("fmt", ["json", "env", "dotenv", "shell", "systemd-env", "k8s"])
+def test_shows_formats_for_the_server_hold_no_secret_files_value(
+    fmt: str, leaky: dict[str, str], run_cli: RunCli
+) -> None:
+    """They print the profile's own values as the server gets them (DSN's password too), and
+    never read the secret files: the reference is what they hold."""
+    result = run_cli("show", "leaky", "--format", fmt, env=leaky)
+    assert result.returncode == 0, result.stderr
+    assert_unseen(FILLED, result.stdout + result.stderr)
 
 
 def test_preflight_masks_what_the_server_says_of_its_secrets(
@@ -105,7 +137,10 @@ def test_tunes_failed_trial_tail_masks_them_on_the_terminal_and_in_the_journal(
     args = ("--try", "PROTO=Simple", "--runs", "1", "--warmup", "0", "--ready-timeout", "2")
     result = run_cli("tune", "leaky", *args, env={"PYTHONPATH": str(STANDIN)})
     assert result.returncode == 1, result.stdout + result.stderr  # nothing measured
-    refused = """  | launch_server.py: error: unrecognized arguments: --x {"password": ***}"""
+    refused = (
+        "  | launch_server.py: error: unrecognized arguments: "
+        """--served-model-name *** --x {"password": ***}"""
+    )
     assert refused in result.stdout
     [journal] = (tmp_path / "home").rglob("journal.jsonl")
     assert "unrecognized arguments" in journal.read_text()
@@ -151,11 +186,11 @@ def test_preflight_masks_what_the_parser_says_and_keeps_its_own_prose(
     prose, quote = {
         "parse": (
             "SGLang's parser rejects the argv: ValueError: ",
-            """'--api-key', '***', '--x'""",
+            """'--api-key', '***', '--served-model-name', '***', '--x'""",
         ),
         "differs": (
             "model_path: SGLang parsed '/models/m ",
-            """--api-key *** --x {"password": ***}""",
+            """--api-key *** --served-model-name *** --x {"password": ***}""",
         ),
     }[said]
     assert any(prose in line and quote in line for line in lines), "\n".join(lines)

@@ -51,7 +51,10 @@ _RUN = re.compile(r"[^\s'\"]+")
 _NAME = re.compile(
     r"""(?<![\w%.-])(?:(?P<quote>["'])(?P<member>[\w%.-]+)(?P=quote)\s*[:=]|(?P<name>[\w%.-]+)\s*=)\s*"""
 )
-_VALUE = re.compile(r""""[^"]*"|'[^']*'|[^\s&;#"']+""")
+# A quoted value runs past its escaped quotes (`"pa\\"ss"`), and to the end of the text when
+# nothing closes it: what follows may all be the credential.
+_VALUE = re.compile(r""""(?:[^"\\]|\\.)*"?|'(?:[^'\\]|\\.)*'?|[^\s&;#"']+""", re.DOTALL)
+_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
 # Inside a JSON or Python list, tuple or object (`["sk-1"]`, `('sk-1',)`, `{"v": "x"}`): a
 # quoted text, with its escapes (`"a\\"]"`), or one character; the value runs to the bracket
 # that closes its first.
@@ -163,17 +166,24 @@ def _mask_url(match: re.Match[str]) -> str:
     return match[0] if found is None else f"{match[0][: found[0]]}{MASK}{match[0][found[1] :]}"
 
 
+def _unquoted(written: str) -> set[str]:
+    """A value as written (`"pa\\"ss"`, `pa\\"ss` when unclosed) without its quotes, and as
+    read, its escapes undone (`pa"ss`): a server may print either."""
+    inner = written[1:].removesuffix(written[0]) if written[0] in "\"'" else written
+    return {inner, _ESCAPE.sub(r"\1", inner)}
+
+
 def _passwords(text: str) -> set[str]:
     """What `mask_credentials` hides in `text`: each URL's password (its user info when it
     has none: a user alone may be a token), each credential pair's value, and each text
     quoted in a value that is a list or an object (`["k1", "k2"]`: a server may log them apart)."""
     found = set()
     for start, end in _credential_pairs(text):
-        found.add(text[start:end].strip("\"'"))
+        found |= _unquoted(text[start:end])
         if text[start] in _CLOSES:  # its quoted texts, but for the names of its members
             for part in _NESTED.finditer(text, start, end):
                 if part[0][0] in "\"'" and not _MEMBER_NAMED.match(text, part.end()):
-                    found.add(part[0][1:].removesuffix(part[0][0]))
+                    found |= _unquoted(part[0])
     for run in _RUN.findall(text):
         if (where := _userinfo(run)) is not None:
             user, colon, password = run[where[0] : where[1]].partition(":")
