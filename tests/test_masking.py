@@ -20,7 +20,7 @@ from nccl_launch.secrets.masking import (
     mask_words,
     masked_values,
 )
-from nccl_launch.secrets.values import mask_known
+from nccl_launch.secrets.values import mask_known, secrets_of
 from nccl_launch.sglang import facts
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import Server, free_port, sleeper
@@ -796,3 +796,21 @@ def test_a_key_is_masked_as_python_and_json_quote_it(key: str) -> None:
     for form in (repr([key]), json.dumps([key]), repr((key,)), key):
         masked = mask_known(f"args: {form}", {key})
         assert "k3y" not in masked, (form, masked)
+
+
+@pytest.mark.parametrize(
+    ("argv", "secrets"),
+    [
+        (["--served-model-name", "sk-1", "--x=a:$b", "--y", "p"], {"sk-1", "a", "p"}),
+        (["--served-model-name", "sk-1", "--x=a:$b", "--y", "p", "--tp", "8"], {"sk-1", "a", "p"}),
+        (["--served-model-name", "sk-1", "--x=a;$b", "--y", "p"], set()),  # edited since
+        (["--served-model-name", "sk-1"], set()),
+    ],
+)
+def test_a_command_line_read_back_gives_what_its_references_were_filled_with(
+    argv: list[str], secrets: set[str]
+) -> None:
+    """A title masks these wherever they appear, whatever the flag: only where the whole argv
+    the profile writes still reads as the command line, word for word."""
+    written = ["--served-model-name", "${NAME}", "--x=${A}:$$b", "--y", "${P}"]
+    assert secrets_of(argv, {}, written=written).values == secrets

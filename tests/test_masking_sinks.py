@@ -9,7 +9,10 @@ forgets fails these tests."""
 from __future__ import annotations
 
 import json
+import os
 import sys
+import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,8 +20,8 @@ import pytest
 from nccl_launch.secrets.masking import MASK
 from nccl_launch.secrets.values import secrets_of
 from nccl_launch.tune.trial import TrialOutcome, tail_lines
-from tests.conftest import RunCli, WriteProfile
-from tests.helpers import STANDIN, free_port, sleeper
+from tests.conftest import RunCli, WriteProfile, console_script
+from tests.helpers import STANDIN, Server, free_port, sleeper
 
 # `k3y` is the short key given to the server; each `-9z` ends a value of a credential, the
 # password of DSN after an escaped quote, FILLED the value of a secret file filled into
@@ -54,11 +57,15 @@ def assert_masked(*texts: str) -> None:
 
 
 def assert_unseen(secret: str, said: str) -> None:
-    """Neither `secret` nor any part of it of 4 characters (a title cut in it, a tail after
-    its quote) is in `said`, in any form a sink may escape it to."""
-    forms = {said, said.replace('\\"', '"')}  # and as JSON, Prometheus and systemd escape it
+    assert not shown_parts(secret, said), said
+
+
+def shown_parts(secret: str, said: str) -> list[str]:
+    """The parts of `secret` of 4 characters (a title cut in it, a tail after its quote) that
+    are in `said`, as written or as JSON, Prometheus and systemd escape its quote."""
+    forms = {said, said.replace('\\"', '"')}
     parts = {secret[start : start + 4] for start in range(len(secret) - 3)}
-    assert not [part for part in parts for form in forms if part in form], said
+    return [part for part in parts for form in forms if part in form]
 
 
 @pytest.fixture
@@ -227,3 +234,70 @@ def test_validate_masks_a_password_in_a_key_it_names(
     assert result.returncode == 2
     assert "hunter22" not in result.stdout + result.stderr
     assert "https://***@db/x" in result.stdout + result.stderr
+
+
+# The vLLM stand-in serving the name FILLED, a secret file's value: a name is no credential
+# by any rule, and every view of the live server (its titles, what it says of itself) masks
+# it as a value the profile's secret files hold.
+SERVED = """schema = 1
+name = "served"
+version = 1
+secret_files = {{ API_KEY = "api_key" }}
+[nccl]
+PROTO = "LL"
+[server]
+kind = "vllm"
+python = "py"
+model_path = "/m"
+host = "127.0.0.1"
+port = {port}
+args = ["--served-model-name", "${{API_KEY}}"]
+"""
+
+
+@pytest.fixture
+def served(write_profile: WriteProfile, tmp_path: Path) -> Iterator[tuple[Server, dict[str, str]]]:
+    """The server started by `nccl-launch run served`, and the environment to call it with:
+    its interpreter is `py` on the PATH, so that its title, cut at 100 characters, reaches
+    the name it serves (this interpreter, given the packages of its environment)."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "py").symlink_to(sys.executable)
+    env = {
+        "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": f"{STANDIN}{os.pathsep}{sysconfig.get_paths()['platlib']}",
+        "STANDIN_TOKEN_RATE": "300",
+    }
+    port = free_port()
+    path = write_profile("served", SERVED.format(port=port))
+    (path.parent / "api_key").write_text(FILLED + "\n")
+    server = Server([console_script(), "run", "served"], env, port)
+    yield server, env
+    server.stop()
+
+
+def test_every_view_of_a_live_server_masks_a_secret_filled_into_a_name(
+    served: tuple[Server, dict[str, str]], run_cli: RunCli
+) -> None:
+    server, env = served
+    port, url = str(server.port), f"http://127.0.0.1:{server.port}"
+    fast = ("--max-tokens", "8", "--runs", "1", "--warmup", "0")
+    commands = {
+        **{f"check {fmt}": ("check", "served", "--port", port, "--format", fmt)
+           for fmt in ("text", "json", "prometheus")},
+        **{f"preflight {fmt}": ("preflight", "served", "--skip", "gpus", "--skip", "paths",
+                                "--skip", "vllm", "--format", fmt) for fmt in ("text", "json")},
+        **{f"bench {fmt}": ("bench", "served", "--url", url, *fast, "--format", fmt)
+           for fmt in ("text", "json")},
+        **{f"history {fmt}": ("bench", "--history", "--format", fmt) for fmt in ("text", "json")},
+    }  # fmt: skip
+    said = {name: run_cli(*command, env=env) for name, command in commands.items()}
+    assert {name: result.returncode for name, result in said.items()} == {
+        **dict.fromkeys(commands, 0),
+        "preflight text": 3,  # the port is taken: by the server, named by its title
+        "preflight json": 3,
+    }, {name: result.stdout + result.stderr for name, result in said.items()}
+    shown = {name: result.stdout + result.stderr for name, result in said.items()}
+    assert not {name: text for name, text in shown.items() if shown_parts(FILLED, text)}
+    assert "--served-model-name '***'" in said["check text"].stdout
+    assert "--served-model-name '***'" in said["preflight text"].stdout

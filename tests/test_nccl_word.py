@@ -42,7 +42,7 @@ def test_the_file_name_is_expanded_as_nccl_expands_it(pattern: str, path: str) -
 def _snapshot(path: Path, pid: int = os.getpid(), **env: str) -> ProcessSnapshot:
     """A process whose NCCL writes `path`: this one, whose /proc/PID/root is the test's."""
     marked = {"NCCL_LAUNCH_NCCL_DEBUG": "1", "NCCL_DEBUG_FILE": str(path), **env}
-    return ProcessSnapshot(pid, 0.0, "rank", {"NCCL_PROTO": "LL", **marked}, uid=os.geteuid())
+    return ProcessSnapshot(pid, 0.0, ("rank",), {"NCCL_PROTO": "LL", **marked}, uid=os.geteuid())
 
 
 def _judge(logs: NcclLogs, snapshot: ProcessSnapshot) -> tuple[str, list[str]]:

@@ -156,7 +156,7 @@ def run_preflight(launch: LaunchPlan, skip: frozenset[str] = frozenset()) -> Pre
     if server is not None:
         host |= {
             "gpus": lambda: [gpu_check(server, env)],
-            "port": lambda: [port_check(server)],
+            "port": lambda: [port_check(server, launch.secrets.values)],
             "python": lambda: [program_seen(server.python, SERVER_PYTHON, server.cwd, env)],
             "paths": lambda: path_checks(server),
         }
