@@ -137,18 +137,21 @@ def test_check_masks_a_process_title_holding_them(
     assert """--api-key '***' '--x={"auth_token": ***}'""" in result.stdout.replace('\\"', '"')
 
 
+@pytest.mark.parametrize("fmt", ["text", "json"])
 def test_tunes_failed_trial_tail_masks_them_on_the_terminal_and_in_the_journal(
-    leaky: dict[str, str], run_cli: RunCli, tmp_path: Path
+    fmt: str, leaky: dict[str, str], run_cli: RunCli, tmp_path: Path
 ) -> None:
-    """The stand-in's parser refuses `--x`, quoting its value, and exits at start."""
+    """The stand-in's parser refuses `--served-model-name` and `--x`, quoting their values,
+    and exits at start."""
     args = ("--try", "PROTO=Simple", "--runs", "1", "--warmup", "0", "--ready-timeout", "2")
-    result = run_cli("tune", "leaky", *args, env={"PYTHONPATH": str(STANDIN)})
+    env = {"PYTHONPATH": str(STANDIN)}
+    result = run_cli("tune", "leaky", *args, "--format", fmt, env=env)
     assert result.returncode == 1, result.stdout + result.stderr  # nothing measured
     refused = (
-        "  | launch_server.py: error: unrecognized arguments: "
+        "launch_server.py: error: unrecognized arguments: "
         """--served-model-name *** --x {"password": ***}"""
     )
-    assert refused in result.stdout
+    assert refused in result.stdout.replace('\\"', '"')
     [journal] = (tmp_path / "home").rglob("journal.jsonl")
     assert "unrecognized arguments" in journal.read_text()
     assert_masked(result.stdout, result.stderr, journal.read_text())
