@@ -762,6 +762,10 @@ def test_a_list_or_object_value_is_masked_to_its_closing_bracket(text: str, mask
         ('password="pa\\"ss-9z" n=1', 'password="***" n=1'),
         ("{'token': 'it\\'s-9z', 'n': 1}", "{'token': '***', 'n': 1}"),
         ('DSN password="never-closed 9z', 'DSN password="***"'),
+        (  # such a pair in a JSON string (a line of `run --dry-run`, a log's JSON)
+            json.dumps({"dsn": 'password="pa\\"ss-9z" n=1'}),
+            json.dumps({"dsn": 'password="***" n=1'}),
+        ),
     ],
 )
 def test_a_quoted_value_is_masked_past_its_escaped_quotes(text: str, masked: str) -> None:
