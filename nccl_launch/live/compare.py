@@ -36,7 +36,7 @@ def title(argv: Sequence[str], secrets: Collection[str] = ()) -> str:
 
 
 class ProcessReport(BaseModel):
-    """The comparison for one process of the tree (its title masked as it was read): its
+    """The comparison for one process of the tree (its `title`, the secrets masked): its
     entries are /proc's, then those of NCCL's log where it says otherwise (`nccl_log`, for a
     process started by `run --nccl-debug`)."""
 
