@@ -301,6 +301,16 @@ def test_validation_errors_do_not_echo_secret_values(
     assert f"{path}: server.speculative: api_key: *** is not a single value" in lines
 
 
+def test_validate_names_a_credential_pair_as_a_pair_not_a_url(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    write_profile("dsn", "schema = 1\nname = \"dsn\"\nversion = 1\n[env]\nDSN = 'password=pw-9z'\n")
+    result = run_cli("validate", "profiles/dsn.toml")
+    assert result.returncode == 0, result.stderr
+    assert "9z" not in result.stderr
+    assert "env.DSN: holds the value of a pair named like a credential;" in result.stderr
+
+
 def test_validate_warns_about_secrets_written_in_the_profile(
     secretive: None, run_cli: RunCli
 ) -> None:

@@ -208,10 +208,15 @@ def _passwords(text: str) -> set[str]:
     return found - {""}
 
 
+def mask_urls(text: str) -> str:
+    """`text` with the user info of each URL masked (`postgres://***@db/x`)."""
+    return _RUN.sub(_mask_url, text)
+
+
 def mask_credentials(text: str) -> str:
     """`text` with the user info of each URL (`postgres://***@db/x`) and the value of each
     pair named like a credential (`password=***`, `?token=***`, `"api_key": "***"`) masked."""
-    return _mask_pairs(_RUN.sub(_mask_url, text))
+    return _mask_pairs(mask_urls(text))
 
 
 def for_people(text: str) -> str:
