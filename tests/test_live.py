@@ -632,7 +632,7 @@ def plan_and_policy(**policy: Any) -> tuple[ProfilePlan, Policy]:
 
 def test_unreadable_is_never_reported_as_missing_keys() -> None:
     plan, policy = plan_and_policy()
-    report = evaluate(plan, policy, "p.toml", [ProcessSnapshot(1, 0.0, "main", None, "denied")])
+    report = evaluate(plan, policy, "p.toml", [ProcessSnapshot(1, 0.0, ("main",), None, "denied")])
     [process] = report.processes
     assert (process.readable, process.reason, process.entries) == (False, "denied", [])
     assert not report.ok
@@ -645,7 +645,10 @@ def test_unreadable_is_never_reported_as_missing_keys() -> None:
         "drift: 1 unreadable, of 1 process",
     ]
     env = {"NCCL_PROTO": "LL", "NCCL_CUMEM_ENABLE": "1"}
-    mixed = [ProcessSnapshot(1, 0.0, "main", env), ProcessSnapshot(2, 0.0, "w", None, "denied")]
+    mixed = [
+        ProcessSnapshot(1, 0.0, ("main",), env),
+        ProcessSnapshot(2, 0.0, ("w",), None, "denied"),
+    ]
     assert evaluate(plan, policy, "p.toml", mixed).exit_code == 1
 
 
@@ -660,7 +663,7 @@ def test_the_restart_line_fits_the_profile_and_the_drift(undeclared: str, clause
     """A profile without [server] is restarted with its command after `--`."""
     plan, policy = plan_and_policy()
     env = {"NCCL_PROTO": "LL", "NCCL_CUMEM_ENABLE": "1", undeclared: "x"}
-    report = evaluate(plan, policy, "p.toml", [ProcessSnapshot(1, 0.0, "main", env)])
+    report = evaluate(plan, policy, "p.toml", [ProcessSnapshot(1, 0.0, ("main",), env)])
     assert live_lines(report)[-1] == (
         "fix: a process keeps the environment it started with: restart the server through "
         f"nccl-launch run p.toml -- COMMAND... (its unit, or that command){clause}"
@@ -689,7 +692,7 @@ def test_server_owned_and_undeclared_in_a_worker() -> None:
     plan, policy = plan_and_policy(undeclared_nccl="warn")
     env = {"NCCL_PROTO": "LL", "NCCL_CUMEM_ENABLE": "0", "NCCL_IB_HCA": "mlx5_0",
            "NCCL_NVLS_ENABLE": "0"}  # fmt: skip
-    report = evaluate(plan, policy, "p.toml", [ProcessSnapshot(1, 0.0, "w", env)])
+    report = evaluate(plan, policy, "p.toml", [ProcessSnapshot(1, 0.0, ("w",), env)])
     [process] = report.processes
     assert [(e.key, e.reason, e.tolerated) for e in process.entries] == [
         ("NCCL_CUMEM_ENABLE", "server-owned", True),
@@ -698,7 +701,7 @@ def test_server_owned_and_undeclared_in_a_worker() -> None:
     ]
     assert report.ok
     strict_plan, strict = plan_and_policy()
-    assert not evaluate(strict_plan, strict, "p.toml", [ProcessSnapshot(1, 0.0, "w", env)]).ok
+    assert not evaluate(strict_plan, strict, "p.toml", [ProcessSnapshot(1, 0.0, ("w",), env)]).ok
 
 
 def test_nccl_debug_variables_are_tolerated_when_run_added_them(
@@ -872,7 +875,7 @@ def test_what_a_process_says_of_its_profile_is_masked_and_escaped_in_every_forma
 def test_a_report_against_the_last_good_version_says_so_in_every_format() -> None:
     plan, policy = plan_and_policy()
     env = {"NCCL_PROTO": "LL", "NCCL_CUMEM_ENABLE": "1"}
-    snapshots = [ProcessSnapshot(1, 0.0, "main", env)]
+    snapshots = [ProcessSnapshot(1, 0.0, ("main",), env)]
     report = evaluate(plan, policy, "p.toml", snapshots, profile_error="p.toml: not valid TOML")
     assert json.loads(report.model_dump_json())["profile_error"] == "p.toml: not valid TOML"
     assert live_text(report).splitlines()[1] == (

@@ -20,7 +20,7 @@ from nccl_launch.secrets.masking import (
     mask_words,
     masked_values,
 )
-from nccl_launch.secrets.values import mask_known
+from nccl_launch.secrets.values import mask_known, secrets_of
 from nccl_launch.sglang import facts
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import Server, free_port, sleeper
@@ -299,6 +299,16 @@ def test_validation_errors_do_not_echo_secret_values(
         "quote it as a string" in lines  # fmt: skip
     assert f"{path}: server.args: Input should be a valid list (got \"--api-key '***'\")" in lines
     assert f"{path}: server.speculative: api_key: *** is not a single value" in lines
+
+
+def test_validate_names_a_credential_pair_as_a_pair_not_a_url(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    write_profile("dsn", "schema = 1\nname = \"dsn\"\nversion = 1\n[env]\nDSN = 'password=pw-9z'\n")
+    result = run_cli("validate", "profiles/dsn.toml")
+    assert result.returncode == 0, result.stderr
+    assert "9z" not in result.stderr
+    assert "env.DSN: holds the value of a pair named like a credential;" in result.stderr
 
 
 def test_validate_warns_about_secrets_written_in_the_profile(
@@ -757,6 +767,25 @@ def test_a_list_or_object_value_is_masked_to_its_closing_bracket(text: str, mask
 
 
 @pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ('password="pa\\"ss-9z" n=1', 'password="***" n=1'),
+        ("{'token': 'it\\'s-9z', 'n': 1}", "{'token': '***', 'n': 1}"),
+        ('DSN password="never-closed 9z', 'DSN password="***"'),
+        (  # such a pair in a JSON string (a line of `run --dry-run`, a log's JSON)
+            json.dumps({"dsn": 'password="pa\\"ss-9z" n=1'}),
+            json.dumps({"dsn": 'password="***" n=1'}),
+        ),
+    ],
+)
+def test_a_quoted_value_is_masked_past_its_escaped_quotes(text: str, masked: str) -> None:
+    """A value's tail after an escaped quote is the credential's too; with no closing quote,
+    so is the rest of the text."""
+    assert mask_credentials(text) == masked
+    assert {'pa\\"ss-9z', 'pa"ss-9z'} <= masked_values(["--x", 'password="pa\\"ss-9z"'])
+
+
+@pytest.mark.parametrize(
     "text",
     [
         "keys: ['k3y'] (1)",  # a Python list of vLLM's, or a tuple
@@ -781,3 +810,21 @@ def test_a_key_is_masked_as_python_and_json_quote_it(key: str) -> None:
     for form in (repr([key]), json.dumps([key]), repr((key,)), key):
         masked = mask_known(f"args: {form}", {key})
         assert "k3y" not in masked, (form, masked)
+
+
+@pytest.mark.parametrize(
+    ("argv", "secrets"),
+    [
+        (["--served-model-name", "sk-1", "--x=a:$b", "--y", "p"], {"sk-1", "a", "p"}),
+        (["--served-model-name", "sk-1", "--x=a:$b", "--y", "p", "--tp", "8"], {"sk-1", "a", "p"}),
+        (["--served-model-name", "sk-1", "--x=a;$b", "--y", "p"], set()),  # edited since
+        (["--served-model-name", "sk-1"], set()),
+    ],
+)
+def test_a_command_line_read_back_gives_what_its_references_were_filled_with(
+    argv: list[str], secrets: set[str]
+) -> None:
+    """A title masks these wherever they appear, whatever the flag: only where the whole argv
+    the profile writes still reads as the command line, word for word."""
+    written = ["--served-model-name", "${NAME}", "--x=${A}:$$b", "--y", "${P}"]
+    assert secrets_of(argv, {}, written=written).values == secrets

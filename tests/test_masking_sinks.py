@@ -1,13 +1,18 @@
 """Every place text leaves the program masks the secrets of the launch: a credential whose
-value is a JSON or Python list or object, and a key shorter than any value masked wherever it
-appears, through `run --dry-run`, `show`, `validate`, `systemd`, `preflight`, `check` and
-tune's failed-trial tail (terminal and journal). What a server says is quoted apart from our
-prose (`Quoted`) and masked by each sink: a sink that forgets fails these tests."""
+value is a JSON or Python list or object, a quoted value with an escaped quote in it, a key
+shorter than any value, and a secret file's value filled into a flag that is no credential's,
+masked wherever it appears, through `run --dry-run`, `show`, `validate`, `systemd`,
+`preflight`, `check`, `bench` and tune's failed-trial tail (terminal and journal). What a
+server says is quoted apart from our prose (`Quoted`) and masked by each sink: a sink that
+forgets fails these tests."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,24 +20,32 @@ import pytest
 from nccl_launch.secrets.masking import MASK
 from nccl_launch.secrets.values import secrets_of
 from nccl_launch.tune.trial import TrialOutcome, tail_lines
-from tests.conftest import RunCli, WriteProfile
-from tests.helpers import STANDIN, free_port, sleeper
+from tests.conftest import RunCli, WriteProfile, console_script
+from tests.helpers import STANDIN, Server, free_port, sleeper
 
-# `k3y` is the short key given to the server; each `-9z` ends a value of a credential.
+# `k3y` is the short key given to the server; each `-9z` ends a value of a credential, the
+# password of DSN after an escaped quote, FILLED the value of a secret file filled into
+# `--served-model-name`, which no rule of masking knows to hide.
 LEAKY = """schema = 1
 name = "leaky"
 version = 1
 description = 'token=["d-9z"]'
+secret_files = {{ API_KEY = "api_key" }}
 [nccl]
 PROTO = "LL"
 [env]
 OTHER = '{{"api_key": ["e-9z"]}}'
+DSN = 'password="pa\\"ss-9z"'
 [server]
 python = "{python}"
 model_path = "/models/m"
 port = {port}
-args = ["--api-key", "k3y", "--x", '{{"password": {{"v": "a-9z"}}}}']
+args = [
+    "--api-key", "k3y", "--served-model-name", "${{API_KEY}}",
+    "--x", '{{"password": {{"v": "a-9z"}}}}',
+]
 """
+FILLED = 'Qx7v"jWk-9z'  # a quote in it: a rule that stops there would show its tail
 SKIP_HOST = ("--skip", "gpus", "--skip", "paths", "--skip", "port")
 
 
@@ -40,13 +53,27 @@ def assert_masked(*texts: str) -> None:
     said = "".join(texts)
     assert "9z" not in said, said
     assert "k3y" not in said, said
+    assert_unseen(FILLED, said)
+
+
+def assert_unseen(secret: str, said: str) -> None:
+    assert not shown_parts(secret, said), said
+
+
+def shown_parts(secret: str, said: str) -> list[str]:
+    """The parts of `secret` of 4 characters (a title cut in it, a tail after its quote) that
+    are in `said`, as written or as JSON, Prometheus and systemd escape its quote."""
+    forms = {said, said.replace('\\"', '"')}
+    parts = {secret[start : start + 4] for start in range(len(secret) - 3)}
+    return [part for part in parts for form in forms if part in form]
 
 
 @pytest.fixture
 def leaky(write_profile: WriteProfile, tmp_path: Path) -> dict[str, str]:
     """The profile, and an SGLang on the PYTHONPATH whose import fails quoting its secrets
     as a server quotes its arguments (preflight's probe prints what it says)."""
-    write_profile("leaky", LEAKY.format(python=sys.executable, port=free_port()))
+    path = write_profile("leaky", LEAKY.format(python=sys.executable, port=free_port()))
+    (path.parent / "api_key").write_text(FILLED + "\n")
     package = tmp_path / "site" / "sglang"
     package.mkdir(parents=True)
     said = """args: {'api_key': ['k3y'], 'x': {"password": {"v": "a-9z"}}}; key k3y"""
@@ -60,11 +87,12 @@ def leaky(write_profile: WriteProfile, tmp_path: Path) -> dict[str, str]:
         ["run", "--dry-run"],
         ["show"],
         ["validate"],
+        ["validate", "--format", "json"],
         ["systemd"],
         ["preflight", *SKIP_HOST],
         ["preflight", *SKIP_HOST, "--format", "json"],
     ],
-    ids=["run", "show", "validate", "systemd", "preflight", "preflight-json"],
+    ids=["run", "show", "validate", "validate-json", "systemd", "preflight", "preflight-json"],
 )
 def test_a_command_masks_every_secret_of_the_profile_it_prints(
     command: list[str], leaky: dict[str, str], run_cli: RunCli
@@ -74,6 +102,19 @@ def test_a_command_masks_every_secret_of_the_profile_it_prints(
     assert_masked(result.stdout, result.stderr)
     if command[0] != "validate":  # which names no value
         assert MASK in result.stdout
+    if command[0] == "run":  # DSN's password whole, as the line quotes it
+        assert '+ DSN                       "password=\\"***\\""' in result.stdout
+
+
+@pytest.mark.parametrize("fmt", ["json", "env", "dotenv", "shell", "systemd-env", "k8s"])
+def test_shows_formats_for_the_server_hold_no_secret_files_value(
+    fmt: str, leaky: dict[str, str], run_cli: RunCli
+) -> None:
+    """They print the profile's own values as the server gets them (DSN's password too), and
+    never read the secret files: the reference is what they hold."""
+    result = run_cli("show", "leaky", "--format", fmt, env=leaky)
+    assert result.returncode == 0, result.stderr
+    assert_unseen(FILLED, result.stdout + result.stderr)
 
 
 def test_preflight_masks_what_the_server_says_of_its_secrets(
@@ -98,15 +139,21 @@ def test_check_masks_a_process_title_holding_them(
     assert """--api-key '***' '--x={"auth_token": ***}'""" in result.stdout.replace('\\"', '"')
 
 
+@pytest.mark.parametrize("fmt", ["text", "json"])
 def test_tunes_failed_trial_tail_masks_them_on_the_terminal_and_in_the_journal(
-    leaky: dict[str, str], run_cli: RunCli, tmp_path: Path
+    fmt: str, leaky: dict[str, str], run_cli: RunCli, tmp_path: Path
 ) -> None:
-    """The stand-in's parser refuses `--x`, quoting its value, and exits at start."""
+    """The stand-in's parser refuses `--served-model-name` and `--x`, quoting their values,
+    and exits at start."""
     args = ("--try", "PROTO=Simple", "--runs", "1", "--warmup", "0", "--ready-timeout", "2")
-    result = run_cli("tune", "leaky", *args, env={"PYTHONPATH": str(STANDIN)})
+    env = {"PYTHONPATH": str(STANDIN)}
+    result = run_cli("tune", "leaky", *args, "--format", fmt, env=env)
     assert result.returncode == 1, result.stdout + result.stderr  # nothing measured
-    refused = """  | launch_server.py: error: unrecognized arguments: --x {"password": ***}"""
-    assert refused in result.stdout
+    refused = (
+        "launch_server.py: error: unrecognized arguments: "
+        """--served-model-name *** --x {"password": ***}"""
+    )
+    assert refused in result.stdout.replace('\\"', '"')
     [journal] = (tmp_path / "home").rglob("journal.jsonl")
     assert "unrecognized arguments" in journal.read_text()
     assert_masked(result.stdout, result.stderr, journal.read_text())
@@ -151,11 +198,11 @@ def test_preflight_masks_what_the_parser_says_and_keeps_its_own_prose(
     prose, quote = {
         "parse": (
             "SGLang's parser rejects the argv: ValueError: ",
-            """'--api-key', '***', '--x'""",
+            """'--api-key', '***', '--served-model-name', '***', '--x'""",
         ),
         "differs": (
             "model_path: SGLang parsed '/models/m ",
-            """--api-key *** --x {"password": ***}""",
+            """--api-key *** --served-model-name *** --x {"password": ***}""",
         ),
     }[said]
     assert any(prose in line and quote in line for line in lines), "\n".join(lines)
@@ -192,3 +239,70 @@ def test_validate_masks_a_password_in_a_key_it_names(
     assert result.returncode == 2
     assert "hunter22" not in result.stdout + result.stderr
     assert "https://***@db/x" in result.stdout + result.stderr
+
+
+# The vLLM stand-in serving the name FILLED, a secret file's value: a name is no credential
+# by any rule, and every view of the live server (its titles, what it says of itself) masks
+# it as a value the profile's secret files hold.
+SERVED = """schema = 1
+name = "served"
+version = 1
+secret_files = {{ API_KEY = "api_key" }}
+[nccl]
+PROTO = "LL"
+[server]
+kind = "vllm"
+python = "py"
+model_path = "/m"
+host = "127.0.0.1"
+port = {port}
+args = ["--served-model-name", "${{API_KEY}}"]
+"""
+
+
+@pytest.fixture
+def served(write_profile: WriteProfile, tmp_path: Path) -> Iterator[tuple[Server, dict[str, str]]]:
+    """The server started by `nccl-launch run served`, and the environment to call it with:
+    its interpreter is `py` on the PATH, so that its title, cut at 100 characters, reaches
+    the name it serves (this interpreter, given the packages of its environment)."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "py").symlink_to(sys.executable)
+    env = {
+        "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": f"{STANDIN}{os.pathsep}{sysconfig.get_paths()['platlib']}",
+        "STANDIN_TOKEN_RATE": "300",
+    }
+    port = free_port()
+    path = write_profile("served", SERVED.format(port=port))
+    (path.parent / "api_key").write_text(FILLED + "\n")
+    server = Server([console_script(), "run", "served"], env, port)
+    yield server, env
+    server.stop()
+
+
+def test_every_view_of_a_live_server_masks_a_secret_filled_into_a_name(
+    served: tuple[Server, dict[str, str]], run_cli: RunCli
+) -> None:
+    server, env = served
+    port, url = str(server.port), f"http://127.0.0.1:{server.port}"
+    fast = ("--max-tokens", "8", "--runs", "1", "--warmup", "0")
+    commands = {
+        **{f"check {fmt}": ("check", "served", "--port", port, "--format", fmt)
+           for fmt in ("text", "json", "prometheus")},
+        **{f"preflight {fmt}": ("preflight", "served", "--skip", "gpus", "--skip", "paths",
+                                "--skip", "vllm", "--format", fmt) for fmt in ("text", "json")},
+        **{f"bench {fmt}": ("bench", "served", "--url", url, *fast, "--format", fmt)
+           for fmt in ("text", "json")},
+        **{f"history {fmt}": ("bench", "--history", "--format", fmt) for fmt in ("text", "json")},
+    }  # fmt: skip
+    said = {name: run_cli(*command, env=env) for name, command in commands.items()}
+    assert {name: result.returncode for name, result in said.items()} == {
+        **dict.fromkeys(commands, 0),
+        "preflight text": 3,  # the port is taken: by the server, named by its title
+        "preflight json": 3,
+    }, {name: result.stdout + result.stderr for name, result in said.items()}
+    shown = {name: result.stdout + result.stderr for name, result in said.items()}
+    assert not {name: text for name, text in shown.items() if shown_parts(FILLED, text)}
+    assert "--served-model-name '***'" in said["check text"].stdout
+    assert "--served-model-name '***'" in said["preflight text"].stdout

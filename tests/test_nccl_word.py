@@ -49,7 +49,7 @@ PID = os.getpid()
 def _snapshot(path: Path, pid: int = PID, **env: str) -> ProcessSnapshot:
     """A process whose NCCL writes `path`: this one, whose /proc/PID/root is the test's."""
     marked = {"NCCL_LAUNCH_NCCL_DEBUG": "1", "NCCL_DEBUG_FILE": str(path), **env}
-    return ProcessSnapshot(pid, 0.0, "rank", {"NCCL_PROTO": "LL", **marked}, uid=os.geteuid())
+    return ProcessSnapshot(pid, 0.0, ("rank",), {"NCCL_PROTO": "LL", **marked}, uid=os.geteuid())
 
 
 def _look(logs: NcclLogs, snapshot: ProcessSnapshot) -> tuple[NcclLog, list[DriftEntry]]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 
 from tests.conftest import RunCli, WriteProfile, console_script
@@ -403,8 +404,8 @@ def test_a_secret_file_fills_a_reference_as_cat_reads_it_and_only_its_path_is_sh
     assert [view.returncode for view in views[:3]] == [0, 0, 0], [v.stderr for v in views]
     assert all(KEY not in view.stdout + view.stderr for view in views)
     assert 'API_KEY = "api_key"' in views[1].stdout
-    rows = [line.split() for line in views[2].stdout.splitlines()]
-    assert ["+", "API_KEY", '"***"', "(secret", "file", f"{secret})"] in rows
+    # It fills the argument alone: no variable of the server's environment.
+    assert "API_KEY" not in views[2].stdout.replace("'${API_KEY}'", "")
     digest = json.loads(run_cli("show", "mounted", "--format", "json").stdout)["digest"]
     secret.write_text("rotated\n")
     assert json.loads(run_cli("show", "mounted", "--format", "json").stdout)["digest"] == digest
@@ -506,7 +507,7 @@ def test_a_key_its_secret_file_holds_empty_is_refused_naming_the_file(
 
 
 def test_a_copy_in_another_folder_names_the_same_secret_file(
-    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+    write_profile: WriteProfile, run_cli: RunCli, nccl_launch: RunCli, tmp_path: Path
 ) -> None:
     """`new --from` (and tune's trial files) write the profile elsewhere: a relative path would
     name another file from there, so the copy names it by its absolute path."""
@@ -515,33 +516,107 @@ def test_a_copy_in_another_folder_names_the_same_secret_file(
     assert result.returncode == 0, result.stderr
     copy = tmp_path / "elsewhere" / "copy.toml"
     assert tomllib.loads(copy.read_text())["secret_files"] == {"API_KEY": str(secret)}
-    shown = run_cli("run", "--dry-run", str(copy))
-    assert shown.returncode == 0, shown.stderr
-    assert f"(secret file {secret})" in shown.stdout
+    ran = nccl_launch("run", str(copy))
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)[-2:] == ["--api-key", KEY]
 
 
-def test_check_expects_the_secret_files_value_in_every_process(
+def test_check_expects_a_secret_files_variable_where_the_server_gets_it(
     write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
-    """Through the console script and the stand-in, whose every process gets the key in its
-    environment: `check` reads the secret file as `run` did, finds no drift, prints no key."""
+    """Through the console script and the stand-in: HF_TOKEN reaches every process's
+    environment, and `check` reads its file as `run` did; API_KEY fills `--api-key` alone and
+    is in no environment, nor expected there. No view prints either value."""
     port = free_port()
     text = PROFILE.format(version=1, python=sys.executable, port=port, buffsize="4194304")
-    text = text.replace("version = 1\n", 'version = 1\nsecret_files = {API_KEY = "key"}\n', 1)
+    files = 'secret_files = {API_KEY = "key", HF_TOKEN = "token"}\n'
+    text = text.replace("version = 1\n", f"version = 1\n{files}", 1)
     path = write_profile("standin", text + 'args = ["--api-key", "${API_KEY}"]\n')
-    (path.parent / "key").write_text(KEY + "\n")
-    (path.parent / "key").chmod(0o600)
+    for name, value in {"key": KEY, "token": "hf-token-9z"}.items():
+        (path.parent / name).write_text(value + "\n")
+        (path.parent / name).chmod(0o600)
     server = Server([console_script(), "run", "standin"], {}, port)
     try:
+        environments = [psutil.Process(pid).environ() for pid in server.tree]
         checked = run_cli("check", "standin", "--port", str(port))
         (path.parent / "key").write_text("rotated\n")
+        rotated_key = run_cli("check", "standin", "--port", str(port))
+        (path.parent / "token").write_text("rotated\n")
         drifted = run_cli("check", "standin", "--port", str(port), "--format", "json")
     finally:
         server.stop()
+    assert all("API_KEY" not in env and "HF_TOKEN" in env for env in environments)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "no drift in" in checked.stdout
-    # The server still runs with the key it started with: drift, until it starts again.
+    assert rotated_key.returncode == 0, rotated_key.stdout + rotated_key.stderr
+    # The server still runs with the token it started with: drift, until it starts again.
     assert drifted.returncode == 1, drifted.stdout + drifted.stderr
-    for output in (checked, drifted):
+    assert "HF_TOKEN" in drifted.stdout
+    for output in (checked, rotated_key, drifted):
         assert KEY not in output.stdout + output.stderr
+        assert "9z" not in output.stdout + output.stderr
         assert "rotated" not in output.stdout + output.stderr
+
+
+# The server's arguments and the names of its environment, as it got them.
+PRINTS_ARGV_AND_ENV = (
+    """-c 'import json, os, sys; print(json.dumps([sys.argv[1:], sorted(os.environ)]))'"""
+)
+FILES = """
+schema = 1
+name = "files"
+version = 1
+env_files = ["files.env"]
+secret_files = {{ API_KEY = "api_key", HF_TOKEN = "hf_token", VLLM_API_KEY = "vllm_key" }}
+[server]
+kind = "{kind}"
+python = "{python}"
+entrypoint = "{entrypoint}"
+model_path = "/models/m"
+args = ["--api-key", "${{API_KEY}}", "--x", "${{VLLM_API_KEY}}"]
+"""
+
+
+def secret_files(write_profile: WriteProfile, kind: str) -> Path:
+    """The profile `files` of `kind`: API_KEY fills `--api-key` alone, HF_TOKEN no argument,
+    VLLM_API_KEY (vLLM's own variable) an argument too; an env file sets OTHER. Its folder."""
+    text = FILES.format(kind=kind, python=sys.executable, entrypoint=PRINTS_ARGV_AND_ENV)
+    folder = write_profile("files", text).parent
+    for name, value in {"api_key": KEY, "hf_token": "hf-9z", "vllm_key": "vk-9z"}.items():
+        (folder / name).write_text(value + "\n")
+        (folder / name).chmod(0o600)
+    (folder / "files.env").write_text("OTHER=1\n")
+    (folder / "files.env").chmod(0o600)
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["sglang", "vllm"])
+def test_a_secret_file_reaches_the_servers_environment_only_where_it_is_read_there(
+    kind: str, write_profile: WriteProfile, nccl_launch: RunCli
+) -> None:
+    """A key the profile gives only in the server's arguments stays out of the environment
+    every process of the server inherits; HF_TOKEN, which no argument takes, and a variable
+    of vLLM's own (VLLM_API_KEY, where vLLM reads its key) reach it as an env file's do."""
+    secret_files(write_profile, kind)
+    result = nccl_launch("run", "files")
+    assert result.returncode == 0, result.stderr
+    argv, names = json.loads(result.stdout)
+    assert argv[-4:] == ["--api-key", KEY, "--x", "vk-9z"]
+    assert "API_KEY" not in names
+    assert {"HF_TOKEN", "OTHER"} <= set(names)
+    assert ("VLLM_API_KEY" in names) == (kind == "vllm")
+
+
+def test_preflight_counts_a_secret_files_variable_as_one_of_its_secret_files(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    secret_files(write_profile, "sglang")
+    skip = [word for check in ("nccl.conf", "env-plugin", "gpus", "port", "python", "paths",
+                               "sglang") for word in ("--skip", check)]  # fmt: skip
+    result = run_cli("preflight", "files", *skip)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[1] == (
+        "ok    environment  no drift: the profile sets 2 variables (1 from its env files, 1 "
+        "from its secret files; API_KEY, VLLM_API_KEY only fill its arguments), 0 already "
+        "inherited"
+    )

@@ -83,6 +83,9 @@ def measure_decode(
         progress.verified("before", before)
         if not before.ok:
             return report("refused", [], drift=before)
+        # What the server says back may quote a secret the profile filled in: the name it
+        # serves (`--served-model-name`), which each request gives and an error may repeat.
+        known = before.secrets.known
         runs: list[RunFigure] = []
         failed: list[str] = []
         kind = loaded.profile.kind
@@ -93,7 +96,8 @@ def measure_decode(
             # A profile without [server] runs what follows `--`: its kind is known if it said so.
             named = loaded.profile.server is not None or served.version is not None
             stamp |= {"server": kind.name if named else None, "server_version": served.version}
-            stamp |= {"model": served.model, "gpus": gpus, "gpus_note": gpus_note}
+            model = None if served.model is None else known(served.model)
+            stamp |= {"model": model, "gpus": gpus, "gpus_note": gpus_note}
             try:
                 stream_all(
                     client,
@@ -104,15 +108,15 @@ def measure_decode(
                     failed,
                 )
             except KeyboardInterrupt:
-                return report("interrupted", list(runs), failed=list(failed))
+                return report("interrupted", list(runs), failed=list(map(known, failed)))
             if failed and not runs:
-                raise HostError(f"every request failed; the first: {failed[0]}")
+                raise HostError(f"every request failed; the first: {known(failed[0])}")
         after = check_held(server, loaded)
         progress.verified("after", after)
         if not after.ok:
             return report("discarded", runs, drift=after)
     baseline = loaded.profile.baseline
-    measured = report("measured", runs, failed=failed)
+    measured = report("measured", runs, failed=list(map(known, failed)))
     if baseline is None or measured.mean_tok_s is None or failed:
         return measured  # a figure without its failed requests is not the baseline's
     fewest = min(run.tokens for run in runs)

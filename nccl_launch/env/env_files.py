@@ -163,7 +163,18 @@ def _secret_layer(
     if "\x00" in value or name in loaded.plan.env:
         why = "holds a NUL byte" if "\x00" in value else "the profile declares it too"
         return _host_file(loaded, "secret_files", f"{name}: {path}: {why}")
-    return EnvLayer(source=f"{VALUE_FILE}{path}", values={name: value.rstrip("\n")})
+    values = {name: value.rstrip("\n")}
+    return EnvLayer(f"{VALUE_FILE}{path}", values, exported=exported_secret(loaded, name))
+
+
+def exported_secret(loaded: LoadedProfile, name: str) -> bool:
+    """Whether the variable of a secret file reaches the server's environment, which every
+    process of it inherits: unless the profile only fills a `${NAME}` of its [server] args
+    with it, and its server's kind reads no variable of that name (`VLLM_API_KEY` is vLLM's)."""
+    server = loaded.profile.server
+    if server is None or name not in references.names(server.args):
+        return True
+    return name.startswith(kind_of(server).env_prefix)
 
 
 def secret_layers(loaded: LoadedProfile, trusted: bool = True) -> list[EnvLayer]:

@@ -17,10 +17,12 @@ LAUNCHER = "nccl-launch"
 
 @dataclass(frozen=True)
 class EnvLayer:
-    """Variables from one place (an env file), applied over the calling environment."""
+    """Variables from one place (an env file), applied over the calling environment; a
+    secret file's that only fills the server's arguments is not `exported` into it."""
 
     source: str
     values: Mapping[str, str]
+    exported: bool = True
 
 
 @dataclass(frozen=True)
@@ -61,9 +63,11 @@ class Declared:
 
 
 def declared_environment(plan: ProfilePlan, env_files: Sequence[EnvLayer]) -> Declared:
-    """The plan's variables with those of the profile's env files, read in order."""
-    values = {key: value for layer in env_files for key, value in layer.values.items()}
-    files = {key: layer.source for layer in env_files for key in layer.values}
+    """The plan's variables with those the profile's env files and secret files export, read
+    in order."""
+    exported = [layer for layer in env_files if layer.exported]
+    values = {key: value for layer in exported for key, value in layer.values.items()}
+    files = {key: layer.source for layer in exported for key in layer.values}
     return Declared(env=values | plan.env, files=files)
 
 

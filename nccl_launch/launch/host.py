@@ -10,7 +10,7 @@ import re
 import shutil
 import socket
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from nccl_launch.digits import is_ascii_digits
@@ -123,8 +123,10 @@ def gpu_check(server: Server, env: Mapping[str, str]) -> str | Finding:
     return f"{visible} GPUs visible ({where}), {needed} needed"
 
 
-def port_check(server: Server) -> str | Finding:
-    """The server's port must be free: nothing, another server included, may listen there."""
+def port_check(server: Server, secrets: Collection[str] = ()) -> str | Finding:
+    """The server's port must be free: nothing, another server included, may listen there.
+    Who holds it is named by a title that masks the `secrets` of the launch: it may be a
+    server of the same profile, given the same values."""
     host, port = address(server)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
@@ -136,15 +138,15 @@ def port_check(server: Server) -> str | Finding:
         except OSError as error:
             if error.errno != errno.EADDRINUSE:
                 return problem("port", f"cannot bind {host}:{port}: {error.strerror}")
-            return problem("port", f"{host}:{port} is in use{_owner(port)}")
+            return problem("port", f"{host}:{port} is in use{_owner(port, secrets)}")
     return f"{host}:{port} is free"
 
 
-def _owner(port: int) -> str:
+def _owner(port: int, secrets: Collection[str]) -> str:
     # Imported here: only a taken port needs psutil.
     from nccl_launch.live.resolve import listener_title
 
-    owner = listener_title(port)
+    owner = listener_title(port, secrets)
     return "" if owner is None else f" by {owner}"  # who holds it is a courtesy
 
 

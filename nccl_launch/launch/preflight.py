@@ -7,10 +7,12 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from nccl_launch.env.env_files import VALUE_FILE
+from nccl_launch.env.merge import EnvLayer
 from nccl_launch.escaping import escaped
 from nccl_launch.kinds import kind_of
 from nccl_launch.launch.check_names import CheckName
@@ -166,6 +168,29 @@ def server_checks(
     return checks, result
 
 
+def _from_files(layers: Sequence[EnvLayer]) -> str:
+    """How many variables of the server's environment the profile's env files and secret
+    files set (a name two env files set is one), and the secret files' that only fill its
+    arguments: ` (2 from its env files, 1 from its secret files; API_KEY only fills its
+    arguments)`."""
+    counts: dict[str, set[str]] = {"env files": set(), "secret files": set()}
+    arguments: list[str] = []
+    for layer in layers:
+        if not layer.exported:
+            arguments += layer.values
+            continue
+        counts["secret files" if layer.source.startswith(VALUE_FILE) else "env files"].update(
+            layer.values
+        )
+    verb = "only fills" if len(arguments) == 1 else "only fill"
+    parts = [
+        ", ".join(f"{len(names)} from its {what}" for what, names in counts.items() if names),
+        f"{', '.join(arguments)} {verb} its arguments" if arguments else "",
+    ]
+    said = "; ".join(part for part in parts if part)
+    return f" ({said})" if said else ""
+
+
 def run_preflight(
     launch: LaunchPlan, timeout: float, skip: frozenset[str] = frozenset()
 ) -> PreflightReport:
@@ -183,9 +208,9 @@ def run_preflight(
             Check(name="environment", status="fail", message=report.summary(), drift=report)
         )
     else:
-        from_files = len({key for layer in launch.env_files for key in layer.values})
-        matched, declared = len(report.matched), len(plan.env) + from_files
-        files = f" ({from_files} from its env files)" if launch.env_files else ""
+        exported = {key for layer in launch.env_files if layer.exported for key in layer.values}
+        matched, files = len(report.matched), _from_files(launch.env_files)
+        declared = len(plan.env) + len(exported)
         message = (
             f"no drift: the profile sets {declared} variables{files}, {matched} already inherited"
         )
@@ -200,7 +225,7 @@ def run_preflight(
     if server is not None:
         host |= {
             "gpus": lambda: [gpu_check(server, env)],
-            "port": lambda: [port_check(server)],
+            "port": lambda: [port_check(server, launch.secrets.values)],
             "python": lambda: [program_seen(server.python, SERVER_PYTHON, server.cwd, env)],
             "paths": lambda: path_checks(server),
         }

@@ -36,7 +36,6 @@ from nccl_launch.profile.markers import (
 )
 from nccl_launch.profile.plan import ProfilePlan
 from nccl_launch.secrets.values import Secrets, secrets_of
-from nccl_launch.serving import references
 
 
 @dataclass(frozen=True)
@@ -200,8 +199,7 @@ def prepare_launch(
     found += nccl_debug_findings(plan) if nccl_debug else []
     refuse(found)  # every error at once, with the exit code of whose problem they are
     held = {key for layer in declared for key in layer.values}
-    names = references.names(server.args) if server is not None else []
-    secrets = secrets_of(filled, merged.env, held, names)
+    secrets = secrets_of(filled, merged.env, held, argv)
     folder: PurePath | None = None
     if nccl_debug:  # NCCL's logs and their reader only for --nccl-debug: off run's path
         from nccl_launch.jsonlines import state_home

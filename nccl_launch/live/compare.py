@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import shlex
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
@@ -15,13 +16,27 @@ from nccl_launch.profile.markers import MARKER_DIGEST, MARKER_NCCL_DEBUG, MARKER
 from nccl_launch.profile.model import Policy
 from nccl_launch.profile.plan import ProfilePlan
 from nccl_launch.report import Report
+from nccl_launch.secrets.masking import mask_argv
+from nccl_launch.secrets.values import Secrets, mask_known, secrets_of
 
 if TYPE_CHECKING:  # read from /proc by live/processes.py, which imports psutil
     from nccl_launch.live.processes import ProcessSnapshot
 
 
+TITLE_WIDTH = 100
+
+
+def title(argv: Sequence[str], secrets: Collection[str] = ()) -> str:
+    """A command line read back (`ProcessSnapshot.argv`) as people see it: each word with the
+    `secrets` the profile filled in masked too (a name is no credential by any rule), before it
+    is quoted and cut to TITLE_WIDTH, so that no part of one is left at the cut."""
+    words = [mask_known(word, secrets) for word in argv]
+    line = words[0] if len(words) == 1 else shlex.join(words)
+    return line if len(line) <= TITLE_WIDTH else line[: TITLE_WIDTH - 3] + "..."
+
+
 class ProcessReport(BaseModel):
-    """The comparison for one process of the tree (its title masked as it was read): its
+    """The comparison for one process of the tree (its `title`, the secrets masked): its
     entries are /proc's, then those of NCCL's log where it says otherwise (`nccl_log`, for a
     process started by `run --nccl-debug`)."""
 
@@ -56,6 +71,9 @@ class LiveReport(Report):
     # Whether the profile has a [server] (else `run` takes the command after `--`); not in
     # the JSON, which has the profile's path.
     server: bool = Field(default=True, exclude=True)
+    # What people must not see of the tree (`secrets_of`), for what is shown of the server
+    # beside this report (the model it names, bench's failed requests); not in the JSON.
+    secrets: Secrets = Field(default_factory=lambda: secrets_of([], {}), exclude=True)
 
     @property
     def digest_differs(self) -> bool:
@@ -84,13 +102,19 @@ class LiveReport(Report):
 
 
 def process_report(
-    declared: Declared, policy: Policy, snapshot: ProcessSnapshot, logs: NcclLogs
+    declared: Declared,
+    policy: Policy,
+    snapshot: ProcessSnapshot,
+    logs: NcclLogs,
+    secrets: Collection[str] = (),
 ) -> ProcessReport:
     """One process against what the profile declares, by /proc and by its NCCL log read on
-    in `logs`: a missing key is drift here (the profile set it at start)."""
+    in `logs`: a missing key is drift here (the profile set it at start). Its title masks
+    the `secrets` of the launch."""
+    shown = title(snapshot.argv, secrets)
     if snapshot.env is None:
         return ProcessReport(
-            pid=snapshot.pid, title=snapshot.title, readable=False, reason=snapshot.unreadable
+            pid=snapshot.pid, title=shown, readable=False, reason=snapshot.unreadable
         )
     debug = snapshot.env.get(MARKER_NCCL_DEBUG) == "1"  # started with `run --nccl-debug`
     entries, matched = diff_env(
@@ -106,7 +130,7 @@ def process_report(
     contradicted = {entry.key for entry in said}  # NCCL's word wins over /proc's
     return ProcessReport(
         pid=snapshot.pid,
-        title=snapshot.title,
+        title=shown,
         readable=True,
         entries=entries + said,
         matched=[key for key in matched if key not in contradicted],
@@ -127,9 +151,14 @@ def evaluate(
     """The live report of a process tree; `snapshots[0]` is the server's main process.
     `env_files` are those of the profile's env files this checker could read, and
     `unchecked_env_files` why it could not read the others; `logs`, the NCCL logs a watch
-    follows from look to look (a single look reads them afresh)."""
+    follows from look to look (a single look reads them afresh). The titles mask the
+    secrets of the launch as `run` decided them, read back from the main process's command
+    line, and the values of the files read."""
     main_env = snapshots[0].env or {}
     declared = declared_environment(plan, env_files)
+    held = {key: value for layer in env_files for key, value in layer.values.items()}
+    written = mask_argv(plan.argv)  # as the command line was read: masked by the rules
+    secrets = secrets_of(snapshots[0].argv, plan.env | held, held, written)
     logs = NcclLogs() if logs is None else logs
     logs.look(snapshots)
     return LiveReport(
@@ -139,8 +168,12 @@ def evaluate(
         main_pid=snapshots[0].pid,
         running_profile=main_env.get(MARKER_PROFILE),
         running_digest=main_env.get(MARKER_DIGEST),
-        processes=[process_report(declared, policy, snapshot, logs) for snapshot in snapshots],
+        processes=[
+            process_report(declared, policy, snapshot, logs, secrets.values)
+            for snapshot in snapshots
+        ],
         profile_error=profile_error,
         unchecked_env_files=list(unchecked_env_files),
         server=bool(plan.argv),
+        secrets=secrets,
     )

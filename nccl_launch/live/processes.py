@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-import shlex
 import signal
 import time
 from dataclasses import dataclass
@@ -18,7 +17,6 @@ from nccl_launch.errors import HostError
 from nccl_launch.live.environ import OVERWRITTEN, getenv_view
 from nccl_launch.secrets.masking import mask_argv
 
-TITLE_WIDTH = 100
 PROC = Path("/proc")
 PF_KTHREAD = 0x00200000  # the kernel's flag of its own threads (include/linux/sched.h)
 
@@ -26,11 +24,12 @@ PF_KTHREAD = 0x00200000  # the kernel's flag of its own threads (include/linux/s
 @dataclass(frozen=True)
 class ProcessSnapshot:
     """One process as read from /proc: its environment, or why it could not be read; its
-    title is its command line as people see it (credentials masked)."""
+    command line, each word masked by masking's rules (`command_words`), shown as its title
+    once the profile's secrets are known (`compare.title`)."""
 
     pid: int
     create_time: float
-    title: str
+    argv: tuple[str, ...]
     env: dict[str, str] | None
     unreadable: str | None = None
     uid: int | None = None  # its effective uid: whose files it writes
@@ -87,15 +86,14 @@ def readable(text: str) -> str:
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
-def title(process: psutil.Process) -> str:
-    """The command line as people see it, masked word by word before it is quoted (once
-    quoted, `'sk x y'` is three words to a rule that splits at spaces), cut to TITLE_WIDTH."""
+def command_words(process: psutil.Process) -> tuple[str, ...]:
+    """The command line's words, each masked by masking's rules before any quoting (once
+    quoted, `'sk x y'` is three words to a rule that splits at spaces); its name alone where
+    the command line cannot be read."""
     try:
-        parts = mask_argv([readable(part) for part in process.cmdline() if part])
+        return tuple(mask_argv([readable(part) for part in process.cmdline() if part]))
     except psutil.AccessDenied:
-        return readable(process.name())
-    line = parts[0] if len(parts) == 1 else shlex.join(parts)
-    return line if len(line) <= TITLE_WIDTH else line[: TITLE_WIDTH - 3] + "..."
+        return (readable(process.name()),)
 
 
 def kernel_thread(pid: int, proc: Path = PROC) -> str | None:
@@ -114,15 +112,16 @@ def kernel_thread(pid: int, proc: Path = PROC) -> str | None:
 def _snapshot(process: psutil.Process) -> ProcessSnapshot:
     """Raises psutil.NoSuchProcess when it vanished; the caller decides what that means."""
     with process.oneshot():
-        create_time, shown, uid = process.create_time(), title(process), process.uids().effective
+        create_time, uid = process.create_time(), process.uids().effective
+        argv = command_words(process)
     try:
         env = getenv_view(process.pid)
     except psutil.AccessDenied:
-        return ProcessSnapshot(process.pid, create_time, shown, None, "permission denied", uid)
+        return ProcessSnapshot(process.pid, create_time, argv, None, "permission denied", uid)
     if env is None:
-        return ProcessSnapshot(process.pid, create_time, shown, None, OVERWRITTEN, uid)
+        return ProcessSnapshot(process.pid, create_time, argv, None, OVERWRITTEN, uid)
     readable_env = {readable(key): readable(value) for key, value in env.items()}
-    return ProcessSnapshot(process.pid, create_time, shown, readable_env, uid=uid)
+    return ProcessSnapshot(process.pid, create_time, argv, readable_env, uid=uid)
 
 
 def descendants(main: psutil.Process, proc: Path = PROC) -> list[psutil.Process]:

@@ -11,7 +11,7 @@ import ipaddress
 import os
 import socket
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 import psutil
@@ -21,7 +21,8 @@ from nccl_launch.errors import HostError, UsageError
 from nccl_launch.files.paths import FileError
 from nccl_launch.files.reading import read_text
 from nccl_launch.files.trust import check_trusted
-from nccl_launch.live.processes import HeldProcess, descendants, kernel_thread, title
+from nccl_launch.live.compare import title
+from nccl_launch.live.processes import HeldProcess, command_words, descendants, kernel_thread
 from nccl_launch.live.target import PID_LIMIT, Target
 from nccl_launch.live.url import masked_url, url_address
 from nccl_launch.tools import ask
@@ -63,11 +64,12 @@ def listening_pids(port: int, where: str, accepts: Callable[[str], bool] = any_a
     return {pid for pid in pids if pid is not None}
 
 
-def listener_title(port: int) -> str | None:
-    """Who listens on `port`, as `pid N (its command line)`; None when that cannot be seen."""
+def listener_title(port: int, secrets: Collection[str] = ()) -> str | None:
+    """Who listens on `port`, as `pid N (its command line)`, the `secrets` of a launch masked
+    in it (the server may be one of the profile's); None when that cannot be seen."""
     try:
         pid = min(listening_pids(port, f"port {port}"))
-        return f"pid {pid} ({title(psutil.Process(pid))})"
+        return f"pid {pid} ({title(command_words(psutil.Process(pid)), secrets)})"
     except (HostError, psutil.Error):
         return None
 
@@ -96,7 +98,7 @@ def listening_server(
 
 def _title_of(pid: int) -> str:
     try:
-        return title(psutil.Process(pid))
+        return title(command_words(psutil.Process(pid)))
     except psutil.Error:
         return "ended"
 

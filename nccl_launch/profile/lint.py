@@ -9,7 +9,7 @@ from nccl_launch.findings import Finding, Severity
 from nccl_launch.kinds import kind_of
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.profile.model import Profile
-from nccl_launch.secrets.masking import is_secret, mask_credentials
+from nccl_launch.secrets.masking import is_secret, mask_credentials, mask_urls
 from nccl_launch.secrets.values import secrets_of
 
 _ELSEWHERE = "it belongs in an env file (mode 0600) named in env_files"
@@ -43,8 +43,10 @@ def secret_notes(profile: Profile) -> list[Finding]:
             continue
         if is_secret(key):
             what = "holds a literal secret"
-        elif mask_credentials(value) != value:
+        elif mask_urls(value) != value:
             what = "holds a password in a URL"
+        elif mask_credentials(value) != value:
+            what = "holds the value of a pair named like a credential"
         else:
             what = "holds a credential flag's value"
         notes.append(_secret(f"env.{key}", what, _ELSEWHERE))

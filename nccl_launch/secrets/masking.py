@@ -51,7 +51,16 @@ _RUN = re.compile(r"[^\s'\"]+")
 _NAME = re.compile(
     r"""(?<![\w%.-])(?:(?P<quote>["'])(?P<member>[\w%.-]+)(?P=quote)\s*[:=]|(?P<name>[\w%.-]+)\s*=)\s*"""
 )
-_VALUE = re.compile(r""""[^"]*"|'[^']*'|[^\s&;#"']+""")
+# A quoted value runs past its escaped quotes (`"pa\"ss"`), and to the end of the text when
+# nothing closes it: what follows may all be the credential. In quotes that are escaped
+# themselves, as a pair inside a JSON string is (`"password=\"pa\\\"ss\""`), its own
+# escapes are doubled.
+_VALUE = re.compile(
+    r"""\\"(?:\\\\(?:\\.|[^\\])|\\[^"\\]|[^\\])*(?:\\")?"""
+    r"""|"(?:[^"\\]|\\.)*"?|'(?:[^'\\]|\\.)*'?|[^\s&;#"']+""",
+    re.DOTALL,
+)
+_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
 # Inside a JSON or Python list, tuple or object (`["sk-1"]`, `('sk-1',)`, `{"v": "x"}`): a
 # quoted text, with its escapes (`"a\\"]"`), or one character; the value runs to the bracket
 # that closes its first.
@@ -135,8 +144,8 @@ def _credential_pairs(text: str) -> list[tuple[int, int]]:
         value = _VALUE.match(text, pair.end())
         if value is None:
             continue
-        written = value[0] if value[0][0] in "\"'" else value[0].rstrip("),")
-        shown = written.strip("\"'")
+        written = value[0] if _quote(value[0]) else value[0].rstrip("),")
+        shown = _inside(written)
         # None, masked before (`?token=***:`), or naming a value (`"$API_KEY"`, `VALUE`).
         if shown and not shown.startswith(MASK) and not _names_a_value(written):
             values.append((value.start(), value.start() + len(written)))
@@ -146,7 +155,7 @@ def _credential_pairs(text: str) -> list[tuple[int, int]]:
 def _mask_pairs(text: str) -> str:
     parts, at = [], 0
     for start, end in _credential_pairs(text):
-        quote = text[start] if text[start] in "\"'" else ""
+        quote = _quote(text[start:end])
         parts += [text[at:start], f"{quote}{MASK}{quote}"]
         at = end
     return "".join([*parts, text[at:]])
@@ -163,17 +172,35 @@ def _mask_url(match: re.Match[str]) -> str:
     return match[0] if found is None else f"{match[0][: found[0]]}{MASK}{match[0][found[1] :]}"
 
 
+def _quote(written: str) -> str:
+    """The quote a value is written in: `"`, `'`, an escaped `\\"`, or none."""
+    return '\\"' if written.startswith('\\"') else written[:1] if written[:1] in "\"'" else ""
+
+
+def _inside(written: str) -> str:
+    """A value without its quotes (`_quote`), or as it is."""
+    quote = _quote(written)
+    return written[len(quote) :].removesuffix(quote) if quote else written
+
+
+def _unquoted(written: str) -> set[str]:
+    """A value as written (`"pa\\"ss"`, `"pa\\"ss` when unclosed) without its quotes, and as
+    read, its escapes undone (`pa"ss`): a server may print either."""
+    inner = _inside(written)
+    return {inner, _ESCAPE.sub(r"\1", inner)}
+
+
 def _passwords(text: str) -> set[str]:
     """What `mask_credentials` hides in `text`: each URL's password (its user info when it
     has none: a user alone may be a token), each credential pair's value, and each text
     quoted in a value that is a list or an object (`["k1", "k2"]`: a server may log them apart)."""
     found = set()
     for start, end in _credential_pairs(text):
-        found.add(text[start:end].strip("\"'"))
+        found |= _unquoted(text[start:end])
         if text[start] in _CLOSES:  # its quoted texts, but for the names of its members
             for part in _NESTED.finditer(text, start, end):
                 if part[0][0] in "\"'" and not _MEMBER_NAMED.match(text, part.end()):
-                    found.add(part[0][1:].removesuffix(part[0][0]))
+                    found |= _unquoted(part[0])
     for run in _RUN.findall(text):
         if (where := _userinfo(run)) is not None:
             user, colon, password = run[where[0] : where[1]].partition(":")
@@ -181,10 +208,15 @@ def _passwords(text: str) -> set[str]:
     return found - {""}
 
 
+def mask_urls(text: str) -> str:
+    """`text` with the user info of each URL masked (`postgres://***@db/x`)."""
+    return _RUN.sub(_mask_url, text)
+
+
 def mask_credentials(text: str) -> str:
     """`text` with the user info of each URL (`postgres://***@db/x`) and the value of each
     pair named like a credential (`password=***`, `?token=***`, `"api_key": "***"`) masked."""
-    return _mask_pairs(_RUN.sub(_mask_url, text))
+    return _mask_pairs(mask_urls(text))
 
 
 def for_people(text: str) -> str:

@@ -140,22 +140,22 @@ def secrets_of(
     argv: Sequence[str],
     env: Mapping[str, str],
     held: Collection[str] = (),
-    filled: Collection[str] = (),
+    written: Sequence[str] = (),
 ) -> Secrets:
     """The secrets of `argv` as the server gets it and of the environment `env`, where the
-    variables `held` (by the profile's env files: where its secrets live) are masked whatever
-    their names. Its `values`: the credential flags' values and what the `${NAME}` of its
-    args were `filled` with, at any length (`mask_known` masks a short one as a word), and
-    the values of the variables masked whole, long enough to mean nothing else (an env
-    file's `1` masked as a word would garble a log)."""
+    variables `held` (by the profile's env files and secret files: where its secrets live)
+    are masked whatever their names. Its `values`: the credential flags' values, what the
+    `${NAME}`s of `written` (the argv as the profile writes it, word for word with `argv`) were
+    filled with in `argv`, at any length (`mask_known` masks a short one as a word; a value
+    filled into a flag that is no credential's, `--served-model-name`, too), and the values
+    of the variables masked whole, long enough to mean nothing else (an env file's `1`
+    masked as a word would garble a log)."""
     shown = {key: mask_value(key, value, key in held) for key, value in env.items()}
     names = {key for key, value in env.items() if shown[key] != value}
     words = {index for index, word in enumerate(mask_argv(argv)) if word != argv[index]}
-    found = {
-        value
-        for key, value in env.items()
-        if key in filled or (shown[key] == MASK and len(value) >= SHORTEST_SECRET)
-    }
+    filled = references.read_back(written, argv)
+    found = {value for key, value in env.items() if shown[key] == MASK}
+    found = {value for value in found if len(value) >= SHORTEST_SECRET} | set(filled)
     values = (found | masked_values(argv)) - {""}
     return Secrets(frozenset(names), frozenset(held), frozenset(words), frozenset(values))
 

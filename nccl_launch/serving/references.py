@@ -6,7 +6,7 @@ itself."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"  # a variable's name
 # `${NAME}`, its one group the whole of it: the form systemd's Exec lines expand too.
@@ -52,6 +52,29 @@ def fill(word: str, values: dict[str, str]) -> str:
     """`word` with each `${NAME}` replaced by its value in `values` (KeyError for a name it
     lacks) and `$$` by `$`: one argument, never split or expanded again."""
     return _replace(word, values.__getitem__)
+
+
+def _pattern(word: str) -> re.Pattern[str]:
+    """What `word` reads as once filled: its text as it is, each `${NAME}` a group of any text."""
+    parts, at = [], 0
+    for match in _DOLLAR.finditer(word):
+        reads = "(.*?)" if match[2] else re.escape("$" if match[1] else match[0])
+        parts += [re.escape(word[at : match.start()]), reads]
+        at = match.end()
+    return re.compile("".join([*parts, re.escape(word[at:])]), re.DOTALL)
+
+
+def read_back(written: Sequence[str], argv: Sequence[str]) -> list[str]:
+    """What the `${NAME}`s of `written` were filled with in `argv` (a command line read back),
+    word for word: none unless each word of `written` reads as the word of `argv` at its
+    index, each reference as any text (a profile edited since is no guide to its secrets)."""
+    found: list[str] = []
+    for word, filled in zip(written, argv, strict=False):
+        match = _pattern(word).fullmatch(filled)
+        if match is None:
+            return []
+        found += match.groups()
+    return found if len(argv) >= len(written) else []
 
 
 def literal(text: str) -> str:

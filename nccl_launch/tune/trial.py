@@ -15,7 +15,7 @@ import signal
 import stat
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal, Self
@@ -144,14 +144,15 @@ def run_trial(
         return TrialOutcome(status="refused", detail=detail, seconds=time.monotonic() - start)
     # What would keep `run` from starting it, and a port another process holds.
     problems = launch.start_findings()
-    problems += [seen for seen in [port_check(server)] if isinstance(seen, Finding)]
+    held = port_check(server, launch.secrets.values)
+    problems += [held] if isinstance(held, Finding) else []
     if problems:
         raise HostError(f"cannot start a trial: {'; '.join(each.text() for each in problems)}")
     with _log_file(log) as fd, adopting(), _started(launch, fd, owner) as child:
         try:
             outcome = _trial(launch, server, child, settings, progress)
         finally:  # Ctrl-C included: the tree is stopped, then the interrupt goes on
-            code = _stop(child, server, settings.stop_grace)
+            code = _stop(child, server, settings.stop_grace, launch.secrets.values)
         more: dict[str, object] = {"seconds": time.monotonic() - start}
         more |= {"ready_timeout": settings.ready_timeout}
         more |= {"request_timeout": settings.request_timeout}
@@ -351,24 +352,25 @@ def _trial(
     return TrialOutcome(status="measured", runs=runs, prefill=prefill, seconds=0)
 
 
-def _stop(child: _Child, server: Server, grace: float) -> int:
+def _stop(child: _Child, server: Server, grace: float, secrets: Collection[str]) -> int:
     """Stop the whole tree, reap the server, wait until its port and GPU memory are free;
-    the server's exit code (negative: the signal that ended it)."""
+    the server's exit code (negative: the signal that ended it). A port still held is said
+    with the `secrets` of the launch masked."""
     child.look()
     stop_tree(child.held, child.tree, grace)
     code = child.process.wait()
     tree = {child.held.pid} | {snapshot.pid for snapshot in child.tree}
     reap(tree)
-    _wait_released(server, tree)
+    _wait_released(server, tree, secrets)
     return code
 
 
-def _wait_released(server: Server, pids: set[int]) -> None:
+def _wait_released(server: Server, pids: set[int], secrets: Collection[str]) -> None:
     """Until nothing listens on the server's port and, where nvidia-smi exists, none of
     `pids` holds GPU memory: the next trial must start on a clean host."""
     deadline = time.monotonic() + RELEASE_TIMEOUT
     while True:
-        port = port_check(server)
+        port = port_check(server, secrets)
         holding = compute_pids()
         ours = sorted(pids & holding) if holding is not None else []
         if isinstance(port, str) and not ours:
