@@ -720,5 +720,9 @@ def test_a_secret_read_from_a_file_is_a_secret_file_the_server_gets_as_bash_give
     argv = record["argv"]
     assert argv[1:5] == ["--model-path", "/m", "--tp-size", "1"]  # the profile adds tp_size
     assert argv[5:] == args
+    # What bash exports, the server's environment holds, but for a secret that fills its
+    # arguments: the profile gives it there alone (no process's environment carries it).
+    words = " ".join(tomllib.loads(text)["server"].get("args", []))
     exported = {key: env[key] for key in ("API_KEY", "KEY", "K") if key in env}
-    assert {key: record["env"].get(key) for key in exported} == exported
+    given = {key: None if f"${{{key}}}" in words else value for key, value in exported.items()}
+    assert {key: record["env"].get(key) for key in exported} == given

@@ -261,7 +261,7 @@ RULES = [
         "unit-starts-after-a-swap-of-the-same-content",
         f"swap /tmp/cm ..2026_12_07_19_50_00.000000002 && {UNIT_START}",
         0,
-        "(secret file /tmp/cm/api_key)",
+        "(env file /tmp/cm/kimi.env)",
         unsaid=STAMP,
     ),
     Rule(

@@ -384,10 +384,8 @@ def _provenance(report: TuneReport, baseline: Baseline) -> dict[str, str]:
         f"of {baseline.runs} runs of {baseline.max_tokens} tokens{within}) by nccl-launch tune"
     )
     if baseline.prefill_tok_s is not None:
-        measured += (
-            f", {baseline.prefill_tok_s:.1f} tok/s prefill of prompts of {baseline.prompt_tokens} "
-            "tokens"
-        )
+        prompts = f"prompts of {baseline.prompt_tokens} tokens"
+        measured += f", {baseline.prefill_tok_s:.1f} tok/s prefill of {prompts}"
     winner = report.candidate(report.winner)
     changed = winner.changes if winner else "none"
     return {
