@@ -111,7 +111,7 @@ def _spans(releases: str) -> list[list[str]]:
 @cache
 def covered() -> tuple[str, str]:
     """The oldest and the newest NCCL release the source table was read from (its
-    `releases` column, written by tools/nccl_env_releases.py)."""
+    `releases` column, written by docs/nccl_env_releases.py)."""
     spans = [span for row in _source_rows().values() for span in _spans(row["releases"])]
     ends = {end for span in spans for end in span}
     return min(ends, key=_version), max(ends, key=_version)

@@ -3,7 +3,7 @@ of names only older releases read) of nccl_launch/nccl/data/nccl-env-read-by-sou
 clone of NVIDIA/nccl that has the release tags
 (docs/explanation.md#which-releases-the-catalog-covers).
 
-Run: python tools/nccl_env_releases.py NCCL_GIT_DIR [--oldest 2.21.5] [--newest 2.30.7]
+Run: python docs/nccl_env_releases.py NCCL_GIT_DIR [--oldest 2.21.5] [--newest 2.30.7]
 
 A release reads a name where its `src/` has `NCCL_PARAM(Name, "NAME", default)` (the name is
 NCCL_NAME), `DEFINE_NCCL_PARAM(name, type, NCCL_NAME, ...)`, or the literal "NCCL_NAME" in a
