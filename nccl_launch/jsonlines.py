@@ -26,6 +26,10 @@ STATE = PurePath("nccl-launch")  # nccl-launch's folder under the state home
 _FLAGS = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
+# What to do where the state home is refused (another user's folder or symlink on its way).
+STATE_FIX = "set XDG_STATE_HOME to a folder of your own"
+
+
 def state_home() -> BaseDirectory:
     """$XDG_STATE_HOME, else ~/.local/state, as the XDG Base Directory specification says."""
     return base_directory("XDG_STATE_HOME", ".local/state")

@@ -15,12 +15,11 @@ from nccl_launch.escaping import shell_word
 from nccl_launch.files.base_dirs import open_beneath
 from nccl_launch.files.paths import FileError
 from nccl_launch.files.reading import StreamLines, open_stream
-from nccl_launch.jsonlines import state_home
+from nccl_launch.jsonlines import STATE_FIX, state_home
 from nccl_launch.live.nccl_logs import FOLDER, LOG_NAME
 
 SUFFIX = Path(LOG_NAME).suffix
 RUN = re.compile(r"(\d{8}T\d{6}Z)-(\d+)")  # run_folder's name: its UTC start and PID
-_FIX = "set XDG_STATE_HOME to a folder of your own"
 
 
 def is_folder(path: str) -> bool:
@@ -70,7 +69,7 @@ def latest_run(name: str, given: str) -> Iterator[tuple[Path, int]]:
         raise HostError(f"no run of {name} with --nccl-debug in {runs}; {start}")
     where = FOLDER / name / newest[0]
     try:
-        fd = open_beneath(state, where, os.O_RDONLY | os.O_DIRECTORY, _FIX)
+        fd = open_beneath(state, where, os.O_RDONLY | os.O_DIRECTORY, STATE_FIX)
     except OSError as error:
         raise HostError(f"cannot read {state.path / where}: {error.strerror}") from None
     try:

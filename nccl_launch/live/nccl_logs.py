@@ -22,7 +22,7 @@ from nccl_launch.errors import HostError
 from nccl_launch.files.base_dirs import open_beneath
 from nccl_launch.files.paths import FileError, kind_of
 from nccl_launch.files.reading import LINE_LIMIT
-from nccl_launch.jsonlines import STATE, state_home
+from nccl_launch.jsonlines import STATE, STATE_FIX, state_home
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.nccl.log import LogReader, ProcessLog, judge
 from nccl_launch.profile.markers import MARKER_NCCL_DEBUG, NCCL_DEBUG_FILE
@@ -37,7 +37,6 @@ LOG_NAME = "%h.%p.log"  # expanded by NCCL in each process: its host and its PID
 # are some 10 KiB a rank, written at each communicator's init, from the start of the file on.
 LOOK_LIMIT = 4 << 20
 SOURCE = "NCCL's log"
-_FIX = "set XDG_STATE_HOME to a folder of your own"
 _LOOK = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC
 
@@ -82,7 +81,7 @@ def _make_run_folder(folder: PurePath, pid: int) -> Path:
     where = state.path / folder
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     try:
-        fd = open_beneath(state, folder / "pid", flags, _FIX)
+        fd = open_beneath(state, folder / "pid", flags, STATE_FIX)
     except FileError as error:
         raise FileError(f"NCCL's log folder {where}: {error}") from None
     except OSError as error:

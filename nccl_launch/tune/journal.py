@@ -20,7 +20,7 @@ from pathlib import Path, PurePath
 from pydantic import BaseModel, Field, model_validator
 
 from nccl_launch.files.paths import ReadFailed
-from nccl_launch.jsonlines import append_line, open_store, parse_lines, state_home
+from nccl_launch.jsonlines import STATE_FIX, append_line, open_store, parse_lines, state_home
 from nccl_launch.profile.plan import DIGEST
 from nccl_launch.tune.orphans import Owner, StartedServer, stop_leftover
 from nccl_launch.tune.search import Values
@@ -29,7 +29,6 @@ from nccl_launch.tune.trial import TrialOutcome, TrialSettings
 FILE_NAME = "journal.jsonl"
 WHAT = "tune journal"
 LIMIT = 64 << 20  # some 20,000 trials: a larger file is not a journal
-_FIX = "set XDG_STATE_HOME to a folder of your own"
 
 
 class JournalLine(BaseModel):
@@ -139,7 +138,7 @@ def _open(folder: PurePath) -> tuple[Path, int]:
         "another tune of this profile and method is running (it holds the journal); wait for "
         "it, or stop it and run this again to resume"
     )  # two tunes of one journal would race for the port
-    beneath = (state, folder / FILE_NAME, _FIX)
+    beneath = (state, folder / FILE_NAME, STATE_FIX)
     return path, open_store(WHAT, path, full=_full, beneath=beneath, busy=busy, aside=_ASIDE)
 
 
