@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +56,13 @@ args = ["--api-key", "${API_KEY}"]
 # write at their source; other users' symlinks in the sticky /tmp; state homes.
 FIXTURE = r"""
 set -e
+exec 9</tmp  # the host's /tmp, for what of it the tool runs from (a clone in /tmp)
 mount -t tmpfs -o mode=1777 tmpfs /tmp
+for kept in $KEEP; do  # bound back where it was, through the descriptor: it is hidden now
+    mkdir -p "$kept"
+    mount --no-canonicalize --bind "/proc/$$/fd/9${kept#/tmp}" "$kept"
+done
+exec 9<&-
 cd /tmp
 mkdir -p "$HOME"
 mkdir -m 0755 /tmp/root /tmp/cm-src /tmp/src /tmp/bound /tmp/cm /tmp/cm-rw
@@ -283,6 +290,14 @@ RULES = [
 ]
 
 
+def _under_tmp() -> list[str]:
+    """What the tool runs from that lies under /tmp (a clone, its venv, a Python), which the
+    fixture's own /tmp would hide."""
+    tmp = Path("/tmp")
+    ran_from = {Path(__file__).resolve().parents[1], Path(sys.prefix), Path(sys.base_prefix)}
+    return sorted(str(path) for path in ran_from if path.is_relative_to(tmp) and path != tmp)
+
+
 def _script() -> str:
     """FIXTURE, then each rule between markers that say its name and its exit code."""
     steps = [
@@ -301,6 +316,7 @@ def outputs() -> dict[str, tuple[str, int]]:
     as_other = f"setpriv --reuid={OTHER} --regid={OTHER} --clear-groups"
     env = Isolation(Path("/tmp/isolated")).environ(os.environ) | {
         "CLI": console_script(),
+        "KEEP": " ".join(_under_tmp()),
         "AS_OTHER": as_other,
         "OTHER": str(OTHER),
         "THIRD": str(THIRD),
