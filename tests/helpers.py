@@ -164,6 +164,16 @@ def sleeper(env: dict[bytes, bytes], *title: bytes) -> Iterator[int]:
     argv = [b"python", b"-c", b"import time; time.sleep(60)", *title]  # a title of any checkout
     process = subprocess.Popen(argv, executable=sys.executable, env=env)  # once exec succeeded
     try:
+        # Popen returns once exec has begun, which is before the kernel sets where the new
+        # command line and environment lie: /proc reads them empty until then.
+        whole = b"".join(key + b"=" + value + b"\0" for key, value in env.items())
+        proc = Path(f"/proc/{process.pid}")
+
+        def set_up() -> bool:
+            command_line = (proc / "cmdline").read_bytes()  # set before the environment
+            return bool(command_line) and (proc / "environ").read_bytes() == whole
+
+        wait_for(set_up, "the sleeper's environment", process=process)
         yield process.pid
     finally:
         process.kill()
