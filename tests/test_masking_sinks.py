@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import sysconfig
 from collections.abc import Iterator
@@ -306,3 +307,30 @@ def test_every_view_of_a_live_server_masks_a_secret_filled_into_a_name(
     assert not {name: text for name, text in shown.items() if shown_parts(FILLED, text)}
     assert "--served-model-name '***'" in said["check text"].stdout
     assert "--served-model-name '***'" in said["preflight text"].stdout
+
+
+def test_a_stranger_on_the_servers_port_is_named_without_its_secrets(
+    served: tuple[Server, dict[str, str]], run_cli: RunCli
+) -> None:
+    """Before any profile is loaded, `check --port` names each tree listening on the port:
+    the server nccl-launch started is named by the profile it runs, never by a command line
+    whose secret-file values no rule knows yet."""
+    server, env = served
+    script = (
+        "import socket, sys\n"
+        "s = socket.socket(socket.AF_INET6)\n"
+        "s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)\n"
+        f"s.bind(('::1', {server.port})); s.listen(); print(flush=True); sys.stdin.read()\n"
+    )
+    stranger = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert stranger.stdout is not None and stranger.stdout.readline() == b"\n"  # listening
+        result = run_cli("check", "--port", str(server.port), env=env)
+    finally:
+        stranger.communicate()
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert_unseen(FILLED, result.stdout + result.stderr)
+    assert f"pid {server.process.pid} (started by nccl-launch as served@1: " in result.stderr
+    assert f"pid {stranger.pid} ({sys.executable} -c " in result.stderr

@@ -22,9 +22,11 @@ from nccl_launch.files.paths import FileError
 from nccl_launch.files.reading import read_text
 from nccl_launch.files.trust import check_trusted
 from nccl_launch.live.compare import title
+from nccl_launch.live.environ import getenv_view
 from nccl_launch.live.processes import HeldProcess, command_words, descendants, kernel_thread
 from nccl_launch.live.target import PID_LIMIT, Target
 from nccl_launch.live.url import masked_url, url_address
+from nccl_launch.profile.markers import MARKER_PROFILE
 from nccl_launch.tools import ask
 
 PIDFILE_LIMIT = 64  # a PID and a newline; anything longer is not a pidfile
@@ -97,10 +99,24 @@ def listening_server(
 
 
 def _title_of(pid: int) -> str:
+    """A listener of another tree as named before any profile is loaded: by its command
+    line, unless nccl-launch started it (its markers say so) or its environment cannot be
+    read to tell. A `${NAME}` of a profile's args may have been filled there with a secret
+    file's value that no rule of masking knows yet (`--served-model-name`), so such a
+    process is named by its program, and the profile it runs."""
     try:
-        return title(command_words(psutil.Process(pid)))
+        words = command_words(psutil.Process(pid))
+        env = getenv_view(pid)
+    except psutil.AccessDenied:
+        env = None
     except psutil.Error:
         return "ended"
+    if env is not None and MARKER_PROFILE not in env:
+        return title(words)
+    program = title(words[:1])
+    if env is None:
+        return f"{program} ..., whose environment cannot be read"
+    return f"started by nccl-launch as {env[MARKER_PROFILE]}: {program} ..."
 
 
 def _unit_pid(unit: str) -> int:
