@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -334,3 +335,23 @@ def test_a_stranger_on_the_servers_port_is_named_without_its_secrets(
     assert_unseen(FILLED, result.stdout + result.stderr)
     assert f"pid {server.process.pid} (started by nccl-launch as served@1: " in result.stderr
     assert f"pid {stranger.pid} ({sys.executable} -c " in result.stderr
+
+
+def test_capture_of_a_server_keeps_a_secret_files_value_out_of_the_profile(
+    served: tuple[Server, dict[str, str]], run_cli: RunCli, tmp_path: Path
+) -> None:
+    """What `run` filled in from a secret file is written as the reference the profile it
+    runs says, its file named in secret_files, never as the value."""
+    server, env = served
+    out = tmp_path / "out"
+    result = run_cli(
+        "capture", "--pid", str(server.process.pid), "--name", "again", "-o",
+        str(out / "again.toml"), env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    written = {path.name: path.read_text() for path in out.iterdir()}
+    assert_unseen(FILLED, "".join(written.values()) + result.stdout + result.stderr)
+    profile = tomllib.loads(written["again.toml"])
+    assert profile["secret_files"] == {"API_KEY": str(Path("profiles/api_key").absolute())}
+    # Its interpreter, `py`, is no server's: the command is in a note, to run after `--`.
+    assert "--served-model-name ${API_KEY}" in profile["provenance"]["notes"]

@@ -558,6 +558,9 @@ def test_capture_names_what_it_left_out_never_the_values(run_cli: RunCli, tmp_pa
     )
     assert "hunter2" not in result.stderr + Path("live.toml").read_text()
     assert set(tomllib.loads(Path("live.toml").read_text())["env"]) == {"HF_HOME"}
+    # Its marker names a profile that is gone: what it filled from secret files is unknown.
+    assert "its profile filled from secret files cannot be told" in result.stderr
+    assert Path("live.toml").stat().st_mode & 0o777 == 0o600
 
 
 def test_capture_of_a_missing_process_is_a_target_error(run_cli: RunCli) -> None:

@@ -107,14 +107,20 @@ def profile_of(main: ProcessSnapshot, ref: str | None) -> LoadedProfile:
             f"cannot read the environment of pid {main.pid} ({main.unreadable}) to learn its "
             "profile; name the PROFILE"
         )
-    name = _started_name(main.pid, main.env)
-    file = _started_file(main.pid, main.env)
+    return started_profile(main.pid, main.env)
+
+
+def started_profile(pid: int, env: Mapping[str, str]) -> LoadedProfile:
+    """The profile process `pid`, of environment `env`, says it was started with: the file it
+    records, else its name on the search path (the current file: the digest tells a change)."""
+    name = _started_name(pid, env)
+    file = _started_file(pid, env)
     if file is None:
         return load_profile(name)
     loaded = load_profile(file)  # the loader's checks (regular, capped, trusted) apply
     if loaded.profile.name != name:
         raise UsageError(
-            f"pid {main.pid} runs {name}, but its {MARKER_PROFILE_FILE} {file} now declares "
+            f"pid {pid} runs {name}, but its {MARKER_PROFILE_FILE} {file} now declares "
             f"{loaded.profile.name}; name the PROFILE to check it against"
         )
     return loaded
