@@ -17,6 +17,7 @@ from nccl_launch.files.reading import open_stream, read_text
 from nccl_launch.files.trust import check_trusted
 from nccl_launch.files.writing import atomic_write
 from tests.conftest import RunCli, console_script
+from tests.test_live import Opens
 from tests.test_migrate import start_standin
 
 AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="trust is checked for root only")
@@ -36,6 +37,24 @@ def test_a_regular_file_is_read(tmp_path: Path) -> None:
     assert read_text(path, "profile") == "name = 'p'\n"
     with open_stream(str(path), "log") as stream:
         assert list(stream) == ["name = 'p'"]
+
+
+def test_what_is_no_regular_file_is_looked_at_never_opened(fifo: Path, tmp_path: Path) -> None:
+    """A FIFO's open wakes a writer waiting on it, a device's may start what it drives (a
+    watchdog's open arms it): every read looks (O_PATH) before it opens. inotify sees each
+    open; a look is none."""
+    regular = tmp_path / "p.toml"
+    regular.write_text("name = 'p'\n")
+    with Opens(regular) as opens:
+        read_text(regular, "profile", trusted=True)
+        assert opens.seen() == 1  # inotify sees a read
+    with Opens(fifo) as opens:
+        for trusted in (False, True):
+            with pytest.raises(FileError, match="a FIFO"):
+                read_text(fifo, "profile", trusted=trusted)
+        with pytest.raises(FileError, match="a FIFO"), open_stream(str(fifo), "log"):
+            pass
+        assert opens.seen() == 0
 
 
 def test_a_fifo_is_refused_without_blocking(fifo: Path) -> None:

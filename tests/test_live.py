@@ -383,12 +383,19 @@ class Opens:
             assert process.poll() is None, f"exited with {process.returncode}"
             remaining = deadline - time.monotonic()
             assert remaining > 0, f"opened {opened} of {count} times within {timeout} s"
-            ready, _, _ = select.select([self.fd], [], [], min(remaining, 1.0))
-            data = os.read(self.fd, 4096) if ready else b""
-            for offset in range(0, len(data), _EVENT.size):
-                _, mask, _, name_size = _EVENT.unpack_from(data, offset)
-                assert name_size == 0  # a watched file, not a directory: events carry no name
-                opened += bool(mask & IN_OPEN)
+            opened += self.seen(min(remaining, 1.0))
+
+    def seen(self, timeout: float = 0) -> int:
+        """The opens reported so far (waiting up to `timeout` for the first report). An
+        O_PATH descriptor, which opens nothing, is none."""
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        data = os.read(self.fd, 4096) if ready else b""
+        opened = 0
+        for offset in range(0, len(data), _EVENT.size):
+            _, mask, _, name_size = _EVENT.unpack_from(data, offset)
+            assert name_size == 0  # a watched file, not a directory: events carry no name
+            opened += bool(mask & IN_OPEN)
+        return opened
 
 
 def test_watch_stops_the_whole_tree_when_a_late_worker_drifts(start: StartServer) -> None:
