@@ -144,6 +144,31 @@ def test_capture_of_another_users_process_is_denied_in_one_line(tmp_path: Path) 
     assert not (tmp_path / "p").exists()
 
 
+@pytest.mark.parametrize("file", ["root-only.toml", "missing.toml"])
+def test_a_profile_file_another_users_process_records_is_read_only_where_that_user_may(
+    file: str, tmp_path: Path, run_cli: RunCli
+) -> None:
+    """Its environment is its user's to write: a root-only TOML file it names as the profile
+    it was started from is neither read nor quoted by root's `check`, and reads as a file
+    that is not there."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root (beside another user's process) and setpriv (to act as a user)")
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (private / "root-only.toml").write_text('schema = 1\nname = "q"\nversion = "hunter-2x"\n')
+    (private / "root-only.toml").chmod(0o600)
+    markers = ["NCCL_LAUNCH_PROFILE=q@1", f"NCCL_LAUNCH_PROFILE_FILE={private / file}"]
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    process = subprocess.Popen([*nobody, "env", "-i", *markers, "sleep", "60"])
+    try:
+        result = run_cli("check", "--pid", str(process.pid))
+    finally:
+        process.kill()
+        process.wait()
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith("nccl-launch: profile 'q' not found; searched "), result.stderr
+
+
 # Between the resolve and the read: the console script stops itself once it holds the
 # process (a sitecustomize wraps the resolver's hold, nothing else), the server ends or
 # a newcomer takes its PID, and the script goes on. In a PID namespace of the test's own,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Callable, Mapping
@@ -94,7 +95,36 @@ def _started_file(pid: int, env: Mapping[str, str]) -> str | None:
             f"pid {pid}: {MARKER_PROFILE_FILE} is {file!r}, not the absolute path of a .toml "
             "file; name the PROFILE to check it against"
         )
-    return file if is_regular(Path(file)) else None
+    return file if _user_may_read(pid, file) and is_regular(Path(file)) else None
+
+
+def _user_may_read(pid: int, file: str) -> bool:
+    """Whether the user process `pid` runs as may read `file`. Its environment is its user's
+    to write: as root, the file it records is read only where that user could read it (the
+    kernel judges, in a child that takes on the process's ids: every folder on the way, its
+    groups, ACLs), else another user's process would have root read, and quote, a root-only
+    TOML file. A file that user may not read is as absent as one not there."""
+    if os.geteuid() != 0:
+        return True  # this user's own reads: what it may read, it could read itself
+    try:
+        status = Path(f"/proc/{pid}/status").read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError):
+        return False
+    fields = dict(line.partition(":")[::2] for line in status.splitlines())
+    uid, gid = (int(fields[key].split()[1]) for key in ("Uid", "Gid"))  # effective ids
+    if uid == 0:
+        return True
+    groups = [int(group) for group in fields.get("Groups", "").split()]
+    child = os.fork()  # no program to exec: one this user may run may not exist
+    if child == 0:
+        try:
+            os.setgroups(groups)
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+            os._exit(0 if os.access(file, os.R_OK) else 1)
+        finally:
+            os._exit(1)
+    return os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
 
 
 def profile_of(main: ProcessSnapshot, ref: str | None) -> LoadedProfile:
