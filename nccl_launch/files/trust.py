@@ -159,3 +159,26 @@ def _replaceable(path: Path, what: str, folder: Path, status: os.stat_result) ->
         f"{what} {path}: its directory {folder} (uid {status.st_uid}, mode {mode:04o}) lets "
         f"other users replace it; {FIX}"
     )
+
+
+def check_absent(path: Path, what: str, reader: str) -> None:
+    """As root, refuse a file absent now that `reader` reads later (NCCL, its nccl.conf when
+    the server starts) where another user could create it meanwhile: the nearest folder
+    there must be root's and writable by root alone (a sticky one is not: in /tmp anyone may
+    create a new name), and nothing on its way another user's (`others_on_way`)."""
+    if os.geteuid() != 0:
+        return
+    try:
+        folder = next((each for each in path.absolute().parents if each.is_dir()), Path("/"))
+        status = folder.stat()
+    except FileNotFoundError:
+        return
+    others_on_way(folder, status, f"{what} {path}: its folder")
+    read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)  # nothing is created there
+    if status.st_uid != 0 or (writable_by_others(status) and not read_only):
+        raise FileError(
+            f"{what} {path}: absent, and {reader} reads it later: {folder} (uid "
+            f"{status.st_uid}, mode {stat.S_IMODE(status.st_mode):04o}) lets another user "
+            "create it first; point it at a folder root alone writes, or create the file "
+            "(root's, mode 0644)"
+        )
