@@ -161,21 +161,29 @@ def _replaceable(path: Path, what: str, folder: Path, status: os.stat_result) ->
     )
 
 
+def others_may_create(folder: Path, what: str) -> os.stat_result | None:
+    """As root, the status of the directory `folder` when another user may create a name in
+    it: it is not root's, or others may write it (a sticky one such as /tmp too: there anyone
+    may create a new name), unless on a read-only mount; else None. FileError naming `what`
+    when another user owns or could replace something on its way (`others_on_way`)."""
+    if os.geteuid() != 0:
+        return None
+    status = folder.stat()
+    others_on_way(folder, status, what)
+    read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)  # nothing is created there
+    return status if status.st_uid != 0 or (writable_by_others(status) and not read_only) else None
+
+
 def check_absent(path: Path, what: str, reader: str) -> None:
     """As root, refuse a file absent now that `reader` reads later (NCCL, its nccl.conf when
-    the server starts) where another user could create it meanwhile: the nearest folder
-    there must be root's and writable by root alone (a sticky one is not: in /tmp anyone may
-    create a new name), and nothing on its way another user's (`others_on_way`)."""
-    if os.geteuid() != 0:
-        return
+    the server starts) where another user could create it meanwhile (`others_may_create` of
+    the nearest folder there)."""
     try:
         folder = next((each for each in path.absolute().parents if each.is_dir()), Path("/"))
-        status = folder.stat()
+        status = others_may_create(folder, f"{what} {path}: its folder")
     except FileNotFoundError:
         return
-    others_on_way(folder, status, f"{what} {path}: its folder")
-    read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)  # nothing is created there
-    if status.st_uid != 0 or (writable_by_others(status) and not read_only):
+    if status is not None:
         raise FileError(
             f"{what} {path}: absent, and {reader} reads it later: {folder} (uid "
             f"{status.st_uid}, mode {stat.S_IMODE(status.st_mode):04o}) lets another user "
