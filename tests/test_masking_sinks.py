@@ -23,7 +23,7 @@ from nccl_launch.secrets.masking import MASK
 from nccl_launch.secrets.values import secrets_of
 from nccl_launch.tune.trial import TrialOutcome, tail_lines
 from tests.conftest import RunCli, WriteProfile, console_script
-from tests.helpers import STANDIN, Server, free_port, sleeper
+from tests.helpers import STANDIN, Server, free_port, sleeper, wait_for
 
 # `k3y` is the short key given to the server; each `-9z` ends a value of a credential, the
 # password of DSN after an escaped quote, FILLED the value of a secret file filled into
@@ -355,3 +355,31 @@ def test_capture_of_a_server_keeps_a_secret_files_value_out_of_the_profile(
     assert profile["secret_files"] == {"API_KEY": str(Path("profiles/api_key").absolute())}
     # Its interpreter, `py`, is no server's: the command is in a note, to run after `--`.
     assert "--served-model-name ${API_KEY}" in profile["provenance"]["notes"]
+
+
+def test_capture_keeps_a_secret_files_variable_in_the_environment_out_of_the_profile(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """A secret file's variable that `run` exported into the server's environment, under a
+    name masking shows and a prefix capture keeps (VLLM_), is named by its file."""
+    path = write_profile(
+        "exported",
+        'schema = 1\nname = "exported"\nversion = 1\nsecret_files = { VLLM_TENANT = "tenant" }\n',
+    )
+    (path.parent / "tenant").write_text(FILLED + "\n")
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    server = subprocess.Popen([console_script(), "run", str(path), "--", *sleep])
+    try:
+        wait_for(
+            lambda: b"VLLM_TENANT" in Path(f"/proc/{server.pid}/environ").read_bytes(),
+            "the command to start",
+            process=server,
+        )
+        result = run_cli("capture", "--pid", str(server.pid), "-o", str(tmp_path / "c.toml"))
+    finally:
+        server.kill()
+        server.wait()
+    assert result.returncode == 0, result.stderr
+    written = (tmp_path / "c.toml").read_text()
+    assert_unseen(FILLED, written + result.stdout + result.stderr)
+    assert tomllib.loads(written)["secret_files"] == {"VLLM_TENANT": str(path.parent / "tenant")}

@@ -107,7 +107,8 @@ def _filled(pid: int, environ: Mapping[str, str], argv: list[str]) -> _Filled:
         word if set(references.names([word])) <= known else references.literal(given)
         for word, given in zip(written, argv, strict=False)
     ] + [references.literal(given) for given in argv[len(written) :]]
-    used = {key: file for key, file in secret_files.items() if key in known}
+    # A secret file's variable the server got in its environment is that file's too.
+    used = {key: file for key, file in secret_files.items() if key in known or key in environ}
     return _Filled(words, used, {key: sourced[key] for key in known - used.keys()})
 
 
