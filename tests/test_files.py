@@ -214,6 +214,26 @@ def test_atomic_write_respects_the_umask_and_keeps_a_replaced_mode(tmp_path: Pat
     assert sorted(p.name for p in path.parent.iterdir()) == ["unit.service"]
 
 
+@AS_ROOT
+def test_atomic_write_keeps_no_mode_another_user_chose(tmp_path: Path) -> None:
+    """Root replacing another user's 0666 file in a sticky folder (a textfile, a profile)
+    writes a file of its own with the umask's mode: else that user could write it next."""
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o1777)
+    shared.chmod(0o1777)
+    path = shared / "metrics.prom"
+    path.write_text("planted\n")
+    path.chmod(0o666)
+    os.chown(path, NOBODY, NOBODY)
+    old = os.umask(0o022)
+    try:
+        atomic_write(path, "one\n", replace=True)
+    finally:
+        os.umask(old)
+    status = path.stat()
+    assert (status.st_uid, stat.S_IMODE(status.st_mode)) == (0, 0o644)
+
+
 def test_atomic_write_leaves_nothing_behind_on_error(tmp_path: Path) -> None:
     path = tmp_path / "out" / "p.toml"
     with pytest.raises(UnicodeEncodeError):
