@@ -488,3 +488,38 @@ def test_a_file_the_host_fails_to_read_is_exit_3_naming_it(
     result = run_cli(*command)
     assert result.returncode == 3
     assert result.stderr == f"nccl-launch: {said}: cannot read: Input/output error\n"
+
+
+@AS_ROOT
+def test_a_file_with_another_name_in_a_sticky_folder_is_not_read_as_root(
+    tmp_path: Path, run_cli: RunCli
+) -> None:
+    """Where fs.protected_hardlinks is 0 (not here: root makes the link, as another user
+    could there), a user may link a root-only file into /tmp under the name a profile's
+    secret file has: root's, mode 0600, yet not the file meant. Its second name is refused
+    in a folder where any user may add names, and only there."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    key = private / "id_ed25519"
+    key.write_text("PRIVATE-KEY-9z\n")
+    key.chmod(0o600)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    os.link(key, shared / "api_key")
+    profile = tmp_path / "p.toml"
+    profile.write_text(
+        'schema = 1\nname = "p"\nversion = 1\n'
+        f'secret_files = {{ API_KEY = "{shared / "api_key"}" }}\n'
+        '[server]\npython = "/usr/bin/python3"\nmodel_path = "/m"\n'
+        'args = ["--api-key", "${API_KEY}"]\n'
+    )
+    result = run_cli("run", "--dry-run", str(profile))
+    assert result.returncode == 3, result.stdout
+    assert (
+        f"secret file {shared / 'api_key'}: has 2 names, and any user may add one in {shared} "
+        "(mode 1777): another user may have linked a file of root's there;"
+    ) in result.stderr
+    os.link(key, private / "api_key")  # a second name where root alone adds names: read
+    profile.write_text(profile.read_text().replace(str(shared), str(private)))
+    assert run_cli("run", "--dry-run", str(profile)).returncode == 0

@@ -108,6 +108,24 @@ def others_on_way(
         raise _replaceable(path, what, thing, found)
     if (way.end.st_dev, way.end.st_ino) != (status.st_dev, status.st_ino):
         raise FileError(f"{what} {path}: changed as it was read; read it again")
+    if stat.S_ISREG(status.st_mode) and status.st_nlink > 1:
+        _linked_by_others(path, status, what)
+
+
+def _linked_by_others(path: Path, status: os.stat_result, what: str) -> None:
+    """FileError when a file of several names is in a folder where any user may add a name
+    (sticky and writable by others, as /tmp): where fs.protected_hardlinks is 0, another
+    user may link a file of root's there (a private key as a secret file) that root then
+    reads as the one it names."""
+    folder = Path(os.path.realpath(path)).parent
+    found = folder.stat()
+    if not writable_by_others(found) or os.statvfs(folder).f_flag & os.ST_RDONLY:
+        return
+    raise FileError(
+        f"{what} {path}: has {status.st_nlink} names, and any user may add one in {folder} "
+        f"(mode {stat.S_IMODE(found.st_mode):04o}): another user may have linked a file of "
+        "root's there; copy it in, or move it out of reach of other users"
+    )
 
 
 def check_trusted(
