@@ -95,10 +95,10 @@ def _started_file(pid: int, env: Mapping[str, str]) -> str | None:
             f"pid {pid}: {MARKER_PROFILE_FILE} is {file!r}, not the absolute path of a .toml "
             "file; name the PROFILE to check it against"
         )
-    return file if _user_may_read(pid, file) and is_regular(Path(file)) else None
+    return file if user_may_read(pid, file) and is_regular(Path(file)) else None
 
 
-def _user_may_read(pid: int, file: str) -> bool:
+def user_may_read(pid: int, file: str) -> bool:
     """Whether the user process `pid` runs as may read `file`. Its environment is its user's
     to write: as root, the file it records is read only where that user could read it (the
     kernel judges, in a child that takes on the process's ids: every folder on the way, its
