@@ -163,6 +163,8 @@ def test_a_profile_file_another_users_process_records_is_read_only_where_that_us
     nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
     process = subprocess.Popen([*nobody, "env", "-i", *markers, "sleep", "60"])
     try:
+        wait_for(lambda: Path(f"/proc/{process.pid}/cmdline").read_bytes() == b"sleep\x0060\x00",
+                 "the process to start")  # fmt: skip
         result = run_cli("check", "--pid", str(process.pid))
     finally:
         process.kill()
