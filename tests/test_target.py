@@ -401,3 +401,35 @@ def test_capture_of_another_users_process_reads_no_env_file_that_user_may_not(
     captured = tomllib.loads((tmp_path / "c.toml").read_text())
     assert "env_files" not in captured
     assert captured["server"]["args"][-2:] == ["--served-model-name", "root-secret-7"]
+
+
+def test_check_of_another_users_process_by_its_markers_reads_no_file_that_user_may_not(
+    run_cli: RunCli,
+) -> None:
+    """A process of uid 65534 naming a profile it may read, whose env file only root may:
+    root's check never compares that file's value with the process's (a drift or a match
+    would tell the user whether it guessed root's secret)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root (beside another user's process) and setpriv (to act as a user)")
+    folder = Path(tempfile.mkdtemp(dir="/tmp"))  # tmp_path is root's 0700: none may read there
+    try:
+        folder.chmod(0o755)
+        (folder / "p.env").write_text("HF_TOKEN=root-secret-7\n")
+        (folder / "p.env").chmod(0o600)
+        profile = folder / "p.toml"
+        profile.write_text('schema = 1\nname = "p"\nversion = 1\nenv_files = ["p.env"]\n')
+        env = ["env", "-i", "NCCL_LAUNCH_PROFILE=p@1", f"NCCL_LAUNCH_PROFILE_FILE={profile}",
+               "HF_TOKEN=a-guess"]  # fmt: skip
+        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        process = subprocess.Popen([*nobody, *env, "sleep", "60"])
+        try:
+            cmdline = Path(f"/proc/{process.pid}/cmdline")
+            wait_for(lambda: cmdline.read_bytes() == b"sleep\x0060\x00", "the process to start")
+            result = run_cli("check", "--pid", str(process.pid))
+        finally:
+            process.kill()
+            process.wait()
+    finally:
+        shutil.rmtree(folder)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "HF_TOKEN" not in result.stdout + result.stderr

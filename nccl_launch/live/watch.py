@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -142,18 +143,23 @@ def profile_of(main: ProcessSnapshot, ref: str | None) -> LoadedProfile:
 
 def started_profile(pid: int, env: Mapping[str, str]) -> LoadedProfile:
     """The profile process `pid`, of environment `env`, says it was started with: the file it
-    records, else its name on the search path (the current file: the digest tells a change)."""
+    records, else its name on the search path (the current file: the digest tells a change);
+    with only the env files and secret files the process's user may read."""
     name = _started_name(pid, env)
     file = _started_file(pid, env)
-    if file is None:
-        return load_profile(name)
-    loaded = load_profile(file)  # the loader's checks (regular, capped, trusted) apply
+    loaded = load_profile(name if file is None else file)  # regular, capped, trusted
     if loaded.profile.name != name:
         raise UsageError(
             f"pid {pid} runs {name}, but its {MARKER_PROFILE_FILE} {file} now declares "
             f"{loaded.profile.name}; name the PROFILE to check it against"
         )
-    return loaded
+    # Only the files its user may read: what root compares with the process's own values
+    # would tell that user, by a drift or a match, a value of a file it may not read.
+    env_files = tuple(path for path in loaded.env_files if user_may_read(pid, str(path)))
+    secret_files = {
+        key: path for key, path in loaded.secret_files.items() if user_may_read(pid, str(path))
+    }
+    return dataclasses.replace(loaded, env_files=env_files, secret_files=secret_files)
 
 
 def compare_tree(

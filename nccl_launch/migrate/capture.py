@@ -16,7 +16,7 @@ from nccl_launch.kinds import KINDS
 from nccl_launch.live.environ import OVERWRITTEN, getenv_view
 from nccl_launch.live.resolve import hold
 from nccl_launch.live.target import Target
-from nccl_launch.live.watch import started_profile, user_may_read
+from nccl_launch.live.watch import started_profile
 from nccl_launch.migrate.start import StartCommand
 from nccl_launch.nccl import catalog, others
 from nccl_launch.profile.markers import (
@@ -97,7 +97,6 @@ def _filled(pid: int, environ: Mapping[str, str], argv: list[str]) -> _Filled:
         sourced = {
             each.key: (str(path), each.value)
             for path in reversed(loaded.env_files)  # the first file that sets a name gives it
-            if user_may_read(pid, str(path))  # as root, no oracle of a file the user may not read
             for each in env_file_lines(path)
             if filled.get(each.key) == each.value and each.key not in secret_files
         }
