@@ -383,3 +383,24 @@ def test_capture_keeps_a_secret_files_variable_in_the_environment_out_of_the_pro
     written = (tmp_path / "c.toml").read_text()
     assert_unseen(FILLED, written + result.stdout + result.stderr)
     assert tomllib.loads(written)["secret_files"] == {"VLLM_TENANT": str(path.parent / "tenant")}
+
+
+def test_preflight_names_another_profiles_server_on_its_port_without_its_secrets(
+    served: tuple[Server, dict[str, str]], write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """The port is taken by a server of another launch: this profile's secrets are not
+    its, so it is named by its program and the profile it runs."""
+    server, env = served
+    other = (
+        SERVED.format(port=server.port)
+        .replace('name = "served"', 'name = "other"')
+        .replace('secret_files = { API_KEY = "api_key" }\n', "")
+        .replace('args = ["--served-model-name", "${API_KEY}"]', "args = []")
+    )
+    write_profile("other", other)
+    skips = ("--skip", "gpus", "--skip", "paths", "--skip", "vllm")
+    result = run_cli("preflight", "other", *skips, env=env)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert_unseen(FILLED, result.stdout + result.stderr)
+    pid = server.process.pid
+    assert f"is in use by pid {pid} (started by nccl-launch as served@1: py ...)" in result.stdout
