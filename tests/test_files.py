@@ -523,3 +523,26 @@ def test_a_file_with_another_name_in_a_sticky_folder_is_not_read_as_root(
     os.link(key, private / "api_key")  # a second name where root alone adds names: read
     profile.write_text(profile.read_text().replace(str(shared), str(private)))
     assert run_cli("run", "--dry-run", str(profile)).returncode == 0
+
+
+@AS_ROOT
+def test_root_writes_nothing_through_another_users_symlink(tmp_path: Path, run_cli: RunCli) -> None:
+    """An output named in a folder another user points elsewhere (their symlink in /tmp):
+    root would write where they chose, a folder of root's; refused, nothing written."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    link = shared / "out"
+    link.symlink_to(private)
+    os.chown(link, NOBODY, NOBODY, follow_symlinks=False)
+    script = tmp_path / "start.sh"
+    script.write_text("python3 -m sglang.launch_server --model-path /m\n")
+    result = run_cli("convert", str(script), "-o", str(link / "p.toml"))
+    assert (result.returncode, result.stderr) == (
+        2,
+        f"nccl-launch: {link}/p.toml: its folder {link}: the symlink {link} (uid {NOBODY}) on "
+        "its way is another user's, who may point it elsewhere; name the file itself\n",
+    )
+    assert list(private.iterdir()) == []

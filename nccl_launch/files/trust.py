@@ -179,6 +179,21 @@ def _replaceable(path: Path, what: str, folder: Path, status: os.stat_result) ->
     )
 
 
+def check_write_way(path: Path) -> None:
+    """As root, refuse to write `path` through another user's symlink, or through a folder
+    another user could replace on the way to the folder it goes in (made there if missing):
+    they could point the write at a file of root's. The folder itself may be anyone's:
+    a file is made in it, by a name only it holds."""
+    if os.geteuid() != 0:
+        return
+    try:
+        folder = next((each for each in path.absolute().parents if each.is_dir()), Path("/"))
+        status = folder.stat()
+    except FileNotFoundError:
+        return
+    others_on_way(folder, status, f"{path}: its folder")
+
+
 def others_may_create(folder: Path, what: str) -> os.stat_result | None:
     """As root, the status of the directory `folder` when another user may create a name in
     it: it is not root's, or others may write it (a sticky one such as /tmp too: there anyone

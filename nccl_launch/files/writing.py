@@ -11,6 +11,7 @@ from pathlib import Path
 
 from nccl_launch.errors import HOST_ERRNOS, HostError
 from nccl_launch.files.paths import FileError, kind_of
+from nccl_launch.files.trust import check_write_way
 
 
 def atomic_write(path: Path, text: str, *, replace: bool, mode: int | None = None) -> None:
@@ -82,6 +83,7 @@ def write_output(path: Path, text: str, *, replace: bool, mode: int | None = Non
     """`atomic_write`, the writer of every file a command writes: any OSError is a FileError
     naming the path (a folder this user may not write), an existing file kept without
     `replace` one that says to pass --force."""
+    check_write_way(path)
     try:
         atomic_write(path, text, replace=replace, mode=mode)
     except FileExistsError as error:
