@@ -20,6 +20,7 @@ from nccl_launch.errors import HOST_ERRNOS, HostError
 from nccl_launch.escaping import escaped
 from nccl_launch.files.base_dirs import BaseDirectory, base_directory, open_beneath
 from nccl_launch.files.paths import FileError, kind_of, status_of
+from nccl_launch.files.trust import check_write_way
 
 Record = TypeVar("Record", bound=BaseModel)
 STATE = PurePath("nccl-launch")  # nccl-launch's folder under the state home
@@ -53,6 +54,7 @@ def open_store(
     flags = _FLAGS | os.O_CREAT
     try:
         if beneath is None:
+            check_write_way(path)
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, flags, 0o644)
         else:

@@ -815,3 +815,35 @@ def test_a_unit_names_the_profiles_env_files_and_runs_with_what_systemd_reads(
     words = [word.replace("%%", "%") for word in unit_arguments(unit, "ExecStart")]
     result = run_cli(*words, "--dry-run", env=env)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="trust is checked for root only")
+def test_systemd_names_no_env_file_another_user_could_write_or_create(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """systemd reads EnvironmentFile= as root at every start and gives it to nccl-launch
+    itself (PYTHONPATH, LD_PRELOAD shape its Python before its run judges any file): a file
+    another user wrote, or one absent where another user could create it, is refused; the
+    service's own User= may own it."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # sticky, as /tmp: anyone may create a new name there
+    env_file = shared / "e.env"
+    write_profile("served", f'env_files = ["{env_file}"]\n{SERVER.format(python=sys.executable)}')
+    unit = tmp_path / "sglang.service"
+    absent = run_cli("systemd", "served", "-o", str(unit))
+    assert (absent.returncode, absent.stderr) == (
+        3,
+        f"nccl-launch: profiles/served.toml: env_files: env file {env_file}: absent, and systemd "
+        f"(EnvironmentFile=) reads it later: {shared} (uid 0, mode 1777) lets another user "
+        "create it first; point it at a folder root alone writes, or create the file (root's, "
+        "mode 0644)\n",
+    )
+    env_file.write_text("HF_HUB_OFFLINE=1\n")
+    nobody = pwd.getpwnam("nobody").pw_uid
+    os.chown(env_file, nobody, nobody)
+    theirs = run_cli("systemd", "served", "-o", str(unit))
+    assert theirs.returncode == 3
+    assert f"env file {env_file}: owned by uid {nobody}, not root;" in theirs.stderr
+    assert not unit.exists()
+    assert run_cli("systemd", "served", "--user", "nobody", "-o", str(unit)).returncode == 0

@@ -17,6 +17,7 @@ from nccl_launch.files.reading import open_stream, read_text
 from nccl_launch.files.trust import check_trusted
 from nccl_launch.files.writing import atomic_write
 from tests.conftest import RunCli, console_script
+from tests.test_live import Opens
 from tests.test_migrate import start_standin
 
 AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="trust is checked for root only")
@@ -36,6 +37,24 @@ def test_a_regular_file_is_read(tmp_path: Path) -> None:
     assert read_text(path, "profile") == "name = 'p'\n"
     with open_stream(str(path), "log") as stream:
         assert list(stream) == ["name = 'p'"]
+
+
+def test_what_is_no_regular_file_is_looked_at_never_opened(fifo: Path, tmp_path: Path) -> None:
+    """A FIFO's open wakes a writer waiting on it, a device's may start what it drives (a
+    watchdog's open arms it): every read looks (O_PATH) before it opens. inotify sees each
+    open; a look is none."""
+    regular = tmp_path / "p.toml"
+    regular.write_text("name = 'p'\n")
+    with Opens(regular) as opens:
+        read_text(regular, "profile", trusted=True)
+        assert opens.seen() == 1  # inotify sees a read
+    with Opens(fifo) as opens:
+        for trusted in (False, True):
+            with pytest.raises(FileError, match="a FIFO"):
+                read_text(fifo, "profile", trusted=trusted)
+        with pytest.raises(FileError, match="a FIFO"), open_stream(str(fifo), "log"):
+            pass
+        assert opens.seen() == 0
 
 
 def test_a_fifo_is_refused_without_blocking(fifo: Path) -> None:
@@ -193,6 +212,26 @@ def test_atomic_write_respects_the_umask_and_keeps_a_replaced_mode(tmp_path: Pat
         atomic_write(path, "four\n", replace=False)
     assert path.read_text() == "three\n"
     assert sorted(p.name for p in path.parent.iterdir()) == ["unit.service"]
+
+
+@AS_ROOT
+def test_atomic_write_keeps_no_mode_another_user_chose(tmp_path: Path) -> None:
+    """Root replacing another user's 0666 file in a sticky folder (a textfile, a profile)
+    writes a file of its own with the umask's mode: else that user could write it next."""
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o1777)
+    shared.chmod(0o1777)
+    path = shared / "metrics.prom"
+    path.write_text("planted\n")
+    path.chmod(0o666)
+    os.chown(path, NOBODY, NOBODY)
+    old = os.umask(0o022)
+    try:
+        atomic_write(path, "one\n", replace=True)
+    finally:
+        os.umask(old)
+    status = path.stat()
+    assert (status.st_uid, stat.S_IMODE(status.st_mode)) == (0, 0o644)
 
 
 def test_atomic_write_leaves_nothing_behind_on_error(tmp_path: Path) -> None:
@@ -449,3 +488,61 @@ def test_a_file_the_host_fails_to_read_is_exit_3_naming_it(
     result = run_cli(*command)
     assert result.returncode == 3
     assert result.stderr == f"nccl-launch: {said}: cannot read: Input/output error\n"
+
+
+@AS_ROOT
+def test_a_file_with_another_name_in_a_sticky_folder_is_not_read_as_root(
+    tmp_path: Path, run_cli: RunCli
+) -> None:
+    """Where fs.protected_hardlinks is 0 (not here: root makes the link, as another user
+    could there), a user may link a root-only file into /tmp under the name a profile's
+    secret file has: root's, mode 0600, yet not the file meant. Its second name is refused
+    in a folder where any user may add names, and only there."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    key = private / "id_ed25519"
+    key.write_text("PRIVATE-KEY-9z\n")
+    key.chmod(0o600)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    os.link(key, shared / "api_key")
+    profile = tmp_path / "p.toml"
+    profile.write_text(
+        'schema = 1\nname = "p"\nversion = 1\n'
+        f'secret_files = {{ API_KEY = "{shared / "api_key"}" }}\n'
+        '[server]\npython = "/usr/bin/python3"\nmodel_path = "/m"\n'
+        'args = ["--api-key", "${API_KEY}"]\n'
+    )
+    result = run_cli("run", "--dry-run", str(profile))
+    assert result.returncode == 3, result.stdout
+    assert (
+        f"secret file {shared / 'api_key'}: has 2 names, and any user may add one in {shared} "
+        "(mode 1777): another user may have linked a file of root's there;"
+    ) in result.stderr
+    os.link(key, private / "api_key")  # a second name where root alone adds names: read
+    profile.write_text(profile.read_text().replace(str(shared), str(private)))
+    assert run_cli("run", "--dry-run", str(profile)).returncode == 0
+
+
+@AS_ROOT
+def test_root_writes_nothing_through_another_users_symlink(tmp_path: Path, run_cli: RunCli) -> None:
+    """An output named in a folder another user points elsewhere (their symlink in /tmp):
+    root would write where they chose, a folder of root's; refused, nothing written."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    link = shared / "out"
+    link.symlink_to(private)
+    os.chown(link, NOBODY, NOBODY, follow_symlinks=False)
+    script = tmp_path / "start.sh"
+    script.write_text("python3 -m sglang.launch_server --model-path /m\n")
+    result = run_cli("convert", str(script), "-o", str(link / "p.toml"))
+    assert (result.returncode, result.stderr) == (
+        2,
+        f"nccl-launch: {link}/p.toml: its folder {link}: the symlink {link} (uid {NOBODY}) on "
+        "its way is another user's, who may point it elsewhere; name the file itself\n",
+    )
+    assert list(private.iterdir()) == []

@@ -845,3 +845,37 @@ def test_preflight_counts_the_variables_of_the_profiles_env_files(
         "ok    environment  no drift: the profile sets 5 variables (2 from its env files), "
         "1 already inherited"
     )
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="trust is checked for root only")
+@pytest.mark.parametrize("mode", [0o1777, 0o777])
+def test_root_starts_no_python_in_a_folder_others_may_create_files_in(
+    mode: int, write_profile: WriteProfile, nccl_launch: RunCli, tmp_path: Path
+) -> None:
+    """`python -m` and `-c` import from their working directory first: an `sglang/` another
+    user makes in /tmp would run as root, in the server (`run`) and in preflight's question
+    to it. A sticky folder is no excuse: anyone may create a new name there."""
+    shared = tmp_path / "shared"
+    (shared / "sglang").mkdir(parents=True)
+    ran = tmp_path / "imported"
+    (shared / "sglang" / "__init__.py").write_text(f"open({str(ran)!r}, 'w').close()\n")
+    shared.chmod(mode)
+    write_profile(
+        "cwd",
+        f'schema = 1\nname = "cwd"\nversion = 1\n[server]\npython = "{sys.executable}"\n'
+        f'model_path = "/models/m"\ncwd = "{shared}"\n',
+    )
+    said = (
+        f"the server's working directory {shared} (uid 0, mode {mode:04o}) lets another user "
+        "create files in it, which Python imports before the server's own (-m and -c put it "
+        "first on sys.path); start it from a folder root alone writes, or set [server] cwd to one"
+    )
+    started = nccl_launch("run", "cwd")
+    assert (started.returncode, started.stderr) == (3, f"nccl-launch: {said}\n")
+    asked = nccl_launch("preflight", "cwd", "--skip", "gpus", "--skip", "paths")
+    assert asked.returncode == 3
+    assert f"fail  sglang       {said}\n" in asked.stdout
+    assert not ran.exists()
+    shared.chmod(0o755)  # root's alone: what is there is root's own
+    assert nccl_launch("run", "cwd").returncode != 3
+    assert ran.exists()

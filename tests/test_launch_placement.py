@@ -76,7 +76,7 @@ def multi_node_profile(write_profile: WriteProfile) -> None:
         model_path = "/models/Kimi-K2.5"
         tp_size = 16
         nnodes = 2
-        cwd = "/tmp"
+        cwd = "/"
         """,
     )
 
@@ -98,7 +98,7 @@ def test_slurm_ranks_reach_the_server_and_every_node_runs_one_digest(
         assert argv[argv.index("--node-rank") + 1] == str(rank)
         assert argv[argv.index("--dist-init-addr") + 1] == "10.0.0.1:5000"
         assert argv[argv.index("--nnodes") + 1] == "2"
-        assert record["cwd"] == "/tmp"
+        assert record["cwd"] == "/"
     assert records[0]["env"]["NCCL_LAUNCH_DIGEST"] == records[1]["env"]["NCCL_LAUNCH_DIGEST"]
 
 

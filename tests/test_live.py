@@ -9,10 +9,12 @@ import json
 import os
 import queue
 import select
+import shutil
 import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import tomllib
@@ -383,12 +385,19 @@ class Opens:
             assert process.poll() is None, f"exited with {process.returncode}"
             remaining = deadline - time.monotonic()
             assert remaining > 0, f"opened {opened} of {count} times within {timeout} s"
-            ready, _, _ = select.select([self.fd], [], [], min(remaining, 1.0))
-            data = os.read(self.fd, 4096) if ready else b""
-            for offset in range(0, len(data), _EVENT.size):
-                _, mask, _, name_size = _EVENT.unpack_from(data, offset)
-                assert name_size == 0  # a watched file, not a directory: events carry no name
-                opened += bool(mask & IN_OPEN)
+            opened += self.seen(min(remaining, 1.0))
+
+    def seen(self, timeout: float = 0) -> int:
+        """The opens reported so far (waiting up to `timeout` for the first report). An
+        O_PATH descriptor, which opens nothing, is none."""
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        data = os.read(self.fd, 4096) if ready else b""
+        opened = 0
+        for offset in range(0, len(data), _EVENT.size):
+            _, mask, _, name_size = _EVENT.unpack_from(data, offset)
+            assert name_size == 0  # a watched file, not a directory: events carry no name
+            opened += bool(mask & IN_OPEN)
+        return opened
 
 
 def test_watch_stops_the_whole_tree_when_a_late_worker_drifts(start: StartServer) -> None:
@@ -1292,3 +1301,45 @@ def test_capture_of_a_server_whose_directory_was_deleted_says_so(
         "[server] cwd names that path, where `run` fails until it exists again: create it or "
         "edit cwd"
     ) in result.stderr.splitlines()
+
+
+def test_on_drift_stop_leaves_a_descendant_of_another_user_alone(
+    write_profile: WriteProfile, tmp_path: Path
+) -> None:
+    """A server of uid 65534 whose tree holds a setuid program of uid 1000 (as `sudo` would
+    be root's): that process is not the server's, and its user could not signal it. Root's
+    stop ends the server's own processes only."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root (beside two users) and setpriv")
+    path = write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
+    digest = load_profile(str(path)).plan.digest
+    folder = Path(tempfile.mkdtemp(dir="/tmp"))  # tmp_path is root's 0700: none may exec there
+    try:
+        folder.chmod(0o755)
+        setuid = folder / "sleep"
+        shutil.copy(shutil.which("sleep") or "/bin/sleep", setuid)
+        os.chown(setuid, 1000, 1000)
+        setuid.chmod(0o4755)
+        markers = ["NCCL_LAUNCH_PROFILE=p@1", f"NCCL_LAUNCH_DIGEST={digest}", "NCCL_PROTO=Simple"]
+        server = subprocess.Popen(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env", "-i",
+             *markers, "sh", "-c", '"$0" 600 & exec sleep 600', str(setuid)],
+        )  # fmt: skip
+        other: psutil.Process | None = None
+        try:
+            wait_for(lambda: psutil.Process(server.pid).children(), "the setuid child")
+            [other] = psutil.Process(server.pid).children()
+            wait_for(lambda: other.uids().effective == 1000, "the setuid program to run")
+            watcher = Watcher(str(path), "--pid", str(server.pid), "--watch", "0.2",
+                              "--on-drift", "stop", "--grace", "1")  # fmt: skip
+            out = watcher.finish()
+            assert watcher.process.returncode == 1, out
+            assert f"stopped the server: 1 processes of pid {server.pid}'s tree ended" in out
+            assert other.is_running() and other.status() != psutil.STATUS_ZOMBIE
+        finally:
+            server.kill()
+            server.wait()
+            with contextlib.suppress(psutil.NoSuchProcess, AttributeError):
+                other.kill()  # type: ignore[union-attr]  # None: it never started
+    finally:
+        shutil.rmtree(folder)

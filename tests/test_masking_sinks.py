@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import sysconfig
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +23,7 @@ from nccl_launch.secrets.masking import MASK
 from nccl_launch.secrets.values import secrets_of
 from nccl_launch.tune.trial import TrialOutcome, tail_lines
 from tests.conftest import RunCli, WriteProfile, console_script
-from tests.helpers import STANDIN, Server, free_port, sleeper
+from tests.helpers import STANDIN, Server, free_port, sleeper, wait_for
 
 # `k3y` is the short key given to the server; each `-9z` ends a value of a credential, the
 # password of DSN after an escaped quote, FILLED the value of a secret file filled into
@@ -306,3 +308,99 @@ def test_every_view_of_a_live_server_masks_a_secret_filled_into_a_name(
     assert not {name: text for name, text in shown.items() if shown_parts(FILLED, text)}
     assert "--served-model-name '***'" in said["check text"].stdout
     assert "--served-model-name '***'" in said["preflight text"].stdout
+
+
+def test_a_stranger_on_the_servers_port_is_named_without_its_secrets(
+    served: tuple[Server, dict[str, str]], run_cli: RunCli
+) -> None:
+    """Before any profile is loaded, `check --port` names each tree listening on the port:
+    the server nccl-launch started is named by the profile it runs, never by a command line
+    whose secret-file values no rule knows yet."""
+    server, env = served
+    script = (
+        "import socket, sys\n"
+        "s = socket.socket(socket.AF_INET6)\n"
+        "s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)\n"
+        f"s.bind(('::1', {server.port})); s.listen(); print(flush=True); sys.stdin.read()\n"
+    )
+    stranger = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert stranger.stdout is not None and stranger.stdout.readline() == b"\n"  # listening
+        result = run_cli("check", "--port", str(server.port), env=env)
+    finally:
+        stranger.communicate()
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert_unseen(FILLED, result.stdout + result.stderr)
+    assert f"pid {server.process.pid} (started by nccl-launch as served@1: " in result.stderr
+    assert f"pid {stranger.pid} ({sys.executable} -c " in result.stderr
+
+
+def test_capture_of_a_server_keeps_a_secret_files_value_out_of_the_profile(
+    served: tuple[Server, dict[str, str]], run_cli: RunCli, tmp_path: Path
+) -> None:
+    """What `run` filled in from a secret file is written as the reference the profile it
+    runs says, its file named in secret_files, never as the value."""
+    server, env = served
+    out = tmp_path / "out"
+    result = run_cli(
+        "capture", "--pid", str(server.process.pid), "--name", "again", "-o",
+        str(out / "again.toml"), env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    written = {path.name: path.read_text() for path in out.iterdir()}
+    assert_unseen(FILLED, "".join(written.values()) + result.stdout + result.stderr)
+    profile = tomllib.loads(written["again.toml"])
+    assert profile["secret_files"] == {"API_KEY": str(Path("profiles/api_key").absolute())}
+    # Its interpreter, `py`, is no server's: the command is in a note, to run after `--`.
+    assert "--served-model-name ${API_KEY}" in profile["provenance"]["notes"]
+
+
+def test_capture_keeps_a_secret_files_variable_in_the_environment_out_of_the_profile(
+    write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """A secret file's variable that `run` exported into the server's environment, under a
+    name masking shows and a prefix capture keeps (VLLM_), is named by its file."""
+    path = write_profile(
+        "exported",
+        'schema = 1\nname = "exported"\nversion = 1\nsecret_files = { VLLM_TENANT = "tenant" }\n',
+    )
+    (path.parent / "tenant").write_text(FILLED + "\n")
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    server = subprocess.Popen([console_script(), "run", str(path), "--", *sleep])
+    try:
+        wait_for(
+            lambda: b"VLLM_TENANT" in Path(f"/proc/{server.pid}/environ").read_bytes(),
+            "the command to start",
+            process=server,
+        )
+        result = run_cli("capture", "--pid", str(server.pid), "-o", str(tmp_path / "c.toml"))
+    finally:
+        server.kill()
+        server.wait()
+    assert result.returncode == 0, result.stderr
+    written = (tmp_path / "c.toml").read_text()
+    assert_unseen(FILLED, written + result.stdout + result.stderr)
+    assert tomllib.loads(written)["secret_files"] == {"VLLM_TENANT": str(path.parent / "tenant")}
+
+
+def test_preflight_names_another_profiles_server_on_its_port_without_its_secrets(
+    served: tuple[Server, dict[str, str]], write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    """The port is taken by a server of another launch: this profile's secrets are not
+    its, so it is named by its program and the profile it runs."""
+    server, env = served
+    other = (
+        SERVED.format(port=server.port)
+        .replace('name = "served"', 'name = "other"')
+        .replace('secret_files = { API_KEY = "api_key" }\n', "")
+        .replace('args = ["--served-model-name", "${API_KEY}"]', "args = []")
+    )
+    write_profile("other", other)
+    skips = ("--skip", "gpus", "--skip", "paths", "--skip", "vllm")
+    result = run_cli("preflight", "other", *skips, env=env)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert_unseen(FILLED, result.stdout + result.stderr)
+    pid = server.process.pid
+    assert f"is in use by pid {pid} (started by nccl-launch as served@1: py ...)" in result.stdout

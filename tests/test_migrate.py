@@ -294,6 +294,23 @@ def test_a_key_file_named_relative_to_the_script_is_the_file_the_written_profile
     assert profile["secret_files"] == {"KEY": "../key"}
 
 
+def test_a_key_file_and_a_sourced_file_both_fill_the_args(run_cli: RunCli) -> None:
+    """A secret file's variable beside a sourced env file's, in the same command line: the
+    one in secret_files, the other's file in env_files."""
+    Path("site.env").write_text("MODEL_ALIAS=alias\n")
+    Path("start.sh").write_text(
+        ". ./site.env\nT=$(cat /run/secrets/tenant)\n"
+        '/opt/ml/bin/python -m sglang.launch_server --model /m --served-model-name "$T" '
+        '"$MODEL_ALIAS"\n'
+    )
+    result = run_cli("convert", "start.sh", "--name", "both", "-o", "both.toml")
+    assert result.returncode == 0, result.stderr
+    profile = tomllib.loads(Path("both.toml").read_text())
+    assert profile["secret_files"] == {"T_SECRET": "/run/secrets/tenant"}
+    assert profile["env_files"] == ["site.env"]
+    assert profile["server"]["args"] == ["--served-model-name", "${T_SECRET}", "${MODEL_ALIAS}"]
+
+
 def test_convert_of_16mb_says_what_nccl_read_and_what_was_probably_meant(run_cli: RunCli) -> None:
     line = Path("line.sh")
     line.write_text("NCCL_BUFFSIZE=16MB /opt/ml/bin/python -m sglang.launch_server --model /m\n")
@@ -558,6 +575,9 @@ def test_capture_names_what_it_left_out_never_the_values(run_cli: RunCli, tmp_pa
     )
     assert "hunter2" not in result.stderr + Path("live.toml").read_text()
     assert set(tomllib.loads(Path("live.toml").read_text())["env"]) == {"HF_HOME"}
+    # Its marker names a profile that is gone: what it filled from secret files is unknown.
+    assert "its profile filled from secret files cannot be told" in result.stderr
+    assert Path("live.toml").stat().st_mode & 0o777 == 0o600
 
 
 def test_capture_of_a_missing_process_is_a_target_error(run_cli: RunCli) -> None:

@@ -203,7 +203,18 @@ def test_root_refuses_an_nccl_conf_others_could_replace(
     )
     assert not ran.exists()
     assert run_cli("preflight", "conf").returncode == 2
-    conf.unlink()  # absent is the usual case, not a refusal
+    conf.unlink()  # absent: NCCL reads it when the server starts, whoever created it first
+    for mode in (0o777, 0o1777):  # sticky as /tmp: anyone may still create a new name there
+        shared.chmod(mode)
+        absent = run_cli("run", "conf", "--", "touch", str(ran))
+        assert (absent.returncode, absent.stderr) == (
+            2,
+            f"nccl-launch: nccl.conf {conf}: absent, and NCCL reads it later: {shared} (uid 0, "
+            f"mode {mode:04o}) lets another user create it first; point it at a folder root "
+            "alone writes, or create the file (root's, mode 0644)\n",
+        )
+    assert not ran.exists()
+    shared.chmod(0o755)  # absent where root alone writes: the usual case, not a refusal
     assert nccl_launch("run", "conf", "--", "touch", str(ran)).returncode == 0
     assert ran.exists()
 

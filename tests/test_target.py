@@ -11,6 +11,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ import pytest
 
 from nccl_launch.profile.load import load_profile
 from tests.conftest import RunCli, WriteProfile, console_script
-from tests.helpers import PROFILE, free_port, sleeper
+from tests.helpers import PROFILE, free_port, sleeper, wait_for
 from tests.test_live import EVIL
 
 MISSING = "4194303"  # the highest PID Linux gives: unused here
@@ -142,6 +144,33 @@ def test_capture_of_another_users_process_is_denied_in_one_line(tmp_path: Path) 
     denied = f"permission denied reading process {pid}; run as its user or root"
     assert (done.returncode, done.stderr) == (3, f"nccl-launch: {denied}\n")
     assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("file", ["root-only.toml", "missing.toml"])
+def test_a_profile_file_another_users_process_records_is_read_only_where_that_user_may(
+    file: str, tmp_path: Path, run_cli: RunCli
+) -> None:
+    """Its environment is its user's to write: a root-only TOML file it names as the profile
+    it was started from is neither read nor quoted by root's `check`, and reads as a file
+    that is not there."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root (beside another user's process) and setpriv (to act as a user)")
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (private / "root-only.toml").write_text('schema = 1\nname = "q"\nversion = "hunter-2x"\n')
+    (private / "root-only.toml").chmod(0o600)
+    markers = ["NCCL_LAUNCH_PROFILE=q@1", f"NCCL_LAUNCH_PROFILE_FILE={private / file}"]
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    process = subprocess.Popen([*nobody, "env", "-i", *markers, "sleep", "60"])
+    try:
+        wait_for(lambda: Path(f"/proc/{process.pid}/cmdline").read_bytes() == b"sleep\x0060\x00",
+                 "the process to start")  # fmt: skip
+        result = run_cli("check", "--pid", str(process.pid))
+    finally:
+        process.kill()
+        process.wait()
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith("nccl-launch: profile 'q' not found; searched "), result.stderr
 
 
 # Between the resolve and the read: the console script stops itself once it holds the
@@ -329,3 +358,78 @@ def test_on_drift_stop_never_signals_another_profiles_server_of_the_same_name(
         f"'evil@1 (sha256:00000000)', the profile is {digest}; --on-drift stop signals only such "
         "a server (a stale pidfile names another process)\n"
     )
+
+
+def test_capture_of_another_users_process_reads_no_env_file_that_user_may_not(
+    tmp_path: Path, run_cli: RunCli
+) -> None:
+    """A process of uid 65534 naming a profile it may read, whose env file only root may:
+    what that file holds is never compared with the process's words (an oracle of root's
+    secret), so the word it guessed right is written as the process gave it."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root (beside another user's process) and setpriv (to act as a user)")
+    folder = Path(tempfile.mkdtemp(dir="/tmp"))  # tmp_path is root's 0700: none may read there
+    try:
+        folder.chmod(0o755)
+        (folder / "sglang").mkdir()
+        (folder / "sglang" / "__init__.py").write_text("")
+        (folder / "sglang" / "launch_server.py").write_text("import time; time.sleep(60)\n")
+        (folder / "p.env").write_text("TENANT=root-secret-7\n")
+        (folder / "p.env").chmod(0o600)
+        profile = folder / "p.toml"
+        profile.write_text(
+            'schema = 1\nname = "p"\nversion = 1\nenv_files = ["p.env"]\n[server]\n'
+            'python = "/usr/bin/python3"\nmodel_path = "/m"\n'
+            'args = ["--served-model-name", "${TENANT}"]\n'
+        )
+        argv = [word.replace("${TENANT}", "root-secret-7") for word in
+                load_profile(str(profile)).plan.argv]  # fmt: skip
+        env = ["env", "-i", f"PYTHONPATH={folder}", "NCCL_LAUNCH_PROFILE=p@1",
+               f"NCCL_LAUNCH_PROFILE_FILE={profile}"]  # fmt: skip
+        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        process = subprocess.Popen([*nobody, *env, *argv])
+        try:
+            wait_for(lambda: Path(f"/proc/{process.pid}/cmdline").read_bytes().split(b"\0")[:-1]
+                     == [os.fsencode(word) for word in argv], "the process to start")  # fmt: skip
+            result = run_cli("capture", "--pid", str(process.pid), "-o", str(tmp_path / "c.toml"))
+        finally:
+            process.kill()
+            process.wait()
+    finally:
+        shutil.rmtree(folder)
+    assert result.returncode == 0, result.stderr
+    captured = tomllib.loads((tmp_path / "c.toml").read_text())
+    assert "env_files" not in captured
+    assert captured["server"]["args"][-2:] == ["--served-model-name", "root-secret-7"]
+
+
+def test_check_of_another_users_process_by_its_markers_reads_no_file_that_user_may_not(
+    run_cli: RunCli,
+) -> None:
+    """A process of uid 65534 naming a profile it may read, whose env file only root may:
+    root's check never compares that file's value with the process's (a drift or a match
+    would tell the user whether it guessed root's secret)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root (beside another user's process) and setpriv (to act as a user)")
+    folder = Path(tempfile.mkdtemp(dir="/tmp"))  # tmp_path is root's 0700: none may read there
+    try:
+        folder.chmod(0o755)
+        (folder / "p.env").write_text("HF_TOKEN=root-secret-7\n")
+        (folder / "p.env").chmod(0o600)
+        profile = folder / "p.toml"
+        profile.write_text('schema = 1\nname = "p"\nversion = 1\nenv_files = ["p.env"]\n')
+        env = ["env", "-i", "NCCL_LAUNCH_PROFILE=p@1", f"NCCL_LAUNCH_PROFILE_FILE={profile}",
+               "HF_TOKEN=a-guess"]  # fmt: skip
+        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        process = subprocess.Popen([*nobody, *env, "sleep", "60"])
+        try:
+            cmdline = Path(f"/proc/{process.pid}/cmdline")
+            wait_for(lambda: cmdline.read_bytes() == b"sleep\x0060\x00", "the process to start")
+            result = run_cli("check", "--pid", str(process.pid))
+        finally:
+            process.kill()
+            process.wait()
+    finally:
+        shutil.rmtree(folder)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "HF_TOKEN" not in result.stdout + result.stderr

@@ -268,6 +268,7 @@ RULES = [
         "unit-starts-after-a-swap-of-the-same-content",
         f"swap /tmp/cm ..2026_12_07_19_50_00.000000002 && {UNIT_START}",
         0,
+        # The secret file fills only the args, so it is no env change; the env file is one.
         "(env file /tmp/cm/kimi.env)",
         unsaid=STAMP,
     ),

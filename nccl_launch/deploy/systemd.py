@@ -22,6 +22,8 @@ from nccl_launch.env.env_files import (
     secret_layers,
 )
 from nccl_launch.env.merge import EnvLayer
+from nccl_launch.files.paths import FileError
+from nccl_launch.files.trust import check_absent, check_trusted
 from nccl_launch.files.writing import write_output
 from nccl_launch.findings import EXTRA_ARGS, Finding, Refused, refuse, unset_reference
 from nccl_launch.kinds import argument_findings
@@ -151,12 +153,43 @@ def unit_file(
     return "\n".join(lines) + "\n"
 
 
+def environment_file_findings(loaded: LoadedProfile, user: str | None) -> list[Finding]:
+    """As root, a problem of each env file the unit names (EnvironmentFile=) that a user other
+    than root and the service's `user` could have written, or could create while it is
+    absent: systemd reads it as root at every start and gives it to nccl-launch itself, whose
+    Python it shapes (PYTHONPATH, LD_PRELOAD) before its run judges any file."""
+    try:
+        entry = None if user is None else _account(user)
+    except (KeyError, OverflowError, ValueError):  # ValueError: past int()'s digits
+        entry = None  # a user this host does not know (yet, or no user): root alone is trusted
+    owners = () if entry is None else (entry.pw_uid,)
+    found = []
+    for path in loaded.env_files:
+        try:
+            try:
+                status = path.stat()
+            except FileNotFoundError:
+                check_absent(path, "env file", "systemd (EnvironmentFile=)")
+                continue
+            check_trusted(path, status, "env file", owners=owners)
+        except FileError as error:
+            where = "env_files"
+            found.append(
+                Finding("host-file", where, str(error), cause="host", file=str(loaded.path))
+            )
+    return found
+
+
+def _account(user: str) -> pwd.struct_passwd:
+    return pwd.getpwuid(int(user)) if is_ascii_digits(user) else pwd.getpwnam(user)
+
+
 def unreadable_by(user: str, paths: Sequence[Path]) -> list[Finding]:
     """A note for each of `paths` (the profile's files, its env files) that the service's
     `user` may not read by its mode, where the unit's preflight and run would fail at every
     start; none for root, or for a user this host does not know (it may be made later)."""
     try:
-        entry = pwd.getpwuid(int(user)) if is_ascii_digits(user) else pwd.getpwnam(user)
+        entry = _account(user)
     except (KeyError, OverflowError):
         return []
     if entry.pw_uid == 0:
@@ -221,6 +254,7 @@ def write_unit(
     # or a credential flag left without a key.
     found = unit_findings(loaded, server, user, args)
     found += argument_findings(server, args, str(loaded.path), ref)
+    found += environment_file_findings(loaded, user)
     if assignments is not None:
         layers = [
             EnvLayer(f"{ENV_FILE}{path}", {each.key: each.value}) for path, each in assignments

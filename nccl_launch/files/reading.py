@@ -4,7 +4,6 @@ line, a line never held past its cap; a read the host fails (EIO) is ReadFailed,
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import re
 import stat
@@ -26,35 +25,33 @@ CHUNK = 1 << 16
 
 
 def _open_regular(path: Path, what: str, trusted: bool, folder: int | None = None) -> int:
-    """A descriptor of `path` when it is a regular file (and trusted, if asked); never blocks:
-    O_NONBLOCK keeps a FIFO from hanging the open. In an open `folder`, the file of its name
-    there, never followed if a symlink."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    """A descriptor of `path` when it is a regular file (and trusted, if asked). It is looked
+    at before it is opened: an O_PATH descriptor opens nothing (a FIFO's open would wake a
+    writer waiting on it, a device's may start what it drives, a watchdog), and only a
+    regular file is then opened, through /proc/self/fd: the very file looked at, even if
+    its path changed meanwhile. In an open `folder`, the file of its name there, never
+    followed if a symlink."""
+    look = os.O_PATH | os.O_CLOEXEC | (0 if folder is None else os.O_NOFOLLOW)
     try:
-        if folder is None:
-            fd = os.open(path, flags)
-        else:
-            fd = os.open(path.name, flags | os.O_NOFOLLOW, dir_fd=folder)
+        fd = os.open(path if folder is None else path.name, look, dir_fd=folder)
     except ValueError:  # a NUL in the path
         raise FileError(f"{what} {str(path)!r}: a path cannot hold a NUL byte") from None
     except OSError as error:
-        if error.errno == errno.ELOOP and folder is not None:
-            raise FileError(
-                f"{what} {path}: a symlink, not followed; only regular files are read"
-            ) from None
         raise FileError(f"{what} {path}: cannot read: {error.strerror}") from None
     try:
         status = os.fstat(fd)
+        if stat.S_ISLNK(status.st_mode):  # only with O_NOFOLLOW: a name in `folder`
+            raise FileError(f"{what} {path}: a symlink, not followed; only regular files are read")
         if not stat.S_ISREG(status.st_mode):
             kind = kind_of(status.st_mode)
             raise FileError(f"{what} {path}: {kind}; only regular files are read")
         if trusted:
             check_trusted(path, status, what)
-        os.set_blocking(fd, True)
-    except BaseException:
+        return os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as error:
+        raise FileError(f"{what} {path}: cannot read: {error.strerror}") from None
+    finally:
         os.close(fd)
-        raise
-    return fd
 
 
 def read_text(

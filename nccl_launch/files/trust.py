@@ -108,6 +108,24 @@ def others_on_way(
         raise _replaceable(path, what, thing, found)
     if (way.end.st_dev, way.end.st_ino) != (status.st_dev, status.st_ino):
         raise FileError(f"{what} {path}: changed as it was read; read it again")
+    if stat.S_ISREG(status.st_mode) and status.st_nlink > 1:
+        _linked_by_others(path, status, what)
+
+
+def _linked_by_others(path: Path, status: os.stat_result, what: str) -> None:
+    """FileError when a file of several names is in a folder where any user may add a name
+    (sticky and writable by others, as /tmp): where fs.protected_hardlinks is 0, another
+    user may link a file of root's there (a private key as a secret file) that root then
+    reads as the one it names."""
+    folder = Path(os.path.realpath(path)).parent
+    found = folder.stat()
+    if not writable_by_others(found) or os.statvfs(folder).f_flag & os.ST_RDONLY:
+        return
+    raise FileError(
+        f"{what} {path}: has {status.st_nlink} names, and any user may add one in {folder} "
+        f"(mode {stat.S_IMODE(found.st_mode):04o}): another user may have linked a file of "
+        "root's there; copy it in, or move it out of reach of other users"
+    )
 
 
 def check_trusted(
@@ -159,3 +177,49 @@ def _replaceable(path: Path, what: str, folder: Path, status: os.stat_result) ->
         f"{what} {path}: its directory {folder} (uid {status.st_uid}, mode {mode:04o}) lets "
         f"other users replace it; {FIX}"
     )
+
+
+def check_write_way(path: Path) -> None:
+    """As root, refuse to write `path` through another user's symlink, or through a folder
+    another user could replace on the way to the folder it goes in (made there if missing):
+    they could point the write at a file of root's. The folder itself may be anyone's:
+    a file is made in it, by a name only it holds."""
+    if os.geteuid() != 0:
+        return
+    try:
+        folder = next((each for each in path.absolute().parents if each.is_dir()), Path("/"))
+        status = folder.stat()
+    except FileNotFoundError:
+        return
+    others_on_way(folder, status, f"{path}: its folder")
+
+
+def others_may_create(folder: Path, what: str) -> os.stat_result | None:
+    """As root, the status of the directory `folder` when another user may create a name in
+    it: it is not root's, or others may write it (a sticky one such as /tmp too: there anyone
+    may create a new name), unless on a read-only mount; else None. FileError naming `what`
+    when another user owns or could replace something on its way (`others_on_way`)."""
+    if os.geteuid() != 0:
+        return None
+    status = folder.stat()
+    others_on_way(folder, status, what)
+    read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)  # nothing is created there
+    return status if status.st_uid != 0 or (writable_by_others(status) and not read_only) else None
+
+
+def check_absent(path: Path, what: str, reader: str) -> None:
+    """As root, refuse a file absent now that `reader` reads later (NCCL, its nccl.conf when
+    the server starts) where another user could create it meanwhile (`others_may_create` of
+    the nearest folder there)."""
+    try:
+        folder = next((each for each in path.absolute().parents if each.is_dir()), Path("/"))
+        status = others_may_create(folder, f"{what} {path}: its folder")
+    except FileNotFoundError:
+        return
+    if status is not None:
+        raise FileError(
+            f"{what} {path}: absent, and {reader} reads it later: {folder} (uid "
+            f"{status.st_uid}, mode {stat.S_IMODE(status.st_mode):04o}) lets another user "
+            "create it first; point it at a folder root alone writes, or create the file "
+            "(root's, mode 0644)"
+        )

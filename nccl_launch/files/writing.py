@@ -11,18 +11,19 @@ from pathlib import Path
 
 from nccl_launch.errors import HOST_ERRNOS, HostError
 from nccl_launch.files.paths import FileError, kind_of
+from nccl_launch.files.trust import check_write_way
 
 
 def atomic_write(path: Path, text: str, *, replace: bool, mode: int | None = None) -> None:
     """Write `text` to `path` through a temporary file, so that a reader sees the old content
     or the new, never half; without `replace` an existing file is never touched.
 
-    The mode is `mode` when given (0600 for secrets), else that of the file replaced, else
-    0666 less the umask, as a plain write would create it. On any error (a full disk) the
-    temporary file is removed. A path that is no regular file (a device, a FIFO, a directory,
-    or a symlink to one) is refused, never replaced. Raises FileExistsError when `replace` is
-    false and the file exists, even if it appears meanwhile: the last step is then a hard
-    link, which fails rather than overwrite.
+    The mode is `mode` when given (0600 for secrets), else that of the file replaced when it
+    is this user's, else 0666 less the umask, as a plain write would create it. On any error
+    (a full disk) the temporary file is removed. A path that is no regular file (a device, a
+    FIFO, a directory, or a symlink to one) is refused, never replaced. Raises
+    FileExistsError when `replace` is false and the file exists, even if it appears
+    meanwhile: the last step is then a hard link, which fails rather than overwrite.
     """
     data = text.encode("utf-8")  # an unencodable text fails here, before any file exists
     refuse_special(path)
@@ -30,8 +31,12 @@ def atomic_write(path: Path, text: str, *, replace: bool, mode: int | None = Non
         raise FileExistsError(path)
     if mode is None:
         try:
-            mode = stat.S_IMODE(path.stat().st_mode)
+            replaced = path.stat()
         except OSError:
+            replaced = None
+        if replaced is not None and replaced.st_uid == os.geteuid():
+            mode = stat.S_IMODE(replaced.st_mode)
+        else:  # a mode another user chose (0666 in /tmp) is theirs, not this file's
             umask = os.umask(0)
             os.umask(umask)
             mode = 0o666 & ~umask
@@ -78,6 +83,7 @@ def write_output(path: Path, text: str, *, replace: bool, mode: int | None = Non
     """`atomic_write`, the writer of every file a command writes: any OSError is a FileError
     naming the path (a folder this user may not write), an existing file kept without
     `replace` one that says to pass --force."""
+    check_write_way(path)
     try:
         atomic_write(path, text, replace=replace, mode=mode)
     except FileExistsError as error:

@@ -123,10 +123,12 @@ def gpu_check(server: Server, env: Mapping[str, str]) -> str | Finding:
     return f"{visible} GPUs visible ({where}), {needed} needed"
 
 
-def port_check(server: Server, secrets: Collection[str] = ()) -> str | Finding:
+def port_check(
+    server: Server, secrets: Collection[str] = (), digest: str | None = None
+) -> str | Finding:
     """The server's port must be free: nothing, another server included, may listen there.
-    Who holds it is named by a title that masks the `secrets` of the launch: it may be a
-    server of the same profile, given the same values."""
+    Who holds it is named by a title that masks the `secrets` of the launch of `digest`: it
+    may be a server of that launch, given the same values (one of another, by its profile)."""
     host, port = address(server)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
@@ -138,15 +140,15 @@ def port_check(server: Server, secrets: Collection[str] = ()) -> str | Finding:
         except OSError as error:
             if error.errno != errno.EADDRINUSE:
                 return problem("port", f"cannot bind {host}:{port}: {error.strerror}")
-            return problem("port", f"{host}:{port} is in use{_owner(port, secrets)}")
+            return problem("port", f"{host}:{port} is in use{_owner(port, secrets, digest)}")
     return f"{host}:{port} is free"
 
 
-def _owner(port: int, secrets: Collection[str]) -> str:
+def _owner(port: int, secrets: Collection[str], digest: str | None) -> str:
     # Imported here: only a taken port needs psutil.
     from nccl_launch.live.resolve import listener_title
 
-    owner = listener_title(port, secrets)
+    owner = listener_title(port, secrets, digest)
     return "" if owner is None else f" by {owner}"  # who holds it is a courtesy
 
 

@@ -20,7 +20,7 @@ from nccl_launch.env.env_files import (
 from nccl_launch.env.merge import EnvLayer, MergeResult, inherited_environment, merge_environment
 from nccl_launch.files.paths import FileError
 from nccl_launch.files.reading import read_text
-from nccl_launch.files.trust import check_trusted
+from nccl_launch.files.trust import check_absent, check_trusted
 from nccl_launch.findings import Finding, Refused, refuse
 from nccl_launch.kinds import argument_findings, kind_of, unfilled_findings
 from nccl_launch.launch.placement import Placement, placement_args
@@ -112,6 +112,10 @@ def read_conf(env: Mapping[str, str]) -> tuple[list[ConfEntry], list[Finding], l
         try:
             status = path.stat()
         except (FileNotFoundError, NotADirectoryError):
+            try:  # NCCL reads it when the server starts: no other user may create it first
+                check_absent(path, "nccl.conf", "NCCL")
+            except FileError as error:
+                untrusted.append(Finding("untrusted", "", str(error)))
             continue
         except OSError as error:
             unreadable.append(_unreadable(f"nccl.conf {path}: cannot read: {error.strerror}"))

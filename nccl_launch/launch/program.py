@@ -12,8 +12,9 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from nccl_launch.files.paths import PathError, status_of
+from nccl_launch.files.paths import FileError, PathError, status_of
 from nccl_launch.files.paths import kind_of as kind_of_file
+from nccl_launch.files.trust import others_may_create
 from nccl_launch.findings import Finding, Severity
 
 SERVER_PYTHON = "[server] python"  # what names the program of a launch with a [server] table
@@ -69,11 +70,36 @@ def program_seen(program: str, what: str, cwd: str | None, env: Mapping[str, str
     return problem("not-executable", f"{what} {program} {trouble}")
 
 
+def cwd_creatable(cwd: str | None) -> Finding | None:
+    """As root, the problem of a working directory (`cwd`, else this one, which the server
+    inherits) where another user may create files: `python -m` and `-c` put it first on
+    sys.path, so a `sglang/` or `torch.py` made there would run as root, in the server and in
+    preflight's question to it."""
+    folder = (Path(cwd) if cwd else Path.cwd()).absolute()
+    try:
+        status = others_may_create(folder, "the server's working directory")
+    except (FileError, OSError) as error:
+        return problem("cwd", str(error) if isinstance(error, FileError) else str(error.strerror))
+    if status is None:
+        return None
+    mode = stat.S_IMODE(status.st_mode)
+    return problem(
+        "cwd",
+        f"the server's working directory {folder} (uid {status.st_uid}, mode {mode:04o}) lets "
+        "another user create files in it, which Python imports before the server's own "
+        "(-m and -c put it first on sys.path)",
+        "start it from a folder root alone writes, or set [server] cwd to one",
+    )
+
+
 def start_findings(
     program: str, what: str, cwd: str | None, env: Mapping[str, str]
 ) -> list[Finding]:
-    """What stops the program from starting here: its cwd first (exec changes to it first),
-    then the program itself."""
+    """What stops the program from starting here: its cwd first (exec changes to it first;
+    as root, the server's Python's must be one where no other user may create files), then
+    the program itself."""
     seen = [] if cwd is None else [cwd_seen(cwd)]
+    if what == SERVER_PYTHON and (not seen or isinstance(seen[0], str)):
+        seen.append(cwd_creatable(cwd) or "")
     seen.append(program_seen(program, what, cwd, env))
     return [each for each in seen if isinstance(each, Finding)]

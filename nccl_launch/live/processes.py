@@ -228,22 +228,32 @@ def _wait(server: HeldProcess, children: list[ProcessSnapshot], seconds: float) 
         time.sleep(0.1)
 
 
+def _servers(snapshot: ProcessSnapshot, user: int | None) -> bool:
+    """Whether a descendant is the server's to stop: it runs as the main process's `user`
+    (any, under root's server). One of another user (a setuid program, `sudo`) is not the
+    server's, and that user could not signal it itself: root's stop must not either."""
+    return user == 0 or snapshot.uid == user
+
+
 def stop_tree(server: HeldProcess, snapshots: list[ProcessSnapshot], grace: float) -> int:
     """SIGTERM the main process, SIGKILL what remains after `grace`; returns how many ended.
 
     The main process is signalled through its pidfd; a worker only while its create time
-    still matches its snapshot.
+    still matches its snapshot, and only one of the main process's user (`_servers`).
     """
-    children = snapshots[1:]
+    user = snapshots[0].uid
+    children = [each for each in snapshots[1:] if _servers(each, user)]
     main = server.process()
     if main is not None:  # take in the workers started since the last look
         known = {snapshot.pid for snapshot in snapshots}
         for child in descendants(main):
             if child.pid not in known:
                 try:
-                    children.append(_snapshot(child))
+                    snapshot = _snapshot(child)
                 except psutil.NoSuchProcess:
                     continue
+                if _servers(snapshot, user):
+                    children.append(snapshot)
     server.send(signal.SIGTERM)
     if _wait(server, children, grace):
         server.send(signal.SIGKILL)

@@ -22,9 +22,11 @@ from nccl_launch.files.paths import FileError
 from nccl_launch.files.reading import read_text
 from nccl_launch.files.trust import check_trusted
 from nccl_launch.live.compare import title
+from nccl_launch.live.environ import getenv_view
 from nccl_launch.live.processes import HeldProcess, command_words, descendants, kernel_thread
 from nccl_launch.live.target import PID_LIMIT, Target
 from nccl_launch.live.url import masked_url, url_address
+from nccl_launch.profile.markers import MARKER_DIGEST, MARKER_PROFILE
 from nccl_launch.tools import ask
 
 PIDFILE_LIMIT = 64  # a PID and a newline; anything longer is not a pidfile
@@ -64,14 +66,18 @@ def listening_pids(port: int, where: str, accepts: Callable[[str], bool] = any_a
     return {pid for pid in pids if pid is not None}
 
 
-def listener_title(port: int, secrets: Collection[str] = ()) -> str | None:
-    """Who listens on `port`, as `pid N (its command line)`, the `secrets` of a launch masked
-    in it (the server may be one of the profile's); None when that cannot be seen."""
+def listener_title(
+    port: int, secrets: Collection[str] = (), digest: str | None = None
+) -> str | None:
+    """Who listens on `port`, as `pid N (its command line)` (`_title_of`), the `secrets` of the
+    launch of `digest` masked in it when it is a server of that launch; None when that cannot
+    be seen."""
     try:
         pid = min(listening_pids(port, f"port {port}"))
-        return f"pid {pid} ({title(command_words(psutil.Process(pid)), secrets)})"
-    except (HostError, psutil.Error):
+    except HostError:
         return None
+    said = _title_of(pid, secrets, digest)
+    return None if said == "ended" else f"pid {pid} ({said})"
 
 
 def tree_pids(pid: int) -> set[int]:
@@ -96,11 +102,27 @@ def listening_server(
     raise HostError(f"processes of different trees listen on {where}: {named}; {hint}")
 
 
-def _title_of(pid: int) -> str:
+def _title_of(pid: int, secrets: Collection[str] = (), digest: str | None = None) -> str:
+    """A listener as named where its profile is not loaded: by its command line, unless
+    nccl-launch started it (its markers say so) other than as the launch of `digest`, whose
+    `secrets` are masked, or its environment cannot be read to tell. A `${NAME}` of a
+    profile's args may have been filled there with a secret file's value that no rule of
+    masking knows (`--served-model-name`), so such a process is named by its program, and
+    the profile it runs."""
     try:
-        return title(command_words(psutil.Process(pid)))
+        words = command_words(psutil.Process(pid))
+        env = getenv_view(pid)
+    except psutil.AccessDenied:
+        env = None
     except psutil.Error:
         return "ended"
+    ours = env is not None and digest is not None and env.get(MARKER_DIGEST) == digest
+    if env is not None and (MARKER_PROFILE not in env or ours):
+        return title(words, secrets)
+    program = title(words[:1])
+    if env is None:
+        return f"{program} ..., whose environment cannot be read"
+    return f"started by nccl-launch as {env[MARKER_PROFILE]}: {program} ..."
 
 
 def _unit_pid(unit: str) -> int:

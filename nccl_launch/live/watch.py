@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import signal
 import threading
 from collections.abc import Callable, Mapping
@@ -94,7 +96,36 @@ def _started_file(pid: int, env: Mapping[str, str]) -> str | None:
             f"pid {pid}: {MARKER_PROFILE_FILE} is {file!r}, not the absolute path of a .toml "
             "file; name the PROFILE to check it against"
         )
-    return file if is_regular(Path(file)) else None
+    return file if user_may_read(pid, file) and is_regular(Path(file)) else None
+
+
+def user_may_read(pid: int, file: str) -> bool:
+    """Whether the user process `pid` runs as may read `file`. Its environment is its user's
+    to write: as root, the file it records is read only where that user could read it (the
+    kernel judges, in a child that takes on the process's ids: every folder on the way, its
+    groups, ACLs), else another user's process would have root read, and quote, a root-only
+    TOML file. A file that user may not read is as absent as one not there."""
+    if os.geteuid() != 0:
+        return True  # this user's own reads: what it may read, it could read itself
+    try:
+        status = Path(f"/proc/{pid}/status").read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError):
+        return False
+    fields = dict(line.partition(":")[::2] for line in status.splitlines())
+    uid, gid = (int(fields[key].split()[1]) for key in ("Uid", "Gid"))  # effective ids
+    if uid == 0:
+        return True
+    groups = [int(group) for group in fields.get("Groups", "").split()]
+    child = os.fork()  # no program to exec: one this user may run may not exist
+    if child == 0:
+        try:
+            os.setgroups(groups)
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+            os._exit(0 if os.access(file, os.R_OK) else 1)
+        finally:
+            os._exit(1)
+    return os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
 
 
 def profile_of(main: ProcessSnapshot, ref: str | None) -> LoadedProfile:
@@ -107,17 +138,28 @@ def profile_of(main: ProcessSnapshot, ref: str | None) -> LoadedProfile:
             f"cannot read the environment of pid {main.pid} ({main.unreadable}) to learn its "
             "profile; name the PROFILE"
         )
-    name = _started_name(main.pid, main.env)
-    file = _started_file(main.pid, main.env)
-    if file is None:
-        return load_profile(name)
-    loaded = load_profile(file)  # the loader's checks (regular, capped, trusted) apply
+    return started_profile(main.pid, main.env)
+
+
+def started_profile(pid: int, env: Mapping[str, str]) -> LoadedProfile:
+    """The profile process `pid`, of environment `env`, says it was started with: the file it
+    records, else its name on the search path (the current file: the digest tells a change);
+    with only the env files and secret files the process's user may read."""
+    name = _started_name(pid, env)
+    file = _started_file(pid, env)
+    loaded = load_profile(name if file is None else file)  # regular, capped, trusted
     if loaded.profile.name != name:
         raise UsageError(
-            f"pid {main.pid} runs {name}, but its {MARKER_PROFILE_FILE} {file} now declares "
+            f"pid {pid} runs {name}, but its {MARKER_PROFILE_FILE} {file} now declares "
             f"{loaded.profile.name}; name the PROFILE to check it against"
         )
-    return loaded
+    # Only the files its user may read: what root compares with the process's own values
+    # would tell that user, by a drift or a match, a value of a file it may not read.
+    env_files = tuple(path for path in loaded.env_files if user_may_read(pid, str(path)))
+    secret_files = {
+        key: path for key, path in loaded.secret_files.items() if user_may_read(pid, str(path))
+    }
+    return dataclasses.replace(loaded, env_files=env_files, secret_files=secret_files)
 
 
 def compare_tree(

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
-from nccl_launch.errors import HostError
+from nccl_launch.env.env_files import env_file_lines
+from nccl_launch.errors import HostError, NcclLaunchError
 from nccl_launch.escaping import escaped, not_utf8
 from nccl_launch.kinds import KINDS
 from nccl_launch.live.environ import OVERWRITTEN, getenv_view
 from nccl_launch.live.resolve import hold
 from nccl_launch.live.target import Target
+from nccl_launch.live.watch import started_profile
 from nccl_launch.migrate.start import StartCommand
 from nccl_launch.nccl import catalog, others
 from nccl_launch.profile.markers import (
@@ -21,6 +25,7 @@ from nccl_launch.profile.markers import (
     NCCL_DEBUG_KEYS,
     OWN_VARIABLES,
 )
+from nccl_launch.serving import references
 
 # Variables worth keeping from a running server's environment besides NCCL_*: those every
 # server kind reads (SGLANG_*, VLLM_*), and these.
@@ -54,6 +59,59 @@ def _check_text(pid: int, what: str, text: str) -> None:
         )
 
 
+@dataclass
+class _Filled:
+    """What a process nccl-launch started got from its profile's files: its argv as `[server]
+    args` write it, the secret files and the env files (with the values) its `${NAME}`s are
+    read from; `unknown`, why that cannot be told."""
+
+    words: list[str] = field(default_factory=list)
+    secret_files: dict[str, str] = field(default_factory=dict)
+    sourced: dict[str, tuple[str, str]] = field(default_factory=dict)
+    unknown: str | None = None
+
+    def notes(self) -> list[str]:
+        if self.unknown is None:
+            return []
+        return [
+            f"which of its words its profile filled from secret files cannot be told "
+            f"({self.unknown}): they are written as read, and the profile readable by its "
+            "owner only; move a secret to an env file"
+        ]
+
+
+def _filled(pid: int, environ: Mapping[str, str], argv: list[str]) -> _Filled:
+    """For a process nccl-launch started, each word that the profile it runs filled from a
+    secret file or an env file, written as that profile writes it (`${NAME}`: as its value,
+    the secret would be written into the new profile). Nothing for another process; when
+    the profile cannot be read back, why."""
+    if MARKER_PROFILE not in environ:
+        return _Filled()
+    try:
+        loaded = started_profile(pid, environ)
+        written = loaded.plan.argv
+        filled = references.read_back(written, argv) if references.names(written) else {}
+        if filled is None:
+            return _Filled(unknown=f"its command line no longer reads as {loaded.path} says")
+        secret_files = {key: str(path) for key, path in loaded.secret_files.items()}
+        sourced = {
+            each.key: (str(path), each.value)
+            for path in reversed(loaded.env_files)  # the first file that sets a name gives it
+            for each in env_file_lines(path)
+            if filled.get(each.key) == each.value and each.key not in secret_files
+        }
+    except NcclLaunchError as error:
+        return _Filled(unknown="; ".join(error.lines()).removeprefix("nccl-launch: "))
+    known = {key for key in filled if key in secret_files or key in sourced}
+    words = [
+        word if set(references.names([word])) <= known else references.literal(given)
+        for word, given in zip(written, argv, strict=False)
+    ] + [references.literal(given) for given in argv[len(written) :]]
+    # A secret file's variable the server got in its environment is that file's too.
+    used = {key: file for key, file in secret_files.items() if key in known or key in environ}
+    return _Filled(words, used, {key: sourced[key] for key in known - used.keys()})
+
+
 def read_process(pid: int) -> StartCommand:
     """A running process's own environment (as NCCL's getenv reads it), command line and
     directory, read while a pidfd holds it: of a process that ended meanwhile, or whose PID
@@ -75,6 +133,7 @@ def read_process(pid: int) -> StartCommand:
             raise HostError(server.gone())
     if environ is None:
         raise HostError(f"process {pid}: {OVERWRITTEN}")
+    filled = _filled(pid, environ, argv)
     if argv and "/" not in argv[0]:
         argv[0] = shutil.which(argv[0], path=environ.get("PATH")) or argv[0]
     wanted = (catalog.PREFIX, *CAPTURED_PREFIXES)
@@ -86,7 +145,9 @@ def read_process(pid: int) -> StartCommand:
     debug = NCCL_DEBUG_KEYS & environ.keys() if environ.get(MARKER_NCCL_DEBUG) == "1" else set()
     ours = OWN_VARIABLES | debug
     keep = {
-        k: v for k, v in environ.items() if k.startswith(wanted) and k not in ours | image.keys()
+        k: v
+        for k, v in environ.items()
+        if k.startswith(wanted) and k not in ours | image.keys() | filled.secret_files.keys()
     }
     for key, value in keep.items():
         _check_text(pid, f"${key}" if not_utf8(key) is None else "a variable's name", key + value)
@@ -125,4 +186,15 @@ def read_process(pid: int) -> StartCommand:
         )
     if MARKER_PROFILE in environ:
         notes.append(f"the process was started by nccl-launch as {environ[MARKER_PROFILE]}")
-    return StartCommand(env=keep, argv=argv, cwd=cwd, notes=notes, origin=f"pid {pid}")
+    notes += filled.notes()
+    return StartCommand(
+        env=keep,
+        argv=argv,
+        cwd=cwd,
+        notes=notes,
+        origin=f"pid {pid}",
+        words=filled.words,
+        sourced=filled.sourced,
+        secret_files=filled.secret_files,
+        private=filled.unknown is not None,
+    )

@@ -57,6 +57,9 @@ class StartCommand:
     sourced: dict[str, tuple[str, str]] = field(default_factory=dict)
     # The file each `${NAME}` of `words` that `$(cat FILE)` read holds its value in.
     secret_files: dict[str, str] = field(default_factory=dict)
+    # Whether its words may hold secrets no rule knows (a process whose profile is gone):
+    # the profile is then written readable by its owner only.
+    private: bool = False
 
     def where(self, key: str) -> str:
         """Where `key` was set, as a comment in the profile says it."""
@@ -142,7 +145,7 @@ def build_profile(
         data["server"] = server | ({"cwd": start.cwd} if start.cwd else {})
     elif start.argv:
         # Kept in the profile's provenance, which is shown, diffed and committed.
-        shown = " ".join(mask_argv(start.argv))
+        shown = " ".join(mask_argv(start.words or start.argv))  # a secret file's as `${NAME}`
         kinds = " or ".join(kind.title for kind in KINDS)
         notes.append(f"not an {kinds} command, run it with: -- {shown}")
     data["provenance"] = {"source": source} | ({"notes": "; ".join(notes)} if notes else {})
@@ -242,7 +245,7 @@ def _check_env_files(
     loaded = LoadedProfile(built.profile, built.plan, path, (path,), {})
     used = references.names(built.data.get("server", {}).get("args", []))
     for file in files:
-        if not any(start.sourced[each][0] == file for each in used):
+        if not any(start.sourced[each][0] == file for each in used if each in start.sourced):
             raise _Unnamed(file, None)  # its variables only in fields, which hold values
         try:
             profile_env_file_lines(loaded, Path(file))
@@ -301,7 +304,7 @@ def _profile(
     )
     built = build_profile(moved_start, name, source, how, env_files)
     _check_env_files(built, path, start, list(files))
-    return built, kept, bool(secrets_of(words, env))
+    return built, kept, start.private or bool(secrets_of(words, env))
 
 
 def save_profile(

@@ -153,7 +153,7 @@ def secrets_of(
     shown = {key: mask_value(key, value, key in held) for key, value in env.items()}
     names = {key for key, value in env.items() if shown[key] != value}
     words = {index for index, word in enumerate(mask_argv(argv)) if word != argv[index]}
-    filled = references.read_back(written, argv)
+    filled = (references.read_back(written, argv) or {}).values()
     found = {value for key, value in env.items() if shown[key] == MASK}
     found = {value for value in found if len(value) >= SHORTEST_SECRET} | set(filled)
     values = (found | masked_values(argv)) - {""}

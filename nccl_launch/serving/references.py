@@ -54,27 +54,33 @@ def fill(word: str, values: dict[str, str]) -> str:
     return _replace(word, values.__getitem__)
 
 
-def _pattern(word: str) -> re.Pattern[str]:
-    """What `word` reads as once filled: its text as it is, each `${NAME}` a group of any text."""
-    parts, at = [], 0
+def _pattern(word: str) -> tuple[re.Pattern[str], list[str]]:
+    """What `word` reads as once filled: its text as it is, each `${NAME}` a group of any
+    text; and the names of its groups, in order."""
+    parts, names, at = [], [], 0
     for match in _DOLLAR.finditer(word):
         reads = "(.*?)" if match[2] else re.escape("$" if match[1] else match[0])
         parts += [re.escape(word[at : match.start()]), reads]
+        names += [match[2]] if match[2] else []
         at = match.end()
-    return re.compile("".join([*parts, re.escape(word[at:])]), re.DOTALL)
+    return re.compile("".join([*parts, re.escape(word[at:])]), re.DOTALL), names
 
 
-def read_back(written: Sequence[str], argv: Sequence[str]) -> list[str]:
-    """What the `${NAME}`s of `written` were filled with in `argv` (a command line read back),
-    word for word: none unless each word of `written` reads as the word of `argv` at its
-    index, each reference as any text (a profile edited since is no guide to its secrets)."""
-    found: list[str] = []
+def read_back(written: Sequence[str], argv: Sequence[str]) -> dict[str, str] | None:
+    """Each `${NAME}` of `written` and what it was filled with in `argv` (a command line
+    read back), word for word: None unless each word of `written` reads as the word of
+    `argv` at its index, each reference as any text (a profile edited since is no guide to
+    its secrets)."""
+    if len(argv) < len(written):
+        return None
+    found: dict[str, str] = {}
     for word, filled in zip(written, argv, strict=False):
-        match = _pattern(word).fullmatch(filled)
+        pattern, names = _pattern(word)
+        match = pattern.fullmatch(filled)
         if match is None:
-            return []
-        found += match.groups()
-    return found if len(argv) >= len(written) else []
+            return None
+        found.update(zip(names, match.groups(), strict=True))
+    return found
 
 
 def literal(text: str) -> str:

@@ -144,7 +144,7 @@ def run_trial(
         return TrialOutcome(status="refused", detail=detail, seconds=time.monotonic() - start)
     # What would keep `run` from starting it, and a port another process holds.
     problems = launch.start_findings()
-    held = port_check(server, launch.secrets.values)
+    held = port_check(server, launch.secrets.values, launch.plan.digest)
     problems += [held] if isinstance(held, Finding) else []
     if problems:
         raise HostError(f"cannot start a trial: {'; '.join(each.text() for each in problems)}")
