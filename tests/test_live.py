@@ -1303,14 +1303,41 @@ def test_capture_of_a_server_whose_directory_was_deleted_says_so(
     ) in result.stderr.splitlines()
 
 
+# As PID 1 of a PID namespace of its own (`unshare --pid --fork --mount-proc`): a server of
+# uid 65534 whose child is a setuid program of uid 1000, root's `check --on-drift stop` of it,
+# and whether that child outlived the stop. Everything in the namespace ends with it.
+SETUID_CHILD = """
+import json, subprocess, sys, time
+import psutil
+setuid, script, profile, digest = sys.argv[1:]
+markers = ["NCCL_LAUNCH_PROFILE=p@1", "NCCL_LAUNCH_DIGEST=" + digest, "NCCL_PROTO=Simple"]
+server = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                           "env", "-i", *markers, "sh", "-c", '"$0" 600 & exec sleep 600', setuid])
+deadline = time.monotonic() + 30
+while True:
+    children = psutil.Process(server.pid).children()
+    if children and children[0].uids().effective == 1000:
+        break
+    assert time.monotonic() < deadline, "the setuid program never ran"
+    time.sleep(0.05)
+argv = [script, "check", profile, "--pid", str(server.pid), "--watch", "0.2",
+        "--on-drift", "stop", "--grace", "1"]
+done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+other = children[0]
+alive = other.is_running() and other.status() != psutil.STATUS_ZOMBIE
+print(json.dumps({"code": done.returncode, "out": done.stdout + done.stderr,
+                  "pid": server.pid, "alive": alive}))
+"""
+
+
 def test_on_drift_stop_leaves_a_descendant_of_another_user_alone(
-    write_profile: WriteProfile, tmp_path: Path
+    write_profile: WriteProfile,
 ) -> None:
     """A server of uid 65534 whose tree holds a setuid program of uid 1000 (as `sudo` would
     be root's): that process is not the server's, and its user could not signal it. Root's
     stop ends the server's own processes only."""
-    if os.geteuid() != 0 or not shutil.which("setpriv"):
-        pytest.skip("needs root (beside two users) and setpriv")
+    if os.geteuid() != 0 or not (shutil.which("setpriv") and shutil.which("unshare")):
+        pytest.skip("needs root (beside two users), setpriv and unshare")
     path = write_profile("p", 'schema = 1\nname = "p"\nversion = 1\n[nccl]\nPROTO = "LL"\n')
     digest = load_profile(str(path)).plan.digest
     folder = Path(tempfile.mkdtemp(dir="/tmp"))  # tmp_path is root's 0700: none may exec there
@@ -1320,26 +1347,13 @@ def test_on_drift_stop_leaves_a_descendant_of_another_user_alone(
         shutil.copy(shutil.which("sleep") or "/bin/sleep", setuid)
         os.chown(setuid, 1000, 1000)
         setuid.chmod(0o4755)
-        markers = ["NCCL_LAUNCH_PROFILE=p@1", f"NCCL_LAUNCH_DIGEST={digest}", "NCCL_PROTO=Simple"]
-        server = subprocess.Popen(
-            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env", "-i",
-             *markers, "sh", "-c", '"$0" 600 & exec sleep 600', str(setuid)],
-        )  # fmt: skip
-        other: psutil.Process | None = None
-        try:
-            wait_for(lambda: psutil.Process(server.pid).children(), "the setuid child")
-            [other] = psutil.Process(server.pid).children()
-            wait_for(lambda: other.uids().effective == 1000, "the setuid program to run")
-            watcher = Watcher(str(path), "--pid", str(server.pid), "--watch", "0.2",
-                              "--on-drift", "stop", "--grace", "1")  # fmt: skip
-            out = watcher.finish()
-            assert watcher.process.returncode == 1, out
-            assert f"stopped the server: 1 processes of pid {server.pid}'s tree ended" in out
-            assert other.is_running() and other.status() != psutil.STATUS_ZOMBIE
-        finally:
-            server.kill()
-            server.wait()
-            with contextlib.suppress(psutil.NoSuchProcess, AttributeError):
-                other.kill()  # type: ignore[union-attr]  # None: it never started
+        argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
+                SETUID_CHILD, str(setuid), console_script(), str(path), digest]  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        found = json.loads(done.stdout)
+        assert found["code"] == 1, found["out"]
+        assert f"stopped the server: 1 processes of pid {found['pid']}'s tree ended" in found["out"]
+        assert found["alive"], found["out"]
     finally:
         shutil.rmtree(folder)
