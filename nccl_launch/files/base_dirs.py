@@ -11,7 +11,7 @@ from pathlib import Path, PurePath
 
 from nccl_launch.errors import HostError
 from nccl_launch.files.paths import FileError
-from nccl_launch.files.trust import lets_others_replace, walk, writable_by_others
+from nccl_launch.files.trust import described, lets_others_replace, walk, writable_by_others
 
 
 @dataclass(frozen=True)
@@ -58,10 +58,10 @@ def _refuse_others(folder: Path, status: os.stat_result, fix: str) -> None:
     """A folder nccl-launch writes in, refused unless this user's alone (root's, as root):
     whoever else owns it or may write it could replace what is made there."""
     if status.st_uid != os.geteuid() or writable_by_others(status):
-        mode, me = stat.S_IMODE(status.st_mode), _me()
+        me = _me()
         raise FileError(
-            f"{folder} (uid {status.st_uid}, mode {mode:04o}) is not {me}'s alone, and {me} "
-            f"writes nothing in another user's folder; {fix}"
+            f"{described(folder, status)} is not {me}'s alone, and {me} writes nothing in "
+            f"another user's folder; {fix}"
         )
 
 

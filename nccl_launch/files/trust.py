@@ -23,6 +23,11 @@ def writable_by_others(status: os.stat_result) -> bool:
     return bool(status.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
 
 
+def described(path: Path, status: os.stat_result) -> str:
+    """`path` with its owner and mode (`status`), as a refusal names what it refuses."""
+    return f"{path} (uid {status.st_uid}, mode {stat.S_IMODE(status.st_mode):04o})"
+
+
 def _owner_ok(status: os.stat_result, owners: Collection[int] = ()) -> bool:
     return status.st_uid in (0, os.geteuid(), *owners)
 
@@ -172,10 +177,9 @@ def check_trusted(
 
 
 def _replaceable(path: Path, what: str, folder: Path, status: os.stat_result) -> FileError:
-    mode = stat.S_IMODE(status.st_mode)
     return FileError(
-        f"{what} {path}: its directory {folder} (uid {status.st_uid}, mode {mode:04o}) lets "
-        f"other users replace it; {FIX}"
+        f"{what} {path}: its directory {described(folder, status)} lets other users replace "
+        f"it; {FIX}"
     )
 
 
@@ -218,8 +222,7 @@ def check_absent(path: Path, what: str, reader: str) -> None:
         return
     if status is not None:
         raise FileError(
-            f"{what} {path}: absent, and {reader} reads it later: {folder} (uid "
-            f"{status.st_uid}, mode {stat.S_IMODE(status.st_mode):04o}) lets another user "
-            "create it first; point it at a folder root alone writes, or create the file "
-            "(root's, mode 0644)"
+            f"{what} {path}: absent, and {reader} reads it later: {described(folder, status)} "
+            "lets another user create it first; point it at a folder root alone writes, or "
+            "create the file (root's, mode 0644)"
         )

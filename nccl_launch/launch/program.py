@@ -14,7 +14,7 @@ from pathlib import Path
 
 from nccl_launch.files.paths import FileError, PathError, status_of
 from nccl_launch.files.paths import kind_of as kind_of_file
-from nccl_launch.files.trust import others_may_create
+from nccl_launch.files.trust import described, others_may_create
 from nccl_launch.findings import Finding, Severity
 
 SERVER_PYTHON = "[server] python"  # what names the program of a launch with a [server] table
@@ -82,11 +82,10 @@ def cwd_creatable(cwd: str | None) -> Finding | None:
         return problem("cwd", str(error) if isinstance(error, FileError) else str(error.strerror))
     if status is None:
         return None
-    mode = stat.S_IMODE(status.st_mode)
     return problem(
         "cwd",
-        f"the server's working directory {folder} (uid {status.st_uid}, mode {mode:04o}) lets "
-        "another user create files in it, which Python imports before the server's own "
+        f"the server's working directory {described(folder, status)} lets another "
+        "user create files in it, which Python imports before the server's own "
         "(-m and -c put it first on sys.path)",
         "start it from a folder root alone writes, or set [server] cwd to one",
     )

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files.paths import status_of
-from nccl_launch.files.trust import lets_others_replace, walk
+from nccl_launch.files.trust import described, lets_others_replace, walk
 from nccl_launch.profile.document import read_profile_toml
 from nccl_launch.profile.markers import SEARCH_PATH_VAR, SYSTEM_DIR_VAR
 
@@ -104,9 +103,8 @@ def folder_refusal(folder: Path) -> str | None:
     else:
         return None
     return (
-        f"{other} (uid {status.st_uid}, mode {stat.S_IMODE(status.st_mode):04o}) lets other "
-        "users replace its profiles, which root does not read; chown root and chmod go-w, or "
-        "move them out of reach of other users"
+        f"{described(other, status)} lets other users replace its profiles, which root does "
+        "not read; chown root and chmod go-w, or move them out of reach of other users"
     )
 
 
