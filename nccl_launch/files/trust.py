@@ -133,6 +133,13 @@ def _linked_by_others(path: Path, status: os.stat_result, what: str) -> None:
     )
 
 
+def _nearest_folder(path: Path) -> Path:
+    """The folder `path` goes in, or the nearest one above it that is there (those missing
+    are made on the way). FileNotFoundError when the current directory, of a relative
+    `path`, was deleted."""
+    return next((each for each in path.absolute().parents if each.is_dir()), Path("/"))
+
+
 def check_trusted(
     path: Path,
     status: os.stat_result,
@@ -167,7 +174,7 @@ def check_trusted(
         others_on_way(path, status, what, owners)
         return
     try:  # the folder it goes to, or the nearest one above that is there (made on the way)
-        folder = next((each for each in path.absolute().parents if each.is_dir()), Path("/"))
+        folder = _nearest_folder(path)
         status = folder.stat()
     except FileNotFoundError:  # a deleted current directory: nothing is written by this path
         return
@@ -191,7 +198,7 @@ def check_write_way(path: Path) -> None:
     if os.geteuid() != 0:
         return
     try:
-        folder = next((each for each in path.absolute().parents if each.is_dir()), Path("/"))
+        folder = _nearest_folder(path)
         status = folder.stat()
     except FileNotFoundError:
         return
@@ -216,7 +223,7 @@ def check_absent(path: Path, what: str, reader: str) -> None:
     the server starts) where another user could create it meanwhile (`others_may_create` of
     the nearest folder there)."""
     try:
-        folder = next((each for each in path.absolute().parents if each.is_dir()), Path("/"))
+        folder = _nearest_folder(path)
         status = others_may_create(folder, f"{what} {path}: its folder")
     except FileNotFoundError:
         return
