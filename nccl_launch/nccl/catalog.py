@@ -123,18 +123,19 @@ def release() -> str:
     return covered()[1]
 
 
-def release_named() -> str:
-    return f"NCCL {release()}, the catalog's release"
-
-
 @cache
 def _source_rows() -> dict[str, dict[str, str]]:
     return {row["name"]: row for row in rows("nccl-env-read-by-source.tsv")}
 
 
+def _newest(row: dict[str, str]) -> str:
+    """The newest release that reads the name of this source row."""
+    return _spans(row["releases"])[-1][-1]
+
+
 def _reads(row: dict[str, str] | None) -> bool:
     """Whether the catalog's release reads the name of this source row."""
-    return row is not None and _spans(row["releases"])[-1][-1] == release()
+    return row is not None and _newest(row) == release()
 
 
 @cache
@@ -159,8 +160,7 @@ def catalog() -> dict[str, NcclVar]:
         )
     for name, row in source.items():
         if name not in variables:
-            # Where the newest release that reads it reads it.
-            last = "" if _reads(row) else f" in NCCL {_spans(row['releases'])[-1][-1]}"
+            last = "" if _reads(row) else f" in NCCL {_newest(row)}"
             variables[name] = NcclVar(
                 name=name,
                 kind=_source_kind(row["kind"]),
@@ -236,7 +236,8 @@ def name_note(name: str) -> tuple[str, str, str] | None:
     if var.deprecated:
         # NCCL_MAX_NCHANNELS: docs/explanation.md cites the code that still reads it.
         message = (
-            f"deprecated ({reason}), but {release_named()}, still reads it and the value applies"
+            f"deprecated ({reason}), but NCCL {release()}, the catalog's release, still reads it "
+            "and the value applies"
         )
         return (
             "deprecated",
