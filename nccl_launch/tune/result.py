@@ -169,9 +169,8 @@ class TuneReport(Report):
     written_ref: str | None = None
     # Where the budget ended the search first: the digests of candidates the noise rule had
     # not yet told from the best, the changes of those a pass (or the grid) would start that
-    # never were (the first 20 of `untried_count`), and the budget the search's plan says
-    # would decide them: an estimate (each untried one started once, each undecided one and
-    # the best up to 4 times; a change kept asks for another pass).
+    # never were (the first `search.SHOWN` of `untried_count`), and the budget the search's
+    # plan says would decide them: an estimate (`search.Found.to_decide`).
     undecided: list[str] = Field(default_factory=list)
     untried: list[str] = Field(default_factory=list)
     untried_count: int = 0
