@@ -16,7 +16,15 @@ from nccl_launch.bench.result import BenchReport
 from nccl_launch.errors import EXIT_OK
 from nccl_launch.files.paths import status_of
 from nccl_launch.files.reading import read_text
-from nccl_launch.jsonlines import STATE, absent, append_line, open_store, parse_lines, state_home
+from nccl_launch.jsonlines import (
+    STATE,
+    STATE_FIX,
+    absent,
+    append_line,
+    open_store,
+    parse_lines,
+    state_home,
+)
 from nccl_launch.profile.search import split_reference
 from nccl_launch.report import Report
 from nccl_launch.secrets.masking import masked_json
@@ -24,7 +32,7 @@ from nccl_launch.secrets.masking import masked_json
 FILE_NAME = "bench.jsonl"
 WHAT = "bench history"
 IN_STATE = STATE / FILE_NAME
-_OTHER_FILE = "set XDG_STATE_HOME to a folder of your own, or name the file with --record FILE"
+_OTHER_FILE = f"{STATE_FIX}, or name the file with --record FILE"
 HISTORY_LIMIT = 64 << 20  # some 40,000 results; a larger file is not this history
 ROOM = 1 << 20  # kept free by appending: a result line is a few KiB (its prompt included)
 
