@@ -25,6 +25,7 @@ from tests.helpers import PROFILE, free_port, sleeper, wait_for
 from tests.test_live import EVIL
 
 MISSING = "4194303"  # the highest PID Linux gives: unused here
+AS_NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
 
 
 @pytest.fixture
@@ -133,10 +134,9 @@ def test_a_url_whose_host_cannot_be_resolved_is_a_target_problem(
 def test_capture_of_another_users_process_is_denied_in_one_line(tmp_path: Path) -> None:
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root (a process of another user's) and setpriv (to act as a user)")
-    nobody = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
     with sleeper({b"NCCL_PROTO": b"LL"}) as pid:  # root's: nobody may not read its /proc
         done = subprocess.run(
-            [*nobody, console_script(), "capture", "--pid", str(pid), "-o", str(tmp_path / "p")],
+            [*AS_NOBODY, console_script(), "capture", "--pid", str(pid), "-o", str(tmp_path / "p")],
             capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
         )  # fmt: skip
     if "Permission denied" in done.stderr and "nccl-launch:" not in done.stderr:
@@ -160,8 +160,7 @@ def test_a_profile_file_another_users_process_records_is_read_only_where_that_us
     (private / "root-only.toml").write_text('schema = 1\nname = "q"\nversion = "hunter-2x"\n')
     (private / "root-only.toml").chmod(0o600)
     markers = ["NCCL_LAUNCH_PROFILE=q@1", f"NCCL_LAUNCH_PROFILE_FILE={private / file}"]
-    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-    process = subprocess.Popen([*nobody, "env", "-i", *markers, "sleep", "60"])
+    process = subprocess.Popen([*AS_NOBODY, "env", "-i", *markers, "sleep", "60"])
     try:
         wait_for(lambda: Path(f"/proc/{process.pid}/cmdline").read_bytes() == b"sleep\x0060\x00",
                  "the process to start")  # fmt: skip
@@ -386,8 +385,7 @@ def test_capture_of_another_users_process_reads_no_env_file_that_user_may_not(
                 load_profile(str(profile)).plan.argv]  # fmt: skip
         env = ["env", "-i", f"PYTHONPATH={folder}", "NCCL_LAUNCH_PROFILE=p@1",
                f"NCCL_LAUNCH_PROFILE_FILE={profile}"]  # fmt: skip
-        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-        process = subprocess.Popen([*nobody, *env, *argv])
+        process = subprocess.Popen([*AS_NOBODY, *env, *argv])
         try:
             wait_for(lambda: Path(f"/proc/{process.pid}/cmdline").read_bytes().split(b"\0")[:-1]
                      == [os.fsencode(word) for word in argv], "the process to start")  # fmt: skip
@@ -420,8 +418,7 @@ def test_check_of_another_users_process_by_its_markers_reads_no_file_that_user_m
         profile.write_text('schema = 1\nname = "p"\nversion = 1\nenv_files = ["p.env"]\n')
         env = ["env", "-i", "NCCL_LAUNCH_PROFILE=p@1", f"NCCL_LAUNCH_PROFILE_FILE={profile}",
                "HF_TOKEN=a-guess"]  # fmt: skip
-        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-        process = subprocess.Popen([*nobody, *env, "sleep", "60"])
+        process = subprocess.Popen([*AS_NOBODY, *env, "sleep", "60"])
         try:
             cmdline = Path(f"/proc/{process.pid}/cmdline")
             wait_for(lambda: cmdline.read_bytes() == b"sleep\x0060\x00", "the process to start")
