@@ -155,6 +155,7 @@ def test_check_tolerates_the_graph_register_vllm_sets_in_sleep_mode_and_nothing_
     assert '  + NCCL_GRAPH_REGISTER  "0"' in result.stdout
 
 
+@pytest.mark.own_pid_namespace
 def test_watch_stops_the_whole_vllm_tree_when_a_late_worker_drifts(start: Start) -> None:
     server = start(env={"STANDIN_LATE_DRIFT": "NCCL_PROTO=Simple"})
     pid = str(server.process.pid)
