@@ -68,6 +68,10 @@ HOSTILE_ETC = os.environ.get("NCCL_LAUNCH_TEST_HOSTILE_ETC") == "1"
 HOST_ENVIRON = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
 # Set in that pytest: the test runs there as written.
 IN_OWN_PID_NAMESPACE = "NCCL_LAUNCH_TEST_IN_OWN_PID_NAMESPACE"
+if IN_OWN_PID_NAMESPACE in HOST_ENVIRON:
+    # PID 1 of the namespace gets no signal it has no handler for: a suite stopped with SIGTERM
+    # (which `unshare` outside blocks, waiting for it) must end it too, and all it started.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 def pytest_configure(config: pytest.Config) -> None:
