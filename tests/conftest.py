@@ -63,6 +63,52 @@ REQUIRE_TOOLS = os.environ.get("NCCL_LAUNCH_REQUIRE_TOOLS") == "1"
 HOSTILE_ETC = os.environ.get("NCCL_LAUNCH_TEST_HOSTILE_ETC") == "1"
 
 
+# The host's environment as the suite was started with it, before `isolated` trims it: what a
+# test moved into a PID namespace of its own runs its pytest with.
+HOST_ENVIRON = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
+# Set in that pytest: the test runs there as written.
+IN_OWN_PID_NAMESPACE = "NCCL_LAUNCH_TEST_IN_OWN_PID_NAMESPACE"
+if IN_OWN_PID_NAMESPACE in HOST_ENVIRON:
+    # PID 1 of the namespace gets no signal it has no handler for: a suite stopped with SIGTERM
+    # (which `unshare` outside blocks, waiting for it) must end it too, and all it started.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "own_pid_namespace: nccl-launch signals a process tree in it; the test runs in a pytest "
+        "of its own, PID 1 of a new PID namespace, so no signal reaches a process it did not "
+        "start and all it started dies with it",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """A test marked own_pid_namespace, run again as PID 1 of a new PID namespace (where the
+    mark lets it run as written): its outcome is that run's."""
+    if pyfuncitem.get_closest_marker("own_pid_namespace") is None or IN_OWN_PID_NAMESPACE in (
+        HOST_ENVIRON
+    ):
+        return None
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", sys.executable, "-m",
+            "pytest", "-q", "-rs", "--tb=short", "-n", "0", "-p", "no:cacheprovider",
+            f"--basetemp={Path.cwd() / 'own-pid-namespace'}", pyfuncitem.nodeid]  # fmt: skip
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        cwd=pyfuncitem.config.rootpath,
+        env={**HOST_ENVIRON, IN_OWN_PID_NAMESPACE: "1"},
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.fail(f"in its own PID namespace:\n{done.stdout}{done.stderr}", pytrace=False)
+    if " skipped" in done.stdout.splitlines()[-1]:
+        pytest.skip(f"in its own PID namespace:\n{done.stdout}")
+    return True
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests marked slow first: the workers take the next test as each finishes one, so
     that what runs last is short and they end together."""

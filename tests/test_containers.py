@@ -272,6 +272,7 @@ def test_check_of_a_server_started_with_nccl_debug_in_a_container_finds_no_drift
     assert drift == []
 
 
+@pytest.mark.own_pid_namespace
 def test_watch_on_drift_stop_leaves_a_healthy_server_in_a_container_running(
     container_server: Server,
 ) -> None:

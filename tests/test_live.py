@@ -400,6 +400,7 @@ class Opens:
         return opened
 
 
+@pytest.mark.own_pid_namespace
 def test_watch_stops_the_whole_tree_when_a_late_worker_drifts(start: StartServer) -> None:
     server = start(STANDIN_LATE_DRIFT="NCCL_PROTO=Simple")
     pid = str(server.process.pid)
@@ -1148,6 +1149,7 @@ def test_bench_refuses_to_check_after_its_runs_another_process_than_before(
 # Which process a target names, and what `--on-drift stop` may signal.
 
 
+@pytest.mark.own_pid_namespace
 def test_check_refuses_listeners_of_two_trees_on_its_port(
     write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
@@ -1192,6 +1194,7 @@ def listening(pid: int, port: int) -> bool:
     )
 
 
+@pytest.mark.own_pid_namespace
 @pytest.mark.parametrize(
     ("markers", "said"),
     [

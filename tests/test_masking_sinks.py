@@ -142,6 +142,7 @@ def test_check_masks_a_process_title_holding_them(
 
 
 @pytest.mark.parametrize("fmt", ["text", "json"])
+@pytest.mark.own_pid_namespace
 def test_tunes_failed_trial_tail_masks_them_on_the_terminal_and_in_the_journal(
     fmt: str, leaky: dict[str, str], run_cli: RunCli, tmp_path: Path
 ) -> None:

@@ -39,7 +39,9 @@ from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import STANDIN, Server, free_port, wait_for
 from tests.test_containers import CONTAINER
 
-pytestmark = pytest.mark.slow  # tunes: first in the run (tests/conftest.py)
+# Tunes, first in the run (tests/conftest.py); each trial's stop signals its server's tree:
+# in a PID namespace of the test's own.
+pytestmark = [pytest.mark.slow, pytest.mark.own_pid_namespace]
 
 SEED = """
 schema = 1

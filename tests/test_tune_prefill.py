@@ -37,7 +37,9 @@ from tests.test_tune import (
 
 __all__ = ["seed"]  # the fixture of the seed's profile
 
-pytestmark = pytest.mark.slow  # tunes: first in the run (tests/conftest.py)
+# Tunes, first in the run (tests/conftest.py); each trial's stop signals its server's tree:
+# in a PID namespace of the test's own.
+pytestmark = [pytest.mark.slow, pytest.mark.own_pid_namespace]
 
 # PROTO=LL128 wins decode by 12% and loses 40% of prefill; NTHREADS=256 wins both.
 PREFILL: dict[str, dict[str | None, float]] = {"PROTO": {"LL128": 0.60}, "NTHREADS": {"256": 1.05}}

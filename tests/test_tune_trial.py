@@ -31,6 +31,9 @@ from tests.conftest import RunCli, WriteProfile
 from tests.helpers import STANDIN, free_port, stop_left, wait_for
 from tests.test_tune import LATEST
 
+# Each trial's stop signals the server's tree: in a PID namespace of the test's own.
+pytestmark = pytest.mark.own_pid_namespace
+
 RATE = 400  # STANDIN_TOKEN_RATE: a run of 40 tokens takes some 0.1 s
 SETTINGS = TrialSettings(
     method=Method(max_tokens=40, runs=2, warmup=0, prompt="Hello"),

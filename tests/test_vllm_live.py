@@ -155,6 +155,7 @@ def test_check_tolerates_the_graph_register_vllm_sets_in_sleep_mode_and_nothing_
     assert '  + NCCL_GRAPH_REGISTER  "0"' in result.stdout
 
 
+@pytest.mark.own_pid_namespace
 def test_watch_stops_the_whole_vllm_tree_when_a_late_worker_drifts(start: Start) -> None:
     server = start(env={"STANDIN_LATE_DRIFT": "NCCL_PROTO=Simple"})
     pid = str(server.process.pid)
@@ -309,6 +310,7 @@ def test_the_api_key_is_read_as_vllm_reads_it(
 
 
 @pytest.mark.slow
+@pytest.mark.own_pid_namespace
 def test_tune_of_a_vllm_profile_locks_its_trials_to_loopback_and_writes_the_winner(
     write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
 ) -> None:
@@ -357,6 +359,7 @@ def test_a_vllm_trial_is_locked_to_loopback_unless_its_server_would_check_a_key(
     assert exposed_host(load_profile("vstandin")) == exposed
 
 
+@pytest.mark.own_pid_namespace
 def test_a_short_key_vllm_logs_at_start_stays_out_of_a_failed_trials_tail_and_journal(
     write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
 ) -> None:
