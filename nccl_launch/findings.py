@@ -1,33 +1,33 @@
-"""A check's result as data: what it found, where, how bad, whose problem, and the fix, worded
-in one place.
+"""A problem as data, from where it is found to where it is shown: what was found, where, how
+bad, whose problem, the fix and any detail lines, worded in one place.
 
 Checks return findings; each command decides how strict to be with them (`run` refuses an
-error, `validate` notes a warning), never how to word them nor which exit code they earn.
+error, `validate` notes a warning), never how to word them nor which exit code they earn. A
+problem that stops a command is raised as `Refused`, the one exception, which holds findings.
+`lines` is the one text writer and `as_json` the one JSON writer; docs/findings.md lists
+every code.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
-from nccl_launch.errors import EXIT_HOST, EXIT_USAGE, NcclLaunchError, ProfileError
+from nccl_launch.errors import EXIT_CODES, EXIT_HOST, Cause, NcclLaunchError, ProfileError
 
 # An error stops what would fail; a warning is said wherever the finding applies (`run` says
 # it on every start); a note is for whoever writes the profile (`validate`, `preflight`).
 Severity = Literal["error", "warning", "note"]
-# Whose problem it is, which is the exit code of an error: the profile or the command line
-# (exit 2: fixed there, on every host), or this host (exit 3: a file or value of this machine;
-# the same profile is valid elsewhere).
-Cause = Literal["profile", "host"]
-EXIT_CODES: dict[Cause, int] = {"profile": EXIT_USAGE, "host": EXIT_HOST}
+WARNING_PREFIX = "nccl-launch: warning: "
 
 
 @dataclass(frozen=True)
 class Finding:
-    """One thing a check found: `code` (short and stable: `repeated-field`), `where` (a key,
-    `server.args`, or `-- ARGS`), what is wrong, the fix when there is one, whose problem it
-    is (`cause`), and `file`, the file it is in when known (the profile, a parent)."""
+    """One thing a check found: `code` (short, stable and documented: `repeated-field`),
+    `where` (a key, `server.args`, `-- ARGS`, `--pid`), what is wrong, the fix when there is
+    one, whose problem it is (`cause`), `file`, the file it is in when known (the profile, a
+    parent), and `details`, lines under it (what a check saw: a log's line, a process)."""
 
     code: str
     where: str
@@ -36,6 +36,7 @@ class Finding:
     severity: Severity = "error"
     cause: Cause = "profile"
     file: str = ""
+    details: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -60,6 +61,39 @@ class Finding:
         return self if self.file else replace(self, file=file)
 
 
+def lines(findings: Sequence[Finding]) -> list[str]:
+    """The one text writer: each finding a line, its details indented under it. An error of
+    a profile's file starts with the file, as every line of an invalid profile does; any
+    other error with the program's name, a warning with `nccl-launch: warning: `, a note
+    with `note: `."""
+    written = []
+    for each in findings:
+        if each.severity == "warning":
+            written.append(f"{WARNING_PREFIX}{each.line()}")
+        elif each.severity == "note":
+            written.append(f"note: {each.line()}")
+        elif each.file and each.cause == "profile":
+            written.append(each.line())
+        else:
+            written.append(f"nccl-launch: {each.line()}")
+        written += [f"  {detail}" for detail in each.details]
+    return written
+
+
+def as_json(finding: Finding) -> dict[str, Any]:
+    """The one JSON writer: a finding as an object of its fields, `details` a list."""
+    return {
+        "code": finding.code,
+        "severity": finding.severity,
+        "cause": finding.cause,
+        "file": finding.file,
+        "where": finding.where,
+        "message": finding.message,
+        "fix": finding.fix,
+        "details": list(finding.details),
+    }
+
+
 def cause_of(error: NcclLaunchError) -> Cause:
     """Whose problem `error` is, by its exit code: this host's (exit 3), else the profile's or
     the command line's."""
@@ -67,19 +101,14 @@ def cause_of(error: NcclLaunchError) -> Cause:
 
 
 class Refused(ProfileError):
-    """The errors among some findings, every one a line; its exit code is theirs: 2 when any
-    is the profile's or the command line's to fix, else 3 (this host's). A profile's problem
-    starts with its file, as every line of an invalid profile does; any other with the
-    program's name."""
+    """The one exception a user's problem raises: it holds findings (one, or every error a
+    check found), said by `lines`; its exit code is the lowest of theirs (a pinned digest's
+    1, then 2 when any is the profile's or the command line's to fix, else 3: this host's)."""
 
-    def __init__(self, findings: Sequence[Finding]) -> None:
-        self.findings = list(findings)
-        lines = [
-            each.line() if each.file and each.cause == "profile" else f"nccl-launch: {each.line()}"
-            for each in findings
-        ]
-        super().__init__(lines)
-        self.exit_code = min(each.exit_code for each in findings)
+    def __init__(self, findings: Finding | Sequence[Finding]) -> None:
+        self.findings = [findings] if isinstance(findings, Finding) else list(findings)
+        super().__init__(lines(self.findings))
+        self.exit_code = min(each.exit_code for each in self.findings)
 
 
 def refuse(findings: Sequence[Finding]) -> None:

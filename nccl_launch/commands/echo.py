@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from nccl_launch.errors import WARNING_PREFIX
 from nccl_launch.escaping import shell_word
+from nccl_launch.findings import WARNING_PREFIX, Finding, lines
 from nccl_launch.secrets.masking import for_people
 
 if TYPE_CHECKING:
     from nccl_launch.profile.plan import ProfilePlan
 
 
-def warn(message: str) -> None:
-    """One line on stderr, escaped: a note may quote a path, a key or a value."""
-    click.echo(for_people(f"{WARNING_PREFIX}{message}"), err=True)
+def warn(message: str | Finding) -> None:
+    """A warning on stderr, each line escaped: a note may quote a path, a key or a value."""
+    if isinstance(message, Finding):
+        shown = lines([replace(message, severity="warning")])
+    else:
+        shown = [f"{WARNING_PREFIX}{message}"]
+    echo_lines(shown, err=True)
 
 
 def say_wrote_profile(path: Path, plan: ProfilePlan) -> None:

@@ -9,8 +9,8 @@ from typing import Any
 
 import tomli_w
 
-from nccl_launch.errors import WARNING_PREFIX
 from nccl_launch.escaping import escaped, toml_escaped
+from nccl_launch.findings import WARNING_PREFIX
 from nccl_launch.profile.diff import ProfileDiff
 from nccl_launch.profile.overview import ListedProfile, ShownProfile, Validation
 from nccl_launch.render.drift import quoted_value
