@@ -142,7 +142,9 @@ def regular_install(venv: Path | None, scratch: Path) -> Install:
         print(f"installing {REPO} into {venv} (pip install ., not editable)", flush=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(REPO)]
-        subprocess.run(pip, check=True, stdout=subprocess.DEVNULL)
+        done = subprocess.run(pip, capture_output=True, text=True, check=False)
+        if done.returncode != 0:  # its warnings (an index it skips) only when it failed
+            sys.exit(f"bench: pip install failed:\n{done.stdout}{done.stderr}")
     python = venv / "bin" / "python"
     where = subprocess.run(
         [str(python), "-m", "pip", "show", "-f", "nccl-launch"],
