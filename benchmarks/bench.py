@@ -146,16 +146,11 @@ def regular_install(venv: Path | None, scratch: Path) -> Install:
         if done.returncode != 0:  # its warnings (an index it skips) only when it failed
             sys.exit(f"bench: pip install failed:\n{done.stdout}{done.stderr}")
     python = venv / "bin" / "python"
-    where = subprocess.run(
-        [str(python), "-m", "pip", "show", "-f", "nccl-launch"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if where.returncode != 0:
+    infos = list((venv / "lib").glob("python*/site-packages/nccl_launch-*.dist-info"))
+    if not python.exists() or not infos:
         sys.exit(f"bench: no nccl-launch installed in {venv}")
-    for url in (venv / "lib").glob("python*/site-packages/nccl_launch-*.dist-info/direct_url.json"):
-        if json.loads(url.read_text()).get("dir_info", {}).get("editable"):
+    for url in (info / "direct_url.json" for info in infos):
+        if url.exists() and json.loads(url.read_text()).get("dir_info", {}).get("editable"):
             sys.exit(f"bench: nccl-launch is installed editable in {venv}; measure `pip install .`")
     dotenv = venv / "bin" / "dotenv"
     return Install(
