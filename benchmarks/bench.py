@@ -196,13 +196,16 @@ class Ratio:
 
 
 def paired(times: Sequence[float], base: Sequence[float]) -> Ratio:
-    """The interval of the median from the order statistics of the ratios (the binomial
-    distribution of how many fall below it, normal approximation): no assumption on how the
-    process starts' times are distributed."""
+    """The interval of the median from the order statistics of the ratios: the ranks n/2 -
+    0.98 sqrt(n) and 1 + n/2 + 0.98 sqrt(n), rounded outwards (the binomial count of ratios
+    below the median, normal approximation), so no assumption on how the process starts'
+    times are distributed."""
     ratios = sorted(a / b for a, b in zip(times, base, strict=True))
     n = len(ratios)
-    k = max(0, math.floor((n - 1.96 * math.sqrt(n)) / 2))
-    return Ratio(statistics.median(ratios), ratios[k], ratios[n - 1 - k])
+    half = 0.98 * math.sqrt(n)
+    low = max(math.floor(n / 2 - half), 1)
+    high = min(math.ceil(1 + n / 2 + half), n)
+    return Ratio(statistics.median(ratios), ratios[low - 1], ratios[high - 1])
 
 
 def compare(
