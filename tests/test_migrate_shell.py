@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nccl_launch.errors import UsageError
-from nccl_launch.migrate.expansion import arguments, expand
-from nccl_launch.migrate.script import read_script
-from nccl_launch.migrate.shell import ShellError, parse
+from nccl_launch.migrate.shell.expansion import arguments, expand
+from nccl_launch.migrate.shell.script import read_script
+from nccl_launch.migrate.shell.syntax import ShellError, parse
 
 
 def words(text: str, variables: dict[str, str] | None = None) -> list[list[str]]:

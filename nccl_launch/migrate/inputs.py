@@ -11,8 +11,8 @@ from pathlib import Path, PurePath
 from nccl_launch.env.env_files import env_file_lines
 from nccl_launch.errors import UsageError
 from nccl_launch.files.reading import read_text
-from nccl_launch.migrate.script import read_script
-from nccl_launch.migrate.sourced import read_script_file
+from nccl_launch.migrate.shell.script import read_script
+from nccl_launch.migrate.shell.sourced import read_script_file
 from nccl_launch.migrate.start import StartCommand
 from nccl_launch.nccl import conf
 
@@ -40,9 +40,20 @@ def read_input(path: str, kind: str | None, environ: Mapping[str, str]) -> Start
         return read_conf_input(Path(path))
     text = read_script_file(path)
     try:
-        return read_script(text, environ)
+        found, state = read_script(text, environ)
     except UsageError as error:  # `line 20: ...`, of which file
         raise UsageError(f"{'stdin' if path == '-' else path}: {error}") from None
+    return StartCommand(
+        env=found.env,
+        argv=found.argv,
+        cwd=state.cwd,
+        lines={name: state.lines[name] for name in found.env if name in state.lines},
+        notes=state.notes,
+        at=found.at,
+        words=found.words,
+        sourced=found.sourced,
+        secret_files=state.secret_files,
+    )
 
 
 def read_env_input(path: Path) -> StartCommand:

@@ -3,28 +3,13 @@ argparse: the generic walk over its words; what each kind's flags mean is the ki
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from nccl_launch.errors import UsageError
 from nccl_launch.kinds import command_of, default_kind
+from nccl_launch.migrate.shell.expansion import UNSET, known
 from nccl_launch.serving import references
 from nccl_launch.serving.command import Given
-
-UNSET = "\x00"  # stands for a variable a script reads from its caller
-
-
-def from_caller(name: str) -> str:
-    """What a variable the script reads from its caller expands to."""
-    return UNSET + name
-
-
-def known(word: str) -> str:
-    """A word with every variable resolved; the caller-provided ones are an error here."""
-    if UNSET in word:
-        name = re.split(r"[^A-Za-z0-9_]", word.split(UNSET, 1)[1])[0]
-        raise UsageError(f"${name} is not set in the script or this environment")
-    return word
 
 
 def _value_only(name: str, value: str, word: str, notes: list[str]) -> None:

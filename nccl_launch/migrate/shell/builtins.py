@@ -13,11 +13,11 @@ from functools import partial
 from pathlib import PurePosixPath
 
 from nccl_launch.errors import UsageError
-from nccl_launch.migrate import shell
-from nccl_launch.migrate.expansion import refuse_braces
-from nccl_launch.migrate.state import Shell, known_at, utf8
+from nccl_launch.migrate.shell import syntax
+from nccl_launch.migrate.shell.expansion import refuse_braces
+from nccl_launch.migrate.shell.state import Shell, known_at, utf8
 
-Builtin = Callable[[Shell, list[shell.Word], int], "bool | None"]
+Builtin = Callable[[Shell, list[syntax.Word], int], "bool | None"]
 Utility = Callable[[Shell, list[str], int], "bool | None"]
 
 # The declaration builtins and the options each takes that this reader follows.
@@ -35,7 +35,7 @@ _UNFOLLOWED = (
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _declare(builtin: str, state: Shell, words: list[shell.Word], line: int) -> bool:
+def _declare(builtin: str, state: Shell, words: list[syntax.Word], line: int) -> bool:
     """`export`, `readonly`, `declare`, `typeset` and `local`, with the options that change
     what reaches the server (`-x`, `+x`, `export -n`); whether it succeeded."""
     if builtin == "local":
@@ -64,7 +64,7 @@ def _declare(builtin: str, state: Shell, words: list[shell.Word], line: int) -> 
         named = word.assignment()
         if named is None and "=" in word.literal():  # `export "A=$X"`: the builtin splits it
             name, _, value = state.expand(word, line).partition("=")
-            word = shell.Word([(f"{name}=", shell.PLAIN), (value, shell.LITERAL)])
+            word = syntax.Word([(f"{name}=", syntax.PLAIN), (value, syntax.LITERAL)])
             named = word.assignment()
         if named is not None:
             state.assign(word, line, export)
@@ -79,7 +79,7 @@ def _declare(builtin: str, state: Shell, words: list[shell.Word], line: int) -> 
     return True
 
 
-def _set(state: Shell, words: list[shell.Word], line: int) -> bool:
+def _set(state: Shell, words: list[syntax.Word], line: int) -> bool:
     """`set -a` and `set -o allexport` turn allexport on, `set -f` and `set -o noglob`
     noglob; their `+` forms off."""
     options = [word.literal() for word in words]
@@ -94,7 +94,7 @@ def _set(state: Shell, words: list[shell.Word], line: int) -> bool:
     return True
 
 
-def _printf(state: Shell, words: list[shell.Word], line: int) -> bool:
+def _printf(state: Shell, words: list[syntax.Word], line: int) -> bool:
     if words[:1] and words[0].literal() == "-v":
         raise UsageError(f"line {line}: `printf -v` is not followed; write the value")
     return True

@@ -12,9 +12,8 @@ from pathlib import Path, PurePosixPath
 from nccl_launch.errors import UsageError
 from nccl_launch.files.paths import is_regular
 from nccl_launch.files.reading import MAX_BYTES, read_stdin, read_text
-from nccl_launch.migrate import shell
-from nccl_launch.migrate.expansion import Lookup, expand
-from nccl_launch.migrate.server_table import known
+from nccl_launch.migrate.shell import syntax
+from nccl_launch.migrate.shell.expansion import Lookup, expand, known
 
 # How deep sourced files may nest; deeper is a file that sources itself, in all likelihood.
 MAX_DEPTH = 8
@@ -106,7 +105,7 @@ def find(
     return Sourced(path, read_sourced(path))
 
 
-def folders_before(value: shell.Word, lookup: Lookup, line: int) -> list[str]:
+def folders_before(value: syntax.Word, lookup: Lookup, line: int) -> list[str]:
     """The folders `PATH=value` puts before $PATH, "" for one it cannot tell (`$(...)/bin`)."""
 
     def marked(name: str) -> str | None:
@@ -114,7 +113,7 @@ def folders_before(value: shell.Word, lookup: Lookup, line: int) -> list[str]:
 
     try:
         text = expand(value, marked, line, assignment=True)
-    except shell.ShellError:
+    except syntax.ShellError:
         return [""]
     return [folder for folder in text.partition(_CALLERS)[0].split(":") if folder]
 

@@ -12,17 +12,18 @@ from pathlib import PurePosixPath
 
 from nccl_launch.errors import UsageError
 from nccl_launch.escaping import not_utf8
-from nccl_launch.migrate import shell, sourced
-from nccl_launch.migrate.expansion import (
+from nccl_launch.migrate.shell import sourced, syntax
+from nccl_launch.migrate.shell.expansion import (
     DEFAULT_IFS,
     FOLLOWED,
     SECRET_FILE,
     arguments,
     expand,
+    from_caller,
+    known,
     references,
     secret_read,
 )
-from nccl_launch.migrate.server_table import from_caller, known
 from nccl_launch.nccl import catalog
 from nccl_launch.secrets.masking import secret_name
 from nccl_launch.serving.references import literal
@@ -90,7 +91,7 @@ class Shell:
             return ":".join([*self.path_first, found or ""])  # after `PATH=/opt/bin:$PATH`
         return found
 
-    def expand(self, word: shell.Word, line: int, assignment: bool = False) -> str:
+    def expand(self, word: syntax.Word, line: int, assignment: bool = False) -> str:
         """The word's value, for a variable's: one holding a secret read from a file is
         refused (a profile's value cannot hold the file's text)."""
         for name, path in self.secret_reads.items():
@@ -112,11 +113,11 @@ class Shell:
                 f"server's command; {FOLLOWED}"
             )
 
-    def arguments(self, word: shell.Word, line: int) -> list[str]:
+    def arguments(self, word: syntax.Word, line: int) -> list[str]:
         """The arguments bash makes of a command's word, split at the script's IFS."""
         return arguments(word, self.lookup, line, from_caller, self.ifs(), glob=not self.noglob)
 
-    def written(self, word: shell.Word, line: int, argument: str) -> str:
+    def written(self, word: syntax.Word, line: int, argument: str) -> str:
         """`argument`, which `word` makes, as `[server] args` writes it: each variable a
         sourced file set last as `${NAME}` (the profile may name that file in `env_files`),
         the rest as it is (`references.literal`)."""
@@ -133,7 +134,7 @@ class Shell:
             return literal(argument)
         try:
             made = arguments(word, marked, line, from_caller, self.ifs(), not self.noglob)
-        except shell.ShellError:  # `$((N + 1))` computes with the value
+        except syntax.ShellError:  # `$((N + 1))` computes with the value
             return literal(argument)
         parts = _MARKED.split(made[0])
         parts[::2] = [literal(text) for text in parts[::2]]
@@ -181,7 +182,7 @@ class Shell:
         """The script's IFS (bash ignores the caller's)."""
         return self.variables.get("IFS", DEFAULT_IFS)
 
-    def assign(self, word: shell.Word, line: int, export: bool | None) -> None:
+    def assign(self, word: syntax.Word, line: int, export: bool | None) -> None:
         """`NAME=value` or `NAME+=value` as bash sets it; `export` says whether it reaches the
         server, None leaves that as it was (exported under `set -a`)."""
         name, value, appends = word.assignment() or ("", word, False)

@@ -8,13 +8,13 @@ This is the control flow; what a builtin does is in `builtins`, what the shell h
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from nccl_launch.errors import UsageError
 from nccl_launch.kinds import command_of, server_commands
-from nccl_launch.migrate import shell, sourced
-from nccl_launch.migrate.builtins import AFTER_EXPANSION, BUILTINS, DECLARATIONS
-from nccl_launch.migrate.start import StartCommand
-from nccl_launch.migrate.state import Shell, known_at, utf8
+from nccl_launch.migrate.shell import sourced, syntax
+from nccl_launch.migrate.shell.builtins import AFTER_EXPANSION, BUILTINS, DECLARATIONS
+from nccl_launch.migrate.shell.state import Shell, known_at, utf8
 from nccl_launch.serving import references
 
 _WRAPPERS = ("exec", "nohup", "command", "time")
@@ -23,23 +23,32 @@ _BY_HAND = "convert the branch that runs, or write the profile by hand"
 _IN_THIS_SHELL = ("source", ".", "set", *DECLARATIONS)
 
 
+@dataclass(frozen=True)
+class ServerCommand:
+    """The server's command as the script runs it: where it is ("line 9", "a.sh line 2"),
+    its env, argv, words as `[server] args` writes them, and each of their variables a
+    sourced file set last: that file and the value."""
+
+    at: str
+    env: dict[str, str]
+    argv: list[str]
+    words: list[str]
+    sourced: dict[str, tuple[str, str]]
+
+
 class _Script:
     """Follows a script's commands in the order bash runs them, and which of them run."""
 
     def __init__(self, environ: Mapping[str, str]) -> None:
         self.shell = Shell(environ)
-        # Where the server's command is, its env, argv, words as written, and each of their
-        # variables a sourced file set last: that file and the value.
-        self.found: (
-            tuple[str, dict[str, str], list[str], list[str], dict[str, tuple[str, str]]] | None
-        ) = None
+        self.found: ServerCommand | None = None
         # Whether the last command succeeded, as far as a reader can know (None: it cannot).
         self.succeeded: bool | None = True
         self.done = False  # after `exit`, or `exec` of a command
         self.returned = False  # `return` in a sourced file: the rest of it does not run
         self.skipping = 0  # the depth of a group or subshell that does not run
 
-    def source(self, words: list[shell.Word], line: int) -> bool | None:
+    def source(self, words: list[syntax.Word], line: int) -> bool | None:
         """`source FILE`, `. FILE`: its commands followed as the script's own (`activate`: PATH)."""
         state = self.shell
         if len(words) != 1:
@@ -63,7 +72,7 @@ class _Script:
         state.within.append(found.path)
         try:
             self.follow_all(found.text)
-        except (UsageError, shell.ShellError) as error:
+        except (UsageError, syntax.ShellError) as error:
             raise UsageError(f"line {line}: {found.path}: {error}") from None
         state.within.pop()
         self.returned = False
@@ -71,12 +80,12 @@ class _Script:
 
     def follow_all(self, text: str) -> None:
         """The commands of a script or a sourced file, up to an `exit` (or a `return`)."""
-        for command in shell.parse(text):
+        for command in syntax.parse(text):
             self.follow(command)
             if self.done or self.returned:
                 return
 
-    def follow(self, command: shell.Command) -> None:
+    def follow(self, command: syntax.Command) -> None:
         """One command, if it runs: `a && b` runs b only after a succeeded, `a || b` only
         after a failed; when the reader cannot know, it refuses."""
         line, keyword = command.line, command.keyword
@@ -107,7 +116,7 @@ class _Script:
             return
         self.succeeded = self.command(command)
 
-    def command(self, command: shell.Command) -> bool | None:
+    def command(self, command: syntax.Command) -> bool | None:
         """Follow one simple command that runs; whether it succeeded, None when unknown."""
         words, line, state = list(command.words), command.line, self.shell
         name = words[0].bare()
@@ -164,7 +173,7 @@ class _Script:
         written: list[str],
         prefix: dict[str, str],
         line: int,
-        command: shell.Command,
+        command: syntax.Command,
     ) -> bool | None:
         """An expanded command (`written`: its words as a profile writes them): the server's
         (its env and argv kept), or a builtin's."""
@@ -183,7 +192,7 @@ class _Script:
             argv[0] = state.interpreter(argv[0], line)
             if self.found is not None:
                 raise UsageError(
-                    f"line {line}: a second server command (the first: {self.found[0]})"
+                    f"line {line}: a second server command (the first: {self.found.at})"
                 )
             env = state.server_env(removed, prefix)
             state.given_secrets(written, removed, prefix)
@@ -192,7 +201,7 @@ class _Script:
                 for name in [*env, *references.names(written)]
                 if name in state.origins
             }
-            self.found = (state.at(line), env, argv, written, origins)
+            self.found = ServerCommand(state.at(line), env, argv, written, origins)
             return True if command.background else None
         if command.background or command.pipes:
             state.notes.append(f"{state.at(line)}: ignored `{argv[0]} &` (it runs in a subshell)")
@@ -236,33 +245,23 @@ class _Script:
         return start
 
 
-def read_script(text: str, environ: Mapping[str, str]) -> StartCommand:
-    """Follow a start script (or one raw line) up to its server's command."""
+def read_script(text: str, environ: Mapping[str, str]) -> tuple[ServerCommand, Shell]:
+    """Follow a start script (or one raw line) up to its server's command: that command, and
+    the shell as the script left it (its directory, notes, secret files, where each variable
+    was set)."""
     if "\x00" in text:  # bash will not run such a file either
         line = text.count("\n", 0, text.index("\x00")) + 1
         raise UsageError(f"line {line}: a NUL byte; a start script is text")
     script = _Script(environ)
     try:
         script.follow_all(text)
-    except shell.ShellError as error:
+    except syntax.ShellError as error:
         raise UsageError(str(error)) from None
     if script.found is None:
-        found = ", ".join(f"`{form}`" for form in server_commands())
-        raise UsageError(f"no server command found ({found})")
-    at, env, argv, written, origins = script.found
-    state = script.shell
-    lines = {name: state.lines[name] for name in env if name in state.lines}
-    for name, value in env.items():
-        utf8(value, lines.get(name, at), name)
-    utf8(" ".join(argv), at, "the server's command")
-    return StartCommand(
-        env=env,
-        argv=argv,
-        cwd=state.cwd,
-        lines=lines,
-        notes=state.notes,
-        at=at,
-        words=written,
-        sourced=origins,
-        secret_files=state.secret_files,
-    )
+        forms = ", ".join(f"`{form}`" for form in server_commands())
+        raise UsageError(f"no server command found ({forms})")
+    found, state = script.found, script.shell
+    for name, value in found.env.items():
+        utf8(value, state.lines.get(name, found.at), name)
+    utf8(" ".join(found.argv), found.at, "the server's command")
+    return found, state
