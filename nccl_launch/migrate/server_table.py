@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nccl_launch.errors import UsageError
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.kinds import command_of, default_kind
 from nccl_launch.migrate.shell.expansion import UNSET, known
 from nccl_launch.serving import references
@@ -69,8 +69,8 @@ def server_table(
         index += consumed
     try:
         fields, left, kind_notes = kind.fields([item for item in items if isinstance(item, Given)])
-    except ValueError as error:
-        raise UsageError(str(error)) from None
+    except ValueError as error:  # the kind's reading of its flags: no model, a model twice
+        raise Refused(Finding("server-command", "", str(error))) from None
     args: list[str] = []
     for item in items:
         if isinstance(item, int):

@@ -12,11 +12,10 @@ from typing import Any
 import tomli_w
 
 from nccl_launch.env.env_files import env_file_lines, profile_env_file_lines
-from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.escaping import toml_escaped
 from nccl_launch.files.toml_text import parse_toml
 from nccl_launch.files.writing import check_output, write_output
-from nccl_launch.findings import Refused
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.kinds import KINDS, command_of
 from nccl_launch.migrate.secrets import (
     SECRETS_MODE,
@@ -28,6 +27,7 @@ from nccl_launch.migrate.secrets import (
     secrets_text,
 )
 from nccl_launch.migrate.server_table import server_table
+from nccl_launch.migrate.shell.refused import within
 from nccl_launch.nccl import catalog, others, rules
 from nccl_launch.profile.load import LoadedProfile, validate_resolved
 from nccl_launch.profile.markers import OWN_VARIABLES
@@ -92,11 +92,13 @@ def build_profile(
     """The profile of a start command (naming `env_files`), with the start command's notes and
     its own; NCCL values are checked with NCCL's grammar first, so that an error names the
     script's line."""
-    problems, nccl, env, comments = [], {}, {}, {}
+    problems: list[Finding] = []  # a name or a value read from a process or a script
+    nccl, env, comments = {}, {}, {}
     notes = list(start.notes)
     not_nccl: list[str] = []  # someone else's NCCL_* names: no drift, no part of a profile
     for key, value in start.env.items():
-        where = f"{start.lines[key]}: " if start.lines.get(key) else ""
+        line = start.lines.get(key, "")
+        where = f"{line}: " if line else ""
         comments[key] = start.where(key)
         if key in OWN_VARIABLES:
             continue
@@ -105,7 +107,8 @@ def build_profile(
         elif (other := others.what_is(key, value)) is not None:
             not_nccl.append(f"{key} ({other})")
         elif catalog.lookup(key) is None:
-            problems.append(f"{where}{catalog.unknown_name_message(key)}")
+            message = catalog.unknown_name_message(key)
+            problems.append(Finding("unknown-nccl-variable", line, message, file=source))
         else:
             read = rules.reading(key, value)
             try:
@@ -114,7 +117,8 @@ def build_profile(
                 said = (
                     f"{value!r} ({read.note}): " if read.changed and read.stored is not None else ""
                 )
-                problems.append(f"{where}{key}: {said}{error}")
+                key_at = f"{where}{key}"
+                problems.append(Finding("invalid-value", key_at, f"{said}{error}", file=source))
                 continue
             if written is not None:
                 nccl[key.removeprefix(catalog.PREFIX)] = written
@@ -124,8 +128,8 @@ def build_profile(
                 comments[key] += f": {json.dumps(value)} ({read.note})"
     if not_nccl:
         notes.append(f"left out what NCCL does not read: {', '.join(not_nccl)}")
-    if problems:  # a name or a value read from a process or a script may hold anything
-        raise ProfileError([f"{source}: {problem}" for problem in problems])
+    if problems:
+        raise Refused(problems)
     data: dict[str, Any] = {
         "schema": PROFILE_SCHEMA,
         "name": name,
@@ -138,8 +142,8 @@ def build_profile(
     data |= {"env": env} if env else {}
     try:
         server, server_notes = server_table(start.argv, start.words or None)
-    except UsageError as error:  # `$MODEL_DIR is not set`: in which script, on which line
-        raise UsageError(f"{source}: {start.at}{': ' if start.at else ''}{error}") from None
+    except Refused as refused:  # `$MODEL_DIR is not set`: in which script, on which line
+        raise within(refused, f"{source}: {start.at}" if start.at else source) from None
     notes += server_notes
     if server is not None:
         data["server"] = server | ({"cwd": start.cwd} if start.cwd else {})

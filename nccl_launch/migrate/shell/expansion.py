@@ -1,14 +1,16 @@
-"""A word's value as bash expands it: `~`, `$NAME`, `${NAME:-default}`, `$((...))` (for the
-few operators a start script uses); and the arguments a command's word becomes, or a refusal
-where bash would make others."""
+"""A word's value as bash expands it: `~`, `$NAME`, `${NAME:-default}`, `$((...))` (computed
+by `arithmetic`); and the arguments a command's word becomes, or a refusal where bash would
+make others."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
 
-from nccl_launch.errors import UsageError
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.migrate.shell import syntax
+from nccl_launch.migrate.shell.arithmetic import arithmetic
+from nccl_launch.migrate.shell.refused import shell_error
 
 Lookup = Callable[[str], "str | None"]
 # `$NAME`, or `${NAME` and what follows it: `}`, or `:-` or `-` before a default word
@@ -40,11 +42,12 @@ def from_caller(name: str) -> str:
     return UNSET + name
 
 
-def known(word: str) -> str:
-    """A word with every variable resolved; the caller-provided ones are an error here."""
+def known(word: str, where: str = "") -> str:
+    """A word with every variable resolved; the caller-provided ones are refused at `where`."""
     if UNSET in word:
         name = re.split(r"[^A-Za-z0-9_]", word.split(UNSET, 1)[1])[0]
-        raise UsageError(f"${name} is not set in the script or this environment")
+        message = f"${name} is not set in the script or this environment"
+        raise Refused(Finding("unset-variable", where, message))
     return word
 
 
@@ -89,9 +92,12 @@ def arguments(
     refuse_braces(word, line)
     unquoted = "".join(text if plain else _QUOTED * len(text) for text, plain in pieces)
     if glob and _is_pattern(unquoted):
-        raise syntax.ShellError(
-            f"line {line}: `{word.literal()}` is a glob: bash passes the files it matches when "
-            "the server starts; quote it, or write them out"
+        raise shell_error(
+            "glob",
+            line,
+            f"`{word.literal()}` is a glob: bash passes the files it matches when the server "
+            "starts",
+            "quote it, or write them out",
         )
     return [text]
 
@@ -110,9 +116,11 @@ def refuse_braces(word: syntax.Word, line: int) -> None:
         _masked(text, line) if kind == syntax.PLAIN else _QUOTED for text, kind in word.segments
     )
     if _BRACES.search(raw):
-        raise syntax.ShellError(
-            f"line {line}: `{word.literal()}` is a brace expansion: bash passes each word it "
-            "expands to; quote it, or write them out"
+        raise shell_error(
+            "brace-expansion",
+            line,
+            f"`{word.literal()}` is a brace expansion: bash passes each word it expands to",
+            "quote it, or write them out",
         )
 
 
@@ -172,12 +180,12 @@ def _secret_read(text: str, lookup: Lookup, line: int, assignment: bool) -> str:
     read = _SECRET_READ.fullmatch(text)
     if read is None or assignment:
         where = " in a variable's value" if read else ""
-        raise syntax.ShellError(
-            f"line {line}: command substitution is not supported{where}; {FOLLOWED}"
+        raise shell_error(
+            "command-substitution", line, f"command substitution is not supported{where}", FOLLOWED
         )
     value = lookup(SECRET_FILE + next(path for path in read.groups() if path))
     if value is None:
-        raise syntax.ShellError(f"line {line}: command substitution is not supported")
+        raise shell_error("command-substitution", line, "command substitution is not supported")
     return value
 
 
@@ -197,9 +205,11 @@ def _tildes(text: str, first: bool, last: bool, assignment: bool, line: int) -> 
         if end == len(text) and not last:
             continue  # quoted text follows: bash leaves the `~`
         if end - start > 1:
-            raise syntax.ShellError(
-                f"line {line}: {text[start:end]} is not expanded here: only ~ and ~/ (as $HOME) "
-                "are; write the path"
+            raise shell_error(
+                "tilde",
+                line,
+                f"{text[start:end]} is not expanded here: only ~ and ~/ (as $HOME) are",
+                "write the path",
             )
         pieces += [text[done:start], None]
         done = end
@@ -209,7 +219,7 @@ def _tildes(text: str, first: bool, last: bool, assignment: bool, line: int) -> 
 def _home(lookup: Lookup, line: int) -> str:
     home = lookup("HOME")
     if home is None:
-        raise syntax.ShellError(f"line {line}: ~ with $HOME not set; write the path")
+        raise shell_error("home-unset", line, "~ with $HOME not set", "write the path")
     return home
 
 
@@ -229,8 +239,8 @@ def _expand_text(
     while (start := text.find("$", index)) >= 0:
         match = _VARIABLE.match(text, start)
         if match is None:
-            raise syntax.ShellError(
-                f"line {line}: only $NAME, ${{NAME}} and ${{NAME:-default}} expand"
+            raise shell_error(
+                "parameter-expansion", line, "only $NAME, ${NAME} and ${NAME:-default} expand"
             )
         out.append((text[index:start], plain))
         name, operator, index = match.group(1) or match.group(3), match.group(2), match.end()
@@ -243,7 +253,7 @@ def _expand_text(
                 continue
         if found is None:
             if unset is None:
-                raise syntax.ShellError(f"line {line}: ${name} is not set in the script")
+                raise shell_error("unset-variable", line, f"${name} is not set in the script")
             found = unset(name)
         elif ifs:
             _refuse_split(found, f"${name}", ifs, line)
@@ -263,9 +273,11 @@ def _default(
     """The pieces of `expansion`'s (`${NAME:-word}`'s) default word, expanded as bash does:
     tilde, variables, arithmetic and quotes, the same as a word's."""
     if word_text.count("${") > _MOST_IN_DEFAULT:
-        raise syntax.ShellError(
-            f"line {line}: a default word with more than {_MOST_IN_DEFAULT} ${{...}} in it is "
-            "not followed; write the value"
+        raise shell_error(
+            "default-word",
+            line,
+            f"a default word with more than {_MOST_IN_DEFAULT} ${{...}} in it is not followed",
+            "write the value",
         )
     word = syntax.default_word(word_text, assignment is None, line)
     pieces = _expanded(word, lookup, line, unset, ifs, bool(assignment))
@@ -279,107 +291,14 @@ def _refuse_split(value: str, shown: str, ifs: str, line: int) -> None:
     """Refuse an unquoted `value` bash would split into several arguments at `ifs`."""
     if any(char in ifs for char in value):
         holds = "blanks" if ifs == DEFAULT_IFS else f"a character of IFS ({ifs!r})"
-        raise syntax.ShellError(
-            f"line {line}: {shown} holds {holds} and is not quoted, so bash splits it into "
-            f'several arguments; quote it ("{shown}") or write the words out'
+        raise shell_error(
+            "word-split",
+            line,
+            f"{shown} holds {holds} and is not quoted, so bash splits it into several arguments",
+            f'quote it ("{shown}") or write the words out',
         )
 
 
 def references(word: syntax.Word, name: str) -> bool:
     """Whether the word reads variable `name` (`$NAME`, `${NAME...}`)."""
     return re.search(rf"\$\{{?{name}\b", word.literal()) is not None
-
-
-_TOKEN = re.compile(r"[ \t\n]*(?:([0-9]+)|\$?\{?([A-Za-z_][A-Za-z0-9_]*)\}?|([-+*/%()]))")
-_DECIMAL = re.compile(r"-?(0|[1-9][0-9]{0,18})")
-_INT64 = 1 << 64
-_ONLY = "only + - * / % ( ), decimal numbers and variables are evaluated; write the value"
-
-
-def arithmetic(text: str, lookup: Lookup, line: int) -> int:
-    """`$((text))` as bash computes it (64 bits, division truncating) for + - * / % and
-    parentheses over decimal numbers and variables holding one; anything else is refused."""
-    where = f"line {line}: $(({text}))"
-    tokens: list[int | str] = []
-    index, end = 0, len(text.rstrip(" \t\n"))
-    while index < end:
-        match = _TOKEN.match(text, index)
-        if match is None:
-            raise syntax.ShellError(f"{where}: {_ONLY}")
-        number, name, operator = match.groups()
-        if name is not None:
-            number = lookup(name)
-            if number is None:
-                raise syntax.ShellError(f"{where}: ${name} is not set in the script")
-        if number is not None:
-            if not _DECIMAL.fullmatch(number):
-                raise syntax.ShellError(f"{where}: {number!r} is not a decimal 64-bit number")
-            tokens.append(int(number))
-        else:
-            tokens.append(operator)
-        index = match.end()
-    return _Arithmetic(tokens, where).value()
-
-
-class _Arithmetic:
-    """Precedence climbing over the tokens; nesting is capped, so no deep recursion."""
-
-    def __init__(self, tokens: list[int | str], where: str) -> None:
-        self.tokens, self.index, self.where, self.depth = tokens, 0, where, 0
-
-    def fail(self) -> syntax.ShellError:
-        return syntax.ShellError(f"{self.where}: {_ONLY}")
-
-    def value(self) -> int:
-        result = self.sum()
-        if self.index != len(self.tokens):
-            raise self.fail()
-        return result
-
-    def next(self) -> int | str | None:
-        return self.tokens[self.index] if self.index < len(self.tokens) else None
-
-    def sum(self) -> int:
-        result = self.product()
-        while (operator := self.next()) in ("+", "-"):
-            self.index += 1
-            other = self.product()
-            result = _wrap(result + other if operator == "+" else result - other)
-        return result
-
-    def product(self) -> int:
-        result = self.unary()
-        while (operator := self.next()) in ("*", "/", "%"):
-            self.index += 1
-            other = self.unary()
-            if operator == "*":
-                result = _wrap(result * other)
-                continue
-            if other == 0:
-                raise syntax.ShellError(f"{self.where}: division by 0")
-            # C's division truncates toward 0; the remainder takes the dividend's sign
-            quotient = abs(result) // abs(other) * (1 if (result < 0) == (other < 0) else -1)
-            result = _wrap(quotient if operator == "/" else result - quotient * other)
-        return result
-
-    def unary(self) -> int:
-        sign = 1
-        while (operator := self.next()) in ("+", "-"):
-            sign, self.index = (-sign if operator == "-" else sign), self.index + 1
-        operand = self.next()
-        self.index += 1
-        if isinstance(operand, int):
-            return _wrap(sign * operand)
-        if operand != "(" or self.depth >= 32:
-            raise self.fail()
-        self.depth += 1
-        result = self.sum()
-        self.depth -= 1
-        if self.next() != ")":
-            raise self.fail()
-        self.index += 1
-        return _wrap(sign * result)
-
-
-def _wrap(number: int) -> int:
-    return (number + _INT64 // 2) % _INT64 - _INT64 // 2

@@ -11,9 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nccl_launch.errors import UsageError
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.kinds import command_of, server_commands
 from nccl_launch.migrate.shell import sourced, syntax
 from nccl_launch.migrate.shell.builtins import AFTER_EXPANSION, BUILTINS, DECLARATIONS
+from nccl_launch.migrate.shell.refused import shell_error, within
 from nccl_launch.migrate.shell.state import Shell, known_at, utf8
 from nccl_launch.serving import references
 
@@ -52,15 +54,21 @@ class _Script:
         """`source FILE`, `. FILE`: its commands followed as the script's own (`activate`: PATH)."""
         state = self.shell
         if len(words) != 1:
-            raise UsageError(f"line {line}: `source` is followed with one file, no arguments")
+            raise shell_error(
+                "source-arguments", line, "`source` is followed with one file, no arguments"
+            )
+        named = state.arguments(words[0], line)
+        if len(named) != 1:
+            raise shell_error(
+                "source-arguments", line, f"`source {words[0].literal()}` names no file"
+            )
         try:
-            named = state.arguments(words[0], line)
-            if len(named) != 1:
-                raise UsageError(f"`source {words[0].literal()}` names no file")
             found = sourced.find(
                 words[0].literal(), named[0], state.cwd, state.lookup("PATH"), state.within
             )
-        except UsageError as error:
+        except Refused as refused:
+            raise within(refused, f"line {line}") from None
+        except UsageError as error:  # a file not read, still said in prose by files/
             raise UsageError(f"line {line}: {error}") from None
         if found.venv_bin is not None:
             state.activate(found.venv_bin)
@@ -72,7 +80,9 @@ class _Script:
         state.within.append(found.path)
         try:
             self.follow_all(found.text)
-        except (UsageError, syntax.ShellError) as error:
+        except Refused as refused:
+            raise within(refused, f"line {line}: {found.path}") from None
+        except UsageError as error:  # a file not read, still said in prose by files/
             raise UsageError(f"line {line}: {found.path}: {error}") from None
         state.within.pop()
         self.returned = False
@@ -96,9 +106,11 @@ class _Script:
             return  # output plumbing; the pipeline's outcome is its first command's here
         if command.joiner in ("&&", "||"):
             if self.succeeded is None:
-                raise UsageError(
-                    f"line {line}: whether this runs depends on how the command before "
-                    f"`{command.joiner}` ends; {_BY_HAND}"
+                raise shell_error(
+                    "unknown-outcome",
+                    line,
+                    f"whether this runs depends on how the command before `{command.joiner}` ends",
+                    _BY_HAND,
                 )
             if self.succeeded != (command.joiner == "&&"):
                 # skipped; the list's outcome stays that of the command before
@@ -109,7 +121,7 @@ class _Script:
             return  # a group runs in this shell: its commands are followed as they come
         if keyword:
             what = "a subshell `( ... )`" if keyword == "(" else f"`{keyword}`"
-            raise UsageError(f"line {line}: {what} is not followed; {_BY_HAND}")
+            raise shell_error("control-flow", line, f"{what} is not followed", _BY_HAND)
         if command.function:
             self.shell.functions[command.function] = line
             self.succeeded = True
@@ -121,10 +133,12 @@ class _Script:
         words, line, state = list(command.words), command.line, self.shell
         name = words[0].bare()
         if name in state.functions:
-            raise UsageError(
-                f"line {line}: `{name}` calls the function defined on line "
-                f"{state.functions[name]}, which is not followed; put what it does in the "
-                "script, or write the profile by hand"
+            raise shell_error(
+                "function-call",
+                line,
+                f"`{name}` calls the function defined on line {state.functions[name]}, which "
+                "is not followed",
+                "put what it does in the script, or write the profile by hand",
             )
         if name == "exit":
             self.done = True
@@ -191,8 +205,10 @@ class _Script:
         if command_of(argv) is not None:
             argv[0] = state.interpreter(argv[0], line)
             if self.found is not None:
-                raise UsageError(
-                    f"line {line}: a second server command (the first: {self.found.at})"
+                raise shell_error(
+                    "second-server-command",
+                    line,
+                    f"a second server command (the first: {self.found.at})",
                 )
             env = state.server_env(removed, prefix)
             state.given_secrets(written, removed, prefix)
@@ -238,7 +254,7 @@ class _Script:
                 prefix[name], self.shell.lines[name] = known_at(value, line), self.shell.at(line)
                 removed.discard(name)
             elif word.startswith("-"):
-                raise UsageError(f"line {line}: env {word} is not supported")
+                raise shell_error("env-option", line, f"env {word} is not supported")
             else:
                 break
             start += 1
@@ -251,15 +267,12 @@ def read_script(text: str, environ: Mapping[str, str]) -> tuple[ServerCommand, S
     was set)."""
     if "\x00" in text:  # bash will not run such a file either
         line = text.count("\n", 0, text.index("\x00")) + 1
-        raise UsageError(f"line {line}: a NUL byte; a start script is text")
+        raise shell_error("nul-byte", line, "a NUL byte", "a start script is text")
     script = _Script(environ)
-    try:
-        script.follow_all(text)
-    except syntax.ShellError as error:
-        raise UsageError(str(error)) from None
+    script.follow_all(text)
     if script.found is None:
         forms = ", ".join(f"`{form}`" for form in server_commands())
-        raise UsageError(f"no server command found ({forms})")
+        raise Refused(Finding("no-server-command", "", f"no server command found ({forms})"))
     found, state = script.found, script.shell
     for name, value in found.env.items():
         utf8(value, state.lines.get(name, found.at), name)

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from nccl_launch.errors import UsageError
 from nccl_launch.escaping import not_utf8
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.migrate.shell import sourced, syntax
 from nccl_launch.migrate.shell.expansion import (
     DEFAULT_IFS,
@@ -24,6 +24,7 @@ from nccl_launch.migrate.shell.expansion import (
     references,
     secret_read,
 )
+from nccl_launch.migrate.shell.refused import ShellError, shell_error
 from nccl_launch.nccl import catalog
 from nccl_launch.secrets.masking import secret_name
 from nccl_launch.serving.references import literal
@@ -39,19 +40,16 @@ def utf8(text: str, where: str, what: str) -> str:
     surrogateescape, as bash reads bytes): a profile is UTF-8 text."""
     byte = not_utf8(text)
     if byte is not None:
-        raise UsageError(
-            f"{where}: {what} holds the byte {byte}, which is not UTF-8; a profile is UTF-8 "
-            "text: write it in UTF-8"
+        message = f"{what} holds the byte {byte}, which is not UTF-8"
+        raise Refused(
+            Finding("not-utf8", where, message, "a profile is UTF-8 text: write it in UTF-8")
         )
     return text
 
 
 def known_at(value: str, line: int) -> str:
     """`value` with every variable resolved; one the caller provides is refused naming `line`."""
-    try:
-        return known(value)
-    except UsageError as error:
-        raise UsageError(f"line {line}: {error}") from None
+    return known(value, f"line {line}")
 
 
 @dataclass
@@ -96,9 +94,12 @@ class Shell:
         refused (a profile's value cannot hold the file's text)."""
         for name, path in self.secret_reads.items():
             if references(word, name):
-                raise UsageError(
-                    f"line {line}: ${name} holds the secret read from {path} "
-                    f"({self.lines[name]}), here outside the server's command; {FOLLOWED}"
+                raise shell_error(
+                    "secret-outside",
+                    line,
+                    f"${name} holds the secret read from {path} ({self.lines[name]}), here "
+                    "outside the server's command",
+                    FOLLOWED,
                 )
         return expand(word, self.lookup, line, from_caller, assignment=assignment)
 
@@ -107,10 +108,12 @@ class Shell:
         variable read from a file: it would reach the profile as `${NAME}`, not the text."""
         found = [name for name in self.secret_reads if self.read_name(name) in refers_to([written])]
         if found:
-            raise UsageError(
-                f"line {line}: {what} holds ${found[0]}, the secret read from "
-                f"{self.secret_reads[found[0]]} ({self.lines[found[0]]}), here outside the "
-                f"server's command; {FOLLOWED}"
+            raise shell_error(
+                "secret-outside",
+                line,
+                f"{what} holds ${found[0]}, the secret read from {self.secret_reads[found[0]]} "
+                f"({self.lines[found[0]]}), here outside the server's command",
+                FOLLOWED,
             )
 
     def arguments(self, word: syntax.Word, line: int) -> list[str]:
@@ -134,7 +137,7 @@ class Shell:
             return literal(argument)
         try:
             made = arguments(word, marked, line, from_caller, self.ifs(), not self.noglob)
-        except syntax.ShellError:  # `$((N + 1))` computes with the value
+        except ShellError:  # `$((N + 1))` computes with the value
             return literal(argument)
         parts = _MARKED.split(made[0])
         parts[::2] = [literal(text) for text in parts[::2]]
@@ -173,10 +176,9 @@ class Shell:
             if name not in exported and named not in used:
                 continue
             if self.secret_files.setdefault(named, path) != path:
-                raise UsageError(
-                    f"{self.lines[name]}: {named} names two secret files, "
-                    f"{self.secret_files[named]} and {path}; read one into another variable"
-                )
+                message = f"{named} names two secret files, {self.secret_files[named]} and {path}"
+                fix = "read one into another variable"
+                raise Refused(Finding("secret-files-clash", self.lines[name], message, fix))
 
     def ifs(self) -> str:
         """The script's IFS (bash ignores the caller's)."""
@@ -207,9 +209,11 @@ class Shell:
                     )
                 return
             if name in self.environ:
-                raise UsageError(
-                    f"line {line}: {name} extends the caller's value, which a profile cannot "
-                    "hold; write the whole value"
+                raise shell_error(
+                    "extends-caller",
+                    line,
+                    f"{name} extends the caller's value, which a profile cannot hold",
+                    "write the whole value",
                 )
         text = known_at(self.expand(value, line, assignment=True), line)
         self.variables[name] = self.variables.get(name, "") + text if appends else text
@@ -228,9 +232,12 @@ class Shell:
 
     def writable(self, name: str, line: int) -> None:
         if name in self.readonly:
-            raise UsageError(
-                f"line {line}: {name} is readonly since {self.lines.get(name)}: bash "
-                "fails here and keeps that value; remove the line that does not count"
+            raise shell_error(
+                "readonly",
+                line,
+                f"{name} is readonly since {self.lines.get(name)}: bash fails here and keeps "
+                "that value",
+                "remove the line that does not count",
             )
 
     def unset(self, name: str, line: int) -> None:
