@@ -199,3 +199,21 @@ def test_every_unknown_nccl_name_read_is_a_finding_of_the_file_read(
         ("unknown-nccl-variable", "x.env", "line 2"),
     ]
     assert refused.value.exit_code == 2
+
+
+def test_what_a_script_leaves_out_is_said_as_warnings_with_codes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("start.sh").write_text(
+        "NCCL_X=1\nmyjob &\npython3 -m sglang.launch_server --model-path /m\n"
+    )
+    start = read_input("start.sh", None, {})
+    assert [(note.code, note.where, note.severity) for note in start.notes] == [
+        ("in-subshell", "line 2", "warning"),
+        ("bare-name", "line 3", "warning"),
+        ("not-exported", "line 1", "warning"),
+    ]
+    assert lines(start.notes[:1]) == [
+        "nccl-launch: warning: line 2: ignored `myjob &` (it runs in a subshell)"
+    ]

@@ -70,13 +70,16 @@ class _Filled:
     sourced: dict[str, tuple[str, str]] = field(default_factory=dict)
     unknown: str | None = None
 
-    def notes(self) -> list[str]:
+    def notes(self) -> list[Finding]:
         if self.unknown is None:
             return []
+        message = "which of its words its profile filled from secret files cannot be told "
+        message += f"({self.unknown}): they are written as read, and the profile readable by "
+        message += "its owner only"
         return [
-            f"which of its words its profile filled from secret files cannot be told "
-            f"({self.unknown}): they are written as read, and the profile readable by its "
-            "owner only; move a secret to an env file"
+            Finding(
+                "filled-unknown", "", message, "move a secret to an env file", severity="warning"
+            )
         ]
 
 
@@ -167,27 +170,27 @@ def read_process(pid: int) -> StartCommand:
     notes = []
     if deleted:
         cwd = cwd.removesuffix(DELETED)
-        notes.append(
-            f"its working directory {escaped(cwd)} was deleted after it started; [server] cwd "
-            "names that path, where `run` fails until it exists again: create it or edit cwd"
-        )
+        message = f"its working directory {escaped(cwd)} was deleted after it started; [server] "
+        message += "cwd names that path, where `run` fails until it exists again: create it or "
+        message += "edit cwd"
+        notes.append(Finding("cwd-deleted", "", message, severity="warning"))
     if left:
-        notes.append(
-            f"left out {len(left)} variable{'s' if len(left) > 1 else ''} of the process (neither "
-            "NCCL_* nor a captured prefix such as CUDA_ or HF_; add to [env] what the server "
-            f"needs): {', '.join(left)}"
-        )
+        message = f"left out {len(left)} variable{'s' if len(left) > 1 else ''} of the process "
+        message += "(neither NCCL_* nor a captured prefix such as CUDA_ or HF_; add to [env] what "
+        message += f"the server needs): {', '.join(left)}"
+        notes.append(Finding("left-out", "", message, severity="warning"))
     if image:
         who = "; ".join(sorted(set(image.values())))
         names = ", ".join(sorted(map(escaped, image)))
-        notes.append(f"left out the image's own variables ({who}): {names}")
+        message = f"left out the image's own variables ({who}): {names}"
+        notes.append(Finding("image-variables", "", message, severity="warning"))
     if debug:
-        notes.append(
-            "left out what run --nccl-debug added (run the profile with --nccl-debug for "
-            f"them): {', '.join(sorted(debug))}"
-        )
+        message = "left out what run --nccl-debug added (run the profile with --nccl-debug for "
+        message += f"them): {', '.join(sorted(debug))}"
+        notes.append(Finding("nccl-debug-added", "", message, severity="warning"))
     if MARKER_PROFILE in environ:
-        notes.append(f"the process was started by nccl-launch as {environ[MARKER_PROFILE]}")
+        message = f"the process was started by nccl-launch as {environ[MARKER_PROFILE]}"
+        notes.append(Finding("started-by-nccl-launch", "", message, severity="warning"))
     notes += filled.notes()
     return StartCommand(
         env=keep,

@@ -82,9 +82,9 @@ def read_conf_input(path: Path) -> StartCommand:
             fix = "write KEY=VALUE without spaces"
             raise Refused(Finding("conf-key", f"{path}: line {entry.line}", message, fix))
         if entry.key in start.env:
+            message = f"{entry.key} is set again; NCCL keeps the value of {start.lines[entry.key]}"
             start.notes.append(
-                f"line {entry.line}: {entry.key} is set again; NCCL keeps the value of "
-                f"{start.lines[entry.key]}"
+                Finding("conf-repeated", f"line {entry.line}", message, severity="warning")
             )
             continue
         start.env[entry.key], start.lines[entry.key] = entry.value, f"line {entry.line}"

@@ -12,19 +12,17 @@ from nccl_launch.serving import references
 from nccl_launch.serving.command import Given
 
 
-def _value_only(name: str, value: str, word: str, notes: list[str]) -> None:
+def _value_only(name: str, value: str, word: str, notes: list[Finding]) -> None:
     """Note a structured flag whose `word` in the profile would refer to a variable of an env
     file: a field holds a value, so the value is written."""
     if word != references.literal(value):
-        notes.append(
-            f"{name} {word}: written as its value, since only [server] args refer to an env "
-            "file's variables"
-        )
+        message = "written as its value, since only [server] args refer to an env file's variables"
+        notes.append(Finding("value-only", f"{name} {word}", message, severity="warning"))
 
 
 def server_table(
     argv: list[str], words: list[str] | None = None
-) -> tuple[dict[str, Any] | None, list[str]]:
+) -> tuple[dict[str, Any] | None, list[Finding]]:
     """The `[server]` table reproducing a server's argv (None when it is none), and notes on
     what it leaves out. `words` are the argv's words as `[server] args` writes them (default:
     each as it is, `references.literal`), some of them referring to variables (`${NAME}`)."""
@@ -32,7 +30,7 @@ def server_table(
     if found is None:
         return None, []
     kind, (python, entrypoint, flags) = found
-    notes: list[str] = []
+    notes: list[Finding] = []
     written = (words or [references.literal(word) for word in argv])[len(argv) - len(flags) :]
     table: dict[str, Any] = {} if kind is default_kind() else {"kind": kind.name}
     table |= {"python": python, "entrypoint": entrypoint}
@@ -58,7 +56,8 @@ def server_table(
             known(option)
             items.append(index)
         elif UNSET in value and flag.field in ("node_rank", "dist_init_addr"):
-            notes.append(f"{name} comes from the caller's environment; left to run time")
+            message = f"{name} comes from the caller's environment; left to run time"
+            notes.append(Finding("left-to-run-time", "", message, severity="warning"))
         else:
             raw = flags[index + consumed - 1]
             given = known(value) if equals or takes_next else None
@@ -78,4 +77,6 @@ def server_table(
         elif any(item is each for each in left):
             args += item.words
     table |= fields
-    return (table | {"args": args} if args else table), notes + kind_notes
+    # What the kind says of a flag it keeps in the args as written (a config the table cannot hold)
+    notes += [Finding("kept-in-args", "", note, severity="warning") for note in kind_notes]
+    return (table | {"args": args} if args else table), notes

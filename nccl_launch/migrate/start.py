@@ -47,7 +47,7 @@ class StartCommand:
     argv: list[str]
     cwd: str | None = None
     lines: dict[str, str] = field(default_factory=dict)  # where each was set: "a.sh line 2"
-    notes: list[str] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)
     origin: str = ""  # where every variable came from, for one without a line ("pid 42")
     at: str = ""  # where the server's command is: "line 9", "a.sh line 2"
     # `argv` as `[server] args` writes it (`${NAME}` for a variable of an env file, the rest
@@ -83,7 +83,7 @@ class BuiltProfile:
     profile: Profile
     plan: ProfilePlan
     comments: dict[str, str]
-    notes: list[str]
+    notes: list[Finding]
 
 
 def build_profile(
@@ -98,7 +98,7 @@ def build_profile(
     not_nccl: list[str] = []  # someone else's NCCL_* names: no drift, no part of a profile
     for key, value in start.env.items():
         line = start.lines.get(key, "")
-        where = f"{line}: " if line else ""
+        key_at = f"{line}: {key}" if line else key
         comments[key] = start.where(key)
         if key in OWN_VARIABLES:
             continue
@@ -117,17 +117,19 @@ def build_profile(
                 said = (
                     f"{value!r} ({read.note}): " if read.changed and read.stored is not None else ""
                 )
-                key_at = f"{where}{key}"
                 problems.append(Finding("invalid-value", key_at, f"{said}{error}", file=source))
                 continue
             if written is not None:
                 nccl[key.removeprefix(catalog.PREFIX)] = written
             if read.changed or read.hint:
-                notes.append(f"{where}{key}={value}: {_stored(read)}")
+                notes.append(
+                    Finding("nccl-reading", f"{key_at}={value}", _stored(read), severity="warning")
+                )
             if read.changed and comments[key]:
                 comments[key] += f": {json.dumps(value)} ({read.note})"
     if not_nccl:
-        notes.append(f"left out what NCCL does not read: {', '.join(not_nccl)}")
+        message = f"left out what NCCL does not read: {', '.join(not_nccl)}"
+        notes.append(Finding("not-nccl", "", message, severity="warning"))
     if problems:
         raise Refused(problems)
     data: dict[str, Any] = {
@@ -151,8 +153,10 @@ def build_profile(
         # Kept in the profile's provenance, which is shown, diffed and committed.
         shown = " ".join(mask_argv(start.words or start.argv))  # a secret file's as `${NAME}`
         kinds = " or ".join(kind.title for kind in KINDS)
-        notes.append(f"not an {kinds} command, run it with: -- {shown}")
-    data["provenance"] = {"source": source} | ({"notes": "; ".join(notes)} if notes else {})
+        message = f"not an {kinds} command, run it with: -- {shown}"
+        notes.append(Finding("no-server-kind", "", message, severity="warning"))
+    said = "; ".join(note.text() for note in notes)
+    data["provenance"] = {"source": source} | ({"notes": said} if notes else {})
     profile = validate_resolved(source, data)
     return BuiltProfile(data, profile, build_plan(profile), comments, notes)
 
@@ -200,7 +204,7 @@ class _Secrets:
 
 
 def _env_file_words(
-    start: StartCommand, unnamed: Mapping[str, str | None], notes: list[str]
+    start: StartCommand, unnamed: Mapping[str, str | None], notes: list[Finding]
 ) -> tuple[list[str], dict[str, dict[str, str]]]:
     """`start`'s words as `[server] args` write them, a variable a sourced file set referring
     to it unless that file is `unnamed`, or it fills a credential under a name masking shows
@@ -216,11 +220,10 @@ def _env_file_words(
         origins = sorted({start.sourced[each][0] for each in names})
         shown = [each for each in names if each in exposed] if index in credentials else []
         if shown:
-            notes.append(
-                f"{credentials[index][0]} {word}: written as its value, since masking shows a "
-                f"variable named {shown[0]} (a name ending in KEY, TOKEN, SECRET or PASSWORD "
-                "is masked)"
-            )
+            message = f"written as its value, since masking shows a variable named {shown[0]} "
+            message += "(a name ending in KEY, TOKEN, SECRET or PASSWORD is masked)"
+            where = f"{credentials[index][0]} {word}"
+            notes.append(Finding("credential-shown", where, message, severity="warning"))
         if shown or unnamed.keys() & origins:
             words[index] = references.literal(start.argv[index])
             continue
@@ -267,8 +270,13 @@ def _profile(
     notes = list(start.notes)
     words, files = _env_file_words(start, unnamed, notes)
     notes += [
-        f"{file}: not named in env_files ({why}): its variables in [server] args are "
-        "written as their values"
+        Finding(
+            "env-file-unnamed",
+            file,
+            f"not named in env_files ({why}): its variables in [server] args are written as "
+            "their values",
+            severity="warning",
+        )
         for file, why in unnamed.items()
         if why is not None
     ]
@@ -276,10 +284,9 @@ def _profile(
     for file, declared in files.items():
         unexported = sorted(declared.keys() - start.env.keys())
         if unexported:
-            notes.append(
-                f"{file} sets {', '.join(unexported)} without export; named in env_files, it "
-                "gives them to the server's env too"
-            )
+            message = f"{file} sets {', '.join(unexported)} without export; named in "
+            message += "env_files, it gives them to the server's env too"
+            notes.append(Finding("unexported-in-env-file", "", message, severity="warning"))
     env = {key: value for key, value in start.env.items() if given.get(key) != value}
     found = command_of(start.argv)
     kind = found[0] if found is not None else None
@@ -292,8 +299,13 @@ def _profile(
         moved = moved_credentials(start.argv, words, values, env.keys() | given.keys(), kind)
     kept = secrets_file(path, secrets.to, values, secrets.script, [Path(file) for file in files])
     notes += [
-        f"{flags[index][0]}'s value is kept in {kept.path} as {variable}: [server] args say "
-        f"${{{variable}}}"
+        Finding(
+            "credential-moved",
+            "",
+            f"{flags[index][0]}'s value is kept in {kept.path} as {variable}: [server] args "
+            f"say ${{{variable}}}",
+            severity="warning",
+        )
         for index, variable in moved.items()
         if kept is not None
     ]
@@ -321,7 +333,7 @@ def save_profile(
     secrets_to: Path | None = None,
     secrets_in_profile: bool = False,
     script: Path | None = None,
-) -> tuple[Path, ProfilePlan, list[str], SecretsFile | None]:
+) -> tuple[Path, ProfilePlan, list[Finding], SecretsFile | None]:
     """Write the profile of `start` to `output` (default `profiles/NAME.toml`) atomically,
     never replacing a file without `force`; where it went, its plan, the notes to tell and
     where its secrets went. Secret variables, and credential flags' values (as `${NAME}`),

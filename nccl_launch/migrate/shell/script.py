@@ -72,9 +72,10 @@ class _Script:
             raise UsageError(f"line {line}: {error}") from None
         if found.venv_bin is not None:
             state.activate(found.venv_bin)
+            message = f"{found.path} activates a virtual environment: not run; its bin is "
+            message += "first on PATH for the server's command (VIRTUAL_ENV is not converted)"
             state.notes.append(
-                f"{state.at(line)}: {found.path} activates a virtual environment: not run; its "
-                "bin is first on PATH for the server's command (VIRTUAL_ENV is not converted)"
+                Finding("venv-activate", state.at(line), message, severity="warning")
             )
             return True
         state.within.append(found.path)
@@ -149,9 +150,8 @@ class _Script:
         if (command.background or command.pipes) and (
             name in _IN_THIS_SHELL or all(word.assignment() for word in words)
         ):
-            state.notes.append(
-                f"{state.at(line)}: ignored `{words[0].literal()}` (it runs in a subshell)"
-            )
+            message = f"ignored `{words[0].literal()}` (it runs in a subshell)"
+            state.notes.append(Finding("in-subshell", state.at(line), message, severity="warning"))
             return True
         if name in ("source", "."):
             return self.source(words[1:], line)
@@ -220,12 +220,15 @@ class _Script:
             self.found = ServerCommand(state.at(line), env, argv, written, origins)
             return True if command.background else None
         if command.background or command.pipes:
-            state.notes.append(f"{state.at(line)}: ignored `{argv[0]} &` (it runs in a subshell)")
+            message = f"ignored `{argv[0]} &` (it runs in a subshell)"
+            state.notes.append(Finding("in-subshell", state.at(line), message, severity="warning"))
             return True
         utility = AFTER_EXPANSION.get(argv[0])
         if utility is not None:
             return utility(state, argv[1:], line)
-        state.notes.append(f"{state.at(line)}: ignored `{argv[0]}`")
+        state.notes.append(
+            Finding("ignored-command", state.at(line), f"ignored `{argv[0]}`", severity="warning")
+        )
         return None
 
     def env_options(

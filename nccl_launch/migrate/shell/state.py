@@ -69,7 +69,7 @@ class Shell:
     noglob: bool = False  # `set -f`: no word is a glob
     cwd: str | None = None
     functions: dict[str, int] = field(default_factory=dict)  # name: the line defining it
-    notes: list[str] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)
     secret_files: dict[str, str] = field(default_factory=dict)  # NAME: the file `$(cat FILE)` reads
     # A variable whose value is a secret read from a file (`NAME=$(cat FILE)`): NAME: FILE.
     # bash holds the file's text; here the server gets `${NAME}`, and the profile secret_files.
@@ -200,8 +200,9 @@ class Shell:
         if (appends or references(value, name)) and name not in self.variables:
             if name in self.environ and not name.startswith(catalog.PREFIX):
                 # PATH=/opt/bin:$PATH depends on whoever runs it, and stays theirs
+                message = f"{name} extends the caller's value; not converted"
                 self.notes.append(
-                    f"{self.at(line)}: {name} extends the caller's value; not converted"
+                    Finding("left-to-caller", self.at(line), message, severity="warning")
                 )
                 if name == "PATH" and not appends:  # but it tells where the server's python is
                     self.path_first = (
@@ -262,11 +263,10 @@ class Shell:
         path = self.variables.get("PATH")
         found = sourced.on_path(name, path.split(":") if path is not None else self.path_first)
         if found is None and "/" not in name:
-            self.notes.append(
-                f"{self.at(line)}: `{name}` is looked up on the PATH of whoever starts the "
-                "server (systemd's is not this shell's); written as is: put the interpreter's "
-                "absolute path in [server] python"
-            )
+            message = f"`{name}` is looked up on the PATH of whoever starts the server "
+            message += "(systemd's is not this shell's); written as is: put the interpreter's "
+            message += "absolute path in [server] python"
+            self.notes.append(Finding("bare-name", self.at(line), message, severity="warning"))
         return found or name
 
     def server_env(self, removed: set[str], prefix: dict[str, str]) -> dict[str, str]:
@@ -274,9 +274,13 @@ class Shell:
         removed, with its own `NAME=value` prefix; each NCCL value left out is noted."""
         kept = self.variables.keys() - removed
         self.notes += [
-            f"{self.lines[name]}: {name} is not exported: bash gives the server this "
-            "value only if the caller exported it (never after export -n); left out "
-            "(export it to keep it)"
+            Finding(
+                "not-exported",
+                self.lines[name],
+                f"{name} is not exported: bash gives the server this value only if the caller "
+                "exported it (never after export -n); left out (export it to keep it)",
+                severity="warning",
+            )
             for name in sorted(kept - self.exported - prefix.keys())
             if name.startswith(catalog.PREFIX)
         ]
