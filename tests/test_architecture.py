@@ -178,6 +178,25 @@ def test_the_registry_wires_no_kind_by_hand() -> None:
     assert [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Lambda)] == []
 
 
+# The shell reader reads a script as bash would and knows nothing of the profile it becomes:
+# it imports no module of migrate/ outside its own package.
+SHELL_READER = "nccl_launch.migrate.shell"
+
+
+def in_shell_reader(name: str) -> bool:
+    return name == SHELL_READER or name.startswith(f"{SHELL_READER}.")
+
+
+@pytest.mark.parametrize("name", sorted(name for name in MODULES if in_shell_reader(name)))
+def test_the_shell_reader_imports_no_other_module_of_migrate(name: str) -> None:
+    outside = [
+        target
+        for target in imported(name)
+        if package_of(target) == "migrate" and not in_shell_reader(target)
+    ]
+    assert outside == [], f"{name} imports from migrate/ outside the shell reader"
+
+
 @pytest.mark.parametrize(
     "folder", sorted({path.parent for path in MODULES.values()}), ids=lambda path: path.name
 )

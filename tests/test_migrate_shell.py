@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nccl_launch.errors import UsageError
-from nccl_launch.migrate.expansion import arguments, expand
-from nccl_launch.migrate.script import read_script
-from nccl_launch.migrate.shell import ShellError, parse
+from nccl_launch.findings import Refused, lines
+from nccl_launch.migrate.inputs import read_input
+from nccl_launch.migrate.shell.expansion import arguments, expand
+from nccl_launch.migrate.shell.refused import ShellError
+from nccl_launch.migrate.shell.script import read_script
+from nccl_launch.migrate.shell.syntax import parse
+from nccl_launch.migrate.start import build_profile
 
 
 def words(text: str, variables: dict[str, str] | None = None) -> list[list[str]]:
@@ -87,8 +91,11 @@ def test_words_as_a_posix_shell_splits_them(text: str, expected: list[list[str]]
     ],
 )
 def test_what_it_refuses_names_the_line(text: str, message: str) -> None:
-    with pytest.raises(ShellError, match="^" + re.escape(message)):
+    with pytest.raises(ShellError) as refused:
         words(text)
+    [finding] = refused.value.findings
+    assert re.match(re.escape(message), finding.text())
+    assert (finding.where, finding.cause) == (message.partition(": ")[0], "profile")
 
 
 def test_assignments_are_recognised_only_unquoted() -> None:
@@ -108,7 +115,7 @@ def test_any_text_is_read_or_refused_never_hangs(text: str) -> None:
             for word in command.words:
                 expand(word, lambda name: "v", command.line)
     except ShellError as error:
-        assert str(error).startswith("line ")
+        assert re.fullmatch(r"line [0-9]+", error.findings[0].where)
 
 
 def test_reserved_words_and_parentheses_stand_alone_for_the_reader() -> None:
@@ -156,5 +163,57 @@ def test_time_is_linear_in_the_text() -> None:
 def test_any_script_is_converted_or_refused_with_a_message(text: str) -> None:
     try:
         read_script(text, {"A": "1"})
-    except UsageError as error:
-        assert str(error)
+    except Refused as error:
+        assert error.findings[0].code and error.findings[0].message
+
+
+def test_a_refusal_in_a_sourced_file_is_a_finding_within_the_line_that_sources_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("a.sh").write_text("X=1\nif true; then :; fi\n")
+    Path("start.sh").write_text(". ./a.sh\npython3 -m sglang.launch_server --model-path /m\n")
+    with pytest.raises(Refused) as refused:
+        read_input("start.sh", None, {})
+    [finding] = refused.value.findings
+    assert (finding.code, finding.cause, finding.where) == (
+        "control-flow",
+        "profile",
+        "start.sh: line 1: a.sh: line 2",
+    )
+    assert lines([finding]) == [
+        "nccl-launch: start.sh: line 1: a.sh: line 2: `if` is not followed; convert the branch "
+        "that runs, or write the profile by hand"
+    ]
+
+
+def test_every_unknown_nccl_name_read_is_a_finding_of_the_file_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("x.env").write_text("NCCL_NOPE=1\nNCCL_ALSO_NOPE=2\n")
+    with pytest.raises(Refused) as refused:
+        build_profile(read_input("x.env", None, {}), "x", "x.env", "converted")
+    assert [(f.code, f.file, f.where) for f in refused.value.findings] == [
+        ("unknown-nccl-variable", "x.env", "line 1"),
+        ("unknown-nccl-variable", "x.env", "line 2"),
+    ]
+    assert refused.value.exit_code == 2
+
+
+def test_what_a_script_leaves_out_is_said_as_warnings_with_codes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("start.sh").write_text(
+        "NCCL_X=1\nmyjob &\npython3 -m sglang.launch_server --model-path /m\n"
+    )
+    start = read_input("start.sh", None, {})
+    assert [(note.code, note.where, note.severity) for note in start.notes] == [
+        ("in-subshell", "line 2", "warning"),
+        ("bare-name", "line 3", "warning"),
+        ("not-exported", "line 1", "warning"),
+    ]
+    assert lines(start.notes[:1]) == [
+        "nccl-launch: warning: line 2: ignored `myjob &` (it runs in a subshell)"
+    ]

@@ -10,8 +10,9 @@ from pathlib import Path
 import psutil
 
 from nccl_launch.env.env_files import env_file_lines
-from nccl_launch.errors import HostError, NcclLaunchError
+from nccl_launch.errors import NcclLaunchError
 from nccl_launch.escaping import escaped, not_utf8
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.kinds import KINDS
 from nccl_launch.live.environ import OVERWRITTEN, getenv_view
 from nccl_launch.live.resolve import hold
@@ -53,10 +54,9 @@ def _cwd_deleted(pid: int) -> bool:
 
 def _check_text(pid: int, what: str, text: str) -> None:
     if not_utf8(text) is not None:  # psutil keeps a byte that is not UTF-8 as a surrogate
-        raise HostError(
-            f"process {pid}: {what} is not UTF-8 text, which a profile cannot hold; "
-            "write the profile by hand"
-        )
+        message = f"{what} is not UTF-8 text, which a profile cannot hold"
+        fix = "write the profile by hand"
+        raise Refused(Finding("not-utf8", f"process {pid}", message, fix, cause="host"))
 
 
 @dataclass
@@ -70,13 +70,16 @@ class _Filled:
     sourced: dict[str, tuple[str, str]] = field(default_factory=dict)
     unknown: str | None = None
 
-    def notes(self) -> list[str]:
+    def notes(self) -> list[Finding]:
         if self.unknown is None:
             return []
+        message = "which of its words its profile filled from secret files cannot be told "
+        message += f"({self.unknown}): they are written as read, and the profile readable by "
+        message += "its owner only"
         return [
-            f"which of its words its profile filled from secret files cannot be told "
-            f"({self.unknown}): they are written as read, and the profile readable by its "
-            "owner only; move a secret to an env file"
+            Finding(
+                "filled-unknown", "", message, "move a secret to an env file", severity="warning"
+            )
         ]
 
 
@@ -100,8 +103,10 @@ def _filled(pid: int, environ: Mapping[str, str], argv: list[str]) -> _Filled:
             for each in env_file_lines(path)
             if filled.get(each.key) == each.value and each.key not in secret_files
         }
-    except NcclLaunchError as error:
-        return _Filled(unknown="; ".join(error.lines()).removeprefix("nccl-launch: "))
+    except Refused as refused:
+        return _Filled(unknown="; ".join(finding.line() for finding in refused.findings))
+    except NcclLaunchError as error:  # a profile's error still said in prose: its one line
+        return _Filled(unknown=str(error))
     known = {key for key in filled if key in secret_files or key in sourced}
     words = [
         word if set(references.names([word])) <= known else references.literal(given)
@@ -125,14 +130,14 @@ def read_process(pid: int) -> StartCommand:
                 argv, cwd, deleted = process.cmdline(), process.cwd(), _cwd_deleted(pid)
             environ = getenv_view(pid)
         except psutil.NoSuchProcess:
-            raise HostError(server.gone()) from None
+            raise Refused(Finding("process-ended", "", server.gone(), cause="host")) from None
         except psutil.AccessDenied:
-            raise HostError(server.denied()) from None
+            raise Refused(Finding("process-denied", "", server.denied(), cause="host")) from None
         # Still running after the reads: the PID was never free, so they were of this process.
         if not server.running():
-            raise HostError(server.gone())
+            raise Refused(Finding("process-ended", "", server.gone(), cause="host"))
     if environ is None:
-        raise HostError(f"process {pid}: {OVERWRITTEN}")
+        raise Refused(Finding("environ-overwritten", f"process {pid}", OVERWRITTEN, cause="host"))
     filled = _filled(pid, environ, argv)
     if argv and "/" not in argv[0]:
         argv[0] = shutil.which(argv[0], path=environ.get("PATH")) or argv[0]
@@ -152,10 +157,10 @@ def read_process(pid: int) -> StartCommand:
     for key, value in keep.items():
         _check_text(pid, f"${key}" if not_utf8(key) is None else "a variable's name", key + value)
         if not key.isprintable():  # nor a name a profile's [env] can hold
-            raise HostError(
-                f"process {pid}: ${key}: a variable's name holds a control character, "
-                "which a profile cannot hold; write the profile by hand"
-            )
+            message = "a variable's name holds a control character, which a profile cannot hold"
+            fix = "write the profile by hand"
+            where = f"process {pid}: ${key}"
+            raise Refused(Finding("name-control-character", where, message, fix, cause="host"))
     for index, word in enumerate(argv):
         _check_text(pid, f"argument {index} of its command line", word)
     _check_text(pid, "its working directory", cwd)
@@ -165,27 +170,27 @@ def read_process(pid: int) -> StartCommand:
     notes = []
     if deleted:
         cwd = cwd.removesuffix(DELETED)
-        notes.append(
-            f"its working directory {escaped(cwd)} was deleted after it started; [server] cwd "
-            "names that path, where `run` fails until it exists again: create it or edit cwd"
-        )
+        message = f"its working directory {escaped(cwd)} was deleted after it started; [server] "
+        message += "cwd names that path, where `run` fails until it exists again: create it or "
+        message += "edit cwd"
+        notes.append(Finding("cwd-deleted", "", message, severity="warning"))
     if left:
-        notes.append(
-            f"left out {len(left)} variable{'s' if len(left) > 1 else ''} of the process (neither "
-            "NCCL_* nor a captured prefix such as CUDA_ or HF_; add to [env] what the server "
-            f"needs): {', '.join(left)}"
-        )
+        message = f"left out {len(left)} variable{'s' if len(left) > 1 else ''} of the process "
+        message += "(neither NCCL_* nor a captured prefix such as CUDA_ or HF_; add to [env] what "
+        message += f"the server needs): {', '.join(left)}"
+        notes.append(Finding("left-out", "", message, severity="warning"))
     if image:
         who = "; ".join(sorted(set(image.values())))
         names = ", ".join(sorted(map(escaped, image)))
-        notes.append(f"left out the image's own variables ({who}): {names}")
+        message = f"left out the image's own variables ({who}): {names}"
+        notes.append(Finding("image-variables", "", message, severity="warning"))
     if debug:
-        notes.append(
-            "left out what run --nccl-debug added (run the profile with --nccl-debug for "
-            f"them): {', '.join(sorted(debug))}"
-        )
+        message = "left out what run --nccl-debug added (run the profile with --nccl-debug for "
+        message += f"them): {', '.join(sorted(debug))}"
+        notes.append(Finding("nccl-debug-added", "", message, severity="warning"))
     if MARKER_PROFILE in environ:
-        notes.append(f"the process was started by nccl-launch as {environ[MARKER_PROFILE]}")
+        message = f"the process was started by nccl-launch as {environ[MARKER_PROFILE]}"
+        notes.append(Finding("started-by-nccl-launch", "", message, severity="warning"))
     notes += filled.notes()
     return StartCommand(
         env=keep,

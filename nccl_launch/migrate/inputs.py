@@ -11,8 +11,10 @@ from pathlib import Path, PurePath
 from nccl_launch.env.env_files import env_file_lines
 from nccl_launch.errors import UsageError
 from nccl_launch.files.reading import read_text
-from nccl_launch.migrate.script import read_script
-from nccl_launch.migrate.sourced import read_script_file
+from nccl_launch.findings import Finding, Refused
+from nccl_launch.migrate.shell.refused import within
+from nccl_launch.migrate.shell.script import read_script
+from nccl_launch.migrate.shell.sourced import read_script_file
 from nccl_launch.migrate.start import StartCommand
 from nccl_launch.nccl import conf
 
@@ -33,16 +35,31 @@ def read_input(path: str, kind: str | None, environ: Mapping[str, str]) -> Start
     name says); an error names the file."""
     kind = kind or input_kind(path)
     if kind != "script" and path == "-":
-        raise UsageError(f"--from {kind} reads a file: name it (stdin is read as a script)")
+        message = f"--from {kind} reads a file: name it (stdin is read as a script)"
+        raise Refused(Finding("from-stdin", "", message))
     if kind == "env":
         return read_env_input(Path(path))
     if kind == "nccl-conf":
         return read_conf_input(Path(path))
     text = read_script_file(path)
+    script = "stdin" if path == "-" else path
     try:
-        return read_script(text, environ)
-    except UsageError as error:  # `line 20: ...`, of which file
-        raise UsageError(f"{'stdin' if path == '-' else path}: {error}") from None
+        found, state = read_script(text, environ)
+    except Refused as refused:  # `line 20: ...`, of which file
+        raise within(refused, script) from None
+    except UsageError as error:  # a file not read, still said in prose by files/
+        raise UsageError(f"{script}: {error}") from None
+    return StartCommand(
+        env=found.env,
+        argv=found.argv,
+        cwd=state.cwd,
+        lines={name: state.lines[name] for name in found.env if name in state.lines},
+        notes=state.notes,
+        at=found.at,
+        words=found.words,
+        sourced=found.sourced,
+        secret_files=state.secret_files,
+    )
 
 
 def read_env_input(path: Path) -> StartCommand:
@@ -60,15 +77,14 @@ def read_conf_input(path: Path) -> StartCommand:
     start = StartCommand(env={}, argv=[])
     for entry in entries:
         if not _NAME.fullmatch(entry.key):
-            raise UsageError(
-                f"{path}: line {entry.line}: {entry.key!r} is not a variable name: NCCL sets a "
-                "variable of exactly that name, which nothing reads; write KEY=VALUE without "
-                "spaces"
-            )
+            message = f"{entry.key!r} is not a variable name: NCCL sets a variable of exactly "
+            message += "that name, which nothing reads"
+            fix = "write KEY=VALUE without spaces"
+            raise Refused(Finding("conf-key", f"{path}: line {entry.line}", message, fix))
         if entry.key in start.env:
+            message = f"{entry.key} is set again; NCCL keeps the value of {start.lines[entry.key]}"
             start.notes.append(
-                f"line {entry.line}: {entry.key} is set again; NCCL keeps the value of "
-                f"{start.lines[entry.key]}"
+                Finding("conf-repeated", f"line {entry.line}", message, severity="warning")
             )
             continue
         start.env[entry.key], start.lines[entry.key] = entry.value, f"line {entry.line}"

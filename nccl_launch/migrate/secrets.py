@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nccl_launch.deploy.exports import dotenv
-from nccl_launch.errors import UsageError
+from nccl_launch.errors import NcclLaunchError
 from nccl_launch.escaping import escaped
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.kinds import ServerKind
 from nccl_launch.secrets.masking import credential_values, secret_name
 from nccl_launch.secrets.values import secrets_of
@@ -56,9 +57,8 @@ def secrets_file(
     others += [("a file the script sources,", file) for file in sourced]
     for what, other in others:
         if other is not None and _same_file(path, other):
-            raise UsageError(
-                f"secrets file {path} is {what} {other}; name another with --secrets-file"
-            )
+            message = f"secrets file {path} is {what} {other}"
+            raise Refused(Finding("secrets-file", "", message, "name another with --secrets-file"))
     return SecretsFile(path=path, named=env_file_name(path, profile), values=values)
 
 
@@ -123,9 +123,10 @@ def secrets_text(secrets: SecretsFile, profile: Path, source: str) -> str:
     for key, value in secrets.values.items():
         try:
             lines.append(dotenv({key: value}, expanded=False))
-        except UsageError:
-            raise UsageError(
-                f"{source}: {key}: its value holds a control character, which no env file can "
-                "carry; give the server a value without one"
+        except NcclLaunchError:  # said without the value, a secret
+            message = "its value holds a control character, which no env file can carry"
+            fix = "give the server a value without one"
+            raise Refused(
+                Finding("secret-control-character", f"{source}: {key}", message, fix)
             ) from None
     return "".join(lines)

@@ -3,43 +3,26 @@ argparse: the generic walk over its words; what each kind's flags mean is the ki
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from nccl_launch.errors import UsageError
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.kinds import command_of, default_kind
+from nccl_launch.migrate.shell.expansion import UNSET, known
 from nccl_launch.serving import references
 from nccl_launch.serving.command import Given
 
-UNSET = "\x00"  # stands for a variable a script reads from its caller
 
-
-def from_caller(name: str) -> str:
-    """What a variable the script reads from its caller expands to."""
-    return UNSET + name
-
-
-def known(word: str) -> str:
-    """A word with every variable resolved; the caller-provided ones are an error here."""
-    if UNSET in word:
-        name = re.split(r"[^A-Za-z0-9_]", word.split(UNSET, 1)[1])[0]
-        raise UsageError(f"${name} is not set in the script or this environment")
-    return word
-
-
-def _value_only(name: str, value: str, word: str, notes: list[str]) -> None:
+def _value_only(name: str, value: str, word: str, notes: list[Finding]) -> None:
     """Note a structured flag whose `word` in the profile would refer to a variable of an env
     file: a field holds a value, so the value is written."""
     if word != references.literal(value):
-        notes.append(
-            f"{name} {word}: written as its value, since only [server] args refer to an env "
-            "file's variables"
-        )
+        message = "written as its value, since only [server] args refer to an env file's variables"
+        notes.append(Finding("value-only", f"{name} {word}", message, severity="warning"))
 
 
 def server_table(
     argv: list[str], words: list[str] | None = None
-) -> tuple[dict[str, Any] | None, list[str]]:
+) -> tuple[dict[str, Any] | None, list[Finding]]:
     """The `[server]` table reproducing a server's argv (None when it is none), and notes on
     what it leaves out. `words` are the argv's words as `[server] args` writes them (default:
     each as it is, `references.literal`), some of them referring to variables (`${NAME}`)."""
@@ -47,7 +30,7 @@ def server_table(
     if found is None:
         return None, []
     kind, (python, entrypoint, flags) = found
-    notes: list[str] = []
+    notes: list[Finding] = []
     written = (words or [references.literal(word) for word in argv])[len(argv) - len(flags) :]
     table: dict[str, Any] = {} if kind is default_kind() else {"kind": kind.name}
     table |= {"python": python, "entrypoint": entrypoint}
@@ -73,7 +56,8 @@ def server_table(
             known(option)
             items.append(index)
         elif UNSET in value and flag.field in ("node_rank", "dist_init_addr"):
-            notes.append(f"{name} comes from the caller's environment; left to run time")
+            message = f"{name} comes from the caller's environment; left to run time"
+            notes.append(Finding("left-to-run-time", "", message, severity="warning"))
         else:
             raw = flags[index + consumed - 1]
             given = known(value) if equals or takes_next else None
@@ -84,8 +68,8 @@ def server_table(
         index += consumed
     try:
         fields, left, kind_notes = kind.fields([item for item in items if isinstance(item, Given)])
-    except ValueError as error:
-        raise UsageError(str(error)) from None
+    except ValueError as error:  # the kind's reading of its flags: no model, a model twice
+        raise Refused(Finding("server-command", "", str(error))) from None
     args: list[str] = []
     for item in items:
         if isinstance(item, int):
@@ -93,4 +77,6 @@ def server_table(
         elif any(item is each for each in left):
             args += item.words
     table |= fields
-    return (table | {"args": args} if args else table), notes + kind_notes
+    # What the kind says of a flag it keeps in the args as written (a config the table cannot hold)
+    notes += [Finding("kept-in-args", "", note, severity="warning") for note in kind_notes]
+    return (table | {"args": args} if args else table), notes

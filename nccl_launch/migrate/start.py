@@ -12,11 +12,10 @@ from typing import Any
 import tomli_w
 
 from nccl_launch.env.env_files import env_file_lines, profile_env_file_lines
-from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.escaping import toml_escaped
 from nccl_launch.files.toml_text import parse_toml
 from nccl_launch.files.writing import check_output, write_output
-from nccl_launch.findings import Refused
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.kinds import KINDS, command_of
 from nccl_launch.migrate.secrets import (
     SECRETS_MODE,
@@ -28,6 +27,7 @@ from nccl_launch.migrate.secrets import (
     secrets_text,
 )
 from nccl_launch.migrate.server_table import server_table
+from nccl_launch.migrate.shell.refused import within
 from nccl_launch.nccl import catalog, others, rules
 from nccl_launch.profile.load import LoadedProfile, validate_resolved
 from nccl_launch.profile.markers import OWN_VARIABLES
@@ -47,7 +47,7 @@ class StartCommand:
     argv: list[str]
     cwd: str | None = None
     lines: dict[str, str] = field(default_factory=dict)  # where each was set: "a.sh line 2"
-    notes: list[str] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)
     origin: str = ""  # where every variable came from, for one without a line ("pid 42")
     at: str = ""  # where the server's command is: "line 9", "a.sh line 2"
     # `argv` as `[server] args` writes it (`${NAME}` for a variable of an env file, the rest
@@ -83,7 +83,7 @@ class BuiltProfile:
     profile: Profile
     plan: ProfilePlan
     comments: dict[str, str]
-    notes: list[str]
+    notes: list[Finding]
 
 
 def build_profile(
@@ -92,11 +92,13 @@ def build_profile(
     """The profile of a start command (naming `env_files`), with the start command's notes and
     its own; NCCL values are checked with NCCL's grammar first, so that an error names the
     script's line."""
-    problems, nccl, env, comments = [], {}, {}, {}
+    problems: list[Finding] = []  # a name or a value read from a process or a script
+    nccl, env, comments = {}, {}, {}
     notes = list(start.notes)
     not_nccl: list[str] = []  # someone else's NCCL_* names: no drift, no part of a profile
     for key, value in start.env.items():
-        where = f"{start.lines[key]}: " if start.lines.get(key) else ""
+        line = start.lines.get(key, "")
+        key_at = f"{line}: {key}" if line else key
         comments[key] = start.where(key)
         if key in OWN_VARIABLES:
             continue
@@ -105,7 +107,8 @@ def build_profile(
         elif (other := others.what_is(key, value)) is not None:
             not_nccl.append(f"{key} ({other})")
         elif catalog.lookup(key) is None:
-            problems.append(f"{where}{catalog.unknown_name_message(key)}")
+            message = catalog.unknown_name_message(key)
+            problems.append(Finding("unknown-nccl-variable", line, message, file=source))
         else:
             read = rules.reading(key, value)
             try:
@@ -114,18 +117,21 @@ def build_profile(
                 said = (
                     f"{value!r} ({read.note}): " if read.changed and read.stored is not None else ""
                 )
-                problems.append(f"{where}{key}: {said}{error}")
+                problems.append(Finding("invalid-value", key_at, f"{said}{error}", file=source))
                 continue
             if written is not None:
                 nccl[key.removeprefix(catalog.PREFIX)] = written
             if read.changed or read.hint:
-                notes.append(f"{where}{key}={value}: {_stored(read)}")
+                notes.append(
+                    Finding("nccl-reading", f"{key_at}={value}", _stored(read), severity="warning")
+                )
             if read.changed and comments[key]:
                 comments[key] += f": {json.dumps(value)} ({read.note})"
     if not_nccl:
-        notes.append(f"left out what NCCL does not read: {', '.join(not_nccl)}")
-    if problems:  # a name or a value read from a process or a script may hold anything
-        raise ProfileError([f"{source}: {problem}" for problem in problems])
+        message = f"left out what NCCL does not read: {', '.join(not_nccl)}"
+        notes.append(Finding("not-nccl", "", message, severity="warning"))
+    if problems:
+        raise Refused(problems)
     data: dict[str, Any] = {
         "schema": PROFILE_SCHEMA,
         "name": name,
@@ -138,8 +144,8 @@ def build_profile(
     data |= {"env": env} if env else {}
     try:
         server, server_notes = server_table(start.argv, start.words or None)
-    except UsageError as error:  # `$MODEL_DIR is not set`: in which script, on which line
-        raise UsageError(f"{source}: {start.at}{': ' if start.at else ''}{error}") from None
+    except Refused as refused:  # `$MODEL_DIR is not set`: in which script, on which line
+        raise within(refused, f"{source}: {start.at}" if start.at else source) from None
     notes += server_notes
     if server is not None:
         data["server"] = server | ({"cwd": start.cwd} if start.cwd else {})
@@ -147,8 +153,10 @@ def build_profile(
         # Kept in the profile's provenance, which is shown, diffed and committed.
         shown = " ".join(mask_argv(start.words or start.argv))  # a secret file's as `${NAME}`
         kinds = " or ".join(kind.title for kind in KINDS)
-        notes.append(f"not an {kinds} command, run it with: -- {shown}")
-    data["provenance"] = {"source": source} | ({"notes": "; ".join(notes)} if notes else {})
+        message = f"not an {kinds} command, run it with: -- {shown}"
+        notes.append(Finding("no-server-kind", "", message, severity="warning"))
+    said = "; ".join(note.text() for note in notes)
+    data["provenance"] = {"source": source} | ({"notes": said} if notes else {})
     profile = validate_resolved(source, data)
     return BuiltProfile(data, profile, build_plan(profile), comments, notes)
 
@@ -196,7 +204,7 @@ class _Secrets:
 
 
 def _env_file_words(
-    start: StartCommand, unnamed: Mapping[str, str | None], notes: list[str]
+    start: StartCommand, unnamed: Mapping[str, str | None], notes: list[Finding]
 ) -> tuple[list[str], dict[str, dict[str, str]]]:
     """`start`'s words as `[server] args` write them, a variable a sourced file set referring
     to it unless that file is `unnamed`, or it fills a credential under a name masking shows
@@ -212,11 +220,10 @@ def _env_file_words(
         origins = sorted({start.sourced[each][0] for each in names})
         shown = [each for each in names if each in exposed] if index in credentials else []
         if shown:
-            notes.append(
-                f"{credentials[index][0]} {word}: written as its value, since masking shows a "
-                f"variable named {shown[0]} (a name ending in KEY, TOKEN, SECRET or PASSWORD "
-                "is masked)"
-            )
+            message = f"written as its value, since masking shows a variable named {shown[0]} "
+            message += "(a name ending in KEY, TOKEN, SECRET or PASSWORD is masked)"
+            where = f"{credentials[index][0]} {word}"
+            notes.append(Finding("credential-shown", where, message, severity="warning"))
         if shown or unnamed.keys() & origins:
             words[index] = references.literal(start.argv[index])
             continue
@@ -263,8 +270,13 @@ def _profile(
     notes = list(start.notes)
     words, files = _env_file_words(start, unnamed, notes)
     notes += [
-        f"{file}: not named in env_files ({why}): its variables in [server] args are "
-        "written as their values"
+        Finding(
+            "env-file-unnamed",
+            file,
+            f"not named in env_files ({why}): its variables in [server] args are written as "
+            "their values",
+            severity="warning",
+        )
         for file, why in unnamed.items()
         if why is not None
     ]
@@ -272,10 +284,9 @@ def _profile(
     for file, declared in files.items():
         unexported = sorted(declared.keys() - start.env.keys())
         if unexported:
-            notes.append(
-                f"{file} sets {', '.join(unexported)} without export; named in env_files, it "
-                "gives them to the server's env too"
-            )
+            message = f"{file} sets {', '.join(unexported)} without export; named in "
+            message += "env_files, it gives them to the server's env too"
+            notes.append(Finding("unexported-in-env-file", "", message, severity="warning"))
     env = {key: value for key, value in start.env.items() if given.get(key) != value}
     found = command_of(start.argv)
     kind = found[0] if found is not None else None
@@ -288,8 +299,13 @@ def _profile(
         moved = moved_credentials(start.argv, words, values, env.keys() | given.keys(), kind)
     kept = secrets_file(path, secrets.to, values, secrets.script, [Path(file) for file in files])
     notes += [
-        f"{flags[index][0]}'s value is kept in {kept.path} as {variable}: [server] args say "
-        f"${{{variable}}}"
+        Finding(
+            "credential-moved",
+            "",
+            f"{flags[index][0]}'s value is kept in {kept.path} as {variable}: [server] args "
+            f"say ${{{variable}}}",
+            severity="warning",
+        )
         for index, variable in moved.items()
         if kept is not None
     ]
@@ -317,7 +333,7 @@ def save_profile(
     secrets_to: Path | None = None,
     secrets_in_profile: bool = False,
     script: Path | None = None,
-) -> tuple[Path, ProfilePlan, list[str], SecretsFile | None]:
+) -> tuple[Path, ProfilePlan, list[Finding], SecretsFile | None]:
     """Write the profile of `start` to `output` (default `profiles/NAME.toml`) atomically,
     never replacing a file without `force`; where it went, its plan, the notes to tell and
     where its secrets went. Secret variables, and credential flags' values (as `${NAME}`),

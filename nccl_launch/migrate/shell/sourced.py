@@ -9,12 +9,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from nccl_launch.errors import UsageError
 from nccl_launch.files.paths import is_regular
 from nccl_launch.files.reading import MAX_BYTES, read_stdin, read_text
-from nccl_launch.migrate import shell
-from nccl_launch.migrate.expansion import Lookup, expand
-from nccl_launch.migrate.server_table import known
+from nccl_launch.findings import Finding, Refused
+from nccl_launch.migrate.shell import syntax
+from nccl_launch.migrate.shell.expansion import Lookup, expand, known
+from nccl_launch.migrate.shell.refused import ShellError
 
 # How deep sourced files may nest; deeper is a file that sources itself, in all likelihood.
 MAX_DEPTH = 8
@@ -53,7 +53,9 @@ def read_sourced(path: str) -> str:
     have written."""
     text = read_text(Path(path), "sourced file", trusted=True, errors="surrogateescape")
     if "\x00" in text:  # bash stops reading such a file: what follows would be lost
-        raise UsageError(f"sourced file {path}: a NUL byte; a sourced file is text")
+        raise Refused(
+            Finding("nul-byte", f"sourced file {path}", "a NUL byte", "a sourced file is text")
+        )
     return text
 
 
@@ -84,29 +86,25 @@ def find(
     written: str, name: str, cwd: str | None, search: str | None, within: Sequence[str]
 ) -> Sourced:
     """What `source NAME` reads (`written` so, expanded to `name`) from inside the sourced
-    files `within`; UsageError when it cannot be followed: a variable the script does not
+    files `within`; Refused when it cannot be followed: a variable the script does not
     set, missing, not a regular file, untrusted, too large, one of `within` (a file that
     sources itself), or nesting too deep."""
-    try:
-        name = known(name)
-    except UsageError as error:
-        raise UsageError(f"sourced file {written}: {error}") from None
+    name = known(name, f"sourced file {written}")
     path = locate(name, cwd, search)
     folder = venv_bin(path)
     if folder is not None:
         return Sourced(path, venv_bin=folder)
     if path in within:
         chain = " -> ".join([*within[within.index(path) :], path])
-        raise UsageError(f"sourced file {path}: already being read ({chain}): bash would loop")
+        message = f"already being read ({chain}): bash would loop"
+        raise Refused(Finding("source-loop", f"sourced file {path}", message))
     if len(within) == MAX_DEPTH:
-        raise UsageError(
-            f"sourced file {path}: sourced files nest more than {MAX_DEPTH} deep (does one "
-            "source itself?)"
-        )
+        message = f"sourced files nest more than {MAX_DEPTH} deep (does one source itself?)"
+        raise Refused(Finding("source-depth", f"sourced file {path}", message))
     return Sourced(path, read_sourced(path))
 
 
-def folders_before(value: shell.Word, lookup: Lookup, line: int) -> list[str]:
+def folders_before(value: syntax.Word, lookup: Lookup, line: int) -> list[str]:
     """The folders `PATH=value` puts before $PATH, "" for one it cannot tell (`$(...)/bin`)."""
 
     def marked(name: str) -> str | None:
@@ -114,7 +112,7 @@ def folders_before(value: shell.Word, lookup: Lookup, line: int) -> list[str]:
 
     try:
         text = expand(value, marked, line, assignment=True)
-    except shell.ShellError:
+    except ShellError:
         return [""]
     return [folder for folder in text.partition(_CALLERS)[0].split(":") if folder]
 

@@ -8,13 +8,15 @@ This is the control flow; what a builtin does is in `builtins`, what the shell h
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from nccl_launch.errors import UsageError
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.kinds import command_of, server_commands
-from nccl_launch.migrate import shell, sourced
-from nccl_launch.migrate.builtins import AFTER_EXPANSION, BUILTINS, DECLARATIONS
-from nccl_launch.migrate.start import StartCommand
-from nccl_launch.migrate.state import Shell, known_at, utf8
+from nccl_launch.migrate.shell import sourced, syntax
+from nccl_launch.migrate.shell.builtins import AFTER_EXPANSION, BUILTINS, DECLARATIONS
+from nccl_launch.migrate.shell.refused import shell_error, within
+from nccl_launch.migrate.shell.state import Shell, known_at, utf8
 from nccl_launch.serving import references
 
 _WRAPPERS = ("exec", "nohup", "command", "time")
@@ -23,47 +25,65 @@ _BY_HAND = "convert the branch that runs, or write the profile by hand"
 _IN_THIS_SHELL = ("source", ".", "set", *DECLARATIONS)
 
 
+@dataclass(frozen=True)
+class ServerCommand:
+    """The server's command as the script runs it: where it is ("line 9", "a.sh line 2"),
+    its env, argv, words as `[server] args` writes them, and each of their variables a
+    sourced file set last: that file and the value."""
+
+    at: str
+    env: dict[str, str]
+    argv: list[str]
+    words: list[str]
+    sourced: dict[str, tuple[str, str]]
+
+
 class _Script:
     """Follows a script's commands in the order bash runs them, and which of them run."""
 
     def __init__(self, environ: Mapping[str, str]) -> None:
         self.shell = Shell(environ)
-        # Where the server's command is, its env, argv, words as written, and each of their
-        # variables a sourced file set last: that file and the value.
-        self.found: (
-            tuple[str, dict[str, str], list[str], list[str], dict[str, tuple[str, str]]] | None
-        ) = None
+        self.found: ServerCommand | None = None
         # Whether the last command succeeded, as far as a reader can know (None: it cannot).
         self.succeeded: bool | None = True
         self.done = False  # after `exit`, or `exec` of a command
         self.returned = False  # `return` in a sourced file: the rest of it does not run
         self.skipping = 0  # the depth of a group or subshell that does not run
 
-    def source(self, words: list[shell.Word], line: int) -> bool | None:
+    def source(self, words: list[syntax.Word], line: int) -> bool | None:
         """`source FILE`, `. FILE`: its commands followed as the script's own (`activate`: PATH)."""
         state = self.shell
         if len(words) != 1:
-            raise UsageError(f"line {line}: `source` is followed with one file, no arguments")
+            raise shell_error(
+                "source-arguments", line, "`source` is followed with one file, no arguments"
+            )
+        named = state.arguments(words[0], line)
+        if len(named) != 1:
+            raise shell_error(
+                "source-arguments", line, f"`source {words[0].literal()}` names no file"
+            )
         try:
-            named = state.arguments(words[0], line)
-            if len(named) != 1:
-                raise UsageError(f"`source {words[0].literal()}` names no file")
             found = sourced.find(
                 words[0].literal(), named[0], state.cwd, state.lookup("PATH"), state.within
             )
-        except UsageError as error:
+        except Refused as refused:
+            raise within(refused, f"line {line}") from None
+        except UsageError as error:  # a file not read, still said in prose by files/
             raise UsageError(f"line {line}: {error}") from None
         if found.venv_bin is not None:
             state.activate(found.venv_bin)
+            message = f"{found.path} activates a virtual environment: not run; its bin is "
+            message += "first on PATH for the server's command (VIRTUAL_ENV is not converted)"
             state.notes.append(
-                f"{state.at(line)}: {found.path} activates a virtual environment: not run; its "
-                "bin is first on PATH for the server's command (VIRTUAL_ENV is not converted)"
+                Finding("venv-activate", state.at(line), message, severity="warning")
             )
             return True
         state.within.append(found.path)
         try:
             self.follow_all(found.text)
-        except (UsageError, shell.ShellError) as error:
+        except Refused as refused:
+            raise within(refused, f"line {line}: {found.path}") from None
+        except UsageError as error:  # a file not read, still said in prose by files/
             raise UsageError(f"line {line}: {found.path}: {error}") from None
         state.within.pop()
         self.returned = False
@@ -71,12 +91,12 @@ class _Script:
 
     def follow_all(self, text: str) -> None:
         """The commands of a script or a sourced file, up to an `exit` (or a `return`)."""
-        for command in shell.parse(text):
+        for command in syntax.parse(text):
             self.follow(command)
             if self.done or self.returned:
                 return
 
-    def follow(self, command: shell.Command) -> None:
+    def follow(self, command: syntax.Command) -> None:
         """One command, if it runs: `a && b` runs b only after a succeeded, `a || b` only
         after a failed; when the reader cannot know, it refuses."""
         line, keyword = command.line, command.keyword
@@ -87,9 +107,11 @@ class _Script:
             return  # output plumbing; the pipeline's outcome is its first command's here
         if command.joiner in ("&&", "||"):
             if self.succeeded is None:
-                raise UsageError(
-                    f"line {line}: whether this runs depends on how the command before "
-                    f"`{command.joiner}` ends; {_BY_HAND}"
+                raise shell_error(
+                    "unknown-outcome",
+                    line,
+                    f"whether this runs depends on how the command before `{command.joiner}` ends",
+                    _BY_HAND,
                 )
             if self.succeeded != (command.joiner == "&&"):
                 # skipped; the list's outcome stays that of the command before
@@ -100,22 +122,24 @@ class _Script:
             return  # a group runs in this shell: its commands are followed as they come
         if keyword:
             what = "a subshell `( ... )`" if keyword == "(" else f"`{keyword}`"
-            raise UsageError(f"line {line}: {what} is not followed; {_BY_HAND}")
+            raise shell_error("control-flow", line, f"{what} is not followed", _BY_HAND)
         if command.function:
             self.shell.functions[command.function] = line
             self.succeeded = True
             return
         self.succeeded = self.command(command)
 
-    def command(self, command: shell.Command) -> bool | None:
+    def command(self, command: syntax.Command) -> bool | None:
         """Follow one simple command that runs; whether it succeeded, None when unknown."""
         words, line, state = list(command.words), command.line, self.shell
         name = words[0].bare()
         if name in state.functions:
-            raise UsageError(
-                f"line {line}: `{name}` calls the function defined on line "
-                f"{state.functions[name]}, which is not followed; put what it does in the "
-                "script, or write the profile by hand"
+            raise shell_error(
+                "function-call",
+                line,
+                f"`{name}` calls the function defined on line {state.functions[name]}, which "
+                "is not followed",
+                "put what it does in the script, or write the profile by hand",
             )
         if name == "exit":
             self.done = True
@@ -126,9 +150,8 @@ class _Script:
         if (command.background or command.pipes) and (
             name in _IN_THIS_SHELL or all(word.assignment() for word in words)
         ):
-            state.notes.append(
-                f"{state.at(line)}: ignored `{words[0].literal()}` (it runs in a subshell)"
-            )
+            message = f"ignored `{words[0].literal()}` (it runs in a subshell)"
+            state.notes.append(Finding("in-subshell", state.at(line), message, severity="warning"))
             return True
         if name in ("source", "."):
             return self.source(words[1:], line)
@@ -164,7 +187,7 @@ class _Script:
         written: list[str],
         prefix: dict[str, str],
         line: int,
-        command: shell.Command,
+        command: syntax.Command,
     ) -> bool | None:
         """An expanded command (`written`: its words as a profile writes them): the server's
         (its env and argv kept), or a builtin's."""
@@ -182,8 +205,10 @@ class _Script:
         if command_of(argv) is not None:
             argv[0] = state.interpreter(argv[0], line)
             if self.found is not None:
-                raise UsageError(
-                    f"line {line}: a second server command (the first: {self.found[0]})"
+                raise shell_error(
+                    "second-server-command",
+                    line,
+                    f"a second server command (the first: {self.found.at})",
                 )
             env = state.server_env(removed, prefix)
             state.given_secrets(written, removed, prefix)
@@ -192,15 +217,18 @@ class _Script:
                 for name in [*env, *references.names(written)]
                 if name in state.origins
             }
-            self.found = (state.at(line), env, argv, written, origins)
+            self.found = ServerCommand(state.at(line), env, argv, written, origins)
             return True if command.background else None
         if command.background or command.pipes:
-            state.notes.append(f"{state.at(line)}: ignored `{argv[0]} &` (it runs in a subshell)")
+            message = f"ignored `{argv[0]} &` (it runs in a subshell)"
+            state.notes.append(Finding("in-subshell", state.at(line), message, severity="warning"))
             return True
         utility = AFTER_EXPANSION.get(argv[0])
         if utility is not None:
             return utility(state, argv[1:], line)
-        state.notes.append(f"{state.at(line)}: ignored `{argv[0]}`")
+        state.notes.append(
+            Finding("ignored-command", state.at(line), f"ignored `{argv[0]}`", severity="warning")
+        )
         return None
 
     def env_options(
@@ -229,40 +257,27 @@ class _Script:
                 prefix[name], self.shell.lines[name] = known_at(value, line), self.shell.at(line)
                 removed.discard(name)
             elif word.startswith("-"):
-                raise UsageError(f"line {line}: env {word} is not supported")
+                raise shell_error("env-option", line, f"env {word} is not supported")
             else:
                 break
             start += 1
         return start
 
 
-def read_script(text: str, environ: Mapping[str, str]) -> StartCommand:
-    """Follow a start script (or one raw line) up to its server's command."""
+def read_script(text: str, environ: Mapping[str, str]) -> tuple[ServerCommand, Shell]:
+    """Follow a start script (or one raw line) up to its server's command: that command, and
+    the shell as the script left it (its directory, notes, secret files, where each variable
+    was set)."""
     if "\x00" in text:  # bash will not run such a file either
         line = text.count("\n", 0, text.index("\x00")) + 1
-        raise UsageError(f"line {line}: a NUL byte; a start script is text")
+        raise shell_error("nul-byte", line, "a NUL byte", "a start script is text")
     script = _Script(environ)
-    try:
-        script.follow_all(text)
-    except shell.ShellError as error:
-        raise UsageError(str(error)) from None
+    script.follow_all(text)
     if script.found is None:
-        found = ", ".join(f"`{form}`" for form in server_commands())
-        raise UsageError(f"no server command found ({found})")
-    at, env, argv, written, origins = script.found
-    state = script.shell
-    lines = {name: state.lines[name] for name in env if name in state.lines}
-    for name, value in env.items():
-        utf8(value, lines.get(name, at), name)
-    utf8(" ".join(argv), at, "the server's command")
-    return StartCommand(
-        env=env,
-        argv=argv,
-        cwd=state.cwd,
-        lines=lines,
-        notes=state.notes,
-        at=at,
-        words=written,
-        sourced=origins,
-        secret_files=state.secret_files,
-    )
+        forms = ", ".join(f"`{form}`" for form in server_commands())
+        raise Refused(Finding("no-server-command", "", f"no server command found ({forms})"))
+    found, state = script.found, script.shell
+    for name, value in found.env.items():
+        utf8(value, state.lines.get(name, found.at), name)
+    utf8(" ".join(found.argv), found.at, "the server's command")
+    return found, state

@@ -10,19 +10,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from nccl_launch.errors import UsageError
 from nccl_launch.escaping import not_utf8
-from nccl_launch.migrate import shell, sourced
-from nccl_launch.migrate.expansion import (
+from nccl_launch.findings import Finding, Refused
+from nccl_launch.migrate.shell import sourced, syntax
+from nccl_launch.migrate.shell.expansion import (
     DEFAULT_IFS,
     FOLLOWED,
     SECRET_FILE,
     arguments,
     expand,
+    from_caller,
+    known,
     references,
     secret_read,
 )
-from nccl_launch.migrate.server_table import from_caller, known
+from nccl_launch.migrate.shell.refused import ShellError, shell_error
 from nccl_launch.nccl import catalog
 from nccl_launch.secrets.masking import secret_name
 from nccl_launch.serving.references import literal
@@ -38,19 +40,16 @@ def utf8(text: str, where: str, what: str) -> str:
     surrogateescape, as bash reads bytes): a profile is UTF-8 text."""
     byte = not_utf8(text)
     if byte is not None:
-        raise UsageError(
-            f"{where}: {what} holds the byte {byte}, which is not UTF-8; a profile is UTF-8 "
-            "text: write it in UTF-8"
+        message = f"{what} holds the byte {byte}, which is not UTF-8"
+        raise Refused(
+            Finding("not-utf8", where, message, "a profile is UTF-8 text: write it in UTF-8")
         )
     return text
 
 
 def known_at(value: str, line: int) -> str:
     """`value` with every variable resolved; one the caller provides is refused naming `line`."""
-    try:
-        return known(value)
-    except UsageError as error:
-        raise UsageError(f"line {line}: {error}") from None
+    return known(value, f"line {line}")
 
 
 @dataclass
@@ -70,7 +69,7 @@ class Shell:
     noglob: bool = False  # `set -f`: no word is a glob
     cwd: str | None = None
     functions: dict[str, int] = field(default_factory=dict)  # name: the line defining it
-    notes: list[str] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)
     secret_files: dict[str, str] = field(default_factory=dict)  # NAME: the file `$(cat FILE)` reads
     # A variable whose value is a secret read from a file (`NAME=$(cat FILE)`): NAME: FILE.
     # bash holds the file's text; here the server gets `${NAME}`, and the profile secret_files.
@@ -90,14 +89,17 @@ class Shell:
             return ":".join([*self.path_first, found or ""])  # after `PATH=/opt/bin:$PATH`
         return found
 
-    def expand(self, word: shell.Word, line: int, assignment: bool = False) -> str:
+    def expand(self, word: syntax.Word, line: int, assignment: bool = False) -> str:
         """The word's value, for a variable's: one holding a secret read from a file is
         refused (a profile's value cannot hold the file's text)."""
         for name, path in self.secret_reads.items():
             if references(word, name):
-                raise UsageError(
-                    f"line {line}: ${name} holds the secret read from {path} "
-                    f"({self.lines[name]}), here outside the server's command; {FOLLOWED}"
+                raise shell_error(
+                    "secret-outside",
+                    line,
+                    f"${name} holds the secret read from {path} ({self.lines[name]}), here "
+                    "outside the server's command",
+                    FOLLOWED,
                 )
         return expand(word, self.lookup, line, from_caller, assignment=assignment)
 
@@ -106,17 +108,19 @@ class Shell:
         variable read from a file: it would reach the profile as `${NAME}`, not the text."""
         found = [name for name in self.secret_reads if self.read_name(name) in refers_to([written])]
         if found:
-            raise UsageError(
-                f"line {line}: {what} holds ${found[0]}, the secret read from "
-                f"{self.secret_reads[found[0]]} ({self.lines[found[0]]}), here outside the "
-                f"server's command; {FOLLOWED}"
+            raise shell_error(
+                "secret-outside",
+                line,
+                f"{what} holds ${found[0]}, the secret read from {self.secret_reads[found[0]]} "
+                f"({self.lines[found[0]]}), here outside the server's command",
+                FOLLOWED,
             )
 
-    def arguments(self, word: shell.Word, line: int) -> list[str]:
+    def arguments(self, word: syntax.Word, line: int) -> list[str]:
         """The arguments bash makes of a command's word, split at the script's IFS."""
         return arguments(word, self.lookup, line, from_caller, self.ifs(), glob=not self.noglob)
 
-    def written(self, word: shell.Word, line: int, argument: str) -> str:
+    def written(self, word: syntax.Word, line: int, argument: str) -> str:
         """`argument`, which `word` makes, as `[server] args` writes it: each variable a
         sourced file set last as `${NAME}` (the profile may name that file in `env_files`),
         the rest as it is (`references.literal`)."""
@@ -133,7 +137,7 @@ class Shell:
             return literal(argument)
         try:
             made = arguments(word, marked, line, from_caller, self.ifs(), not self.noglob)
-        except shell.ShellError:  # `$((N + 1))` computes with the value
+        except ShellError:  # `$((N + 1))` computes with the value
             return literal(argument)
         parts = _MARKED.split(made[0])
         parts[::2] = [literal(text) for text in parts[::2]]
@@ -172,16 +176,15 @@ class Shell:
             if name not in exported and named not in used:
                 continue
             if self.secret_files.setdefault(named, path) != path:
-                raise UsageError(
-                    f"{self.lines[name]}: {named} names two secret files, "
-                    f"{self.secret_files[named]} and {path}; read one into another variable"
-                )
+                message = f"{named} names two secret files, {self.secret_files[named]} and {path}"
+                fix = "read one into another variable"
+                raise Refused(Finding("secret-files-clash", self.lines[name], message, fix))
 
     def ifs(self) -> str:
         """The script's IFS (bash ignores the caller's)."""
         return self.variables.get("IFS", DEFAULT_IFS)
 
-    def assign(self, word: shell.Word, line: int, export: bool | None) -> None:
+    def assign(self, word: syntax.Word, line: int, export: bool | None) -> None:
         """`NAME=value` or `NAME+=value` as bash sets it; `export` says whether it reaches the
         server, None leaves that as it was (exported under `set -a`)."""
         name, value, appends = word.assignment() or ("", word, False)
@@ -197,8 +200,9 @@ class Shell:
         if (appends or references(value, name)) and name not in self.variables:
             if name in self.environ and not name.startswith(catalog.PREFIX):
                 # PATH=/opt/bin:$PATH depends on whoever runs it, and stays theirs
+                message = f"{name} extends the caller's value; not converted"
                 self.notes.append(
-                    f"{self.at(line)}: {name} extends the caller's value; not converted"
+                    Finding("left-to-caller", self.at(line), message, severity="warning")
                 )
                 if name == "PATH" and not appends:  # but it tells where the server's python is
                     self.path_first = (
@@ -206,9 +210,11 @@ class Shell:
                     )
                 return
             if name in self.environ:
-                raise UsageError(
-                    f"line {line}: {name} extends the caller's value, which a profile cannot "
-                    "hold; write the whole value"
+                raise shell_error(
+                    "extends-caller",
+                    line,
+                    f"{name} extends the caller's value, which a profile cannot hold",
+                    "write the whole value",
                 )
         text = known_at(self.expand(value, line, assignment=True), line)
         self.variables[name] = self.variables.get(name, "") + text if appends else text
@@ -227,9 +233,12 @@ class Shell:
 
     def writable(self, name: str, line: int) -> None:
         if name in self.readonly:
-            raise UsageError(
-                f"line {line}: {name} is readonly since {self.lines.get(name)}: bash "
-                "fails here and keeps that value; remove the line that does not count"
+            raise shell_error(
+                "readonly",
+                line,
+                f"{name} is readonly since {self.lines.get(name)}: bash fails here and keeps "
+                "that value",
+                "remove the line that does not count",
             )
 
     def unset(self, name: str, line: int) -> None:
@@ -254,11 +263,10 @@ class Shell:
         path = self.variables.get("PATH")
         found = sourced.on_path(name, path.split(":") if path is not None else self.path_first)
         if found is None and "/" not in name:
-            self.notes.append(
-                f"{self.at(line)}: `{name}` is looked up on the PATH of whoever starts the "
-                "server (systemd's is not this shell's); written as is: put the interpreter's "
-                "absolute path in [server] python"
-            )
+            message = f"`{name}` is looked up on the PATH of whoever starts the server "
+            message += "(systemd's is not this shell's); written as is: put the interpreter's "
+            message += "absolute path in [server] python"
+            self.notes.append(Finding("bare-name", self.at(line), message, severity="warning"))
         return found or name
 
     def server_env(self, removed: set[str], prefix: dict[str, str]) -> dict[str, str]:
@@ -266,9 +274,13 @@ class Shell:
         removed, with its own `NAME=value` prefix; each NCCL value left out is noted."""
         kept = self.variables.keys() - removed
         self.notes += [
-            f"{self.lines[name]}: {name} is not exported: bash gives the server this "
-            "value only if the caller exported it (never after export -n); left out "
-            "(export it to keep it)"
+            Finding(
+                "not-exported",
+                self.lines[name],
+                f"{name} is not exported: bash gives the server this value only if the caller "
+                "exported it (never after export -n); left out (export it to keep it)",
+                severity="warning",
+            )
             for name in sorted(kept - self.exported - prefix.keys())
             if name.startswith(catalog.PREFIX)
         ]

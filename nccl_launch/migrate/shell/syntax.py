@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from nccl_launch.digits import is_ascii_digits
+from nccl_launch.migrate.shell.refused import shell_error
 
 # Segment kinds: what expansion does to the text.
 LITERAL = "'"  # single-quoted or escaped: as is
@@ -36,10 +37,6 @@ RESERVED = frozenset(
     {"!", "{", "}", "if", "then", "else", "elif", "fi", "while", "until", "for", "do", "done",
      "case", "esac", "select", "function"}
 )  # fmt: skip
-
-
-class ShellError(ValueError):
-    """A construct this reader does not follow; the message names the line."""
 
 
 @dataclass
@@ -138,7 +135,7 @@ class _Lexer:
 
     def no_target(self) -> None:
         if self.target is not None:
-            raise ShellError(f"line {self.line}: redirection without a target")
+            raise shell_error("redirection-target", self.line, "redirection without a target")
 
     def skip_heredocs(self) -> None:
         """Here-doc bodies are data for their command, never code: skip to each delimiter."""
@@ -183,9 +180,11 @@ class _Lexer:
             self.advance(start + 1)
             self.skip_heredocs()
         elif redirection and redirection.group() in "<>" and text[start + 1 : start + 2] == "(":
-            raise ShellError(
-                f"line {self.line}: process substitution {char}(...) is not followed; put what "
-                "it gives in the script"
+            raise shell_error(
+                "process-substitution",
+                self.line,
+                f"process substitution {char}(...) is not followed",
+                "put what it gives in the script",
             )
         elif redirection:
             self.target = redirection.group()
@@ -208,7 +207,7 @@ class _Lexer:
         elif char == "'":
             end = text.find("'", start + 1)
             if end < 0:
-                raise ShellError(f"line {self.line}: unterminated '")
+                raise shell_error("unclosed", self.line, "unterminated '")
             self.add(text[start + 1 : end], LITERAL)
             self.advance(end + 1)
         elif char == '"':
@@ -228,7 +227,7 @@ class _Lexer:
         self.add("", QUOTED)  # `""` is a word too
         self.advance(self.pos + 1)
         if not self.quoted_text('"', _ESCAPED_IN_QUOTES):
-            raise ShellError(f'line {opened}: unterminated "')
+            raise shell_error("unclosed", opened, 'unterminated "')
 
     def quoted_text(self, stop: str, escaped: tuple[str, ...]) -> bool:
         """Text read as double quotes read it, where a backslash escapes only the `escaped`, up
@@ -268,7 +267,7 @@ class _Lexer:
         elif text[start] == "`":
             match = _BACKTICK.match(text, start + 1)
             if match is None:
-                raise ShellError(f"line {self.line}: unterminated `")
+                raise shell_error("unclosed", self.line, "unterminated `")
             self.add(text[start + 1 : match.end() - 1], COMMAND)
             self.advance(match.end())
         elif text.startswith("${", start):
@@ -308,7 +307,7 @@ def closing(text: str, start: int, line: int) -> int:
         else:
             break
     closes = opens[1:].translate(str.maketrans("({", ")}"))
-    raise ShellError(f"line {line}: {opens} without its closing {closes}")
+    raise shell_error("unclosed", line, f"{opens} without its closing {closes}")
 
 
 def default_word(text: str, quoted: bool, line: int) -> Word:
@@ -336,7 +335,7 @@ def _skip_body(tokens: Iterator[Word | Op], line: int) -> None:
             if depth == 0:
                 return
         command_start = bare in RESERVED
-    raise ShellError(f"line {line}: function without its closing }}")
+    raise shell_error("unclosed", line, "function without its closing }")
 
 
 def _function(tokens: Iterator[Word | Op], name: str, line: int, parens: bool) -> Command:
@@ -345,12 +344,14 @@ def _function(tokens: Iterator[Word | Op], name: str, line: int, parens: bool) -
     if parens or (isinstance(token, Op) and token.text == "("):
         token = next(tokens, None) if not parens else token
         if not (isinstance(token, Op) and token.text == ")"):
-            raise ShellError(f"line {line}: `{name} (` is not a function definition")
+            raise shell_error("function-syntax", line, f"`{name} (` is not a function definition")
         token = next(tokens, None)
     while isinstance(token, Op) and token.text == "\n":
         token = next(tokens, None)
     if not (isinstance(token, Word) and token.bare() == "{"):
-        raise ShellError(f"line {line}: function {name}: only a {{ ... }} body is supported")
+        raise shell_error(
+            "function-body", line, f"function {name}: only a {{ ... }} body is supported"
+        )
     _skip_body(tokens, line)
     return Command(line, [], function=name)
 
@@ -367,7 +368,7 @@ def parse(text: str) -> Iterator[Command]:
             if not words and bare == "function":
                 name = next(tokens, None)
                 if not isinstance(name, Word) or name.bare() is None:
-                    raise ShellError(f"line {token.line}: function without a name")
+                    raise shell_error("function-syntax", token.line, "function without a name")
                 yield _function(tokens, str(name.bare()), token.line, parens=False)
             elif not words and bare in RESERVED:
                 yield Command(token.line, [], joiner, keyword=str(bare))
@@ -380,7 +381,7 @@ def parse(text: str) -> Iterator[Command]:
             yield _function(tokens, str(words[0].bare()), token.line, parens=True)
             words = []
         elif op == "(" and words:
-            raise ShellError(f"line {token.line}: unexpected `(`")
+            raise shell_error("unexpected-operator", token.line, "unexpected `(`")
         elif op in ("(", ")"):
             if words:
                 yield Command(words[0].line, words, joiner)
@@ -390,7 +391,9 @@ def parse(text: str) -> Iterator[Command]:
             yield Command(words[0].line, words, joiner, background=op == "&", pipes=op == "|")
             words, joiner = [], op if op in ("&&", "||", "|") else ""
         elif op in ("&&", "||", "|"):
-            raise ShellError(f"line {token.line}: `{op}` without a command before it")
+            raise shell_error(
+                "unexpected-operator", token.line, f"`{op}` without a command before it"
+            )
         elif op != "\n":
             joiner = ""
     if words:

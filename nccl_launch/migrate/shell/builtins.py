@@ -12,12 +12,12 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import PurePosixPath
 
-from nccl_launch.errors import UsageError
-from nccl_launch.migrate import shell
-from nccl_launch.migrate.expansion import refuse_braces
-from nccl_launch.migrate.state import Shell, known_at, utf8
+from nccl_launch.migrate.shell import syntax
+from nccl_launch.migrate.shell.expansion import refuse_braces
+from nccl_launch.migrate.shell.refused import shell_error
+from nccl_launch.migrate.shell.state import Shell, known_at, utf8
 
-Builtin = Callable[[Shell, list[shell.Word], int], "bool | None"]
+Builtin = Callable[[Shell, list[syntax.Word], int], "bool | None"]
 Utility = Callable[[Shell, list[str], int], "bool | None"]
 
 # The declaration builtins and the options each takes that this reader follows.
@@ -35,7 +35,7 @@ _UNFOLLOWED = (
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _declare(builtin: str, state: Shell, words: list[shell.Word], line: int) -> bool:
+def _declare(builtin: str, state: Shell, words: list[syntax.Word], line: int) -> bool:
     """`export`, `readonly`, `declare`, `typeset` and `local`, with the options that change
     what reaches the server (`-x`, `+x`, `export -n`); whether it succeeded."""
     if builtin == "local":
@@ -51,9 +51,11 @@ def _declare(builtin: str, state: Shell, words: list[shell.Word], line: int) -> 
             break
         (on if option[0] == "-" else off).update(option[1:])
         if not on <= set(DECLARATIONS[builtin]) or not off <= {"x"}:
-            raise UsageError(
-                f"line {line}: {builtin} {option} is not followed (only -x, +x, -r, -g, -p "
-                "and export -n); write the value it gives"
+            raise shell_error(
+                "builtin-option",
+                line,
+                f"{builtin} {option} is not followed (only -x, +x, -r, -g, -p and export -n)",
+                "write the value it gives",
             )
     if on & {"p", "f"}:
         return True  # it prints, or it exports functions: no variable changes
@@ -64,7 +66,7 @@ def _declare(builtin: str, state: Shell, words: list[shell.Word], line: int) -> 
         named = word.assignment()
         if named is None and "=" in word.literal():  # `export "A=$X"`: the builtin splits it
             name, _, value = state.expand(word, line).partition("=")
-            word = shell.Word([(f"{name}=", shell.PLAIN), (value, shell.LITERAL)])
+            word = syntax.Word([(f"{name}=", syntax.PLAIN), (value, syntax.LITERAL)])
             named = word.assignment()
         if named is not None:
             state.assign(word, line, export)
@@ -72,14 +74,14 @@ def _declare(builtin: str, state: Shell, words: list[shell.Word], line: int) -> 
             if export is not None:  # without a value, `set -a` does not export it
                 state.mark(word.literal(), export)
         else:
-            raise UsageError(f"line {line}: {builtin}: `{word.literal()}` is not a name")
+            raise shell_error("not-a-name", line, f"{builtin}: `{word.literal()}` is not a name")
         if builtin == "readonly" or "r" in on:
             state.readonly.add(named[0] if named else word.literal())
             state.lines.setdefault(named[0] if named else word.literal(), state.at(line))
     return True
 
 
-def _set(state: Shell, words: list[shell.Word], line: int) -> bool:
+def _set(state: Shell, words: list[syntax.Word], line: int) -> bool:
     """`set -a` and `set -o allexport` turn allexport on, `set -f` and `set -o noglob`
     noglob; their `+` forms off."""
     options = [word.literal() for word in words]
@@ -94,9 +96,9 @@ def _set(state: Shell, words: list[shell.Word], line: int) -> bool:
     return True
 
 
-def _printf(state: Shell, words: list[shell.Word], line: int) -> bool:
+def _printf(state: Shell, words: list[syntax.Word], line: int) -> bool:
     if words[:1] and words[0].literal() == "-v":
-        raise UsageError(f"line {line}: `printf -v` is not followed; write the value")
+        raise shell_error("builtin-option", line, "`printf -v` is not followed", "write the value")
     return True
 
 
@@ -105,7 +107,8 @@ def _cd(state: Shell, argv: list[str], line: int) -> bool:
     while targets and targets[0] in ("-L", "-P", "--"):  # the directory is the same
         targets = targets[1:]
     if len(targets) > 1 or any(target.startswith("-") for target in targets):
-        raise UsageError(f"line {line}: `{' '.join(['cd', *argv])}` is not followed; cd DIRECTORY")
+        given = " ".join(["cd", *argv])
+        raise shell_error("builtin-option", line, f"`{given}` is not followed", "cd DIRECTORY")
     target = known_at(targets[0], line) if targets else state.lookup("HOME") or "/"
     state.cwd = os.path.normpath(
         PurePosixPath(state.cwd or "") / utf8(target, f"line {line}", "cd")
@@ -126,9 +129,11 @@ def _unset(state: Shell, argv: list[str], line: int) -> bool:
 
 
 def _unfollowed(name: str, state: Shell, argv: list[str], line: int) -> bool:
-    raise UsageError(  # `source env.sh` after `command`, or `A=1 export A`: bash exports A=1
-        f"line {line}: `{name}` here may change what reaches the server and is not "
-        "followed; put what it does in the script"
+    raise shell_error(  # `source env.sh` after `command`, or `A=1 export A`: bash exports A=1
+        "unfollowed-builtin",
+        line,
+        f"`{name}` here may change what reaches the server and is not followed",
+        "put what it does in the script",
     )
 
 

@@ -1,13 +1,16 @@
-"""A word's value as bash expands it: `~`, `$NAME`, `${NAME:-default}`, `$((...))` (for the
-few operators a start script uses); and the arguments a command's word becomes, or a refusal
-where bash would make others."""
+"""A word's value as bash expands it: `~`, `$NAME`, `${NAME:-default}`, `$((...))` (computed
+by `arithmetic`); and the arguments a command's word becomes, or a refusal where bash would
+make others."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
 
-from nccl_launch.migrate import shell
+from nccl_launch.findings import Finding, Refused
+from nccl_launch.migrate.shell import syntax
+from nccl_launch.migrate.shell.arithmetic import arithmetic
+from nccl_launch.migrate.shell.refused import shell_error
 
 Lookup = Callable[[str], "str | None"]
 # `$NAME`, or `${NAME` and what follows it: `}`, or `:-` or `-` before a default word
@@ -31,8 +34,25 @@ FOLLOWED = (
 )
 
 
+UNSET = "\x00"  # stands for a variable a script reads from its caller
+
+
+def from_caller(name: str) -> str:
+    """What a variable the script reads from its caller expands to."""
+    return UNSET + name
+
+
+def known(word: str, where: str = "") -> str:
+    """A word with every variable resolved; the caller-provided ones are refused at `where`."""
+    if UNSET in word:
+        name = re.split(r"[^A-Za-z0-9_]", word.split(UNSET, 1)[1])[0]
+        message = f"${name} is not set in the script or this environment"
+        raise Refused(Finding("unset-variable", where, message))
+    return word
+
+
 def expand(
-    word: shell.Word,
+    word: syntax.Word,
     lookup: Lookup,
     line: int,
     unset: Callable[[str], str] | None = None,
@@ -47,7 +67,7 @@ def expand(
 
 
 def arguments(
-    word: shell.Word,
+    word: syntax.Word,
     lookup: Lookup,
     line: int,
     unset: Callable[[str], str] | None = None,
@@ -72,9 +92,12 @@ def arguments(
     refuse_braces(word, line)
     unquoted = "".join(text if plain else _QUOTED * len(text) for text, plain in pieces)
     if glob and _is_pattern(unquoted):
-        raise shell.ShellError(
-            f"line {line}: `{word.literal()}` is a glob: bash passes the files it matches when "
-            "the server starts; quote it, or write them out"
+        raise shell_error(
+            "glob",
+            line,
+            f"`{word.literal()}` is a glob: bash passes the files it matches when the server "
+            "starts",
+            "quote it, or write them out",
         )
     return [text]
 
@@ -86,16 +109,18 @@ def _is_pattern(text: str) -> bool:
     return "*" in text or "?" in text or (bracket >= 0 and "]" in text[bracket + 1 :])
 
 
-def refuse_braces(word: shell.Word, line: int) -> None:
+def refuse_braces(word: syntax.Word, line: int) -> None:
     """Refuse a word bash brace-expands (`{a,b}`, `{1..3}`): a command's, or a declaration
     builtin's (`export A={a,b}` is `export A=a A=b`)."""
     raw = "".join(
-        _masked(text, line) if kind == shell.PLAIN else _QUOTED for text, kind in word.segments
+        _masked(text, line) if kind == syntax.PLAIN else _QUOTED for text, kind in word.segments
     )
     if _BRACES.search(raw):
-        raise shell.ShellError(
-            f"line {line}: `{word.literal()}` is a brace expansion: bash passes each word it "
-            "expands to; quote it, or write them out"
+        raise shell_error(
+            "brace-expansion",
+            line,
+            f"`{word.literal()}` is a brace expansion: bash passes each word it expands to",
+            "quote it, or write them out",
         )
 
 
@@ -104,14 +129,14 @@ def _masked(text: str, line: int) -> str:
     bash does with the text around the expansions is not done to the default words."""
     out, index = [], 0
     while (start := text.find("${", index)) >= 0:
-        end = shell.closing(text, start, line) + 1
+        end = syntax.closing(text, start, line) + 1
         out += [text[index:start], _QUOTED * (end - start)]
         index = end
     return "".join(out) + text[index:]
 
 
 def _expanded(
-    word: shell.Word,
+    word: syntax.Word,
     lookup: Lookup,
     line: int,
     unset: Callable[[str], str] | None,
@@ -122,13 +147,13 @@ def _expanded(
     the word is a command's, whose unquoted values bash splits at these characters."""
     out: list[tuple[str, bool]] = []
     for index, (text, kind) in enumerate(word.segments):
-        if kind == shell.LITERAL:
+        if kind == syntax.LITERAL:
             out.append((text, False))
-        elif kind == shell.COMMAND:
+        elif kind == syntax.COMMAND:
             out.append((_secret_read(text, lookup, line, assignment), False))
-        elif kind == shell.ARITHMETIC:
+        elif kind == syntax.ARITHMETIC:
             out.append((str(arithmetic(text, lookup, line)), False))
-        elif kind == shell.QUOTED:
+        elif kind == syntax.QUOTED:
             out += _expand_text(text, lookup, line, unset, None, None)
         else:
             last = index + 1 == len(word.segments)
@@ -140,10 +165,10 @@ def _expanded(
     return out
 
 
-def secret_read(word: shell.Word) -> str | None:
+def secret_read(word: syntax.Word) -> str | None:
     """The file a word is a read of, whole (`$(cat FILE)`, `"$(< FILE)"`), else None."""
-    commands = [text for text, kind in word.segments if kind == shell.COMMAND]
-    if len(commands) != 1 or any(text for text, kind in word.segments if kind != shell.COMMAND):
+    commands = [text for text, kind in word.segments if kind == syntax.COMMAND]
+    if len(commands) != 1 or any(text for text, kind in word.segments if kind != syntax.COMMAND):
         return None
     read = _SECRET_READ.fullmatch(commands[0])
     return next(path for path in read.groups() if path) if read else None
@@ -155,12 +180,12 @@ def _secret_read(text: str, lookup: Lookup, line: int, assignment: bool) -> str:
     read = _SECRET_READ.fullmatch(text)
     if read is None or assignment:
         where = " in a variable's value" if read else ""
-        raise shell.ShellError(
-            f"line {line}: command substitution is not supported{where}; {FOLLOWED}"
+        raise shell_error(
+            "command-substitution", line, f"command substitution is not supported{where}", FOLLOWED
         )
     value = lookup(SECRET_FILE + next(path for path in read.groups() if path))
     if value is None:
-        raise shell.ShellError(f"line {line}: command substitution is not supported")
+        raise shell_error("command-substitution", line, "command substitution is not supported")
     return value
 
 
@@ -180,9 +205,11 @@ def _tildes(text: str, first: bool, last: bool, assignment: bool, line: int) -> 
         if end == len(text) and not last:
             continue  # quoted text follows: bash leaves the `~`
         if end - start > 1:
-            raise shell.ShellError(
-                f"line {line}: {text[start:end]} is not expanded here: only ~ and ~/ (as $HOME) "
-                "are; write the path"
+            raise shell_error(
+                "tilde",
+                line,
+                f"{text[start:end]} is not expanded here: only ~ and ~/ (as $HOME) are",
+                "write the path",
             )
         pieces += [text[done:start], None]
         done = end
@@ -192,7 +219,7 @@ def _tildes(text: str, first: bool, last: bool, assignment: bool, line: int) -> 
 def _home(lookup: Lookup, line: int) -> str:
     home = lookup("HOME")
     if home is None:
-        raise shell.ShellError(f"line {line}: ~ with $HOME not set; write the path")
+        raise shell_error("home-unset", line, "~ with $HOME not set", "write the path")
     return home
 
 
@@ -212,21 +239,21 @@ def _expand_text(
     while (start := text.find("$", index)) >= 0:
         match = _VARIABLE.match(text, start)
         if match is None:
-            raise shell.ShellError(
-                f"line {line}: only $NAME, ${{NAME}} and ${{NAME:-default}} expand"
+            raise shell_error(
+                "parameter-expansion", line, "only $NAME, ${NAME} and ${NAME:-default} expand"
             )
         out.append((text[index:start], plain))
         name, operator, index = match.group(1) or match.group(3), match.group(2), match.end()
         found = lookup(name)
         if operator in ("-", ":-"):
-            index = shell.closing(text, start, line) + 1
+            index = syntax.closing(text, start, line) + 1
             if found is None or (operator == ":-" and not found):
                 word = text[match.end() : index - 1]
                 out += _default(text[start:index], word, lookup, line, unset, ifs, assignment)
                 continue
         if found is None:
             if unset is None:
-                raise shell.ShellError(f"line {line}: ${name} is not set in the script")
+                raise shell_error("unset-variable", line, f"${name} is not set in the script")
             found = unset(name)
         elif ifs:
             _refuse_split(found, f"${name}", ifs, line)
@@ -246,11 +273,13 @@ def _default(
     """The pieces of `expansion`'s (`${NAME:-word}`'s) default word, expanded as bash does:
     tilde, variables, arithmetic and quotes, the same as a word's."""
     if word_text.count("${") > _MOST_IN_DEFAULT:
-        raise shell.ShellError(
-            f"line {line}: a default word with more than {_MOST_IN_DEFAULT} ${{...}} in it is "
-            "not followed; write the value"
+        raise shell_error(
+            "default-word",
+            line,
+            f"a default word with more than {_MOST_IN_DEFAULT} ${{...}} in it is not followed",
+            "write the value",
         )
-    word = shell.default_word(word_text, assignment is None, line)
+    word = syntax.default_word(word_text, assignment is None, line)
     pieces = _expanded(word, lookup, line, unset, ifs, bool(assignment))
     for value, plain in pieces:
         if ifs and plain:
@@ -262,107 +291,14 @@ def _refuse_split(value: str, shown: str, ifs: str, line: int) -> None:
     """Refuse an unquoted `value` bash would split into several arguments at `ifs`."""
     if any(char in ifs for char in value):
         holds = "blanks" if ifs == DEFAULT_IFS else f"a character of IFS ({ifs!r})"
-        raise shell.ShellError(
-            f"line {line}: {shown} holds {holds} and is not quoted, so bash splits it into "
-            f'several arguments; quote it ("{shown}") or write the words out'
+        raise shell_error(
+            "word-split",
+            line,
+            f"{shown} holds {holds} and is not quoted, so bash splits it into several arguments",
+            f'quote it ("{shown}") or write the words out',
         )
 
 
-def references(word: shell.Word, name: str) -> bool:
+def references(word: syntax.Word, name: str) -> bool:
     """Whether the word reads variable `name` (`$NAME`, `${NAME...}`)."""
     return re.search(rf"\$\{{?{name}\b", word.literal()) is not None
-
-
-_TOKEN = re.compile(r"[ \t\n]*(?:([0-9]+)|\$?\{?([A-Za-z_][A-Za-z0-9_]*)\}?|([-+*/%()]))")
-_DECIMAL = re.compile(r"-?(0|[1-9][0-9]{0,18})")
-_INT64 = 1 << 64
-_ONLY = "only + - * / % ( ), decimal numbers and variables are evaluated; write the value"
-
-
-def arithmetic(text: str, lookup: Lookup, line: int) -> int:
-    """`$((text))` as bash computes it (64 bits, division truncating) for + - * / % and
-    parentheses over decimal numbers and variables holding one; anything else is refused."""
-    where = f"line {line}: $(({text}))"
-    tokens: list[int | str] = []
-    index, end = 0, len(text.rstrip(" \t\n"))
-    while index < end:
-        match = _TOKEN.match(text, index)
-        if match is None:
-            raise shell.ShellError(f"{where}: {_ONLY}")
-        number, name, operator = match.groups()
-        if name is not None:
-            number = lookup(name)
-            if number is None:
-                raise shell.ShellError(f"{where}: ${name} is not set in the script")
-        if number is not None:
-            if not _DECIMAL.fullmatch(number):
-                raise shell.ShellError(f"{where}: {number!r} is not a decimal 64-bit number")
-            tokens.append(int(number))
-        else:
-            tokens.append(operator)
-        index = match.end()
-    return _Arithmetic(tokens, where).value()
-
-
-class _Arithmetic:
-    """Precedence climbing over the tokens; nesting is capped, so no deep recursion."""
-
-    def __init__(self, tokens: list[int | str], where: str) -> None:
-        self.tokens, self.index, self.where, self.depth = tokens, 0, where, 0
-
-    def fail(self) -> shell.ShellError:
-        return shell.ShellError(f"{self.where}: {_ONLY}")
-
-    def value(self) -> int:
-        result = self.sum()
-        if self.index != len(self.tokens):
-            raise self.fail()
-        return result
-
-    def next(self) -> int | str | None:
-        return self.tokens[self.index] if self.index < len(self.tokens) else None
-
-    def sum(self) -> int:
-        result = self.product()
-        while (operator := self.next()) in ("+", "-"):
-            self.index += 1
-            other = self.product()
-            result = _wrap(result + other if operator == "+" else result - other)
-        return result
-
-    def product(self) -> int:
-        result = self.unary()
-        while (operator := self.next()) in ("*", "/", "%"):
-            self.index += 1
-            other = self.unary()
-            if operator == "*":
-                result = _wrap(result * other)
-                continue
-            if other == 0:
-                raise shell.ShellError(f"{self.where}: division by 0")
-            # C's division truncates toward 0; the remainder takes the dividend's sign
-            quotient = abs(result) // abs(other) * (1 if (result < 0) == (other < 0) else -1)
-            result = _wrap(quotient if operator == "/" else result - quotient * other)
-        return result
-
-    def unary(self) -> int:
-        sign = 1
-        while (operator := self.next()) in ("+", "-"):
-            sign, self.index = (-sign if operator == "-" else sign), self.index + 1
-        operand = self.next()
-        self.index += 1
-        if isinstance(operand, int):
-            return _wrap(sign * operand)
-        if operand != "(" or self.depth >= 32:
-            raise self.fail()
-        self.depth += 1
-        result = self.sum()
-        self.depth -= 1
-        if self.next() != ")":
-            raise self.fail()
-        self.index += 1
-        return _wrap(sign * result)
-
-
-def _wrap(number: int) -> int:
-    return (number + _INT64 // 2) % _INT64 - _INT64 // 2
