@@ -29,7 +29,7 @@ from nccl_launch.files.paths import FileError
 from nccl_launch.live.url import server_url, url_address
 from nccl_launch.profile.model import Baseline
 from nccl_launch.report import SCHEMA_VERSION
-from nccl_launch.sglang.kind import SGLang
+from nccl_launch.sglang.kind import SGLANG
 from nccl_launch.sglang.server import Server as ServerTable
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import PROFILE as LIVE_PROFILE
@@ -159,7 +159,7 @@ def test_events_may_end_their_lines_with_cr_or_crlf(
 
 def test_a_crlf_split_between_two_chunks_ends_one_line() -> None:
     chunks = [b"data: a\r", b"\ndata: b\r", b"", b"\n\rdata: c\n"]
-    with Client("http://127.0.0.1:1", 1, SGLang()) as client:
+    with Client("http://127.0.0.1:1", 1, SGLANG) as client:
         lines = list(client._lines("/v1/completions", iter(chunks)))
     assert lines == ["data: a", "data: b", "", "data: c"]
 
@@ -1200,7 +1200,7 @@ def test_a_server_with_an_api_key_is_sent_its_own_key_and_nothing_shows_it(
     ],
 )
 def test_the_api_key_is_read_as_sglangs_parser_reads_it(argv: list[str], key: str | None) -> None:
-    assert SGLang().request_key(argv, {"VLLM_API_KEY": "v"}) == key
+    assert SGLANG.credentials.request_key(argv, {"VLLM_API_KEY": "v"}) == key
 
 
 def test_a_key_no_http_header_carries_is_refused_without_showing_it(

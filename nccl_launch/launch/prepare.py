@@ -167,7 +167,7 @@ def prepare_launch(
     refuse(found + misread)
     inherited = inherited_environment(calling, given)
     if server is not None:
-        problem = kind_of(server).model_problem(server, model_architecture)
+        problem = kind_of(server).rules.model_problem(server, model_architecture)
         found += [problem.in_file(str(loaded.path))] if problem is not None else []
         args, unfilled = filled_args(loaded, declared, inherited.env)
         filled_server = server.model_copy(update={"args": args})
@@ -176,7 +176,7 @@ def prepare_launch(
         placed, misplaced = placement_args(server, placement, calling)
         found += misplaced
         more = placed + list(extra)
-        argv, filled = plan.argv + more, kind_of(server).argv(filled_server) + more
+        argv, filled = plan.argv + more, kind_of(server).command.argv(filled_server) + more
     else:
         if placement != Placement():
             message = f"profile {plan.label} has no [server] table to place on a node"
@@ -198,7 +198,7 @@ def prepare_launch(
     )
     if server is not None:
         declared_env = loaded.profile.declared_env()
-        found += kind_of(server).environment_findings(server, merged.env, declared_env)
+        found += kind_of(server).rules.environment_findings(server, merged.env, declared_env)
         found += key_variable_findings(loaded, merged.env, merged.sources, filled)
     found += nccl_debug_findings(plan) if nccl_debug else []
     refuse(found)  # every error at once, with the exit code of whose problem they are

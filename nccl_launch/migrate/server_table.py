@@ -51,13 +51,13 @@ def server_table(
     written = (words or [references.literal(word) for word in argv])[len(argv) - len(flags) :]
     table: dict[str, Any] = {} if kind is default_kind() else {"kind": kind.name}
     table |= {"python": python, "entrypoint": entrypoint}
-    leading = kind.leading_flag(entrypoint)
+    leading = kind.command.leading_flag(entrypoint)
     items: list[Given | int] = []  # a structured flag, or the index of a word for the args
     index = 0
     while index < len(flags):
         option = flags[index]
         name, equals, value = option.partition("=")
-        flag = kind.reads(option) if option.startswith("-") else None
+        flag = kind.command.reads(option) if option.startswith("-") else None
         takes_next = (
             flag is not None
             and not equals
@@ -83,7 +83,9 @@ def server_table(
             items.append(Given(flag, name, given, held))
         index += consumed
     try:
-        fields, left, kind_notes = kind.fields([item for item in items if isinstance(item, Given)])
+        fields, left, kind_notes = kind.command.fields(
+            [item for item in items if isinstance(item, Given)]
+        )
     except ValueError as error:
         raise UsageError(str(error)) from None
     args: list[str] = []

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 from nccl_launch.findings import Finding
-from nccl_launch.sglang.facts import MTP_ARCHITECTURES, NCCL_OVERRIDING_FLAGS, abbreviates
+from nccl_launch.sglang.facts import (
+    MTP_ARCHITECTURES,
+    NCCL_OVERRIDING_FLAGS,
+    OWNED_ENV,
+    abbreviates,
+)
 from nccl_launch.sglang.server import Server
 
 # The algorithms that run without a draft model only on a model with built-in MTP layers.
@@ -122,3 +129,19 @@ def _typed(args: list[str], flag: str) -> str | None:
         if abbreviates(option, (flag,)):
             return "" if option == flag else f"written {option}, "
     return None
+
+
+def model_problem(server: Server, architecture: Callable[[str], str | None]) -> Finding | None:
+    """`mtp_problem` of the model the table names (`architecture`: what its config.json
+    names, None where unreadable)."""
+    return mtp_problem(server, architecture(server.model_path or ""))
+
+
+def owned_env(server: Server | None, env: Mapping[str, str]) -> tuple[str, ...]:
+    """The NCCL variables SGLang sets itself, whatever the table."""
+    return OWNED_ENV
+
+
+def draft_model(server: Server) -> str | None:
+    """The speculative draft's path, where it has one."""
+    return server.speculative.draft_model_path if server.speculative else None

@@ -143,9 +143,11 @@ def server_warnings(server: Server, env: dict[str, str]) -> list[Finding]:
     return found
 
 
-def owned_env(server: Server, env: Mapping[str, str]) -> tuple[str, ...]:
+def owned_env(server: Server | None, env: Mapping[str, str]) -> tuple[str, ...]:
     """The NCCL variables vLLM sets itself for this table and environment: what `check`
-    tolerates in its processes, and nothing more."""
+    tolerates in its processes, and nothing more (none for a profile without a table)."""
+    if server is None:
+        return ()
     owned: list[str] = []
     if batch_invariant(env):
         owned += [*facts.BATCH_INVARIANT_PINS, facts.BATCH_INVARIANT_LISTS]
@@ -154,6 +156,11 @@ def owned_env(server: Server, env: Mapping[str, str]) -> tuple[str, ...]:
     if _limits_ctas(server) and not env.get(facts.MAX_CTAS, "").isdigit():
         owned.append(facts.MAX_CTAS)
     return tuple(owned)
+
+
+def draft_model(server: Server) -> str | None:
+    """The speculative draft's path, where it has one."""
+    return server.speculative.model if server.speculative else None
 
 
 def _sleeps(server: Server) -> bool:
