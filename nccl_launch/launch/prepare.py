@@ -22,7 +22,7 @@ from nccl_launch.files.paths import FileError
 from nccl_launch.files.reading import read_text
 from nccl_launch.files.trust import check_absent, check_trusted
 from nccl_launch.findings import Finding, Refused, refuse
-from nccl_launch.kinds import argument_findings, kind_of, unfilled_findings
+from nccl_launch.kinds import kind_of
 from nccl_launch.launch.placement import Placement, placement_args
 from nccl_launch.launch.program import COMMAND, SERVER_PYTHON, start_findings
 from nccl_launch.nccl.conf import ConfEntry, conf_paths, parse
@@ -36,6 +36,7 @@ from nccl_launch.profile.markers import (
 )
 from nccl_launch.profile.plan import ProfilePlan
 from nccl_launch.secrets.values import Secrets, secrets_of
+from nccl_launch.serving.rules import argument_findings, unfilled_findings
 
 
 @dataclass(frozen=True)
@@ -171,8 +172,9 @@ def prepare_launch(
         found += [problem.in_file(str(loaded.path))] if problem is not None else []
         args, unfilled = filled_args(loaded, declared, inherited.env)
         filled_server = server.model_copy(update={"args": args})
-        found += unfilled + argument_findings(server, extra, str(loaded.path), ref)
-        found += unfilled_findings(server, extra)
+        kind = kind_of(server)
+        found += unfilled + argument_findings(kind, server, extra, str(loaded.path), ref)
+        found += unfilled_findings(kind, extra)
         placed, misplaced = placement_args(server, placement, calling)
         found += misplaced
         more = placed + list(extra)
