@@ -14,7 +14,7 @@ from pydantic import Discriminator, GetCoreSchemaHandler, GetJsonSchemaHandler, 
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
-from nccl_launch.errors import HostError
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.serving.base import Kind
 from nccl_launch.serving.command import split_command
 from nccl_launch.serving.table import ServerTable
@@ -66,10 +66,17 @@ def _plugin(point: EntryPoint, taken: Sequence[str]) -> ServerKind:
     try:
         kind: ServerKind = point.load()
     except Exception as error:  # whatever an installed plugin raises
-        raise HostError(f"{where} cannot be loaded: {type(error).__name__}: {error}") from None
+        said = f"{where} cannot be loaded: {type(error).__name__}: {error}"
+        raise Refused(Finding("kind-unloadable", "", said, cause="host")) from None
     if kind.name in taken:
-        raise HostError(f"{where}: a server kind named {kind.name!r} is registered already")
+        raise Refused(_name_taken(where, kind.name))
     return kind
+
+
+def _name_taken(where: str, name: str) -> Finding:
+    """A kind registered (at `where`) under a name another kind has: this host's problem."""
+    message = f"a server kind named {name!r} is registered already"
+    return Finding("kind-name-taken", where, message, cause="host")
 
 
 KINDS = Registry(SGLANG, VLLM)
@@ -78,7 +85,7 @@ KINDS = Registry(SGLANG, VLLM)
 def register(kind: ServerKind) -> None:
     """Add `kind` after those registered: a profile may then name it (`kind = NAME`)."""
     if kind.name in names():
-        raise ValueError(f"a server kind named {kind.name!r} is registered already")
+        raise Refused(_name_taken(f"server kind {kind.title!r}", kind.name))
     KINDS.read.append(kind)
 
 

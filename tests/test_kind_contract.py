@@ -22,6 +22,7 @@ from typing import Literal
 import pytest
 
 from nccl_launch import kinds
+from nccl_launch.findings import Refused
 from nccl_launch.kinds import ServerKind
 from nccl_launch.serving.base import Api, CommandLine, Credentials, Kind
 from nccl_launch.serving.flags import Flag
@@ -227,3 +228,11 @@ def test_an_installed_kind_that_cannot_be_used_is_a_host_problem_said_in_one_lin
     env = _plugins(tmp_path, points)
     result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert (result.returncode, result.stderr) == (3, said)
+
+
+def test_a_kind_registered_under_a_taken_name_is_refused_as_this_hosts_problem() -> None:
+    with pytest.raises(Refused) as refused:
+        kinds.register(TWIN)
+    [finding] = refused.value.findings
+    assert (finding.code, finding.cause, refused.value.exit_code) == ("kind-name-taken", "host", 3)
+    assert finding.message == "a server kind named 'vllm' is registered already"

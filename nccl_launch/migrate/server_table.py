@@ -82,12 +82,9 @@ def server_table(
             held = tuple(written[index : index + consumed])
             items.append(Given(flag, name, given, held))
         index += consumed
-    try:
-        fields, left, kind_notes = kind.command.fields(
-            [item for item in items if isinstance(item, Given)]
-        )
-    except ValueError as error:
-        raise UsageError(str(error)) from None
+    fields, left, kind_notes = kind.command.fields(
+        [item for item in items if isinstance(item, Given)]
+    )
     args: list[str] = []
     for item in items:
         if isinstance(item, int):

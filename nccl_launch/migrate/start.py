@@ -136,10 +136,7 @@ def build_profile(
     data |= {"secret_files": start.secret_files} if start.secret_files else {}
     data |= {"nccl": nccl} if nccl else {}
     data |= {"env": env} if env else {}
-    try:
-        server, server_notes = server_table(start.argv, start.words or None)
-    except UsageError as error:  # `$MODEL_DIR is not set`: in which script, on which line
-        raise UsageError(f"{source}: {start.at}{': ' if start.at else ''}{error}") from None
+    server, server_notes = _server_of(start, source)
     notes += server_notes
     if server is not None:
         data["server"] = server | ({"cwd": start.cwd} if start.cwd else {})
@@ -151,6 +148,23 @@ def build_profile(
     data["provenance"] = {"source": source} | ({"notes": "; ".join(notes)} if notes else {})
     profile = validate_resolved(source, data)
     return BuiltProfile(data, profile, build_plan(profile), comments, notes)
+
+
+def _server_of(start: StartCommand, source: str) -> tuple[dict[str, Any] | None, list[str]]:
+    """`server_table` of the start command, what stops it said in which script, on which line
+    (`$MODEL_DIR is not set`, a flag the server's kind refuses)."""
+    try:
+        return server_table(start.argv, start.words or None)
+    except UsageError as error:
+        raise UsageError(f"{source}: {start.at}{': ' if start.at else ''}{error}") from None
+    except Refused as error:
+        at = ": ".join(part for part in (source, start.at) if part)
+        raise Refused(
+            [
+                dataclasses.replace(each, where=": ".join(filter(None, (at, each.where))))
+                for each in error.findings
+            ]
+        ) from None
 
 
 def profile_text(data: dict[str, Any], comments: dict[str, str]) -> str:
