@@ -1,132 +1,25 @@
 """The registry of server kinds a `[server]` table may name (`kind`, the first registered by
-default): the protocol each kind implements in one module of its folder (`sglang/kind.py`,
-`vllm/kind.py`), the kinds registered, the `[server]` union built from them, and the rules
-every kind shares. Generic code asks `kind_of(server)`; nothing else branches on a kind."""
+default): the kinds registered (each a `serving.base.Kind`, in its folder's `kind.py`), the
+`[server]` union built from them. Generic code asks `kind_of(server)`; nothing else
+branches on a kind."""
 
 from __future__ import annotations
 
-import shlex
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from functools import cache
 from importlib.metadata import EntryPoint, entry_points
-from typing import Annotated, Any, Protocol, TypeVar, Union, overload
+from typing import Annotated, Any, Union, overload
 
 from pydantic import Discriminator, GetCoreSchemaHandler, GetJsonSchemaHandler, Tag, TypeAdapter
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
-from nccl_launch.errors import HostError
-from nccl_launch.findings import ARGS, EXTRA_ARGS, Finding, empty_key
-from nccl_launch.serving.api import Get, Served
-from nccl_launch.serving.command import Given, split_command
-from nccl_launch.serving.flags import Flag, empty_credentials, unfilled_credentials
+from nccl_launch.findings import Finding, Refused
+from nccl_launch.serving.base import Kind
+from nccl_launch.serving.command import split_command
 from nccl_launch.serving.table import ServerTable
-from nccl_launch.sglang.kind import SGLang
-from nccl_launch.vllm.kind import Vllm
-
-TableT = TypeVar("TableT", bound=ServerTable)
-
-
-class Kind(Protocol[TableT]):
-    """What one kind of server means; each method takes that kind's `[server]` table."""
-
-    name: str  # as a profile's `kind` names it
-    title: str  # as people write it: "SGLang"
-    table: type[TableT]
-    api_key_flag: str
-    api_key_env: str | None  # a variable the server reads its key from, where the flag is absent
-    default_host: str
-    default_port: int
-    draft_key: str  # the speculative draft's key in `[server.speculative]`
-    # The module asking the installed server (`probe`, `expected_values`): imported by
-    # preflight alone, off `run`'s path.
-    parser: str
-    node_rank_flag: str  # where placement puts this node's rank
-    # Its command line read back into a table (`convert`, `capture`): the console script and
-    # the interpreter's entrypoints that start it.
-    script: str
-    entrypoints: tuple[str, ...]
-    credential_flags: tuple[str, ...]  # whose values are secrets, spelled in full
-    # Its flags only named like one (`--speculative-token-map`), shown; whether its API-key
-    # flag takes several keys (`--api-key K1 K2`).
-    named_like_credentials: tuple[str, ...]
-    several_keys: bool
-    env_prefix: str  # of the variables it reads
-
-    def argv(self, server: TableT) -> list[str]:
-        """The command line the table stands for."""
-        ...
-
-    def problems(self, server: TableT) -> list[Finding]:
-        """Its own rules, beyond the shared ones."""
-        ...
-
-    def warnings(self, server: TableT, env: dict[str, str]) -> list[Finding]:
-        """Where the server will not honour what the profile declares (`env`)."""
-        ...
-
-    def environment_findings(
-        self, server: TableT, env: Mapping[str, str], declared: Mapping[str, str]
-    ) -> list[Finding]:
-        """What the environment the server gets makes it do to the profile's `declared`
-        values, beyond what the profile's own [env] says (`warnings` judges that)."""
-        ...
-
-    def owned_env(self, server: TableT | None, env: Mapping[str, str]) -> tuple[str, ...]:
-        """The NCCL variables the server sets itself (no table: a profile without one)."""
-        ...
-
-    def duplicated_flags(self, server: TableT, args: Sequence[str]) -> list[tuple[str, Flag]]:
-        """The options of `args` that give a structured field again, with its flag."""
-        ...
-
-    def reads_as_api_key(self, option: str) -> bool:
-        """Whether its parser reads `option` as its API key's flag."""
-        ...
-
-    def reads_as_credential(self, option: str) -> bool:
-        """Whether its parser may read `option` as a flag whose value is a credential."""
-        ...
-
-    def draft_model(self, server: TableT) -> str | None:
-        """The speculative draft's path, where it has one."""
-        ...
-
-    def model_problem(
-        self, server: TableT, architecture: Callable[[str], str | None]
-    ) -> Finding | None:
-        """Why the model cannot serve the table, where the kind judges it before start
-        (`architecture`: what the config.json of a model path names, None where unreadable)."""
-        ...
-
-    def address_args(self, address: str) -> list[str]:
-        """The first node's HOST:PORT as arguments; ValueError for one it cannot take."""
-        ...
-
-    def field_flag(self, option: str) -> Flag | None:
-        """The structured field an option of `run` or `preflight` would set."""
-        ...
-
-    def leading_flag(self, entrypoint: str) -> Flag | None:
-        """The flag a first plain word after `entrypoint` stands for."""
-        ...
-
-    def reads(self, option: str) -> Flag | None:
-        """The field an option of a command line gives."""
-        ...
-
-    def fields(self, given: Sequence[Given]) -> tuple[dict[str, Any], list[Given], list[str]]:
-        """The table the structured options `given` make, those left to args, and notes."""
-        ...
-
-    def served(self, get: Get) -> Served:
-        """What its HTTP API says of the server."""
-        ...
-
-    def request_key(self, argv: Sequence[str], env: Mapping[str, str]) -> str | None:
-        """The key a request carries, read from the server's argv and environment."""
-        ...
-
+from nccl_launch.sglang.kind import SGLANG
+from nccl_launch.vllm.kind import VLLM
 
 ServerKind = Kind[Any]  # a kind whose table generic code does not know
 # Kinds outside this package: each entry point of the group names a kind object.
@@ -173,19 +66,26 @@ def _plugin(point: EntryPoint, taken: Sequence[str]) -> ServerKind:
     try:
         kind: ServerKind = point.load()
     except Exception as error:  # whatever an installed plugin raises
-        raise HostError(f"{where} cannot be loaded: {type(error).__name__}: {error}") from None
+        said = f"{where} cannot be loaded: {type(error).__name__}: {error}"
+        raise Refused(Finding("kind-unloadable", "", said, cause="host")) from None
     if kind.name in taken:
-        raise HostError(f"{where}: a server kind named {kind.name!r} is registered already")
+        raise Refused(_name_taken(where, kind.name))
     return kind
 
 
-KINDS = Registry(SGLang(), Vllm())
+def _name_taken(where: str, name: str) -> Finding:
+    """A kind registered (at `where`) under a name another kind has: this host's problem."""
+    message = f"a server kind named {name!r} is registered already"
+    return Finding("kind-name-taken", where, message, cause="host")
+
+
+KINDS = Registry(SGLANG, VLLM)
 
 
 def register(kind: ServerKind) -> None:
     """Add `kind` after those registered: a profile may then name it (`kind = NAME`)."""
     if kind.name in names():
-        raise ValueError(f"a server kind named {kind.name!r} is registered already")
+        raise Refused(_name_taken(f"server kind {kind.title!r}", kind.name))
     KINDS.read.append(kind)
 
 
@@ -217,7 +117,7 @@ def default_kind() -> ServerKind:
 def address(server: ServerTable) -> tuple[str, int]:
     """Where the server listens: its host and port, its kind's defaults where unset."""
     kind = kind_of(server)
-    return server.host or kind.default_host, server.port or kind.default_port
+    return server.host or kind.api.default_host, server.port or kind.api.default_port
 
 
 def kind_of(server: ServerTable) -> ServerKind:
@@ -232,7 +132,7 @@ def command_of(argv: Sequence[str]) -> tuple[ServerKind, tuple[str, str, list[st
     """The kind of server a command line starts, with its (python, entrypoint, the words
     after it); None for a command that starts none."""
     for kind in KINDS:
-        split = split_command(argv, kind.script, kind.entrypoints)
+        split = split_command(argv, kind.command.script, kind.command.entrypoints)
         if split is not None:
             return kind, split
     return None
@@ -243,7 +143,10 @@ def server_commands() -> list[str]:
     return [
         form
         for kind in KINDS
-        for form in (*(f"python {entry}" for entry in kind.entrypoints), f"{kind.script} serve")
+        for form in (
+            *(f"python {entry}" for entry in kind.command.entrypoints),
+            f"{kind.command.script} serve",
+        )
     ]
 
 
@@ -296,67 +199,3 @@ class _Registered:
 
 # `[server]` as a profile reads it: the table of the kind it names.
 Server = Annotated[ServerTable, _Registered]
-
-_VALUE_FIX = (
-    'give the key after it; quote a variable ("$API_KEY"): unquoted, an unset one is dropped'
-)
-
-
-def server_problems(server: ServerTable) -> list[Finding]:
-    """Every rule a resolved `[server]` table must meet before its server is started."""
-    problems = []
-    if server.model_path is None:
-        problems.append(Finding("missing-key", "server.model_path", "required key is missing"))
-    if server.node_rank is not None and server.node_rank >= server.nnodes:
-        message = f"{server.node_rank} is not below nnodes = {server.nnodes}"
-        problems.append(Finding("node-rank", "server.node_rank", message))
-    return problems + argument_findings(server) + kind_of(server).problems(server)
-
-
-def argument_findings(
-    server: ServerTable, extra: Sequence[str] | None = None, path: str = "", ref: str = ""
-) -> list[Finding]:
-    """What the server's rules say of its arguments, those of `[server] args` and the `extra`
-    ones after `--` (of the profile `ref`, read from `path`; None where not known yet, as for
-    `validate`): a structured field repeated, an API key given empty (the server then serves
-    every request) or not given at all."""
-    kind = kind_of(server)
-    findings = []
-    copy = f"(or of a copy: nccl-launch new NAME --from {shlex.quote(ref)})"
-    for where, args in ((ARGS, server.args), (EXTRA_ARGS, extra or ())):
-        for option, flag in kind.duplicated_flags(server, list(args)):
-            message = f"{option} repeats the field {flag.field}"
-            if where == EXTRA_ARGS:
-                message += ", which `--` cannot change"
-            fix = "set it there" if where == ARGS else f"set {flag.place} of {path} {copy}"
-            findings.append(Finding("repeated-field", where, message, fix))
-    # Read on from the profile's: its last flag may take the first word after `--`.
-    argv = [*server.args, *(extra or ())]
-    complete = extra is not None
-    for index, option, valued in empty_credentials(argv, kind.reads_as_api_key, complete):
-        at = index + 1 if valued and "=" not in argv[index] else index  # where the value is
-        where = ARGS if at < len(server.args) else EXTRA_ARGS
-        if valued:
-            findings.append(empty_key(kind.title, f"{option}'s value", where))
-        else:
-            message = f"{option} has no value (another option follows, or nothing), which "
-            message += f"{kind.title} refuses at start"
-            findings.append(Finding("no-key", where, message, _VALUE_FIX))
-    return findings
-
-
-def unfilled_findings(server: ServerTable, extra: Sequence[str]) -> list[Finding]:
-    """A credential flag after `--` of `run` or `preflight` whose value is a `${NAME}` no
-    shell filled (single quotes, or a unit's line run by hand): the server would take the
-    text itself as the key. A unit's Exec line is filled by systemd before `run` sees it."""
-    kind = kind_of(server)
-    return [
-        Finding(
-            "unfilled-key",
-            EXTRA_ARGS,
-            f"{option}'s value is a ${{NAME}} nothing filled, so {kind.title} would take that "
-            "text as the key",
-            'refer to the key in the profile\'s [server] args, or give it: -- --api-key "$API_KEY"',
-        )
-        for option in unfilled_credentials(extra, kind.reads_as_api_key)
-    ]

@@ -11,7 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from nccl_launch import kinds
+
 PACKAGE = Path(__file__).parent.parent / "nccl_launch"
+# A server kind of this package is one folder, its table's: the registry's built-in kinds.
+KIND_FOLDERS = sorted({kind.table.__module__.split(".")[1] for kind in kinds.KINDS.read})
 # Bottom to top: a package imports only itself and the packages of lower layers.
 # Keep in step with the picture in docs/architecture.md.
 LAYERS = (
@@ -20,7 +24,7 @@ LAYERS = (
     ("jsonlines",),
     ("nccl",),
     ("serving",),
-    ("sglang", "vllm"),
+    tuple(KIND_FOLDERS),
     ("kinds",),
     ("secrets",),
     ("profile",),
@@ -35,8 +39,11 @@ LAYERS = (
 )
 # Facts: modules that import nothing of nccl-launch's (but these) and are read by the rest.
 LEAVES = {
-    "nccl_launch.sglang.facts": {"nccl_launch.serving.flags"},
-    "nccl_launch.vllm.facts": {"nccl_launch.serving.flags"},
+    **{
+        f"nccl_launch.{folder}.facts": {"nccl_launch.serving.flags"}
+        for folder in KIND_FOLDERS
+        if (PACKAGE / folder / "facts.py").exists()
+    },
     "nccl_launch.nccl.catalog": set(),
     "nccl_launch.nccl.grammar": {"nccl_launch.digits"},
     "nccl_launch.nccl.conf": set(),
@@ -144,12 +151,11 @@ def test_only_nccl_names_the_grammars_rule_classes(name: str) -> None:
 
 # A server kind is one folder: the registry imports each folder's `kind.py`, nothing else
 # imports the folder, and generic code asks the registry.
-KIND_FOLDERS = sorted(path.parent.name for path in PACKAGE.glob("*/kind.py"))
 REGISTRY = "nccl_launch.kinds"
 
 
 def test_only_the_registry_imports_a_kinds_folder() -> None:
-    assert KIND_FOLDERS == ["sglang", "vllm"]
+    assert sorted(path.parent.name for path in PACKAGE.glob("*/kind.py")) == KIND_FOLDERS
     outside = {
         name: sorted(target for target in imported(name) if package_of(target) in KIND_FOLDERS)
         for name in MODULES

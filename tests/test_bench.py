@@ -29,7 +29,7 @@ from nccl_launch.files.paths import FileError
 from nccl_launch.live.url import server_url, url_address
 from nccl_launch.profile.model import Baseline
 from nccl_launch.report import SCHEMA_VERSION
-from nccl_launch.sglang.kind import SGLang
+from nccl_launch.sglang.kind import SGLANG
 from nccl_launch.sglang.server import Server as ServerTable
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import PROFILE as LIVE_PROFILE
@@ -159,7 +159,7 @@ def test_events_may_end_their_lines_with_cr_or_crlf(
 
 def test_a_crlf_split_between_two_chunks_ends_one_line() -> None:
     chunks = [b"data: a\r", b"\ndata: b\r", b"", b"\n\rdata: c\n"]
-    with Client("http://127.0.0.1:1", 1, SGLang()) as client:
+    with Client("http://127.0.0.1:1", 1, SGLANG) as client:
         lines = list(client._lines("/v1/completions", iter(chunks)))
     assert lines == ["data: a", "data: b", "", "data: c"]
 
@@ -379,7 +379,6 @@ JSON_KEYS = {
     "time",
     "server",
     "server_version",
-    "sglang_version",
     "model",
     "gpus",
     "gpus_note",
@@ -421,7 +420,7 @@ def test_json_is_a_versioned_document_stamped_with_profile_server_and_gpus(
     assert document["digest"].startswith("sha256:")
     assert document["profile_path"] == str(Path.cwd() / "profiles" / "standin.toml")
     assert (document["server"], document["server_version"]) == ("sglang", "0.5.23")
-    assert (document["sglang_version"], document["model"]) == ("0.5.23", "/models/m")
+    assert document["model"] == "/models/m"
     assert document["gpus"] == [
         {
             "index": 0,
@@ -479,7 +478,7 @@ def test_a_server_with_only_get_server_info_is_stamped_from_it(
     result = run_cli("bench", "standin", "--url", url(server), *FAST, "--format", "json")
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
-    assert (document["sglang_version"], document["model"]) == ("0.5.23", "/models/m")
+    assert (document["server_version"], document["model"]) == ("0.5.23", "/models/m")
 
 
 def test_nvidia_smis_lines_are_read_and_a_name_may_hold_a_comma() -> None:
@@ -501,7 +500,9 @@ def test_history_prints_a_table_per_profile_and_digest(
     record = default_history(tmp_path / "home")
     older = json.loads(record.read_text().splitlines()[0])  # as version 0 of another digest
     older |= {"profile": "standin@0", "digest": "sha256:" + "0" * 64}
-    del older["server"], older["server_version"]  # as written before vLLM: sglang_version only
+    # as written before vLLM: sglang_version only
+    older["sglang_version"] = older.pop("server_version")
+    del older["server"]
     with record.open("a") as history:
         history.write(json.dumps(older) + "\n")
     shown = run_cli("bench", "--history")
@@ -1014,7 +1015,7 @@ def test_what_a_server_or_history_says_cannot_forge_a_line(
     assert not [line for line in result.stdout.splitlines() if line.startswith("FAKE")]
     record = default_history(tmp_path / "home")
     kept = json.loads(record.read_text())
-    assert (kept["sglang_version"], kept["model"]) == (INJECTED["version"], INJECTED["model_path"])
+    assert (kept["server_version"], kept["model"]) == (INJECTED["version"], INJECTED["model_path"])
     with record.open("a") as history:
         history.write(json.dumps(kept | {"host": "x\nFAKE ROW"}) + "\n")
     table = run_cli("bench", "--history")
@@ -1200,7 +1201,7 @@ def test_a_server_with_an_api_key_is_sent_its_own_key_and_nothing_shows_it(
     ],
 )
 def test_the_api_key_is_read_as_sglangs_parser_reads_it(argv: list[str], key: str | None) -> None:
-    assert SGLang().request_key(argv, {"VLLM_API_KEY": "v"}) == key
+    assert SGLANG.credentials.request_key(argv, {"VLLM_API_KEY": "v"}) == key
 
 
 def test_a_key_no_http_header_carries_is_refused_without_showing_it(

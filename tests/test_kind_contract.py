@@ -1,6 +1,6 @@
 """A server kind of this file's own, registered without a line of nccl_launch/ for it, taken
 through `validate`, `run --dry-run`, masking and `check` of a real server of its kind: what
-`kinds.Kind` asks of a kind is all a kind needs.
+`serving.base.Kind` asks of a kind is all a kind needs.
 
 The kind serves HTTP from a Python one-liner on loopback. In-process it is `register`ed for
 the test and taken back after; the console script that starts its server finds it through
@@ -8,22 +8,23 @@ the entry point group `nccl_launch.kinds`, from a distribution's metadata writte
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import pytest
 
 from nccl_launch import kinds
-from nccl_launch.findings import Finding
-from nccl_launch.serving.api import Get, Served
-from nccl_launch.serving.command import Given
+from nccl_launch.findings import Refused
+from nccl_launch.kinds import ServerKind
+from nccl_launch.serving.base import Api, CommandLine, Credentials, Kind
 from nccl_launch.serving.flags import Flag
 from nccl_launch.serving.table import Name, ServerTable
 from tests.conftest import RunCli, WriteProfile, console_script
@@ -47,86 +48,30 @@ class EchoServer(ServerTable):
     entrypoint: Name = f"-c {shlex.quote(SERVE)}"
 
 
-class Echo:
-    """The kind: what `kinds.Kind` asks, answered in the fewest words."""
-
-    name = "echo"
-    title = "Echo"
-    table = EchoServer
-    api_key_flag = WORD_FLAG
-    api_key_env: str | None = None
-    default_host = "127.0.0.1"
-    default_port = 8080
-    draft_key = "draft"
-    parser = __name__
-    node_rank_flag = "--rank"
-    script = "echo-server"
-    entrypoints: tuple[str, ...] = ("-m echo_server",)
-    credential_flags: tuple[str, ...] = (WORD_FLAG,)
-    named_like_credentials: tuple[str, ...] = ()
-    several_keys = False
-    env_prefix = "ECHO_"
-
-    def argv(self, server: EchoServer) -> list[str]:
-        port = str(server.port or self.default_port)
-        model = ["--model", server.model_path or ""]
-        words = [*shlex.split(server.entrypoint), *model, PORT_FLAG.canonical, port]
-        return [server.python, *words, *server.args]
-
-    def problems(self, server: EchoServer) -> list[Finding]:
-        return []
-
-    def warnings(self, server: EchoServer, env: dict[str, str]) -> list[Finding]:
-        return []
-
-    def environment_findings(
-        self, server: EchoServer, env: Mapping[str, str], declared: Mapping[str, str]
-    ) -> list[Finding]:
-        return []
-
-    def owned_env(self, server: EchoServer | None, env: Mapping[str, str]) -> tuple[str, ...]:
-        return ()
-
-    def duplicated_flags(self, server: EchoServer, args: Sequence[str]) -> list[tuple[str, Flag]]:
-        return [(arg, PORT_FLAG) for arg in args if arg == PORT_FLAG.canonical]
-
-    def reads_as_api_key(self, option: str) -> bool:
-        return option.split("=", 1)[0] == WORD_FLAG
-
-    def reads_as_credential(self, option: str) -> bool:
-        return self.reads_as_api_key(option)
-
-    def draft_model(self, server: EchoServer) -> str | None:
-        return None
-
-    def model_problem(
-        self, server: EchoServer, architecture: Callable[[str], str | None]
-    ) -> Finding | None:
-        return None
-
-    def address_args(self, address: str) -> list[str]:
-        return ["--leader", address]
-
-    def field_flag(self, option: str) -> Flag | None:
-        return PORT_FLAG if option == PORT_FLAG.canonical else None
-
-    def leading_flag(self, entrypoint: str) -> Flag | None:
-        return None
-
-    def reads(self, option: str) -> Flag | None:
-        return self.field_flag(option)
-
-    def fields(self, given: Sequence[Given]) -> tuple[dict[str, Any], list[Given], list[str]]:
-        return {}, list(given), []
-
-    def served(self, get: Get) -> Served:
-        return Served(version=None, model=None, request_model=None)
-
-    def request_key(self, argv: Sequence[str], env: Mapping[str, str]) -> str | None:
-        return None
+def echo_argv(server: EchoServer) -> list[str]:
+    port = str(server.port or ECHO.api.default_port)
+    model = ["--model", server.model_path or ""]
+    words = [*shlex.split(server.entrypoint), *model, PORT_FLAG.canonical, port]
+    return [server.python, *words, *server.args]
 
 
-ECHO = Echo()
+def field_flag(option: str) -> Flag | None:
+    return PORT_FLAG if option == PORT_FLAG.canonical else None
+
+
+# The kind: only how it differs from a plain OpenAI-compatible server.
+ECHO = Kind(
+    name="echo",
+    title="Echo",
+    table=EchoServer,
+    env_prefix="ECHO_",
+    command=CommandLine(
+        script="echo-server", entrypoints=("-m echo_server",), argv=echo_argv, flag=field_flag
+    ),
+    probe=__name__,
+    credentials=Credentials(api_key_flag=WORD_FLAG, flags=(WORD_FLAG,)),
+    api=Api(default_port=8080),
+)
 PROFILE = f"""
 schema = 1
 name = "echo"
@@ -143,7 +88,7 @@ args = ["{WORD_FLAG}", "s3cr3t-word"]
 
 
 @pytest.fixture
-def registered() -> Iterator[Echo]:
+def registered() -> Iterator[ServerKind]:
     """The kind, registered for the test and taken back out after it."""
     kinds.register(ECHO)
     try:
@@ -153,7 +98,7 @@ def registered() -> Iterator[Echo]:
 
 
 def test_a_registered_kind_is_validated_and_its_argv_run_dry(
-    registered: Echo, write_profile: WriteProfile, run_cli: RunCli
+    registered: ServerKind, write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     write_profile("echo", PROFILE.format(port=8123))
     validated = run_cli("validate", "echo")
@@ -173,7 +118,7 @@ def test_a_registered_kind_is_validated_and_its_argv_run_dry(
 
 
 def test_a_registered_kinds_table_is_read_as_its_own(
-    registered: Echo, write_profile: WriteProfile, run_cli: RunCli
+    registered: ServerKind, write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     # A key it does not have, named with those it has; it has no [server.speculative].
     write_profile("other", PROFILE.format(port=8123).replace("[server]", "[server]\ntp = 2"))
@@ -193,7 +138,7 @@ def test_a_registered_kinds_table_is_read_as_its_own(
 
 
 def test_the_kinds_credential_flag_is_masked_in_the_dry_run(
-    registered: Echo, write_profile: WriteProfile, run_cli: RunCli
+    registered: ServerKind, write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     write_profile("echo", PROFILE.format(port=8123))
     dry = run_cli("run", "--dry-run", "echo")
@@ -203,7 +148,7 @@ def test_the_kinds_credential_flag_is_masked_in_the_dry_run(
 
 
 def test_a_kind_taken_back_is_no_kind(
-    registered: Echo, write_profile: WriteProfile, run_cli: RunCli
+    registered: ServerKind, write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     write_profile("echo", PROFILE.format(port=8123))
     assert kinds.kind_named("echo") is registered
@@ -222,7 +167,7 @@ def _listening(port: int) -> bool:
 
 
 def test_check_finds_no_drift_in_a_server_the_console_script_started(
-    registered: Echo, write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
+    registered: ServerKind, write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
 ) -> None:
     port = free_port()
     write_profile("echo", PROFILE.format(port=port))
@@ -245,11 +190,7 @@ def test_check_finds_no_drift_in_a_server_the_console_script_started(
         process.communicate(timeout=10)
 
 
-class Twin(Echo):
-    name = "vllm"
-
-
-TWIN = Twin()
+TWIN = dataclasses.replace(ECHO, name="vllm")
 
 
 def _plugins(tmp_path: Path, points: str) -> dict[str, str]:
@@ -287,3 +228,11 @@ def test_an_installed_kind_that_cannot_be_used_is_a_host_problem_said_in_one_lin
     env = _plugins(tmp_path, points)
     result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert (result.returncode, result.stderr) == (3, said)
+
+
+def test_a_kind_registered_under_a_taken_name_is_refused_as_this_hosts_problem() -> None:
+    with pytest.raises(Refused) as refused:
+        kinds.register(TWIN)
+    [finding] = refused.value.findings
+    assert (finding.code, finding.cause, refused.value.exit_code) == ("kind-name-taken", "host", 3)
+    assert finding.message == "a server kind named 'vllm' is registered already"

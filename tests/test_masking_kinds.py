@@ -11,17 +11,22 @@ import pytest
 
 from nccl_launch.secrets import masking
 from nccl_launch.secrets.masking import MASK, mask_argv, mask_credentials
+from nccl_launch.serving.base import Credentials
 
 
 @pytest.fixture
 def vault_kind(monkeypatch: pytest.MonkeyPatch) -> None:
     """A kind of its own beside the registry's: `--vault` (or a prefix down to `--vau`) holds
     its keys, several after one flag; `--pass-through-key` is only named like a credential."""
-    vault = SimpleNamespace(  # what masking asks of a kind
-        reads_as_credential=lambda option: len(option) >= 5 and "--vault".startswith(option),
-        reads_as_api_key=lambda option: len(option) >= 5 and "--vault".startswith(option),
-        named_like_credentials=("--pass-through-key",),
-        several_keys=True,
+    vault = SimpleNamespace(  # what masking asks of a kind: its credentials
+        credentials=Credentials(
+            api_key_flag="--vault",
+            flags=("--vault",),
+            several_keys=True,
+            named_like=("--pass-through-key",),
+            api_key_option=lambda option: len(option) >= 5 and "--vault".startswith(option),
+            credential_option=lambda option: len(option) >= 5 and "--vault".startswith(option),
+        )
     )
     kinds = list(masking._kinds())
     monkeypatch.setattr(masking, "_kinds", lambda: [*kinds, vault])

@@ -203,14 +203,14 @@ def test_run_repeats_only_what_changes_or_endangers_the_start() -> None:
         "NCCL_MAX_NCHANNELS deprecated",
         "NCCL_CHECKS_DISABLE ignored",
         "NCCL_LL_BUFFSIZE undocumented",
-        "env.CUDA_DEVICE_MAX_CONNECTIONS sglang",
+        "env.CUDA_DEVICE_MAX_CONNECTIONS overridden",
         "env.HF_TOKEN secret",
         "server.args secret",
     ]
     said = run_notes(profile)  # what changes or endangers the start, not how it is written
     assert [note.id for note in said] == [
         "NCCL_CHECKS_DISABLE ignored",  # the start does not do what the profile says
-        "env.CUDA_DEVICE_MAX_CONNECTIONS sglang",
+        "env.CUDA_DEVICE_MAX_CONNECTIONS overridden",
         "env.HF_TOKEN secret",
         "server.args secret",
     ]
@@ -239,6 +239,7 @@ def test_a_flag_sglang_reads_by_its_prefix_is_named_where_it_overrides_the_profi
     validated = run_cli("validate", "symm")
     assert validated.returncode == 0
     assert validated.stderr == (
-        f'nccl-launch: warning: profiles/symm.toml: {said} [accept: "--enable-symm-mem sglang"]\n'
+        f"nccl-launch: warning: profiles/symm.toml: {said} "
+        '[accept: "--enable-symm-mem overridden"]\n'
     )
     assert run_cli("run", "--dry-run", "symm").stderr == f"nccl-launch: warning: {said}\n"

@@ -116,16 +116,16 @@ def test_warnings_where_sglang_will_not_honour_the_profile() -> None:
     warnings = rules.server_warnings(server(tp_size=8, args=args), env)
     assert [(warning.id, warning.text()) for warning in warnings] == [
         (
-            "env.CUDA_DEVICE_MAX_CONNECTIONS sglang",
+            "env.CUDA_DEVICE_MAX_CONNECTIONS overridden",
             "env.CUDA_DEVICE_MAX_CONNECTIONS: SGLang always sets it to 8 in its workers",
         ),
         (
-            "--enable-deterministic-inference sglang",
+            "--enable-deterministic-inference overridden",
             "--enable-deterministic-inference: makes SGLang override NCCL_ALGO "
             "(NCCL_ALGO=allreduce:tree, 8 channels)",
         ),
         (
-            "--enable-symm-mem sglang",
+            "--enable-symm-mem overridden",
             "--enable-symm-mem: makes SGLang override NCCL_CUMEM_ENABLE = '1'",
         ),
     ]
@@ -234,3 +234,28 @@ def test_dry_run_escapes_control_characters_in_args(
         ["bash", "-c", f'printf "%s\\0" {shown}'], capture_output=True, check=True, timeout=120
     ).stdout
     assert words.decode().split("\0")[-4:-1] == hostile
+
+
+@pytest.mark.parametrize(
+    ("speculative", "code"),
+    [
+        ({"algorithm": "EAGLE3", "draft_model_path": "/d", "num_steps": 3}, "speculative-trio"),
+        (
+            {
+                "algorithm": "EAGLE3",
+                "draft_model_path": "/d",
+                "num_steps": 3,
+                "eagle_topk": 1,
+                "num_draft_tokens": 8,
+            },
+            "draft-tokens",
+        ),
+        ({"algorithm": "DFLASH"}, "no-draft"),
+        ({"algorithm": "NGRAM", "draft_model_path": "/d"}, "unused-draft"),
+        ({"algorithm": "UNO"}, "uno-lora"),
+    ],
+)
+def test_each_speculative_rule_has_its_own_code(speculative: dict[str, Any], code: str) -> None:
+    assert [problem.code for problem in rules.server_problems(server(speculative=speculative))] == [
+        code
+    ]

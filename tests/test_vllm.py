@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 import nccl_launch.vllm
+from nccl_launch.vllm import rules
+from nccl_launch.vllm.server import VllmServer
 from tests.conftest import RunCli, WriteProfile, require
 from tests.helpers import sleeper
 
@@ -377,7 +379,7 @@ PINNED = (
     "makes vLLM replace NCCL_MAX_NCHANNELS=16 by 1, NCCL_PROTO=LL by Simple, NCCL_ALGO=Ring by "
     "ring,tree;allreduce:tree, NCCL_NTHREADS=512 by 1 (batch-invariant mode pins them)"
 )
-ACCEPT = '[policy]\naccept = ["env.VLLM_BATCH_INVARIANT vllm"]\n'
+ACCEPT = '[policy]\naccept = ["env.VLLM_BATCH_INVARIANT overridden"]\n'
 
 
 def test_batch_invariant_mode_is_refused_over_tuned_values_unless_accepted(
@@ -393,7 +395,7 @@ def test_batch_invariant_mode_is_refused_over_tuned_values_unless_accepted(
     profile(write_profile, "bi", TUNED, invariant, ACCEPT, SERVER)
     validated = run_cli("validate", "bi")
     assert validated.returncode == 0, validated.stderr
-    assert 'accepts "env.VLLM_BATCH_INVARIANT vllm"' in validated.stdout
+    assert 'accepts "env.VLLM_BATCH_INVARIANT overridden"' in validated.stdout
     assert run_cli("run", "--dry-run", "bi").returncode == 0
     # Values batch-invariant mode would set anyway, or `0`, are nothing to refuse.
     same = '[nccl]\nPROTO = "simple"\nMAX_NCHANNELS = 1\n'
@@ -432,7 +434,7 @@ def test_batch_invariant_mode_from_the_calling_environment_refuses_a_run(
     assert refused.stderr == (
         f"nccl-launch: VLLM_BATCH_INVARIANT: '1', which the profile does not declare, "
         f'{PINNED}; unset it, or declare it in [env] and accept "env.VLLM_BATCH_INVARIANT '
-        'vllm" in [policy]\n'
+        'overridden" in [policy]\n'
     )
     # vLLM reads it with Python's int(): ' +2 ' is on, '-0' off; 'yes' is no number, which
     # vLLM fails to start on, so it is refused too, whatever the profile declares.
@@ -679,7 +681,25 @@ def test_a_config_file_in_args_is_a_warning_it_can_accept(
     result = run_cli("validate", "yaml")
     assert result.returncode == 0
     assert "server.args: --config x.yaml: vLLM reads flags from that file" in result.stderr
-    assert '[accept: "server.args vllm"]' in result.stderr
+    assert '[accept: "server.args config-file"]' in result.stderr
     profile(write_profile, "yaml", SERVER, 'args = ["--config", "x.yaml"]', ACCEPT.replace(
-        "env.VLLM_BATCH_INVARIANT vllm", "server.args vllm"))  # fmt: skip
+        "env.VLLM_BATCH_INVARIANT overridden", "server.args config-file"))  # fmt: skip
     assert run_cli("validate", "yaml").stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("speculative", "code"),
+    [
+        ({"method": "eagle3", "num_speculative_tokens": 3}, "no-draft"),
+        ({"method": "ngram", "model": "/d", "num_speculative_tokens": 3}, "unused-draft"),
+        (
+            {"method": "ngram", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 4},
+            "draft-tp",
+        ),
+    ],
+)
+def test_each_speculative_rule_has_its_own_code(speculative: dict[str, object], code: str) -> None:
+    table = VllmServer.model_validate(
+        {"kind": "vllm", "model_path": "/m", "tp_size": 8, "speculative": speculative}
+    )
+    assert [problem.code for problem in rules.server_problems(table)] == [code]

@@ -18,7 +18,7 @@ import pytest
 
 from nccl_launch.profile.load import load_profile
 from nccl_launch.tune.candidates import exposed_host
-from nccl_launch.vllm.kind import Vllm
+from nccl_launch.vllm.kind import VLLM
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import Server, free_port
 from tests.test_bench import FAST, default_history
@@ -205,7 +205,7 @@ def test_bench_measures_vllm_and_stamps_it(start: Start, run_cli: RunCli, tmp_pa
     document = json.loads(result.stdout)
     assert document["status"] == "measured"
     assert (document["server"], document["server_version"]) == ("vllm", "0.33.0")
-    assert (document["sglang_version"], document["model"]) == (None, "m-alias")
+    assert document["model"] == "m-alias"
     assert [run["tokens"] for run in document["runs"]] == [60, 60]
     text = run_cli("bench", "vstandin", *FAST)
     assert text.returncode == 0, text.stderr
@@ -303,7 +303,7 @@ def test_a_key_from_the_environment_no_http_header_carries_is_refused_unshown(
 def test_the_api_key_is_read_as_vllm_reads_it(
     argv: list[str], env: dict[str, str], key: str | None
 ) -> None:
-    assert Vllm().request_key(argv, env) == key
+    assert VLLM.credentials.request_key(argv, env) == key
 
 
 # tune
@@ -339,9 +339,9 @@ def test_tune_of_a_vllm_profile_locks_its_trials_to_loopback_and_writes_the_winn
 @pytest.mark.parametrize(
     ("args", "env_file", "exposed"),
     [
-        ("", None, Vllm().default_host),  # every address
+        ("", None, VLLM.api.default_host),  # every address
         ("", "VLLM_API_KEY=sk-site\n", None),  # vLLM checks the key of its environment
-        ("", "VLLM_API_KEY=\n", Vllm().default_host),  # an empty one is none
+        ("", "VLLM_API_KEY=\n", VLLM.api.default_host),  # an empty one is none
         ('args = ["--api-key", "${API_KEY}"]\n', "API_KEY=sk-site\n", None),
     ],
 )

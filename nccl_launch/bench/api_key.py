@@ -27,10 +27,14 @@ def server_api_key(server: HeldProcess, kind: ServerKind) -> str | None:
     with contextlib.suppress(psutil.Error):  # read what can be: another user's environ cannot
         if process is not None:
             argv = process.cmdline()
-            env = process.environ() if kind.api_key_env else {}
-    key = kind.request_key(argv, env)
+            env = process.environ() if kind.credentials.api_key_env else {}
+    key = kind.credentials.request_key(argv, env)
     if key is not None and not _SENDABLE.fullmatch(key):
-        where = kind.api_key_flag if kind.request_key(argv, {}) == key else kind.api_key_env
+        where = (
+            kind.credentials.api_key_flag
+            if kind.credentials.request_key(argv, {}) == key
+            else kind.credentials.api_key_env
+        )
         raise HostError(
             f"pid {server.pid}: its {where} holds a character an HTTP header cannot carry "
             "(valid: printable ASCII, no space at either end); bench cannot send it"

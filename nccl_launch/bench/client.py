@@ -105,7 +105,7 @@ class Client:
         body = _body(chunks, SHOWN_BODY * 4).decode(errors="replace")
         said = " ".join(body.split())[:SHOWN_BODY]
         if response.status_code == httpx.codes.UNAUTHORIZED:
-            flag, env = self.kind.api_key_flag, self.kind.api_key_env
+            flag, env = self.kind.credentials.api_key_flag, self.kind.credentials.api_key_env
             if self.has_key:
                 said += f" (it refused the {flag} of the server's command line"
                 said += f", or its {env})" if env else ")"
@@ -116,7 +116,7 @@ class Client:
 
     def served(self) -> Served:
         """What the server says of itself, asked where its kind says it."""
-        return self.kind.served(self._get_json)
+        return self.kind.api.served(self._get_json)
 
     def _get_json(self, path: str) -> object:
         """The JSON a GET of `path` answers; None where the server has no such path (404)."""

@@ -90,8 +90,8 @@ def _field_flag(option: str, own: list[str]) -> Flag | None:
             kind = load_profile(word).profile.kind
         except NcclLaunchError:
             continue
-        return kind.field_flag(option)
-    flags = (kind.field_flag(option) for kind in KINDS)
+        return kind.command.flag(option)
+    flags = (kind.command.flag(option) for kind in KINDS)
     return next((flag for flag in flags if flag is not None), None)
 
 

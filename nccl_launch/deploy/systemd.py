@@ -26,10 +26,11 @@ from nccl_launch.files.paths import FileError
 from nccl_launch.files.trust import check_absent, check_trusted
 from nccl_launch.files.writing import write_output
 from nccl_launch.findings import EXTRA_ARGS, Finding, Refused, refuse, unset_reference
-from nccl_launch.kinds import argument_findings
+from nccl_launch.kinds import kind_of
 from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.profile.markers import NCCL_DEBUG_KEYS
 from nccl_launch.serving.references import REFERENCE
+from nccl_launch.serving.rules import argument_findings
 from nccl_launch.serving.table import ServerTable as Server
 
 START_TIMEOUT_S = 1800  # model load and CUDA-graph capture take minutes on 8 GPUs
@@ -253,7 +254,7 @@ def write_unit(
     # the env files sets (the unit's environment may set those its policy takes from there),
     # or a credential flag left without a key.
     found = unit_findings(loaded, server, user, args)
-    found += argument_findings(server, args, str(loaded.path), ref)
+    found += argument_findings(kind_of(server), server, args, str(loaded.path), ref)
     found += environment_file_findings(loaded, user)
     if assignments is not None:
         layers = [

@@ -266,7 +266,9 @@ def filled_args(
             found.append(unset_reference(name, ARGS, files, name in allowed).in_file(where))
             values[name] = f"${{{name}}}"  # kept as written: the launch is refused
     filled = [references.fill(word, values) for word in args]
-    for index, option, valued in empty_credentials(filled, kind.reads_as_api_key, complete=False):
+    for index, option, valued in empty_credentials(
+        filled, kind.credentials.reads_as_api_key, complete=False
+    ):
         at = index + 1 if valued and "=" not in filled[index] else index
         empty = [name for name in references.names(args[at : at + 1]) if name in sources]
         if empty:
@@ -282,10 +284,10 @@ def key_variable_findings(
     VLLM_API_KEY), and the environment it gets (`env`, each value from `sources`) sets that
     variable empty: the server then takes no key, serving every request. The profile's to fix
     when it declares the variable empty, else this host's."""
-    kind, name = loaded.profile.kind, loaded.profile.kind.api_key_env
+    kind, name = loaded.profile.kind, loaded.profile.kind.credentials.api_key_env
     if loaded.profile.server is None or name is None or env.get(name) != "":  # unset, or a key
         return []
-    if any(kind.reads_as_api_key(word.split("=", 1)[0]) for word in argv):
+    if any(kind.credentials.reads_as_api_key(word.split("=", 1)[0]) for word in argv):
         return []
     host = name not in loaded.plan.env
     found = empty_key(kind.title, name, "", sources.get(name, ""), host)

@@ -156,7 +156,7 @@ def path_checks(server: Server) -> Seen:
     """The server's cwd is a directory; the model and the draft model exist here, or are
     Hugging Face ids the server downloads."""
     kind = kind_of(server)
-    paths = {"model_path": server.model_path, kind.draft_key: kind.draft_model(server)}
+    paths = {"model_path": server.model_path, kind.rules.draft_key: kind.rules.draft_model(server)}
     seen: Seen = [] if server.cwd is None else [cwd_seen(server.cwd)]
     for key, value in paths.items():
         if value is None:

@@ -45,12 +45,12 @@ def placement_args(
     if rank is not None and server.node_rank is None:
         if rank >= server.nnodes:
             found.append(f"node rank {rank} is not below nnodes = {server.nnodes}")
-        args += [kind.node_rank_flag, str(rank)]
+        args += [kind.command.node_rank_flag, str(rank)]
     if given.dist_init_addr is not None:
         if server.dist_init_addr is not None:
             found.append(f"the profile fixes dist_init_addr = {server.dist_init_addr!r}")
         try:
-            args += kind.address_args(given.dist_init_addr)
+            args += kind.command.address_args(given.dist_init_addr)
         except ValueError as error:
             found.append(f"--dist-init-addr: {error}")
     elif server.nnodes > 1 and server.dist_init_addr is None:

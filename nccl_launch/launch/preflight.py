@@ -129,7 +129,7 @@ def server_checks(
             "stage": "interpreter",
             "error": unstarted[0].text(),
         }
-    parser = importlib.import_module(kind.parser)  # not on `run`'s path
+    parser = importlib.import_module(kind.probe)  # not on `run`'s path
     with waiting_for(f"{server.python} imports {kind.title} and parses the argv", timeout):
         result = parser.probe(server, argv, env, timeout)
     said = secrets.quoting  # what the server says, masked where it is shown

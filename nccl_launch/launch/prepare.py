@@ -22,7 +22,7 @@ from nccl_launch.files.paths import FileError
 from nccl_launch.files.reading import read_text
 from nccl_launch.files.trust import check_absent, check_trusted
 from nccl_launch.findings import Finding, Refused, refuse
-from nccl_launch.kinds import argument_findings, kind_of, unfilled_findings
+from nccl_launch.kinds import kind_of
 from nccl_launch.launch.placement import Placement, placement_args
 from nccl_launch.launch.program import COMMAND, SERVER_PYTHON, start_findings
 from nccl_launch.nccl.conf import ConfEntry, conf_paths, parse
@@ -36,6 +36,7 @@ from nccl_launch.profile.markers import (
 )
 from nccl_launch.profile.plan import ProfilePlan
 from nccl_launch.secrets.values import Secrets, secrets_of
+from nccl_launch.serving.rules import argument_findings, unfilled_findings
 
 
 @dataclass(frozen=True)
@@ -167,16 +168,17 @@ def prepare_launch(
     refuse(found + misread)
     inherited = inherited_environment(calling, given)
     if server is not None:
-        problem = kind_of(server).model_problem(server, model_architecture)
+        problem = kind_of(server).rules.model_problem(server, model_architecture)
         found += [problem.in_file(str(loaded.path))] if problem is not None else []
         args, unfilled = filled_args(loaded, declared, inherited.env)
         filled_server = server.model_copy(update={"args": args})
-        found += unfilled + argument_findings(server, extra, str(loaded.path), ref)
-        found += unfilled_findings(server, extra)
+        kind = kind_of(server)
+        found += unfilled + argument_findings(kind, server, extra, str(loaded.path), ref)
+        found += unfilled_findings(kind, extra)
         placed, misplaced = placement_args(server, placement, calling)
         found += misplaced
         more = placed + list(extra)
-        argv, filled = plan.argv + more, kind_of(server).argv(filled_server) + more
+        argv, filled = plan.argv + more, kind_of(server).command.argv(filled_server) + more
     else:
         if placement != Placement():
             message = f"profile {plan.label} has no [server] table to place on a node"
@@ -198,7 +200,7 @@ def prepare_launch(
     )
     if server is not None:
         declared_env = loaded.profile.declared_env()
-        found += kind_of(server).environment_findings(server, merged.env, declared_env)
+        found += kind_of(server).rules.environment_findings(server, merged.env, declared_env)
         found += key_variable_findings(loaded, merged.env, merged.sources, filled)
     found += nccl_debug_findings(plan) if nccl_debug else []
     refuse(found)  # every error at once, with the exit code of whose problem they are

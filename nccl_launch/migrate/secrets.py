@@ -95,7 +95,7 @@ def moved_credentials(
     for index, (flag, value) in credential_values(argv).items():
         if references.names([words[index]]):  # a variable of an env file already
             continue
-        base = variable_for(flag, kind.credential_flags)
+        base = variable_for(flag, kind.credentials.flags)
         name, number = base, 1
         while secrets.get(name, value) != value or name in taken:
             number += 1

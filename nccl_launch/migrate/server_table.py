@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nccl_launch.findings import Finding, Refused
+from nccl_launch.findings import Finding
 from nccl_launch.kinds import command_of, default_kind
 from nccl_launch.migrate.shell.expansion import UNSET, known
 from nccl_launch.serving import references
@@ -34,13 +34,13 @@ def server_table(
     written = (words or [references.literal(word) for word in argv])[len(argv) - len(flags) :]
     table: dict[str, Any] = {} if kind is default_kind() else {"kind": kind.name}
     table |= {"python": python, "entrypoint": entrypoint}
-    leading = kind.leading_flag(entrypoint)
+    leading = kind.command.leading_flag(entrypoint)
     items: list[Given | int] = []  # a structured flag, or the index of a word for the args
     index = 0
     while index < len(flags):
         option = flags[index]
         name, equals, value = option.partition("=")
-        flag = kind.reads(option) if option.startswith("-") else None
+        flag = kind.command.reads(option) if option.startswith("-") else None
         takes_next = (
             flag is not None
             and not equals
@@ -66,10 +66,9 @@ def server_table(
             held = tuple(written[index : index + consumed])
             items.append(Given(flag, name, given, held))
         index += consumed
-    try:
-        fields, left, kind_notes = kind.fields([item for item in items if isinstance(item, Given)])
-    except ValueError as error:  # the kind's reading of its flags: no model, a model twice
-        raise Refused(Finding("server-command", "", str(error))) from None
+    fields, left, kind_notes = kind.command.fields(
+        [item for item in items if isinstance(item, Given)]
+    )
     args: list[str] = []
     for item in items:
         if isinstance(item, int):

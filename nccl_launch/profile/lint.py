@@ -31,7 +31,7 @@ def secret_notes(profile: Profile) -> list[Finding]:
     """Secrets written into the profile, which is read by many and shown in reviews and logs,
     and a `${NAME}` in [env] meant to keep one out, which nothing fills."""
     server = profile.server
-    argv = kind_of(server).argv(server) if server is not None else []
+    argv = kind_of(server).command.argv(server) if server is not None else []
     secrets = secrets_of(argv, profile.env)
     notes = []
     for key, value in profile.env.items():
@@ -75,7 +75,7 @@ def notes(profile: Profile) -> list[Finding]:
         if slip is not None:
             found.append(Finding("size", name, *slip, "warning"))
     if profile.server is not None:
-        found += kind_of(profile.server).warnings(profile.server, profile.declared_env())
+        found += kind_of(profile.server).rules.warnings(profile.server, profile.declared_env())
         found += _interpreter_notes(profile.server.python)
     return found + secret_notes(profile)
 

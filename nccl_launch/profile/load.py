@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from nccl_launch.errors import PinError
 from nccl_launch.findings import ARGS, Finding, Refused, refuse, unset_reference
-from nccl_launch.kinds import INVALID_KIND, ServerKind, default_kind, kind_named, server_problems
+from nccl_launch.kinds import INVALID_KIND, ServerKind, default_kind, kind_named
 from nccl_launch.profile.chain import ProfileChain, read_chain
 from nccl_launch.profile.lint import review
 from nccl_launch.profile.model import Baseline, Policy, Profile, Provenance
@@ -23,6 +23,7 @@ from nccl_launch.profile.search import find_profile
 from nccl_launch.secrets.masking import mask_credentials
 from nccl_launch.secrets.values import echoed_input, unechoed, unmasked_references
 from nccl_launch.serving import references
+from nccl_launch.serving.rules import server_problems
 from nccl_launch.serving.table import ServerTable
 
 # The keys each table accepts, to tell the user what would be valid instead of an unknown key.
@@ -140,7 +141,8 @@ def validate_resolved(source: Path | str, data: dict[str, Any]) -> Profile:
     too, and where that server would replace a declared value (unless the policy accepts it)."""
     profile = _validate(source, data)
     if profile.server is not None:
-        problems = server_problems(profile.server) + _reference_problems(profile, profile.server)
+        problems = server_problems(profile.kind, profile.server)
+        problems += _reference_problems(profile, profile.server)
         problems += [note for note in review(profile).warnings if note.severity == "error"]
         refuse([problem.in_file(str(source)) for problem in problems])
     return profile

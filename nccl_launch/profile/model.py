@@ -333,7 +333,7 @@ class Profile(StrictModel):
         """`[policy] server_owned`, when the profile does not write it: what its kind sets."""
         if "server_owned" in self.policy.model_fields_set:
             return self
-        owned = list(self.kind.owned_env(self.server, self.declared_env()))
+        owned = list(self.kind.rules.owned_env(self.server, self.declared_env()))
         policy = self.policy.model_copy(update={"server_owned": owned})
         return self.model_copy(update={"policy": policy})
 

@@ -70,7 +70,7 @@ def build_plan(profile: Profile) -> ProfilePlan:
     """The plan of a resolved profile; argv is empty when it has no `[server]`."""
     env = profile.declared_env()
     server = profile.server
-    argv = kind_of(server).argv(server) if server is not None else []
+    argv = kind_of(server).command.argv(server) if server is not None else []
     cwd = server.cwd if server is not None else None
     plan_digest = digest(env, argv, cwd, profile.env_files, profile.secret_files)
     return ProfilePlan(label=profile.label, env=env, argv=argv, digest=plan_digest)

@@ -86,7 +86,7 @@ def _kinds() -> Iterable[ServerKind]:
 
 def _named_like_credential(flag: str) -> bool:
     """Whether `flag` is a server's own flag only named like a credential's."""
-    return any(flag in kind.named_like_credentials for kind in _kinds())
+    return any(flag in kind.credentials.named_like for kind in _kinds())
 
 
 def is_secret(name: str) -> bool:
@@ -268,7 +268,7 @@ def _secret_flag(word: str) -> bool:
     name = option.lstrip("-")
     if not word.startswith("-") or name.endswith(":") or _named_like_credential(option):
         return False
-    return is_secret(name) or any(kind.reads_as_credential(option) for kind in _kinds())
+    return is_secret(name) or any(kind.credentials.reads_as_credential(option) for kind in _kinds())
 
 
 def _credential_value(previous: str, word: str) -> bool:
@@ -294,7 +294,10 @@ def _holds_a_line(word: str) -> bool:
 
 def _lists_keys(option: str) -> bool:
     """Whether a server reads `option` as its API-key flag that takes several keys."""
-    return any(kind.several_keys and kind.reads_as_api_key(option) for kind in _kinds())
+    return any(
+        kind.credentials.several_keys and kind.credentials.reads_as_api_key(option)
+        for kind in _kinds()
+    )
 
 
 def credential_values(argv: Sequence[str]) -> dict[int, tuple[str, str]]:

@@ -1,1 +1,1 @@
-"""What every server kind shares: the [server] base, its flags as argparse reads them, ${NAME}."""
+"""What every server kind shares: what a kind is, the [server] base and its rules, ${NAME}."""

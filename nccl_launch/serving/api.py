@@ -23,3 +23,18 @@ def text(answer: object, key: str) -> str | None:
     """`answer[key]` where `answer` is an object and that a non-empty string; else None."""
     value = answer.get(key) if isinstance(answer, dict) else None
     return value if isinstance(value, str) and value else None
+
+
+# The OpenAI API's list of the models a server serves, and vLLM's `{"version": ...}`
+# (vllm-0.33.0's entrypoints/serve/instrumentator/basic.py).
+MODELS_PATH, VERSION_PATH = "/v1/models", "/version"
+
+
+def models_served(get: Get) -> Served:
+    """What an OpenAI-compatible server says of itself: the first model of `/v1/models` (its
+    first --served-model-name, for vLLM), whose name a request gives (with none, vLLM takes
+    its own), and the version of `/version`, where it has one."""
+    models = get(MODELS_PATH)
+    data = models.get("data") if isinstance(models, dict) else None
+    name = text(data[0], "id") if isinstance(data, list) and data else None
+    return Served(version=text(get(VERSION_PATH), "version"), model=name, request_model=name)

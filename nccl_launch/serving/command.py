@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from nccl_launch.digits import is_ascii_digits
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.serving.flags import Flag
 
 PYTHON = re.compile(r"python[0-9.]*")  # an interpreter's name: python3, python3.11
@@ -58,11 +59,17 @@ class Given:
 
 def field_value(given: Given, integers: Sequence[str] = INTEGER_FIELDS) -> str | int:
     """The value a structured field takes from `given`: an integer for a field of `integers`;
-    ValueError for one without a value, or not an integer where one is read."""
+    refused for one without a value, or not an integer where one is read."""
     if given.value is None:
-        raise ValueError(f"{given.option} takes a value")
+        raise Refused(no_value(given))
     if given.flag.field not in integers:
         return given.value
     if not is_ascii_digits(given.value):
-        raise ValueError(f"{given.option} {given.value!r} is not an integer")
+        message = f"{given.option} {given.value!r} is not an integer"
+        raise Refused(Finding("flag-not-integer", "", message))
     return int(given.value)
+
+
+def no_value(given: Given) -> Finding:
+    """A structured flag of a command line read back that gives no value."""
+    return Finding("flag-without-value", "", f"{given.option} takes a value")

@@ -4,7 +4,7 @@ and the table a command line's structured flags give."""
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from nccl_launch.serving.command import INTEGER_FIELDS, Given, field_value
@@ -48,10 +48,11 @@ def extra_settings(server: Server) -> dict[str, Scalar]:
     return server.speculative.extra_settings() if server.speculative is not None else {}
 
 
-def duplicated_flags(args: list[str], settings: Iterable[str] = ()) -> list[tuple[str, Flag]]:
+def duplicated_flags(server: Server, args: Sequence[str]) -> list[tuple[str, Flag]]:
     """Options in `args` (as written, without `=VALUE`) that repeat a structured field or one of
-    the pass-through speculative `settings` (any spelling or unique prefix), with the field."""
-    extras = tuple(Flag(f"speculative.{key}", extra_flag(key)) for key in settings)
+    the table's pass-through speculative settings (any spelling or unique prefix), with the
+    field."""
+    extras = tuple(Flag(f"speculative.{key}", extra_flag(key)) for key in extra_settings(server))
     repeated = []
     for option in args:
         if not option.startswith("--"):

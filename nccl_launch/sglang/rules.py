@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 from nccl_launch.findings import Finding
-from nccl_launch.sglang.facts import MTP_ARCHITECTURES, NCCL_OVERRIDING_FLAGS, abbreviates
+from nccl_launch.sglang.facts import (
+    MTP_ARCHITECTURES,
+    NCCL_OVERRIDING_FLAGS,
+    OWNED_ENV,
+    abbreviates,
+)
 from nccl_launch.sglang.server import Server
 
 # The algorithms that run without a draft model only on a model with built-in MTP layers.
@@ -27,7 +34,7 @@ def speculative_problems(server: Server) -> list[Finding]:
             "missing (SGLang asserts or crashes otherwise)"
         )
         fix = "give all three, or none"
-        problems.append(Finding("speculative", "server.speculative", message, fix))
+        problems.append(Finding("speculative-trio", "server.speculative", message, fix))
     if steps is not None and topk == 1 and drafts is not None and drafts != steps + 1:
         where = "server.speculative.num_draft_tokens"
         message = (
@@ -35,16 +42,16 @@ def speculative_problems(server: Server) -> list[Finding]:
             f"{steps + 1} instead"
         )
         fix = f"write num_draft_tokens = {steps + 1}"
-        problems.append(Finding("speculative", where, message, fix))
+        problems.append(Finding("draft-tokens", where, message, fix))
     algorithm, draft = spec.algorithm, spec.draft_model_path
     if algorithm == "DFLASH" and draft is None:
         message = "DFLASH requires a draft model path"
-        problems.append(Finding("speculative", "server.speculative.draft_model_path", message))
+        problems.append(Finding("no-draft", "server.speculative.draft_model_path", message))
     if algorithm in ("UNO", "NGRAM") and draft is not None:
         message = f"{algorithm} takes no draft model"
-        problems.append(Finding("speculative", "server.speculative.draft_model_path", message))
+        problems.append(Finding("unused-draft", "server.speculative.draft_model_path", message))
     if algorithm == "UNO" and not any(arg.startswith("--uno-lora-path") for arg in server.args):
-        problems.append(Finding("speculative", ARGS, "UNO needs --uno-lora-path in args"))
+        problems.append(Finding("uno-lora", ARGS, "UNO needs --uno-lora-path in args"))
     return problems
 
 
@@ -87,31 +94,33 @@ def server_problems(server: Server) -> list[Finding]:
 
 def server_warnings(server: Server, env: dict[str, str]) -> list[Finding]:
     """Where SGLang will not honour what the profile declares, and what only the host decides:
-    warnings of code `sglang`, each where a key (`env.X`) or the flag as SGLang reads it."""
+    warnings, each where a key (`env.X`) or the flag as SGLang reads it."""
     warnings = []
     if mtp_algorithm(server) is not None:
         where = "server.speculative.draft_model_path"
         why = "built-in MTP layers (DeepSeek-V3 style); preflight and run check its config.json"
-        warnings.append(_warning(where, f"none given, so the model must have {why}"))
+        message = f"none given, so the model must have {why}"
+        warnings.append(Finding("mtp-assumed", where, message, severity="warning"))
     if "CUDA_DEVICE_MAX_CONNECTIONS" in env:
         message = "SGLang always sets it to 8 in its workers"
-        warnings.append(_warning("env.CUDA_DEVICE_MAX_CONNECTIONS", message))
+        warnings.append(_overridden("env.CUDA_DEVICE_MAX_CONNECTIONS", message))
     tuned = [key for key in ("NCCL_ALGO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS") if key in env]
     flag = "--enable-deterministic-inference"
     typed = _typed(server.args, flag)
     if typed is not None and server.tp_size > 1 and tuned:
         overridden = f"{', '.join(tuned)} (NCCL_ALGO=allreduce:tree, 8 channels)"
-        warnings.append(_warning(flag, f"{typed}makes SGLang override {overridden}"))
+        warnings.append(_overridden(flag, f"{typed}makes SGLang override {overridden}"))
     for flag, keys in NCCL_OVERRIDING_FLAGS.items():
         typed = _typed(server.args, flag)
         declared = ", ".join(f"{key} = {env[key]!r}" for key in keys if key in env)
         if typed is not None and declared:
-            warnings.append(_warning(flag, f"{typed}makes SGLang override {declared}"))
+            warnings.append(_overridden(flag, f"{typed}makes SGLang override {declared}"))
     return warnings
 
 
-def _warning(where: str, message: str) -> Finding:
-    return Finding("sglang", where, message, severity="warning")
+def _overridden(where: str, message: str) -> Finding:
+    """SGLang replacing a value the profile declares, said where the cause is."""
+    return Finding("overridden", where, message, severity="warning")
 
 
 def _typed(args: list[str], flag: str) -> str | None:
@@ -122,3 +131,19 @@ def _typed(args: list[str], flag: str) -> str | None:
         if abbreviates(option, (flag,)):
             return "" if option == flag else f"written {option}, "
     return None
+
+
+def model_problem(server: Server, architecture: Callable[[str], str | None]) -> Finding | None:
+    """`mtp_problem` of the model the table names (`architecture`: what its config.json
+    names, None where unreadable)."""
+    return mtp_problem(server, architecture(server.model_path or ""))
+
+
+def owned_env(server: Server | None, env: Mapping[str, str]) -> tuple[str, ...]:
+    """The NCCL variables SGLang sets itself, whatever the table."""
+    return OWNED_ENV
+
+
+def draft_model(server: Server) -> str | None:
+    """The speculative draft's path, where it has one."""
+    return server.speculative.draft_model_path if server.speculative else None

@@ -44,7 +44,7 @@ def exposed_host(loaded: LoadedProfile) -> str | None:
     if server is None:
         return None
     kind = kind_of(server)
-    if kind.request_key(loaded.plan.argv, _key_env(loaded, kind)) is not None:
+    if kind.credentials.request_key(loaded.plan.argv, _key_env(loaded, kind)) is not None:
         return None
     host, _ = address(server)
     with contextlib.suppress(ValueError):
@@ -56,7 +56,7 @@ def exposed_host(loaded: LoadedProfile) -> str | None:
 def _key_env(loaded: LoadedProfile, kind: ServerKind) -> dict[str, str]:
     """Where a trial server finds a key its kind reads from the environment: the calling
     environment, the profile's and its env files' (empty for a kind that reads none)."""
-    if kind.api_key_env is None:
+    if kind.credentials.api_key_env is None:
         return {}
     env = {**os.environ, **loaded.plan.env}
     for layer in profile_layers(loaded):
@@ -131,7 +131,8 @@ class Candidates:
         if self.exposed is None or server is None:
             return None
         return (
-            f"{self.base.plan.label}'s server gives no {kind_of(server).api_key_flag} and its host "
+            f"{self.base.plan.label}'s server gives no "
+            f"{kind_of(server).credentials.api_key_flag} and its host "
             f"{self.exposed} is not a loopback address: each trial listens on {LOOPBACK} "
             f"alone, and is measured there; a version --write writes keeps host {self.exposed}"
         )

@@ -10,12 +10,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nccl_launch.serving.command import Given, field_value
+from nccl_launch.findings import Finding, Refused
+from nccl_launch.serving.command import Given, field_value, no_value
 from nccl_launch.serving.flags import Flag
 from nccl_launch.vllm.facts import ADDRESS_FLAGS, FLAGS, SERVE, flag_for, option_for, options
 from nccl_launch.vllm.server import VllmServer as Server
 from nccl_launch.vllm.server import VllmSpeculative, address_args
 
+REFUSED = "vLLM refuses it"
 # Emitted only when they differ from vLLM's default, so that simple profiles stay short.
 _OMITTED_DEFAULTS = {"tp_size": 1, "pp_size": 1, "nnodes": 1}
 _VALUED = ("tp_size", "pp_size", "host", "port", "nnodes", "node_rank")
@@ -101,15 +103,14 @@ def table_fields(given: Sequence[Given]) -> tuple[dict[str, Any], list[Given], l
     JSON `[server.speculative]` cannot hold stays itself."""
     models = [each.option for each in given if each.flag.field == "model_path"]
     if not models:
-        raise ValueError(
+        message = (
             "no model: it is read as the word right after `serve`, or as --model's value "
-            "(not from a --config file, nor vLLM's own default model); write it there"
+            "(not from a --config file, nor vLLM's own default model)"
         )
+        raise Refused(Finding("no-model", "", message, "write it there"))
     if len(models) > 1:
-        raise ValueError(
-            f"the model is given {len(models)} times ({', '.join(models)}); vLLM serves "
-            "one: give it once"
-        )
+        message = f"the model is given {len(models)} times ({', '.join(models)})"
+        raise Refused(Finding("model-repeated", "", message, "vLLM serves one: give it once"))
     table: dict[str, Any] = {}
     left: list[Given] = []
     notes: list[str] = []
@@ -149,30 +150,28 @@ def speculative_table(
     """`[server.speculative]` of a `--speculative-config` value (`given`; None: none) with the
     keys of `shorthand` (`--spec-tokens 3`) added as vLLM adds them: its JSON object, keys
     read as vLLM reads them (`-` as `_`), or None and why the table cannot hold it;
-    ValueError for what vLLM refuses (no JSON object, a key given both ways)."""
+    refused for what vLLM refuses (no JSON object, a key given both ways)."""
     config: Any = {}
     if given is not None:
         if given.value in ("", "None"):  # vLLM reads either as no speculative config
             return None, f"{given.value!r} means none"
         if given.value is None:
-            raise ValueError(f"{given.option} takes a value")
+            raise Refused(no_value(given))
         try:
             config = json.loads(given.value)
         except json.JSONDecodeError as error:
-            where = f"{error.msg} at character {error.pos + 1}"
-            raise ValueError(f"{given.option}: not JSON ({where}); vLLM refuses it") from None
+            at = f"{error.msg} at character {error.pos + 1}"
+            message = f"not JSON ({at})"
+            raise Refused(Finding("speculative-json", given.option, message, REFUSED)) from None
         if not isinstance(config, dict):
-            raise ValueError(
-                f"{given.option}: a JSON {type(config).__name__}, not an object; vLLM refuses it"
-            )
+            message = f"a JSON {type(config).__name__}, not an object"
+            raise Refused(Finding("speculative-json", given.option, message, REFUSED))
     config = {key.replace("-", "_"): value for key, value in config.items()}
     for each in shorthand:
         key = each.flag.field.removeprefix("speculative.")
         if key in config:
-            raise ValueError(
-                f"{each.option} and --speculative-config's {key} are mutually exclusive; "
-                "vLLM refuses both"
-            )
+            message = f"{each.option} and --speculative-config's {key} are mutually exclusive"
+            raise Refused(Finding("speculative-twice", "", message, "vLLM refuses both"))
         config[key] = field_value(each, ("speculative.num_speculative_tokens",))
     try:
         VllmSpeculative.model_validate(config)

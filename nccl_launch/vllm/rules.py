@@ -46,16 +46,16 @@ def speculative_problems(server: Server) -> list[Finding]:
     if spec.method in facts.DRAFT_METHODS and spec.model is None:
         message = f"method {spec.method!r} drafts with a model of its own; none given"
         fix = "give the draft model's path (model = ...)"
-        return [Finding("speculative", f"{_SPECULATIVE}.model", message, fix)]
+        return [Finding("no-draft", f"{_SPECULATIVE}.model", message, fix)]
     if spec.method in facts.MODELLESS_METHODS and spec.model is not None:
         message = f"method {spec.method!r} takes no draft model (vLLM would ignore it)"
-        return [Finding("speculative", f"{_SPECULATIVE}.model", message, "drop model")]
+        return [Finding("unused-draft", f"{_SPECULATIVE}.model", message, "drop model")]
     draft_tp = spec.extra_settings().get("draft_tensor_parallel_size")
     # an integer (not `true`, which equals 1 in Python and which vLLM's int field refuses)
     if draft_tp is not None and (type(draft_tp) is not int or draft_tp not in (1, server.tp_size)):
         message = f"{draft_tp!r} is neither 1 nor tp_size = {server.tp_size}, which vLLM refuses"
         where = f"{_SPECULATIVE}.draft_tensor_parallel_size"
-        return [Finding("speculative", where, message)]
+        return [Finding("draft-tp", where, message)]
     return []
 
 
@@ -71,7 +71,7 @@ def unreadable(env: Mapping[str, str], where: str) -> list[Finding]:
         message = (
             f"{value!r} is not an integer, which vLLM fails to start on (it reads it with int())"
         )
-        return [Finding("vllm", where, message, "write 1 (on) or 0 (off)")]
+        return [Finding("batch-invariant-value", where, message, "write 1 (on) or 0 (off)")]
     return []
 
 
@@ -112,8 +112,8 @@ def environment_findings(
         f"{env[name]!r}, which the profile does not declare, makes vLLM replace "
         f"{', '.join(found)} (batch-invariant mode pins them)"
     )
-    fix = f'unset it, or declare it in [env] and accept "env.{name} vllm" in [policy]'
-    return [Finding("vllm", name, message, fix)]
+    fix = f'unset it, or declare it in [env] and accept "env.{name} overridden" in [policy]'
+    return [Finding("overridden", name, message, fix)]
 
 
 def server_warnings(server: Server, env: dict[str, str]) -> list[Finding]:
@@ -124,7 +124,7 @@ def server_warnings(server: Server, env: dict[str, str]) -> list[Finding]:
     if pinned:
         message = f"makes vLLM replace {', '.join(pinned)} (batch-invariant mode pins them)"
         fix = f"drop {facts.BATCH_INVARIANT}, or those values"
-        found.append(Finding("vllm", f"env.{facts.BATCH_INVARIANT}", message, fix))
+        found.append(Finding("overridden", f"env.{facts.BATCH_INVARIANT}", message, fix))
     config = setting(server.args, "config")
     if isinstance(config, str):
         message = (
@@ -132,20 +132,22 @@ def server_warnings(server: Server, env: dict[str, str]) -> list[Finding]:
             "nor checks (a port or tensor_parallel_size there differs from the profile's unseen)"
         )
         fix = "write them in the profile's [server] instead"
-        found.append(Finding("vllm", "server.args", message, fix, severity="warning"))
+        found.append(Finding("config-file", "server.args", message, fix, severity="warning"))
     if _sleeps(server) and env.get(facts.GRAPH_REGISTER, "0") != "0":
         message = (
             f"{env[facts.GRAPH_REGISTER]} with sleep mode offloading CUDA graphs: vLLM keeps "
             "it but warns that it pins the graph pool during sleep"
         )
         where = f"env.{facts.GRAPH_REGISTER}"
-        found.append(Finding("vllm", where, message, severity="warning"))
+        found.append(Finding("graph-register", where, message, severity="warning"))
     return found
 
 
-def owned_env(server: Server, env: Mapping[str, str]) -> tuple[str, ...]:
+def owned_env(server: Server | None, env: Mapping[str, str]) -> tuple[str, ...]:
     """The NCCL variables vLLM sets itself for this table and environment: what `check`
-    tolerates in its processes, and nothing more."""
+    tolerates in its processes, and nothing more (none for a profile without a table)."""
+    if server is None:
+        return ()
     owned: list[str] = []
     if batch_invariant(env):
         owned += [*facts.BATCH_INVARIANT_PINS, facts.BATCH_INVARIANT_LISTS]
@@ -154,6 +156,11 @@ def owned_env(server: Server, env: Mapping[str, str]) -> tuple[str, ...]:
     if _limits_ctas(server) and not env.get(facts.MAX_CTAS, "").isdigit():
         owned.append(facts.MAX_CTAS)
     return tuple(owned)
+
+
+def draft_model(server: Server) -> str | None:
+    """The speculative draft's path, where it has one."""
+    return server.speculative.model if server.speculative else None
 
 
 def _sleeps(server: Server) -> bool:

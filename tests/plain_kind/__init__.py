@@ -1,0 +1,1 @@
+"""A server kind of the tests' own: a plain OpenAI-compatible server (tests/standin)."""
