@@ -379,6 +379,7 @@ JSON_KEYS = {
     "time",
     "server",
     "server_version",
+    "sglang_version",
     "model",
     "gpus",
     "gpus_note",
@@ -420,7 +421,7 @@ def test_json_is_a_versioned_document_stamped_with_profile_server_and_gpus(
     assert document["digest"].startswith("sha256:")
     assert document["profile_path"] == str(Path.cwd() / "profiles" / "standin.toml")
     assert (document["server"], document["server_version"]) == ("sglang", "0.5.23")
-    assert document["model"] == "/models/m"
+    assert (document["sglang_version"], document["model"]) == ("0.5.23", "/models/m")
     assert document["gpus"] == [
         {
             "index": 0,
@@ -478,7 +479,7 @@ def test_a_server_with_only_get_server_info_is_stamped_from_it(
     result = run_cli("bench", "standin", "--url", url(server), *FAST, "--format", "json")
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
-    assert (document["server_version"], document["model"]) == ("0.5.23", "/models/m")
+    assert (document["sglang_version"], document["model"]) == ("0.5.23", "/models/m")
 
 
 def test_nvidia_smis_lines_are_read_and_a_name_may_hold_a_comma() -> None:
@@ -500,9 +501,7 @@ def test_history_prints_a_table_per_profile_and_digest(
     record = default_history(tmp_path / "home")
     older = json.loads(record.read_text().splitlines()[0])  # as version 0 of another digest
     older |= {"profile": "standin@0", "digest": "sha256:" + "0" * 64}
-    # as written before vLLM: sglang_version only
-    older["sglang_version"] = older.pop("server_version")
-    del older["server"]
+    del older["server"], older["server_version"]  # as written before vLLM: sglang_version only
     with record.open("a") as history:
         history.write(json.dumps(older) + "\n")
     shown = run_cli("bench", "--history")
@@ -1015,7 +1014,7 @@ def test_what_a_server_or_history_says_cannot_forge_a_line(
     assert not [line for line in result.stdout.splitlines() if line.startswith("FAKE")]
     record = default_history(tmp_path / "home")
     kept = json.loads(record.read_text())
-    assert (kept["server_version"], kept["model"]) == (INJECTED["version"], INJECTED["model_path"])
+    assert (kept["sglang_version"], kept["model"]) == (INJECTED["version"], INJECTED["model_path"])
     with record.open("a") as history:
         history.write(json.dumps(kept | {"host": "x\nFAKE ROW"}) + "\n")
     table = run_cli("bench", "--history")

@@ -205,7 +205,7 @@ def test_bench_measures_vllm_and_stamps_it(start: Start, run_cli: RunCli, tmp_pa
     document = json.loads(result.stdout)
     assert document["status"] == "measured"
     assert (document["server"], document["server_version"]) == ("vllm", "0.33.0")
-    assert document["model"] == "m-alias"
+    assert (document["sglang_version"], document["model"]) == (None, "m-alias")
     assert [run["tokens"] for run in document["runs"]] == [60, 60]
     text = run_cli("bench", "vstandin", *FAST)
     assert text.returncode == 0, text.stderr

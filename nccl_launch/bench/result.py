@@ -139,14 +139,10 @@ class BenchReport(Report):
     @classmethod
     def _server_of_before(cls, data: Any) -> Any:
         """A history line of an earlier nccl-launch, which measured the default kind (SGLang)
-        alone and stamped its `sglang_version`: that is the server's version. Its later lines
-        repeat `server_version` under that name; only `server_version` is written now."""
-        if not isinstance(data, dict) or "sglang_version" not in data:
-            return data
-        data = dict(data)
-        version = data.pop("sglang_version")
-        if "server" not in data:
-            data |= {"server": default_kind().name, "server_version": version}
+        alone and stamped its `sglang_version`: that is the server's version."""
+        if isinstance(data, dict) and "server" not in data and "sglang_version" in data:
+            server = default_kind().name
+            data = {**data, "server": server, "server_version": data["sglang_version"]}
         return data
 
     @computed_field  # type: ignore[prop-decorator]
@@ -207,6 +203,12 @@ class BenchReport(Report):
             return None
         ordered = sorted(run.ttft_s for run in self.runs)
         return ordered[math.ceil(0.99 * len(ordered)) - 1]
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def sglang_version(self) -> str | None:
+        """`server_version` of an SGLang server, as documents written before `server` say it."""
+        return self.server_version if self.server == default_kind().name else None
 
     @model_validator(mode="after")
     def _summary_of_its_runs(self) -> Self:
