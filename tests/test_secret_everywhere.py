@@ -11,10 +11,16 @@ Outputs that no row reaches, and why:
 - Each tune trial's log (0600) is the server's own output as it wrote it, as its journal is
   under systemd: what nccl-launch shows of it (the failed trial's tail, on the terminal and
   in the journal) is a row.
-- The secrets file `convert` writes beside the profile (0600) and the env and secret files
-  themselves hold the values: that is what they are for.
-- `new` writes a profile of its own defaults, with nothing of ours in it; `schema` prints the
-  format; `completion` completes names: none reads a value.
+- The secrets file `convert` and `capture` write beside the profile (0600), the profile they
+  write with `--secrets-in-profile` (0600), and the env and secret files themselves hold the
+  values: that is what they are for.
+- `new` without `--from` writes a profile of its defaults; `schema` prints the format;
+  completion completes names: none reads a value.
+- `check --unit` asks systemd, which the suite does not run; it reads the tree `--pid` does.
+- A bug quoting the argv as a Python list (`['--api-key', 'sk-...']`), whose words no rule of
+  masking reads (see BUGS).
+- vLLM's views of a live server: tests/test_masking_sinks.py runs them with a secret file's
+  value in a flag no rule masks.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ IN_URL = "pw-Zq8url"  # DATABASE_URL's password, in [env]
 HF = "hf-Zq8token"  # HF_TOKEN, in [env]
 FROM_FILES = (KEY, ADMIN)  # what only a launch reads: never printed by any format
 EVERY = (*FROM_FILES, IN_URL, HF)
+SITE = "st-Zq8sitetoken"  # SITE_TOKEN, in an --env-file
 
 PROFILE = """schema = 1
 name = "secret"
@@ -123,6 +130,28 @@ STATIC = {
     "preflight json": Row(("preflight", "secret", *SKIP_HOST, "--format", "json")),
     "systemd": Row(("systemd", "secret")),
     "systemd -o": Row(("systemd", "secret", "-o", "unit/secret.service"), files=("unit/*",)),
+    # An --env-file's variable is masked by its name, as the calling environment's is: one
+    # under a plain name (`HF_HOME=/cache`) is shown, which tests/test_launch.py pins.
+    "run --dry-run --env-file": Row(
+        ("run", "secret", "--dry-run", "--env-file", "site.env"),
+        hidden=(*EVERY, SITE),
+        shows=f'SITE_TOKEN                "{MASK}"',
+    ),
+    # A password in the URL given to bench is refused, naming the URL masked.
+    **{
+        f"bench --url with a password {fmt}": Row(
+            ("bench", "secret", "--url", "http://app:pw-Zq8bench@127.0.0.1:1", "--format", fmt),
+            2,
+            hidden=(*EVERY, "pw-Zq8bench"),
+            shows=f"--url http://{MASK}@127.0.0.1:1",
+        )
+        for fmt in ("text", "json")
+    },
+    # A copy is the user's own profile again (its literal [env] values too, as the source
+    # holds them): never the values its files hold.
+    "new --from": Row(
+        ("new", "copy", "--from", "secret", "--dir", "copy"), hidden=FROM_FILES, files=("copy/*",)
+    ),
     "convert": Row(
         ("convert", "start.sh", "--name", "conv", "-o", "out/conv.toml"), files=("out/conv.toml",)
     ),
@@ -165,6 +194,7 @@ def test_a_command_of_the_profile_shows_none_of_its_secrets(
 ) -> None:
     profiles(write_profile, free_port())
     (tmp_path / "start.sh").write_text(SCRIPT)
+    (tmp_path / "site.env").write_text(f"SITE_TOKEN={SITE}\n")
     assert run_row(STATIC[name], run_cli, tmp_path) == []
 
 
@@ -293,3 +323,16 @@ def test_tune_shows_none_of_the_secrets_on_the_terminal_or_in_its_journal(
     # Each trial's log is the server's own output, as it wrote it: for its owner alone.
     logs = list(journal.parent.glob("*.log"))
     assert logs and {log.stat().st_mode & 0o777 for log in logs} == {0o600}
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_preflight_with_sglangs_own_parser_shows_none_of_the_secrets(
+    fmt: str, write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path, sglang_python: str
+) -> None:
+    """The real SGLang parses the argv the keys are filled into, and answers what it read."""
+    folder = profiles(write_profile, free_port())
+    text = (folder / "secret.toml").read_text().replace(sys.executable, sglang_python)
+    (folder / "secret.toml").write_text(text)
+    row = Row(("preflight", "secret", "--skip", "gpus", "--skip", "paths", "--format", fmt),
+              shows="SGLang's parser accepts")  # fmt: skip
+    assert run_row(row, run_cli, tmp_path) == []
