@@ -289,17 +289,20 @@ def _run(args: list[str]) -> int:
 
 
 def _internal_error(error: Exception, args: list[str]) -> None:
-    """A bug said in one line, its traceback too with --debug."""
+    """A bug said in one line, its traceback too with --debug: each line masked as an argv's
+    words, since a bug may quote the command line or the environment it held."""
+    from nccl_launch.secrets.masking import mask_words  # only on a bug
+
+    lines = []
     if _debug_requested(args):
         import traceback  # only for a bug, shown on request
 
-        traceback.print_exc()
-    _complain(
-        [
-            f"nccl-launch: internal error: {type(error).__name__}: {error} "
-            "(a bug; rerun with --debug for the traceback)"
-        ]
+        lines = traceback.format_exc().splitlines()
+    lines.append(
+        f"nccl-launch: internal error: {type(error).__name__}: {error} "
+        "(a bug; rerun with --debug for the traceback)"
     )
+    _complain([mask_words(line) for line in lines])
 
 
 def console() -> None:
