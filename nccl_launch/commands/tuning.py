@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from nccl_launch.commands.benching import Echo, measuring_method, method_options
 from nccl_launch.commands.echo import echo_lines, warn
+from nccl_launch.commands.measuring import Echo, method_options
 from nccl_launch.commands.options import format_option, profile_argument, seconds_option
 from nccl_launch.errors import EXIT_INTERRUPTED, UsageError
 from nccl_launch.live.signals import catching
@@ -160,6 +160,7 @@ def tune(
     objective stays decode, but a candidate whose prefill costs more than
     --prefill-tolerance cannot win.
     """
+    from nccl_launch.bench.method import measuring_method
     from nccl_launch.render.tune import summary_lines
     from nccl_launch.tune.session import open_base, run_tune
     from nccl_launch.tune.space import build_space
