@@ -169,6 +169,24 @@ def test_no_command_imports_another() -> None:
     assert {name: targets for name, targets in importing.items() if targets} == {}
 
 
+FORMATS = {"json", "text", "prometheus", "toml"}
+OUTPUT = "nccl_launch.commands.echo"  # `Output`: the one place a format is chosen
+
+
+@pytest.mark.parametrize(
+    "name", sorted(name for name in MODULES if package_of(name) == "commands" and name != OUTPUT)
+)
+def test_a_command_hands_its_report_to_the_format_chosen(name: str) -> None:
+    compared = [
+        node.lineno
+        for node in ast.walk(ast.parse(MODULES[name].read_text(encoding="utf-8")))
+        if isinstance(node, ast.Compare)
+        for operand in (node.left, *node.comparators)
+        if isinstance(operand, ast.Constant) and operand.value in FORMATS
+    ]
+    assert compared == [], f"{name} chooses a format itself: hand the report to `Output`"
+
+
 # A server kind is one folder: the registry imports each folder's `kind.py`, nothing else
 # imports the folder, and generic code asks the registry.
 KIND_FOLDERS = sorted(path.parent.name for path in PACKAGE.glob("*/kind.py"))

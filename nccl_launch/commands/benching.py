@@ -6,28 +6,28 @@ from pathlib import Path
 
 import click
 
-from nccl_launch.commands.echo import echo_lines, warn
+from nccl_launch.commands.echo import Output, warn
 from nccl_launch.commands.measuring import Echo, method_options
 from nccl_launch.commands.options import PID, format_option, profile_argument
 from nccl_launch.errors import UsageError
-from nccl_launch.secrets.masking import masked_json
 
 CONCURRENCY_LIMIT = 1024  # requests in flight: a thread and a connection each
 
 
-def _history(profile: str | None, record: Path, fmt: str) -> int:
+def _history(profile: str | None, record: Path, fmt: Output) -> int:
     from nccl_launch.bench import history
     from nccl_launch.render.bench import history_lines
 
     found = history.read_history(record, profile)
     for problem in found.problems:
         warn(problem)
-    if fmt == "json":
-        click.echo(masked_json(found))
-    elif not found.results:
-        echo_lines([f"no results{f' of {profile}' if profile else ''} in {record}"])
-    else:
-        echo_lines(history_lines(found.results))
+
+    def text(found: history.History) -> list[str]:
+        if not found.results:
+            return [f"no results{f' of {profile}' if profile else ''} in {record}"]
+        return history_lines(found.results)
+
+    fmt.emit(found, text)
     return found.exit_code
 
 
@@ -79,7 +79,7 @@ def bench(
     concurrency: int | None,
     show_history: bool,
     write_baseline: bool,
-    fmt: str,
+    fmt: Output,
 ) -> int:
     """Measure decode tok/s of PROFILE's server (or the one at URL), checked against PROFILE
     before and after.
@@ -125,26 +125,23 @@ def bench(
         loaded.profile.baseline, max_tokens, runs, warmup, prompt, prompt_tokens, concurrency
     )
     with history.opened(record) as recorder:
-        echo = Echo(err=fmt == "json", asked=method.max_tokens)
+        echo = Echo(err=fmt.aside, asked=method.max_tokens)
         # The server found after the history: a file that cannot take it fails first.
         report = measure_decode(loaded, url, pid, method, timeout, echo)
         if report.status == "measured" and not report.failed:
             recorder.append(report)
-    aside = fmt == "json"  # what is said beside the JSON document goes to stderr
-    if not aside:
-        echo_lines(summary_lines(report))
+    said: list[str] = []  # after the summary, or on stderr before the JSON
     if report.status == "measured" and not report.failed:
-        echo_lines([f"recorded in {recorder.path}"], err=aside)
+        said.append(f"recorded in {recorder.path}")
     try:
         if held is not None and (report.status != "measured" or report.failed):
-            echo_lines([unwritten_line(report, held.path)], err=aside)
+            said.append(unwritten_line(report, held.path))
         elif held is not None:
             previous = loaded.profile.baseline
             old = previous.decode_tok_s if previous is not None else None
             written = write_figure(held, report, old)
             report = report.model_copy(update={"written": written})
-            echo_lines([written_line(written, report.method)], err=aside)
-    finally:  # the JSON of a figure the host would not keep is printed all the same
-        if aside:
-            click.echo(masked_json(report))
+            said.append(written_line(written, report.method))
+    finally:  # the report of a figure the host would not keep is printed all the same
+        fmt.emit(report, summary_lines, said)
     return report.exit_code

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from nccl_launch.commands.echo import echo_lines, warn
+from nccl_launch.commands.echo import Output, echo_lines, warn
 from nccl_launch.commands.options import (
     LaunchCommand,
     format_option,
@@ -17,7 +17,6 @@ from nccl_launch.commands.options import (
 )
 from nccl_launch.errors import EXIT_OK, HostError
 from nccl_launch.launch.check_names import skippable
-from nccl_launch.secrets.masking import masked_json
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -135,7 +134,7 @@ def run(dry_run: bool, **options: Any) -> int:
     help_text="Seconds the server's interpreter has to import SGLang (or vLLM) and parse the "
     "argv; later, its check fails.",
 )
-def preflight(fmt: str, skip: tuple[str, ...], timeout: float, **options: Any) -> int:
+def preflight(fmt: Output, skip: tuple[str, ...], timeout: float, **options: Any) -> int:
     """Check everything `run` would, then the host and the server's own parser on the argv.
 
     Host checks: nccl.conf files, the NCCL env plugin, GPUs against tp_size, the port, the
@@ -147,10 +146,7 @@ def preflight(fmt: str, skip: tuple[str, ...], timeout: float, **options: Any) -
     from nccl_launch.render.reports import preflight_lines
 
     report = run_preflight(prepare(**options), timeout, frozenset(skip))
-    if fmt == "json":
-        # An nccl.conf may hold bytes that are not UTF-8, kept as NCCL reads them
-        # (surrogates), which pydantic's own JSON cannot encode and masked_json escapes.
-        click.echo(masked_json(report))
-    else:
-        echo_lines(preflight_lines(report))
+    # An nccl.conf may hold bytes that are not UTF-8, kept as NCCL reads them (surrogates),
+    # which pydantic's own JSON cannot encode and the masked JSON escapes.
+    fmt.emit(report, preflight_lines)
     return report.exit_code

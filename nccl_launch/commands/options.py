@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from nccl_launch.commands.echo import Output
 from nccl_launch.errors import UsageError
 from nccl_launch.escaping import escaped, shell_word
 from nccl_launch.live.target import PID_LIMIT, PORT_LIMIT
@@ -30,14 +31,19 @@ def _bundle(command: F, decorators: Sequence[Callable[[Any], Any]]) -> F:
     return command
 
 
+def _output(ctx: click.Context, param: click.Parameter, value: str) -> Output:
+    return Output(value)
+
+
 def format_option(*choices: str, default: str, help_text: str | None = None) -> Callable[[F], F]:
-    """`--format` with these choices, stored as `fmt`."""
+    """`--format` with these choices, stored as `fmt`: the `Output` that prints a report in it."""
     return click.option(
         "--format",
         "fmt",
         type=click.Choice(choices),
         default=default,
         show_default=True,
+        callback=_output,
         help=help_text,
     )
 
