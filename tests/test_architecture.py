@@ -149,6 +149,51 @@ def test_only_nccl_names_the_grammars_rule_classes(name: str) -> None:
     assert named == set(), f"{name} reads NCCL's values itself: ask nccl.rules.reading"
 
 
+def defines_commands(name: str) -> bool:
+    """Whether module `name` defines a click command (a function under `@click.command`)."""
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    return any(
+        isinstance(decorator, ast.Call)
+        and isinstance(decorator.func, ast.Attribute)
+        and decorator.func.attr == "command"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef)
+        for decorator in node.decorator_list
+    )
+
+
+COMMAND_MODULES = {
+    name for name in MODULES if package_of(name) == "commands" and defines_commands(name)
+}
+
+
+def test_no_command_imports_another() -> None:
+    # What two commands share is a helper of commands/ (options, echo, measuring) or their
+    # domain package's, never one command's module.
+    assert "nccl_launch.commands.launching" in COMMAND_MODULES  # the rule reads decorators
+    assert "nccl_launch.commands.options" not in COMMAND_MODULES
+    importing = {name: sorted(imported(name) & COMMAND_MODULES) for name in COMMAND_MODULES}
+    assert {name: targets for name, targets in importing.items() if targets} == {}
+
+
+FORMATS = {"json", "text", "prometheus", "toml"}
+OUTPUT = "nccl_launch.commands.echo"  # `Output`: the one place a format is chosen
+
+
+@pytest.mark.parametrize(
+    "name", sorted(name for name in MODULES if package_of(name) == "commands" and name != OUTPUT)
+)
+def test_a_command_hands_its_report_to_the_format_chosen(name: str) -> None:
+    compared = [
+        node.lineno
+        for node in ast.walk(ast.parse(MODULES[name].read_text(encoding="utf-8")))
+        if isinstance(node, ast.Compare)
+        for operand in (node.left, *node.comparators)
+        if isinstance(operand, ast.Constant) and operand.value in FORMATS
+    ]
+    assert compared == [], f"{name} chooses a format itself: hand the report to `Output`"
+
+
 # A server kind is one folder: the registry imports each folder's `kind.py`, nothing else
 # imports the folder, and generic code asks the registry.
 REGISTRY = "nccl_launch.kinds"

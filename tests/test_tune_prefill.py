@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from nccl_launch.bench import DEFAULT_PROMPT
 from nccl_launch.bench.stats import Start
-from nccl_launch.commands.benching import DEFAULT_PROMPT
 from nccl_launch.tune.search import Values, descend, grid
 from tests.conftest import RunCli
 from tests.test_tune import (

@@ -3,142 +3,31 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
-from nccl_launch.bench import TOKEN_LIMIT
-from nccl_launch.commands.echo import echo_lines, warn
-from nccl_launch.commands.options import PID, F, format_option, profile_argument, seconds_option
+from nccl_launch.commands.echo import Output, warn
+from nccl_launch.commands.measuring import Echo, method_options
+from nccl_launch.commands.options import PID, format_option, profile_argument
 from nccl_launch.errors import UsageError
-from nccl_launch.secrets.masking import masked_json
 
-if TYPE_CHECKING:
-    from nccl_launch.bench.result import Method, RunFigure
-    from nccl_launch.live.compare import LiveReport
-    from nccl_launch.profile.model import Baseline
-
-DEFAULT_MAX_TOKENS = 500
-DEFAULT_RUNS = 5
 CONCURRENCY_LIMIT = 1024  # requests in flight: a thread and a connection each
-DEFAULT_PROMPT = "Write a long story about a lighthouse keeper who finds a message in a bottle."
 
 
-class Echo:
-    """Progress as it comes: on stdout with the text report, on stderr beside JSON."""
-
-    def __init__(self, err: bool, asked: int) -> None:
-        self.err = err
-        self.asked = asked
-        self.short = False
-
-    def verified(self, when: str, report: LiveReport) -> None:
-        from nccl_launch.render.bench import verified_line
-
-        line = verified_line(when, report)
-        if line is not None:
-            echo_lines([line], err=self.err)
-
-    def ran(self, kind: str, number: int, total: int, figure: RunFigure) -> None:
-        from nccl_launch.render.bench import run_line
-
-        echo_lines([run_line(kind, number, total, figure)], err=self.err)
-        if figure.tokens < self.asked and not self.short:
-            self.short = True  # once: every run of such a server stops short
-            warn(
-                f"the server returned {figure.tokens} tokens of the {self.asked} asked "
-                "(it ignores ignore_eos): a figure of shorter runs, not comparable with "
-                f"runs of {self.asked}"
-            )
-
-
-# How decode is measured, the same for `bench` and each of `tune`'s trials.
-_METHOD_OPTIONS = (
-    click.option(
-        "--max-tokens",
-        type=click.IntRange(min=1, max=TOKEN_LIMIT),
-        help=f"Tokens per request  [default: the baseline's, else {DEFAULT_MAX_TOKENS}]",
-    ),
-    click.option(
-        "--runs",
-        type=click.IntRange(min=1),
-        help=f"Measured requests  [default: the baseline's, else {DEFAULT_RUNS}]",
-    ),
-    click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True),
-    click.option(
-        "--prompt", help="The prompt of every request  [default: a one-line request for a story]"
-    ),
-    click.option(
-        "--prompt-tokens",
-        type=click.IntRange(min=1, max=TOKEN_LIMIT),
-        help="Give each request a prompt of about N tokens (N common words, each one token to "
-        "most tokenizers; the server's count is what it reports) and report prefill tok/s, "
-        "prompt tokens over time to first token  [default: the baseline's, else --prompt]",
-    ),
-    seconds_option(
-        "--timeout",
-        least=0,
-        included=False,
-        default=60.0,
-        show_default=True,
-        help_text="Seconds to wait for the connection and between two streamed events; a "
-        "request must end within TIMEOUT + max_tokens seconds.",
-    ),
-)
-
-
-def method_options(command: F) -> F:
-    """--max-tokens, --runs, --warmup, --prompt, --prompt-tokens and --timeout, in order."""
-    for option in reversed(_METHOD_OPTIONS):
-        command = option(command)
-    return command
-
-
-def measuring_method(
-    baseline: Baseline | None,
-    max_tokens: int | None,
-    runs: int | None,
-    warmup: int,
-    prompt: str | None,
-    prompt_tokens: int | None = None,
-    concurrency: int | None = None,
-) -> Method:
-    """The method of the options, the baseline's max_tokens, runs, prompt_tokens and
-    concurrency (else bench's) where they are not given; a --prompt overrides the
-    baseline's prompt_tokens."""
-    from nccl_launch.bench.result import Method
-    from nccl_launch.escaping import not_utf8
-
-    if prompt is not None and prompt_tokens is not None:
-        raise UsageError("--prompt and --prompt-tokens: give one; each sets the prompt")
-    byte = None if prompt is None else not_utf8(prompt)
-    if byte is not None:
-        raise UsageError(f"--prompt: holds the byte {byte}, which is not UTF-8; write it in UTF-8")
-    if prompt is None and prompt_tokens is None and baseline is not None:
-        prompt_tokens = baseline.prompt_tokens
-    return Method(
-        max_tokens=max_tokens or (baseline and baseline.max_tokens) or DEFAULT_MAX_TOKENS,
-        runs=runs or (baseline and baseline.runs) or DEFAULT_RUNS,
-        warmup=warmup,
-        prompt="" if prompt_tokens is not None else prompt or DEFAULT_PROMPT,
-        prompt_tokens=prompt_tokens,
-        concurrency=concurrency or (baseline and baseline.concurrency) or 1,
-    )
-
-
-def _history(profile: str | None, record: Path, fmt: str) -> int:
+def _history(profile: str | None, record: Path, fmt: Output) -> int:
     from nccl_launch.bench import history
     from nccl_launch.render.bench import history_lines
 
     found = history.read_history(record, profile)
     for problem in found.problems:
         warn(problem)
-    if fmt == "json":
-        click.echo(masked_json(found))
-    elif not found.results:
-        echo_lines([f"no results{f' of {profile}' if profile else ''} in {record}"])
-    else:
-        echo_lines(history_lines(found.results))
+
+    def text(found: history.History) -> list[str]:
+        if not found.results:
+            return [f"no results{f' of {profile}' if profile else ''} in {record}"]
+        return history_lines(found.results)
+
+    fmt.emit(found, text)
     return found.exit_code
 
 
@@ -190,7 +79,7 @@ def bench(
     concurrency: int | None,
     show_history: bool,
     write_baseline: bool,
-    fmt: str,
+    fmt: Output,
 ) -> int:
     """Measure decode tok/s of PROFILE's server (or the one at URL), checked against PROFILE
     before and after.
@@ -211,6 +100,7 @@ def bench(
     from nccl_launch.bench import history
     from nccl_launch.bench.baseline_file import hold_profile, write_figure
     from nccl_launch.bench.measure import measure_decode
+    from nccl_launch.bench.method import measuring_method
     from nccl_launch.live.url import server_url, url_address
     from nccl_launch.profile.load import load_profile
     from nccl_launch.render.bench import summary_lines, unwritten_line, written_line
@@ -235,26 +125,23 @@ def bench(
         loaded.profile.baseline, max_tokens, runs, warmup, prompt, prompt_tokens, concurrency
     )
     with history.opened(record) as recorder:
-        echo = Echo(err=fmt == "json", asked=method.max_tokens)
+        echo = Echo(err=fmt.aside, asked=method.max_tokens)
         # The server found after the history: a file that cannot take it fails first.
         report = measure_decode(loaded, url, pid, method, timeout, echo)
         if report.status == "measured" and not report.failed:
             recorder.append(report)
-    aside = fmt == "json"  # what is said beside the JSON document goes to stderr
-    if not aside:
-        echo_lines(summary_lines(report))
+    said: list[str] = []  # after the summary, or on stderr before the JSON
     if report.status == "measured" and not report.failed:
-        echo_lines([f"recorded in {recorder.path}"], err=aside)
+        said.append(f"recorded in {recorder.path}")
     try:
         if held is not None and (report.status != "measured" or report.failed):
-            echo_lines([unwritten_line(report, held.path)], err=aside)
+            said.append(unwritten_line(report, held.path))
         elif held is not None:
             previous = loaded.profile.baseline
             old = previous.decode_tok_s if previous is not None else None
             written = write_figure(held, report, old)
             report = report.model_copy(update={"written": written})
-            echo_lines([written_line(written, report.method)], err=aside)
-    finally:  # the JSON of a figure the host would not keep is printed all the same
-        if aside:
-            click.echo(masked_json(report))
+            said.append(written_line(written, report.method))
+    finally:  # the report of a figure the host would not keep is printed all the same
+        fmt.emit(report, summary_lines, said)
     return report.exit_code

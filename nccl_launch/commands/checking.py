@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from nccl_launch.commands.echo import echo_lines, warn
+from nccl_launch.commands.echo import Output, echo_lines, warn
 from nccl_launch.commands.options import (
     PID,
     PORT,
@@ -20,7 +20,6 @@ from nccl_launch.commands.options import (
     seconds_option,
 )
 from nccl_launch.errors import UsageError
-from nccl_launch.secrets.masking import masked_json
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -32,19 +31,23 @@ if TYPE_CHECKING:
 LIVE_FORMATS = ("text", "json", "prometheus")
 
 
-def _rendered(fmt: str, report: LiveReport, stream: bool, verbose: bool) -> str:
+def _rendered(fmt: Output, report: LiveReport, stream: bool, verbose: bool) -> str:
     """`report` in `fmt`, one of LIVE_FORMATS; JSON on one line in a `stream` (JSON Lines);
     the text `verbose` (what is not NCCL's, process by process). JSON and Prometheus hold
     every entry of every process."""
-    from nccl_launch.render.reports import live_text
 
-    if fmt == "prometheus":
-        from nccl_launch.render.prometheus import metrics
+    def text(report: LiveReport) -> str:
+        from nccl_launch.render.reports import live_text
+
+        return live_text(report, verbose) + "\n"
+
+    def prometheus(report: LiveReport) -> str:
+        from nccl_launch.render.prometheus import metrics  # not on a one-shot check's path
 
         return metrics(report)
-    if fmt == "json":
-        return masked_json(report, indent=None if stream else 2) + "\n"
-    return live_text(report, verbose) + "\n"
+
+    renderers = {"text": text, "prometheus": prometheus}
+    return fmt.document(report, renderers, indent=None if stream else 2)
 
 
 @click.command()
@@ -87,7 +90,7 @@ def check(
     port: int | None,
     pidfile: Path | None,
     unit: str | None,
-    fmt: str,
+    fmt: Output,
     output: Path | None,
     verbose: bool,
     watch: float | None,
@@ -111,7 +114,7 @@ def check(
     if on_drift == "stop" and watch is None:
         raise UsageError("--on-drift stop needs --watch SECONDS: one check never stops a server")
     stream = watch is not None and output is None
-    if stream and fmt == "prometheus":  # its text format holds one sample of each series
+    if stream and not fmt.streams:
         raise UsageError("--watch --format prometheus rewrites a textfile: give -o FILE")
     target = Target(pid=pid, port=port, pidfile=pidfile, unit=unit)
     last: list[str] = []
@@ -128,7 +131,7 @@ def check(
             return
         if stream and last == [rendered]:
             return  # a watch prints the report when it changes
-        if stream and fmt == "text":
+        if stream and not fmt.aside:  # people read when each report came
             click.echo(f"--- {datetime.now(UTC).isoformat(timespec='seconds')}")
         last[:] = [rendered]
         click.echo(rendered, nl=False)
@@ -153,7 +156,7 @@ def check(
     help="Read the profile's newest run folder of `run --nccl-debug` (instead of LOG).",
 )
 @format_option("text", "json", default="text")
-def verify_log(profile: str, log: str, latest: bool, fmt: str) -> int:
+def verify_log(profile: str, log: str, latest: bool, fmt: Output) -> int:
     """Confirm from NCCL's NCCL_DEBUG=INFO output (LOG, or stdin) that every rank applied
     each declared value; exit 1 on a value applied differently or never confirmed. LOG may be
     a folder of `run --nccl-debug`: each of its *.log files is read.
@@ -195,8 +198,5 @@ def verify_log(profile: str, log: str, latest: bool, fmt: str) -> int:
                 f"log {name}: {said} longer than {LINE_LIMIT >> 20} MiB skipped (the first is "
                 f"line {lines.first_skipped}); NCCL's INFO lines are short"
             )
-    if fmt == "json":
-        click.echo(masked_json(report))
-    else:
-        echo_lines(log_lines(report))
+    fmt.emit(report, log_lines)
     return report.exit_code

@@ -7,8 +7,7 @@ from pathlib import Path
 import click
 
 from nccl_launch.commands.echo import echo_lines, warn
-from nccl_launch.commands.launching import LaunchCommand
-from nccl_launch.commands.options import output_options, profile_argument
+from nccl_launch.commands.options import LaunchCommand, output_options, profile_argument
 from nccl_launch.errors import EXIT_OK
 from nccl_launch.escaping import shell_word
 

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from nccl_launch.commands.echo import echo_lines, warn
+from nccl_launch.commands.echo import Output, echo_lines, warn
 from nccl_launch.commands.options import format_option, profile_argument
 from nccl_launch.deploy import exports
 from nccl_launch.errors import EXIT_OK
@@ -20,21 +20,14 @@ from nccl_launch.errors import EXIT_OK
     default="text",
     help_text="json: each file's findings (code, severity, file, location, message, fix).",
 )
-def validate_command(files: tuple[str, ...], fmt: str) -> int:
+def validate_command(files: tuple[str, ...], fmt: Output) -> int:
     """Check profile FILES (and what they extend) alone, asking this host nothing; exit 2 if
     any is invalid."""
     from nccl_launch.profile.overview import validate
     from nccl_launch.render.profiles import validate_lines
 
     validation = validate(files)
-    if fmt == "json":
-        from nccl_launch.secrets.masking import masked_json
-
-        click.echo(masked_json(validation))
-        return validation.exit_code
-    out, err = validate_lines(validation)
-    echo_lines(err, err=True)
-    echo_lines(out)
+    fmt.emit(validation, validate_lines)
     return validation.exit_code
 
 
@@ -48,19 +41,22 @@ def validate_command(files: tuple[str, ...], fmt: str) -> int:
     help_text="toml: the resolved profile; json: everything; the others: the variables the "
     "server gets, quoted for that consumer.",
 )
-def show_command(profile: str, fmt: str) -> int:
+def show_command(profile: str, fmt: Output) -> int:
     """Print PROFILE resolved through its `extends` chain."""
     from nccl_launch.profile.load import load_profile
-    from nccl_launch.profile.overview import show
+    from nccl_launch.profile.overview import ShownProfile, show
     from nccl_launch.render.profiles import show_toml
 
     shown = show(load_profile(profile))
-    if fmt == "json":
-        click.echo(shown.model_dump_json(indent=2))
-    elif fmt in exports.FORMATS:
-        click.echo(exports.FORMATS[fmt](shown.env | shown.markers), nl=False)
-    else:
-        click.echo(show_toml(shown), nl=False)
+
+    def json_text(shown: ShownProfile) -> str:
+        return shown.model_dump_json(indent=2) + "\n"  # the profile's text as it is, unescaped
+
+    def exported(shown: ShownProfile) -> str:
+        return exports.FORMATS[fmt.name](shown.env | shown.markers)
+
+    renderers = {"json": json_text, "toml": show_toml, **dict.fromkeys(exports.FORMATS, exported)}
+    click.echo(fmt.document(shown, renderers), nl=False)
     return shown.exit_code
 
 

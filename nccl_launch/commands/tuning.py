@@ -8,12 +8,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from nccl_launch.commands.benching import Echo, measuring_method, method_options
-from nccl_launch.commands.echo import echo_lines, warn
+from nccl_launch.commands.echo import Output, echo_lines, warn
+from nccl_launch.commands.measuring import Echo, method_options
 from nccl_launch.commands.options import format_option, profile_argument, seconds_option
 from nccl_launch.errors import EXIT_INTERRUPTED, UsageError
 from nccl_launch.live.signals import catching
-from nccl_launch.secrets.masking import masked_json
 
 if TYPE_CHECKING:
     from nccl_launch.tune.result import TrialRow
@@ -137,7 +136,7 @@ def tune(
     timeout: float,
     prefill_tolerance: float | None,
     ready_timeout: float,
-    fmt: str,
+    fmt: Output,
 ) -> int:
     """Search NCCL values for PROFILE: start its server with each candidate, measure decode
     tok/s as bench does, keep the fastest the noise between server starts allows.
@@ -160,6 +159,7 @@ def tune(
     objective stays decode, but a candidate whose prefill costs more than
     --prefill-tolerance cannot win.
     """
+    from nccl_launch.bench.method import measuring_method
     from nccl_launch.render.tune import summary_lines
     from nccl_launch.tune.session import open_base, run_tune
     from nccl_launch.tune.space import build_space
@@ -180,7 +180,7 @@ def tune(
     settings = TrialSettings(
         method=method, ready_timeout=ready_timeout, request_timeout=timeout, stop_grace=STOP_GRACE
     )
-    echo = TuneEcho(err=fmt == "json", asked=method.max_tokens)
+    echo = TuneEcho(err=fmt.aside, asked=method.max_tokens)
     try:
         with catching(STOP_SIGNALS, _interrupt):
             report = run_tune(
@@ -195,8 +195,5 @@ def tune(
             err=True,
         )
         return EXIT_INTERRUPTED
-    if fmt == "json":
-        click.echo(masked_json(report))
-    else:
-        echo_lines(summary_lines(report))
+    fmt.emit(report, summary_lines)
     return report.exit_code
