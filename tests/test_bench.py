@@ -15,7 +15,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 import psutil
@@ -31,93 +31,24 @@ from nccl_launch.profile.model import Baseline
 from nccl_launch.report import SCHEMA_VERSION
 from nccl_launch.sglang.kind import SGLang
 from nccl_launch.sglang.server import Server as ServerTable
+from tests.benching import FAST, MEAN, PROFILE, default_history, history_lines
 from tests.conftest import RunCli, WriteProfile, console_script
-from tests.helpers import PROFILE as LIVE_PROFILE
 from tests.helpers import STANDIN, Server, free_port, wait_for
+from tests.standins import Started, url
 
-PROFILE = LIVE_PROFILE.replace('BUFFSIZE = "{buffsize}"\n', "")  # the live tests', less BUFFSIZE
-FAST = ("--max-tokens", "60", "--runs", "2", "--warmup", "1")
 RUN_LINE = re.compile(
     r"Run (\d+)/(\d+): (\d+) tokens in \d+\.\d\d s, the first at \d+\.\d{3} s: (\d+\.\d) tok/s"
 )
-MEAN = re.compile(r"^mean (\d+\.\d) tok/s over", re.MULTILINE)
 IMPOSSIBLE = "/v1/completions: the server reported an impossible token count"
 DEEP = "[" * 5000 + "]" * 5000  # deeper than Python's recursion limit
 # What nvidia-smi printed on an H200 host (see tests/standin/bin/nvidia-smi).
 H200 = "0, NVIDIA H200, 143771 MiB, 580.159.04, 00000000:00:06.0\n"
 
 
-class Started(Protocol):
-    def __call__(
-        self,
-        *,
-        launcher: bool = True,
-        baseline: str = "",
-        rate: int = 300,
-        env: dict[str, str] | None = None,
-        server_args: tuple[str, ...] = (),
-        after: tuple[str, ...] = (),
-    ) -> Server: ...
-
-
-@pytest.fixture
-def start(write_profile: WriteProfile) -> Iterator[Started]:
-    """A stand-in server started by `nccl-launch run` (or raw), its profile as `standin`:
-    `server_args` in its [server] args, `after` on run's line after `--`."""
-    servers: list[Server] = []
-
-    def start_server(
-        *,
-        launcher: bool = True,
-        baseline: str = "",
-        rate: int = 300,
-        env: dict[str, str] | None = None,
-        server_args: tuple[str, ...] = (),
-        after: tuple[str, ...] = (),
-    ) -> Server:
-        port = free_port()
-        text = PROFILE.format(version=1, python=sys.executable, port=port)
-        text += f"args = {json.dumps(server_args)}\n" + baseline
-        write_profile("standin", text)
-        if launcher:
-            argv = [console_script(), "run", "standin", "--", *after]
-        else:  # the old way: the raw line, no NCCL values at all
-            argv = [
-                sys.executable,
-                "-m",
-                "sglang.launch_server",
-                "--model-path",
-                "/models/m",
-                "--tp",
-                "2",
-                "--port",
-                str(port),
-            ]
-        server = Server(argv, {"STANDIN_TOKEN_RATE": str(rate), **(env or {})}, port)
-        servers.append(server)
-        return server
-
-    yield start_server
-    for server in servers:
-        server.stop()
-
-
-def url(server: Server) -> str:
-    return f"http://127.0.0.1:{server.port}"
-
-
-def default_history(home: Path) -> Path:
-    return home / ".local" / "state" / "nccl-launch" / "bench.jsonl"
-
-
 def nothing_recorded(tmp_path: Path) -> bool:
     """The history was opened before measuring (so it may exist), but holds no line."""
     path = default_history(tmp_path / "home")
     return not path.exists() or path.read_bytes() == b""
-
-
-def history_lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 # Runs of 60 tokens at 50 and 100 tok/s (1.2 and 0.6 s): the host's delays, up to 60 ms at

@@ -14,10 +14,9 @@ import pytest
 
 from nccl_launch.bench.result import BenchReport, Method, RunFigure, summarize
 from nccl_launch.bench.streams import prompt_words
+from tests.benching import PROFILE, default_history, history_lines
 from tests.conftest import RunCli, WriteProfile
-from tests.test_bench import PROFILE, Started, history_lines, url
-from tests.test_bench import default_history as default_history
-from tests.test_bench import start as start  # the fixture: a stand-in started by `run`
+from tests.standins import Started, url
 
 PREFILL = re.compile(r"^prefill mean (\d+\.\d) tok/s of (\d+) prompt tokens", re.MULTILINE)
 # The stand-in's tune model with the decode table emptied (every factor 1.0) and no noise:
@@ -44,7 +43,7 @@ def test_prompt_tokens_report_the_servers_count_and_its_prefill_rate(
 ) -> None:
     # 1000 prompt tokens at 1000 tok/s: 1 s to the first token, then 100 more at 100 tok/s
     # (1 s): the host's delays at either end of each, up to 60 ms (LATEST in
-    # tests/test_tune.py), are under 5% of it.
+    # tests/tuning.py), are under 5% of it.
     server = start(rate=100, env={"STANDIN_PREFILL_RATE": "1000", **env})
     method = ("--max-tokens", "100", "--runs", "3", "--warmup", "0")
     result = run_cli("bench", "standin", "--url", url(server), *method, "--prompt-tokens", "1000")
@@ -175,7 +174,7 @@ def test_a_baseline_of_both_figures_is_written_then_each_judged_by_its_own(
     start: Started, run_cli: RunCli, tmp_path: Path
 ) -> None:
     # Decode and prefill each take 1 s a run (100 tokens at 100 tok/s, 1000 prompt tokens at
-    # 1000): the host's delays, up to 60 ms at either end (LATEST in tests/test_tune.py), are
+    # 1000): the host's delays, up to 60 ms at either end (LATEST in tests/tuning.py), are
     # under 5% of them.
     method = ("--max-tokens", "100", "--runs", "2", "--warmup", "0")
     first = start(rate=100, env={"STANDIN_PREFILL_RATE": "1000"})

@@ -29,7 +29,8 @@ from nccl_launch.tune.orphans import Owner
 from nccl_launch.tune.trial import TrialSettings, run_trial, tail_lines
 from tests.conftest import RunCli, WriteProfile
 from tests.helpers import STANDIN, free_port, stop_left, wait_for
-from tests.test_tune import LATEST
+from tests.tuning import LATEST
+from tests.watching import free
 
 # Each trial's stop signals the server's tree: in a PID namespace of the test's own.
 pytestmark = pytest.mark.own_pid_namespace
@@ -96,17 +97,6 @@ def standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("STANDIN_TOKEN_RATE", str(RATE))
     yield
     assert stop_left() == [], "a trial left processes running"
-
-
-def free(port: int) -> bool:
-    """Whether a server could bind the port now (as SGLang does: TIME_WAIT is no listener)."""
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def test_a_trial_measures_the_rate_the_candidates_environment_gives(
