@@ -1,5 +1,5 @@
 """What the bench tests share: the stand-in's profile as they write it, short runs, the mean's
-line, the history."""
+line, the history, a clock of the test's own."""
 
 from __future__ import annotations
 
@@ -21,3 +21,16 @@ def default_history(home: Path) -> Path:
 
 def history_lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+class Ticks:
+    """A clock that reads `step` seconds later at each look: bench's figures on it are the
+    same on a quiet host and a busy one."""
+
+    def __init__(self, step: float) -> None:
+        self.step = step
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now

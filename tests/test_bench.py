@@ -31,7 +31,7 @@ from nccl_launch.profile.model import Baseline
 from nccl_launch.report import SCHEMA_VERSION
 from nccl_launch.sglang.kind import SGLang
 from nccl_launch.sglang.server import Server as ServerTable
-from tests.benching import FAST, MEAN, PROFILE, default_history, history_lines
+from tests.benching import FAST, MEAN, PROFILE, Ticks, default_history, history_lines
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import STANDIN, Server, free_port, wait_for
 from tests.standins import Started, url
@@ -51,13 +51,13 @@ def nothing_recorded(tmp_path: Path) -> bool:
     return not path.exists() or path.read_bytes() == b""
 
 
-# Runs of 60 tokens at 50 and 100 tok/s (1.2 and 0.6 s): the host's delays, up to 60 ms at
-# either end of a run (LATEST in tests/test_tune.py), are well under 15% of them.
-@pytest.mark.parametrize("rate", [50, 100])
-def test_bench_reports_the_rate_the_server_streams_within_15_percent(
-    rate: int, start: Started, run_cli: RunCli, tmp_path: Path
+# The real-time smoke test of bench: a real stream on the host's clock, whose figures depend
+# on how late a busy host wakes the server or bench; what is asserted of them holds whatever
+# the host does (the figures themselves: the test below, on a clock of its own).
+def test_bench_measures_a_real_stream_and_records_what_it_printed(
+    start: Started, run_cli: RunCli, tmp_path: Path
 ) -> None:
-    server = start(rate=rate)
+    server = start(rate=100)
     result = run_cli("bench", "standin", "--url", url(server), *FAST)
     assert result.returncode == 0, result.stdout + result.stderr
     runs = RUN_LINE.findall(result.stdout)
@@ -67,7 +67,7 @@ def test_bench_reports_the_rate_the_server_streams_within_15_percent(
     ]
     found = MEAN.search(result.stdout)
     assert found is not None, result.stdout
-    assert abs(float(found.group(1)) - rate) / rate < 0.15
+    assert float(found.group(1)) > 0
     assert "Warmup 1/1: 60 tokens in " in result.stdout
     assert "(not counted)" in result.stdout
     assert "checked before: pid " in result.stdout
@@ -76,6 +76,27 @@ def test_bench_reports_the_rate_the_server_streams_within_15_percent(
     recorded = history_lines(default_history(tmp_path / "home"))
     assert len(recorded) == 1
     assert recorded[0]["mean_tok_s"] == pytest.approx(float(found.group(1)), abs=0.05)
+
+
+def test_bench_figures_are_the_times_of_its_clock(
+    start: Started, run_cli: RunCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each look a quarter second after the one before: a run's first text 0.25 s after its
+    # request, its [DONE] 0.5 s after: its 59 tokens after the first in 0.25 s, 236 tok/s.
+    monkeypatch.setattr(Client, "clock", staticmethod(Ticks(0.25)))
+    server = start()
+    result = run_cli("bench", "standin", "--url", url(server), *FAST, "--runs", "3")
+    assert result.returncode == 0, result.stdout + result.stderr
+    run = "60 tokens in 0.50 s, the first at 0.250 s: 236.0 tok/s"
+    assert [line for line in result.stdout.splitlines() if line.startswith("Run ")] == [
+        f"Run {number}/3: {run}" for number in (1, 2, 3)
+    ]
+    found = MEAN.search(result.stdout)
+    assert found is not None, result.stdout
+    assert found.group(1) == "236.0"
+    [recorded] = history_lines(default_history(tmp_path / "home"))
+    assert recorded["mean_tok_s"] == 236.0
+    assert [figure["tok_s"] for figure in recorded["runs"]] == [236.0] * 3
 
 
 @pytest.mark.parametrize("end", ["\r", "\r\n"], ids=["cr", "crlf"])

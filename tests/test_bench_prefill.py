@@ -12,52 +12,38 @@ from pathlib import Path
 
 import pytest
 
+from nccl_launch.bench.client import Client
 from nccl_launch.bench.result import BenchReport, Method, RunFigure, summarize
 from nccl_launch.bench.streams import prompt_words
-from tests.benching import PROFILE, default_history, history_lines
+from tests.benching import PROFILE, Ticks, default_history, history_lines
 from tests.conftest import RunCli, WriteProfile
 from tests.standins import Started, url
 
 PREFILL = re.compile(r"^prefill mean (\d+\.\d) tok/s of (\d+) prompt tokens", re.MULTILINE)
-# The stand-in's tune model with the decode table emptied (every factor 1.0) and no noise:
-# the profile's NCCL_PROTO=LL gives the prefill table's factor alone.
-TUNE_MODEL = {
-    "STANDIN_TUNE_MODEL": "1",
-    "STANDIN_TUNE_FACTORS": "{}",
-    "STANDIN_NOISE": "0",
-    "STANDIN_START_NOISE": "0",
-}
 
 
 def within(measured: float, known: float, share: float) -> bool:
     return abs(measured - known) / known < share
 
 
-@pytest.mark.parametrize(
-    ("env", "prefill"),
-    [({}, 1000.0), (TUNE_MODEL, 1000.0 * 0.6)],
-    ids=["plain", "proto-ll-prefill-factor"],
-)
-def test_prompt_tokens_report_the_servers_count_and_its_prefill_rate(
-    env: dict[str, str], prefill: float, start: Started, run_cli: RunCli, tmp_path: Path
+def test_prompt_tokens_report_the_servers_count_and_the_prefill_rate_of_bench_clock(
+    start: Started, run_cli: RunCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # 1000 prompt tokens at 1000 tok/s: 1 s to the first token, then 100 more at 100 tok/s
-    # (1 s): the host's delays at either end of each, up to 60 ms (LATEST in
-    # tests/tuning.py), are under 5% of it.
-    server = start(rate=100, env={"STANDIN_PREFILL_RATE": "1000", **env})
+    # Each look a quarter second after the one before: a run's first token 0.25 s after its
+    # request (1000 prompt tokens: 4000 tok/s), its 99 others in the next 0.25 s (396 tok/s).
+    monkeypatch.setattr(Client, "clock", staticmethod(Ticks(0.25)))
+    server = start()
     method = ("--max-tokens", "100", "--runs", "3", "--warmup", "0")
     result = run_cli("bench", "standin", "--url", url(server), *method, "--prompt-tokens", "1000")
     assert result.returncode == 0, result.stdout + result.stderr
     found = PREFILL.search(result.stdout)
     assert found is not None, result.stdout
-    assert found.group(2) == "1000"  # the stand-in counts words: the server's count
-    assert within(float(found.group(1)), prefill, 0.05), result.stdout
+    assert found.groups() == ("4000.0", "1000")  # the stand-in counts words: the server's count
     line = history_lines(default_history(tmp_path / "home"))[0]
     assert [run["prompt_tokens"] for run in line["runs"]] == [1000] * 3
     assert (line["method"]["prompt_tokens"], line["method"]["prompt"]) == (1000, "")
-    assert within(line["prefill_tok_s"], prefill, 0.05)
-    assert within(line["mean_tok_s"], 100, 0.05)  # decode: the time after the first token
-    assert line["min_prefill_tok_s"] <= line["prefill_tok_s"] <= line["max_prefill_tok_s"]
+    assert (line["prefill_tok_s"], line["mean_tok_s"]) == (4000.0, 396.0)
+    assert line["min_prefill_tok_s"] == line["prefill_tok_s"] == line["max_prefill_tok_s"]
 
 
 def test_without_prompt_tokens_no_prefill_line_is_printed(start: Started, run_cli: RunCli) -> None:
