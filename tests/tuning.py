@@ -64,9 +64,9 @@ def host_sd(window: float, runs: int) -> float:
 
 # Where a test needs tune to find a winner and is not about the noise: PROTO=LL128 doubles a
 # rate of 100 tok/s. Runs of FAST's 40 tokens time windows of 0.39 s (LL) and 0.195 s (LL128):
-# it would take the host waking the server or bench 0.06 s late at either end of a run (the
-# most seen beside other tests and busy loops on both cores) to bring LL128's figure down to
-# LL's (39 / 0.255 = 153 tok/s against 39 / 0.33 = 118): a busy host does not hide the effect.
+# with the host waking the server or bench 0.06 s late at either end of a run (the most seen
+# beside other tests and busy loops on both cores), each run of LL128 is still faster than
+# each of LL (39 / 0.255 = 153 tok/s against 39 / 0.33 = 118): a busy host hides no effect.
 CLEAR = MODEL | {
     "STANDIN_TOKEN_RATE": "100",
     "STANDIN_TUNE_FACTORS": json.dumps({"NCCL_PROTO": {"LL128": 2.0}}),
