@@ -25,6 +25,8 @@ from nccl_launch.profile.markers import SYSTEM_DIR_VAR
 from tests.helpers import descendant_pids, stop_left
 
 HERE = Path(__file__).parent
+# The stand-ins' fixtures.
+pytest_plugins = ["tests.standins"]
 
 # What the host's shell may export that nccl-launch, NCCL, SGLang, vLLM, a scheduler or the tests'
 # own profiles and scripts read. NCCL_ covers NCCL_LAUNCH_ too.

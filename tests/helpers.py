@@ -1,11 +1,13 @@
-"""Shared by the real-process tests: a free port, waiting for an event, the SGLang stand-in
-and a profile that starts it, processes that end with the test."""
+"""Shared by the tests: a free port, waiting for an event, the SGLang stand-in and a profile
+that starts it, processes that end with the test, a container's environment, the docs'
+examples."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -19,6 +21,7 @@ from typing import Any, TypedDict, TypeVar
 import psutil
 import pytest
 
+REPO = Path(__file__).parent.parent
 STANDIN = Path(__file__).parent / "standin"
 # `python -m sglang.launch_server` with PYTHONPATH=STANDIN; run as a script, it is any command.
 STANDIN_SERVER = STANDIN / "sglang" / "launch_server.py"
@@ -123,6 +126,8 @@ model_path = "/models/m"
 tp_size = 2
 port = {port}
 """
+# A profile of the least: a check of a process another user or an older nccl-launch started.
+EVIL = 'schema = 1\nname = "evil"\nversion = 1\n[nccl]\nPROTO = "LL"\n'
 
 
 def healthy(port: int) -> bool:
@@ -214,3 +219,36 @@ def _running(process: psutil.Process) -> bool:
         return process.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+# What NVIDIA's CUDA image exports (its Dockerfiles' ENV lines).
+IMAGE = {
+    "NCCL_VERSION": "2.28.3-1", "CUDA_VERSION": "13.0.1", "NVARCH": "x86_64",
+    "NV_LIBNCCL_PACKAGE_NAME": "libnccl2", "NV_LIBNCCL_PACKAGE_VERSION": "2.28.3-1",
+    "NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_REQUIRE_CUDA": "cuda>=13.0",
+}  # fmt: skip
+# What PyTorch's and nccl-tests' builds read.
+BUILD = {
+    "NCCL_HOME": "/opt/nccl", "NCCL_ROOT": "/opt/nccl", "NCCL_LIB_DIR": "/opt/nccl/lib",
+    "NCCL_INCLUDE_DIR": "/opt/nccl/include",
+}  # fmt: skip
+# What Kubernetes gives every pod of the namespace of a Service named nccl-proxy, port 8080
+# named `grpc`.
+LINKS = {
+    "NCCL_PROXY_SERVICE_HOST": "10.0.0.7", "NCCL_PROXY_SERVICE_PORT": "8080",
+    "NCCL_PROXY_SERVICE_PORT_GRPC": "8080", "NCCL_PROXY_PORT": "tcp://10.0.0.7:8080",
+    "NCCL_PROXY_PORT_8080_TCP": "tcp://10.0.0.7:8080", "NCCL_PROXY_PORT_8080_TCP_PROTO": "tcp",
+    "NCCL_PROXY_PORT_8080_TCP_PORT": "8080", "NCCL_PROXY_PORT_8080_TCP_ADDR": "10.0.0.7",
+}  # fmt: skip
+CONTAINER = IMAGE | BUILD | LINKS
+
+
+def documented(command: str, page: str = "commands.md", nth: int = 0) -> tuple[list[str], int]:
+    """The lines `page` prints after its `nth` (from 0) `$ command` up to the next prompt or
+    the block's end, and the exit code its `$ echo $?` shows (0 when it shows none)."""
+    after = (REPO / "docs" / page).read_text().split(f"$ {command}\n")[nth + 1]
+    block = after.split("```", 1)[0]
+    output, *prompts = re.split(r"^\$ ", block, flags=re.MULTILINE)
+    shown = prompts[0].splitlines() if prompts else []
+    code = int(shown[1]) if shown and shown[0] == "echo $?" else 0
+    return output.splitlines(), code

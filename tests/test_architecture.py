@@ -1,4 +1,5 @@
-"""The layout shows the architecture (docs/architecture.md): layers, leaves, sizes, no cycles.
+"""The layout shows the architecture (docs/architecture.md): layers, leaves, sizes, no cycles;
+and no test module imports another.
 
 Read from the source with `ast`, so a change that breaks a rule fails here with its name.
 """
@@ -273,3 +274,20 @@ def test_the_architecture_doc_names_every_module() -> None:
         if path.name != "__init__.py" and str(path.relative_to(PACKAGE)) not in doc
     ]
     assert missing == []
+
+
+TESTS = Path(__file__).parent
+
+
+@pytest.mark.parametrize("path", sorted(TESTS.glob("test_*.py")), ids=lambda path: path.name)
+def test_no_test_module_imports_another(path: Path) -> None:
+    """What tests share lives in tests/conftest.py, its fixture plugin tests/standins.py and
+    the helper modules beside them (none named test_*): a fixture imported from a test module
+    is one more fixture of that name, and an edit of one test module breaks another."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+    assert {name for name in found if name.startswith("tests.test_")} == set()

@@ -17,9 +17,9 @@ import pytest
 
 from nccl_launch.profile.model import Baseline
 from nccl_launch.profile.search import shipped_dir
+from tests.benching import FAST, MEAN, history_lines
 from tests.conftest import RunCli
-from tests.test_bench import FAST, MEAN, Started, history_lines, url
-from tests.test_bench import start as start  # the fixture: a stand-in started by `run`
+from tests.standins import Started, url
 
 # The stand-in's profile as a person writes one: comments, blank lines, odd spacing, literal
 # strings, an inline table, and a [baseline] of tune's (several starts) between two tables.
@@ -33,6 +33,7 @@ provenance = { hardware = "none", notes = 'a literal string' }
 [nccl]
 PROTO = 'LL'     # literal
 ALGO="Ring"
+BUFFSIZE = '16MiB'
 
 [server]
 python = "{python}"

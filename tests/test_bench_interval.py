@@ -13,9 +13,9 @@ from statistics import fmean, stdev
 import pytest
 
 from nccl_launch.bench.result import BenchReport, Method, RunFigure, summarize
+from tests.benching import FAST
 from tests.conftest import RunCli
-from tests.test_bench import FAST, Started, url
-from tests.test_bench import start as start  # the fixture: a stand-in started by `run`
+from tests.standins import Started, url
 
 T_975_4 = 2.7764451051977987  # Student's t, 97.5th percentile, 4 degrees of freedom (tables)
 RATES = [88.0, 90.0, 91.0, 89.0, 92.0]  # decode tok/s of five runs

@@ -24,29 +24,18 @@ from nccl_launch.nccl import catalog, others
 from nccl_launch.render.reports import live_lines
 from nccl_launch.secrets.masking import masked_json
 from tests.conftest import RunCli, WriteProfile, console_script
-from tests.helpers import PROFILE, STANDIN, Server, free_port, while_running
-from tests.test_live import Watcher
+from tests.helpers import (
+    BUILD,
+    CONTAINER,
+    LINKS,
+    PROFILE,
+    STANDIN,
+    Server,
+    free_port,
+    while_running,
+)
+from tests.watching import Watcher
 
-# What NVIDIA's CUDA image exports (its Dockerfiles' ENV lines).
-IMAGE = {
-    "NCCL_VERSION": "2.28.3-1", "CUDA_VERSION": "13.0.1", "NVARCH": "x86_64",
-    "NV_LIBNCCL_PACKAGE_NAME": "libnccl2", "NV_LIBNCCL_PACKAGE_VERSION": "2.28.3-1",
-    "NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_REQUIRE_CUDA": "cuda>=13.0",
-}  # fmt: skip
-# What PyTorch's and nccl-tests' builds read.
-BUILD = {
-    "NCCL_HOME": "/opt/nccl", "NCCL_ROOT": "/opt/nccl", "NCCL_LIB_DIR": "/opt/nccl/lib",
-    "NCCL_INCLUDE_DIR": "/opt/nccl/include",
-}  # fmt: skip
-# What Kubernetes gives every pod of the namespace of a Service named nccl-proxy, port 8080
-# named `grpc`.
-LINKS = {
-    "NCCL_PROXY_SERVICE_HOST": "10.0.0.7", "NCCL_PROXY_SERVICE_PORT": "8080",
-    "NCCL_PROXY_SERVICE_PORT_GRPC": "8080", "NCCL_PROXY_PORT": "tcp://10.0.0.7:8080",
-    "NCCL_PROXY_PORT_8080_TCP": "tcp://10.0.0.7:8080", "NCCL_PROXY_PORT_8080_TCP_PROTO": "tcp",
-    "NCCL_PROXY_PORT_8080_TCP_PORT": "8080", "NCCL_PROXY_PORT_8080_TCP_ADDR": "10.0.0.7",
-}  # fmt: skip
-CONTAINER = IMAGE | BUILD | LINKS
 NOT_NCCL = sorted(name for name in CONTAINER if name.startswith("NCCL_"))
 SHOWN = {
     "NCCL_VERSION": "set by NVIDIA's CUDA image, not read by NCCL",

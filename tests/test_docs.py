@@ -20,9 +20,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Isolation, RunCli, console_script, require
-from tests.helpers import free_port, healthy, wait_for
+from tests.helpers import REPO, documented, free_port, healthy, wait_for
 
-REPO = Path(__file__).parent.parent
 # Where the docs' dry run was taken: the absolute path of the profile's file differs by clone.
 DOC_CHECKOUT = "/srv/nccl-launch"
 PRINTS_THE_VARIABLE = """python3 -c 'import os; print(os.environ["NCCL_P2P_LEVEL"])'"""
@@ -47,17 +46,6 @@ LOG_EXAMPLES = [  # of docs/systemd-and-monitoring.md, on the test suite's 8-ran
     "nccl-launch verify-log kimi-k25-rtx6000bw-tp8-eagle3 server.log",
     "nccl-launch verify-log kimi-k25-rtx6000bw-tp8-eagle3 < drifted.log",
 ]
-
-
-def documented(command: str, page: str = "commands.md", nth: int = 0) -> tuple[list[str], int]:
-    """The lines `page` prints after its `nth` (from 0) `$ command` up to the next prompt or
-    the block's end, and the exit code its `$ echo $?` shows (0 when it shows none)."""
-    after = (REPO / "docs" / page).read_text().split(f"$ {command}\n")[nth + 1]
-    block = after.split("```", 1)[0]
-    output, *prompts = re.split(r"^\$ ", block, flags=re.MULTILINE)
-    shown = prompts[0].splitlines() if prompts else []
-    code = int(shown[1]) if shown and shown[0] == "echo $?" else 0
-    return output.splitlines(), code
 
 
 @pytest.mark.parametrize(

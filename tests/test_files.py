@@ -17,8 +17,8 @@ from nccl_launch.files.reading import open_stream, read_text
 from nccl_launch.files.trust import check_trusted
 from nccl_launch.files.writing import atomic_write
 from tests.conftest import RunCli, console_script
-from tests.test_live import Opens
-from tests.test_migrate import start_standin
+from tests.standins import start_standin
+from tests.watching import Opens
 
 AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="trust is checked for root only")
 NOBODY = 65534

@@ -20,7 +20,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.test_docs import documented
+from tests.helpers import documented
 
 REPO = Path(__file__).parent.parent
 PROOF = REPO / "benchmarks" / "gpu" / "proof.py"

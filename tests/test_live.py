@@ -4,23 +4,18 @@ loopback), and the comparison itself on plain snapshots."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
-import queue
-import select
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Any
 
 import psutil
 import pytest
@@ -35,40 +30,22 @@ from nccl_launch.profile.plan import ProfilePlan, build_plan
 from nccl_launch.render.prometheus import metrics
 from nccl_launch.render.reports import live_lines, live_text
 from tests.conftest import RunCli, WriteProfile, console_script
-from tests.helpers import PROFILE, STANDIN, Server, free_port, sleeper, wait_for, wait_for_record
-
-
-class StartServer(Protocol):
-    def __call__(
-        self, *, launcher: bool = True, nccl_debug: bool = False, **env: str
-    ) -> Server: ...
-
-
-@pytest.fixture
-def start(write_profile: WriteProfile) -> Iterator[StartServer]:
-    servers: list[Server] = []
-
-    def start_server(*, launcher: bool = True, nccl_debug: bool = False, **env: str) -> Server:
-        port = free_port()
-        write_profile(
-            "standin", PROFILE.format(version=1, buffsize="16MiB", python=sys.executable, port=port)
-        )
-        if launcher:
-            argv = [console_script(), "run", *(["--nccl-debug"] * nccl_debug), "standin"]
-        else:  # the old way: the raw line, NCCL values exported by hand or not at all
-            argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", "/models/m",
-                    "--tp", "2", "--port", str(port)]  # fmt: skip
-        server = Server(argv, env, port)
-        servers.append(server)
-        return server
-
-    yield start_server
-    for server in servers:
-        server.stop()
+from tests.helpers import (
+    EVIL,
+    PROFILE,
+    STANDIN,
+    Server,
+    free_port,
+    sleeper,
+    wait_for,
+    wait_for_record,
+)
+from tests.standins import Started
+from tests.watching import Opens, Watcher, alive
 
 
 def test_a_server_started_by_run_has_no_drift_in_any_process(
-    start: StartServer, run_cli: RunCli
+    start: Started, run_cli: RunCli
 ) -> None:
     server = start()
     result = run_cli("check", "standin", "--port", str(server.port))
@@ -120,9 +97,7 @@ def test_check_expects_the_values_of_the_profiles_env_files(
         server.stop()
 
 
-def test_without_profile_the_servers_own_marker_names_it(
-    start: StartServer, run_cli: RunCli
-) -> None:
+def test_without_profile_the_servers_own_marker_names_it(start: Started, run_cli: RunCli) -> None:
     server = start()
     result = run_cli("check", "--pid", str(server.process.pid), "--format", "json")
     assert result.returncode == 0, result.stderr
@@ -139,9 +114,9 @@ def test_without_profile_the_servers_own_marker_names_it(
 
 
 def test_the_old_way_names_missing_keys_and_unreadable_workers(
-    start: StartServer, run_cli: RunCli
+    start: Started, run_cli: RunCli
 ) -> None:
-    server = start(launcher=False, NCCL_PROTO="LL")
+    server = start(launcher=False, env={"NCCL_PROTO": "LL"})
     result = run_cli("check", "standin", "--port", str(server.port))
     assert result.returncode == 1
     text = result.stdout
@@ -157,8 +132,8 @@ def test_the_old_way_names_missing_keys_and_unreadable_workers(
     ]
 
 
-def test_one_drifted_worker_is_named(start: StartServer, run_cli: RunCli) -> None:
-    server = start(STANDIN_DRIFT_RANK="1", STANDIN_DRIFT="NCCL_PROTO=Simple")
+def test_one_drifted_worker_is_named(start: Started, run_cli: RunCli) -> None:
+    server = start(env={"STANDIN_DRIFT_RANK": "1", "STANDIN_DRIFT": "NCCL_PROTO=Simple"})
     result = run_cli("check", "--port", str(server.port))
     assert result.returncode == 1
     lines = result.stdout.splitlines()
@@ -184,9 +159,9 @@ def test_check_never_writes_its_report_over_the_profile_it_checks(
 
 
 def test_prometheus_textfile_parses_and_says_drift(
-    start: StartServer, run_cli: RunCli, tmp_path: Path
+    start: Started, run_cli: RunCli, tmp_path: Path
 ) -> None:
-    server = start(STANDIN_DRIFT_RANK="0", STANDIN_DRIFT="NCCL_ALGO=")
+    server = start(env={"STANDIN_DRIFT_RANK": "0", "STANDIN_DRIFT": "NCCL_ALGO="})
     textfile = tmp_path / "textfile" / "nccl_launch.prom"
     result = run_cli("check", "--port", str(server.port), "--format", "prometheus",
                          "--output", str(textfile))  # fmt: skip
@@ -217,7 +192,7 @@ def test_prometheus_textfile_parses_and_says_drift(
 
 
 def test_a_newer_profile_file_than_the_server_runs_is_reported(
-    start: StartServer, write_profile: WriteProfile, run_cli: RunCli
+    start: Started, write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     server = start()
     write_profile("standin", PROFILE.format(version=2, buffsize="32MiB", python=sys.executable,
@@ -234,7 +209,7 @@ def test_a_newer_profile_file_than_the_server_runs_is_reported(
 
 
 def test_check_refuses_a_profile_edited_away_from_its_pin(
-    start: StartServer, write_profile: WriteProfile, run_cli: RunCli
+    start: Started, write_profile: WriteProfile, run_cli: RunCli
 ) -> None:
     server = start()
     pinned = json.loads(run_cli("show", "standin", "--format", "json").stdout)["digest"]
@@ -254,7 +229,7 @@ def test_check_refuses_a_profile_edited_away_from_its_pin(
 
 
 def test_watch_keeps_checking_against_the_pinned_version_after_an_edit(
-    start: StartServer, run_cli: RunCli
+    start: Started, run_cli: RunCli
 ) -> None:
     server = start()
     pinned = json.loads(run_cli("show", "standin", "--format", "json").stdout)["digest"]
@@ -268,72 +243,6 @@ def test_watch_keeps_checking_against_the_pinned_version_after_an_edit(
     out = watcher.finish()
     assert watcher.process.returncode == 0
     assert out.endswith("no drift in 5 processes")  # the server runs the pinned version
-
-
-def _alive(pids: list[int]) -> list[int]:
-    alive = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                alive.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return alive
-
-
-class Watcher:
-    """`check --watch` in the background, its output read line by line as it comes."""
-
-    def __init__(self, *args: str, ignoring: str = "") -> None:
-        # `ignoring` a signal as `nohup` or a script's background job does: sh's trap "",
-        # which exec keeps.
-        self.process = subprocess.Popen(
-            (["sh", "-c", f'trap "" {ignoring}; exec "$0" "$@"'] if ignoring else [])
-            + [console_script(), "check", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,  # a few warning lines at most: never fills the pipe
-            text=True,
-        )
-        self.lines: queue.Queue[str | None] = queue.Queue()  # None: the output ended
-        self.seen: list[str] = []
-        assert self.process.stdout is not None
-        self.reader = threading.Thread(target=self._read, args=(self.process.stdout,), daemon=True)
-        self.reader.start()
-
-    def _read(self, stream: IO[str]) -> None:
-        for line in stream:
-            self.lines.put(line.rstrip("\n"))
-        self.lines.put(None)
-
-    def wait_for_line(self, text: str, timeout: float = 30) -> None:
-        """Block until a line equal to `text` was printed (so the watcher is up and looking)."""
-        deadline = time.monotonic() + timeout
-        while text not in self.seen:
-            try:
-                line = self.lines.get(timeout=max(deadline - time.monotonic(), 0))
-            except queue.Empty:
-                pytest.fail(f"never printed {text!r} within {timeout} s: {self.seen}")
-            if line is None:
-                code = self.process.wait()
-                pytest.fail(f"exited with {code} before printing {text!r}: {self.seen}")
-            self.seen.append(line)
-
-    def wait_for_start(self, prefix: str, timeout: float = 30) -> str:
-        """Block until a line starting with `prefix` was printed; that line."""
-        deadline = time.monotonic() + timeout
-        while not (found := [line for line in self.seen if line.startswith(prefix)]):
-            line = self.lines.get(timeout=max(deadline - time.monotonic(), 0))
-            assert line is not None, f"exited before printing {prefix!r}: {self.seen}"
-            self.seen.append(line)
-        return found[0]
-
-    def finish(self, timeout: float = 30) -> str:
-        """Everything it printed, once it has exited and its output has been read to the end."""
-        self.process.wait(timeout=timeout)
-        self.reader.join(timeout=timeout)
-        while (line := self.lines.get(timeout=timeout)) is not None:
-            self.seen.append(line)
-        return "\n".join(self.seen)
 
 
 def test_a_json_watch_prints_one_object_a_line_when_it_changes(
@@ -354,55 +263,9 @@ def test_a_json_watch_prints_one_object_a_line_when_it_changes(
     assert (prometheus.returncode, prometheus.stderr) == (2, said)
 
 
-IN_CLOSE_NOWRITE, IN_OPEN = 0x10, 0x20
-_EVENT = struct.Struct("iIII")  # struct inotify_event without its name: wd, mask, cookie, len
-
-
-class Opens:
-    """Counts the opens of one file with inotify: each `check` round reads the profile again."""
-
-    def __init__(self, path: Path) -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        self.fd = libc.inotify_init1(os.O_CLOEXEC)
-        if self.fd < 0:
-            raise OSError(ctypes.get_errno(), "inotify_init1")
-        # Closes are watched too: two opens in a row would be merged into one event.
-        if libc.inotify_add_watch(self.fd, os.fsencode(path), IN_OPEN | IN_CLOSE_NOWRITE) < 0:
-            os.close(self.fd)
-            raise OSError(ctypes.get_errno(), f"inotify cannot watch {path}")
-
-    def __enter__(self) -> Opens:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        os.close(self.fd)
-
-    def wait(self, count: int, process: subprocess.Popen[str], timeout: float = 30) -> None:
-        """Block until the file is opened `count` times; fail at once if `process` exits."""
-        deadline = time.monotonic() + timeout
-        opened = 0
-        while opened < count:
-            assert process.poll() is None, f"exited with {process.returncode}"
-            remaining = deadline - time.monotonic()
-            assert remaining > 0, f"opened {opened} of {count} times within {timeout} s"
-            opened += self.seen(min(remaining, 1.0))
-
-    def seen(self, timeout: float = 0) -> int:
-        """The opens reported so far (waiting up to `timeout` for the first report). An
-        O_PATH descriptor, which opens nothing, is none."""
-        ready, _, _ = select.select([self.fd], [], [], timeout)
-        data = os.read(self.fd, 4096) if ready else b""
-        opened = 0
-        for offset in range(0, len(data), _EVENT.size):
-            _, mask, _, name_size = _EVENT.unpack_from(data, offset)
-            assert name_size == 0  # a watched file, not a directory: events carry no name
-            opened += bool(mask & IN_OPEN)
-        return opened
-
-
 @pytest.mark.own_pid_namespace
-def test_watch_stops_the_whole_tree_when_a_late_worker_drifts(start: StartServer) -> None:
-    server = start(STANDIN_LATE_DRIFT="NCCL_PROTO=Simple")
+def test_watch_stops_the_whole_tree_when_a_late_worker_drifts(start: Started) -> None:
+    server = start(env={"STANDIN_LATE_DRIFT": "NCCL_PROTO=Simple"})
     pid = str(server.process.pid)
     watcher = Watcher("--pid", pid, "--watch", "0.2", "--on-drift", "stop", "--grace", "5")
     watcher.wait_for_line("no drift in 5 processes")
@@ -413,12 +276,12 @@ def test_watch_stops_the_whole_tree_when_a_late_worker_drifts(start: StartServer
     assert out.startswith("--- ")
     assert '"LL" -> "Simple"' in out  # the late worker, seen and stopped
     assert f"stopped the server: 6 processes of pid {pid}'s tree ended" in out
-    assert _alive(server.tree) == []
+    assert alive(server.tree) == []
     assert [p for p in psutil.process_iter(["cmdline"]) if any(
         str(server.port) in part for part in (p.info["cmdline"] or []))] == []  # fmt: skip
 
 
-def test_sigterm_ends_the_watch_and_leaves_the_server_alone(start: StartServer) -> None:
+def test_sigterm_ends_the_watch_and_leaves_the_server_alone(start: Started) -> None:
     server = start()
     watcher = Watcher("--port", str(server.port), "--watch", "0.2")
     watcher.wait_for_line("no drift in 5 processes")
@@ -428,10 +291,10 @@ def test_sigterm_ends_the_watch_and_leaves_the_server_alone(start: StartServer) 
     out = watcher.finish(timeout=10)
     assert watcher.process.returncode == 0
     assert out.count("--- ") == 1  # printed once: nothing changed
-    assert _alive(server.tree) == server.tree
+    assert alive(server.tree) == server.tree
 
 
-def test_a_watch_started_with_sigint_ignored_keeps_it_ignored(start: StartServer) -> None:
+def test_a_watch_started_with_sigint_ignored_keeps_it_ignored(start: Started) -> None:
     server = start()
     watcher = Watcher("--port", str(server.port), "--watch", "0.2", ignoring="INT")
     watcher.wait_for_line("no drift in 5 processes")
@@ -441,7 +304,7 @@ def test_a_watch_started_with_sigint_ignored_keeps_it_ignored(start: StartServer
     watcher.process.send_signal(signal.SIGTERM)
     watcher.finish(timeout=10)
     assert watcher.process.returncode == 0
-    assert _alive(server.tree) == server.tree
+    assert alive(server.tree) == server.tree
 
 
 def gauges(textfile: Path) -> dict[str, float]:
@@ -470,7 +333,7 @@ BROKEN = 'schema = 1\nname = "standin"\nversion = 2\n[nccl]\nPROTO = "'  # saved
 
 
 def test_watch_keeps_the_last_good_profile_while_the_file_is_invalid(
-    start: StartServer, tmp_path: Path
+    start: Started, tmp_path: Path
 ) -> None:
     server = start()
     profile = Path("profiles/standin.toml")
@@ -497,11 +360,11 @@ def test_watch_keeps_the_last_good_profile_while_the_file_is_invalid(
         "nccl-launch: warning: profile invalid, still checking against standin@1: "
         f"{profile.absolute()}: not valid TOML: "  # the file run recorded, by its full path
     )
-    assert _alive(server.tree) == server.tree
+    assert alive(server.tree) == server.tree
 
 
 def test_watch_text_says_which_version_it_checks_while_the_file_is_invalid(
-    start: StartServer,
+    start: Started,
 ) -> None:
     server = start()
     watcher = Watcher("--port", str(server.port), "--watch", "0.2")
@@ -516,7 +379,7 @@ def test_watch_text_says_which_version_it_checks_while_the_file_is_invalid(
 
 
 def test_a_profile_invalid_at_the_first_look_is_an_error_even_watching(
-    start: StartServer, run_cli: RunCli
+    start: Started, run_cli: RunCli
 ) -> None:
     server = start()
     Path("profiles/standin.toml").write_text(BROKEN)
@@ -577,9 +440,7 @@ def test_port_nobody_listens_on_is_a_target_error(run_cli: RunCli) -> None:
     )
 
 
-def test_pidfile_and_systemd_unit_targets(
-    start: StartServer, run_cli: RunCli, tmp_path: Path
-) -> None:
+def test_pidfile_and_systemd_unit_targets(start: Started, run_cli: RunCli, tmp_path: Path) -> None:
     server = start()
     Path("server.pid").write_text(f"{server.process.pid}\n")
     assert run_cli("check", "--pidfile", "server.pid").returncode == 0
@@ -715,7 +576,7 @@ def test_server_owned_and_undeclared_in_a_worker() -> None:
 
 
 def test_nccl_debug_variables_are_tolerated_when_run_added_them(
-    start: StartServer, run_cli: RunCli
+    start: Started, run_cli: RunCli
 ) -> None:
     server = start(nccl_debug=True)
     result = run_cli("check", "--port", str(server.port))
@@ -725,9 +586,6 @@ def test_nccl_debug_variables_are_tolerated_when_run_added_them(
 
 
 # The process a check reads, as another user or an older nccl-launch may have started it.
-
-
-EVIL = 'schema = 1\nname = "evil"\nversion = 1\n[nccl]\nPROTO = "LL"\n'
 
 
 @pytest.mark.parametrize(
@@ -910,7 +768,7 @@ def test_the_recorded_profile_file_is_read_through_the_trusting_loader(
 
 
 def test_a_server_started_by_run_is_checked_from_any_directory(
-    start: StartServer, tmp_path: Path
+    start: Started, tmp_path: Path
 ) -> None:
     """run records the profile's absolute path, so check needs neither PROFILE nor the cwd."""
     server = start()
@@ -946,7 +804,7 @@ def _pids(processes: list[psutil.Process]) -> set[int]:
 
 
 @needs_children_files
-def test_the_walk_finds_the_same_tree_as_psutil(start: StartServer) -> None:
+def test_the_walk_finds_the_same_tree_as_psutil(start: Started) -> None:
     server = start()
     main = psutil.Process(server.process.pid)
     walked = descendants(main)
@@ -992,7 +850,7 @@ def test_the_walk_finds_a_grandchild_started_by_a_thread_of_a_child() -> None:
 
 
 def test_without_children_files_the_walk_falls_back_to_psutil(
-    start: StartServer, tmp_path: Path
+    start: Started, tmp_path: Path
 ) -> None:
     server = start()
     main = psutil.Process(server.process.pid)

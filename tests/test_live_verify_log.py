@@ -21,8 +21,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Isolation, RunCli, WriteProfile, console_script
-from tests.helpers import STANDIN, STANDIN_SERVER, read_record
-from tests.test_docs import documented
+from tests.helpers import STANDIN, STANDIN_SERVER, documented, read_record
 
 LOGS = Path(__file__).parent / "logs"
 TUNED = """

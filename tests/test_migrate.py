@@ -25,7 +25,7 @@ from nccl_launch.serving import references
 from nccl_launch.sglang import facts
 from tests.conftest import HERE, RunCli, console_script
 from tests.helpers import STANDIN, Record, read_record, sleeper, wait_for_record, while_running
-from tests.test_migrate_bash import EAGLE, vllm_reads, vllm_standins
+from tests.standins import EAGLE, start_standin, vllm_reads, vllm_standins
 
 SCRIPTS = HERE / "scripts"
 SERVE = "python3 -m sglang.launch_server --model-path /m\n"
@@ -660,20 +660,6 @@ def test_capture_of_a_pid_that_cannot_be_one_is_a_usage_error(pid: str, run_cli:
     assert result.returncode == 2
     assert f"Invalid value for '--pid': {pid} is not in the range 1<=x<=4194303." in result.stderr
     assert "internal error" not in result.stderr
-
-
-def start_standin(tmp_path: Path, env: dict[str, str], flags: list[str]) -> subprocess.Popen[bytes]:
-    out = tmp_path / "server.json"
-    argv = [sys.executable, "-m", "sglang.launch_server", "--model", "/models/m", *flags]
-    process = subprocess.Popen(
-        argv,
-        env={**os.environ, **env, "PYTHONPATH": str(STANDIN), "STANDIN_RECORD": str(out),
-             "STANDIN_WAIT": "1"},
-        cwd=tmp_path,
-        stderr=subprocess.PIPE,
-    )  # fmt: skip
-    wait_for_record(out, process)
-    return process
 
 
 @pytest.mark.parametrize(

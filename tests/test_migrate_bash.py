@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -22,6 +21,7 @@ from nccl_launch.nccl import catalog, rules
 from nccl_launch.serving import references
 from tests.conftest import RunCli, run_in_process
 from tests.helpers import STANDIN
+from tests.standins import EAGLE, vllm_reads, vllm_standins
 
 SERVE = "python3 -m sglang.launch_server --model-path /m"
 # Stands in for the server: what bash exported to it, where it started, and the arguments
@@ -524,7 +524,6 @@ def test_as_root_a_sourced_file_others_could_write_is_refused(run_cli: RunCli) -
 
 # vLLM: a start script's `vllm serve` (or interpreter) line, and the line convert refuses or
 # None. Its profile, run, must exec what bash execs, as vLLM's parser reads it.
-EAGLE = '{"method": "eagle3", "model": "/models/m-EAGLE3", "num_speculative_tokens": 3}'
 NGRAM = '{"method":"ngram","num_speculative_tokens":3}'
 VLLM_CORPUS = [
     ("vllm serve /models/m -tp 8 --port 8001 --enforce-eager", None),
@@ -555,78 +554,6 @@ VLLM_CORPUS = [
     ("vllm serve /m --model /n", 1),
     ("vllm serve /m -tp eight", 1),
 ]  # fmt: skip
-# The stand-in for vLLM, as its console script and its two modules: what it got, written
-# whole; then, with STANDIN_WAIT set, it runs on for a minute.
-RECORD = (
-    "import json, os, sys, time\n"
-    "with open({part!r}, 'w') as out:\n"
-    "    json.dump({{'env': dict(os.environ), 'argv': sys.argv}}, out)\n"
-    "os.replace({part!r}, {out!r})\n"
-    "time.sleep(60 if 'STANDIN_WAIT' in os.environ else 0)\n"
-)
-
-
-def vllm_standins(folder: Path, out: Path) -> str:
-    """`vllm` in `folder`/bin and the package `vllm` in `folder` (a `python3 -m` started
-    there imports it), each recording to `out`; the PATH that finds the script."""
-    record = RECORD.format(out=str(out), part=f"{out}.part")
-    script = folder / "bin" / "vllm"
-    script.parent.mkdir()
-    script.write_text(f"#!{sys.executable}\n{record}")
-    script.chmod(0o755)
-    for module in ("entrypoints/cli/main.py", "entrypoints/openai/api_server.py"):
-        path = folder / "vllm" / module
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(record)
-    return f"{script.parent}:{os.environ['PATH']}"
-
-
-def vllm_reads(argv: list[str]) -> dict[str, Any]:
-    """What vLLM 0.33.0 reads from its command line (the stand-in's argv: its own path, then
-    the words) for the flags the corpus uses: `serve` first moves a `--model` after it, and
-    reads `_` as `-` in a long option's name (utils/argparse_utils.py); then argparse, with
-    the flags as engine/arg_utils.py and entrypoints/common/cli_args.py declare them; only
-    `serve` reads the word after it as the model (entrypoints/cli/serve.py); the speculative
-    JSON's keys with `-` read as `_`."""
-    args = argv[1:]
-    serve = args[:1] == ["serve"]
-    if serve:
-        args = args[1:]
-        at = next((i for i, arg in enumerate(args) if re.match(r"^--model(=.+|$)", arg)), None)
-        if at is not None:
-            given = args[at] == "--model"
-            tag = args[at + 1] if given else args[at].removeprefix("--model=")
-            args = [tag, *args[:at], *args[at + 1 + given :]]
-    args = [re.sub(r"(?<=^--)[^=]*", lambda m: m[0].replace("_", "-"), arg) for arg in args]
-    parser = argparse.ArgumentParser(add_help=False, exit_on_error=False)
-    parser.add_argument("model_tag", nargs="?")
-    parser.add_argument("--model")
-    for flag, *alias in (["--tensor-parallel-size", "-tp"], ["--pipeline-parallel-size", "-pp"],
-                         ["--port"], ["--nnodes", "-n"], ["--node-rank", "-r"], ["--master-port"],
-                         ["--max-model-len"]):  # fmt: skip
-        parser.add_argument(flag, *alias, type=int)
-    for flag in ("--host", "--master-addr", "--hf-token"):
-        parser.add_argument(flag)
-    parser.add_argument("--speculative-config", "-sc", type=json.loads)
-    for flag in ("--api-key", "--served-model-name"):
-        parser.add_argument(flag, nargs="+")
-    parser.add_argument("--enforce-eager", action="store_true")
-    for flag in ("--spec-method", "--spec-model"):
-        parser.add_argument(flag)
-    parser.add_argument("--spec-tokens", type=int)
-    read = vars(parser.parse_args(args))
-    if serve and read["model_tag"] is not None:
-        read["model"] = read["model_tag"]
-    for key in ("method", "model", "tokens"):  # as create_speculative_config adds them
-        value = read.pop(f"spec_{key}")
-        if value is not None:
-            config = read["speculative_config"] = read["speculative_config"] or {}
-            config["num_speculative_tokens" if key == "tokens" else key] = value
-    if read["speculative_config"] is not None:  # as create_speculative_config reads its keys
-        read["speculative_config"] = {
-            key.replace("-", "_"): value for key, value in read["speculative_config"].items()
-        }
-    return read
 
 
 @pytest.mark.parametrize(("script", "refused"), VLLM_CORPUS)

@@ -15,7 +15,7 @@ import pytest
 from nccl_launch.profile.chain import MAX_EXTENDS
 from nccl_launch.render.profiles import list_lines
 from tests.conftest import Isolation, RunCli, WriteProfile
-from tests.test_user_paths import as_a_user
+from tests.watching import as_a_user
 
 V1 = """
 schema = 1

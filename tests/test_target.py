@@ -21,8 +21,7 @@ import pytest
 
 from nccl_launch.profile.load import load_profile
 from tests.conftest import RunCli, WriteProfile, console_script
-from tests.helpers import PROFILE, free_port, sleeper, wait_for
-from tests.test_live import EVIL
+from tests.helpers import EVIL, PROFILE, free_port, sleeper, wait_for
 
 MISSING = "4194303"  # the highest PID Linux gives: unused here
 AS_NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")

@@ -5,22 +5,18 @@ LL128 Ring 8 8MiB 256); the search itself on a pure objective function, which is
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import math
 import os
-import random
 import re
 import signal
 import socket
 import statistics
 import subprocess
 import sys
-import threading
 import tomllib
 import tracemalloc
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +24,7 @@ import pytest
 import tomli_w
 
 from nccl_launch.bench.result import Method
-from nccl_launch.bench.stats import Start, interval_text, outward, t_quantile
+from nccl_launch.bench.stats import interval_text, outward, t_quantile
 from nccl_launch.profile.model import Baseline
 from nccl_launch.render.tune import chart_lines
 from nccl_launch.tune.journal import Journal
@@ -36,74 +32,27 @@ from nccl_launch.tune.result import CandidateRow, Estimate, Gain, TuneReport
 from nccl_launch.tune.search import CAP, Plan, Space, Values, confirm, descend, grid, planned
 from nccl_launch.tune.trial import TrialSettings
 from tests.conftest import RunCli, WriteProfile, console_script
-from tests.helpers import STANDIN, Server, free_port, wait_for
-from tests.test_containers import CONTAINER
+from tests.helpers import CONTAINER, Server, free_port, wait_for
+from tests.tuning import (
+    CLEAR,
+    FACTORS,
+    FAST,
+    MODEL,
+    SEED,
+    SPACE,
+    START,
+    Separable,
+    Z,
+    chart,
+    host_sd,
+    journal_lines,
+    journals,
+)
+from tests.watching import listening
 
 # Tunes, first in the run (tests/conftest.py); each trial's stop signals its server's tree:
 # in a PID namespace of the test's own.
 pytestmark = [pytest.mark.slow, pytest.mark.own_pid_namespace]
-
-SEED = """
-schema = 1
-name = "standin"
-version = 1
-[nccl]
-PROTO = "LL"
-ALGO = "Ring"
-MAX_NCHANNELS = 16
-BUFFSIZE = "16MiB"
-NTHREADS = 512
-[server]
-python = "{python}"
-model_path = "/models/m"
-tp_size = 2
-port = {port}
-nnodes = {nnodes}
-[policy]
-accept = ["NCCL_MAX_NCHANNELS deprecated"]
-"""
-# Short trials: 3 runs of 40 tokens at about 400 tok/s (0.1 s: what these tests assert of a
-# figure holds whatever the host's delays, or they run slower, see CLEAR), no warm-up; a
-# server that is not ready within 2 s never will be (the stand-in is up in a fraction of a
-# second).
-FAST = ("--max-tokens", "40", "--runs", "3", "--warmup", "0", "--ready-timeout", "2")
-MODEL = {
-    "PYTHONPATH": str(STANDIN),
-    "STANDIN_TUNE_MODEL": "1",
-    "STANDIN_SEED": "0",
-    "STANDIN_TOKEN_RATE": "400",
-}
-# The host's part of a measured figure. The stand-in sends each token on its deadline from the
-# request's arrival, so a late wake-up delays one token, not the rate; but bench times a run
-# on its own clock, from the first token it reads to [DONE], and the scheduler may wake the
-# server or bench late at either end. That difference's standard deviation (measured on these
-# 2 cores: 2 ms beside two busy loops, 7 ms at load average 5; zero mean, 0.3% of the quiet
-# figure aside) is the noise a window of W seconds adds to one run's rate: HOST_DELAY / W.
-# A bound that compares figures of the host's clock allows for it (see host_sd).
-HOST_DELAY = 0.007
-# The most the host delayed one end of a run, seen beside other tests and busy loops on both
-# cores: a bound that must hold whatever the host does holds for delays up to this.
-LATEST = 0.06
-# A bound below is crossed by chance with probability under 1e-3 (one-sided, normal).
-Z = 3.1
-
-
-def host_sd(window: float, runs: int) -> float:
-    """The relative standard deviation the host's delays add to a mean of `runs` runs whose
-    timed window is `window` seconds."""
-    return HOST_DELAY / window / math.sqrt(runs)
-
-
-# Where a test needs tune to find a winner and is not about the noise: PROTO=LL128 doubles a
-# rate of 100 tok/s. Runs of FAST's 40 tokens time windows of 0.39 s (LL) and 0.195 s (LL128):
-# however late the host wakes the server or bench, up to LATEST at either end of a run, each
-# run of LL128 is faster than each of LL (39 / 0.255 = 153 tok/s against 39 / 0.33 = 118),
-# so nothing the host does hides the effect or makes it look like noise.
-CLEAR = MODEL | {
-    "STANDIN_TOKEN_RATE": "100",
-    "STANDIN_TUNE_FACTORS": json.dumps({"NCCL_PROTO": {"LL128": 2.0}}),
-}
-
 
 JSON_KEYS = {
     "schema_version",
@@ -141,29 +90,6 @@ JSON_KEYS = {
 }
 
 
-@pytest.fixture
-def seed(write_profile: WriteProfile) -> int:
-    """The seed's six values (P2P_LEVEL aside) in profiles/standin.toml; its port."""
-    port = free_port()
-    write_profile("standin", SEED.format(python=sys.executable, port=port, nnodes=1))
-    return port
-
-
-def journals(tmp_path: Path) -> list[Path]:
-    return sorted(
-        (tmp_path / "home" / ".local" / "state" / "nccl-launch" / "tune").glob("*/*.jsonl")
-    )
-
-
-def journal_lines(path: Path) -> list[dict[str, Any]]:
-    """The journal's finished trials (a torn line, and the line of a server started, skipped)."""
-    found = []
-    for line in path.read_text().splitlines():
-        with contextlib.suppress(json.JSONDecodeError):
-            found.append(json.loads(line))
-    return [line for line in found if line.get("outcome") is not None]
-
-
 def by_changes(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {row["changes"]: row for row in document["trials"]}
 
@@ -171,48 +97,6 @@ def by_changes(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
 # The search on a pure function: the algorithm's own tests.
 
 
-class Separable:
-    """A rate that is a product of one factor per variable (like the stand-in's), times a
-    factor of each start uniform in [1 - `noise`, 1 + `noise`] drawn from `seed` (none: the
-    same rate at every start); None for the values of `fails`. Records what was started."""
-
-    def __init__(
-        self,
-        factors: dict[str, dict[str | None, float]],
-        noise: float = 0.0,
-        seed: int = 0,
-        fails: Values | None = None,
-    ):
-        self.factors = factors
-        self.noise = noise
-        self.draw = random.Random(seed)  # noqa: S311 - noise, not a secret
-        self.fails = fails or {}
-        self.measured: list[str] = []
-
-    def key(self, values: Values) -> str:
-        return repr(sorted(values.items(), key=lambda item: item[0]))
-
-    def measure(self, values: Values) -> Start | None:
-        self.measured.append(self.key(values))
-        if self.fails and self.fails.items() <= values.items():
-            return None
-        rate = 100.0 * self.draw.uniform(1 - self.noise, 1 + self.noise)
-        for name, value in values.items():
-            rate *= self.factors[name].get(value, 1.0)
-        return Start((rate, rate))
-
-
-FACTORS: dict[str, dict[str | None, float]] = {
-    "PROTO": {None: 0.80, "LL": 1.00, "LL128": 1.12, "Simple": 0.85},
-    "MAX_NCHANNELS": {None: 0.90, "8": 1.06, "16": 1.00, "32": 0.94},
-    "NTHREADS": {None: 0.97, "256": 1.03, "512": 1.00},
-}
-SPACE: Space = {
-    "PROTO": ("LL", "LL128", "Simple"),
-    "MAX_NCHANNELS": ("8", "16", "32"),
-    "NTHREADS": ("256", "512"),
-}
-START: Values = {"PROTO": "LL", "MAX_NCHANNELS": "16", "NTHREADS": "512"}
 BEST: Values = {"PROTO": "LL128", "MAX_NCHANNELS": "8", "NTHREADS": "256"}
 
 
@@ -507,14 +391,6 @@ def test_tune_finds_the_effect_through_the_noise_between_starts_and_bench_agrees
     assert baseline.interval[0] <= measured <= baseline.interval[1]
 
 
-def chart(stdout: str) -> list[str]:
-    """The chart of the search's candidates: from its scale's line to the confirmation."""
-    lines = stdout.splitlines()
-    begin = next(i for i, line in enumerate(lines) if "TOK/S  95% INTERVAL" in line)
-    end = next(i for i, line in enumerate(lines) if line.startswith("confirmation: "))
-    return lines[begin:end]
-
-
 def test_tune_writes_nccls_defaults_where_the_profiles_values_fail(
     seed: int, run_cli: RunCli, tmp_path: Path
 ) -> None:
@@ -653,42 +529,6 @@ def test_write_names_env_files_as_the_profile_does_and_reports_the_written_diges
     assert changed == {"NCCL_PROTO"}
     assert document["winner"] == tuned["digest"]
     assert document["profile_candidate"] == base["digest"]  # the profile as it is
-
-
-def listeners(port: int) -> set[str]:
-    """The addresses listening on `port` (TCP), from the kernel's tables of this network
-    namespace: each line's local address as hex bytes (in host order per 32-bit word), then
-    `:PORT`; state 0A is LISTEN. Cheap enough to read every 20 ms, where psutil's
-    net_connections reads every process's file descriptors."""
-    found = set()
-    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
-        lines = Path("/proc/net", table).read_text().splitlines()[1:]
-        for local, state in (line.split()[1:4:2] for line in lines):
-            address, _, number = local.partition(":")
-            if state == "0A" and int(number, 16) == port:
-                raw = bytes.fromhex(address)
-                words = b"".join(raw[at : at + 4][::-1] for at in range(0, len(raw), 4))
-                found.add(socket.inet_ntop(family, words))
-    return found
-
-
-@contextlib.contextmanager
-def listening(port: int) -> Iterator[set[str]]:
-    """The addresses seen listening on `port` (TCP) while the block runs."""
-    seen: set[str] = set()
-    done = threading.Event()
-
-    def look() -> None:
-        while not done.wait(0.02):
-            seen.update(listeners(port))
-
-    looking = threading.Thread(target=look)
-    looking.start()
-    try:
-        yield seen
-    finally:
-        done.set()
-        looking.join()
 
 
 def test_the_trials_of_a_server_without_a_key_listen_on_the_loopback_address_alone(

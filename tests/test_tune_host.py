@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import STANDIN, free_port
-from tests.test_tune_trial import free
+from tests.watching import free
 
 pytestmark = pytest.mark.slow  # tunes: first in the run (tests/conftest.py)
 

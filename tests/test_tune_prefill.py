@@ -19,7 +19,7 @@ from nccl_launch.bench import DEFAULT_PROMPT
 from nccl_launch.bench.stats import Start
 from nccl_launch.tune.search import Values, descend, grid
 from tests.conftest import RunCli
-from tests.test_tune import (
+from tests.tuning import (
     CLEAR,
     FACTORS,
     FAST,
@@ -32,10 +32,7 @@ from tests.test_tune import (
     host_sd,
     journal_lines,
     journals,
-    seed,
 )
-
-__all__ = ["seed"]  # the fixture of the seed's profile
 
 # Tunes, first in the run (tests/conftest.py); each trial's stop signals its server's tree:
 # in a PID namespace of the test's own.

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import RunCli, WriteProfile, console_script
+from tests.conftest import RunCli, WriteProfile
 from tests.helpers import free_port
+from tests.watching import AS_A_USER, as_a_user
 
 NOBODY = 65534
 PROFILE = """
@@ -57,22 +58,6 @@ def closed(tmp_path: Path) -> Path:
         os.chown(path, NOBODY, NOBODY)
     folder.chmod(0o700)
     return folder
-
-
-# Root without CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH: a folder's mode holds for it as for
-# any user.
-AS_A_USER = ("setpriv", "--bounding-set=-dac_override,-dac_read_search")
-
-
-def as_a_user(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The console script, as a user the folder's mode refuses."""
-    return subprocess.run(
-        [*AS_A_USER, console_script(), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def test_the_user_of_this_test_is_refused_the_folder(closed: Path) -> None:

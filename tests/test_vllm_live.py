@@ -9,9 +9,8 @@ import os
 import signal
 import sys
 import tomllib
-from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import psutil
 import pytest
@@ -19,77 +18,19 @@ import pytest
 from nccl_launch.profile.load import load_profile
 from nccl_launch.tune.candidates import exposed_host
 from nccl_launch.vllm.kind import VLLM
+from tests.benching import FAST, default_history
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import Server, free_port
-from tests.test_bench import FAST, default_history
-from tests.test_live import Watcher, _alive
-from tests.test_tune import CLEAR, MODEL, listening
-from tests.test_tune import FAST as FAST_TRIALS
+from tests.standins import StartVllm, vllm_profile
+from tests.tuning import CLEAR, MODEL
+from tests.tuning import FAST as FAST_TRIALS
+from tests.watching import Watcher, alive, listening
 
-# The vLLM stand-in started through the profile's interpreter, as `vllm serve` would be.
-PROFILE = """
-schema = 1
-name = "vstandin"
-version = 1
-{top}
-[nccl]
-PROTO = "LL"
-ALGO = "Ring"
-BUFFSIZE = "16MiB"
-[server]
-kind = "vllm"
-python = "{python}"
-model_path = "/models/m"
-tp_size = 2
-port = {port}
-{server}
-"""
 KEY = "sk-vllm-5e1d20"
 # tune's short trials; vLLM's tree starts in two spawn generations (the engine core, then its
 # workers): on a busy 2-core host that takes longer than --ready-timeout 2.
 TRIALS = (*FAST_TRIALS[:-1], "10")
 WORKERS = ("VLLM::EngineCore", "VLLM::Worker_TP0", "VLLM::Worker_TP1")
-
-
-def profile_text(port: int, server: str = "", top: str = "", host: str = "127.0.0.1") -> str:
-    """The vLLM profile: `server` keys added to its [server], `top` before its tables; its host
-    `host` (empty: none, vLLM's default of every address)."""
-    server = (f'host = "{host}"\n' if host else "") + server
-    return PROFILE.format(top=top, python=sys.executable, port=port, server=server)
-
-
-class Start(Protocol):
-    def __call__(
-        self,
-        server: str = "",
-        *,
-        top: str = "",
-        env: Mapping[str, str] | None = None,
-        after: tuple[str, ...] = (),
-    ) -> Server: ...
-
-
-@pytest.fixture
-def start(write_profile: WriteProfile) -> Iterator[Start]:
-    """The vLLM stand-in started by `nccl-launch run vstandin -- AFTER`; stopped at the end."""
-    servers: list[Server] = []
-
-    def start_server(
-        server: str = "",
-        *,
-        top: str = "",
-        env: Mapping[str, str] | None = None,
-        after: tuple[str, ...] = (),
-    ) -> Server:
-        port = free_port()
-        write_profile("vstandin", profile_text(port, server, top))
-        argv = [console_script(), "run", "vstandin", "--", *after]
-        servers.append(Server(argv, {"STANDIN_TOKEN_RATE": "300", **(env or {})}, port))
-        return servers[-1]
-
-    yield start_server
-    for each in servers:
-        each.stop()
 
 
 def titles(document: dict[str, Any]) -> list[str]:
@@ -100,9 +41,9 @@ def titles(document: dict[str, Any]) -> list[str]:
 
 
 def test_run_execs_vllm_and_check_sees_its_tree_without_drift(
-    start: Start, run_cli: RunCli
+    start_vllm: StartVllm, run_cli: RunCli
 ) -> None:
-    server = start()
+    server = start_vllm()
     main = psutil.Process(server.process.pid)  # run exec'd: the server is the process started
     assert main.cmdline()[1:5] == ["-m", "vllm.entrypoints.cli.main", "serve", "/models/m"]
     assert {key: main.environ()[key] for key in ("NCCL_PROTO", "NCCL_ALGO", "NCCL_BUFFSIZE")} == {
@@ -124,9 +65,9 @@ def test_run_execs_vllm_and_check_sees_its_tree_without_drift(
 
 
 def test_check_names_the_vllm_worker_whose_environment_differs(
-    start: Start, run_cli: RunCli
+    start_vllm: StartVllm, run_cli: RunCli
 ) -> None:
-    server = start(env={"STANDIN_DRIFT_RANK": "1", "STANDIN_DRIFT": "NCCL_PROTO=Simple"})
+    server = start_vllm(env={"STANDIN_DRIFT_RANK": "1", "STANDIN_DRIFT": "NCCL_PROTO=Simple"})
     result = run_cli("check", "--port", str(server.port))
     assert result.returncode == 1
     lines = result.stdout.splitlines()
@@ -139,25 +80,25 @@ SLEEP = 'args = ["--enable-sleep-mode", "--sleep-mode-offload-cudagraph"]\n'
 
 
 def test_check_tolerates_the_graph_register_vllm_sets_in_sleep_mode_and_nothing_more(
-    start: Start, run_cli: RunCli
+    start_vllm: StartVllm, run_cli: RunCli
 ) -> None:
     # With sleep mode offloading CUDA graphs, vLLM's API server sets NCCL_GRAPH_REGISTER=0
     # before it starts the engine: every process it starts then inherits it, the resource
     # tracker, the engine core and the workers; its own /proc/PID/environ has none.
-    sleeping = start(SLEEP)
+    sleeping = start_vllm(SLEEP)
     result = run_cli("check", "vstandin", "--port", str(sleeping.port))
     assert result.returncode == 0, result.stdout
     assert result.stdout.count("tolerated: NCCL_GRAPH_REGISTER") == 4
     # Without sleep mode vLLM sets none: the same variable in a worker is drift.
-    awake = start(env={"STANDIN_DRIFT_RANK": "0", "STANDIN_DRIFT": "NCCL_GRAPH_REGISTER=0"})
+    awake = start_vllm(env={"STANDIN_DRIFT_RANK": "0", "STANDIN_DRIFT": "NCCL_GRAPH_REGISTER=0"})
     result = run_cli("check", "vstandin", "--port", str(awake.port))
     assert result.returncode == 1, result.stdout
     assert '  + NCCL_GRAPH_REGISTER  "0"' in result.stdout
 
 
 @pytest.mark.own_pid_namespace
-def test_watch_stops_the_whole_vllm_tree_when_a_late_worker_drifts(start: Start) -> None:
-    server = start(env={"STANDIN_LATE_DRIFT": "NCCL_PROTO=Simple"})
+def test_watch_stops_the_whole_vllm_tree_when_a_late_worker_drifts(start_vllm: StartVllm) -> None:
+    server = start_vllm(env={"STANDIN_LATE_DRIFT": "NCCL_PROTO=Simple"})
     pid = str(server.process.pid)
     watcher = Watcher("--pid", pid, "--watch", "0.2", "--on-drift", "stop", "--grace", "5")
     watcher.wait_for_line("no drift in 5 processes")
@@ -167,7 +108,7 @@ def test_watch_stops_the_whole_vllm_tree_when_a_late_worker_drifts(start: Start)
     assert watcher.process.returncode == 1, out
     assert '"LL" -> "Simple"' in out  # VLLM::Worker_TP2, seen and stopped
     assert f"stopped the server: 6 processes of pid {pid}'s tree ended" in out
-    assert _alive(server.tree) == []
+    assert alive(server.tree) == []
 
 
 # capture
@@ -195,10 +136,12 @@ def test_capture_of_a_running_vllm_server_gives_a_profile_of_its_argv(
 # bench
 
 
-def test_bench_measures_vllm_and_stamps_it(start: Start, run_cli: RunCli, tmp_path: Path) -> None:
+def test_bench_measures_vllm_and_stamps_it(
+    start_vllm: StartVllm, run_cli: RunCli, tmp_path: Path
+) -> None:
     # EAGLE-3 with 3 drafts: each event carries 4 tokens; the count comes from the usage.
     speculative = '[server.speculative]\nmethod = "eagle3"\nmodel = "/models/d"\n'
-    server = start('args = ["--served-model-name", "m-alias"]\n' + speculative.replace(
+    server = start_vllm('args = ["--served-model-name", "m-alias"]\n' + speculative.replace(
         '"/models/d"\n', '"/models/d"\nnum_speculative_tokens = 3\n'))  # fmt: skip
     result = run_cli("bench", "vstandin", *FAST, "--format", "json")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -221,7 +164,7 @@ def test_bench_measures_a_vllm_server_a_profile_without_server_table_runs(
     # The profile's env only; the command after `--`: a request names no model, so that
     # vLLM serves it as its own; nothing says the kind, so the result names none.
     port = free_port()
-    text = profile_text(port)
+    text = vllm_profile(port)
     write_profile("vstandin", text[: text.index("[server]")])
     serve = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", "/models/m", "-tp", "2"]
     argv = [console_script(), "run", "vstandin", "--", *serve, "--port", str(port)]
@@ -254,7 +197,7 @@ def test_bench_sends_a_key_vllm_checks_and_nothing_shows_it(
     top: str,
     env_file: str | None,
     after: tuple[str, ...],
-    start: Start,
+    start_vllm: StartVllm,
     run_cli: RunCli,
     tmp_path: Path,
 ) -> None:
@@ -263,7 +206,7 @@ def test_bench_sends_a_key_vllm_checks_and_nothing_shows_it(
         path.parent.mkdir(exist_ok=True)
         path.write_text(env_file)
         path.chmod(0o600)
-    started = start(server, top=top, after=after)
+    started = start_vllm(server, top=top, after=after)
     result = run_cli("bench", "vstandin", *FAST, "--format", "json")
     assert result.returncode == 0, result.stdout + result.stderr
     assert json.loads(result.stdout)["status"] == "measured"
@@ -273,10 +216,10 @@ def test_bench_sends_a_key_vllm_checks_and_nothing_shows_it(
 
 
 def test_a_key_from_the_environment_no_http_header_carries_is_refused_unshown(
-    start: Start, run_cli: RunCli
+    start_vllm: StartVllm, run_cli: RunCli
 ) -> None:
     # No --api-key: vLLM reads VLLM_API_KEY, which the server inherited from run's caller.
-    start(env={"VLLM_API_KEY": "k\u00e9y "})
+    start_vllm(env={"VLLM_API_KEY": "k\u00e9y "})
     result = run_cli("bench", "vstandin", *FAST)
     assert result.returncode == 3, result.stdout + result.stderr
     assert "its VLLM_API_KEY holds a character an HTTP header cannot carry" in result.stderr
@@ -315,7 +258,7 @@ def test_tune_of_a_vllm_profile_locks_its_trials_to_loopback_and_writes_the_winn
     write_profile: WriteProfile, run_cli: RunCli, tmp_path: Path
 ) -> None:
     port = free_port()
-    write_profile("vstandin", profile_text(port, host=""))  # vLLM's default: every address
+    write_profile("vstandin", vllm_profile(port, host=""))  # vLLM's default: every address
     env = CLEAR | {"STANDIN_START_DELAY": "0.5"}  # LL128 doubles the rate: plain on a busy host
     with listening(port) as seen:  # up, not ready for 0.5 s: time to look
         result = run_cli("tune", "vstandin", "--try", "PROTO=LL128", *TRIALS, "--write", env=env)
@@ -355,7 +298,7 @@ def test_a_vllm_trial_is_locked_to_loopback_unless_its_server_would_check_a_key(
         path.parent.mkdir(exist_ok=True)
         path.write_text(env_file)
         path.chmod(0o600)
-    write_profile("vstandin", profile_text(free_port(), args, top, host=""))
+    write_profile("vstandin", vllm_profile(free_port(), args, top, host=""))
     assert exposed_host(load_profile("vstandin")) == exposed
 
 
@@ -366,7 +309,7 @@ def test_a_short_key_vllm_logs_at_start_stays_out_of_a_failed_trials_tail_and_jo
     """vLLM without its redaction logs `non-default args: {'api_key': ['KEY']}`: a key shorter
     than any value masked wherever it appears, in a list."""
     key = "s3cr3tK"
-    write_profile("vstandin", profile_text(free_port(), f'args = ["--api-key", "{key}"]\n'))
+    write_profile("vstandin", vllm_profile(free_port(), f'args = ["--api-key", "{key}"]\n'))
     env = MODEL | {"STANDIN_UNREDACTED_ARGS": "1", "STANDIN_EXIT_IF": "NCCL_PROTO=LL128"}
     result = run_cli("tune", "vstandin", "--try", "PROTO=LL128", *TRIALS, env=env)
     said = "'api_key': ***, 'tensor_parallel_size': 2}"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
@@ -79,7 +78,7 @@ def _phase(
     failed: list[str],
 ) -> None:
     kind, before, total = phase
-    origin = time.perf_counter()  # started_s counts from here
+    origin = client.clock()  # started_s counts from here
     if method.concurrency == 1:
         for number in range(1, total + 1):
             into.append(client.complete(body_of(before + number), origin))

@@ -1,0 +1,140 @@
+"""What the tune tests share: the seed profile, tune's short trials and the stand-in's rate
+model, the host's part of a measured figure, the journals, and the search's pure objective."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+from nccl_launch.bench.stats import Start
+from nccl_launch.tune.search import Space, Values
+from tests.helpers import STANDIN
+
+SEED = """
+schema = 1
+name = "standin"
+version = 1
+[nccl]
+PROTO = "LL"
+ALGO = "Ring"
+MAX_NCHANNELS = 16
+BUFFSIZE = "16MiB"
+NTHREADS = 512
+[server]
+python = "{python}"
+model_path = "/models/m"
+tp_size = 2
+port = {port}
+nnodes = {nnodes}
+[policy]
+accept = ["NCCL_MAX_NCHANNELS deprecated"]
+"""
+# Short trials: 3 runs of 40 tokens at about 400 tok/s (0.1 s: what these tests assert of a
+# figure holds whatever the host's delays, or they run slower, see CLEAR), no warm-up; a
+# server that is not ready within 2 s never will be (the stand-in is up in a fraction of a
+# second).
+FAST = ("--max-tokens", "40", "--runs", "3", "--warmup", "0", "--ready-timeout", "2")
+MODEL = {
+    "PYTHONPATH": str(STANDIN),
+    "STANDIN_TUNE_MODEL": "1",
+    "STANDIN_SEED": "0",
+    "STANDIN_TOKEN_RATE": "400",
+}
+# The host's part of a measured figure. The stand-in sends each token on its deadline from the
+# request's arrival, so a late wake-up delays one token, not the rate; but bench times a run
+# on its own clock, from the first token it reads to [DONE], and the scheduler may wake the
+# server or bench late at either end. That difference's standard deviation (measured on these
+# 2 cores: 2 ms beside two busy loops, 7 ms at load average 5; zero mean, 0.3% of the quiet
+# figure aside) is the noise a window of W seconds adds to one run's rate: HOST_DELAY / W.
+# A bound that compares figures of the host's clock allows for it (see host_sd).
+HOST_DELAY = 0.007
+# A bound below is crossed by chance with probability under 1e-3 (one-sided, normal).
+Z = 3.1
+
+
+def host_sd(window: float, runs: int) -> float:
+    """The relative standard deviation the host's delays add to a mean of `runs` runs whose
+    timed window is `window` seconds."""
+    return HOST_DELAY / window / math.sqrt(runs)
+
+
+# Where a test needs tune to find a winner and is not about the noise: PROTO=LL128 doubles a
+# rate of 100 tok/s. Runs of FAST's 40 tokens time windows of 0.39 s (LL) and 0.195 s (LL128):
+# with the host waking the server or bench 0.06 s late at either end of a run (the most seen
+# beside other tests and busy loops on both cores), each run of LL128 is still faster than
+# each of LL (39 / 0.255 = 153 tok/s against 39 / 0.33 = 118): a busy host hides no effect.
+CLEAR = MODEL | {
+    "STANDIN_TOKEN_RATE": "100",
+    "STANDIN_TUNE_FACTORS": json.dumps({"NCCL_PROTO": {"LL128": 2.0}}),
+}
+
+
+def journals(tmp_path: Path) -> list[Path]:
+    return sorted(
+        (tmp_path / "home" / ".local" / "state" / "nccl-launch" / "tune").glob("*/*.jsonl")
+    )
+
+
+def journal_lines(path: Path) -> list[dict[str, Any]]:
+    """The journal's finished trials (a torn line, and the line of a server started, skipped)."""
+    found = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            found.append(json.loads(line))
+    return [line for line in found if line.get("outcome") is not None]
+
+
+class Separable:
+    """A rate that is a product of one factor per variable (like the stand-in's), times a
+    factor of each start uniform in [1 - `noise`, 1 + `noise`] drawn from `seed` (none: the
+    same rate at every start); None for the values of `fails`. Records what was started."""
+
+    def __init__(
+        self,
+        factors: dict[str, dict[str | None, float]],
+        noise: float = 0.0,
+        seed: int = 0,
+        fails: Values | None = None,
+    ):
+        self.factors = factors
+        self.noise = noise
+        self.draw = random.Random(seed)  # noqa: S311 - noise, not a secret
+        self.fails = fails or {}
+        self.measured: list[str] = []
+
+    def key(self, values: Values) -> str:
+        return repr(sorted(values.items(), key=lambda item: item[0]))
+
+    def measure(self, values: Values) -> Start | None:
+        self.measured.append(self.key(values))
+        if self.fails and self.fails.items() <= values.items():
+            return None
+        rate = 100.0 * self.draw.uniform(1 - self.noise, 1 + self.noise)
+        for name, value in values.items():
+            rate *= self.factors[name].get(value, 1.0)
+        return Start((rate, rate))
+
+
+FACTORS: dict[str, dict[str | None, float]] = {
+    "PROTO": {None: 0.80, "LL": 1.00, "LL128": 1.12, "Simple": 0.85},
+    "MAX_NCHANNELS": {None: 0.90, "8": 1.06, "16": 1.00, "32": 0.94},
+    "NTHREADS": {None: 0.97, "256": 1.03, "512": 1.00},
+}
+SPACE: Space = {
+    "PROTO": ("LL", "LL128", "Simple"),
+    "MAX_NCHANNELS": ("8", "16", "32"),
+    "NTHREADS": ("256", "512"),
+}
+START: Values = {"PROTO": "LL", "MAX_NCHANNELS": "16", "NTHREADS": "512"}
+
+
+def chart(stdout: str) -> list[str]:
+    """The chart of the search's candidates: from its scale's line to the confirmation."""
+    lines = stdout.splitlines()
+    begin = next(i for i, line in enumerate(lines) if "TOK/S  95% INTERVAL" in line)
+    end = next(i for i, line in enumerate(lines) if line.startswith("confirmation: "))
+    return lines[begin:end]
