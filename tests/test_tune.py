@@ -406,7 +406,41 @@ def test_a_forged_journal_line_is_skipped_with_its_number(outcome: str, why: str
     opened = Journal(Path("journal.jsonl"), -1, settings)
     opened.read_lines(f"\n{forged}\n")
     assert opened.done == []
-    assert opened.problems == [f"journal.jsonl:2: not a trial ({why}); skipped"]
+    assert [problem.line() for problem in opened.problems] == [
+        f"journal.jsonl: line 2: not a trial ({why}); skipped"
+    ]
+    assert {(problem.code, problem.cause) for problem in opened.problems} == {
+        ("bad-journal-line", "host")
+    }
+
+
+# A journal as nccl-launch wrote it before a bad line was a finding: a server started, then
+# its trial finished.
+JOURNAL_BEFORE = (
+    '{"time":"2026-12-01T11:43:09+00:00","digest":"sha256:' + "6" * 64 + '",'
+    '"values":{"PROTO":"LL"},"candidate":"c.toml","log":"c.log","confirm":false,'
+    '"server":{"pid":4194303,"create_time":1.5},"outcome":null}\n'
+    '{"time":"2026-12-01T11:44:09+00:00","digest":"sha256:' + "6" * 64 + '",'
+    '"values":{"PROTO":"LL"},"candidate":"c.toml","log":"c.log","confirm":false,'
+    '"server":null,"outcome":{"status":"measured","runs":[100.0,101.0],"prefill":[],'
+    '"detail":"","exit_code":null,"log_tail":[],"seconds":9.5,"confirmed":["NCCL_PROTO"],'
+    '"not_read":[],"unconfirmed":[],"ready_timeout":60.0,"request_timeout":60.0}}\n'
+)
+
+
+def test_an_earlier_journal_replays_and_its_bad_line_is_a_finding() -> None:
+    settings = TrialSettings(Method(max_tokens=1, runs=1, warmup=0, prompt="x"), 1, 1, 1)
+    opened = Journal(Path("journal.jsonl"), -1, settings)
+    opened.read_lines(JOURNAL_BEFORE + "{torn\n")
+    assert [line.outcome.runs for line in opened.done] == [[100.0, 101.0]]
+    assert opened.started == {}
+    (problem,) = opened.problems
+    assert (problem.code, problem.where, problem.file) == (
+        "bad-journal-line",
+        "line 3",
+        "journal.jsonl",
+    )
+    assert (problem.severity, problem.cause) == ("warning", "host")
 
 
 # The command on the stand-in.

@@ -16,6 +16,7 @@ from nccl_launch.live.signals import catching
 from nccl_launch.secrets.masking import masked_json
 
 if TYPE_CHECKING:
+    from nccl_launch.findings import Finding
     from nccl_launch.tune.result import TrialRow
     from nccl_launch.tune.search import Plan
 
@@ -55,7 +56,7 @@ class TuneEcho(Echo):
 
         echo_lines([ended_line(row)], err=self.err)
 
-    def warn(self, problem: str) -> None:
+    def warn(self, problem: str | Finding) -> None:
         warn(problem)
 
     def planned(self, plan: Plan) -> None:

@@ -21,6 +21,7 @@ from nccl_launch.bench.stats import (
     prefill_starts,
 )
 from nccl_launch.errors import UsageError
+from nccl_launch.findings import Finding
 from nccl_launch.nccl.catalog import PREFIX
 from nccl_launch.profile.chain import read_chain
 from nccl_launch.profile.load import LoadedProfile
@@ -43,7 +44,7 @@ class TuneProgress(Progress, Protocol):
 
     def ended(self, row: TrialRow) -> None: ...
 
-    def warn(self, problem: str) -> None: ...
+    def warn(self, problem: str | Finding) -> None: ...
 
     def planned(self, plan: Plan) -> None: ...
 
@@ -351,11 +352,8 @@ def _baseline(report: TuneReport, base: LoadedProfile) -> Baseline | None:
     """The winner's [baseline]: the confirmation's figure of it, its starts and interval
     (rounded outward), the method it was measured with, the profile's tolerance kept."""
     confirmation = report.confirmation
-    row = (
-        next((row for row in confirmation.candidates if row.digest == report.winner), None)
-        if confirmation
-        else None
-    )
+    candidates = confirmation.candidates if confirmation else []
+    row = next((row for row in candidates if row.digest == report.winner), None)
     if confirmation is None or row is None or row.estimate is None:
         return None
     estimate = row.estimate
