@@ -34,6 +34,7 @@ from nccl_launch.render.tune import chart_lines
 from nccl_launch.tune.journal import Journal
 from nccl_launch.tune.result import CandidateRow, Estimate, Gain, TuneReport
 from nccl_launch.tune.search import CAP, Plan, Space, Values, confirm, descend, grid, planned
+from nccl_launch.tune.session import open_base
 from nccl_launch.tune.trial import TrialSettings
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import STANDIN, Server, free_port, wait_for
@@ -730,6 +731,9 @@ def test_the_trials_of_a_server_without_a_key_listen_on_the_loopback_address_alo
 ) -> None:
     port = seed_with(write_profile, server='host = "0.0.0.0"\n')
     env = CLEAR | {"STANDIN_START_DELAY": "0.5"}  # up, not yet ready: time to look
+    said = open_base("standin").lockdown()
+    assert said is not None
+    assert (said.code, said.severity, said.cause) == ("trials-on-loopback", "warning", "profile")
     tune = ("tune", "standin", "--try", "PROTO=LL128", *FAST, "--confirm", "2", "--write")
     with listening(port) as seen:
         result = run_cli(*tune, env=env)

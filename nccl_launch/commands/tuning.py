@@ -56,7 +56,7 @@ class TuneEcho(Echo):
 
         echo_lines([ended_line(row)], err=self.err)
 
-    def warn(self, problem: str | Finding) -> None:
+    def warn(self, problem: Finding) -> None:
         warn(problem)
 
     def planned(self, plan: Plan) -> None:

@@ -17,6 +17,7 @@ import tomli_w
 
 from nccl_launch.env.env_files import profile_layers
 from nccl_launch.errors import UsageError
+from nccl_launch.findings import Finding
 from nccl_launch.kinds import ServerKind, address, kind_of
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.profile.chain import ProfileChain
@@ -124,21 +125,26 @@ class Candidates:
         plan = build_plan(validate_resolved(label, data))
         return Candidate(values=dict(values), data=data, digest=plan.digest)
 
-    def lockdown(self) -> str | None:
-        """What a trial changes of the server's listening, said once, at the start: None unless
-        the base's server would serve anyone on its host without a key."""
+    def lockdown(self) -> Finding | None:
+        """What a trial changes of the server's listening, a warning said once, at the start:
+        None unless the base's server would serve anyone on its host without a key."""
         server = self.base.profile.server
         if self.exposed is None or server is None:
             return None
-        return (
+        message = (
             f"{self.base.plan.label}'s server gives no {kind_of(server).api_key_flag} and its host "
             f"{self.exposed} is not a loopback address: each trial listens on {LOOPBACK} "
             f"alone, and is measured there; a version --write writes keeps host {self.exposed}"
         )
+        return Finding("trials-on-loopback", "", message, severity="warning")
 
-    def moved_note(self) -> str | None:
-        """Why the next version's digest differs from the base's by more than its values."""
-        return moved_line(self.moved, self.base.plan.label) if self.moved else None
+    def moved_note(self) -> Finding | None:
+        """Why the next version's digest differs from the base's by more than its values: a
+        warning."""
+        if not self.moved:
+            return None
+        moved = moved_line(self.moved, self.base.plan.label)
+        return Finding("moved-env-file", "", moved, severity="warning")
 
     def write(self, candidate: Candidate, folder: Path) -> Path:
         """The candidate's trial file in `folder` (written again, the same, if there): its env

@@ -106,8 +106,8 @@ class Journal:
 
         return Owner(self.path, digest, values, started)
 
-    def stop_leftovers(self) -> list[str]:
-        """Stop every server a killed tune of this journal left running; what was stopped."""
+    def stop_leftovers(self) -> list[Finding]:
+        """Stop every server a killed tune of this journal left running; a warning of each."""
         grace = self.settings.stop_grace
         found = [
             stop_leftover(line.server, self.path, digest, grace)

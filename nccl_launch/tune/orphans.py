@@ -17,6 +17,7 @@ import psutil
 from pydantic import BaseModel, Field
 
 from nccl_launch.errors import HostError
+from nccl_launch.findings import Finding
 from nccl_launch.live.environ import getenv_view
 from nccl_launch.live.processes import snapshot_tree, stop_tree
 from nccl_launch.live.resolve import hold_pid
@@ -92,10 +93,13 @@ def reap(pids: set[int]) -> None:
             os.waitpid(pid, os.WNOHANG)
 
 
-def stop_leftover(server: StartedServer, journal: Path, digest: str, grace: float) -> str | None:
+def stop_leftover(
+    server: StartedServer, journal: Path, digest: str, grace: float
+) -> Finding | None:
     """Stop the trial server an earlier tune of `journal` started for candidate `digest` and
     left running (it was killed): the process of that PID and start time whose environment
-    carries both marks, never a PID alone. What was stopped, or None when none runs."""
+    carries both marks, never a PID alone. A warning of what was stopped, or None when none
+    runs."""
     with contextlib.ExitStack() as stack:
         try:  # ended (meanwhile), another user's, or the PID names a process started since
             held = stack.enter_context(hold_pid(server.pid, server.create_time))
@@ -107,7 +111,7 @@ def stop_leftover(server: StartedServer, journal: Path, digest: str, grace: floa
             return None
         tune = env.get(MARKER_TUNE, "").partition(" ")[0] or "?"
         stopped = stop_tree(held, tree, grace)
-    return (
-        f"stopped a trial server a killed tune of this journal left running: pid {server.pid}, "
-        f"candidate {short_digest(digest)}, started by tune pid {tune} ({stopped} processes)"
-    )
+    message = "stopped a trial server a killed tune of this journal left running: pid "
+    message += f"{server.pid}, candidate {short_digest(digest)}, started by tune pid {tune} "
+    message += f"({stopped} processes)"
+    return Finding("stopped-leftover", "", message, severity="warning", cause="host")

@@ -44,7 +44,7 @@ class TuneProgress(Progress, Protocol):
 
     def ended(self, row: TrialRow) -> None: ...
 
-    def warn(self, problem: str | Finding) -> None: ...
+    def warn(self, problem: Finding) -> None: ...
 
     def planned(self, plan: Plan) -> None: ...
 
@@ -124,10 +124,10 @@ class _Trials:
         if names - self.unread:
             self.unread |= names
             said = ", ".join(f"{PREFIX}{name}" for name in sorted(self.unread))
-            self.progress.warn(
-                f"{said}: not read by the server, whose NCCL communicators have one rank each "
-                "(NCCL reads them only for two or more ranks); kept as the profile declares them"
-            )
+            why = "not read by the server, whose NCCL communicators have one rank each (NCCL "
+            why += "reads them only for two or more ranks)"
+            kept = "kept as the profile declares them"
+            self.progress.warn(Finding("unread-by-server", said, why, kept, "warning"))
 
     def measure(self, values: Values) -> Start | None:
         values = self._as_run(values)
