@@ -9,7 +9,7 @@ from typing import Any, Protocol
 from nccl_launch.bench.api_key import server_api_key
 from nccl_launch.bench.client import Client
 from nccl_launch.bench.gpus import query_gpus
-from nccl_launch.bench.result import BenchReport, Method, RunFigure, Status, judge, summarize
+from nccl_launch.bench.result import BenchReport, BenchStatus, Method, RunFigure, judge, summarize
 from nccl_launch.bench.streams import prompt_of, stream_all
 from nccl_launch.errors import HostError
 from nccl_launch.live.compare import LiveReport
@@ -73,7 +73,7 @@ def measure_decode(
         "method": method,
     }
 
-    def report(status: Status, runs: list[RunFigure], **more: Any) -> BenchReport:
+    def report(status: BenchStatus, runs: list[RunFigure], **more: Any) -> BenchReport:
         fields = {"status": status, "runs": runs, **stamp, **summarize(runs), **more}
         return BenchReport.model_validate(fields)
 
