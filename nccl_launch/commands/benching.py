@@ -10,8 +10,7 @@ import click
 from nccl_launch.bench import TOKEN_LIMIT
 from nccl_launch.commands.echo import echo_lines, warn
 from nccl_launch.commands.options import PID, F, format_option, profile_argument, seconds_option
-from nccl_launch.errors import UsageError
-from nccl_launch.findings import Finding
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.secrets.masking import masked_json
 
 if TYPE_CHECKING:
@@ -110,10 +109,12 @@ def measuring_method(
     from nccl_launch.escaping import not_utf8
 
     if prompt is not None and prompt_tokens is not None:
-        raise UsageError("--prompt and --prompt-tokens: give one; each sets the prompt")
+        said = "give one; each sets the prompt"
+        raise Refused(Finding("prompt-twice", "--prompt and --prompt-tokens", said))
     byte = None if prompt is None else not_utf8(prompt)
     if byte is not None:
-        raise UsageError(f"--prompt: holds the byte {byte}, which is not UTF-8; write it in UTF-8")
+        said = f"holds the byte {byte}, which is not UTF-8"
+        raise Refused(Finding("prompt-not-utf8", "--prompt", said, "write it in UTF-8"))
     if prompt is None and prompt_tokens is None and baseline is not None:
         prompt_tokens = baseline.prompt_tokens
     return Method(
@@ -217,19 +218,19 @@ def bench(
 
     if show_history:
         if url is not None or pid is not None or write_baseline:
-            raise UsageError(
-                "--history reads the record only: drop --url, --pid and --write-baseline"
-            )
+            said = "--history reads the record only: drop --url, --pid and --write-baseline"
+            raise Refused(Finding("history-only", "", said))
         return _history(profile, record or history.default_path(), fmt)
     if profile is None:
-        raise UsageError("name the PROFILE (or use --history)")
+        raise Refused(Finding("profile-not-named", "", "name the PROFILE (or use --history)"))
     if url is not None:
         url_address(url)  # a malformed URL is refused before any file is touched
     loaded = load_profile(profile)
     held = hold_profile(loaded) if write_baseline else None  # refused now, not after the runs
     if url is None:
         if loaded.profile.server is None:
-            raise UsageError(f"{loaded.path}: no [server] table to find the server at; pass --url")
+            said = "no [server] table to find the server at"
+            raise Refused(Finding("no-server-table", str(loaded.path), said, "pass --url"))
         url = server_url(loaded.profile.server)
     method = measuring_method(
         loaded.profile.baseline, max_tokens, runs, warmup, prompt, prompt_tokens, concurrency

@@ -11,12 +11,12 @@ import click
 from nccl_launch.commands.benching import Echo, measuring_method, method_options
 from nccl_launch.commands.echo import echo_lines, warn
 from nccl_launch.commands.options import format_option, profile_argument, seconds_option
-from nccl_launch.errors import EXIT_INTERRUPTED, UsageError
+from nccl_launch.errors import EXIT_INTERRUPTED
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.live.signals import catching
 from nccl_launch.secrets.masking import masked_json
 
 if TYPE_CHECKING:
-    from nccl_launch.findings import Finding
     from nccl_launch.tune.result import TrialRow
     from nccl_launch.tune.search import Plan
 
@@ -171,10 +171,10 @@ def tune(
     baseline = candidates.base.profile.baseline
     method = measuring_method(baseline, max_tokens, runs, warmup, prompt, prompt_tokens)
     if method.prompt_tokens is None and prefill_tolerance is not None:
-        raise UsageError(
-            "--prefill-tolerance: prefill is measured only with --prompt-tokens N (or a "
-            "[baseline] that records prompt_tokens); give it too, or leave the tolerance out"
-        )
+        said = "prefill is measured only with --prompt-tokens N (or a [baseline] that records "
+        said += "prompt_tokens)"
+        fix = "give it too, or leave the tolerance out"
+        raise Refused(Finding("tolerance-without-prompt", "--prefill-tolerance", said, fix))
     tolerance: float | None = None  # no prefill measured, none judged
     if method.prompt_tokens is not None:
         tolerance = PREFILL_TOLERANCE if prefill_tolerance is None else prefill_tolerance

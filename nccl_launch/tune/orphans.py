@@ -17,7 +17,7 @@ import psutil
 from pydantic import BaseModel, Field
 
 from nccl_launch.errors import HostError
-from nccl_launch.findings import Finding
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.live.environ import getenv_view
 from nccl_launch.live.processes import snapshot_tree, stop_tree
 from nccl_launch.live.resolve import hold_pid
@@ -67,7 +67,8 @@ def adopting() -> Iterator[None]:
     _LIBC.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(before), 0, 0, 0)
     if _LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         error = ctypes.get_errno()
-        raise HostError(f"cannot become the subreaper of trial servers: {os.strerror(error)}")
+        said = f"cannot become the subreaper of trial servers: {os.strerror(error)}"
+        raise Refused(Finding("no-subreaper", "", said, cause="host"))
     try:
         yield
     finally:

@@ -21,7 +21,7 @@ from nccl_launch.bench.stats import (
     prefill_starts,
 )
 from nccl_launch.errors import UsageError
-from nccl_launch.findings import Finding
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.nccl.catalog import PREFIX
 from nccl_launch.profile.chain import read_chain
 from nccl_launch.profile.load import LoadedProfile
@@ -206,22 +206,19 @@ def _candidates(
 
 
 def open_base(ref: str) -> Candidates:
-    """The candidates of profile `ref`; UsageError unless tune can start its server here,
+    """The candidates of profile `ref`; refused unless tune can start its server here,
     alone."""
     candidates = Candidates(read_chain(find_profile(ref)))
     label = candidates.base.plan.label
     server = candidates.base.profile.server
     if server is None:
-        raise UsageError(
-            f"{label} has no [server] table: tune starts the server it measures, so the "
-            "profile must say how"
-        )
+        said = f"{label} has no [server] table: tune starts the server it measures, so the "
+        raise Refused(Finding("no-server-table", "", said + "profile must say how"))
     if server.nnodes > 1:
-        raise UsageError(
-            f"{label} is a multi-node profile (nnodes = {server.nnodes}): tune starts one "
-            "server on this host and cannot start the other nodes; tune a single-node "
-            "profile of the same GPUs, then carry the values over"
-        )
+        said = f"{label} is a multi-node profile (nnodes = {server.nnodes}): tune starts one "
+        said += "server on this host and cannot start the other nodes"
+        fix = "tune a single-node profile of the same GPUs, then carry the values over"
+        raise Refused(Finding("multi-node-profile", "", said, fix))
     return candidates
 
 
