@@ -26,6 +26,7 @@ from nccl_launch.bench.gpus import parse_gpus
 from nccl_launch.bench.history import opened, read_history
 from nccl_launch.bench.result import BenchReport, Method, RunFigure, judge, summarize
 from nccl_launch.files.paths import FileError
+from nccl_launch.findings import Refused
 from nccl_launch.live.url import server_url, url_address
 from nccl_launch.profile.model import Baseline
 from nccl_launch.report import SCHEMA_VERSION
@@ -162,6 +163,19 @@ def test_a_crlf_split_between_two_chunks_ends_one_line() -> None:
     with Client("http://127.0.0.1:1", 1, SGLang()) as client:
         lines = list(client._lines("/v1/completions", iter(chunks)))
     assert lines == ["data: a", "data: b", "", "data: c"]
+
+
+def test_what_the_server_does_wrong_is_a_finding_of_this_hosts() -> None:
+    port = free_port()  # nothing listens there
+    with Client(f"http://127.0.0.1:{port}", 1, SGLang()) as client:
+        with pytest.raises(Refused) as refused:
+            client.complete({"max_tokens": 1, "prompt": "x"})
+        with pytest.raises(Refused) as long_line:
+            list(client._lines("/v1/completions", iter([b"x" * (1 << 20) + b"x\n"])))
+    (finding,) = refused.value.findings
+    assert (finding.code, finding.cause, refused.value.exit_code) == ("cannot-connect", "host", 3)
+    assert finding.where == f"http://127.0.0.1:{port}/v1/completions"
+    assert [each.code for each in long_line.value.findings] == ["long-stream-line"]
 
 
 def test_a_raw_started_server_is_refused_without_any_figure(
