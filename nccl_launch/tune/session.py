@@ -213,7 +213,8 @@ def open_base(ref: str) -> Candidates:
     server = candidates.base.profile.server
     if server is None:
         said = f"{label} has no [server] table: tune starts the server it measures, so the "
-        raise Refused(Finding("no-server-table", "", said + "profile must say how"))
+        said += "profile must say how"
+        raise Refused(Finding("no-server-table", "", said))
     if server.nnodes > 1:
         said = f"{label} is a multi-node profile (nnodes = {server.nnodes}): tune starts one "
         said += "server on this host and cannot start the other nodes"
