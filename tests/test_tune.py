@@ -869,7 +869,7 @@ def test_an_interrupted_tune_resumes_without_measuring_a_finished_trial_again(
     assert "trial 3: starting" in resumed.stdout
     assert "trial 1: starting" not in resumed.stdout
     assert "trial 2: starting" not in resumed.stdout
-    assert f"{journal}:{torn}: not a trial (Invalid JSON" in resumed.stderr
+    assert f"{journal}: line {torn}: not a trial (Invalid JSON" in resumed.stderr
     assert "Traceback" not in resumed.stderr
     lines = journal_lines(journal)
     assert lines[:2] == first  # each start once: what was replayed was not measured again
@@ -1093,7 +1093,7 @@ def test_a_started_line_edited_to_name_no_pid_is_a_warning_not_a_crash(
     number = len(journal.read_text().splitlines())
     again = run_cli(*command, env=MODEL)
     assert again.returncode == 1, again.stdout + again.stderr
-    assert f"{journal}:{number}: not a trial" in again.stderr
+    assert f"{journal}: line {number}: not a trial" in again.stderr
 
 
 def test_write_writes_nothing_where_the_profiles_values_failed_in_the_confirmation(
