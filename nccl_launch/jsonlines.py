@@ -17,10 +17,10 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from nccl_launch.errors import HOST_ERRNOS, HostError
-from nccl_launch.escaping import escaped
 from nccl_launch.files.base_dirs import BaseDirectory, base_directory, open_beneath
 from nccl_launch.files.paths import FileError, kind_of, status_of
 from nccl_launch.files.trust import check_write_way
+from nccl_launch.findings import Finding
 
 Record = TypeVar("Record", bound=BaseModel)
 STATE = PurePath("nccl-launch")  # nccl-launch's folder under the state home
@@ -118,10 +118,10 @@ def _lock(fd: int, busy: str) -> None:
 
 
 def parse_lines(
-    text: str, path: Path, model: type[Record], noun: str
-) -> tuple[list[Record], list[str]]:
-    """Each line of `text` that is a `model`, and a problem (escaped) naming each other
-    line but blank ones by its number: `PATH:N: not a NOUN (why); skipped`."""
+    code: str, text: str, path: Path, model: type[Record], noun: str
+) -> tuple[list[Record], list[Finding]]:
+    """Each line of `text` that is a `model`, and a warning `code` in `path` naming each
+    other line but blank ones by its number: `PATH: line N: not a NOUN (why); skipped`."""
     found, problems = [], []
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
@@ -132,7 +132,10 @@ def parse_lines(
             first = error.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
             why = f"{where}: {first['msg']}" if where else first["msg"]
-            problems.append(escaped(f"{path}:{number}: not a {noun} ({why}); skipped"))
+            message = f"not a {noun} ({why}); skipped"
+            problems.append(
+                Finding(code, f"line {number}", message, "", "warning", "host", str(path))
+            )
     return found, problems
 
 

@@ -26,6 +26,7 @@ from nccl_launch.bench.gpus import parse_gpus
 from nccl_launch.bench.history import opened, read_history
 from nccl_launch.bench.result import BenchReport, Method, RunFigure, judge, summarize
 from nccl_launch.files.paths import FileError
+from nccl_launch.findings import Refused
 from nccl_launch.live.url import server_url, url_address
 from nccl_launch.profile.model import Baseline
 from nccl_launch.report import SCHEMA_VERSION
@@ -114,6 +115,19 @@ def test_a_crlf_split_between_two_chunks_ends_one_line() -> None:
     with Client("http://127.0.0.1:1", 1, SGLANG) as client:
         lines = list(client._lines("/v1/completions", iter(chunks)))
     assert lines == ["data: a", "data: b", "", "data: c"]
+
+
+def test_what_the_server_does_wrong_is_a_finding_of_this_hosts() -> None:
+    port = free_port()  # nothing listens there
+    with Client(f"http://127.0.0.1:{port}", 1, SGLANG) as client:
+        with pytest.raises(Refused) as refused:
+            client.complete({"max_tokens": 1, "prompt": "x"})
+        with pytest.raises(Refused) as long_line:
+            list(client._lines("/v1/completions", iter([b"x" * (1 << 20) + b"x\n"])))
+    (finding,) = refused.value.findings
+    assert (finding.code, finding.cause, refused.value.exit_code) == ("cannot-connect", "host", 3)
+    assert finding.where == f"http://127.0.0.1:{port}/v1/completions"
+    assert [each.code for each in long_line.value.findings] == ["long-stream-line"]
 
 
 def test_a_raw_started_server_is_refused_without_any_figure(
@@ -490,8 +504,8 @@ def test_a_bad_history_line_is_named_with_its_number_and_skipped(
     shown = run_cli("bench", "--history", "--record", str(record), "--format", "json")
     assert shown.returncode == 0
     assert [line.split(" (")[0] for line in shown.stderr.splitlines()] == [
-        f"nccl-launch: warning: {record}:1: not a bench result",
-        f"nccl-launch: warning: {record}:2: not a bench result",
+        f"nccl-launch: warning: {record}: line 1: not a bench result",
+        f"nccl-launch: warning: {record}: line 2: not a bench result",
     ]
     document = json.loads(shown.stdout)
     assert set(document) == {"schema_version", "path", "results", "problems"}
@@ -569,7 +583,7 @@ def test_a_line_is_appended_whole_after_a_torn_one(tmp_path: Path) -> None:
     assert lines[2] == b""
     found = read_history(record)
     assert [result.profile for result in found.results] == ["p@1"]
-    assert found.problems[0].startswith(f"{record}:1: not a bench result")
+    assert found.problems[0].line().startswith(f"{record}: line 1: not a bench result")
 
 
 def test_a_history_run_too_short_for_a_finite_rate_is_skipped(tmp_path: Path) -> None:
@@ -579,10 +593,47 @@ def test_a_history_run_too_short_for_a_finite_rate_is_skipped(tmp_path: Path) ->
     record.write_text(json.dumps(line) + "\n" + measured().model_dump_json() + "\n")
     found = read_history(record)
     assert len(found.results) == 1
-    assert found.problems == [
-        f"{record}:1: not a bench result (runs.0.seconds: Input should be greater than or equal "
-        "to 0.000001); skipped"
+    assert [problem.line() for problem in found.problems] == [
+        f"{record}: line 1: not a bench result (runs.0.seconds: Input should be greater than or "
+        "equal to 0.000001); skipped"
     ]
+
+
+# A history line as nccl-launch wrote it before a bad line was a finding.
+WRITTEN_BEFORE = (
+    '{"schema_version":1,"status":"measured","profile":"p@1","digest":"sha256:x",'
+    '"profile_path":"/p.toml","url":"http://127.0.0.1:1","host":"h",'
+    '"time":"2026-12-01T06:00:00+00:00","server":null,"server_version":null,"model":null,'
+    '"gpus":[],"gpus_note":null,"method":{"max_tokens":1,"runs":1,"warmup":0,"prompt":"p",'
+    '"prompt_tokens":null,"concurrency":1},"runs":[{"tokens":1,"seconds":0.5,"ttft_s":0.1,'
+    '"prompt_tokens":null,"started_s":null,"tok_s":2.0,"prefill_tok_s":null}],'
+    '"mean_tok_s":2.0,"min_tok_s":2.0,"max_tok_s":2.0,"ttft_s":0.1,"baseline":null,'
+    '"failed":[],"interval_tok_s":null,"prefill_interval_tok_s":null,"prefill_tok_s":null,'
+    '"min_prefill_tok_s":null,"max_prefill_tok_s":null,"output_tok_s":null,"ttft_p50_s":0.1,'
+    '"ttft_p99_s":0.1,"sglang_version":null}'
+)
+
+
+def test_an_earlier_history_reads_and_its_bad_line_is_a_finding_said_as_a_string(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    record = tmp_path / "h.jsonl"
+    record.write_text(f"{WRITTEN_BEFORE}\n{{torn\n")
+    shown = run_cli("bench", "--history", "--record", str(record), "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    document = json.loads(shown.stdout)
+    assert [result["mean_tok_s"] for result in document["results"]] == [2.0]
+    said = f"{record}: line 2: not a bench result (Invalid JSON: key must be a string at line 1 "
+    said += "column 2); skipped"
+    assert document["problems"] == [said]  # the documented shape: each a string
+    assert shown.stderr == f"nccl-launch: warning: {said}\n"
+    (problem,) = read_history(record).problems
+    assert (problem.code, problem.where, problem.file) == (
+        "bad-history-line",
+        "line 2",
+        str(record),
+    )
+    assert (problem.severity, problem.cause) == ("warning", "host")
 
 
 def test_history_goes_under_xdg_state_home_when_it_is_absolute(
@@ -915,8 +966,8 @@ def test_a_history_line_whose_rate_cannot_be_computed_is_a_bad_line(
         shown = run_cli("bench", "--history", "--record", str(record), "--format", fmt)
         assert shown.returncode == 0, shown.stderr
         assert [line.split(" (")[0] for line in shown.stderr.splitlines()] == [
-            f"nccl-launch: warning: {record}:1: not a bench result",
-            f"nccl-launch: warning: {record}:2: not a bench result",
+            f"nccl-launch: warning: {record}: line 1: not a bench result",
+            f"nccl-launch: warning: {record}: line 2: not a bench result",
         ]
     assert len(json.loads(shown.stdout if fmt == "json" else "{}").get("results", [])) == 0
     document = json.loads(
@@ -948,7 +999,7 @@ def test_a_history_line_that_is_no_result_is_named_and_skipped(
     record.write_text(json.dumps(good | change) + "\n" + json.dumps(good) + "\n")
     shown = run_cli("bench", "--history", "--record", str(record), "--format", "json")
     assert shown.returncode == 0, shown.stderr
-    assert shown.stderr.startswith(f"nccl-launch: warning: {record}:1: not a bench result (")
+    assert shown.stderr.startswith(f"nccl-launch: warning: {record}: line 1: not a bench result (")
     assert len(shown.stderr.splitlines()) == 1, shown.stderr
     assert len(json.loads(shown.stdout)["results"]) == 1
 

@@ -288,9 +288,17 @@ def test_history_takes_no_write_baseline(run_cli: RunCli) -> None:
 def test_a_baseline_of_dotted_keys_the_editor_cannot_change_is_refused_in_one_line() -> None:
     """tomlkit fails to drop the last two `baseline.KEY = ...` of a table (an IndexError)."""
     from nccl_launch.bench.baseline_file import with_baseline
-    from nccl_launch.errors import UsageError
+    from nccl_launch.findings import Refused
 
     text = "schema = 1\nbaseline.decode_tok_s = 100.0\nbaseline.starts = 2\n"
     text += "baseline.interval = [90.0, 110.0]\n"
-    with pytest.raises(UsageError, match=r"dotted keys, baseline.KEY = \.\.\.\); write it as a"):
+    with pytest.raises(
+        Refused, match=r"dotted keys, baseline.KEY = \.\.\.\); write it as a"
+    ) as got:
         with_baseline(text, {"decode_tok_s": 99.0, "max_tokens": 20, "runs": 2})
+    (finding,) = got.value.findings
+    assert (finding.code, finding.where, finding.cause) == (
+        "dotted-baseline",
+        "--write-baseline",
+        "profile",
+    )

@@ -30,6 +30,7 @@ from nccl_launch.render.tune import chart_lines
 from nccl_launch.tune.journal import Journal
 from nccl_launch.tune.result import CandidateRow, Estimate, Gain, TuneReport
 from nccl_launch.tune.search import CAP, Plan, Space, Values, confirm, descend, grid, planned
+from nccl_launch.tune.session import open_base
 from nccl_launch.tune.trial import TrialSettings
 from tests.conftest import RunCli, WriteProfile, console_script
 from tests.helpers import CONTAINER, Server, free_port, wait_for
@@ -290,7 +291,41 @@ def test_a_forged_journal_line_is_skipped_with_its_number(outcome: str, why: str
     opened = Journal(Path("journal.jsonl"), -1, settings)
     opened.read_lines(f"\n{forged}\n")
     assert opened.done == []
-    assert opened.problems == [f"journal.jsonl:2: not a trial ({why}); skipped"]
+    assert [problem.line() for problem in opened.problems] == [
+        f"journal.jsonl: line 2: not a trial ({why}); skipped"
+    ]
+    assert {(problem.code, problem.cause) for problem in opened.problems} == {
+        ("bad-journal-line", "host")
+    }
+
+
+# A journal as nccl-launch wrote it before a bad line was a finding: a server started, then
+# its trial finished.
+JOURNAL_BEFORE = (
+    '{"time":"2026-12-01T11:43:09+00:00","digest":"sha256:' + "6" * 64 + '",'
+    '"values":{"PROTO":"LL"},"candidate":"c.toml","log":"c.log","confirm":false,'
+    '"server":{"pid":4194303,"create_time":1.5},"outcome":null}\n'
+    '{"time":"2026-12-01T11:44:09+00:00","digest":"sha256:' + "6" * 64 + '",'
+    '"values":{"PROTO":"LL"},"candidate":"c.toml","log":"c.log","confirm":false,'
+    '"server":null,"outcome":{"status":"measured","runs":[100.0,101.0],"prefill":[],'
+    '"detail":"","exit_code":null,"log_tail":[],"seconds":9.5,"confirmed":["NCCL_PROTO"],'
+    '"not_read":[],"unconfirmed":[],"ready_timeout":60.0,"request_timeout":60.0}}\n'
+)
+
+
+def test_an_earlier_journal_replays_and_its_bad_line_is_a_finding() -> None:
+    settings = TrialSettings(Method(max_tokens=1, runs=1, warmup=0, prompt="x"), 1, 1, 1)
+    opened = Journal(Path("journal.jsonl"), -1, settings)
+    opened.read_lines(JOURNAL_BEFORE + "{torn\n")
+    assert [line.outcome.runs for line in opened.done] == [[100.0, 101.0]]
+    assert opened.started == {}
+    (problem,) = opened.problems
+    assert (problem.code, problem.where, problem.file) == (
+        "bad-journal-line",
+        "line 3",
+        "journal.jsonl",
+    )
+    assert (problem.severity, problem.cause) == ("warning", "host")
 
 
 # The command on the stand-in.
@@ -536,6 +571,9 @@ def test_the_trials_of_a_server_without_a_key_listen_on_the_loopback_address_alo
 ) -> None:
     port = seed_with(write_profile, server='host = "0.0.0.0"\n')
     env = CLEAR | {"STANDIN_START_DELAY": "0.5"}  # up, not yet ready: time to look
+    said = open_base("standin").lockdown()
+    assert said is not None
+    assert (said.code, said.severity, said.cause) == ("trials-on-loopback", "warning", "profile")
     tune = ("tune", "standin", "--try", "PROTO=LL128", *FAST, "--confirm", "2", "--write")
     with listening(port) as seen:
         result = run_cli(*tune, env=env)
@@ -671,7 +709,7 @@ def test_an_interrupted_tune_resumes_without_measuring_a_finished_trial_again(
     assert "trial 3: starting" in resumed.stdout
     assert "trial 1: starting" not in resumed.stdout
     assert "trial 2: starting" not in resumed.stdout
-    assert f"{journal}:{torn}: not a trial (Invalid JSON" in resumed.stderr
+    assert f"{journal}: line {torn}: not a trial (Invalid JSON" in resumed.stderr
     assert "Traceback" not in resumed.stderr
     lines = journal_lines(journal)
     assert lines[:2] == first  # each start once: what was replayed was not measured again
@@ -895,7 +933,7 @@ def test_a_started_line_edited_to_name_no_pid_is_a_warning_not_a_crash(
     number = len(journal.read_text().splitlines())
     again = run_cli(*command, env=MODEL)
     assert again.returncode == 1, again.stdout + again.stderr
-    assert f"{journal}:{number}: not a trial" in again.stderr
+    assert f"{journal}: line {number}: not a trial" in again.stderr
 
 
 def test_write_writes_nothing_where_the_profiles_values_failed_in_the_confirmation(

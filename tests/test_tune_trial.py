@@ -23,7 +23,7 @@ import pytest
 
 from nccl_launch.bench.client import Client
 from nccl_launch.bench.result import Method, RunFigure
-from nccl_launch.errors import HostError
+from nccl_launch.findings import Refused
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.tune import trial
 from nccl_launch.tune.orphans import Owner
@@ -261,8 +261,9 @@ def test_a_log_that_is_a_symlink_is_refused_and_its_target_kept(
     target = tmp_path / "precious"
     target.write_text("kept\n")
     (tmp_path / "log").symlink_to(target)
-    with pytest.raises(HostError, match=r"cannot write the trial's log .*: Too many levels"):
+    with pytest.raises(Refused, match=r"cannot write the trial's log .*: Too many levels") as got:
         run_trial(candidate(PROTO="LL"), SETTINGS, tmp_path / "log", Progress(), OWNER)
+    assert [(each.code, each.cause) for each in got.value.findings] == [("trial-log", "host")]
     assert target.read_text() == "kept\n"
 
 
@@ -272,8 +273,12 @@ def test_a_port_taken_before_the_start_stops_the_tune(
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", port))
         taken.listen()
-        with pytest.raises(HostError, match=f"cannot start a trial: 127.0.0.1:{port} is in use"):
+        with pytest.raises(Refused) as refused:
             run_trial(candidate(PROTO="LL"), SETTINGS, tmp_path / "log", Progress(), OWNER)
+    # The finding `run` would say, carried as it is: its code, whose problem, its exit code.
+    (finding,) = refused.value.findings
+    assert finding.text().startswith(f"127.0.0.1:{port} is in use")
+    assert (finding.code, finding.cause, refused.value.exit_code) == ("port", "host", 3)
     assert not (tmp_path / "log").exists()
 
 
@@ -282,9 +287,10 @@ def test_an_interpreter_run_could_not_start_stops_the_tune_in_runs_words(
 ) -> None:
     path = Path(candidate(PROTO="LL"))
     path.write_text(path.read_text().replace(sys.executable, "/nonexistent/python3"))
-    refusal = "cannot start a trial: [server] python /nonexistent/python3 does not exist"
-    with pytest.raises(HostError, match=re.escape(refusal)):
+    refusal = "[server] python /nonexistent/python3 does not exist"
+    with pytest.raises(Refused, match=re.escape(refusal)) as refused:
         run_trial(str(path), SETTINGS, tmp_path / "log", Progress(), OWNER)
+    assert [each.code for each in refused.value.findings] == ["not-executable"]
     assert not (tmp_path / "log").exists()
 
 
@@ -295,7 +301,7 @@ def test_gpu_memory_still_held_after_the_stop_stops_the_tune(
     monkeypatch.setenv("STANDIN_COMPUTE_APPS", str(tmp_path / "compute-apps"))
     monkeypatch.setenv("STANDIN_GPU_LINGER", "1")  # a driver that never frees it
     monkeypatch.setattr(trial, "RELEASE_TIMEOUT", 0.3)  # not the 10 s a real driver gets
-    with pytest.raises(HostError, match=r"after the trial's server stopped: pids \[\d+, \d+\] "):
+    with pytest.raises(Refused, match=r"after the trial's server stopped: pids \[\d+, \d+\] "):
         run_trial(candidate(PROTO="LL"), SETTINGS, tmp_path / "log", Progress(), OWNER)
 
 

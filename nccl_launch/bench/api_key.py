@@ -9,7 +9,7 @@ import re
 
 import psutil
 
-from nccl_launch.errors import HostError
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.kinds import ServerKind
 from nccl_launch.live.processes import HeldProcess
 
@@ -30,13 +30,14 @@ def server_api_key(server: HeldProcess, kind: ServerKind) -> str | None:
             env = process.environ() if kind.credentials.api_key_env else {}
     key = kind.credentials.request_key(argv, env)
     if key is not None and not _SENDABLE.fullmatch(key):
+        credentials = kind.credentials
         where = (
-            kind.credentials.api_key_flag
-            if kind.credentials.request_key(argv, {}) == key
-            else kind.credentials.api_key_env
+            credentials.api_key_flag
+            if credentials.request_key(argv, {}) == key
+            else credentials.api_key_env
         )
-        raise HostError(
-            f"pid {server.pid}: its {where} holds a character an HTTP header cannot carry "
-            "(valid: printable ASCII, no space at either end); bench cannot send it"
-        )
+        said = f"its {where} holds a character an HTTP header cannot carry (valid: printable "
+        said += "ASCII, no space at either end)"
+        fix = "bench cannot send it"
+        raise Refused(Finding("unsendable-key", f"pid {server.pid}", said, fix, cause="host"))
     return key

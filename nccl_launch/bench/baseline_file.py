@@ -12,15 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from nccl_launch.bench.result import BenchReport, WrittenBaseline
-from nccl_launch.errors import HostError, NcclLaunchError, UsageError
 from nccl_launch.files.paths import FileError
 from nccl_launch.files.reading import read_text
 from nccl_launch.files.writing import write_output
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.profile.chain import ChainFile, ProfileChain, read_chain
 from nccl_launch.profile.document import parse_profile_toml
 from nccl_launch.profile.load import LoadedProfile, validate_chain
 from nccl_launch.profile.search import is_shipped
 
+WRITE = "--write-baseline"  # where each of its refusals is
 # What a figure of one server start does not have: `tune`'s mean over several starts.
 OF_SEVERAL_STARTS = ("starts", "interval")
 # Written where the measurement has them, dropped where it has not: a figure of another method.
@@ -41,57 +42,54 @@ def hold_profile(loaded: LoadedProfile) -> HeldProfile:
     nccl-launch, a symlink, or a file (or folder) this user may not write."""
     path = loaded.path
     if is_shipped(path):
-        raise UsageError(
-            f"--write-baseline: {loaded.plan.label} is shipped with nccl-launch, and bench "
-            f"writes nothing into the installed package; copy it first (nccl-launch new NAME "
-            f"--from {loaded.profile.name}), then measure the copy"
-        )
+        said = f"{loaded.plan.label} is shipped with nccl-launch, and bench writes nothing "
+        said += "into the installed package"
+        fix = f"copy it first (nccl-launch new NAME --from {loaded.profile.name}), then measure "
+        fix += "the copy"
+        raise Refused(Finding("shipped-profile", WRITE, said, fix))
     _check_replaceable(path)
     return HeldProfile(path, read_text(path, "profile", trusted=True))
 
 
 def _check_replaceable(path: Path) -> None:
-    """UsageError for a symlink (the new text would replace the link, not the file it names);
-    HostError unless this user may replace `path`: a read-only file (no write bit: root too
-    respects it) is its owner's wish, and the new text is written beside it, so its folder
-    must take a file. A file on a read-only mount (a configMap's, linked into the kubelet's
-    timestamped folder) is said so first, by the path given: the path it resolves to is
-    gone at the volume's next update."""
+    """Refused for a symlink (the new text would replace the link, not the file it names),
+    and, as this host's problem, unless this user may replace `path`: a read-only file (no
+    write bit: root too respects it) is its owner's wish, and the new text is written beside
+    it, so its folder must take a file. A file on a read-only mount (a configMap's, linked
+    into the kubelet's timestamped folder) is said so first, by the path given: the path it
+    resolves to is gone at the volume's next update."""
     if os.statvfs(path).f_flag & os.ST_RDONLY:
-        raise HostError(
-            f"--write-baseline: {path}: on a read-only mount; bench writes nothing there: "
-            "change the file where it comes from, or drop --write-baseline"
-        )
+        fix = "bench writes nothing there: change the file where it comes from, or drop "
+        fix += "--write-baseline"
+        said = f"{path}: on a read-only mount"
+        raise Refused(Finding("profile-on-read-only-mount", WRITE, said, fix, cause="host"))
     if path.is_symlink():
-        raise UsageError(
-            f"--write-baseline: {path} is a symlink; bench writes the figure into the file "
-            f"itself, never through a link: name {os.path.realpath(path)}"
-        )
+        fix = "bench writes the figure into the file itself, never through a link: name "
+        fix += os.path.realpath(path)
+        raise Refused(Finding("profile-symlink", WRITE, f"{path} is a symlink", fix))
     mode = stat.S_IMODE(path.stat().st_mode)
     if not mode & 0o222 or not os.access(path, os.W_OK):
-        raise HostError(
-            f"--write-baseline: {path}: read-only (mode {mode:04o}); bench does not replace a "
-            "file that may not be written: chmod u+w it, or drop --write-baseline"
-        )
+        said = f"{path}: read-only (mode {mode:04o})"
+        fix = "bench does not replace a file that may not be written: chmod u+w it, or drop "
+        fix += "--write-baseline"
+        raise Refused(Finding("read-only-profile", WRITE, said, fix, cause="host"))
     if not os.access(path.parent, os.W_OK):
-        raise HostError(
-            f"--write-baseline: {path}: its folder {path.parent} is not writable by this user, "
-            "and the file is replaced by a new one written there"
-        )
+        said = f"{path}: its folder {path.parent} is not writable by this user, and the file is "
+        said += "replaced by a new one written there"
+        raise Refused(Finding("profile-folder-unwritable", WRITE, said, cause="host"))
 
 
 def measured_baseline(report: BenchReport, path: Path) -> dict[str, Any]:
     """The `[baseline]` keys bench owns: the mean rounded as the profile shows figures, and
-    the method it was measured with; HostError when the server stopped its runs short of
-    max_tokens, whose figure is not one of that method."""
+    the method it was measured with; refused, as this host's problem, when the server stopped
+    its runs short of max_tokens, whose figure is not one of that method."""
     method = report.method
     fewest = min((run.tokens for run in report.runs), default=0)
     if report.mean_tok_s is None or fewest < method.max_tokens:
-        raise HostError(
-            f"--write-baseline: nothing written to {path}: the server stopped its runs at "
-            f"{fewest} of the {method.max_tokens} tokens asked (it ignores ignore_eos), so the "
-            f"figure is not one of max_tokens = {method.max_tokens}"
-        )
+        said = f"nothing written to {path}: the server stopped its runs at {fewest} of the "
+        said += f"{method.max_tokens} tokens asked (it ignores ignore_eos), so the figure is not "
+        said += f"one of max_tokens = {method.max_tokens}"
+        raise Refused(Finding("short-runs", WRITE, said, cause="host"))
     figures: dict[str, Any] = {
         "decode_tok_s": round(report.mean_tok_s, 1),
         "max_tokens": method.max_tokens,
@@ -99,10 +97,9 @@ def measured_baseline(report: BenchReport, path: Path) -> dict[str, Any]:
     }
     if method.prompt_tokens is not None:
         if report.prefill_tok_s is None:
-            raise HostError(
-                f"--write-baseline: nothing written to {path}: the server reported no "
-                "prompt_tokens in its usage figures, so there is no prefill figure"
-            )
+            said = f"nothing written to {path}: the server reported no prompt_tokens in its "
+            said += "usage figures, so there is no prefill figure"
+            raise Refused(Finding("no-prefill", WRITE, said, cause="host"))
         figures |= {"prefill_tok_s": round(report.prefill_tok_s, 1)}
         figures |= {"prompt_tokens": method.prompt_tokens}
     if method.concurrency > 1:
@@ -130,11 +127,10 @@ def with_baseline(text: str, baseline: dict[str, Any]) -> str:
             if key not in baseline:
                 table.pop(key, None)
     except (IndexError, KeyError):  # tomlkit, emptying some `baseline.KEY = ...` dotted keys
-        raise UsageError(
-            "--write-baseline: nothing written: the profile's [baseline] is written in a form "
-            "the TOML editor cannot change (dotted keys, baseline.KEY = ...); write it as a "
-            "[baseline] table"
-        ) from None
+        said = "nothing written: the profile's [baseline] is written in a form the TOML editor "
+        said += "cannot change (dotted keys, baseline.KEY = ...)"
+        fix = "write it as a [baseline] table"
+        raise Refused(Finding("dotted-baseline", WRITE, said, fix)) from None
     return document.as_string()
 
 
@@ -153,35 +149,33 @@ def write_figure(held: HeldProfile, report: BenchReport, previous: float | None)
     figure = measured_baseline(report, held.path)
     _check_replaceable(held.path)
     if read_text(held.path, "profile", trusted=True) != held.text:
-        raise UsageError(
-            f"--write-baseline: nothing written: {held.path} changed while bench measured, and "
-            "writing the figure would drop that edit; run bench again on the file as it is now"
-        )
+        said = f"nothing written: {held.path} changed while bench measured, and writing the "
+        said += "figure would drop that edit"
+        fix = "run bench again on the file as it is now"
+        raise Refused(Finding("changed-while-measured", WRITE, said, fix))
     before = _resolved(held, held.text)
     if before.plan.digest != report.digest:
-        raise UsageError(
-            f"--write-baseline: nothing written: {held.path} now resolves to "
-            f"{before.plan.digest}, not the {report.digest} measured (a file it extends "
-            "changed meanwhile); run bench again on the profile as it is now"
-        )
+        said = f"nothing written: {held.path} now resolves to {before.plan.digest}, not the "
+        said += f"{report.digest} measured (a file it extends changed meanwhile)"
+        fix = "run bench again on the profile as it is now"
+        raise Refused(Finding("changed-while-measured", WRITE, said, fix))
     text = with_baseline(held.text, figure)
     after = _resolved(held, text)
     baseline = after.profile.baseline
-    # Cannot happen ([baseline] is outside the digest), and cheap to prove.
+    # Cannot happen ([baseline] is outside the digest), and cheap to prove: a bug, exit 4.
     if after.plan.digest != before.plan.digest or baseline is None:
-        raise NcclLaunchError(
+        raise AssertionError(
             f"--write-baseline: nothing written: the edited {held.path} is not the profile "
             f"measured with a [baseline] (digest {before.plan.digest} -> {after.plan.digest})"
         )
     inherited = [key for key in OF_SEVERAL_STARTS if getattr(baseline, key) is not None]
     if inherited:
-        raise UsageError(
-            f"--write-baseline: nothing written: {held.path} extends a [baseline] with "
-            f"{' and '.join(inherited)}, which a figure of one server start does not have; "
-            "remove them from the [baseline] of the file it extends"
-        )
+        said = f"nothing written: {held.path} extends a [baseline] with "
+        said += f"{' and '.join(inherited)}, which a figure of one server start does not have"
+        fix = "remove them from the [baseline] of the file it extends"
+        raise Refused(Finding("inherited-starts", WRITE, said, fix))
     try:
         write_output(held.path, text, replace=True)
     except FileError as error:  # the figure is measured: the host refuses to keep it
-        raise HostError(str(error)) from None
+        raise Refused(Finding("unwritten-figure", "", str(error), cause="host")) from None
     return WrittenBaseline(path=str(held.path.absolute()), baseline=baseline, previous=previous)

@@ -2,9 +2,9 @@
 and one streamed `/v1/completions`.
 
 httpx, for its timeout on every wait (connect, and between two events of a stream) and one
-exception family to turn into exit 3. What a server sends is bounded: a body or a line of
-at most 1 MiB, a whole answer within its deadline (checked at each chunk that arrives, so a
-server that keeps sending, however slowly, is cut too).
+exception family to turn into a refusal, this host's (exit 3). What a server sends is
+bounded: a body or a line of at most 1 MiB, a whole answer within its deadline (checked at
+each chunk that arrives, so a server that keeps sending, however slowly, is cut too).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import httpx
 
 from nccl_launch.bench import TOKEN_LIMIT
 from nccl_launch.bench.result import RunFigure
-from nccl_launch.errors import HostError
 from nccl_launch.files.reading import LINE_LIMIT, split_lines
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.kinds import ServerKind
 from nccl_launch.live.url import masked_url
 from nccl_launch.serving.api import Served
@@ -46,7 +46,7 @@ def _chunks(response: httpx.Response, end: float) -> Iterator[bytes]:
 
 
 class Client:
-    """One server, asked one thing at a time; every failure is a one-line HostError."""
+    """One server, asked one thing at a time; every failure is one finding, this host's."""
 
     # What a run is timed by (seconds, any origin). A test sets its own: a figure it checks
     # then follows from the times it gives, not from how late a busy host wakes this process.
@@ -94,18 +94,19 @@ class Client:
             with self._http.stream(method, self.url + path, **more) as answer:
                 yield answer, _chunks(answer, end)
         except _Overdue:
-            raise HostError(
-                f"{where}: answer not complete within {seconds:g} s ({deadline})"
-            ) from None
+            said = f"answer not complete within {seconds:g} s ({deadline})"
+            raise _refused("answer-overdue", where, said) from None
         except httpx.TimeoutException:
-            raise HostError(f"{where}: no answer within {self.timeout:g} s (--timeout)") from None
+            said = f"no answer within {self.timeout:g} s (--timeout)"
+            raise _refused("no-answer", where, said) from None
         except httpx.ConnectError as error:
-            raise HostError(f"{where}: cannot connect: {error}") from None
+            raise _refused("cannot-connect", where, f"cannot connect: {error}") from None
         except httpx.HTTPError as error:
-            raise HostError(f"{where}: {type(error).__name__}: {error}") from None
+            said = f"{type(error).__name__}: {error}"
+            raise _refused("http-failed", where, said) from None
 
-    def _status(self, path: str, response: httpx.Response, chunks: Iterator[bytes]) -> HostError:
-        """The error for an answer that is not 200, quoting the start of its body."""
+    def _status(self, path: str, response: httpx.Response, chunks: Iterator[bytes]) -> Refused:
+        """The refusal of an answer that is not 200, quoting the start of its body."""
         body = _body(chunks, SHOWN_BODY * 4).decode(errors="replace")
         said = " ".join(body.split())[:SHOWN_BODY]
         if response.status_code == httpx.codes.UNAUTHORIZED:
@@ -116,7 +117,8 @@ class Client:
             else:
                 said += f" (it wants an API key; the server's command line has no {flag}"
                 said += f", its environment no {env})" if env else ")"
-        return HostError(f"{self.masked_url}{path} answered HTTP {response.status_code}: {said}")
+        said = f"{self.masked_url}{path} answered HTTP {response.status_code}: {said}"
+        return _refused("http-status", "", said)
 
     def served(self) -> Served:
         """What the server says of itself, asked where its kind says it."""
@@ -131,7 +133,8 @@ class Client:
                 raise self._status(path, response, chunks)
             body = _body(chunks, BODY_LIMIT)
         if len(body) > BODY_LIMIT:
-            raise HostError(f"{self.masked_url}{path} answered more than {BODY_LIMIT >> 20} MiB")
+            said = f"{self.masked_url}{path} answered more than {BODY_LIMIT >> 20} MiB"
+            raise _refused("answer-too-large", "", said)
         return _json(body, f"{self.masked_url}{path} answered something not JSON")
 
     def complete(self, body: dict[str, Any], origin: float | None = None) -> RunFigure:
@@ -150,12 +153,11 @@ class Client:
             first, tokens, prompt = self._read_events(path, chunks, start)
         seconds = self.clock() - start
         if first is None:
-            raise HostError(f"{self.masked_url}{path} streamed no tokens")
+            raise _refused("no-tokens", "", f"{self.masked_url}{path} streamed no tokens")
         if type(tokens) is not int or not 0 < tokens <= asked:  # True is an int, 1e3 is none
-            raise HostError(
-                f"{self.masked_url}{path}: the server reported an impossible token count "
-                f"(usage.completion_tokens must be a whole number from 1 to max_tokens {asked})"
-            )
+            said = "the server reported an impossible token count (usage.completion_tokens "
+            said += f"must be a whole number from 1 to max_tokens {asked})"
+            raise _refused("token-count", f"{self.masked_url}{path}", said)
         # The prompt's count is the server's word; one it cannot have counted is none.
         counted = prompt if type(prompt) is int and 0 <= prompt <= TOKEN_LIMIT else None
         return RunFigure(
@@ -190,31 +192,32 @@ class Client:
                 tokens = usage["completion_tokens"]
                 prompt = usage.get("prompt_tokens")
         else:
-            raise HostError(f"{self.masked_url}{path}: the server closed the stream before [DONE]")
+            said = "the server closed the stream before [DONE]"
+            raise _refused("stream-cut", f"{self.masked_url}{path}", said)
         if first is not None and tokens is None:
-            raise HostError(
-                f"{self.masked_url}{path} streamed no usage figures "
-                "(the request asks for them with stream_options.include_usage)"
-            )
+            said = f"{self.masked_url}{path} streamed no usage figures "
+            said += "(the request asks for them with stream_options.include_usage)"
+            raise _refused("no-usage", "", said)
         return first, tokens, prompt
 
     def _lines(self, path: str, chunks: Iterator[bytes]) -> Iterator[str]:
-        """The stream's lines, ended by CRLF, LF or CR as the SSE format allows; HostError at
+        """The stream's lines, ended by CRLF, LF or CR as the SSE format allows; refused at
         one longer than LINE_LIMIT (a line is held in memory)."""
         for line in split_lines(chunks):
             if line is None:
-                raise HostError(
-                    f"{self.masked_url}{path} streamed a line longer than {LINE_LIMIT >> 20} MiB"
-                )
+                said = f"{self.masked_url}{path} streamed a line longer than {LINE_LIMIT >> 20} MiB"
+                raise _refused("long-stream-line", "", said)
             yield line.decode(errors="replace")
 
     def _event(self, path: str, data: str) -> dict[str, Any]:
         event = _json(data, f"{self.masked_url}{path} streamed an event that is not JSON")
         if not isinstance(event, dict):
-            raise HostError(f"{self.masked_url}{path} streamed an event that is not an object")
+            said = f"{self.masked_url}{path} streamed an event that is not an object"
+            raise _refused("answer-not-json", "", said)
         if "error" in event or event.get("object") == "error":
             said = _json_text(event.get("error", event))
-            raise HostError(f"{self.masked_url}{path} streamed an error: {said[:SHOWN_BODY]}")
+            said = f"{self.masked_url}{path} streamed an error: {said[:SHOWN_BODY]}"
+            raise _refused("streamed-error", "", said)
         return event
 
 
@@ -228,12 +231,17 @@ def _body(chunks: Iterator[bytes], limit: int) -> bytes:
     return bytes(data[: limit + 1])
 
 
+def _refused(code: str, where: str, message: str) -> Refused:
+    """What the server did that stops a request: this host's problem (its server's)."""
+    return Refused(Finding(code, where, message, cause="host"))
+
+
 def _json(data: str | bytes, failure: str) -> Any:
-    """The JSON in `data`; HostError(`failure`) where it is none (too deep to parse too)."""
+    """The JSON in `data`; refused, saying `failure`, where it is none (too deep to parse too)."""
     try:
         return json.loads(data)
     except (ValueError, RecursionError):
-        raise HostError(failure) from None
+        raise _refused("answer-not-json", "", failure) from None
 
 
 def _json_text(value: object) -> str:

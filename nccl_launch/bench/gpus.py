@@ -8,7 +8,7 @@ import subprocess
 
 from nccl_launch.bench.result import Gpu
 from nccl_launch.digits import is_ascii_digits
-from nccl_launch.errors import HostError
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.tools import ask
 
 QUERY = "index,name,memory.total,driver_version,pci.bus_id"
@@ -70,11 +70,12 @@ def query_gpus() -> tuple[list[Gpu], str | None]:
 
 def compute_pids() -> set[int] | None:
     """The PIDs of the processes holding GPU memory (compute apps); None without nvidia-smi.
-    HostError when it fails: whether the memory is free is then unknown. A line that is no PID
+    Refused when it fails: whether the memory is free is then unknown. A line that is no PID
     (`N/A`) is left out: no process can be told from it."""
     text, reason = _smi("--query-compute-apps=pid")
     if text is None:
         if reason == NO_SMI:
             return None
-        raise HostError(f"cannot list the processes holding GPU memory: {reason}")
+        said = f"cannot list the processes holding GPU memory: {reason}"
+        raise Refused(Finding("gpu-processes-unknown", "", said, cause="host"))
     return {int(line) for line in map(str.strip, text.splitlines()) if is_ascii_digits(line)}

@@ -11,11 +11,16 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import PlainSerializer
 
 from nccl_launch.bench.result import BenchReport
 from nccl_launch.errors import EXIT_OK
+from nccl_launch.escaping import escaped
 from nccl_launch.files.paths import status_of
 from nccl_launch.files.reading import read_text
+from nccl_launch.findings import Finding
 from nccl_launch.jsonlines import (
     STATE,
     STATE_FIX,
@@ -35,6 +40,10 @@ IN_STATE = STATE / FILE_NAME
 _OTHER_FILE = f"{STATE_FIX}, or name the file with --record FILE"
 HISTORY_LIMIT = 64 << 20  # some 40,000 results; a larger file is not this history
 ROOM = 1 << 20  # kept free by appending: a result line is a few KiB (its prompt included)
+
+
+def _said(problems: list[Finding]) -> list[str]:
+    return [escaped(each.line()) for each in problems]
 
 
 def default_path() -> Path:
@@ -90,11 +99,12 @@ class Recorder:
 
 
 class History(Report):
-    """`bench --history`: the results of a history file, one problem per line that is none."""
+    """`bench --history`: the results of a history file, a finding per line that is none (in
+    JSON each its line as people read it, escaped, as documented)."""
 
     path: str
     results: list[BenchReport]
-    problems: list[str]
+    problems: Annotated[list[Finding], PlainSerializer(_said)]
 
     @property
     def exit_code(self) -> int:
@@ -112,6 +122,6 @@ def read_history(path: Path, ref: str | None = None) -> History:
     if status_of(path, WHAT) is None and not path.is_symlink():
         return History(path=str(path), results=[], problems=[])
     text = read_text(path, WHAT, limit=HISTORY_LIMIT, errors="replace")
-    found, problems = parse_lines(text, path, BenchReport, "bench result")
+    found, problems = parse_lines("bad-history-line", text, path, BenchReport, "bench result")
     results = [result for result in found if ref is None or _matches(result, ref)]
     return History(path=str(path), results=results, problems=problems)

@@ -9,9 +9,9 @@ from typing import Any, Protocol
 from nccl_launch.bench.api_key import server_api_key
 from nccl_launch.bench.client import Client
 from nccl_launch.bench.gpus import query_gpus
-from nccl_launch.bench.result import BenchReport, Method, RunFigure, Status, judge, summarize
+from nccl_launch.bench.result import BenchReport, BenchStatus, Method, RunFigure, judge, summarize
 from nccl_launch.bench.streams import prompt_of, stream_all
-from nccl_launch.errors import HostError
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.live.processes import HeldProcess, snapshot_tree
 from nccl_launch.live.resolve import hold
@@ -73,7 +73,7 @@ def measure_decode(
         "method": method,
     }
 
-    def report(status: Status, runs: list[RunFigure], **more: Any) -> BenchReport:
+    def report(status: BenchStatus, runs: list[RunFigure], **more: Any) -> BenchReport:
         fields = {"status": status, "runs": runs, **stamp, **summarize(runs), **more}
         return BenchReport.model_validate(fields)
 
@@ -110,7 +110,8 @@ def measure_decode(
             except KeyboardInterrupt:
                 return report("interrupted", list(runs), failed=list(map(known, failed)))
             if failed and not runs:
-                raise HostError(f"every request failed; the first: {known(failed[0])}")
+                said = f"every request failed; the first: {known(failed[0])}"
+                raise Refused(Finding("all-requests-failed", "", said, cause="host"))
         after = check_held(server, loaded)
         progress.verified("after", after)
         if not after.ok:

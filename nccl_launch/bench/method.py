@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 from nccl_launch.bench import DEFAULT_MAX_TOKENS, DEFAULT_PROMPT, DEFAULT_RUNS
 from nccl_launch.bench.result import Method
-from nccl_launch.errors import UsageError
 from nccl_launch.escaping import not_utf8
+from nccl_launch.findings import Finding, Refused
 
 if TYPE_CHECKING:
     from nccl_launch.profile.model import Baseline
@@ -27,10 +27,12 @@ def measuring_method(
     concurrency (else bench's) where they are not given; a --prompt overrides the
     baseline's prompt_tokens."""
     if prompt is not None and prompt_tokens is not None:
-        raise UsageError("--prompt and --prompt-tokens: give one; each sets the prompt")
+        said = "give one; each sets the prompt"
+        raise Refused(Finding("prompt-twice", "--prompt and --prompt-tokens", said))
     byte = None if prompt is None else not_utf8(prompt)
     if byte is not None:
-        raise UsageError(f"--prompt: holds the byte {byte}, which is not UTF-8; write it in UTF-8")
+        said = f"holds the byte {byte}, which is not UTF-8"
+        raise Refused(Finding("prompt-not-utf8", "--prompt", said, "write it in UTF-8"))
     if prompt is None and prompt_tokens is None and baseline is not None:
         prompt_tokens = baseline.prompt_tokens
     return Method(

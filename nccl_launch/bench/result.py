@@ -17,7 +17,10 @@ from nccl_launch.live.compare import LiveReport
 from nccl_launch.profile.model import Baseline
 from nccl_launch.report import Report
 
-Status = Literal["measured", "refused", "discarded", "interrupted"]
+# What became of one `bench` (its JSON `status`): "refused", the check before the runs found
+# drift and nothing was measured; "discarded", the check after did and the figures are not
+# the profile's; "interrupted", Ctrl-C ended the runs. Named apart from preflight's `Status`.
+BenchStatus = Literal["measured", "refused", "discarded", "interrupted"]
 
 
 class RunFigure(BaseModel):
@@ -75,9 +78,10 @@ class Method(BaseModel):
     concurrency: int = Field(default=1, ge=1)  # requests in flight at once
 
 
-class Verdict(BaseModel):
-    """The means against the profile's `[baseline]`; `met` is None when not compared, else
-    whether every figure judged met its floor; `short` names those that did not."""
+class BaselineVerdict(BaseModel):
+    """The means against the profile's `[baseline]` (not a key's verdict of NCCL's log);
+    `met` is None when not compared, else whether every figure judged met its floor; `short`
+    names those that did not."""
 
     decode_tok_s: float = Field(gt=0, allow_inf_nan=False)
     tolerance: float = Field(ge=0, lt=1)
@@ -112,7 +116,7 @@ Summary = Annotated[float | None, Field(ge=0, allow_inf_nan=False)]
 class BenchReport(Report):
     """`bench`'s result; a history line is this document with status "measured"."""
 
-    status: Status
+    status: BenchStatus
     profile: str
     digest: str
     profile_path: str
@@ -130,7 +134,7 @@ class BenchReport(Report):
     min_tok_s: Summary = None
     max_tok_s: Summary = None
     ttft_s: Summary = None
-    baseline: Verdict | None = None
+    baseline: BaselineVerdict | None = None
     failed: list[str] = Field(default_factory=list)  # why each request that failed did
     drift: LiveReport | None = None  # the check that refused or discarded the figures
     written: WrittenBaseline | None = None  # --write-baseline; never part of a history line
@@ -268,7 +272,7 @@ def judge(
     method: Method,
     fewest: int | None = None,
     prefill: float | None = None,
-) -> Verdict:
+) -> BaselineVerdict:
     """Each figure measured (decode's `mean`, `prefill`'s) against its own in the baseline:
     met when it is at least that less the tolerance (prefill only where the baseline has one;
     a prefill not measured falls short). Not compared when the baseline records another
@@ -291,7 +295,7 @@ def judge(
     if baseline.prefill_floor is not None:
         judged.append(("prefill_tok_s", prefill, baseline.prefill_floor))
     short = [name for name, mean, floor in judged if mean is None or mean < floor]
-    verdict = Verdict(
+    verdict = BaselineVerdict(
         decode_tok_s=baseline.decode_tok_s,
         tolerance=baseline.tolerance,
         floor=baseline.floor,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
 
-from nccl_launch.errors import HostError
+from nccl_launch.findings import Refused
 
 if TYPE_CHECKING:
     from nccl_launch.bench.client import Client
@@ -61,8 +61,8 @@ def stream_all(
 ) -> None:
     """The warm-ups, then the measured runs, `method.concurrency` requests in flight at once
     (each request's body `body_of(number)`, warm-ups numbered first); each measured figure
-    appended to `runs` as its request ends. One stream: the first failure raises HostError,
-    as it always has; several: each failure's reason is appended to `failed` and the others
+    appended to `runs` as its request ends. One stream: the first failure refuses the
+    whole; several: each failure's reason is appended to `failed` and the others
     go on."""
     _phase(client, body_of, method, ran, ("warmup", 0, method.warmup), [], failed)
     _phase(client, body_of, method, ran, ("run", method.warmup, method.runs), runs, failed)
@@ -91,9 +91,10 @@ def _phase(
         nonlocal ended
         try:
             figure = client.complete(body_of(before + number), origin)
-        except HostError as error:
+        except Refused as error:
+            said = "; ".join(finding.text() for finding in error.findings)
             with lock:
-                failed.append(f"{kind} request {number}: {error}")
+                failed.append(f"{kind} request {number}: {said}")
             return
         with lock:
             ended += 1

@@ -9,7 +9,7 @@ import click
 from nccl_launch.commands.echo import Output, warn
 from nccl_launch.commands.measuring import Echo, method_options
 from nccl_launch.commands.options import PID, format_option, profile_argument
-from nccl_launch.errors import UsageError
+from nccl_launch.findings import Finding, Refused
 
 CONCURRENCY_LIMIT = 1024  # requests in flight: a thread and a connection each
 
@@ -107,19 +107,19 @@ def bench(
 
     if show_history:
         if url is not None or pid is not None or write_baseline:
-            raise UsageError(
-                "--history reads the record only: drop --url, --pid and --write-baseline"
-            )
+            only = "--history reads the record only: drop --url, --pid and --write-baseline"
+            raise Refused(Finding("history-only", "", only))
         return _history(profile, record or history.default_path(), fmt)
     if profile is None:
-        raise UsageError("name the PROFILE (or use --history)")
+        raise Refused(Finding("profile-not-named", "", "name the PROFILE (or use --history)"))
     if url is not None:
         url_address(url)  # a malformed URL is refused before any file is touched
     loaded = load_profile(profile)
     held = hold_profile(loaded) if write_baseline else None  # refused now, not after the runs
     if url is None:
         if loaded.profile.server is None:
-            raise UsageError(f"{loaded.path}: no [server] table to find the server at; pass --url")
+            none = "no [server] table to find the server at"
+            raise Refused(Finding("no-server-table", str(loaded.path), none, "pass --url"))
         url = server_url(loaded.profile.server)
     method = measuring_method(
         loaded.profile.baseline, max_tokens, runs, warmup, prompt, prompt_tokens, concurrency

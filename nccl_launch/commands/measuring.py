@@ -10,6 +10,7 @@ import click
 from nccl_launch.bench import DEFAULT_MAX_TOKENS, DEFAULT_RUNS, TOKEN_LIMIT
 from nccl_launch.commands.echo import echo_lines, warn
 from nccl_launch.commands.options import F, seconds_option
+from nccl_launch.findings import Finding
 
 if TYPE_CHECKING:
     from nccl_launch.bench.result import RunFigure
@@ -37,11 +38,10 @@ class Echo:
         echo_lines([run_line(kind, number, total, figure)], err=self.err)
         if figure.tokens < self.asked and not self.short:
             self.short = True  # once: every run of such a server stops short
-            warn(
-                f"the server returned {figure.tokens} tokens of the {self.asked} asked "
-                "(it ignores ignore_eos): a figure of shorter runs, not comparable with "
-                f"runs of {self.asked}"
-            )
+            message = f"the server returned {figure.tokens} tokens of the {self.asked} asked "
+            message += "(it ignores ignore_eos): a figure of shorter runs, not comparable with "
+            message += f"runs of {self.asked}"
+            warn(Finding("short-runs", "", message, severity="warning", cause="host"))
 
 
 # How decode is measured, the same for `bench` and each of `tune`'s trials.

@@ -11,7 +11,8 @@ import click
 from nccl_launch.commands.echo import Output, echo_lines, warn
 from nccl_launch.commands.measuring import Echo, method_options
 from nccl_launch.commands.options import format_option, profile_argument, seconds_option
-from nccl_launch.errors import EXIT_INTERRUPTED, UsageError
+from nccl_launch.errors import EXIT_INTERRUPTED
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.live.signals import catching
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ class TuneEcho(Echo):
 
         echo_lines([ended_line(row)], err=self.err)
 
-    def warn(self, problem: str) -> None:
+    def warn(self, problem: Finding) -> None:
         warn(problem)
 
     def planned(self, plan: Plan) -> None:
@@ -170,10 +171,10 @@ def tune(
     baseline = candidates.base.profile.baseline
     method = measuring_method(baseline, max_tokens, runs, warmup, prompt, prompt_tokens)
     if method.prompt_tokens is None and prefill_tolerance is not None:
-        raise UsageError(
-            "--prefill-tolerance: prefill is measured only with --prompt-tokens N (or a "
-            "[baseline] that records prompt_tokens); give it too, or leave the tolerance out"
-        )
+        said = "prefill is measured only with --prompt-tokens N (or a [baseline] that records "
+        said += "prompt_tokens)"
+        fix = "give it too, or leave the tolerance out"
+        raise Refused(Finding("tolerance-without-prompt", "--prefill-tolerance", said, fix))
     tolerance: float | None = None  # no prefill measured, none judged
     if method.prompt_tokens is not None:
         tolerance = PREFILL_TOLERANCE if prefill_tolerance is None else prefill_tolerance

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nccl_launch.bench.result import BenchReport, Method, RunFigure, Verdict, WrittenBaseline
+from nccl_launch.bench.result import (
+    BaselineVerdict,
+    BenchReport,
+    Method,
+    RunFigure,
+    WrittenBaseline,
+)
 from nccl_launch.bench.stats import CONFIDENCE, interval_text
 from nccl_launch.escaping import escaped
 from nccl_launch.kinds import kind_named
@@ -47,7 +53,7 @@ def _interval(interval: list[float] | None, runs: int) -> str:
     return f"{INTERVAL} {interval_text(interval)} tok/s"
 
 
-def _verdict_line(verdict: Verdict) -> str:
+def _verdict_line(verdict: BaselineVerdict) -> str:
     rule = (
         f"baseline {verdict.decode_tok_s:.1f} tok/s less {verdict.tolerance * 100:g}% = "
         f"{verdict.floor:.1f} tok/s"
@@ -62,7 +68,7 @@ def _verdict_line(verdict: Verdict) -> str:
     return f"{rule}: {'met' if verdict.met else 'missed'}"
 
 
-def _short_lines(report: BenchReport, verdict: Verdict) -> list[str]:
+def _short_lines(report: BenchReport, verdict: BaselineVerdict) -> list[str]:
     """`below the baseline: ...`, a line for each figure that fell short."""
     figures = {
         "decode_tok_s": ("mean", report.mean_tok_s, verdict.floor),

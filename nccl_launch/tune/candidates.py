@@ -17,6 +17,7 @@ import tomli_w
 
 from nccl_launch.env.env_files import profile_layers
 from nccl_launch.errors import UsageError
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.kinds import ServerKind, address, kind_of
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.profile.chain import ProfileChain
@@ -124,22 +125,27 @@ class Candidates:
         plan = build_plan(validate_resolved(label, data))
         return Candidate(values=dict(values), data=data, digest=plan.digest)
 
-    def lockdown(self) -> str | None:
-        """What a trial changes of the server's listening, said once, at the start: None unless
-        the base's server would serve anyone on its host without a key."""
+    def lockdown(self) -> Finding | None:
+        """What a trial changes of the server's listening, a warning said once, at the start:
+        None unless the base's server would serve anyone on its host without a key."""
         server = self.base.profile.server
         if self.exposed is None or server is None:
             return None
-        return (
-            f"{self.base.plan.label}'s server gives no "
-            f"{kind_of(server).credentials.api_key_flag} and its host "
+        flag = kind_of(server).credentials.api_key_flag
+        message = (
+            f"{self.base.plan.label}'s server gives no {flag} and its host "
             f"{self.exposed} is not a loopback address: each trial listens on {LOOPBACK} "
             f"alone, and is measured there; a version --write writes keeps host {self.exposed}"
         )
+        return Finding("trials-on-loopback", "", message, severity="warning")
 
-    def moved_note(self) -> str | None:
-        """Why the next version's digest differs from the base's by more than its values."""
-        return moved_line(self.moved, self.base.plan.label) if self.moved else None
+    def moved_note(self) -> Finding | None:
+        """Why the next version's digest differs from the base's by more than its values: a
+        warning."""
+        if not self.moved:
+            return None
+        moved = moved_line(self.moved, self.base.plan.label)
+        return Finding("moved-env-file", "", moved, severity="warning")
 
     def write(self, candidate: Candidate, folder: Path) -> Path:
         """The candidate's trial file in `folder` (written again, the same, if there): its env
@@ -158,32 +164,29 @@ class Candidates:
         return path
 
     def next_path(self) -> Path:
-        """Where the base's next version goes: beside it, `NAME-VERSION.toml`; UsageError
+        """Where the base's next version goes: beside it, `NAME-VERSION.toml`; refused
         when that version exists already, there or on the search path, when something else
         holds that file name, or when the base is shipped with nccl-launch."""
         profile = self.base.profile
         version = profile.version + 1
         folder = self.base.path.parent
         if os.path.realpath(folder) == str(shipped_dir()):
-            raise UsageError(
-                f"--write: {self.base.plan.label} is shipped with nccl-launch, and tune writes "
-                f"nothing into the installed package; copy it first (nccl-launch new NAME "
-                f"--from {profile.name}), then tune the copy"
-            )
+            said = f"{self.base.plan.label} is shipped with nccl-launch, and tune writes nothing "
+            said += "into the installed package"
+            fix = f"copy it first (nccl-launch new NAME --from {profile.name}), then tune the copy"
+            raise Refused(Finding("shipped-profile", "--write", said, fix))
         try:
             taken = find_profile(f"{profile.name}@{version}", near=folder)
         except UsageError:
             path = folder / f"{profile.name}-{version}.toml"
             if os.path.lexists(path):
-                raise UsageError(
-                    f"--write: {path} exists (not {profile.name}@{version}); tune writes the "
-                    "next version there and replaces nothing: move it aside"
-                ) from None
+                said = f"{path} exists (not {profile.name}@{version})"
+                fix = "tune writes the next version there and replaces nothing: move it aside"
+                raise Refused(Finding("version-taken", "--write", said, fix)) from None
             return path
-        raise UsageError(
-            f"--write: {profile.name}@{version} exists already ({taken}); tune writes the "
-            "next version of the profile it tunes, never over another"
-        )
+        said = f"{profile.name}@{version} exists already ({taken})"
+        fix = "tune writes the next version of the profile it tunes, never over another"
+        raise Refused(Finding("version-taken", "--write", said, fix))
 
     def write_next(
         self, winner: Candidate, baseline: dict[str, Any], provenance: dict[str, str]

@@ -19,7 +19,7 @@ from pathlib import Path, PurePath
 
 from pydantic import BaseModel, Field, model_validator
 
-from nccl_launch.files.paths import ReadFailed
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.jsonlines import STATE_FIX, append_line, open_store, parse_lines, state_home
 from nccl_launch.profile.plan import DIGEST
 from nccl_launch.tune.orphans import Owner, StartedServer, stop_leftover
@@ -66,14 +66,14 @@ def now() -> str:
 class Journal:
     """The journal open for appending, and what it held when opened: the lines of finished
     trials whose outcome is final for a tune of `settings` (TrialOutcome.final), in order, the
-    servers started and never finished, and a problem per line that is no trial."""
+    servers started and never finished, and a finding per line that is no trial."""
 
     path: Path
     fd: int
     settings: TrialSettings
     done: list[FinishedLine] = field(default_factory=list)
     started: dict[str, JournalLine] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
+    problems: list[Finding] = field(default_factory=list)
 
     def append(self, line: JournalLine) -> None:
         append_line(self.fd, line.model_dump_json() + "\n", f"{WHAT} {self.path}")
@@ -105,8 +105,8 @@ class Journal:
 
         return Owner(self.path, digest, values, started)
 
-    def stop_leftovers(self) -> list[str]:
-        """Stop every server a killed tune of this journal left running; what was stopped."""
+    def stop_leftovers(self) -> list[Finding]:
+        """Stop every server a killed tune of this journal left running; a warning of each."""
         grace = self.settings.stop_grace
         found = [
             stop_leftover(line.server, self.path, digest, grace)
@@ -116,7 +116,9 @@ class Journal:
         return [said for said in found if said is not None]
 
     def read_lines(self, text: str) -> None:
-        lines, self.problems = parse_lines(text, self.path, JournalLine, "trial")
+        lines, self.problems = parse_lines(
+            "bad-journal-line", text, self.path, JournalLine, "trial"
+        )
         for line in lines:
             self._keep(line)
 
@@ -151,7 +153,8 @@ def opened(folder: PurePath, settings: TrialSettings) -> Iterator[Journal]:
         try:
             data = os.pread(fd, LIMIT, 0)
         except OSError as error:
-            raise ReadFailed(f"{WHAT} {path}: cannot read: {error.strerror}") from None
+            said = f"{WHAT} {path}: cannot read: {error.strerror}"
+            raise Refused(Finding("unreadable-journal", "", said, cause="host")) from None
         journal = Journal(path, fd, settings)
         journal.read_lines(data.decode("utf-8", "replace"))
         yield journal

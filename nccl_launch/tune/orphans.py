@@ -17,6 +17,7 @@ import psutil
 from pydantic import BaseModel, Field
 
 from nccl_launch.errors import HostError
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.live.environ import getenv_view
 from nccl_launch.live.processes import snapshot_tree, stop_tree
 from nccl_launch.live.resolve import hold_pid
@@ -66,7 +67,8 @@ def adopting() -> Iterator[None]:
     _LIBC.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(before), 0, 0, 0)
     if _LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         error = ctypes.get_errno()
-        raise HostError(f"cannot become the subreaper of trial servers: {os.strerror(error)}")
+        said = f"cannot become the subreaper of trial servers: {os.strerror(error)}"
+        raise Refused(Finding("no-subreaper", "", said, cause="host"))
     try:
         yield
     finally:
@@ -92,10 +94,13 @@ def reap(pids: set[int]) -> None:
             os.waitpid(pid, os.WNOHANG)
 
 
-def stop_leftover(server: StartedServer, journal: Path, digest: str, grace: float) -> str | None:
+def stop_leftover(
+    server: StartedServer, journal: Path, digest: str, grace: float
+) -> Finding | None:
     """Stop the trial server an earlier tune of `journal` started for candidate `digest` and
     left running (it was killed): the process of that PID and start time whose environment
-    carries both marks, never a PID alone. What was stopped, or None when none runs."""
+    carries both marks, never a PID alone. A warning of what was stopped, or None when none
+    runs."""
     with contextlib.ExitStack() as stack:
         try:  # ended (meanwhile), another user's, or the PID names a process started since
             held = stack.enter_context(hold_pid(server.pid, server.create_time))
@@ -107,7 +112,7 @@ def stop_leftover(server: StartedServer, journal: Path, digest: str, grace: floa
             return None
         tune = env.get(MARKER_TUNE, "").partition(" ")[0] or "?"
         stopped = stop_tree(held, tree, grace)
-    return (
-        f"stopped a trial server a killed tune of this journal left running: pid {server.pid}, "
-        f"candidate {short_digest(digest)}, started by tune pid {tune} ({stopped} processes)"
-    )
+    message = "stopped a trial server a killed tune of this journal left running: pid "
+    message += f"{server.pid}, candidate {short_digest(digest)}, started by tune pid {tune} "
+    message += f"({stopped} processes)"
+    return Finding("stopped-leftover", "", message, severity="warning", cause="host")

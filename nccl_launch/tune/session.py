@@ -21,6 +21,7 @@ from nccl_launch.bench.stats import (
     prefill_starts,
 )
 from nccl_launch.errors import UsageError
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.nccl.catalog import PREFIX
 from nccl_launch.profile.chain import read_chain
 from nccl_launch.profile.load import LoadedProfile
@@ -43,7 +44,7 @@ class TuneProgress(Progress, Protocol):
 
     def ended(self, row: TrialRow) -> None: ...
 
-    def warn(self, problem: str) -> None: ...
+    def warn(self, problem: Finding) -> None: ...
 
     def planned(self, plan: Plan) -> None: ...
 
@@ -123,10 +124,10 @@ class _Trials:
         if names - self.unread:
             self.unread |= names
             said = ", ".join(f"{PREFIX}{name}" for name in sorted(self.unread))
-            self.progress.warn(
-                f"{said}: not read by the server, whose NCCL communicators have one rank each "
-                "(NCCL reads them only for two or more ranks); kept as the profile declares them"
-            )
+            why = "not read by the server, whose NCCL communicators have one rank each (NCCL "
+            why += "reads them only for two or more ranks)"
+            kept = "kept as the profile declares them"
+            self.progress.warn(Finding("unread-by-server", said, why, kept, "warning"))
 
     def measure(self, values: Values) -> Start | None:
         values = self._as_run(values)
@@ -205,22 +206,20 @@ def _candidates(
 
 
 def open_base(ref: str) -> Candidates:
-    """The candidates of profile `ref`; UsageError unless tune can start its server here,
+    """The candidates of profile `ref`; refused unless tune can start its server here,
     alone."""
     candidates = Candidates(read_chain(find_profile(ref)))
     label = candidates.base.plan.label
     server = candidates.base.profile.server
     if server is None:
-        raise UsageError(
-            f"{label} has no [server] table: tune starts the server it measures, so the "
-            "profile must say how"
-        )
+        said = f"{label} has no [server] table: tune starts the server it measures, so the "
+        said += "profile must say how"
+        raise Refused(Finding("no-server-table", "", said))
     if server.nnodes > 1:
-        raise UsageError(
-            f"{label} is a multi-node profile (nnodes = {server.nnodes}): tune starts one "
-            "server on this host and cannot start the other nodes; tune a single-node "
-            "profile of the same GPUs, then carry the values over"
-        )
+        said = f"{label} is a multi-node profile (nnodes = {server.nnodes}): tune starts one "
+        said += "server on this host and cannot start the other nodes"
+        fix = "tune a single-node profile of the same GPUs, then carry the values over"
+        raise Refused(Finding("multi-node-profile", "", said, fix))
     return candidates
 
 
@@ -351,11 +350,8 @@ def _baseline(report: TuneReport, base: LoadedProfile) -> Baseline | None:
     """The winner's [baseline]: the confirmation's figure of it, its starts and interval
     (rounded outward), the method it was measured with, the profile's tolerance kept."""
     confirmation = report.confirmation
-    row = (
-        next((row for row in confirmation.candidates if row.digest == report.winner), None)
-        if confirmation
-        else None
-    )
+    candidates = confirmation.candidates if confirmation else []
+    row = next((row for row in candidates if row.digest == report.winner), None)
     if confirmation is None or row is None or row.estimate is None:
         return None
     estimate = row.estimate

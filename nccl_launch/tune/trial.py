@@ -27,9 +27,9 @@ from nccl_launch.bench.gpus import compute_pids
 from nccl_launch.bench.measure import Progress, measure_decode
 from nccl_launch.bench.result import Method
 from nccl_launch.env.drift import DriftEntry
-from nccl_launch.errors import HostError, NcclLaunchError, UsageError
+from nccl_launch.errors import HostError, NcclLaunchError
 from nccl_launch.escaping import escaped
-from nccl_launch.findings import Finding
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.launch.host import port_check
 from nccl_launch.launch.prepare import LaunchPlan, prepare_launch, with_nccl_debug
 from nccl_launch.live.compare import LiveReport
@@ -125,9 +125,10 @@ def run_trial(
     ref: str, settings: TrialSettings, log: Path, progress: Progress, owner: Owner
 ) -> TrialOutcome:
     """Start the candidate profile `ref` (a file) through `run`'s launch path, marked as
-    `owner`'s, measure it and stop it. HostError when its port is taken before the start, not
-    free (nor its GPU memory) after the stop, or it failed on a full disk; KeyboardInterrupt
-    stops the server first, then goes on."""
+    `owner`'s, measure it and stop it. Refused with what keeps `run` from starting it (its
+    port taken included), and as this host's problem when its port (or GPU memory) is not free
+    after the stop, or it failed on a full disk; KeyboardInterrupt stops the server first,
+    then goes on."""
     start = time.monotonic()
     # tune sets NCCL's logging itself (below, or the profile does): the caller's is replaced
     # as run --nccl-debug replaces it, so its lines come where the trial reads them.
@@ -137,7 +138,8 @@ def run_trial(
         launch = dataclasses.replace(launch, merged=with_nccl_debug(launch.merged, launch.plan))
     server = launch.loaded.profile.server
     if server is None:
-        raise UsageError(f"profile {launch.plan.label} has no [server] table for tune to start")
+        said = f"profile {launch.plan.label} has no [server] table for tune to start"
+        raise Refused(Finding("no-server-table", "", said))
     refusal = launch.refusal()
     if refusal is not None:
         detail = f"the calling environment drifts from the candidate: {_entries(refusal.drifted)}"
@@ -147,7 +149,7 @@ def run_trial(
     held = port_check(server, launch.secrets.values, launch.plan.digest)
     problems += [held] if isinstance(held, Finding) else []
     if problems:
-        raise HostError(f"cannot start a trial: {'; '.join(each.text() for each in problems)}")
+        raise Refused(problems)
     with _log_file(log) as fd, adopting(), _started(launch, fd, owner) as child:
         try:
             outcome = _trial(launch, server, child, settings, progress)
@@ -160,10 +162,9 @@ def run_trial(
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
             more |= {"exit_code": code, "detail": f"the server {how}"}
         if outcome.status in ("exited", "not-ready", "failed") and _full(fd):
-            raise HostError(
-                f"the trial's server failed, and the file system of its log {log} is full; "
-                "the trial is not recorded: free some space, and the same command tries it again"
-            )
+            said = f"the trial's server failed, and the file system of its log {log} is full"
+            fix = "the trial is not recorded: free some space, and the same command tries it again"
+            raise Refused(Finding("log-disk-full", "", said, fix, cause="host"))
         searched = {f"{PREFIX}{name}" for name, value in owner.values.items() if value}
         more |= _proof(launch, fd, log, searched if outcome.status == "measured" else set())
         if more.get("status", outcome.status) not in ("measured", "drift"):
@@ -241,19 +242,24 @@ def _log_file(path: Path) -> Iterator[int]:
     try:
         fd = os.open(path, flags, 0o600)
     except OSError as error:
-        raise HostError(f"cannot write the trial's log {path}: {error.strerror}") from None
+        raise _log_refused(f"cannot write the trial's log {path}: {error.strerror}") from None
     try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode) or status.st_nlink != 1:
-            raise HostError(f"the trial's log {path} is not a regular file with one name")
+            raise _log_refused(f"the trial's log {path} is not a regular file with one name")
         if status.st_uid != os.geteuid():
-            raise HostError(f"the trial's log {path} belongs to uid {status.st_uid}, not this user")
+            said = f"the trial's log {path} belongs to uid {status.st_uid}, not this user"
+            raise _log_refused(said)
         os.ftruncate(fd, 0)
         os.fchmod(fd, 0o600)
         os.set_blocking(fd, True)
         yield fd
     finally:
         os.close(fd)
+
+
+def _log_refused(message: str) -> Refused:
+    return Refused(Finding("trial-log", "", message, cause="host"))
 
 
 @dataclass
@@ -284,7 +290,8 @@ def _started(launch: LaunchPlan, log: int, owner: Owner) -> Iterator[_Child]:
         )  # fmt: skip
     except OSError as error:
         where = f" in {launch.cwd}" if launch.cwd else ""
-        raise HostError(f"cannot execute {argv[0]}{where}: {error.strerror}") from None
+        said = f"cannot execute {argv[0]}{where}: {error.strerror}"
+        raise Refused(Finding("trial-exec", "", said, cause="host")) from None
     pidfd = -1
     try:
         # Not yet reaped, so its PID names it alone, exited or not.
@@ -338,7 +345,9 @@ def _trial(
     except NcclLaunchError as error:
         if not child.held.running():
             return TrialOutcome(status="exited", seconds=0)
-        return TrialOutcome(status="failed", detail=escaped(str(error)), seconds=0)
+        found = error.findings if isinstance(error, Refused) else []
+        said = "; ".join(finding.text() for finding in found) or str(error)
+        return TrialOutcome(status="failed", detail=escaped(said), seconds=0)
     if report.status == "interrupted":
         raise KeyboardInterrupt
     if report.drift is not None:
@@ -377,7 +386,9 @@ def _wait_released(server: Server, pids: set[int], secrets: Collection[str]) -> 
             return
         if time.monotonic() >= deadline:
             why = port.text() if isinstance(port, Finding) else f"pids {ours} still hold GPU memory"
-            raise HostError(f"after the trial's server stopped: {why}; the next trial cannot start")
+            said = f"after the trial's server stopped: {why}"
+            fix = "the next trial cannot start"
+            raise Refused(Finding("not-released", "", said, fix, cause="host"))
         time.sleep(POLL)
 
 
