@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from nccl_launch.env.env_files import VALUE_FILE
 from nccl_launch.env.merge import EnvLayer
 from nccl_launch.escaping import escaped
 from nccl_launch.kinds import kind_of
@@ -179,9 +178,7 @@ def _from_files(layers: Sequence[EnvLayer]) -> str:
         if not layer.exported:
             arguments += layer.values
             continue
-        counts["secret files" if layer.source.startswith(VALUE_FILE) else "env files"].update(
-            layer.values
-        )
+        counts["secret files" if layer.secret else "env files"].update(layer.values)
     verb = "only fills" if len(arguments) == 1 else "only fill"
     parts = [
         ", ".join(f"{len(names)} from its {what}" for what, names in counts.items() if names),
