@@ -22,6 +22,7 @@ from nccl_launch.errors import (
     UsageError,
 )
 from nccl_launch.files.paths import is_regular
+from nccl_launch.findings import Finding
 from nccl_launch.live.compare import LiveReport, evaluate
 from nccl_launch.live.nccl_logs import SOURCE, NcclLogs
 from nccl_launch.live.processes import ProcessSnapshot, snapshot_tree, stop_tree
@@ -225,7 +226,7 @@ def watch(
     grace: float,
     emit: Callable[[LiveReport], None],
     say: Callable[[str], None],
-    warn: Callable[[str], None],
+    warn: Callable[[Finding], None],
     pin: str | None = None,
 ) -> int:
     """Check every `interval` seconds, new processes included, until a signal or a stop.
@@ -251,7 +252,8 @@ def watch(
                 return EXIT_HOST
             good, now = _reread(snapshots[0], ref, good, pin)
             if now is not None and now != problem:
-                warn(f"profile invalid, still checking against {good.profile.label}: {now}")
+                kept = f"profile invalid, still checking against {good.profile.label}: {now}"
+                warn(Finding("profile-invalid-kept", "", kept, severity="warning"))
             problem = now
             if on_drift == "stop":
                 _stoppable(snapshots[0], good)
