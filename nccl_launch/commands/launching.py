@@ -10,7 +10,7 @@ import click
 
 from nccl_launch.commands.echo import echo_lines, warn
 from nccl_launch.commands.options import format_option, launch_options, seconds_option
-from nccl_launch.errors import EXIT_OK, HostError
+from nccl_launch.errors import EXIT_OK
 from nccl_launch.escaping import escaped, shell_word
 from nccl_launch.launch.check_names import skippable
 from nccl_launch.secrets.masking import masked_json
@@ -158,7 +158,7 @@ def run(dry_run: bool, **options: Any) -> int:
     appended to the server's argv; without one, they are the command to run: nccl-launch
     run PROFILE -- COMMAND...
     """
-    from nccl_launch.findings import refuse
+    from nccl_launch.findings import Refused, refuse
     from nccl_launch.launch.execute import exec_command  # not on a TAB's path (options.py)
     from nccl_launch.render.drift import drift_lines, dry_run_lines, refusal_lines
 
@@ -184,7 +184,7 @@ def run(dry_run: bool, **options: Any) -> int:
             warn(problem)
         try:
             exec_command(argv, env, launch.cwd)
-        except HostError:
+        except Refused:
             if launch.nccl_logs is not None and problem is None:  # nothing will write there
                 from nccl_launch.live.nccl_logs import remove_run_folder
 

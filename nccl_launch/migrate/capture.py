@@ -12,6 +12,7 @@ import psutil
 from nccl_launch.env.env_files import env_file_lines
 from nccl_launch.errors import HostError, NcclLaunchError
 from nccl_launch.escaping import escaped, not_utf8
+from nccl_launch.findings import Refused
 from nccl_launch.kinds import KINDS
 from nccl_launch.live.environ import OVERWRITTEN, getenv_view
 from nccl_launch.live.resolve import hold
@@ -125,12 +126,12 @@ def read_process(pid: int) -> StartCommand:
                 argv, cwd, deleted = process.cmdline(), process.cwd(), _cwd_deleted(pid)
             environ = getenv_view(pid)
         except psutil.NoSuchProcess:
-            raise HostError(server.gone()) from None
+            raise Refused(server.gone()) from None
         except psutil.AccessDenied:
-            raise HostError(server.denied()) from None
+            raise Refused(server.denied()) from None
         # Still running after the reads: the PID was never free, so they were of this process.
         if not server.running():
-            raise HostError(server.gone())
+            raise Refused(server.gone())
     if environ is None:
         raise HostError(f"process {pid}: {OVERWRITTEN}")
     filled = _filled(pid, environ, argv)

@@ -17,6 +17,7 @@ import psutil
 from pydantic import BaseModel, Field
 
 from nccl_launch.errors import HostError
+from nccl_launch.findings import Refused
 from nccl_launch.live.environ import getenv_view
 from nccl_launch.live.processes import snapshot_tree, stop_tree
 from nccl_launch.live.resolve import hold_pid
@@ -101,7 +102,7 @@ def stop_leftover(server: StartedServer, journal: Path, digest: str, grace: floa
             held = stack.enter_context(hold_pid(server.pid, server.create_time))
             env = getenv_view(server.pid) or {}
             tree = snapshot_tree(held)
-        except (HostError, psutil.Error):
+        except (Refused, psutil.Error):
             return None
         if env.get(MARKER_TUNE_JOURNAL) != str(journal) or env.get(MARKER_TUNE_DIGEST) != digest:
             return None

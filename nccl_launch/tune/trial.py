@@ -29,7 +29,7 @@ from nccl_launch.bench.result import Method
 from nccl_launch.env.drift import DriftEntry
 from nccl_launch.errors import HostError, NcclLaunchError, UsageError
 from nccl_launch.escaping import escaped
-from nccl_launch.findings import Finding
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.launch.host import port_check
 from nccl_launch.launch.prepare import LaunchPlan, prepare_launch, with_nccl_debug
 from nccl_launch.live.compare import LiveReport
@@ -267,7 +267,7 @@ class _Child:
 
     def look(self) -> None:
         """Read the tree again while the main process runs."""
-        with contextlib.suppress(HostError):  # it has exited: the last look stays
+        with contextlib.suppress(Refused):  # it has exited: the last look stays
             self.tree = snapshot_tree(self.held)
 
 
@@ -338,7 +338,10 @@ def _trial(
     except NcclLaunchError as error:
         if not child.held.running():
             return TrialOutcome(status="exited", seconds=0)
-        return TrialOutcome(status="failed", detail=escaped(str(error)), seconds=0)
+        said = str(error)
+        if isinstance(error, Refused):  # a server that ended while it was measured
+            said = "; ".join(each.text() for each in error.findings)
+        return TrialOutcome(status="failed", detail=escaped(said), seconds=0)
     if report.status == "interrupted":
         raise KeyboardInterrupt
     if report.drift is not None:
