@@ -49,8 +49,9 @@ def details(entry: DriftEntry) -> list[str]:
     return [text for text in (entry.source, *reasons[entry.reason]) if text]
 
 
-def drift_lines(entries: Sequence[DriftEntry]) -> list[str]:
-    """One aligned line per entry: mark, key, values, then where the value came from and why."""
+def drift_lines(entries: Sequence[DriftEntry], indent: str = "  ") -> list[str]:
+    """One aligned line per entry: mark, key, values, then where the value came from and why;
+    each starts with `indent` (none for a finding's details, which the writer indents)."""
     if not entries:
         return []
     keys = {entry.key: escaped(entry.key) for entry in entries}  # an inherited name is any text
@@ -61,7 +62,7 @@ def drift_lines(entries: Sequence[DriftEntry]) -> list[str]:
         said = details(entry)
         suffix = f"  ({'; '.join(said)})" if said else ""
         key, value = keys[entry.key].ljust(key_width), _entry_value(entry).ljust(value_width)
-        lines.append(f"  {_MARKS[entry.kind]} {key}  {value}{suffix}".rstrip())
+        lines.append(f"{indent}{_MARKS[entry.kind]} {key}  {value}{suffix}".rstrip())
     return lines
 
 
