@@ -3,6 +3,7 @@ those a profile names (`env_files`), which declare their variables as the profil
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 from collections.abc import Mapping, Sequence
@@ -138,7 +139,15 @@ def profile_env_file_read(
     host for every problem, naming the profile, the key and the file. `trusted` as for
     `env_file_read`."""
     assignments, problems = env_file_read(path, trusted)
-    found = [_host_file(loaded, "env_files", problem.text()) for problem in problems]
+    found = [
+        dataclasses.replace(
+            problem,
+            where=f"env_files: {problem.where}" if problem.where else "env_files",
+            cause="host",
+            file=str(loaded.path),
+        )
+        for problem in problems
+    ]
     for key, value in {each.key: each.value for each in assignments}.items():
         try:
             env_value(key, value)
