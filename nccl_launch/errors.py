@@ -57,9 +57,3 @@ class ProfileError(NcclLaunchError):
 
 class HostError(NcclLaunchError):
     exit_code = EXIT_HOST
-
-
-class PinError(NcclLaunchError):
-    """A profile whose digest is not the one pinned (`--digest`): the file changed since."""
-
-    exit_code = EXIT_DRIFT

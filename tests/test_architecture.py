@@ -291,3 +291,18 @@ def test_no_test_module_imports_another(path: Path) -> None:
         elif isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
     assert {name for name in found if name.startswith("tests.test_")} == set()
+
+
+def test_one_vocabulary_per_literal_name() -> None:
+    """A status vocabulary has one meaning: no two modules define a `Literal` of one name
+    (a `Verdict` of a process and another of a key)."""
+    defined: dict[str, list[str]] = {}
+    for name, path in MODULES.items():
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, ast.Assign) or not isinstance(node.value, ast.Subscript):
+                continue
+            if ast.unparse(node.value.value) == "Literal":
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        defined.setdefault(target.id, []).append(name)
+    assert {alias: where for alias, where in defined.items() if len(where) > 1} == {}

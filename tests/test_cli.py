@@ -75,6 +75,7 @@ def test_internal_error_exits_4_with_a_short_message(
 def test_json_outputs_keep_their_keys() -> None:
     """The versioned JSON contracts: changing a key must change this test (and the version)."""
     from nccl_launch.env.drift import DriftEntry, DriftReport
+    from nccl_launch.findings import Finding
     from nccl_launch.launch.preflight_report import Check, PreflightReport
     from nccl_launch.live.compare import LiveReport, ProcessReport
     from nccl_launch.live.nccl_logs import NcclLog
@@ -89,7 +90,6 @@ def test_json_outputs_keep_their_keys() -> None:
         NcclLog: ["file", "state", "reason", "confirmed", "not_read", "read_bytes",
                   "size_bytes"],
         PreflightReport: ["schema_version", "profile", "digest", "argv", "checks"],
-        Check: ["name", "status", "message", "detail", "drift"],
         LogReport: ["schema_version", "profile", "digest", "source", "processes", "keys",
                     "undeclared", "reasons", "communicators", "warnings", "files"],
         KeyReport: ["key", "expected", "verdict", "detail"],
@@ -98,13 +98,18 @@ def test_json_outputs_keep_their_keys() -> None:
         ReportedFinding: ["code", "severity", "file", "location", "message", "fix"],
         DriftReport: ["profile", "digest", "entries", "matched"],
         DriftEntry: ["key", "kind", "expected", "actual", "source", "note", "reason",
-                     "tolerated"],
+                     "declared_by", "tolerated"],
     }  # fmt: skip
     for model, keys in contracts.items():
         shown = [name for name, field in model.model_fields.items() if not field.exclude]
         assert [*shown, *model.model_computed_fields] == keys, model.__name__
     entry = DriftEntry(key="NCCL_PROTO", kind="changed", expected="LL", actual="Simple")
     assert list(entry.model_dump(mode="json")) == contracts[DriftEntry]
+    # A check is a pass or a finding, written as one documented shape.
+    found = Finding("port", "", "in use", cause="host", details=("pid 1",))
+    documented = ["name", "status", "message", "detail", "drift"]
+    for check in (Check(name="port", passed="free"), Check(name="port", finding=found)):
+        assert list(check.model_dump(mode="json")) == documented
     # Then one key per server kind: what its own parser made of the argv.
     report = PreflightReport(profile="p@1", digest="sha256:0", argv=[], checks=[])
     assert list(report.model_dump(mode="json")) == [*contracts[PreflightReport], "sglang", "vllm"]

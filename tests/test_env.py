@@ -119,8 +119,8 @@ def test_launcher_variables_are_never_drift() -> None:
 
 def test_env_files_apply_over_the_calling_env_and_are_named_as_source() -> None:
     layers = [
-        EnvLayer("env file a.env", {"HF_HOME": "/cache", "NCCL_PROTO": "Simple"}),
-        EnvLayer("env file b.env", {"HF_HOME": "/fast-cache"}),
+        EnvLayer("a.env", {"HF_HOME": "/cache", "NCCL_PROTO": "Simple"}),
+        EnvLayer("b.env", {"HF_HOME": "/fast-cache"}),
     ]
     result = merge({"HF_HOME": "/home/cache"}, layers)
     assert result.env["HF_HOME"] == "/fast-cache"
@@ -243,4 +243,33 @@ def test_a_fix_line_never_says_to_write_a_secret_into_the_profile() -> None:
         "fix ~ (changed): put the value the server should get in an env file the profile names "
         "(env_files), never the profile itself",
         "fix ~ (changed): put the value the server should get in the profile",
+    ]
+
+
+def test_where_a_value_is_declared_and_set_are_fields_the_fixes_read() -> None:
+    """A key an env file of the profile declares names that file in `declared_by` (JSON too),
+    and the file that sets the value found, in `set_in`, is where the fix removes it."""
+    declared = [EnvLayer("/srv/chat.env", {"HF_TOKEN": "new"})]
+    resolved = profile()
+    result = merge_environment(
+        inherited_environment({}, [EnvLayer("old.env", {"HF_TOKEN": "old"})]),
+        build_plan(resolved),
+        resolved.policy,
+        {},
+        profile_file=FILE,
+        env_files=declared,
+    )
+    [entry] = result.report.entries
+    assert (entry.declared_by, entry.set_in, entry.note) == (
+        "env file /srv/chat.env",
+        "env file old.env",
+        None,
+    )
+    shown = entry.model_dump(mode="json")
+    assert shown["declared_by"] == "env file /srv/chat.env" and "set_in" not in shown
+    assert "declared by env file /srv/chat.env" in drift_lines([entry])[0]
+    assert fix_lines([entry]) == [
+        "fix ~ (changed): put the value the server should get in env file /srv/chat.env, "
+        "remove it from env file old.env, or start with the profile's value anyway: "
+        '[policy] conflict = "warn"'
     ]

@@ -916,7 +916,7 @@ def watch(profile, script, digest):
     return {"pid": old.pid, "code": watcher.returncode, "out": out, "alive": alive}
 
 def held():
-    from nccl_launch.errors import HostError
+    from nccl_launch.findings import Refused
     from nccl_launch.live.processes import snapshot_tree, stop_tree
     from nccl_launch.live.resolve import hold
     from nccl_launch.live.target import Target
@@ -928,8 +928,8 @@ def held():
         try:
             snapshot_tree(server_held)
             error = None
-        except HostError as raised:
-            error = str(raised)
+        except Refused as raised:
+            error = raised.findings[0].message
         ended = stop_tree(server_held, snapshots, 1)
     return {"pid": old.pid, "error": error, "ended": ended, "alive": newcomer.poll() is None}
 

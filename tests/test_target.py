@@ -429,3 +429,25 @@ def test_check_of_another_users_process_by_its_markers_reads_no_file_that_user_m
         shutil.rmtree(folder)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "HF_TOKEN" not in result.stdout + result.stderr
+
+
+def test_a_target_problem_is_a_finding_with_a_code_and_whose_problem_it_is() -> None:
+    """The resolver refuses with findings: a target that names no process is this host's
+    (exit 3), a URL that is no server's the command line's (exit 2)."""
+    from nccl_launch.findings import Refused
+    from nccl_launch.live.resolve import hold_pid, main_pid
+    from nccl_launch.live.target import Target
+    from nccl_launch.live.url import url_address
+
+    with pytest.raises(Refused) as gone:
+        hold_pid(int(MISSING)).__enter__()
+    [found] = gone.value.findings
+    assert (found.code, found.cause, gone.value.exit_code) == ("no-process", "host", 3)
+    with pytest.raises(Refused) as both:
+        main_pid(Target(pid=1, port=80))
+    assert [each.code for each in both.value.findings] == ["target-count"]
+    with pytest.raises(Refused) as url:
+        url_address("http://user:secret@127.0.0.1:30000")
+    [found] = url.value.findings
+    where = "--url http://***@127.0.0.1:30000"
+    assert (found.code, found.where, url.value.exit_code) == ("url-user-info", where, 2)

@@ -54,7 +54,7 @@ def systemd(
         profile, user, output, force, pin=not no_pin, args=command, nccl_debug=not no_nccl_debug
     )
     for note in notes:
-        warn(note.text())
+        warn(note)
     if output is None:
         click.echo(text, nl=False)
     else:

@@ -15,7 +15,7 @@ from nccl_launch.commands.options import (
     launch_options,
     seconds_option,
 )
-from nccl_launch.errors import EXIT_OK, HostError
+from nccl_launch.errors import EXIT_OK
 from nccl_launch.launch.check_names import skippable
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ def run(dry_run: bool, **options: Any) -> int:
     appended to the server's argv; without one, they are the command to run: nccl-launch
     run PROFILE -- COMMAND...
     """
-    from nccl_launch.findings import refuse
+    from nccl_launch.findings import Finding, Refused, refuse
     from nccl_launch.launch.execute import exec_command  # not on a TAB's path (options.py)
     from nccl_launch.render.drift import drift_lines, dry_run_lines, refusal_lines
 
@@ -93,8 +93,9 @@ def run(dry_run: bool, **options: Any) -> int:
     for note in launch.warnings():
         warn(note)
     if tolerated := launch.tolerated():
-        warn(f"environment differs from {launch.plan.label}, tolerated by [policy]:")
-        echo_lines(drift_lines(tolerated), err=True)
+        differs = f"environment differs from {launch.plan.label}, tolerated by [policy]:"
+        shown = tuple(drift_lines(tolerated, indent=""))
+        warn(Finding("tolerated-drift", "", differs, severity="warning", details=shown))
     if not dry_run:
         refuse(launch.start_findings())  # as preflight says it, before the run's log folder
         env, problem = launch.merged.env, None
@@ -106,7 +107,7 @@ def run(dry_run: bool, **options: Any) -> int:
             warn(problem)
         try:
             exec_command(argv, env, launch.cwd)
-        except HostError:
+        except Refused:
             if launch.nccl_logs is not None and problem is None:  # nothing will write there
                 from nccl_launch.live.nccl_logs import remove_run_folder
 

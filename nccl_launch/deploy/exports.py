@@ -10,7 +10,7 @@ import re
 import shlex
 from collections.abc import Callable, Mapping
 
-from nccl_launch.errors import UsageError
+from nccl_launch.findings import Finding, Refused
 
 Env = Mapping[str, str]
 
@@ -32,9 +32,8 @@ def _refuse(env: Env, bad: re.Pattern[str], fmt: str, instead: str) -> None:
         found = bad.search(value)
         if found is not None:
             what = "a NUL byte" if found[0] == "\x00" else f"the control character {found[0]!r}"
-            raise UsageError(
-                f"{key}: the value holds {what}, which --format {fmt} cannot hold; {instead}"
-            )
+            unheld = f"the value holds {what}, which --format {fmt} cannot hold"
+            raise Refused(Finding("unexportable", key, unheld, instead))
 
 
 def _refuse_nul(env: Env, fmt: str) -> None:
@@ -66,10 +65,9 @@ def dotenv(env: Env, expanded: bool = True) -> str:
     _refuse(env, _DOTENV_UNESCAPED, "dotenv", "use --format shell, systemd-env, k8s or json")
     for key, value in env.items():
         if expanded and "${" in value:
-            raise UsageError(
-                f"{key}: {value!r} holds '${{', which dotenv readers expand; "
-                "use --format shell or json"
-            )
+            expanded_by = f"{value!r} holds '${{', which dotenv readers expand"
+            fix = "use --format shell or json"
+            raise Refused(Finding("expanded-reference", key, expanded_by, fix))
     return "".join(f"{key}={_dotenv_quoted(value)}\n" for key, value in env.items())
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 from nccl_launch.deploy.unit_input import description, profile_path, unit_findings, unit_path
 from nccl_launch.digits import is_ascii_digits
-from nccl_launch.env.drift import ENV_FILE
 from nccl_launch.env.env_files import (
     Assignment,
     filled_args,
@@ -258,7 +257,7 @@ def write_unit(
     found += environment_file_findings(loaded, user)
     if assignments is not None:
         layers = [
-            EnvLayer(f"{ENV_FILE}{path}", {each.key: each.value}) for path, each in assignments
+            EnvLayer(str(path), {each.key: each.value}) for path, each in assignments
         ] + secret_layers(loaded, trusted=False)
         unit_env = dict.fromkeys(loaded.profile.policy.environment_references, "-")
         filled, unfilled = filled_args(loaded, layers, unit_env)

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, computed_field, field_serializer
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_serializer
 
 from nccl_launch.errors import EXIT_DRIFT, EXIT_OK
 from nccl_launch.nccl import catalog, others, rules
@@ -28,15 +28,12 @@ Reason = Literal["drift", "server-owned", "policy", "stripped", "nccl-debug", "n
 Stage = Literal["start", "nccl.conf", "live"]
 
 
-# The note of an entry whose expected value an env file of the profile holds: "declared by
-# env file PATH".
-DECLARED_BY = "declared by "
-ENV_FILE = "env file "  # the source of a value from an env file: "env file PATH"
-
-
 class DriftEntry(BaseModel):
-    """One variable that differs: `expected` is the profile's value, `actual` the one found.
-    JSON masks secret-looking values and passwords in URLs, as the text does."""
+    """One variable that differs: `expected` is the profile's value, `actual` the one found,
+    `source` where that came from; `declared_by`, the env file of the profile that declares
+    the key (`env file PATH`); `set_in`, the file that sets the value found (an `--env-file`,
+    an nccl.conf), None where the calling environment does. JSON masks secret-looking values
+    and passwords in URLs, as the text does."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -47,6 +44,8 @@ class DriftEntry(BaseModel):
     source: str | None = None
     note: str | None = None
     reason: Reason = "drift"
+    declared_by: str | None = None
+    set_in: str | None = Field(default=None, exclude=True)  # JSON's `source` says it
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -68,7 +67,7 @@ class DriftEntry(BaseModel):
     def held(self) -> bool:
         """Whether an env file of the profile declares the key: both values are then masked
         (`mask_value`), as the one found may be its key of before."""
-        return (self.note or "").startswith(DECLARED_BY)
+        return self.declared_by is not None
 
     def shown(self, value: str | None) -> str | None:
         """`expected` or `actual` as people see it (`mask_value`)."""
@@ -177,25 +176,27 @@ def diff_env(
     *,
     nccl_debug: bool = False,
     declared_by: Mapping[str, str] | None = None,
+    set_in: Mapping[str, str] | None = None,
 ) -> tuple[list[DriftEntry], list[str]]:
     """Entries for declared keys that differ (or, live, are absent) and for undeclared NCCL
     keys, each classified; and the declared keys that match. `declared_by` names the env
-    file of an expected key the profile holds in one, which the entry's note says."""
+    file of an expected key the profile holds in one, `set_in` the file that sets an actual
+    value (an `--env-file`, an nccl.conf)."""
     entries, matched = [], []
-    files = declared_by or {}
+    files, setting = declared_by or {}, set_in or {}
 
     def entry(key: str, kind: DriftKind, note: str | None) -> DriftEntry:
         reason = classify(key, kind, policy, stage, nccl_debug=nccl_debug, value=actual.get(key))
-        if key in files:  # never an NCCL key, so never a note of NCCL's reading
-            note = f"{DECLARED_BY}{files[key]}"
         return DriftEntry(
             key=key,
             kind=kind,
             expected=expected.get(key),
             actual=actual.get(key),
             source=sources.get(key),
-            note=note,
+            note=None if key in files else note,  # never an NCCL key, so NCCL reads nothing
             reason=reason,
+            declared_by=files.get(key),
+            set_in=setting.get(key),
         )
 
     for key, value in expected.items():

@@ -3,13 +3,13 @@ those a profile names (`env_files`), which declare their variables as the profil
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from nccl_launch.env.drift import ENV_FILE
 from nccl_launch.env.merge import CALLING_ENV, EnvLayer
 from nccl_launch.errors import UsageError
 from nccl_launch.files.reading import read_text
@@ -22,7 +22,6 @@ from nccl_launch.serving.flags import empty_credentials
 
 # A file of `secret_files` holds one key or token; a larger one is not such a file.
 SECRET_LIMIT = 1 << 16
-VALUE_FILE = "secret file "  # the source of a value from a file of `secret_files`
 # An env file holds secrets, and a line that is not an assignment may be one pasted alone,
 # or a key holding its value: a problem names the line by its number, never by its text.
 _UNSHOWN = "(not shown: an env file holds secrets)"
@@ -68,7 +67,7 @@ def read_env_files(paths: Sequence[Path]) -> tuple[list[EnvLayer], list[Finding]
     layers, found = [], []
     for path in paths:
         assignments, problems = env_file_read(path)
-        layers.append(EnvLayer(f"{ENV_FILE}{path}", {each.key: each.value for each in assignments}))
+        layers.append(EnvLayer(str(path), {each.key: each.value for each in assignments}))
         found += problems
     return layers, found
 
@@ -140,7 +139,15 @@ def profile_env_file_read(
     host for every problem, naming the profile, the key and the file. `trusted` as for
     `env_file_read`."""
     assignments, problems = env_file_read(path, trusted)
-    found = [_host_file(loaded, "env_files", problem.text()) for problem in problems]
+    found = [
+        dataclasses.replace(
+            problem,
+            where=f"env_files: {problem.where}" if problem.where else "env_files",
+            cause="host",
+            file=str(loaded.path),
+        )
+        for problem in problems
+    ]
     for key, value in {each.key: each.value for each in assignments}.items():
         try:
             env_value(key, value)
@@ -164,7 +171,7 @@ def _secret_layer(
         why = "holds a NUL byte" if "\x00" in value else "the profile declares it too"
         return _host_file(loaded, "secret_files", f"{name}: {path}: {why}")
     values = {name: value.rstrip("\n")}
-    return EnvLayer(f"{VALUE_FILE}{path}", values, exported=exported_secret(loaded, name))
+    return EnvLayer(str(path), values, exported_secret(loaded, name), secret=True)
 
 
 def exported_secret(loaded: LoadedProfile, name: str) -> bool:
@@ -196,7 +203,7 @@ def _read_files(loaded: LoadedProfile) -> tuple[list[EnvLayer], list[EnvLayer], 
     for path in loaded.env_files:
         assignments, found = profile_env_file_read(loaded, path)
         values = {each.key: each.value for each in assignments}
-        layers += [] if found else [EnvLayer(source=f"{ENV_FILE}{path}", values=values)]
+        layers += [] if found else [EnvLayer(str(path), values)]
         problems += found
     read = [_secret_layer(loaded, name, path, True) for name, path in loaded.secret_files.items()]
     problems += [each for each in read if isinstance(each, Finding)]

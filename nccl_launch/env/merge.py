@@ -17,12 +17,19 @@ LAUNCHER = "nccl-launch"
 
 @dataclass(frozen=True)
 class EnvLayer:
-    """Variables from one place (an env file), applied over the calling environment; a
-    secret file's that only fills the server's arguments is not `exported` into it."""
+    """Variables from one file, applied over the calling environment: an env file, or a
+    `secret` file of the profile, whose variable is not `exported` into it where it only
+    fills the server's arguments."""
 
-    source: str
+    path: str
     values: Mapping[str, str]
     exported: bool = True
+    secret: bool = False
+
+    @property
+    def source(self) -> str:
+        """Where its values come from, as reports name it: `env file PATH`."""
+        return f"{'secret file' if self.secret else 'env file'} {self.path}"
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,11 @@ class Inherited:
 
     env: dict[str, str]
     sources: dict[str, str]
+
+    @property
+    def set_in(self) -> dict[str, str]:
+        """The env file that sets each value the calling environment does not."""
+        return {key: source for key, source in self.sources.items() if source != CALLING_ENV}
 
 
 def inherited_environment(calling: Mapping[str, str], layers: Sequence[EnvLayer]) -> Inherited:
@@ -97,7 +109,13 @@ def merge_environment(
     sources = dict(inherited.sources)
     declared = declared_environment(plan, env_files)
     entries, matched = diff_env(
-        declared.env, inherited.env, sources, policy, "start", declared_by=declared.files
+        declared.env,
+        inherited.env,
+        sources,
+        policy,
+        "start",
+        declared_by=declared.files,
+        set_in=inherited.set_in,
     )
     env = dict(inherited.env)
     for entry in entries:
@@ -110,7 +128,8 @@ def merge_environment(
     from_files = applied(list(conf), env)
     values = {entry.key: entry.value for entry in from_files}
     where = {entry.key: entry.where for entry in from_files}
-    entries += diff_env(plan.env, values, where, policy, "nccl.conf")[0]
+    files = {entry.key: entry.path for entry in from_files}
+    entries += diff_env(plan.env, values, where, policy, "nccl.conf", set_in=files)[0]
     markers = plan.markers(profile_file)
     env.update(markers)
     sources.update(dict.fromkeys(markers, LAUNCHER))

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
-from nccl_launch.errors import HostError
+from nccl_launch.findings import Finding, Refused
 
 
 def exec_command(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> NoReturn:
@@ -18,8 +18,10 @@ def exec_command(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -
         try:
             os.chdir(cwd)
         except OSError as error:
-            raise HostError(f"cannot change to the server's cwd {cwd}: {error.strerror}") from None
+            unmoved = f"cannot change to the server's cwd {cwd}: {error.strerror}"
+            raise Refused(Finding("cwd", "", unmoved, cause="host")) from None
     try:
         os.execvpe(argv[0], list(argv), dict(env))
     except OSError as error:
-        raise HostError(f"cannot execute {argv[0]}: {error.strerror}") from None
+        unrun = f"cannot execute {argv[0]}: {error.strerror}"
+        raise Refused(Finding("not-executable", "", unrun, cause="host")) from None

@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from nccl_launch.env.env_files import VALUE_FILE
 from nccl_launch.env.merge import EnvLayer
 from nccl_launch.escaping import escaped
+from nccl_launch.findings import Finding
 from nccl_launch.kinds import kind_of
 from nccl_launch.launch.check_names import CheckName
 from nccl_launch.launch.host import (
@@ -26,7 +26,7 @@ from nccl_launch.launch.host import (
 from nccl_launch.launch.preflight_report import Check, PreflightReport
 from nccl_launch.launch.prepare import LaunchPlan
 from nccl_launch.launch.program import SERVER_PYTHON, Seen, program_seen, start_findings
-from nccl_launch.profile.lint import accept_line, review
+from nccl_launch.profile.lint import review
 from nccl_launch.secrets.values import Quoted, Secrets
 from nccl_launch.serving.table import ServerTable
 
@@ -97,16 +97,16 @@ def waiting_for(what: str, timeout: float) -> Iterator[None]:
 
 
 def lines_of(name: CheckName, seen: Seen) -> list[Check]:
-    """A check's lines: `ok` for what passes, `fail` for an error, `warn` for a warning, in
-    the finding's words."""
+    """A check's lines: what passes, and each finding (an error fails, a warning warns)."""
     return [
-        Check(name=name, status="ok", message=each)
-        if isinstance(each, str)
-        else Check(
-            name=name, status="fail" if each.severity == "error" else "warn", message=each.text()
-        )
+        Check(name=name, passed=each) if isinstance(each, str) else Check(name=name, finding=each)
         for each in seen
     ]
+
+
+def _failed(code: str, name: CheckName, message: Quoted, fix: str = "") -> Check:
+    """A failed check of the server's: its words masked as the report shows them."""
+    return Check(name=name, finding=Finding(code, "", message.shown(), fix, cause="host"))
 
 
 def server_checks(
@@ -135,36 +135,35 @@ def server_checks(
     said = secrets.quoting  # what the server says, masked where it is shown
     stage = result.get("stage")
     if stage == "interpreter":
-        return [Check(name=name, status="fail", message=said("", result["error"]))], result
+        return [_failed("interpreter", name, said("", result["error"]))], result
     if stage == "timeout":
         fix = (
-            f"; a cold disk or a loaded host may need longer: --timeout SECONDS, "
+            "a cold disk or a loaded host may need longer: --timeout SECONDS, "
             f"or leave the check out: --skip {name}"
         )
-        return [Check(name=name, status="fail", message=said("", result["error"], fix))], result
+        return [_failed("probe-timeout", name, said("", result["error"]), fix)], result
     if stage == "import":
         message = said(f"cannot import {kind.title} with {server.python}: ", result["error"])
-        return [Check(name=name, status="fail", message=message)], result
+        return [_failed("server-import", name, message)], result
     version, python = result["version"], f"{result['python']}, Python {result['python_version']}"
-    checks = [
-        Check(name=name, status="ok", message=said(f"{kind.title} ", version, " (", python, ")"))
-    ]
+    checks = [Check(name=name, passed=said(f"{kind.title} ", version, " (", python, ")"))]
     if stage == "parse":
         message = said(f"{kind.title}'s parser rejects the argv: ", result["error"])
-        return [*checks, Check(name="argv", status="fail", message=message)], result
+        return [*checks, _failed("argv-rejected", "argv", message)], result
     parsed, expected = result["parsed"], parser.expected_values(server)
-    differs: list[str | Quoted] = [
+    differs = [
         said(f"{key}: ", f"{kind.title} parsed {parsed.get(key)!r}, the profile says {value!r}")
         for key, value in expected.items()
         if parsed.get(key) != value
     ]
     if differs:
         reads = f"{kind.title} reads the argv differently from the profile"
-        checks.append(Check(name="argv", status="fail", message=reads, detail=differs))
+        shown = tuple(each.shown() for each in differs)
+        finding = Finding("argv-differs", "", reads, cause="host", details=shown)
+        checks.append(Check(name="argv", finding=finding))
     else:
-        shown = ", ".join(f"{key}={parsed[key]}" for key in expected if parsed[key])
-        message = said(f"{kind.title}'s parser accepts: ", shown)
-        checks.append(Check(name="argv", status="ok", message=message))
+        accepted = ", ".join(f"{key}={parsed[key]}" for key in expected if parsed[key])
+        checks.append(Check(name="argv", passed=said(f"{kind.title}'s parser accepts: ", accepted)))
     return checks, result
 
 
@@ -179,9 +178,7 @@ def _from_files(layers: Sequence[EnvLayer]) -> str:
         if not layer.exported:
             arguments += layer.values
             continue
-        counts["secret files" if layer.source.startswith(VALUE_FILE) else "env files"].update(
-            layer.values
-        )
+        counts["secret files" if layer.secret else "env files"].update(layer.values)
     verb = "only fills" if len(arguments) == 1 else "only fill"
     parts = [
         ", ".join(f"{len(names)} from its {what}" for what, names in counts.items() if names),
@@ -199,14 +196,12 @@ def run_preflight(
     plan, env = launch.plan, launch.merged.env
     profile = launch.loaded.profile
     valid = f"{plan.label} ({plan.short_digest}) from {launch.path} is valid"
-    checks = [Check(name="profile", status="ok", message=valid)]
-    notes = review(profile).warnings
-    checks += [Check(name="profile", status="warn", message=accept_line(note)) for note in notes]
+    checks = [Check(name="profile", passed=valid)]
+    checks += [Check(name="profile", finding=note) for note in review(profile).warnings]
     report = launch.merged.report
     if report.drifted:
-        checks.append(
-            Check(name="environment", status="fail", message=report.summary(), drift=report)
-        )
+        drifts = Finding("environment-drift", "", report.summary(), cause="drift")
+        checks.append(Check(name="environment", finding=drifts, drift=report))
     else:
         exported = {key for layer in launch.env_files if layer.exported for key in layer.values}
         matched, files = len(report.matched), _from_files(launch.env_files)
@@ -216,7 +211,7 @@ def run_preflight(
         )
         # What is tolerated is shown, as `run --dry-run` and `check` show it.
         shown = report if report.entries else None
-        checks.append(Check(name="environment", status="ok", message=message, drift=shown))
+        checks.append(Check(name="environment", passed=message, drift=shown))
     host: dict[CheckName, Callable[[], Seen]] = {
         "nccl.conf": lambda: conf_checks(env, launch.conf, launch.unreadable_conf),
         "env-plugin": lambda: [env_plugin_check(env)],

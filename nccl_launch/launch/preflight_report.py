@@ -1,4 +1,4 @@
-"""Preflight's result: one Check per line, gathered in a versioned report."""
+"""Preflight's result: one Check per line, a pass or a Finding, gathered in a versioned report."""
 
 from __future__ import annotations
 
@@ -14,24 +14,55 @@ from pydantic import (
 
 from nccl_launch.env.drift import DriftReport
 from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK
+from nccl_launch.findings import Finding
 from nccl_launch.kinds import names
 from nccl_launch.launch.check_names import CheckName
+from nccl_launch.profile.lint import accept_line
 from nccl_launch.report import Report
 from nccl_launch.secrets.masking import mask_argv, masked_texts
 from nccl_launch.secrets.values import Quoted, Secrets, secrets_of
 
-Status = Literal["ok", "warn", "fail"]
+# A check's line as the report words it: passed, or a finding of a warning or an error.
+CheckStatus = Literal["ok", "warn", "fail"]
 
 
 class Check(BaseModel):
-    """One line of the preflight report; the environment check carries its drift report. What
-    the server says is quoted in its message and detail, masked where they are shown."""
+    """One line of the preflight report: what a check that passed saw (`passed`), or what it
+    found (`finding`, its details the lines under it); the environment check carries its
+    drift report. What the server says is quoted in `passed`, masked where it is shown. In
+    JSON, as documented: `{"name", "status", "message", "detail", "drift"}`."""
 
     name: CheckName
-    status: Status
-    message: str | Quoted
-    detail: list[str | Quoted] = []
+    passed: str | Quoted = ""
+    finding: Finding | None = None
     drift: DriftReport | None = None
+
+    @property
+    def status(self) -> CheckStatus:
+        if self.finding is None:
+            return "ok"
+        return "fail" if self.finding.severity == "error" else "warn"
+
+    @property
+    def message(self) -> str | Quoted:
+        """The line's words: what passed, else the finding's (a profile's warning with the id
+        `[policy] accept` takes)."""
+        if self.finding is None:
+            return self.passed
+        return accept_line(self.finding) if self.name == "profile" else self.finding.text()
+
+    @model_serializer(mode="wrap")
+    def _documented(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        details = [] if self.finding is None else list(self.finding.details)
+        message = data["passed"] if self.finding is None else self.message
+        return {
+            "name": self.name,
+            "status": self.status,
+            "message": message,
+            "detail": details,
+            "drift": data["drift"],
+        }
 
 
 class PreflightReport(Report):

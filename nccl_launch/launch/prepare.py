@@ -96,11 +96,10 @@ class LaunchPlan:
         entries = self.merged.report.entries
         return [entry for entry in entries if entry.reason in ("policy", "stripped")]
 
-    def warnings(self) -> list[str]:
+    def warnings(self) -> list[Finding]:
         """The profile's notes worth saying on every start, and the nccl.conf files that could
         not be read."""
-        notes = [*run_notes(self.loaded.profile), *self.unreadable_conf]
-        return [note.text() for note in notes]
+        return [*run_notes(self.loaded.profile), *self.unreadable_conf]
 
 
 def read_conf(env: Mapping[str, str]) -> tuple[list[ConfEntry], list[Finding], list[Finding]]:

@@ -10,11 +10,11 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from nccl_launch.errors import HostError
 from nccl_launch.escaping import shell_word
 from nccl_launch.files.base_dirs import open_beneath
 from nccl_launch.files.paths import FileError
 from nccl_launch.files.reading import StreamLines, open_stream
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.jsonlines import STATE_FIX, state_home
 from nccl_launch.live.nccl_logs import FOLDER, LOG_NAME
 
@@ -49,7 +49,7 @@ def folder_logs(path: Path, folder: int | None = None) -> Iterator[tuple[str, St
 def latest_run(name: str, given: str) -> Iterator[tuple[Path, int]]:
     """The newest run folder of the profile `name` (by its start, then its PID) and a
     descriptor of it, opened as bench's history is: as root, in folders root's alone, and
-    never through another user's symlink. HostError when the profile (`given` as the user
+    never through another user's symlink. Refused when the profile (`given` as the user
     named it) has none."""
     state = state_home()
     runs = state.path / FOLDER / name
@@ -57,21 +57,23 @@ def latest_run(name: str, given: str) -> Iterator[tuple[Path, int]]:
     try:
         found = [RUN.fullmatch(entry.name) for entry in runs.iterdir()]
     except FileNotFoundError:
-        raise HostError(
-            f"no run of {name} with --nccl-debug: {runs} does not exist; {start}"
-        ) from None
+        none = f"no run of {name} with --nccl-debug: {runs} does not exist"
+        raise Refused(Finding("no-run", "", none, start, cause="host")) from None
     except OSError as error:
-        raise HostError(f"cannot read {runs}: {error.strerror}") from None
+        unread = f"cannot read {runs}: {error.strerror}"
+        raise Refused(Finding("unreadable", "", unread, cause="host")) from None
     newest = max(
         (match for match in found if match), key=lambda run: (run[1], int(run[2])), default=None
     )
     if newest is None:
-        raise HostError(f"no run of {name} with --nccl-debug in {runs}; {start}")
+        none = f"no run of {name} with --nccl-debug in {runs}"
+        raise Refused(Finding("no-run", "", none, start, cause="host"))
     where = FOLDER / name / newest[0]
     try:
         fd = open_beneath(state, where, os.O_RDONLY | os.O_DIRECTORY, STATE_FIX)
     except OSError as error:
-        raise HostError(f"cannot read {state.path / where}: {error.strerror}") from None
+        unread = f"cannot read {state.path / where}: {error.strerror}"
+        raise Refused(Finding("unreadable", "", unread, cause="host")) from None
     try:
         yield state.path / where, fd
     finally:

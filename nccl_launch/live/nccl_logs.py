@@ -6,6 +6,7 @@ applied, which a process may have changed inside itself where /proc cannot see i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import socket
 import stat
@@ -18,10 +19,10 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel
 
 from nccl_launch.env.drift import DriftEntry, diff_env
-from nccl_launch.errors import HostError
 from nccl_launch.files.base_dirs import open_beneath
 from nccl_launch.files.paths import FileError, kind_of
 from nccl_launch.files.reading import LINE_LIMIT
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.jsonlines import STATE, STATE_FIX, state_home
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.nccl.log import LogReader, ProcessLog, judge
@@ -33,6 +34,8 @@ if TYPE_CHECKING:  # read from /proc by live/processes.py, which imports psutil
 
 FOLDER = STATE / "nccl-debug"
 LOG_NAME = "%h.%p.log"  # expanded by NCCL in each process: its host and its PID
+# What follows from a run folder that could not be made: NCCL writes as without the file.
+LOG_LOST = "NCCL's log goes to the server's output, where check cannot read it"
 # Read of all the tree's files at one look, shared evenly between them: NCCL's INIT,ENV lines
 # are some 10 KiB a rank, written at each communicator's init, from the start of the file on.
 LOOK_LIMIT = 4 << 20
@@ -74,7 +77,7 @@ def debug_file(folder: PurePath) -> str:
 def _make_run_folder(folder: PurePath, pid: int) -> Path:
     """Create `folder` under the state home (0700, as every folder on the way), with a file
     `pid` holding the run's PID, and return the folder's resolved path: NCCL opens its log by
-    name, later, so no symlink on the way may point it elsewhere meanwhile. HostError when
+    name, later, so no symlink on the way may point it elsewhere meanwhile. Refused when
     it exists already (never shared by two runs) or cannot be written (a full disk), leaving
     no folder of its own behind."""
     state = state_home()
@@ -87,7 +90,8 @@ def _make_run_folder(folder: PurePath, pid: int) -> Path:
     except OSError as error:
         with contextlib.suppress(OSError):  # made on the way, empty; another run's is not
             where.rmdir()
-        raise HostError(f"cannot create NCCL's log folder {where}: {error.strerror}") from None
+        unmade = f"cannot create NCCL's log folder {where}: {error.strerror}"
+        raise Refused(Finding("nccl-debug", "", unmade, cause="host")) from None
     try:
         # The folder as the kernel found it, whatever symlinks led there.
         resolved = Path(f"/proc/self/fd/{fd}").readlink().parent
@@ -95,7 +99,8 @@ def _make_run_folder(folder: PurePath, pid: int) -> Path:
             handle.write(f"{pid}\n")
     except OSError as error:
         remove_run_folder(folder)
-        raise HostError(f"cannot write in NCCL's log folder {where}: {error.strerror}") from None
+        unwritten = f"cannot write in NCCL's log folder {where}: {error.strerror}"
+        raise Refused(Finding("nccl-debug", "", unwritten, cause="host")) from None
     return resolved
 
 
@@ -110,17 +115,19 @@ def remove_run_folder(folder: PurePath) -> None:
 
 def with_run_folder(
     env: Mapping[str, str], folder: PurePath, pid: int
-) -> tuple[dict[str, str], str | None]:
+) -> tuple[dict[str, str], Finding | None]:
     """The server's `env` once the run's folder is made, NCCL_DEBUG_FILE naming it by its
     resolved path; else `env` without NCCL_DEBUG_FILE (NCCL then prints to the server's
     output, as it does when it cannot open the file) and why: a start never fails for want
-    of a log folder, and NCCL never writes where the folder was refused. Where the start then
-    fails, `remove_run_folder` takes it away."""
+    of a log folder, and NCCL never writes where the folder was refused: a warning. Where the
+    start then fails, `remove_run_folder` takes it away."""
+    kept = {key: value for key, value in env.items() if key != NCCL_DEBUG_FILE}
     try:
         resolved = _make_run_folder(folder, pid)
-    except (FileError, HostError) as error:
-        kept = {key: value for key, value in env.items() if key != NCCL_DEBUG_FILE}
-        return kept, f"{error}; NCCL's log goes to the server's output, where check cannot read it"
+    except FileError as error:
+        return kept, Finding("nccl-debug", "", str(error), LOG_LOST, "warning", "host")
+    except Refused as error:
+        return kept, dataclasses.replace(error.findings[0], severity="warning", fix=LOG_LOST)
     return {**env, NCCL_DEBUG_FILE: debug_file(resolved)}, None
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from nccl_launch.errors import HostError
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.live.environ import OVERWRITTEN, getenv_view
 from nccl_launch.secrets.masking import mask_argv
 
@@ -65,18 +65,19 @@ class HeldProcess:
         # Still running after the look: the PID was never free, so it was read of this one.
         return process if same and self.running() else None
 
-    def gone(self) -> str:
+    def gone(self) -> Finding:
         """Why the held process can no longer be checked: it exited, its PID maybe reused."""
         try:  # not by create time: two processes started in one clock tick share it
             reused = psutil.Process(self.pid).status() != psutil.STATUS_ZOMBIE
         except psutil.NoSuchProcess:
             reused = False
         also = ", and its PID now names another process" if reused else ""
-        return f"pid {self.pid} ended{also}"
+        return Finding("process-ended", "", f"pid {self.pid} ended{also}", cause="host")
 
-    def denied(self) -> str:
+    def denied(self) -> Finding:
         """Why the held process cannot be read: another user's."""
-        return f"permission denied reading process {self.pid}; run as its user or root"
+        message, fix = f"permission denied reading process {self.pid}", "run as its user or root"
+        return Finding("process-denied", "", message, fix, cause="host")
 
 
 def readable(text: str) -> str:
@@ -180,19 +181,19 @@ def _child_pids(tasks: Path) -> list[int]:
 def snapshot_tree(server: HeldProcess) -> list[ProcessSnapshot]:
     """The main process and every descendant; processes that end meanwhile are skipped.
 
-    Raises HostError when the held process has exited: what its PID names now is not read.
+    Refused when the held process has exited: what its PID names now is not read.
     """
     try:
         main = psutil.Process(server.pid)
         snapshots = [_snapshot(main)]
         children = descendants(main)
     except psutil.NoSuchProcess:
-        raise HostError(server.gone()) from None
+        raise Refused(server.gone()) from None
     except psutil.AccessDenied:
-        raise HostError(server.denied()) from None
+        raise Refused(server.denied()) from None
     # Still running after the reads: the PID was never free, so they were of this process.
     if snapshots[0].create_time != server.create_time or not server.running():
-        raise HostError(server.gone())
+        raise Refused(server.gone())
     for child in children:
         try:
             snapshots.append(_snapshot(child))
@@ -263,5 +264,6 @@ def stop_tree(server: HeldProcess, snapshots: list[ProcessSnapshot], grace: floa
     left = _wait(server, children, 5)
     if left:
         pids = ", ".join(map(str, left))
-        raise HostError(f"processes {pids} survived SIGKILL")
+        survived = f"processes {pids} survived SIGKILL"
+        raise Refused(Finding("survived-sigkill", "", survived, cause="host"))
     return 1 + len(children)

@@ -2,7 +2,7 @@
 listens on (a port, a URL's address and port), a pidfile or a systemd unit, and held by a
 pidfd for as long as a command reads it. Every target problem is worded here, or by the held
 process once it has ended or is not this user's to read (`HeldProcess.gone`, `.denied`):
-one line, exit 3."""
+one finding, refused with exit 3 (2 where the command line names no one target)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,11 @@ from pathlib import Path
 import psutil
 
 from nccl_launch.digits import is_ascii_digits
-from nccl_launch.errors import HostError, UsageError
+from nccl_launch.errors import HostError
 from nccl_launch.files.paths import FileError
 from nccl_launch.files.reading import read_text
 from nccl_launch.files.trust import check_trusted
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.live.compare import title
 from nccl_launch.live.environ import getenv_view
 from nccl_launch.live.processes import HeldProcess, command_words, descendants, kernel_thread
@@ -34,9 +35,14 @@ PIDFILE_LIMIT = 64  # a PID and a newline; anything longer is not a pidfile
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-def _no_process(pid: int) -> HostError:
+def _no_process(pid: int) -> Refused:
     """The one wording of a PID that names no process (any longer)."""
-    return HostError(f"no process with pid {pid}")
+    return Refused(Finding("no-process", "", f"no process with pid {pid}", cause="host"))
+
+
+def _target(code: str, message: str, fix: str = "") -> Refused:
+    """A target that cannot be found or held here: this host's (exit 3)."""
+    return Refused(Finding(code, "", message, fix, cause="host"))
 
 
 def any_address(address: str) -> bool:
@@ -50,7 +56,9 @@ def listening_pids(port: int, where: str, accepts: Callable[[str], bool] = any_a
     try:
         connections = psutil.net_connections(kind="inet")
     except psutil.AccessDenied:
-        raise HostError(f"permission denied listing sockets to find {where}") from None
+        raise _target(
+            "sockets-denied", f"permission denied listing sockets to find {where}"
+        ) from None
     pids = {
         connection.pid
         for connection in connections
@@ -60,9 +68,10 @@ def listening_pids(port: int, where: str, accepts: Callable[[str], bool] = any_a
         and accepts(connection.laddr.ip)
     }
     if not pids:
-        raise HostError(f"no process listens on {where}")
+        raise _target("no-listener", f"no process listens on {where}")
     if None in pids:
-        raise HostError(f"the process listening on {where} is not visible; run as its user")
+        hidden = f"the process listening on {where} is not visible"
+        raise _target("hidden-listener", hidden, "run as its user")
     return {pid for pid in pids if pid is not None}
 
 
@@ -74,7 +83,7 @@ def listener_title(
     be seen."""
     try:
         pid = min(listening_pids(port, f"port {port}"))
-    except HostError:
+    except Refused:
         return None
     said = _title_of(pid, secrets, digest)
     return None if said == "ended" else f"pid {pid} ({said})"
@@ -99,7 +108,7 @@ def listening_server(
         if owners <= tree_pids(pid):
             return pid
     named = ", ".join(f"pid {pid} ({_title_of(pid)})" for pid in sorted(owners))
-    raise HostError(f"processes of different trees listen on {where}: {named}; {hint}")
+    raise _target("listeners", f"processes of different trees listen on {where}: {named}", hint)
 
 
 def _title_of(pid: int, secrets: Collection[str] = (), digest: str | None = None) -> str:
@@ -131,15 +140,15 @@ def _unit_pid(unit: str) -> int:
     try:
         done = ask(command, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as error:
-        raise HostError(f"cannot ask systemd for {unit}: {error}") from None
+        raise _target("systemctl", f"cannot ask systemd for {unit}: {error}") from None
     value = done.stdout.strip()
     if done.returncode != 0 or not is_ascii_digits(value):
         # Its first line is the reason (without systemd: "System has not been booted with
         # systemd..."); the next ones repeat it ("Failed to connect to bus").
         said = (done.stderr.strip() or value or f"exit {done.returncode}").splitlines()[0]
-        raise HostError(f"systemctl show {unit} failed: {said}")
+        raise _target("systemctl", f"systemctl show {unit} failed: {said}")
     if value == "0":
-        raise HostError(f"unit {unit} has no running main process")
+        raise _target("unit-not-running", f"unit {unit} has no running main process")
     return int(value)
 
 
@@ -149,7 +158,7 @@ def _pidfile_pid(path: Path) -> int:
     except FileError as error:  # the server's file, not the user's input: a target problem
         raise HostError(str(error)) from None
     if not is_ascii_digits(text) or not 0 < int(text) <= PID_LIMIT:
-        raise HostError(f"pidfile {path} holds {text!r}, not a PID")
+        raise _target("not-a-pid", f"pidfile {path} holds {text!r}, not a PID")
     return int(text)
 
 
@@ -160,18 +169,19 @@ def _check_pidfile(path: Path, held: HeldProcess) -> None:
     service's own pidfile, in its own folder, is trusted."""
     process = held.process()
     if process is None:
-        raise HostError(held.gone())
+        raise Refused(held.gone())
     try:
         user = process.uids().effective
         # After the read: the way to the file must still lead to this one (check_trusted).
         status = path.stat()
         check_trusted(path, status, "pidfile", owners=(user,))
     except psutil.NoSuchProcess:
-        raise HostError(held.gone()) from None
+        raise Refused(held.gone()) from None
     except FileError as error:
         raise HostError(str(error)) from None
     except OSError as error:
-        raise HostError(f"pidfile {path}: cannot read: {error.strerror}") from None
+        unread = f"cannot read: {error.strerror}"
+        raise Refused(Finding("unreadable", f"pidfile {path}", unread, cause="host")) from None
 
 
 def _ip(address: str) -> IPAddress:
@@ -185,7 +195,8 @@ def _resolved(host: str, port: int) -> set[IPAddress]:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as error:
-        raise HostError(f"--url: cannot resolve {host}: {error}") from None
+        unresolved = Finding("unresolved", "--url", f"cannot resolve {host}: {error}", cause="host")
+        raise Refused(unresolved) from None
     return {_ip(str(info[4][0])) for info in infos}
 
 
@@ -216,10 +227,9 @@ def _url_pid(url: str, pid: int | None) -> int:
     addresses = _resolved(host, port)
     if not _is_here(addresses):
         if pid is None:
-            raise UsageError(
-                f"--url {masked_url(url)}: {host} is not this host, whose processes "
-                "nccl-launch checks; run bench on the server's host, or name its process with --pid"
-            )
+            elsewhere = f"{host} is not this host, whose processes nccl-launch checks"
+            fix = "run bench on the server's host, or name its process with --pid"
+            raise Refused(Finding("remote-url", f"--url {masked_url(url)}", elsewhere, fix))
         return pid
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -231,10 +241,9 @@ def _url_pid(url: str, pid: int | None) -> int:
         return listening_server(port, where, hint, accepts)
     strangers = sorted(listening_pids(port, where, accepts) - tree_pids(pid))
     if strangers:
-        raise HostError(
-            f"--pid {pid}: pid {strangers[0]} listens on {where}, and it is not in pid "
-            f"{pid}'s tree; the server measured must be the one checked"
-        )
+        stranger = f"pid {strangers[0]} listens on {where}, and it is not in pid {pid}'s tree"
+        fix = "the server measured must be the one checked"
+        raise Refused(Finding("foreign-listener", f"--pid {pid}", stranger, fix, cause="host"))
     return pid
 
 
@@ -244,7 +253,8 @@ def main_pid(target: Target) -> int:
         return _url_pid(target.url, target.pid)
     given = [value for value in vars(target).values() if value is not None]
     if len(given) != 1:
-        raise UsageError("name the server with exactly one of --pid, --port, --pidfile, --unit")
+        targets = "name the server with exactly one of --pid, --port, --pidfile, --unit"
+        raise Refused(Finding("target-count", "", targets))
     if target.pid is not None:
         return target.pid
     if target.port is not None:
@@ -266,7 +276,7 @@ def hold_pid(pid: int, create_time: float | None = None) -> Iterator[HeldProcess
     except (ProcessLookupError, OverflowError):  # OverflowError: past any pid_t
         raise _no_process(pid) from None
     except OSError as error:
-        raise HostError(f"cannot hold pid {pid} (pidfd_open): {error.strerror}") from None
+        raise _target("pidfd", f"cannot hold pid {pid} (pidfd_open): {error.strerror}") from None
     try:
         yield _held(pid, pidfd, create_time)
     finally:
@@ -283,10 +293,9 @@ def _held(pid: int, pidfd: int, create_time: float | None) -> HeldProcess:
         raise _no_process(pid)
     thread = kernel_thread(pid)
     if thread is not None:  # not "ended": its environment reads as an ended process's
-        raise HostError(
-            f"pid {pid} is a kernel thread ({thread}), not a server: it runs no "
-            "program and has no environment; name the server's main process"
-        )
+        thread_of = f"pid {pid} is a kernel thread ({thread}), not a server: it runs no program "
+        thread_of += "and has no environment"
+        raise _target("kernel-thread", thread_of, "name the server's main process")
     return held
 
 

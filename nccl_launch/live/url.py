@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
-from nccl_launch.errors import UsageError
 from nccl_launch.escaping import escaped
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.kinds import address
 from nccl_launch.secrets.masking import mask_credentials
 from nccl_launch.serving.table import ServerTable as Server
@@ -30,43 +30,39 @@ class Address(NamedTuple):
     port: int
 
 
+def _bad_url(code: str, url: str, message: str, fix: str = EXAMPLE) -> Refused:
+    """A `--url` that is not an http(s) URL of a server, shown masked: the command line's."""
+    return Refused(Finding(code, f"--url {masked_url(url)}", message, fix))
+
+
 def url_address(url: str) -> Address:
     """The host and port of `url`, an http(s) URL; anything else is a usage error that shows
     the URL masked."""
     if len(url) > URL_LIMIT:
-        raise UsageError(
-            f"--url {masked_url(url)[:SHOWN_LIMIT]}...: longer than {URL_LIMIT} characters"
-        )
+        where = f"--url {masked_url(url)[:SHOWN_LIMIT]}..."
+        raise Refused(Finding("url-length", where, f"longer than {URL_LIMIT} characters"))
     if not url.isprintable() or " " in url:
-        raise UsageError(
-            f"--url {masked_url(url)}: holds a space, a control character or a byte that is not "
-            f"UTF-8; {EXAMPLE}"
-        )
+        unprintable = "holds a space, a control character or a byte that is not UTF-8"
+        raise _bad_url("url-characters", url, unprintable)
     try:
         parts = urlsplit(url)
     except ValueError as error:
-        raise UsageError(f"--url {masked_url(url)}: not a valid URL ({error}); {EXAMPLE}") from None
+        raise _bad_url("invalid-url", url, f"not a valid URL ({error})") from None
     if "@" in url:  # an HTTP client would send it as Basic auth, in place of the key's header
-        raise UsageError(
-            f"--url {masked_url(url)}: holds user info (USER:PASSWORD@), which the server does not "
-            f"read; bench sends the API key the server was started with itself; "
-            f"{EXAMPLE}"
-        )
+        user = "holds user info (USER:PASSWORD@), which the server does not read"
+        fix = f"bench sends the API key the server was started with itself; {EXAMPLE}"
+        raise _bad_url("url-user-info", url, user, fix)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(
-            f"--url {masked_url(url)}: not an http:// or https:// URL with a host; {EXAMPLE}"
-        )
+        raise _bad_url("url-scheme", url, "not an http:// or https:// URL with a host")
     try:
         given = parts.port
     except ValueError:
         given = 0
     if given == 0:  # out of range, not a number, or 0 (which no server listens on)
-        raise UsageError(f"--url {masked_url(url)}: not a valid port; {EXAMPLE}")
+        raise _bad_url("url-port", url, "not a valid port")
     if url.partition("://")[2][len(parts.netloc) :] not in ("", "/"):
-        raise UsageError(
-            f"--url {masked_url(url)}: holds a path, query or fragment; give only "
-            f"http(s)://HOST[:PORT]; {EXAMPLE}"
-        )
+        fix = f"give only http(s)://HOST[:PORT]; {EXAMPLE}"
+        raise _bad_url("url-path", url, "holds a path, query or fragment", fix)
     return Address(parts.hostname, given or (443 if parts.scheme == "https" else 80))
 
 

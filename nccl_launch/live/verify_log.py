@@ -14,13 +14,15 @@ from nccl_launch.nccl.log import ProcessLog, judge, read_log
 from nccl_launch.profile.load import LoadedProfile
 from nccl_launch.report import Report
 
-Verdict = Literal["ok", "mismatch", "unconfirmed", "not-read", "not-logged"]
+# What verify-log says of one declared value over every process (`ProcessVerdict`s summed up:
+# a process's "differs" makes "mismatch", a "pending" one "unconfirmed").
+KeyVerdict = Literal["ok", "mismatch", "unconfirmed", "not-read", "not-logged"]
 
 
 class KeyReport(BaseModel):
     key: str
     expected: str
-    verdict: Verdict
+    verdict: KeyVerdict
     detail: str
 
 
@@ -78,7 +80,7 @@ def _verdict(key: str, expected: str, logs: dict[str, ProcessLog]) -> KeyReport:
     if silent:
         wrong.append(f"never reported by {', '.join(silent)}")
     if wrong:
-        verdict: Verdict = "mismatch" if differs else "unconfirmed"
+        verdict: KeyVerdict = "mismatch" if differs else "unconfirmed"
         return KeyReport(key=key, expected=expected, verdict=verdict, detail="; ".join(wrong))
     unread_in = f"{unread[0]} ({_processes(len(unread))})" if unread else ""
     if len(unread) == len(judged):

@@ -12,16 +12,9 @@ from typing import Literal
 
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.env.env_files import profile_layers
-from nccl_launch.errors import (
-    EXIT_DRIFT,
-    EXIT_HOST,
-    EXIT_OK,
-    HostError,
-    PinError,
-    ProfileError,
-    UsageError,
-)
+from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK, ProfileError, UsageError
 from nccl_launch.files.paths import is_regular
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.live.compare import LiveReport, evaluate
 from nccl_launch.live.nccl_logs import SOURCE, NcclLogs
 from nccl_launch.live.processes import ProcessSnapshot, snapshot_tree, stop_tree
@@ -36,21 +29,18 @@ from nccl_launch.profile.search import is_reference, split_reference
 _DIGITS = 18  # of a version a marker may hold: more is no profile's (int() refuses 4,301)
 
 OnDrift = Literal["warn", "stop"]
+NAME_IT = "name the PROFILE to check it against"  # where the process cannot say its profile
 
 
 def _started_name(pid: int, env: Mapping[str, str]) -> str:
     label = env.get(MARKER_PROFILE)
     if label is None:
-        raise UsageError(
-            f"pid {pid} was not started by nccl-launch (no {MARKER_PROFILE}); "
-            "name the PROFILE to check it against"
-        )
+        unmarked = f"pid {pid} was not started by nccl-launch (no {MARKER_PROFILE})"
+        raise Refused(Finding("unmarked", "", unmarked, NAME_IT))
     name = _label_name(label)
     if name is None:
-        raise UsageError(
-            f"pid {pid}: {MARKER_PROFILE} is {label!r}, not NAME@VERSION of a profile; "
-            "name the PROFILE to check it against"
-        )
+        marker = f"{MARKER_PROFILE} is {label!r}, not NAME@VERSION of a profile"
+        raise Refused(Finding("bad-marker", f"pid {pid}", marker, NAME_IT))
     return name
 
 
@@ -80,10 +70,9 @@ def _stoppable(main: ProcessSnapshot, loaded: LoadedProfile) -> None:
         said = f"it runs {running!r}, the profile is {loaded.plan.short_digest}"
     else:
         return
-    raise HostError(
-        f"pid {main.pid} was not started by nccl-launch as {loaded.profile.label}: {said}; "
-        "--on-drift stop signals only such a server (a stale pidfile names another process)"
-    )
+    stranger = f"pid {main.pid} was not started by nccl-launch as {loaded.profile.label}: {said}"
+    fix = "--on-drift stop signals only such a server (a stale pidfile names another process)"
+    raise Refused(Finding("not-stoppable", "", stranger, fix, cause="host"))
 
 
 def _started_file(pid: int, env: Mapping[str, str]) -> str | None:
@@ -92,10 +81,8 @@ def _started_file(pid: int, env: Mapping[str, str]) -> str | None:
     if file is None:
         return None  # started by an nccl-launch that did not record it
     if not Path(file).is_absolute() or not file.endswith(".toml"):
-        raise UsageError(
-            f"pid {pid}: {MARKER_PROFILE_FILE} is {file!r}, not the absolute path of a .toml "
-            "file; name the PROFILE to check it against"
-        )
+        marker = f"{MARKER_PROFILE_FILE} is {file!r}, not the absolute path of a .toml file"
+        raise Refused(Finding("bad-marker", f"pid {pid}", marker, NAME_IT))
     return file if user_may_read(pid, file) and is_regular(Path(file)) else None
 
 
@@ -134,10 +121,9 @@ def profile_of(main: ProcessSnapshot, ref: str | None) -> LoadedProfile:
     if ref is not None:
         return load_profile(ref)
     if main.env is None:
-        raise HostError(
-            f"cannot read the environment of pid {main.pid} ({main.unreadable}) to learn its "
-            "profile; name the PROFILE"
-        )
+        unread = f"cannot read the environment of pid {main.pid} ({main.unreadable}) to learn "
+        unread += "its profile"
+        raise Refused(Finding("environment-unread", "", unread, "name the PROFILE", cause="host"))
     return started_profile(main.pid, main.env)
 
 
@@ -149,10 +135,9 @@ def started_profile(pid: int, env: Mapping[str, str]) -> LoadedProfile:
     file = _started_file(pid, env)
     loaded = load_profile(name if file is None else file)  # regular, capped, trusted
     if loaded.profile.name != name:
-        raise UsageError(
-            f"pid {pid} runs {name}, but its {MARKER_PROFILE_FILE} {file} now declares "
-            f"{loaded.profile.name}; name the PROFILE to check it against"
-        )
+        renamed = f"pid {pid} runs {name}, but its {MARKER_PROFILE_FILE} {file} now declares "
+        renamed += loaded.profile.name
+        raise Refused(Finding("profile-renamed", "", renamed, NAME_IT))
     # Only the files its user may read: what root compares with the process's own values
     # would tell that user, by a drift or a match, a value of a file it may not read.
     env_files = tuple(path for path in loaded.env_files if user_may_read(pid, str(path)))
@@ -201,7 +186,7 @@ def _reread(
     first look, it is an error."""
     try:
         return check_pin(profile_of(main, ref), pin), None
-    except (ProfileError, UsageError, PinError) as error:
+    except (ProfileError, UsageError) as error:  # Refused is a ProfileError
         if good is None:
             raise
         return good, "; ".join(error.lines())
@@ -225,7 +210,7 @@ def watch(
     grace: float,
     emit: Callable[[LiveReport], None],
     say: Callable[[str], None],
-    warn: Callable[[str], None],
+    warn: Callable[[Finding], None],
     pin: str | None = None,
 ) -> int:
     """Check every `interval` seconds, new processes included, until a signal or a stop.
@@ -246,12 +231,13 @@ def watch(
         while not done.is_set():
             try:
                 snapshots = snapshot_tree(server)
-            except HostError as error:
-                say(f"server gone: {error}")
+            except Refused as error:
+                say(f"server gone: {'; '.join(each.text() for each in error.findings)}")
                 return EXIT_HOST
             good, now = _reread(snapshots[0], ref, good, pin)
             if now is not None and now != problem:
-                warn(f"profile invalid, still checking against {good.profile.label}: {now}")
+                kept = f"profile invalid, still checking against {good.profile.label}: {now}"
+                warn(Finding("profile-invalid-kept", "", kept, severity="warning"))
             problem = now
             if on_drift == "stop":
                 _stoppable(snapshots[0], good)

@@ -130,12 +130,12 @@ def read_process(pid: int) -> StartCommand:
                 argv, cwd, deleted = process.cmdline(), process.cwd(), _cwd_deleted(pid)
             environ = getenv_view(pid)
         except psutil.NoSuchProcess:
-            raise Refused(Finding("process-ended", "", server.gone(), cause="host")) from None
+            raise Refused(server.gone()) from None
         except psutil.AccessDenied:
-            raise Refused(Finding("process-denied", "", server.denied(), cause="host")) from None
+            raise Refused(server.denied()) from None
         # Still running after the reads: the PID was never free, so they were of this process.
         if not server.running():
-            raise Refused(Finding("process-ended", "", server.gone(), cause="host"))
+            raise Refused(server.gone())
     if environ is None:
         raise Refused(Finding("environ-overwritten", f"process {pid}", OVERWRITTEN, cause="host"))
     filled = _filled(pid, environ, argv)

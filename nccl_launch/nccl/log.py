@@ -35,7 +35,9 @@ _LINE_END = "\r\n"  # only: a value NCCL read may end in a blank ("LL ", which i
 _INIT_ENDS = (" Init START", " Init COMPLETE", "- Init START", "- Init COMPLETE")
 
 _PROCESS = ""  # the slot of a value NCCL logs once a process, or outside a communicator's init
-Verdict = Literal["ok", "differs", "not-read", "pending", "unconfirmed", "not-logged"]
+# What one process's log says of one declared value; `verify_log.KeyVerdict` sums these up
+# over every process.
+ProcessVerdict = Literal["ok", "differs", "not-read", "pending", "unconfirmed", "not-logged"]
 
 # What one process's log keeps, whatever its length: NCCL's INIT,ENV lines of a rank are some
 # 10 KiB (a handful of communicators, a few dozen names), so a log beyond these is not NCCL's
@@ -113,7 +115,7 @@ class ProcessLog:
 class Judgement:
     """One declared value against what one process's NCCL said."""
 
-    verdict: Verdict
+    verdict: ProcessVerdict
     detail: str
     said: tuple[str, ...] = ()  # NCCL's own lines where it differs
     value: str | None = None  # where it differs: the last value NCCL applied, else rejected

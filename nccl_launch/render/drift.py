@@ -6,8 +6,7 @@ import json
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from nccl_launch.env.drift import DECLARED_BY, ENV_FILE, DriftEntry, DriftKind, DriftReport, Reason
-from nccl_launch.env.merge import CALLING_ENV
+from nccl_launch.env.drift import DriftEntry, DriftKind, DriftReport, Reason
 from nccl_launch.escaping import escaped, shell_word
 from nccl_launch.profile.markers import NCCL_DEBUG_KEYS
 from nccl_launch.secrets.masking import is_secret, mask_argv, mask_value
@@ -38,10 +37,11 @@ def _entry_value(entry: DriftEntry) -> str:
 def details(entry: DriftEntry) -> list[str]:
     """Where the value came from, what NCCL makes of it, and why it is tolerated: the words
     of every report that shows an entry."""
+    note = entry.note if entry.declared_by is None else f"declared by {entry.declared_by}"
     reasons: dict[Reason, list[str | None]] = {
-        "drift": [entry.note],
-        "policy": [entry.note, "tolerated"],
-        "stripped": [entry.note, "removed from the child", "tolerated"],
+        "drift": [note],
+        "policy": [note, "tolerated"],
+        "stripped": [note, "removed from the child", "tolerated"],
         "server-owned": ["server-owned", "tolerated"],
         "nccl-debug": ["--nccl-debug", "tolerated"],
         "not-nccl": [entry.note],  # what it is is why: never drift
@@ -49,8 +49,9 @@ def details(entry: DriftEntry) -> list[str]:
     return [text for text in (entry.source, *reasons[entry.reason]) if text]
 
 
-def drift_lines(entries: Sequence[DriftEntry]) -> list[str]:
-    """One aligned line per entry: mark, key, values, then where the value came from and why."""
+def drift_lines(entries: Sequence[DriftEntry], indent: str = "  ") -> list[str]:
+    """One aligned line per entry: mark, key, values, then where the value came from and why;
+    each starts with `indent` (none for a finding's details, which the writer indents)."""
     if not entries:
         return []
     keys = {entry.key: escaped(entry.key) for entry in entries}  # an inherited name is any text
@@ -61,22 +62,20 @@ def drift_lines(entries: Sequence[DriftEntry]) -> list[str]:
         said = details(entry)
         suffix = f"  ({'; '.join(said)})" if said else ""
         key, value = keys[entry.key].ljust(key_width), _entry_value(entry).ljust(value_width)
-        lines.append(f"  {_MARKS[entry.kind]} {key}  {value}{suffix}".rstrip())
+        lines.append(f"{indent}{_MARKS[entry.kind]} {key}  {value}{suffix}".rstrip())
     return lines
 
 
-def _removal(source: str | None) -> str:
-    """How to take a value away where it came from: the calling environment, an env file
-    `run --env-file` named, or an nccl.conf line (`PATH:LINE`)."""
-    if source is None or source == CALLING_ENV:
+def _removal(entry: DriftEntry) -> str:
+    """How to take a value away where it came from: the calling environment, or the file
+    that sets it (an env file `run --env-file` named, an nccl.conf)."""
+    if entry.set_in is None:
         return "unset it in the calling environment (the shell, the unit's Environment=)"
-    if source.startswith(ENV_FILE):
-        return f"remove it from {source}"
-    return f"remove it from {source.rpartition(':')[0]}"
+    return f"remove it from {entry.set_in}"
 
 
 def _places(entries: Sequence[DriftEntry]) -> str:
-    return ", ".join(dict.fromkeys(_removal(entry.source) for entry in entries))
+    return ", ".join(dict.fromkeys(map(_removal, entries)))
 
 
 def _declaring(entry: DriftEntry) -> str:
@@ -91,8 +90,8 @@ def _declaring(entry: DriftEntry) -> str:
     if entry.kind == "undeclared":
         return "declare it in [nccl] with the value the server should get"
     where = "the profile"
-    if entry.note is not None and entry.note.startswith(DECLARED_BY):
-        where = entry.note.removeprefix(DECLARED_BY)
+    if entry.declared_by is not None:
+        where = entry.declared_by
     elif is_secret(entry.key):
         where = "an env file the profile names (env_files), never the profile itself"
     return f"put the value the server should get in {where}"

@@ -27,11 +27,10 @@ def preflight_lines(report: PreflightReport) -> list[str]:
     for check in report.checks:
         lines.append(f"{check.status:<4}  {check.name.ljust(width)}  {shown(check.message)}")
         drift = check.drift
-        detail = (
-            list(map(shown, check.detail))
-            if drift is None
-            else drift_lines(drift.entries) + fix_lines(drift.entries)
-        )
+        if drift is not None:
+            detail = drift_lines(drift.entries) + fix_lines(drift.entries)
+        else:
+            detail = [] if check.finding is None else list(check.finding.details)
         lines += [f"      {line}" for line in detail]
     failed = sum(check.status == "fail" for check in report.checks)
     warned = sum(check.status == "warn" for check in report.checks)

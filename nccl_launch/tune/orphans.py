@@ -16,7 +16,6 @@ from pathlib import Path
 import psutil
 from pydantic import BaseModel, Field
 
-from nccl_launch.errors import HostError
 from nccl_launch.findings import Finding, Refused
 from nccl_launch.live.environ import getenv_view
 from nccl_launch.live.processes import snapshot_tree, stop_tree
@@ -106,7 +105,7 @@ def stop_leftover(
             held = stack.enter_context(hold_pid(server.pid, server.create_time))
             env = getenv_view(server.pid) or {}
             tree = snapshot_tree(held)
-        except (HostError, psutil.Error):
+        except (Refused, psutil.Error):
             return None
         if env.get(MARKER_TUNE_JOURNAL) != str(journal) or env.get(MARKER_TUNE_DIGEST) != digest:
             return None

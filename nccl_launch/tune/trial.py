@@ -27,7 +27,7 @@ from nccl_launch.bench.gpus import compute_pids
 from nccl_launch.bench.measure import Progress, measure_decode
 from nccl_launch.bench.result import Method
 from nccl_launch.env.drift import DriftEntry
-from nccl_launch.errors import HostError, NcclLaunchError
+from nccl_launch.errors import NcclLaunchError
 from nccl_launch.escaping import escaped
 from nccl_launch.findings import Finding, Refused
 from nccl_launch.launch.host import port_check
@@ -273,7 +273,7 @@ class _Child:
 
     def look(self) -> None:
         """Read the tree again while the main process runs."""
-        with contextlib.suppress(HostError):  # it has exited: the last look stays
+        with contextlib.suppress(Refused):  # it has exited: the last look stays
             self.tree = snapshot_tree(self.held)
 
 
