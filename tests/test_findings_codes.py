@@ -1,9 +1,10 @@
 """Every finding's code is documented in docs/findings.md, once, and every documented code is
 found somewhere: a code is read from the source with `ast`, where it is written.
 
-A code is the first argument of `Finding(...)` or of a function whose first parameter is
-`code`: a string, or a module's constant naming one. Only such a function may pass a code it
-was given.
+A code is the first argument of `Finding(...)`, of a function whose first parameter is `code`
+or of a class whose constructor's is (a validator's refusal, `Invalid`): a string, or a
+module's constant naming one. Only such a function may pass a code it was given, or the
+`code` of what carries one (`Finding(refused.code, ...)`).
 """
 
 from __future__ import annotations
@@ -17,15 +18,27 @@ DOCS = Path(__file__).parent.parent / "docs" / "findings.md"
 ROW = re.compile(r"^\| `([a-z0-9-]+)` \|", re.MULTILINE)
 
 
+def _takes_code(function: ast.FunctionDef | ast.AsyncFunctionDef, skip: int) -> bool:
+    given = (function.args.posonlyargs + function.args.args)[skip:]
+    return bool(given) and given[0].arg == "code"
+
+
 def _forwarders(trees: dict[Path, ast.Module]) -> set[str]:
-    """The functions that take a code as their first parameter."""
+    """The functions that take a code as their first parameter, and the classes whose
+    constructor does."""
     names = {"Finding"}
     for tree in trees.values():
         for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                first = node.args.posonlyargs + node.args.args
-                if first and first[0].arg == "code":
-                    names.add(node.name)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and _takes_code(node, 0):
+                names.add(node.name)
+            elif isinstance(node, ast.ClassDef):
+                names |= {
+                    node.name
+                    for init in node.body
+                    if isinstance(init, ast.FunctionDef)
+                    and init.name == "__init__"
+                    and _takes_code(init, 1)
+                }
     return names
 
 
@@ -72,6 +85,8 @@ def written_codes() -> tuple[set[str], list[str]]:
                 codes.add(given.value)
             elif isinstance(given, ast.Name) and given.id in constants:
                 codes.add(constants[given.id])
+            elif isinstance(given, ast.Attribute) and given.attr == "code":
+                continue  # passed on from what carries it, read where that was made
             elif id(node) not in passing:
                 unread.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
     return codes, unread

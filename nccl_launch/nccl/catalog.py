@@ -211,11 +211,16 @@ def did_you_mean(name: str) -> str | None:
     return names[matches[0]] if matches else None
 
 
-def unknown_name_message(name: str) -> str:
-    """Why an unknown `NCCL_*` name is refused, with a suggestion when one is close."""
+def unknown_name(name: str) -> tuple[str, str]:
+    """Why an unknown `NCCL_*` name is refused, and a suggestion when one is close ("")."""
     hint = did_you_mean(name)
-    suggestion = f"; did you mean {hint}?" if hint else ""
-    return f"{name} is not a variable NCCL documents or reads (NCCL ignores it){suggestion}"
+    message = f"{name} is not a variable NCCL documents or reads (NCCL ignores it)"
+    return message, f"did you mean {hint}?" if hint else ""
+
+
+def unknown_name_message(name: str) -> str:
+    """`unknown_name` as one line."""
+    return "; ".join(part for part in unknown_name(name) if part)
 
 
 def name_note(name: str) -> tuple[str, str, str] | None:
