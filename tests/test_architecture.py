@@ -16,7 +16,8 @@ PACKAGE = Path(__file__).parent.parent / "nccl_launch"
 # Keep in step with the picture in docs/architecture.md.
 LAYERS = (
     ("nccl_launch", "errors"),
-    ("report", "files", "escaping", "digits", "findings", "tools"),
+    ("findings",),
+    ("report", "files", "escaping", "digits", "tools"),
     ("jsonlines",),
     ("nccl",),
     ("serving",),

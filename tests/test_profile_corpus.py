@@ -210,3 +210,36 @@ def test_validate_json_names_each_refusal_by_its_code(run_cli: RunCli) -> None:
         for entry in json.loads(result.stdout)["files"]
     }
     assert found == {stem: [said] for stem, said in CODES.items()}
+
+
+def test_validate_json_says_a_profile_not_read_by_its_code(run_cli: RunCli, tmp_path: Path) -> None:
+    """A file not found or not read is a finding of its own code, in the file given, where
+    the text says it."""
+    missing = tmp_path / "missing.toml"
+    result = run_cli("validate", "--format", "json", str(missing), "nosuchname", os.devnull)
+    assert (result.returncode, result.stderr) == (2, "")
+    found = [
+        (f["code"], f["file"], f["location"], f["message"], f["fix"])
+        for entry in json.loads(result.stdout)["files"]
+        for f in entry["findings"]
+    ]
+    assert found[0] == (
+        "no-profile-file",
+        str(missing),
+        "",
+        f"profile file not found: {missing}",
+        "",
+    )
+    assert found[1][:4] == ("no-profile", "nosuchname", "", "profile 'nosuchname' not found")
+    assert found[2] == (
+        "not-regular",
+        os.devnull,
+        f"profile {os.devnull}",
+        "a character device",
+        "only regular files are read",
+    )
+    text = run_cli("validate", os.devnull)
+    assert (
+        text.stderr
+        == f"nccl-launch: profile {os.devnull}: a character device; only regular files are read\n"
+    )

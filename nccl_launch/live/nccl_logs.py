@@ -20,8 +20,9 @@ from pydantic import BaseModel
 from nccl_launch.env.drift import DriftEntry, diff_env
 from nccl_launch.errors import HostError
 from nccl_launch.files.base_dirs import open_beneath
-from nccl_launch.files.paths import FileError, kind_of
+from nccl_launch.files.paths import kind_of
 from nccl_launch.files.reading import LINE_LIMIT
+from nccl_launch.findings import Refused, said_of
 from nccl_launch.jsonlines import STATE, STATE_FIX, state_home
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.nccl.log import LogReader, ProcessLog, judge
@@ -82,8 +83,8 @@ def _make_run_folder(folder: PurePath, pid: int) -> Path:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     try:
         fd = open_beneath(state, folder / "pid", flags, STATE_FIX)
-    except FileError as error:
-        raise FileError(f"NCCL's log folder {where}: {error}") from None
+    except Refused as error:
+        raise said_of(f"NCCL's log folder {where}", error) from None
     except OSError as error:
         with contextlib.suppress(OSError):  # made on the way, empty; another run's is not
             where.rmdir()
@@ -118,9 +119,14 @@ def with_run_folder(
     fails, `remove_run_folder` takes it away."""
     try:
         resolved = _make_run_folder(folder, pid)
-    except (FileError, HostError) as error:
+    except (Refused, HostError) as error:
         kept = {key: value for key, value in env.items() if key != NCCL_DEBUG_FILE}
-        return kept, f"{error}; NCCL's log goes to the server's output, where check cannot read it"
+        said = (
+            "; ".join(each.text() for each in error.findings)
+            if isinstance(error, Refused)
+            else str(error)
+        )
+        return kept, f"{said}; NCCL's log goes to the server's output, where check cannot read it"
     return {**env, NCCL_DEBUG_FILE: debug_file(resolved)}, None
 
 

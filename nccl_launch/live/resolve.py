@@ -18,9 +18,9 @@ import psutil
 
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.errors import HostError, UsageError
-from nccl_launch.files.paths import FileError
 from nccl_launch.files.reading import read_text
 from nccl_launch.files.trust import check_trusted
+from nccl_launch.findings import Refused, of_host
 from nccl_launch.live.compare import title
 from nccl_launch.live.environ import getenv_view
 from nccl_launch.live.processes import HeldProcess, command_words, descendants, kernel_thread
@@ -146,8 +146,8 @@ def _unit_pid(unit: str) -> int:
 def _pidfile_pid(path: Path) -> int:
     try:
         text = read_text(path, "pidfile", limit=PIDFILE_LIMIT).strip()
-    except FileError as error:  # the server's file, not the user's input: a target problem
-        raise HostError(str(error)) from None
+    except Refused as error:  # the server's file, not the user's input: a target problem
+        raise of_host(error) from None
     if not is_ascii_digits(text) or not 0 < int(text) <= PID_LIMIT:
         raise HostError(f"pidfile {path} holds {text!r}, not a PID")
     return int(text)
@@ -168,8 +168,8 @@ def _check_pidfile(path: Path, held: HeldProcess) -> None:
         check_trusted(path, status, "pidfile", owners=(user,))
     except psutil.NoSuchProcess:
         raise HostError(held.gone()) from None
-    except FileError as error:
-        raise HostError(str(error)) from None
+    except Refused as error:
+        raise of_host(error) from None
     except OSError as error:
         raise HostError(f"pidfile {path}: cannot read: {error.strerror}") from None
 

@@ -11,6 +11,7 @@ from pathlib import Path, PurePath
 from nccl_launch.env.env_files import env_file_lines
 from nccl_launch.errors import UsageError
 from nccl_launch.files.reading import read_text
+from nccl_launch.findings import Refused, said_of
 from nccl_launch.migrate.script import read_script
 from nccl_launch.migrate.sourced import read_script_file
 from nccl_launch.migrate.start import StartCommand
@@ -43,6 +44,8 @@ def read_input(path: str, kind: str | None, environ: Mapping[str, str]) -> Start
         return read_script(text, environ)
     except UsageError as error:  # `line 20: ...`, of which file
         raise UsageError(f"{'stdin' if path == '-' else path}: {error}") from None
+    except Refused as error:
+        raise said_of("stdin" if path == "-" else path, error) from None
 
 
 def read_env_input(path: Path) -> StartCommand:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from nccl_launch.errors import UsageError
+from nccl_launch.findings import Refused, said_of
 from nccl_launch.kinds import command_of, server_commands
 from nccl_launch.migrate import shell, sourced
 from nccl_launch.migrate.builtins import AFTER_EXPANSION, BUILTINS, DECLARATIONS
@@ -53,6 +54,8 @@ class _Script:
             )
         except UsageError as error:
             raise UsageError(f"line {line}: {error}") from None
+        except Refused as error:  # the sourced file not read
+            raise said_of(f"line {line}", error) from None
         if found.venv_bin is not None:
             state.activate(found.venv_bin)
             state.notes.append(
@@ -65,6 +68,8 @@ class _Script:
             self.follow_all(found.text)
         except (UsageError, shell.ShellError) as error:
             raise UsageError(f"line {line}: {found.path}: {error}") from None
+        except Refused as error:
+            raise said_of(f"line {line}: {found.path}", error) from None
         state.within.pop()
         self.returned = False
         return self.succeeded

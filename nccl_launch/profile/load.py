@@ -12,7 +12,6 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from nccl_launch.errors import PinError
 from nccl_launch.findings import ARGS, Finding, Refused, refuse, unset_reference
 from nccl_launch.kinds import INVALID_KIND, ServerKind, default_kind, kind_named, server_problems
 from nccl_launch.nccl.grammar import Invalid
@@ -227,8 +226,8 @@ def check_pin(loaded: LoadedProfile, pin: str | None) -> LoadedProfile:
     if pin is None or loaded.plan.digest == pin:
         return loaded
     path, now = shlex.quote(str(loaded.path)), loaded.plan.digest
-    raise PinError(
-        f"profile {loaded.plan.label} ({path}) is {now} but --digest pins {pin}: the file "
-        f"changed since the pin was taken; review it (nccl-launch show {path}), then regenerate "
-        f"the unit (nccl-launch systemd {path}) or pass --digest {now}"
-    )
+    message = f"profile {loaded.plan.label} ({path}) is {now} but --digest pins {pin}: the file "
+    message += "changed since the pin was taken"
+    fix = f"review it (nccl-launch show {path}), then regenerate the unit (nccl-launch systemd "
+    fix += f"{path}) or pass --digest {now}"
+    raise Refused(Finding("pin", "", message, fix, cause="drift"))

@@ -17,6 +17,7 @@ import tomli_w
 
 from nccl_launch.env.env_files import profile_layers
 from nccl_launch.errors import UsageError
+from nccl_launch.findings import Refused
 from nccl_launch.kinds import ServerKind, address, kind_of
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.profile.chain import ProfileChain
@@ -171,7 +172,7 @@ class Candidates:
             )
         try:
             taken = find_profile(f"{profile.name}@{version}", near=folder)
-        except UsageError:
+        except Refused:
             path = folder / f"{profile.name}-{version}.toml"
             if os.path.lexists(path):
                 raise UsageError(

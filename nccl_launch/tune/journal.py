@@ -19,7 +19,7 @@ from pathlib import Path, PurePath
 
 from pydantic import BaseModel, Field, model_validator
 
-from nccl_launch.files.paths import ReadFailed
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.jsonlines import STATE_FIX, append_line, open_store, parse_lines, state_home
 from nccl_launch.profile.plan import DIGEST
 from nccl_launch.tune.orphans import Owner, StartedServer, stop_leftover
@@ -151,7 +151,8 @@ def opened(folder: PurePath, settings: TrialSettings) -> Iterator[Journal]:
         try:
             data = os.pread(fd, LIMIT, 0)
         except OSError as error:
-            raise ReadFailed(f"{WHAT} {path}: cannot read: {error.strerror}") from None
+            message = f"cannot read: {error.strerror}"
+            raise Refused(Finding("read-failed", f"{WHAT} {path}", message, cause="host")) from None
         journal = Journal(path, fd, settings)
         journal.read_lines(data.decode("utf-8", "replace"))
         yield journal

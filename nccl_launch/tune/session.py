@@ -20,7 +20,7 @@ from nccl_launch.bench.stats import (
     pooled_noise,
     prefill_starts,
 )
-from nccl_launch.errors import UsageError
+from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.nccl.catalog import PREFIX
 from nccl_launch.profile.chain import read_chain
 from nccl_launch.profile.load import LoadedProfile
@@ -309,7 +309,7 @@ def run_tune(
         progress.warn(moved)
     try:
         looked_up = find_profile(plan.label).resolve() == path.resolve()
-    except UsageError:
+    except ProfileError:  # findings.Refused: no profile of that label is found
         looked_up = False
     ref = plan.label if looked_up else str(path)
     return report.model_copy(update={"written": str(path), "written_ref": ref})
