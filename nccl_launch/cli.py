@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 import click
 
 from nccl_launch import __version__
-from nccl_launch.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, HostError, NcclLaunchError
+from nccl_launch.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, NcclLaunchError
+from nccl_launch.findings import Finding, Refused
 
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
@@ -223,8 +224,8 @@ def _complain_as_click(error: click.ClickException) -> None:
 
 class _Output:
     """Standard output, whose failure to take what is written (a full disk, `> /dev/full`, an
-    I/O error) is HostError, exit 3, whoever wrote: a command, click's --help: its reader has
-    not seen the output. The rest is the stream's own."""
+    I/O error) is refused as this host's problem, exit 3, whoever wrote: a command, click's
+    --help: its reader has not seen the output. The rest is the stream's own."""
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
@@ -245,8 +246,9 @@ class _Output:
         return getattr(self._stream, name)
 
 
-def _unwritten(error: OSError) -> HostError:
-    return HostError(f"standard output: cannot write: {error.strerror}")
+def _unwritten(error: OSError) -> Refused:
+    message = f"cannot write: {error.strerror}"
+    return Refused(Finding("unwritten-output", "standard output", message, cause="host"))
 
 
 def main(args: list[str] | None = None) -> int:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from nccl_launch.errors import EXIT_CODES, EXIT_HOST, Cause, NcclLaunchError, ProfileError
+from nccl_launch.errors import EXIT_CODES, Cause, ProfileError
 
 # An error stops what would fail; a warning is said wherever the finding applies (`run` says
 # it on every start); a note is for whoever writes the profile (`validate`, `preflight`).
@@ -94,12 +94,6 @@ def as_json(finding: Finding) -> dict[str, Any]:
     }
 
 
-def cause_of(error: NcclLaunchError) -> Cause:
-    """Whose problem `error` is, by its exit code: this host's (exit 3), else the profile's or
-    the command line's."""
-    return "host" if error.exit_code == EXIT_HOST else "profile"
-
-
 class Refused(ProfileError):
     """The one exception a user's problem raises: it holds findings (one, or every error a
     check found), said by `lines`; its exit code is the lowest of theirs (a pinned digest's
@@ -109,6 +103,17 @@ class Refused(ProfileError):
         self.findings = [findings] if isinstance(findings, Finding) else list(findings)
         super().__init__(lines(self.findings))
         self.exit_code = min(each.exit_code for each in self.findings)
+
+
+def of_host(error: Refused) -> Refused:
+    """`error` said as this host's problem (exit 3): a file of the host's, not the input's."""
+    return Refused([replace(each, cause="host") for each in error.findings])
+
+
+def said_of(where: str, error: Refused) -> Refused:
+    """`error` said of `where` (a store, a folder) before where each finding was found."""
+    said = [f"{where}: {each.where}" if each.where else where for each in error.findings]
+    return Refused([replace(each, where=at) for each, at in zip(error.findings, said, strict=True)])
 
 
 def refuse(findings: Sequence[Finding]) -> None:

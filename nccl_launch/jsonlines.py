@@ -16,11 +16,11 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from nccl_launch.errors import HOST_ERRNOS, HostError
+from nccl_launch.errors import HOST_ERRNOS, Cause
 from nccl_launch.files.base_dirs import BaseDirectory, base_directory, open_beneath
-from nccl_launch.files.paths import FileError, kind_of, status_of
+from nccl_launch.files.paths import kind_of, status_of
 from nccl_launch.files.trust import check_write_way
-from nccl_launch.findings import Finding
+from nccl_launch.findings import Finding, Refused, said_of
 
 Record = TypeVar("Record", bound=BaseModel)
 STATE = PurePath("nccl-launch")  # nccl-launch's folder under the state home
@@ -49,8 +49,8 @@ def open_store(
     folders to it when absent; or at `beneath` (a base directory, the name under it, the fix
     of a refusal), as files.open_beneath opens it. `full(size)` is why a file of that size
     takes no more lines, None while it does. With `busy`, the file is locked until closed:
-    HostError(`busy`) while another holds it. `aside`, when given, is the fix said of a
-    symlink or a file that is no regular one."""
+    refused (this host's problem, `busy` its words) while another holds it. `aside`, when
+    given, is the fix said of a symlink or a file that is no regular one."""
     flags = _FLAGS | os.O_CREAT
     try:
         if beneath is None:
@@ -59,24 +59,25 @@ def open_store(
             fd = os.open(path, flags, 0o644)
         else:
             fd = open_beneath(beneath[0], beneath[1], flags, beneath[2])
-    except FileError as error:
-        raise FileError(f"{what} {path}: {error}") from None
+    except Refused as error:
+        raise said_of(f"{what} {path}", error) from None
     except OSError as error:
         with contextlib.suppress(OSError):
             _refuse_kind(what, path, os.lstat(path).st_mode, aside)  # why, if it is no regular file
         why = error.strerror
         if isinstance(error, (FileExistsError, NotADirectoryError)):  # mkdir met a file
             why = "a folder on its path is a file, not a directory"
-        failed = HostError if error.errno in HOST_ERRNOS else FileError
-        raise failed(f"{what} {path}: cannot append: {why}") from None
+        cause: Cause = "host" if error.errno in HOST_ERRNOS else "profile"
+        found = Finding("unappendable", f"{what} {path}", f"cannot append: {why}", cause=cause)
+        raise Refused(found) from None
     try:
         status = os.fstat(fd)
         _refuse_kind(what, path, status.st_mode, aside)
         refused = full(status.st_size)
         if refused is not None:
-            raise FileError(f"{what} {path}: {refused}")
+            raise Refused(Finding("store-full", f"{what} {path}", refused))
         if busy is not None:
-            _lock(fd, f"{what} {path}: {busy}")
+            _lock(fd, f"{what} {path}", busy)
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
@@ -85,7 +86,7 @@ def open_store(
 
 
 def absent(what: str, path: Path) -> bool:
-    """Whether no file is at `path`, for a store created by its first line only; FileError
+    """Whether no file is at `path`, for a store created by its first line only; Refused
     at once when none could be created there (a folder on the path is a file, or one this
     user may not write)."""
     if os.path.lexists(path):
@@ -98,23 +99,23 @@ def absent(what: str, path: Path) -> bool:
         why = os.strerror(errno.EACCES)  # as the open would fail
     else:
         return True
-    raise FileError(f"{what} {path}: cannot append: {why}")
+    raise Refused(Finding("unappendable", f"{what} {path}", f"cannot append: {why}"))
 
 
 def _refuse_kind(what: str, path: Path, mode: int, aside: str | None) -> None:
     if stat.S_ISLNK(mode):
         fix = aside or "name the file it points to"
-        raise FileError(f"{what} {path}: a symlink; {fix}")
+        raise Refused(Finding("symlink", f"{what} {path}", "a symlink", fix))
     if not stat.S_ISREG(mode):
         fix = aside or "only a regular file is appended to"
-        raise FileError(f"{what} {path}: {kind_of(mode)}; {fix}")
+        raise Refused(Finding("not-regular", f"{what} {path}", kind_of(mode), fix))
 
 
-def _lock(fd: int, busy: str) -> None:
+def _lock(fd: int, where: str, busy: str) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        raise HostError(busy) from None
+        raise Refused(Finding("store-busy", where, busy, cause="host")) from None
 
 
 def parse_lines(
@@ -141,7 +142,7 @@ def parse_lines(
 
 def append_line(fd: int, line: str, what: str) -> None:
     """Append `line` (ending with a newline) to the file open at `fd` in one write, so it is
-    whole or absent; after a last line left torn (a crash), on a line of its own. HostError
+    whole or absent; after a last line left torn (a crash), on a line of its own. Refused
     (a host problem, exit 3) names `what` when the system refuses it or takes only part (a
     full disk)."""
     size = os.fstat(fd).st_size
@@ -151,6 +152,8 @@ def append_line(fd: int, line: str, what: str) -> None:
     try:
         written = os.write(fd, data)
     except OSError as error:
-        raise HostError(f"{what}: cannot append: {error.strerror}") from None
+        message = f"cannot append: {error.strerror}"
+        raise Refused(Finding("unappendable", what, message, cause="host")) from None
     if written != len(data):  # a full disk: say so rather than leave it unsaid
-        raise HostError(f"{what}: only {written} of {len(data)} bytes written")
+        message = f"only {written} of {len(data)} bytes written"
+        raise Refused(Finding("unappendable", what, message, cause="host"))

@@ -25,7 +25,6 @@ from nccl_launch.bench.client import Client
 from nccl_launch.bench.gpus import parse_gpus
 from nccl_launch.bench.history import opened, read_history
 from nccl_launch.bench.result import BenchReport, Method, RunFigure, judge, summarize
-from nccl_launch.files.paths import FileError
 from nccl_launch.findings import Refused
 from nccl_launch.live.url import server_url, url_address
 from nccl_launch.profile.model import Baseline
@@ -724,7 +723,7 @@ def test_a_symlink_of_another_user_under_the_state_home_is_not_followed(
     os.lchown(state / "nccl-launch", OTHER_UID, OTHER_UID)
     monkeypatch.setenv("XDG_STATE_HOME", str(state))
     refused = rf"{state}/nccl-launch: a symlink of uid {OTHER_UID}, not followed"
-    with pytest.raises(FileError, match=refused), opened(None):
+    with pytest.raises(Refused, match=refused), opened(None):
         pass
     assert list(target.iterdir()) == []
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from nccl_launch.files.paths import FileError
 from nccl_launch.files.reading import open_stream, read_text
 from nccl_launch.files.trust import check_trusted
 from nccl_launch.files.writing import atomic_write
+from nccl_launch.findings import Refused
 from tests.conftest import RunCli, console_script
 from tests.standins import start_standin
 from tests.watching import Opens
@@ -50,18 +50,20 @@ def test_what_is_no_regular_file_is_looked_at_never_opened(fifo: Path, tmp_path:
         assert opens.seen() == 1  # inotify sees a read
     with Opens(fifo) as opens:
         for trusted in (False, True):
-            with pytest.raises(FileError, match="a FIFO"):
+            with pytest.raises(Refused, match="a FIFO"):
                 read_text(fifo, "profile", trusted=trusted)
-        with pytest.raises(FileError, match="a FIFO"), open_stream(str(fifo), "log"):
+        with pytest.raises(Refused, match="a FIFO"), open_stream(str(fifo), "log"):
             pass
         assert opens.seen() == 0
 
 
 def test_a_fifo_is_refused_without_blocking(fifo: Path) -> None:
     # Nothing writes to the FIFO: a plain open would hang this test forever.
-    with pytest.raises(FileError, match=r"^profile .*fifo.toml: a FIFO; only regular files"):
+    with pytest.raises(
+        Refused, match=r"^nccl-launch: profile .*fifo.toml: a FIFO; only regular files"
+    ):
         read_text(fifo, "profile")
-    with pytest.raises(FileError, match="a FIFO"), open_stream(str(fifo), "log"):
+    with pytest.raises(Refused, match="a FIFO"), open_stream(str(fifo), "log"):
         pass
 
 
@@ -73,7 +75,7 @@ def test_devices_and_directories_are_refused_through_a_symlink(
 ) -> None:
     link = tmp_path / "zz.toml"
     link.symlink_to(target)
-    with pytest.raises(FileError, match=f"zz.toml: {kind}; only regular files are read"):
+    with pytest.raises(Refused, match=f"zz.toml: {kind}; only regular files are read"):
         read_text(link, "profile")
 
 
@@ -101,16 +103,16 @@ def test_a_profile_path_through_a_link_that_loops_or_names_nothing_says_so(
 def test_size_nul_and_encoding_are_clear_errors(tmp_path: Path) -> None:
     big = tmp_path / "big.env"
     big.write_bytes(b"A=1\n" * 300_000)
-    with pytest.raises(FileError, match=r"larger than 1048576 bytes"):
+    with pytest.raises(Refused, match=r"larger than 1048576 bytes"):
         read_text(big, "env file")
-    with pytest.raises(FileError, match="cannot hold a NUL byte"):
+    with pytest.raises(Refused, match="cannot hold a NUL byte"):
         read_text(tmp_path / "a\0b", "env file")
     latin = tmp_path / "latin.env"
     latin.write_bytes(b"A=caf\xe9\n")
-    with pytest.raises(FileError, match=r"not UTF-8 text \(byte 5\)"):
+    with pytest.raises(Refused, match=r"not UTF-8 text \(byte 5\)"):
         read_text(latin, "env file")
     assert read_text(latin, "nccl.conf", errors="surrogateescape") == "A=caf\udce9\n"
-    with pytest.raises(FileError, match="cannot read: No such file or directory"):
+    with pytest.raises(Refused, match="cannot read: No such file or directory"):
         read_text(tmp_path / "absent", "env file")
 
 
@@ -120,19 +122,19 @@ def test_root_refuses_files_others_could_write(tmp_path: Path) -> None:
     path.write_text("")
     check_trusted(path, path.stat(), "profile")  # root's own 0644 file
     path.chmod(0o666)
-    with pytest.raises(FileError, match=r"writable by group or others \(mode 0666\)"):
+    with pytest.raises(Refused, match=r"writable by group or others \(mode 0666\)"):
         check_trusted(path, path.stat(), "profile")
     path.chmod(0o644)
     os.chown(path, NOBODY, -1)
-    with pytest.raises(FileError) as refused:
+    with pytest.raises(Refused) as refused:
         check_trusted(path, path.stat(), "profile")
     # the fix keeps the file readable by a service's User= (a 0600 file chowned root is not)
-    assert str(refused.value) == (
+    assert refused.value.findings[0].text() == (
         f"profile {path}: owned by uid {NOBODY}, not root; chown root and chmod go-w (chgrp the "
         f"service's group and chmod 0640 where its User= must read it), or run this as uid "
         f"{NOBODY}"
     )
-    with pytest.raises(FileError, match="owned by uid"):
+    with pytest.raises(Refused, match="owned by uid"):
         read_text(path, "profile", trusted=True)
     assert read_text(path, "profile") == ""  # trust is asked for, not implied
 
@@ -144,7 +146,7 @@ def test_root_refuses_a_file_in_a_directory_others_can_write(tmp_path: Path) -> 
     path = shared / "p.toml"
     path.write_text("")
     shared.chmod(0o777)
-    with pytest.raises(FileError, match=r"its directory .*shared \(uid 0, mode 0777\)"):
+    with pytest.raises(Refused, match=r"its directory .*shared \(uid 0, mode 0777\)"):
         check_trusted(path, path.stat(), "profile")
     shared.chmod(0o777 | stat.S_ISVTX)  # sticky, like /tmp: others cannot replace root's file
     check_trusted(path, path.stat(), "profile")
@@ -159,7 +161,7 @@ def test_root_checks_the_directories_a_symlink_leads_through(tmp_path: Path) -> 
     os.chown(hidden, NOBODY, -1)
     link = tmp_path / "p.toml"
     link.symlink_to(target)
-    with pytest.raises(FileError, match=r"its directory .*hidden \(uid 65534"):
+    with pytest.raises(Refused, match=r"its directory .*hidden \(uid 65534"):
         read_text(link, "profile", trusted=True)
 
 
@@ -175,7 +177,7 @@ def test_root_walks_a_path_as_the_kernel_does(tmp_path: Path) -> None:
     (tmp_path / "a" / "x.toml").write_text("")  # what `a/link/..` spells, never read
     (tmp_path / "a" / "link").symlink_to(theirs / "c")
     path = tmp_path / "a" / "link" / ".." / "x.toml"
-    with pytest.raises(FileError, match=rf"its directory {theirs} \(uid {NOBODY}, mode 0755\)"):
+    with pytest.raises(Refused, match=rf"its directory {theirs} \(uid {NOBODY}, mode 0755\)"):
         read_text(path, "profile", trusted=True)
     os.chown(theirs, 0, -1)
     assert read_text(path, "profile", trusted=True) == ""
@@ -405,15 +407,15 @@ def test_an_output_that_is_no_regular_file_is_refused_by_every_writer(
 
 FULL_DISK = """
 import os, resource, sys
-from nccl_launch.errors import HostError
+from nccl_launch.findings import Refused
 from nccl_launch.jsonlines import append_line
 path, limit = sys.argv[1], int(sys.argv[2])
 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))  # a disk with `limit` bytes
 fd = os.open(path, os.O_RDWR | os.O_APPEND)
 try:
     append_line(fd, "x" * 100 + "\\n", "tune journal " + path)
-except HostError as error:
-    print(error.exit_code, error)
+except Refused as error:
+    print(error.exit_code, error.findings[0].code, error.findings[0].text())
 """
 
 
@@ -430,7 +432,7 @@ def test_a_line_the_disk_takes_in_part_or_not_at_all_is_a_host_problem(tmp_path:
             [sys.executable, "-c", FULL_DISK, str(journal), str(limit)],
             capture_output=True, text=True, check=True, timeout=120
         )  # fmt: skip
-        assert done.stdout == f"3 tune journal {journal}: {said}\n", done.stderr
+        assert done.stdout == f"3 unappendable tune journal {journal}: {said}\n", done.stderr
 
 
 @pytest.mark.parametrize("command", [["verify-log", "p.toml", "-"], ["convert", "-"]])

@@ -171,3 +171,75 @@ def test_the_readmes_first_commands_print_no_warning(run_cli: RunCli) -> None:
     dry_run = run_cli("run", "--dry-run", str(kimi))
     assert dry_run.returncode == 0
     assert dry_run.stderr == ""
+
+
+# What a validator refuses is said by its own code (docs/findings.md), read from the refusal
+# as data: a rule's kind of problem, not one code for every value refused.
+CODES = {
+    "algo-second-entry-without-function": ("missing-prefix", "nccl.ALGO"),
+    "algo-unknown-name": ("unknown-choice", "nccl.ALGO"),
+    "bool-as-word": ("not-a-boolean", "nccl.SHM_DISABLE"),
+    "buffsize-decimal-megabytes": ("ambiguous-unit", "nccl.BUFFSIZE"),
+    "buffsize-float": ("not-an-integer", "nccl.BUFFSIZE"),
+    "buffsize-overflows-int": ("out-of-range", "nccl.BUFFSIZE"),
+    "env-bad-variable-name": ("variable-name", "env.MY-VAR"),
+    "env-boolean-value": ("wrong-type", "env.HF_HUB_OFFLINE"),
+    "env-holds-nccl-variable": ("nccl-in-env", "env.NCCL_PROTO"),
+    "env-launcher-variable": ("own-variable", "env.SPT_NOENV"),
+    "name-with-space": ("profile-name", "name"),
+    "nccl-name-with-prefix": ("prefixed-name", "nccl.NCCL_PROTO"),
+    "nul-in-speculative-setting": ("nul-byte", "server.speculative"),
+    "policy-server-owned-typo": ("unknown-variable", "policy.server_owned"),
+    "proto-with-space": ("whitespace", "nccl.PROTO"),
+    "schema-from-the-future": ("unknown-schema", "schema"),
+    "secret-files-nccl-setting": ("nccl-secret", "secret_files"),
+    "server-entrypoint-unbalanced-quote": ("shell-words", "server.entrypoint"),
+    "server-port-out-of-range": ("out-of-range", "server.port"),
+    "server-python-empty": ("empty-value", "server.python"),
+    "server-tp-size-string": ("wrong-type", "server.tp_size"),
+    "speculative-setting-not-scalar": ("not-a-single-value", "server.speculative"),
+}
+
+
+def test_validate_json_names_each_refusal_by_its_code(run_cli: RunCli) -> None:
+    paths = [CORPUS / "invalid" / f"{stem}.toml" for stem in CODES]
+    result = run_cli("validate", "--format", "json", *map(str, paths))
+    assert (result.returncode, result.stderr) == (2, "")
+    found = {
+        Path(entry["path"]).stem: [(f["code"], f["location"]) for f in entry["findings"]]
+        for entry in json.loads(result.stdout)["files"]
+    }
+    assert found == {stem: [said] for stem, said in CODES.items()}
+
+
+def test_validate_json_says_a_profile_not_read_by_its_code(run_cli: RunCli, tmp_path: Path) -> None:
+    """A file not found or not read is a finding of its own code, in the file given, where
+    the text says it."""
+    missing = tmp_path / "missing.toml"
+    result = run_cli("validate", "--format", "json", str(missing), "nosuchname", os.devnull)
+    assert (result.returncode, result.stderr) == (2, "")
+    found = [
+        (f["code"], f["file"], f["location"], f["message"], f["fix"])
+        for entry in json.loads(result.stdout)["files"]
+        for f in entry["findings"]
+    ]
+    assert found[0] == (
+        "no-profile-file",
+        str(missing),
+        "",
+        f"profile file not found: {missing}",
+        "",
+    )
+    assert found[1][:4] == ("no-profile", "nosuchname", "", "profile 'nosuchname' not found")
+    assert found[2] == (
+        "not-regular",
+        os.devnull,
+        f"profile {os.devnull}",
+        "a character device",
+        "only regular files are read",
+    )
+    text = run_cli("validate", os.devnull)
+    assert (
+        text.stderr
+        == f"nccl-launch: profile {os.devnull}: a character device; only regular files are read\n"
+    )

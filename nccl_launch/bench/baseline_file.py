@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from nccl_launch.bench.result import BenchReport, WrittenBaseline
-from nccl_launch.files.paths import FileError
 from nccl_launch.files.reading import read_text
 from nccl_launch.files.writing import write_output
-from nccl_launch.findings import Finding, Refused
+from nccl_launch.findings import Finding, Refused, of_host
 from nccl_launch.profile.chain import ChainFile, ProfileChain, read_chain
 from nccl_launch.profile.document import parse_profile_toml
 from nccl_launch.profile.load import LoadedProfile, validate_chain
@@ -176,6 +175,6 @@ def write_figure(held: HeldProfile, report: BenchReport, previous: float | None)
         raise Refused(Finding("inherited-starts", WRITE, said, fix))
     try:
         write_output(held.path, text, replace=True)
-    except FileError as error:  # the figure is measured: the host refuses to keep it
-        raise Refused(Finding("unwritten-figure", "", str(error), cause="host")) from None
+    except Refused as error:  # the figure is measured: the host refuses to keep it
+        raise of_host(error) from None
     return WrittenBaseline(path=str(held.path.absolute()), baseline=baseline, previous=previous)

@@ -21,7 +21,6 @@ from nccl_launch.env.env_files import (
     secret_layers,
 )
 from nccl_launch.env.merge import EnvLayer
-from nccl_launch.files.paths import FileError
 from nccl_launch.files.trust import check_absent, check_trusted
 from nccl_launch.files.writing import write_output
 from nccl_launch.findings import EXTRA_ARGS, Finding, Refused, refuse, unset_reference
@@ -172,11 +171,11 @@ def environment_file_findings(loaded: LoadedProfile, user: str | None) -> list[F
                 check_absent(path, "env file", "systemd (EnvironmentFile=)")
                 continue
             check_trusted(path, status, "env file", owners=owners)
-        except FileError as error:
-            where = "env_files"
-            found.append(
-                Finding("host-file", where, str(error), cause="host", file=str(loaded.path))
-            )
+        except Refused as error:  # said at env_files, in the profile
+            found += [
+                Finding("host-file", "env_files", each.text(), cause="host", file=str(loaded.path))
+                for each in error.findings
+            ]
     return found
 
 

@@ -7,13 +7,13 @@ import dataclasses
 import io
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
 from nccl_launch.env.merge import CALLING_ENV, EnvLayer
-from nccl_launch.errors import UsageError
 from nccl_launch.files.reading import read_text
-from nccl_launch.findings import ARGS, Finding, cause_of, empty_key, refuse, unset_reference
+from nccl_launch.findings import ARGS, Finding, Refused, empty_key, refuse, unset_reference
 from nccl_launch.kinds import kind_of
 from nccl_launch.profile.load import LoadedProfile
 from nccl_launch.profile.model import env_value
@@ -87,8 +87,8 @@ def env_file_read(path: Path, trusted: bool = True) -> tuple[list[Assignment], l
     them, need not trust it."""
     try:
         text = read_text(path, "env file", trusted=trusted)
-    except UsageError as error:
-        return [], [Finding("env-file", "", str(error), cause=cause_of(error))]
+    except Refused as error:
+        return [], [replace(each, code="env-file") for each in error.findings]
     assignments, found = [], []
     # Imported here: python-dotenv (and the traceback module it loads) only for --env-file.
     from dotenv.parser import parse_stream
@@ -165,8 +165,8 @@ def _secret_layer(
 ) -> EnvLayer | Finding:
     try:
         value = read_text(path, "secret file", trusted=trusted, limit=SECRET_LIMIT)
-    except UsageError as error:
-        return _host_file(loaded, "secret_files", f"{name}: {error}")
+    except Refused as error:
+        return _host_file(loaded, "secret_files", f"{name}: {error.findings[0].text()}")
     if "\x00" in value or name in loaded.plan.env:
         why = "holds a NUL byte" if "\x00" in value else "the profile declares it too"
         return _host_file(loaded, "secret_files", f"{name}: {path}: {why}")

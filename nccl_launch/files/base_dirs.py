@@ -9,9 +9,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
-from nccl_launch.errors import HostError
-from nccl_launch.files.paths import FileError
 from nccl_launch.files.trust import described, lets_others_replace, walk, writable_by_others
+from nccl_launch.findings import Finding, Refused
 
 
 @dataclass(frozen=True)
@@ -38,10 +37,9 @@ def _home(variable: str) -> Path:
         known = ""
     if not Path(known).is_absolute():
         said = f"relative ({home})" if home else "empty"
-        raise HostError(
-            f"no home directory: HOME is {said} and the user database has none for uid "
-            f"{os.geteuid()}; set HOME or {variable} to an absolute path"
-        )
+        message = f"HOME is {said} and the user database has none for uid {os.geteuid()}"
+        fix = f"set HOME or {variable} to an absolute path"
+        raise Refused(Finding("no-home", "no home directory", message, fix, cause="host"))
     return Path(known)
 
 
@@ -59,10 +57,8 @@ def _refuse_others(folder: Path, status: os.stat_result, fix: str) -> None:
     whoever else owns it or may write it could replace what is made there."""
     if status.st_uid != os.geteuid() or writable_by_others(status):
         me = _me()
-        raise FileError(
-            f"{described(folder, status)} is not {me}'s alone, and {me} writes nothing in "
-            f"another user's folder; {fix}"
-        )
+        message = f"{described(folder, status)} is not {me}'s alone, and {me} writes nothing "
+        raise Refused(Finding("untrusted", "", f"{message}in another user's folder", fix))
 
 
 def _me() -> str:
@@ -78,14 +74,21 @@ def _refuse_way(existing: Path, status: os.stat_result, fix: str) -> None:
     try:
         way = walk(existing)
     except OSError as error:
-        raise FileError(f"{existing}: changed as it was opened ({error.strerror}); {fix}") from None
+        message = f"changed as it was opened ({error.strerror})"
+        raise Refused(Finding("changed-while-read", str(existing), message, fix)) from None
     if way.others is not None:
         thing, found = way.others
         if stat.S_ISLNK(found.st_mode):
-            raise FileError(f"{thing}: a symlink of uid {found.st_uid}, not followed; {fix}")
+            raise _others_symlink(thing, found, fix)
         _refuse_others(thing, found, fix)
     if (way.end.st_dev, way.end.st_ino) != (status.st_dev, status.st_ino):
-        raise FileError(f"{existing}: changed as it was opened; {fix}")
+        message = "changed as it was opened"
+        raise Refused(Finding("changed-while-read", str(existing), message, fix))
+
+
+def _others_symlink(link: Path, status: os.stat_result, fix: str) -> Refused:
+    message = f"a symlink of uid {status.st_uid}, not followed"
+    return Refused(Finding("untrusted", str(link), message, fix))
 
 
 def _folder_beneath(parent: int, name: str, folder: Path, fix: str) -> int:
@@ -96,12 +99,12 @@ def _folder_beneath(parent: int, name: str, folder: Path, fix: str) -> int:
     link = os.stat(name, dir_fd=parent, follow_symlinks=False)
     follow = stat.S_ISLNK(link.st_mode)
     if follow and link.st_uid != os.geteuid():
-        raise FileError(f"{folder}: a symlink of uid {link.st_uid}, not followed; {fix}")
+        raise _others_symlink(folder, link, fix)
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     fd = os.open(name, flags, dir_fd=parent)
     try:
         _refuse_others(folder, os.fstat(fd), fix)
-    except FileError:
+    except Refused:
         os.close(fd)
         raise
     return fd
@@ -112,7 +115,7 @@ def open_beneath(base: BaseDirectory, name: PurePath, flags: int, fix: str) -> i
     the folders missing on the way are created 0700, as the specification says. No other
     user may own or replace anything on the way to the first folder there (`_refuse_way`);
     from there down only the user's own symlinks are followed, and every folder must be the
-    user's alone (root's, as root). FileError is a refusal ending with `fix`; OSError, the
+    user's alone (root's, as root). Refused is a refusal ending with `fix`; OSError, the
     system's answer."""
     existing = next(folder for folder in (base.given, *base.given.parents) if folder.is_dir())
     parts = [*base.given.relative_to(existing).parts, *base.below.parts, *name.parent.parts]

@@ -1,6 +1,5 @@
 """Looking at a path a user names (`[server] python`, a model, a cwd, a library folder): what
-is there, or one line saying why this user cannot look, never an OSError; and the error of a
-file that is not read."""
+is there, or a finding saying why this user cannot look, never an OSError."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ import os
 import stat
 from pathlib import Path
 
-from nccl_launch.errors import EXIT_HOST, HostError, UsageError
+from nccl_launch.findings import Finding, Refused
 
 _KINDS = {
     stat.S_IFDIR: "a directory",
@@ -18,22 +17,6 @@ _KINDS = {
     stat.S_IFIFO: "a FIFO",
     stat.S_IFSOCK: "a socket",
 }
-
-
-class FileError(UsageError):
-    """A file that is not read: missing, not a regular file, too large, untrusted, not text."""
-
-
-class ReadFailed(FileError):
-    """A file (or stdin) that opened but could not be read: an I/O error of this host (EIO),
-    which no input fixes."""
-
-    exit_code = EXIT_HOST
-
-
-class PathError(HostError):
-    """A path that cannot be looked at by this user: a folder on its way this user may not
-    search (a venv under /root for a unit's User=), a name too long, a loop of symlinks."""
 
 
 def kind_of(mode: int) -> str:
@@ -45,22 +28,27 @@ def status_of(path: Path, what: str, *, report_too_long: bool = True) -> os.stat
     """The status of `path` (through symlinks), which the user named as `what`; None when
     nothing is there (a dangling symlink, a file on the way where a folder should be; with
     `report_too_long` False, a name longer than the system takes, which no file can have).
-    PathError names `what`, the path and the system's reason when this user cannot tell."""
+    Refused, this host's problem, names `what`, the path and the system's reason when this
+    user cannot tell (a folder on its way it may not search, a name too long, a loop)."""
     try:
         return path.stat()
     except (FileNotFoundError, NotADirectoryError):
         return None
     except ValueError:  # a NUL byte: nothing a kernel takes
-        raise PathError(f"{what} {str(path)!r}: a path cannot hold a NUL byte") from None
-    except PermissionError as error:
-        raise PathError(
-            f"{what} {path}: cannot look at it: {error.strerror}; every folder on its way must "
-            f"be searchable by uid {os.geteuid()}, the user running this"
-        ) from None
+        message = "a path cannot hold a NUL byte"
+        found = Finding("nul-in-path", f"{what} {str(path)!r}", message, cause="host")
+        raise Refused(found) from None
     except OSError as error:
         if error.errno == errno.ENAMETOOLONG and not report_too_long:
             return None
-        raise PathError(f"{what} {path}: cannot look at it: {error.strerror}") from None
+        fix = ""
+        if isinstance(error, PermissionError):
+            fix = f"every folder on its way must be searchable by uid {os.geteuid()}, the user "
+            fix += "running this"
+        message = f"cannot look at it: {error.strerror}"
+        raise Refused(
+            Finding("cannot-look", f"{what} {path}", message, fix, cause="host")
+        ) from None
 
 
 def is_regular(path: Path) -> bool:
@@ -68,6 +56,6 @@ def is_regular(path: Path) -> bool:
     this user cannot look at, as bash's PATH search and the dynamic loader do."""
     try:
         status = status_of(path, str(path))
-    except PathError:
+    except Refused:
         return False
     return status is not None and stat.S_ISREG(status.st_mode)

@@ -1,5 +1,5 @@
 """Reading: only regular files, with a size cap, never blocking on a FIFO; streams line by
-line, a line never held past its cap; a read the host fails (EIO) is ReadFailed, exit 3."""
+line, a line never held past its cap; a read the host fails (EIO) is this host's problem."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from nccl_launch.files.paths import FileError, ReadFailed, kind_of
+from nccl_launch.files.paths import kind_of
 from nccl_launch.files.trust import check_trusted
+from nccl_launch.findings import Finding, Refused
 
 # A profile, env file, nccl.conf or pidfile is a few KiB; anything larger is a mistake.
 MAX_BYTES = 1 << 20
@@ -35,55 +36,70 @@ def _open_regular(path: Path, what: str, trusted: bool, folder: int | None = Non
     try:
         fd = os.open(path if folder is None else path.name, look, dir_fd=folder)
     except ValueError:  # a NUL in the path
-        raise FileError(f"{what} {str(path)!r}: a path cannot hold a NUL byte") from None
+        message = "a path cannot hold a NUL byte"
+        raise Refused(Finding("nul-in-path", f"{what} {str(path)!r}", message)) from None
     except OSError as error:
-        raise FileError(f"{what} {path}: cannot read: {error.strerror}") from None
+        raise _unreadable(f"{what} {path}", error) from None
     try:
         status = os.fstat(fd)
+        regular = "only regular files are read"
         if stat.S_ISLNK(status.st_mode):  # only with O_NOFOLLOW: a name in `folder`
-            raise FileError(f"{what} {path}: a symlink, not followed; only regular files are read")
+            message = "a symlink, not followed"
+            raise Refused(Finding("symlink", f"{what} {path}", message, regular))
         if not stat.S_ISREG(status.st_mode):
             kind = kind_of(status.st_mode)
-            raise FileError(f"{what} {path}: {kind}; only regular files are read")
+            raise Refused(Finding("not-regular", f"{what} {path}", kind, regular))
         if trusted:
             check_trusted(path, status, what)
         return os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as error:
-        raise FileError(f"{what} {path}: cannot read: {error.strerror}") from None
+        raise _unreadable(f"{what} {path}", error) from None
     finally:
         os.close(fd)
+
+
+def _unreadable(where: str, error: OSError) -> Refused:
+    return Refused(Finding("unreadable", where, f"cannot read: {error.strerror}"))
 
 
 def read_text(
     path: Path, what: str, *, trusted: bool = False, limit: int = MAX_BYTES, errors: str = "strict"
 ) -> str:
-    """The UTF-8 text of a regular file of at most `limit` bytes; FileError names `what` and
+    """The UTF-8 text of a regular file of at most `limit` bytes; Refused names `what` and
     the path. With `trusted`, a root process also refuses a file others could have written."""
     fd = _open_regular(path, what, trusted)
     with os.fdopen(fd, "rb") as handle:
         data = _read(handle, limit + 1, f"{what} {path}")
     if len(data) > limit:
-        raise FileError(f"{what} {path}: larger than {limit} bytes; this is not a {what}")
+        raise _too_large(f"{what} {path}", limit, what)
     try:
         return data.decode("utf-8", errors)
     except UnicodeDecodeError as error:
-        raise FileError(f"{what} {path}: not UTF-8 text (byte {error.start})") from None
+        message = f"not UTF-8 text (byte {error.start})"
+        raise Refused(Finding("not-utf8", f"{what} {path}", message)) from None
+
+
+def _too_large(where: str, limit: int, what: str) -> Refused:
+    message, fix = f"larger than {limit} bytes", f"this is not a {what}"
+    return Refused(Finding("too-large", where, message, fix))
 
 
 def _read(stream: BinaryIO, size: int, name: str) -> bytes:
-    """At most `size` bytes of `stream` (the file `name`); ReadFailed when the host fails it."""
+    """At most `size` bytes of `stream` (the file `name`); Refused, this host's problem, when
+    the host fails it."""
     try:
         return stream.read(size)
     except OSError as error:
-        raise ReadFailed(f"{name}: cannot read: {error.strerror}") from None
+        message = f"cannot read: {error.strerror}"
+        raise Refused(Finding("read-failed", name, message, cause="host")) from None
 
 
 def read_stdin(limit: int, what: str) -> bytes:
-    """Standard input, `limit` bytes at most: FileError when larger (it is no `what`) or
-    closed, ReadFailed when the host fails the read."""
+    """Standard input, `limit` bytes at most: Refused when larger (it is no `what`) or
+    closed, or when the host fails the read."""
     data = _read(stdin_bytes(), limit + 1, "stdin")
     if len(data) > limit:
-        raise FileError(f"stdin: larger than {limit} bytes; this is not a {what}")
+        raise _too_large("stdin", limit, what)
     return data
 
 
@@ -136,9 +152,10 @@ class StreamLines:
 
 
 def stdin_bytes() -> BinaryIO:
-    """Standard input as bytes; FileError when the caller closed it (`<&-`)."""
+    """Standard input as bytes; Refused when the caller closed it (`<&-`)."""
     if sys.stdin is None:
-        raise FileError("stdin: closed; give a file, or '-' with something on standard input")
+        fix = "give a file, or '-' with something on standard input"
+        raise Refused(Finding("stdin-closed", "stdin", "closed", fix))
     return sys.stdin.buffer
 
 

@@ -11,7 +11,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from nccl_launch.files.paths import FileError
+from nccl_launch.findings import Finding, Refused
 
 MAX_LINKS = 40  # the symlinks one lookup follows before the kernel says ELOOP
 FIX = "chown root and chmod go-w, or move it out of reach of other users"
@@ -96,29 +96,30 @@ def walk(path: Path, owners: Collection[int] = ()) -> Way:
 def others_on_way(
     path: Path, status: os.stat_result, what: str, owners: Collection[int] = ()
 ) -> None:
-    """FileError when another user owns or could replace something on the way to `path`
+    """Refused when another user owns or could replace something on the way to `path`
     (`walk`), or when the way no longer leads to the file of `status`: it was replaced as it
     was read, which only one who may replace something on it can do."""
     try:
         way = walk(path, owners)
     except OSError as error:
-        raise FileError(f"{what} {path}: changed as it was read ({error.strerror})") from None
+        message = f"changed as it was read ({error.strerror})"
+        raise Refused(Finding("changed-while-read", f"{what} {path}", message)) from None
     if way.others is not None:
         thing, found = way.others
         if stat.S_ISLNK(found.st_mode):
-            raise FileError(
-                f"{what} {path}: the symlink {thing} (uid {found.st_uid}) on its way is another "
-                "user's, who may point it elsewhere; name the file itself"
-            )
+            message = f"the symlink {thing} (uid {found.st_uid}) on its way is another user's, "
+            message += "who may point it elsewhere"
+            raise Refused(Finding("untrusted", f"{what} {path}", message, "name the file itself"))
         raise _replaceable(path, what, thing, found)
     if (way.end.st_dev, way.end.st_ino) != (status.st_dev, status.st_ino):
-        raise FileError(f"{what} {path}: changed as it was read; read it again")
+        message = "changed as it was read"
+        raise Refused(Finding("changed-while-read", f"{what} {path}", message, "read it again"))
     if stat.S_ISREG(status.st_mode) and status.st_nlink > 1:
         _linked_by_others(path, status, what)
 
 
 def _linked_by_others(path: Path, status: os.stat_result, what: str) -> None:
-    """FileError when a file of several names is in a folder where any user may add a name
+    """Refused when a file of several names is in a folder where any user may add a name
     (sticky and writable by others, as /tmp): where fs.protected_hardlinks is 0, another
     user may link a file of root's there (a private key as a secret file) that root then
     reads as the one it names."""
@@ -126,11 +127,11 @@ def _linked_by_others(path: Path, status: os.stat_result, what: str) -> None:
     found = folder.stat()
     if not writable_by_others(found) or os.statvfs(folder).f_flag & os.ST_RDONLY:
         return
-    raise FileError(
-        f"{what} {path}: has {status.st_nlink} names, and any user may add one in {folder} "
-        f"(mode {stat.S_IMODE(found.st_mode):04o}): another user may have linked a file of "
-        "root's there; copy it in, or move it out of reach of other users"
-    )
+    message = f"has {status.st_nlink} names, and any user may add one in {folder} (mode "
+    message += f"{stat.S_IMODE(found.st_mode):04o}): another user may have linked a file of "
+    message += "root's there"
+    fix = "copy it in, or move it out of reach of other users"
+    raise Refused(Finding("untrusted", f"{what} {path}", message, fix))
 
 
 def _nearest_folder(path: Path) -> Path:
@@ -160,16 +161,13 @@ def check_trusted(
     if not _owner_ok(status, owners):
         uid = status.st_uid
         trusted = " or ".join(["root", *(f"uid {owner}" for owner in owners)])
-        raise FileError(
-            f"{what} {path}: owned by uid {uid}, not {trusted}; chown root and chmod go-w "
-            f"(chgrp the service's group and chmod 0640 where its User= must read it), or run "
-            f"this as uid {uid}"
-        )
+        fix = "chown root and chmod go-w (chgrp the service's group and chmod 0640 where its "
+        fix += f"User= must read it), or run this as uid {uid}"
+        message = f"owned by uid {uid}, not {trusted}"
+        raise Refused(Finding("untrusted", f"{what} {path}", message, fix))
     if writable_by_others(status):
-        raise FileError(
-            f"{what} {path}: writable by group or others (mode {stat.S_IMODE(status.st_mode):04o})"
-            f"; {FIX}"
-        )
+        message = f"writable by group or others (mode {stat.S_IMODE(status.st_mode):04o})"
+        raise Refused(Finding("untrusted", f"{what} {path}", message, FIX))
     if exists:
         others_on_way(path, status, what, owners)
         return
@@ -183,11 +181,9 @@ def check_trusted(
         raise _replaceable(path, what, folder, status)
 
 
-def _replaceable(path: Path, what: str, folder: Path, status: os.stat_result) -> FileError:
-    return FileError(
-        f"{what} {path}: its directory {described(folder, status)} lets other users replace "
-        f"it; {FIX}"
-    )
+def _replaceable(path: Path, what: str, folder: Path, status: os.stat_result) -> Refused:
+    message = f"its directory {described(folder, status)} lets other users replace it"
+    return Refused(Finding("untrusted", f"{what} {path}", message, FIX))
 
 
 def check_write_way(path: Path) -> None:
@@ -208,7 +204,7 @@ def check_write_way(path: Path) -> None:
 def others_may_create(folder: Path, what: str) -> os.stat_result | None:
     """As root, the status of the directory `folder` when another user may create a name in
     it: it is not root's, or others may write it (a sticky one such as /tmp too: there anyone
-    may create a new name), unless on a read-only mount; else None. FileError naming `what`
+    may create a new name), unless on a read-only mount; else None. Refused naming `what`
     when another user owns or could replace something on its way (`others_on_way`)."""
     if os.geteuid() != 0:
         return None
@@ -228,8 +224,7 @@ def check_absent(path: Path, what: str, reader: str) -> None:
     except FileNotFoundError:
         return
     if status is not None:
-        raise FileError(
-            f"{what} {path}: absent, and {reader} reads it later: {described(folder, status)} "
-            "lets another user create it first; point it at a folder root alone writes, or "
-            "create the file (root's, mode 0644)"
-        )
+        message = f"absent, and {reader} reads it later: {described(folder, status)} lets "
+        message += "another user create it first"
+        fix = "point it at a folder root alone writes, or create the file (root's, mode 0644)"
+        raise Refused(Finding("untrusted", f"{what} {path}", message, fix))

@@ -9,9 +9,10 @@ import stat
 import tempfile
 from pathlib import Path
 
-from nccl_launch.errors import HOST_ERRNOS, HostError
-from nccl_launch.files.paths import FileError, kind_of
+from nccl_launch.errors import HOST_ERRNOS, Cause
+from nccl_launch.files.paths import kind_of
 from nccl_launch.files.trust import check_write_way
+from nccl_launch.findings import Finding, Refused
 
 
 def atomic_write(path: Path, text: str, *, replace: bool, mode: int | None = None) -> None:
@@ -60,14 +61,15 @@ def atomic_write(path: Path, text: str, *, replace: bool, mode: int | None = Non
 
 
 def refuse_special(path: Path) -> None:
-    """FileError when `path` (through symlinks) exists and is no regular file: a device, a
+    """Refused when `path` (through symlinks) exists and is no regular file: a device, a
     FIFO or a directory is never replaced by a file (as root, /dev/null would be)."""
     try:
         status = path.stat()
     except (OSError, ValueError):  # absent (or a dangling symlink): a file is created
         return
     if not stat.S_ISREG(status.st_mode):
-        raise FileError(f"{path}: {kind_of(status.st_mode)}; only a regular file is written")
+        fix = "only a regular file is written"
+        raise Refused(Finding("not-regular", str(path), kind_of(status.st_mode), fix))
 
 
 def check_output(path: Path, *, replace: bool, fix: str = "pass --force to replace it") -> None:
@@ -76,11 +78,11 @@ def check_output(path: Path, *, replace: bool, fix: str = "pass --force to repla
     either, one that validates first says it before that."""
     refuse_special(path)
     if not replace and os.path.lexists(path):
-        raise FileError(f"{path} exists; {fix}")
+        raise Refused(Finding("exists", "", f"{path} exists", fix))
 
 
 def write_output(path: Path, text: str, *, replace: bool, mode: int | None = None) -> None:
-    """`atomic_write`, the writer of every file a command writes: any OSError is a FileError
+    """`atomic_write`, the writer of every file a command writes: any OSError is refused,
     naming the path (a folder this user may not write), an existing file kept without
     `replace` one that says to pass --force."""
     check_write_way(path)
@@ -88,13 +90,16 @@ def write_output(path: Path, text: str, *, replace: bool, mode: int | None = Non
         atomic_write(path, text, replace=replace, mode=mode)
     except FileExistsError as error:
         if error.errno is None or error.filename2 is not None:  # the file, not a folder
-            raise FileError(f"{path} exists; pass --force to replace it") from None
-        raise FileError(f"{path}: cannot write: {error.filename} is not a directory") from None
+            message = f"{path} exists"
+            raise Refused(Finding("exists", "", message, "pass --force to replace it")) from None
+        message = f"cannot write: {error.filename} is not a directory"
+        raise Refused(Finding("unwritable", str(path), message)) from None
     except PermissionError as error:
-        raise FileError(
-            f"{path}: cannot write: {error.strerror}; it is replaced by a new file written in "
-            f"{path.parent}, so that folder must be writable by this user"
-        ) from None
+        fix = f"it is replaced by a new file written in {path.parent}, so that folder must be "
+        fix += "writable by this user"
+        message = f"cannot write: {error.strerror}"
+        raise Refused(Finding("unwritable", str(path), message, fix)) from None
     except OSError as error:
-        failed = HostError if error.errno in HOST_ERRNOS else FileError
-        raise failed(f"{path}: cannot write: {error.strerror}") from None
+        cause: Cause = "host" if error.errno in HOST_ERRNOS else "profile"
+        message = f"cannot write: {error.strerror}"
+        raise Refused(Finding("unwritable", str(path), message, cause=cause)) from None

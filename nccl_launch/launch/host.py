@@ -5,6 +5,7 @@ Each check says what it saw: a line that passes (preflight's `ok`), or a finding
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import re
 import shutil
@@ -14,8 +15,8 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from nccl_launch.digits import is_ascii_digits
-from nccl_launch.files.paths import PathError, is_regular, status_of
-from nccl_launch.findings import Finding
+from nccl_launch.files.paths import is_regular, status_of
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.kinds import address, kind_of
 from nccl_launch.launch.program import Seen, cwd_seen, problem
 from nccl_launch.nccl.conf import ConfEntry, applied, conf_paths
@@ -41,7 +42,7 @@ def conf_checks(env: Mapping[str, str], conf: list[ConfEntry], unreadable: list[
         used = [entry for entry in effective if entry.path == str(path)]
         try:
             present = status_of(path, "nccl.conf") is not None
-        except PathError:
+        except Refused:
             continue  # among the files that could not be read, warned above
         if not present:
             seen.append(f"{path}: not present")
@@ -163,8 +164,8 @@ def path_checks(server: Server) -> Seen:
             continue
         try:
             found = status_of(Path(server.cwd or ".") / value, key) is not None
-        except PathError as error:
-            seen.append(problem("model", str(error)))
+        except Refused as error:
+            seen.append(dataclasses.replace(error.findings[0], code="model"))
             continue
         if found:
             seen.append(f"{key} {value} exists")

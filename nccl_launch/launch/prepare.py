@@ -18,7 +18,6 @@ from nccl_launch.env.env_files import (
     read_env_files,
 )
 from nccl_launch.env.merge import EnvLayer, MergeResult, inherited_environment, merge_environment
-from nccl_launch.files.paths import FileError
 from nccl_launch.files.reading import read_text
 from nccl_launch.files.trust import check_absent, check_trusted
 from nccl_launch.findings import Finding, Refused, refuse
@@ -114,8 +113,8 @@ def read_conf(env: Mapping[str, str]) -> tuple[list[ConfEntry], list[Finding], l
         except (FileNotFoundError, NotADirectoryError):
             try:  # NCCL reads it when the server starts: no other user may create it first
                 check_absent(path, "nccl.conf", "NCCL")
-            except FileError as error:
-                untrusted.append(Finding("untrusted", "", str(error)))
+            except Refused as error:
+                untrusted += error.findings
             continue
         except OSError as error:
             unreadable.append(_unreadable(f"nccl.conf {path}: cannot read: {error.strerror}"))
@@ -125,14 +124,17 @@ def read_conf(env: Mapping[str, str]) -> tuple[list[ConfEntry], list[Finding], l
         if stat.S_ISREG(status.st_mode):
             try:
                 check_trusted(path, status, "nccl.conf")
-            except FileError as error:
-                untrusted.append(Finding("untrusted", "", str(error)))
+            except Refused as error:
+                untrusted += error.findings
                 continue
         try:
             # NCCL reads bytes: keep them, as surrogates, rather than refuse the file.
             text = read_text(path, "nccl.conf", trusted=True, errors="surrogateescape")
-        except FileError as error:
-            unreadable.append(_unreadable(str(error)))
+        except Refused as error:  # this host's file: a warning
+            unreadable += [
+                dataclasses.replace(each, severity="warning", cause="host")
+                for each in error.findings
+            ]
             continue
         entries += parse(text, str(path))
     return entries, unreadable, untrusted
@@ -230,7 +232,7 @@ def model_architecture(model_path: str) -> str | None:
     try:
         config = json.loads(read_text(Path(model_path) / "config.json", "model config"))
         architecture = config["architectures"][0]
-    except (FileError, ValueError, KeyError, IndexError, TypeError, RecursionError):
+    except (Refused, ValueError, KeyError, IndexError, TypeError, RecursionError):
         return None  # a regular file of at most 1 MiB, or unknown
     return architecture if isinstance(architecture, str) else None
 

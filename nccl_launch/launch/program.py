@@ -6,16 +6,17 @@ before each trial."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from nccl_launch.files.paths import FileError, PathError, status_of
 from nccl_launch.files.paths import kind_of as kind_of_file
+from nccl_launch.files.paths import status_of
 from nccl_launch.files.trust import described, others_may_create
-from nccl_launch.findings import Finding, Severity
+from nccl_launch.findings import Finding, Refused, Severity
 
 SERVER_PYTHON = "[server] python"  # what names the program of a launch with a [server] table
 COMMAND = "command"  # and of one without: the command after `--`
@@ -33,8 +34,8 @@ def cwd_seen(cwd: str) -> str | Finding:
     """What preflight says of a good `[server] cwd`, or the problem that stops the start."""
     try:
         status = status_of(Path(cwd), "[server] cwd")
-    except PathError as error:
-        return problem("cwd", str(error))
+    except Refused as error:
+        return dataclasses.replace(error.findings[0], code="cwd")
     if status is not None and stat.S_ISDIR(status.st_mode):
         return f"[server] cwd {cwd} exists"
     return problem(
@@ -57,8 +58,8 @@ def program_seen(program: str, what: str, cwd: str | None, env: Mapping[str, str
     path = Path(cwd or ".") / program
     try:
         status = status_of(path, what)
-    except PathError as error:
-        return problem("not-executable", str(error))
+    except Refused as error:
+        return dataclasses.replace(error.findings[0], code="not-executable")
     if status is None:
         trouble = "does not exist"
     elif not stat.S_ISREG(status.st_mode):
@@ -78,8 +79,10 @@ def cwd_creatable(cwd: str | None) -> Finding | None:
     folder = (Path(cwd) if cwd else Path.cwd()).absolute()
     try:
         status = others_may_create(folder, "the server's working directory")
-    except (FileError, OSError) as error:
-        return problem("cwd", str(error) if isinstance(error, FileError) else str(error.strerror))
+    except Refused as error:
+        return dataclasses.replace(error.findings[0], code="cwd", cause="host")
+    except OSError as error:
+        return problem("cwd", str(error.strerror))
     if status is None:
         return None
     return problem(

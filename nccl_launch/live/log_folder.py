@@ -12,7 +12,6 @@ from pathlib import Path
 
 from nccl_launch.escaping import shell_word
 from nccl_launch.files.base_dirs import open_beneath
-from nccl_launch.files.paths import FileError
 from nccl_launch.files.reading import StreamLines, open_stream
 from nccl_launch.findings import Finding, Refused
 from nccl_launch.jsonlines import STATE_FIX, state_home
@@ -36,7 +35,8 @@ def folder_logs(path: Path, folder: int | None = None) -> Iterator[tuple[str, St
             try:
                 folder = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             except OSError as error:
-                raise FileError(f"log folder {path}: cannot read: {error.strerror}") from None
+                message = f"cannot read: {error.strerror}"
+                raise Refused(Finding("unreadable", f"log folder {path}", message)) from None
             stack.callback(os.close, folder)
         with os.scandir(folder) as entries:
             names = sorted(entry.name for entry in entries if entry.name.endswith(SUFFIX))

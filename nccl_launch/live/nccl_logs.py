@@ -20,9 +20,9 @@ from pydantic import BaseModel
 
 from nccl_launch.env.drift import DriftEntry, diff_env
 from nccl_launch.files.base_dirs import open_beneath
-from nccl_launch.files.paths import FileError, kind_of
+from nccl_launch.files.paths import kind_of
 from nccl_launch.files.reading import LINE_LIMIT
-from nccl_launch.findings import Finding, Refused
+from nccl_launch.findings import Finding, Refused, said_of
 from nccl_launch.jsonlines import STATE, STATE_FIX, state_home
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.nccl.log import LogReader, ProcessLog, judge
@@ -85,8 +85,8 @@ def _make_run_folder(folder: PurePath, pid: int) -> Path:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     try:
         fd = open_beneath(state, folder / "pid", flags, STATE_FIX)
-    except FileError as error:
-        raise FileError(f"NCCL's log folder {where}: {error}") from None
+    except Refused as error:
+        raise said_of(f"NCCL's log folder {where}", error) from None
     except OSError as error:
         with contextlib.suppress(OSError):  # made on the way, empty; another run's is not
             where.rmdir()
@@ -124,8 +124,6 @@ def with_run_folder(
     kept = {key: value for key, value in env.items() if key != NCCL_DEBUG_FILE}
     try:
         resolved = _make_run_folder(folder, pid)
-    except FileError as error:
-        return kept, Finding("nccl-debug", "", str(error), LOG_LOST, "warning", "host")
     except Refused as error:
         return kept, dataclasses.replace(error.findings[0], severity="warning", fix=LOG_LOST)
     return {**env, NCCL_DEBUG_FILE: debug_file(resolved)}, None

@@ -17,11 +17,9 @@ from pathlib import Path
 import psutil
 
 from nccl_launch.digits import is_ascii_digits
-from nccl_launch.errors import HostError
-from nccl_launch.files.paths import FileError
 from nccl_launch.files.reading import read_text
 from nccl_launch.files.trust import check_trusted
-from nccl_launch.findings import Finding, Refused
+from nccl_launch.findings import Finding, Refused, of_host
 from nccl_launch.live.compare import title
 from nccl_launch.live.environ import getenv_view
 from nccl_launch.live.processes import HeldProcess, command_words, descendants, kernel_thread
@@ -155,8 +153,8 @@ def _unit_pid(unit: str) -> int:
 def _pidfile_pid(path: Path) -> int:
     try:
         text = read_text(path, "pidfile", limit=PIDFILE_LIMIT).strip()
-    except FileError as error:  # the server's file, not the user's input: a target problem
-        raise HostError(str(error)) from None
+    except Refused as error:  # the server's file, not the user's input: a target problem
+        raise of_host(error) from None
     if not is_ascii_digits(text) or not 0 < int(text) <= PID_LIMIT:
         raise _target("not-a-pid", f"pidfile {path} holds {text!r}, not a PID")
     return int(text)
@@ -177,8 +175,8 @@ def _check_pidfile(path: Path, held: HeldProcess) -> None:
         check_trusted(path, status, "pidfile", owners=(user,))
     except psutil.NoSuchProcess:
         raise Refused(held.gone()) from None
-    except FileError as error:
-        raise HostError(str(error)) from None
+    except Refused as error:
+        raise of_host(error) from None
     except OSError as error:
         unread = f"cannot read: {error.strerror}"
         raise Refused(Finding("unreadable", f"pidfile {path}", unread, cause="host")) from None

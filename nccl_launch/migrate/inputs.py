@@ -9,10 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path, PurePath
 
 from nccl_launch.env.env_files import env_file_lines
-from nccl_launch.errors import UsageError
 from nccl_launch.files.reading import read_text
-from nccl_launch.findings import Finding, Refused
-from nccl_launch.migrate.shell.refused import within
+from nccl_launch.findings import Finding, Refused, said_of
 from nccl_launch.migrate.shell.script import read_script
 from nccl_launch.migrate.shell.sourced import read_script_file
 from nccl_launch.migrate.start import StartCommand
@@ -46,9 +44,7 @@ def read_input(path: str, kind: str | None, environ: Mapping[str, str]) -> Start
     try:
         found, state = read_script(text, environ)
     except Refused as refused:  # `line 20: ...`, of which file
-        raise within(refused, script) from None
-    except UsageError as error:  # a file not read, still said in prose by files/
-        raise UsageError(f"{script}: {error}") from None
+        raise said_of(script, refused) from None
     return StartCommand(
         env=found.env,
         argv=found.argv,

@@ -15,7 +15,7 @@ from nccl_launch.env.env_files import env_file_lines, profile_env_file_lines
 from nccl_launch.escaping import toml_escaped
 from nccl_launch.files.toml_text import parse_toml
 from nccl_launch.files.writing import check_output, write_output
-from nccl_launch.findings import Finding, Refused
+from nccl_launch.findings import Finding, Refused, said_of
 from nccl_launch.kinds import KINDS, command_of
 from nccl_launch.migrate.secrets import (
     SECRETS_MODE,
@@ -27,7 +27,6 @@ from nccl_launch.migrate.secrets import (
     secrets_text,
 )
 from nccl_launch.migrate.server_table import server_table
-from nccl_launch.migrate.shell.refused import within
 from nccl_launch.nccl import catalog, others, rules
 from nccl_launch.profile.load import LoadedProfile, validate_resolved
 from nccl_launch.profile.markers import OWN_VARIABLES
@@ -145,7 +144,7 @@ def build_profile(
     try:
         server, server_notes = server_table(start.argv, start.words or None)
     except Refused as refused:  # `$MODEL_DIR is not set`: in which script, on which line
-        raise within(refused, f"{source}: {start.at}" if start.at else source) from None
+        raise said_of(f"{source}: {start.at}" if start.at else source, refused) from None
     notes += server_notes
     if server is not None:
         data["server"] = server | ({"cwd": start.cwd} if start.cwd else {})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from typing import Literal
+from typing import Literal, NamedTuple
 
 Kind = Literal["int", "size", "bool", "enum", "list", "string", "level"]
 
@@ -211,15 +211,28 @@ def did_you_mean(name: str) -> str | None:
     return names[matches[0]] if matches else None
 
 
-def unknown_name_message(name: str) -> str:
-    """Why an unknown `NCCL_*` name is refused, with a suggestion when one is close."""
+def unknown_name(name: str) -> tuple[str, str]:
+    """Why an unknown `NCCL_*` name is refused, and a suggestion when one is close ("")."""
     hint = did_you_mean(name)
-    suggestion = f"; did you mean {hint}?" if hint else ""
-    return f"{name} is not a variable NCCL documents or reads (NCCL ignores it){suggestion}"
+    message = f"{name} is not a variable NCCL documents or reads (NCCL ignores it)"
+    return message, f"did you mean {hint}?" if hint else ""
 
 
-def name_note(name: str) -> tuple[str, str, str] | None:
-    """A known name's note as (kind, what is said of the name, the fix or ""): `deprecated`
+def unknown_name_message(name: str) -> str:
+    """`unknown_name` as one line."""
+    return "; ".join(part for part in unknown_name(name) if part)
+
+
+class NameNote(NamedTuple):
+    """What is said of a known name: its finding's code, the message and the fix ("")."""
+
+    code: str
+    message: str
+    fix: str
+
+
+def name_note(name: str) -> NameNote | None:
+    """A known name's note (its code, what is said of the name, the fix or ""): `deprecated`
     (NCCL still reads it), `ignored` (the catalog's release does not read it: deprecated
     and no longer read, or read only by older releases) or `undocumented` (only the source
     reads it)."""
@@ -229,22 +242,20 @@ def name_note(name: str) -> tuple[str, str, str] | None:
     if older is not None:  # NCCL_SHM_MEMCPY_MODE: NCCL 2.30.7 ignores it, a 2.28 reads it
         deprecated = "deprecated; " if var.deprecated else ""
         fix = "keep it only where the server loads one of those releases"
-        return "ignored", f"{deprecated}{older}, the catalog's release ({reason})", fix
+        return NameNote("ignored", f"{deprecated}{older}, the catalog's release ({reason})", fix)
     if var.deprecated and not var.read_by_source:
         oldest, newest = covered()
-        return "ignored", f"deprecated and not read by NCCL {oldest} to {newest} ({reason})", ""
+        message = f"deprecated and not read by NCCL {oldest} to {newest} ({reason})"
+        return NameNote("ignored", message, "")
     if var.deprecated:
         # NCCL_MAX_NCHANNELS: docs/explanation.md cites the code that still reads it.
         message = (
             f"deprecated ({reason}), but NCCL {release()}, the catalog's release, still reads it "
             "and the value applies"
         )
-        return (
-            "deprecated",
-            message,
-            "moving to the replacement is a tuning change to measure again",
-        )
+        fix = "moving to the replacement is a tuning change to measure again"
+        return NameNote("deprecated", message, fix)
     if not var.documented:
         message = f"not in NCCL's documentation but the source reads it ({var.summary})"
-        return "undocumented", message, ""
+        return NameNote("undocumented", message, "")
     return None

@@ -1,6 +1,6 @@
 """The kinds of value NCCL reads: strict parsing of profile values, NCCL's own lax reading.
 
-`parse` turns a profile value into the exact string the child gets, or raises ValueError saying
+`parse` turns a profile value into the exact string the child gets, or raises `Invalid` saying
 what would be valid. `meaning` reads a raw environment string the way NCCL does, so that two
 spellings compare equal exactly when NCCL would behave the same (`0x1000000` and `16777216`).
 """
@@ -75,6 +75,16 @@ def c_int(value: int) -> int:
     return value - 2**32 if value >= INT32_LIMIT else value
 
 
+class Invalid(ValueError):
+    """A value a rule refuses, as data: its finding's `code`, what is wrong, the fix, and the
+    `key` of a table it is about ("": the value itself); `str` is `KEY: MESSAGE; FIX`."""
+
+    def __init__(self, code: str, message: str, fix: str = "", key: str = "") -> None:
+        self.code, self.message, self.fix, self.key = code, message, fix, key
+        said = message + (f"; {fix}" if fix else "")
+        super().__init__(f"{key}: {said}" if key else said)
+
+
 @dataclass(frozen=True, eq=False)
 class Undefined:
     """A value whose effect NCCL's code leaves undefined: it equals nothing, so it is drift
@@ -90,7 +100,7 @@ def _as_int(value: TomlValue, expected: str) -> int:
     if isinstance(value, str) and _DECIMAL.fullmatch(value):
         return int(value)
     read = f" ({_nccl_reads(value)})" if isinstance(value, str) else ""
-    raise ValueError(f"{value!r} is not valid{read}; valid: {expected}")
+    raise Invalid("not-an-integer", f"{value!r} is not valid{read}", f"valid: {expected}")
 
 
 def _nccl_reads(raw: str) -> str:
@@ -104,7 +114,8 @@ def _nccl_reads(raw: str) -> str:
 
 def as_str(value: TomlValue, expected: str) -> str:
     if not isinstance(value, str):
-        raise ValueError(f"{value!r} is not valid; valid: {expected}, written as a TOML string")
+        valid = f"valid: {expected}, written as a TOML string"
+        raise Invalid("wrong-type", f"{value!r} is not valid", valid)
     return value
 
 
@@ -136,7 +147,7 @@ class IntRule:
     def parse(self, value: TomlValue) -> str:
         number = _as_int(value, self.describe())
         if not self.low <= number <= self.high or number % self.multiple:
-            raise ValueError(f"{number} is not valid; valid: {self.describe()}")
+            raise Invalid("out-of-range", f"{number} is not valid", f"valid: {self.describe()}")
         return str(number)
 
     def meaning(self, raw: str) -> object:
@@ -165,13 +176,16 @@ class SizeRule:
         if isinstance(value, str):
             match = _SIZE.fullmatch(value)
             if not match or match.group(2) not in _UNITS:
-                answer = self.ambiguity(value) or f"valid: {self.describe()}"
-                raise ValueError(f"{value!r} is not a size ({_nccl_reads(value)}); {answer}")
+                message = f"{value!r} is not a size ({_nccl_reads(value)})"
+                if (ambiguity := self.ambiguity(value)) is not None:
+                    raise Invalid("ambiguous-unit", message, ambiguity)
+                raise Invalid("not-a-size", message, f"valid: {self.describe()}")
             number = int(match.group(1)) * _UNITS[match.group(2)]
         else:
             number = _as_int(value, "a size")
         if not self.low <= number <= self.high:
-            raise ValueError(f"{number} bytes is out of range; valid: {self.describe()}")
+            valid = f"valid: {self.describe()}"
+            raise Invalid("out-of-range", f"{number} bytes is out of range", valid)
         return str(number)
 
     def ambiguity(self, text: str) -> str | None:
@@ -220,7 +234,7 @@ class BoolRule:
             return "1" if value else "0"
         if value in (0, 1, "0", "1"):
             return str(value)
-        raise ValueError(f"{value!r} is not a boolean; valid: true, false, 0, 1")
+        raise Invalid("not-a-boolean", f"{value!r} is not a boolean", "valid: true, false, 0, 1")
 
     def meaning(self, raw: str) -> object:
         if self.words and raw.upper() in ("T", "TRUE", "F", "FALSE"):
@@ -247,7 +261,8 @@ class ChoiceRule:
             if self._fold(choice) == self._fold(text):
                 return choice
         case = "exact case" if self.case_sensitive else "any case"
-        raise ValueError(f"{text!r} is not valid; valid: {', '.join(self.choices)} ({case})")
+        valid = f"valid: {', '.join(self.choices)} ({case})"
+        raise Invalid("unknown-choice", f"{text!r} is not valid", valid)
 
     def meaning(self, raw: str) -> object:
         return self._fold(raw)
@@ -272,7 +287,7 @@ class PatternRule:
     def parse(self, value: TomlValue) -> str:
         text = as_str(value, self.description)
         if not re.fullmatch(self.pattern, text, re.IGNORECASE):
-            raise ValueError(f"{text!r} is not valid; valid: {self.description}")
+            raise Invalid("no-match", f"{text!r} is not valid", f"valid: {self.description}")
         return text.upper()
 
     def meaning(self, raw: str) -> object:
@@ -298,10 +313,8 @@ class TokenListRule:
         bad = [token for token in tokens if token.upper() not in known]
         if bad:
             neg = ", optional leading ^" if self.negatable else ""
-            raise ValueError(
-                f"{bad[0]!r} in {text!r} is not valid; valid: {', '.join(self.names)} "
-                f"joined by {self.separator!r} without spaces{neg}"
-            )
+            fix = f"valid: {', '.join(self.names)} joined by {self.separator!r} without spaces{neg}"
+            raise Invalid("unknown-choice", f"{bad[0]!r} in {text!r} is not valid", fix)
         return text[: len(text) - len(body)] + self.separator.join(known[t.upper()] for t in tokens)
 
     def meaning(self, raw: str) -> object:
@@ -325,15 +338,15 @@ class LevelRule:
     def parse(self, value: TomlValue) -> str:
         if isinstance(value, str) and value in LEVELS:
             return value
-        valid = f"one of {', '.join(LEVELS)} (exact case) or a legacy integer 0-5"
+        valid = f"valid: one of {', '.join(LEVELS)} (exact case) or a legacy integer 0-5"
         if isinstance(value, bool) or not isinstance(value, int | str):
-            raise ValueError(f"{value!r} is not valid; valid: {valid}")
+            raise Invalid("wrong-type", f"{value!r} is not valid", valid)
         if isinstance(value, str) and not is_ascii_digits(value):
-            hint = f" (NCCL treats {value!r} as unset)"
-            raise ValueError(f"{value!r} is not valid{hint}; valid: {valid}")
+            message = f"{value!r} is not valid (NCCL treats {value!r} as unset)"
+            raise Invalid("unknown-choice", message, valid)
         number = int(value)
         if not 0 <= number <= 5:
-            raise ValueError(f"{number} is not valid; valid: {valid}")
+            raise Invalid("out-of-range", f"{number} is not valid", valid)
         return _LEGACY_LEVELS[number]
 
     def meaning(self, raw: str) -> object:
@@ -373,9 +386,10 @@ class StringRule:
     def parse(self, value: TomlValue) -> str:
         text = as_str(value, "text")
         if not text or "\n" in text or "\x00" in text:
-            raise ValueError(f"{text!r} is not valid; valid: non-empty text on one line")
+            valid = "valid: non-empty text on one line"
+            raise Invalid("not-one-line", f"{text!r} is not valid", valid)
         if self.no_spaces and any(char.isspace() for char in text):
-            raise ValueError(f"{text!r} contains whitespace, which NCCL does not trim")
+            raise Invalid("whitespace", f"{text!r} contains whitespace, which NCCL does not trim")
         return text
 
     def meaning(self, raw: str) -> object:

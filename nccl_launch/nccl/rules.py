@@ -12,6 +12,7 @@ from nccl_launch.nccl.grammar import (
     BoolRule,
     ChoiceRule,
     IntRule,
+    Invalid,
     LevelRule,
     PatternRule,
     Rule,
@@ -127,10 +128,10 @@ def rule_for(name: str) -> Rule | None:
 
 
 def canonical(name: str, value: TomlValue) -> str:
-    """The exact string the child gets for a declared NCCL variable (raises ValueError)."""
+    """The exact string the child gets for a declared NCCL variable (raises `Invalid`)."""
     rule = rule_for(name)
     if rule is None:
-        raise ValueError(f"{name} has no NCCL rule")
+        raise Invalid("unknown-variable", f"{name} has no NCCL rule")
     return rule.parse(value)
 
 
@@ -186,12 +187,12 @@ class Reading:
         return self.stored != self.raw
 
     def toml(self) -> TomlValue | None:
-        """`stored` as a profile writes it, checked with the variable's rule (ValueError
+        """`stored` as a profile writes it, checked with the variable's rule (`Invalid`
         saying what would be valid): an integer as a TOML integer, a 0/1 switch as
         false/true, a size in the largest binary unit that divides it (16777216 is "16MiB"),
         other text as it is; all mean the same to NCCL, so the digest is the same."""
         if self.refused is not None:
-            raise ValueError(f"{self.raw!r}: {self.refused}")
+            raise Invalid("undefined-reading", f"{self.raw!r}: {self.refused}")
         if self.stored is None:
             return None
         canonical(self.name, self.stored)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from nccl_launch.nccl.grammar import TomlValue, as_str
+from nccl_launch.nccl.grammar import Invalid, TomlValue, as_str
 
 # ncclFuncStr's first NCCL_NUM_FUNCTIONS names: the prefixes parseList accepts.
 FUNCTIONS = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
@@ -56,13 +56,16 @@ class SelectionRule:
         for choice in choices:
             if choice.lower() == token.lower():
                 return choice
-        raise ValueError(f"{token!r} in {text!r} is not {kind}; valid: {', '.join(choices)}")
+        message = f"{token!r} in {text!r} is not {kind}"
+        raise Invalid("unknown-choice", message, f"valid: {', '.join(choices)}")
 
     def _entries(self, text: str) -> list[tuple[str | None, bool, tuple[str, ...]]]:
         if not text:
-            raise ValueError(f"an empty value selects nothing; valid: {', '.join(self.names)}")
+            message, fix = "an empty value selects nothing", f"valid: {', '.join(self.names)}"
+            raise Invalid("empty-value", message, fix)
         if any(char.isspace() for char in text):
-            raise ValueError(f"{text!r} contains whitespace, which NCCL does not trim; remove it")
+            message = f"{text!r} contains whitespace, which NCCL does not trim"
+            raise Invalid("whitespace", message, "remove it")
         entries: list[tuple[str | None, bool, tuple[str, ...]]] = []
         for index, entry in enumerate(text.split(";")):
             func: str | None = None
@@ -70,12 +73,10 @@ class SelectionRule:
                 prefix, entry = entry.split(":", 1)
                 func = self._lookup(prefix, FUNCTIONS, text, "a collective")
             elif index > 0:
-                raise ValueError(
-                    f"{text!r}: only the first ';' entry may omit the 'function:' prefix "
-                    f"({', '.join(FUNCTIONS)})"
-                )
+                message = f"{text!r}: only the first ';' entry may omit the 'function:' prefix "
+                raise Invalid("missing-prefix", f"{message}({', '.join(FUNCTIONS)})")
             if func in [seen for seen, _, _ in entries]:
-                raise ValueError(f"{text!r} names {func} twice")
+                raise Invalid("repeated-collective", f"{text!r} names {func} twice")
             negate = entry.startswith("^")
             tokens = entry[negate:].split(",")
             names = tuple(self._lookup(token, self.names, text, self.what) for token in tokens)

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files.reading import read_text
 from nccl_launch.findings import Finding, Refused
 from nccl_launch.kinds import default_kind
@@ -34,7 +33,7 @@ class ProfileChain:
     so that a file's own mistakes are reported before what it points at."""
 
     files: tuple[ChainFile, ...]
-    pending: UsageError | ProfileError | None = None
+    pending: Refused | None = None
 
     @property
     def path(self) -> Path:
@@ -137,15 +136,20 @@ def _read(path: Path) -> ChainFile:
 
 
 def _parent(files: list[ChainFile], extends: str) -> Path:
-    """The file `extends` names, seen from the last file read; ProfileError for a loop."""
+    """The file `extends` names, seen from the last file read; Refused for a loop or none."""
     path = files[-1].path
     if len(files) == MAX_EXTENDS:
         message = f"a chain of more than {MAX_EXTENDS} files from {files[0].path}"
         raise Refused([Finding("extends", "extends", message, file=str(path))])
     try:
         parent = find_profile(extends, near=path.parent)
-    except UsageError as error:
-        raise Refused([Finding("extends", "extends", str(error), file=str(path))]) from None
+    except Refused as error:  # said at `extends`, in the file that names it
+        if any(each.cause == "host" for each in error.findings):
+            raise  # a folder this user cannot look at: this host's, not the file's
+        said = [
+            Finding("extends", "extends", each.text(), file=str(path)) for each in error.findings
+        ]
+        raise Refused(said) from None
     seen = [file.path for file in files]
     if parent.resolve() in [file.resolve() for file in seen]:
         cycle = " -> ".join(str(file) for file in (*seen, parent))
@@ -163,5 +167,5 @@ def read_chain(path: Path) -> ProfileChain:
             return ProfileChain(tuple(files))
         try:
             files.append(_read(_parent(files, extends)))
-        except (UsageError, ProfileError) as error:
+        except Refused as error:
             return ProfileChain(tuple(files), pending=error)

@@ -39,13 +39,13 @@ def _shape_problems(path: Path, data: dict[str, Any]) -> list[Finding]:
 
 
 def read_profile_toml(path: Path) -> dict[str, Any]:
-    """A profile file's TOML as data. FileError when it cannot be read (as root, also when
-    others could have written it); ProfileError when it is not TOML or no profile's shape."""
+    """A profile file's TOML as data; Refused when it cannot be read (as root, also when
+    others could have written it), or is not TOML or no profile's shape."""
     return parse_profile_toml(path, read_text(path, "profile", trusted=True))
 
 
 def parse_profile_toml(path: Path, text: str) -> dict[str, Any]:
-    """The TOML `text` of the profile file `path` as data, or ProfileError."""
+    """The TOML `text` of the profile file `path` as data, or Refused."""
     try:
         data = parse_toml(text)
     except TooDeep as error:

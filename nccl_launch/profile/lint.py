@@ -68,9 +68,8 @@ def notes(profile: Profile) -> list[Finding]:
         name = catalog.PREFIX + key
         note = catalog.name_note(name)
         if note is not None:
-            kind, message, fix = note
-            severity: Severity = "warning" if kind in _WARNING_KINDS else "note"
-            found.append(Finding(kind, name, message, fix, severity))
+            severity: Severity = "warning" if note.code in _WARNING_KINDS else "note"
+            found.append(Finding(note.code, name, note.message, note.fix, severity))
         slip = rules.size_slip(name, profile.nccl[key])
         if slip is not None:
             found.append(Finding("size", name, *slip, "warning"))

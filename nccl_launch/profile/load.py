@@ -14,9 +14,10 @@ from pydantic import BaseModel, ValidationError
 
 from nccl_launch.findings import ARGS, Finding, Refused, refuse, unset_reference
 from nccl_launch.kinds import INVALID_KIND, ServerKind, default_kind, kind_named
+from nccl_launch.nccl.grammar import Invalid
 from nccl_launch.profile.chain import ProfileChain, read_chain
 from nccl_launch.profile.lint import review
-from nccl_launch.profile.model import Baseline, Policy, Profile, Provenance
+from nccl_launch.profile.model import Baseline, InvalidTable, Policy, Profile, Provenance
 from nccl_launch.profile.plan import ProfilePlan, build_plan
 from nccl_launch.profile.search import find_profile
 from nccl_launch.secrets.masking import mask_credentials
@@ -84,12 +85,44 @@ def _kind_and_loc(loc: tuple[str | int, ...]) -> tuple[ServerKind, list[str | in
     return default_kind(), parts
 
 
-def _split(text: str, code: str, path: Path | str) -> Finding:
-    """A finding of `KEY: MESSAGE; FIX` in the file at `path` (a rule's wording says what is
-    wrong, then after `; ` what would be valid)."""
-    where, _, said = text.partition(": ")
-    message, _, fix = said.partition("; ")
-    return Finding(code, where, message, fix, file=str(path))
+def _refusals(error: Any) -> list[Invalid]:
+    """What a validator refused, as data: each key of a table (`InvalidTable`), or the one
+    value; None for a plain ValueError."""
+    if isinstance(error, InvalidTable):
+        return error.refused
+    return [error] if isinstance(error, Invalid) else []
+
+
+def _pydantic_problem(key: str, item: Any, got: str, path: Path | str) -> Finding:
+    """pydantic's own refusal of a value (its type, its bounds), with the value it got."""
+    message, file = f"{item['msg']} (got {got})", str(path)
+    kind = str(item["type"])
+    if kind.endswith("_type"):
+        return Finding("wrong-type", key, message, file=file)
+    if kind.startswith(("greater_than", "less_than")) or kind == "finite_number":
+        return Finding("out-of-range", key, message, file=file)
+    if kind in ("too_short", "too_long"):
+        return Finding("wrong-length", key, message, file=file)
+    if kind == "literal_error":
+        return Finding("unknown-choice", key, message, file=file)
+    return Finding("invalid-value", key, message, file=file)
+
+
+def _refused_problems(
+    loc: list[str], refused: list[Invalid], table: Any, path: Path | str
+) -> list[Finding]:
+    """The findings of what a validator refused at `loc`, `table` the value it validated: a
+    variable said as `nccl.NCHANNELS`, another table's key as `server.speculative: num_tries:`."""
+    found = []
+    for each in refused:
+        message, fix = (unechoed(each.key, text, table) for text in (each.message, each.fix))
+        where = ".".join(loc)
+        if each.key and loc in (["nccl"], ["env"]):
+            where = f"{where}.{each.key}"
+        elif each.key:
+            message = f"{each.key}: {message}"
+        found.append(Finding(each.code, where, message, fix, file=str(path)))
+    return found
 
 
 def validation_problems(path: Path | str, error: ValidationError, data: Any) -> list[Finding]:
@@ -100,20 +133,16 @@ def validation_problems(path: Path | str, error: ValidationError, data: Any) -> 
         kind, parts = _kind_and_loc(item["loc"])
         loc = [str(part) for part in parts]
         key = ".".join(loc)
+        refused = _refusals(item.get("ctx", {}).get("error"))
         if item["type"] == INVALID_KIND:
             shown = mask_credentials(repr(_at(data, ("server", "kind"))))
             message = f"{shown} is {item['msg']}"
             found.append(Finding("invalid-kind", "server.kind", message, file=str(path)))
-            continue
-        if item["type"] == "value_error" and loc in (["nccl"], ["env"]):
-            message = item["msg"].removeprefix("Value error, ")
-            found += [
-                _split(f"{key}.{unechoed(line, item['input'])}", "invalid-value", path)
-                for line in message.split("\n")
-            ]
-        elif item["type"] == "value_error":
-            message = unechoed(item["msg"].removeprefix("Value error, "), item["input"])
-            found.append(_split(f"{key}: {message}", "invalid-value", path))
+        elif refused:
+            found += _refused_problems(loc, refused, item["input"], path)
+        elif item["type"] == "value_error":  # a validator's plain ValueError: its words whole
+            message = mask_credentials(item["msg"].removeprefix("Value error, "))
+            found.append(Finding("invalid-value", key, message, file=str(path)))
         elif item["type"] == "extra_forbidden":
             table = ".".join(loc[:-1])
             where = f"[{table}]" if table else "the top level"
@@ -123,8 +152,7 @@ def validation_problems(path: Path | str, error: ValidationError, data: Any) -> 
             found.append(Finding("missing-key", key, "required key is missing", file=str(path)))
         else:
             got = echoed_input(tuple(parts), item["input"], _at(data, tuple(parts[:-1])))
-            message = f"{item['msg']} (got {got})"
-            found.append(Finding("invalid-value", key, message, file=str(path)))
+            found.append(_pydantic_problem(key, item, got, path))
     return found
 
 

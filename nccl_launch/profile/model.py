@@ -18,6 +18,7 @@ from pydantic import (
 
 from nccl_launch.kinds import Server, ServerKind, default_kind, kind_of
 from nccl_launch.nccl import catalog, others, rules
+from nccl_launch.nccl.grammar import Invalid
 from nccl_launch.profile.markers import OWN_VARIABLES
 from nccl_launch.profile.search import PROFILE_NAME
 from nccl_launch.serving.table import NUL_PROBLEM, STRICT, Name, Text
@@ -60,15 +61,13 @@ class Baseline(BaseModel):
         if self.interval is not None:
             low, high = self.interval
             if not low <= self.decode_tok_s <= high:
-                raise ValueError(
-                    f"interval: [{low}, {high}] does not hold decode_tok_s = {self.decode_tok_s}"
-                    "; valid: [low, high] with low <= decode_tok_s <= high"
-                )
+                message = f"[{low}, {high}] does not hold decode_tok_s = {self.decode_tok_s}"
+                fix = "valid: [low, high] with low <= decode_tok_s <= high"
+                raise Invalid("outside-interval", message, fix, "interval")
         if self.prefill_tok_s is not None and self.prompt_tokens is None:
-            raise ValueError(
-                "prefill_tok_s: set without prompt_tokens, the prompt length it was measured "
-                "with; valid: both, as `bench --write-baseline --prompt-tokens N` writes them"
-            )
+            message = "set without prompt_tokens, the prompt length it was measured with"
+            fix = "valid: both, as `bench --write-baseline --prompt-tokens N` writes them"
+            raise Invalid("missing-prompt-tokens", message, fix, "prefill_tok_s")
         return self
 
     @model_serializer(mode="wrap")
@@ -93,56 +92,68 @@ class StrictModel(BaseModel):
     model_config = STRICT
 
 
+class InvalidTable(ValueError):
+    """Every key of a table its check refuses, each an `Invalid` said of its key."""
+
+    def __init__(self, refused: list[Invalid]) -> None:
+        super().__init__("\n".join(str(each) for each in refused))
+        self.refused = refused
+
+
 def _check_table(table: Any, check: Callable[[str, Any], str]) -> dict[str, str]:
-    """Apply `check(key, value) -> str` to every entry; report every bad key, one per line."""
+    """Apply `check(key, value) -> str` to every entry; refuse every bad key at once."""
     if not isinstance(table, dict):
-        raise ValueError("must be a table")
-    values, problems = {}, []
+        raise Invalid("not-a-table", "must be a table")
+    values, refused = {}, []
     for key, value in table.items():
         try:
             values[key] = check(key, value)
-        except ValueError as error:
-            problems.append(f"{key}: {error}")
-    if problems:
-        raise ValueError("\n".join(problems))
+        except Invalid as error:
+            refused.append(Invalid(error.code, error.message, error.fix, key))
+    if refused:
+        raise InvalidTable(refused)
     return values
 
 
 def nccl_value(short: str, value: Any) -> str:
     """The canonical string of `[nccl]` KEY = `value` (KEY without the prefix), or a
-    ValueError saying what would be valid."""
+    `Invalid` saying what would be valid."""
     if short.startswith(catalog.PREFIX):
-        raise ValueError(f"write the name without the prefix: {short.removeprefix('NCCL_')} = ...")
+        message = f"write the name without the prefix: {short.removeprefix('NCCL_')} = ..."
+        raise Invalid("prefixed-name", message)
     name = catalog.PREFIX + short
     if catalog.lookup(name) is None:
-        raise ValueError(catalog.unknown_name_message(name))
+        raise Invalid("unknown-variable", *catalog.unknown_name(name))
     if isinstance(value, dict | list):
-        raise ValueError(f"{type(value).__name__} is not a value NCCL can read")
+        raise Invalid("wrong-type", f"{type(value).__name__} is not a value NCCL can read")
     if isinstance(value, str) and "\x00" in value:
-        raise ValueError(NUL_PROBLEM)
+        raise Invalid("nul-byte", NUL_PROBLEM)
     return rules.canonical(name, value)
 
 
 def env_value(name: str, value: Any) -> str:
     """`value` as text when `name` may be set by a profile outside [nccl] ([env], an env
-    file it names); ValueError says why not."""
+    file it names); `Invalid` says why not."""
     if not _ENV_NAME.fullmatch(name):
-        raise ValueError("not a valid environment variable name (letters, digits, '_')")
+        raise Invalid(
+            "variable-name", "not a valid environment variable name (letters, digits, '_')"
+        )
     if name in OWN_VARIABLES:
-        raise ValueError("nccl-launch sets this variable itself")
+        raise Invalid("own-variable", "nccl-launch sets this variable itself")
     if name.startswith(catalog.PREFIX):
         what = others.what_is(name, str(value))
         if what is not None:  # [nccl] would refuse it: NCCL does not read it
-            raise ValueError(
-                f"{what}, not read by NCCL and never drift: the server gets it from the "
-                "calling environment untouched; remove it here"
-            )
+            message = f"{what}, not read by NCCL and never drift: the server gets it from the "
+            message += "calling environment untouched"
+            raise Invalid("not-read-by-nccl", message, "remove it here")
         short = name.removeprefix(catalog.PREFIX)
-        raise ValueError(f"NCCL variables belong in [nccl], validated: {short} = {value!r}")
+        message = f"NCCL variables belong in [nccl], validated: {short} = {value!r}"
+        raise Invalid("nccl-in-env", message)
     if isinstance(value, bool) or not isinstance(value, str | int):
-        raise ValueError(f"{value!r} is not text or an integer; quote it as a string")
+        message = f"{value!r} is not text or an integer"
+        raise Invalid("wrong-type", message, "quote it as a string")
     if isinstance(value, str) and "\x00" in value:
-        raise ValueError(NUL_PROBLEM)
+        raise Invalid("nul-byte", NUL_PROBLEM)
     return str(value)
 
 
@@ -150,15 +161,17 @@ MAX_NOT_NCCL = 256
 
 
 def _refuse_never_drift(name: str) -> None:
-    """A ValueError where `name` is no name for [policy] to tolerate, being never drift
+    """An `Invalid` where `name` is no name for [policy] to tolerate, being never drift
     whatever a profile says: nccl-launch's own (never compared), or, by its name alone,
     another program's that NCCL does not read (`others.what_is`, as `drift.classify` judges
     it before the policy)."""
     if name in OWN_VARIABLES:
-        raise ValueError(f"{name}: nccl-launch sets this variable itself, never drift: remove it")
+        message = f"{name}: nccl-launch sets this variable itself, never drift: remove it"
+        raise Invalid("own-variable", message)
     what = others.what_is(name, "")
     if what is not None:
-        raise ValueError(f"{name} is {what}, not read by NCCL, and never drift: remove it")
+        message = f"{name} is {what}, not read by NCCL, and never drift: remove it"
+        raise Invalid("not-read-by-nccl", message)
 
 
 class Policy(StrictModel):
@@ -184,7 +197,8 @@ class Policy(StrictModel):
     def _variable_names(cls, names: list[str]) -> list[str]:
         for name in names:
             if not _ENV_NAME.fullmatch(name):
-                raise ValueError(f"{name!r} is not a variable name (letters, digits, '_')")
+                message = f"{name!r} is not a variable name (letters, digits, '_')"
+                raise Invalid("variable-name", message)
         return names
 
     @field_validator("server_owned")
@@ -194,44 +208,36 @@ class Policy(StrictModel):
             _refuse_never_drift(name)
         unknown = [name for name in names if catalog.lookup(name) is None]
         if unknown:
-            name = unknown[0]
-            raise ValueError(
-                f"{catalog.unknown_name_message(name)}; a name of this site's that NCCL does "
-                "not read goes in not_nccl"
-            )
+            message, meant = catalog.unknown_name(unknown[0])
+            fix = "a name of this site's that NCCL does not read goes in not_nccl"
+            raise Invalid("unknown-variable", message, "; ".join(filter(None, (meant, fix))))
         return names
 
     @field_validator("not_nccl")
     @classmethod
     def _not_nccl_names(cls, names: list[str]) -> list[str]:
         if len(names) > MAX_NOT_NCCL:  # each is compared with NCCL's names: bounded work
-            raise ValueError(
-                f"{len(names)} names; at most {MAX_NOT_NCCL} (a site's own NCCL_* names are few)"
-            )
+            fix = f"at most {MAX_NOT_NCCL} (a site's own NCCL_* names are few)"
+            raise Invalid("too-many-names", f"{len(names)} names", fix)
         for name in names:
             if not (name.startswith(catalog.PREFIX) and name != catalog.PREFIX) or not (
                 _ENV_NAME.fullmatch(name)
             ):
-                raise ValueError(
-                    f"{name!r}: only a name with NCCL's prefix could be drift; valid: NCCL_ "
-                    "then letters, digits, '_'"
-                )
+                message = f"{name!r}: only a name with NCCL's prefix could be drift"
+                fix = "valid: NCCL_ then letters, digits, '_'"
+                raise Invalid("not-nccl-prefixed", message, fix)
             _refuse_never_drift(name)
             var = catalog.lookup(name)
             if var is not None:
                 older = catalog.older_releases(var)  # NCCL 2.28 reads it: never the site's
                 which = f" ({older})" if older else ""
-                raise ValueError(
-                    f"NCCL reads {name}{which}: declare it in [nccl], or in server_owned where "
-                    "the server sets it"
-                )
+                message = f"NCCL reads {name}{which}: declare it in [nccl], or in server_owned"
+                raise Invalid("read-by-nccl", f"{message} where the server sets it")
             meant = catalog.did_you_mean(name)
             if meant is not None:
-                raise ValueError(
-                    f"{name} is close to {meant}, which NCCL reads: most likely a misspelling, "
-                    f"never a name of this site's; fix it to {meant} in [nccl], or give the "
-                    "site's name a word of its own"
-                )
+                message = f"{name} is close to {meant}, which NCCL reads: most likely a misspelling"
+                fix = f"fix it to {meant} in [nccl], or give the site's name a word of its own"
+                raise Invalid("misspelled-variable", f"{message}, never a name of this site's", fix)
         return names
 
 
@@ -278,24 +284,23 @@ class Profile(StrictModel):
     @classmethod
     def _schema(cls, schema: int) -> int:
         if schema != PROFILE_SCHEMA:
-            raise ValueError(f"{schema} is not a schema this nccl-launch reads; valid: 1")
+            message = f"{schema} is not a schema this nccl-launch reads"
+            raise Invalid("unknown-schema", message, "valid: 1")
         return schema
 
     @field_validator("name")
     @classmethod
     def _name(cls, name: str) -> str:
         if not PROFILE_NAME.fullmatch(name):
-            raise ValueError(
-                f"{name!r} is not valid; valid: letters, digits, '.', '_', '-', starting with a"
-                " letter or digit"
-            )
+            fix = "valid: letters, digits, '.', '_', '-', starting with a letter or digit"
+            raise Invalid("profile-name", f"{name!r} is not valid", fix)
         return name
 
     @field_validator("env_files")
     @classmethod
     def _env_files(cls, paths: list[str]) -> list[str]:
         if "" in paths:
-            raise ValueError("an empty path; give the env file's path")
+            raise Invalid("empty-path", "an empty path", "give the env file's path")
         return paths
 
     @field_validator("secret_files")
@@ -304,16 +309,18 @@ class Profile(StrictModel):
         def check(name: str, path: str) -> str:
             nccl = name.startswith(catalog.PREFIX) and name not in OWN_VARIABLES
             if nccl and others.what_is(name, path) is None:  # else env_value says what it is
-                raise ValueError(
+                message = (
                     "not a secret: NCCL's settings belong in [nccl] "
                     f"({name.removeprefix(catalog.PREFIX)} = ...), where the value is validated "
                     "against what NCCL reads and covered by the digest check compares (NCCL's "
-                    "INFO log prints it anyway); secret_files is for a value the server must not "
-                    "show, such as an API key"
+                    "INFO log prints it anyway)"
                 )
+                fix = "secret_files is for a value the server must not show, such as an API key"
+                raise Invalid("nccl-secret", message, fix)
             env_value(name, path)
             if not path:
-                raise ValueError("an empty path; give the path of the file that holds the value")
+                fix = "give the path of the file that holds the value"
+                raise Invalid("empty-path", "an empty path", fix)
             return path
 
         return _check_table(files, check)

@@ -14,16 +14,16 @@ import contextlib
 import json
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
-from nccl_launch.errors import ProfileError, UsageError
-from nccl_launch.files.paths import FileError, status_of
+from nccl_launch.files.paths import status_of
 from nccl_launch.files.trust import check_trusted
 from nccl_launch.files.writing import check_output, write_output
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.kinds import KINDS, default_kind
 from nccl_launch.profile.chain import ProfileChain, read_chain
 from nccl_launch.profile.document import parse_profile_toml
@@ -69,16 +69,19 @@ description = ""
 
 
 def check_name(name: str, given: str = "NAME") -> None:
-    """UsageError, one line naming where it was `given`, unless `name` is a profile name
+    """Refused, one finding naming where it was `given`, unless `name` is a profile name
     that can name a file."""
     if len(name) > MAX_NAME:
-        raise UsageError(f"{given}: {len(name)} characters; a profile name has at most {MAX_NAME}")
+        message, fix = f"{len(name)} characters", f"a profile name has at most {MAX_NAME}"
+        raise Refused(Finding("name-too-long", given, message, fix))
     if name.endswith(".toml"):  # `run x.toml` reads a path: such a name could not be looked up
-        raise UsageError(f"{given}: {name!r}: give the name without .toml, as in {name[:-5]!r}")
+        message = f"{name!r}: give the name without .toml, as in {name[:-5]!r}"
+        raise Refused(Finding("name-with-suffix", given, message))
     try:
         validate_resolved(given, {"schema": PROFILE_SCHEMA, "name": name, "version": 1})
-    except ProfileError as error:
-        raise UsageError(error.problems[0]) from None
+    except Refused as error:  # its first problem, said where the name was given
+        first = error.findings[0]
+        raise Refused(replace(first, file="", where=f"{given}: {first.where}")) from None
 
 
 @dataclass(frozen=True)
@@ -201,13 +204,13 @@ class Fixes:
 
 
 def _check_target(path: Path, force: bool, fixes: Fixes) -> None:
-    """UsageError, ending with the caller's fix, unless `path` can be written: its folder a
+    """Refused, ending with the caller's fix, unless `path` can be written: its folder a
     directory, itself a regular file, and not there unless `force` (`check_output`)."""
     folder = path.parent
     status = status_of(folder, "folder")
     if status is not None and not stat.S_ISDIR(status.st_mode):
-        message = f"{folder}: not a directory, so {path.name} cannot be written in it"
-        raise UsageError(f"{message}; {fixes.folder}")
+        message = f"not a directory, so {path.name} cannot be written in it"
+        raise Refused(Finding("not-a-directory", str(folder), message, fixes.folder))
     check_output(path, replace=force, fix=fixes.exists)
 
 
@@ -240,11 +243,16 @@ def _mode(path: Path, private: bool) -> int:
 
 
 def _check_runnable(path: Path, mode: int) -> None:
-    """UsageError unless `run`, as root, would read `path` written with `mode` by this user:
+    """Refused unless `run`, as root, would read `path` written with `mode` by this user:
     files.check_trusted's judgement of the file to be, so a directory others may write to
     (`--dir` 0777) or a mode others may write is refused before anything is written."""
     to_be = os.stat_result((stat.S_IFREG | mode, 0, 0, 1, os.geteuid(), os.getegid(), 0, 0, 0, 0))
     try:
         check_trusted(path, to_be, "profile", exists=False)
-    except FileError as error:
-        raise UsageError(f"{error}; run refuses it as root, so nothing is written") from None
+    except Refused as error:
+        refused = "run refuses it as root, so nothing is written"
+        said = [
+            replace(each, fix="; ".join(filter(None, (each.fix, refused))))
+            for each in error.findings
+        ]
+        raise Refused(said) from None

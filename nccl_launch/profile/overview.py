@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, computed_field
 
-from nccl_launch.errors import EXIT_OK, NcclLaunchError, ProfileError
-from nccl_launch.findings import Finding, Refused, cause_of
+from nccl_launch.errors import EXIT_OK
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.profile.lint import accept_line, review
 from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.profile.model import Baseline
@@ -97,32 +97,14 @@ class Validation(Report):
         return min((result.code for result in self.results if result.problems), default=EXIT_OK)
 
 
-def _unloaded(ref: str, error: NcclLaunchError) -> list[Finding]:
-    """What a profile that did not load found: its findings, or the error as one (a file not
-    found or not TOML), in the file it names."""
-    if isinstance(error, Refused):
-        return error.findings
-    code = "invalid-file" if isinstance(error, ProfileError) else "unreadable"
-    return [
-        Finding(
-            code,
-            "",
-            line.removeprefix(error.prefix).removeprefix(f"{ref}: "),
-            cause=cause_of(error),
-            file=ref,
-        )
-        for line in error.lines()
-    ]
-
-
 def validate(refs: tuple[str, ...]) -> Validation:
     """Each profile judged alone: the host is asked nothing, so CI and a GPU host agree."""
     results = []
     for ref in refs:
         try:
             loaded = load_profile(ref)
-        except NcclLaunchError as error:
-            found = [ReportedFinding.of(each) for each in _unloaded(ref, error)]
+        except Refused as error:  # each finding in the file it names, else in this one
+            found = [ReportedFinding.of(each.in_file(ref)) for each in error.findings]
             problems = error.lines()
             results.append(
                 Validated(path=ref, problems=problems, findings=found, code=error.exit_code)
@@ -226,8 +208,8 @@ def list_profiles(search_path: list[tuple[Path, str]]) -> tuple[list[ListedProfi
         source = next((label for folder, label in search_path if path.parent == folder), "")
         try:
             loaded = load_profile(str(path))
-        except NcclLaunchError as error:
-            problem = str(error).splitlines()[0]
+        except Refused as error:
+            problem = error.findings[0].line()
             rows.append(ListedProfile(path=path, source=source, problem=problem))
             continue
         profile, digest = loaded.profile, loaded.plan.short_digest

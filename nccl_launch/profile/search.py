@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from nccl_launch.digits import is_ascii_digits
-from nccl_launch.errors import ProfileError, UsageError
 from nccl_launch.files.paths import status_of
 from nccl_launch.files.trust import described, lets_others_replace, walk
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.profile.document import read_profile_toml
 from nccl_launch.profile.markers import SEARCH_PATH_VAR, SYSTEM_DIR_VAR
 
@@ -115,15 +115,14 @@ def profile_files(dirs: list[Path]) -> list[Path]:
     return [path for folder in found for path in sorted(folder.glob("*.toml"))]
 
 
-def declared_identity(path: Path) -> tuple[str, int] | UsageError | None:
-    """The file's name and version; None when it declares none; the error when it is
-    unreadable or untrusted, which a lookup skips (one bad file never breaks the others)."""
+def declared_identity(path: Path) -> tuple[str, int] | Finding | None:
+    """The file's name and version; None when it declares none; the first problem when it is
+    unreadable, untrusted or no TOML, which a lookup skips (one bad file never breaks the
+    others)."""
     try:
         data = read_profile_toml(path)
-    except UsageError as error:
-        return error
-    except ProfileError as error:
-        return UsageError(error.problems[0])
+    except Refused as error:
+        return error.findings[0]
     name, version = data.get("name"), data.get("version")
     return (name, version) if isinstance(name, str) and isinstance(version, int) else None
 
@@ -141,7 +140,7 @@ def split_reference(ref: str) -> tuple[str, str]:
     return name, version
 
 
-Identity = tuple[str, int] | UsageError | None
+Identity = tuple[str, int] | Finding | None
 
 
 def pick(
@@ -176,14 +175,15 @@ def find_profile(ref: str, near: Path | None = None) -> Path:
         if not os.path.lexists(path):
             # One this user cannot look at is not said missing; one too long is (a usage error).
             status_of(path, "profile", report_too_long=False)
-            raise UsageError(f"profile file not found: {path}")
+            raise Refused(Finding("no-profile-file", "", f"profile file not found: {path}"))
         # Reading it says what else may be wrong: a FIFO, a device, untrusted, a symlink
         # that loops or names nothing.
         return path
     name, version = split_reference(ref)
     # Few enough digits for a 64-bit version.
     if version and not (is_ascii_digits(version) and len(version) <= 19):
-        raise UsageError(f"{ref!r}: a version after '@' is a positive integer, as in {name}@4")
+        message = f"a version after '@' is a positive integer, as in {name}@4"
+        raise Refused(Finding("profile-version", repr(ref), message))
     dirs = unique_dirs(([near] if near is not None else []) + [dir_ for dir_, _ in search_path()])
     read: dict[Path, Identity] = {}  # each file peeked at once, for the pick and the error
 
@@ -196,11 +196,10 @@ def find_profile(ref: str, near: Path | None = None) -> Path:
     if picked is None:
         where = ", ".join(str(folder) for folder in dirs)
         # An unusable file is skipped, and said why when nothing is found.
-        skipped = [str(found) for found in read.values() if isinstance(found, UsageError)]
+        skipped = [found.line() for found in read.values() if isinstance(found, Finding)]
         unread = f"; skipped {len(skipped)} unusable, first: {skipped[0]}" if skipped else ""
-        raise UsageError(
-            f"profile {ref!r} not found{_other_versions(name, read)}; searched {where}{unread}"
-        )
+        message = f"profile {ref!r} not found{_other_versions(name, read)}"
+        raise Refused(Finding("no-profile", "", message, f"searched {where}{unread}"))
     return picked
 
 

@@ -170,15 +170,13 @@ def unmasked_references(args: Sequence[str]) -> list[str]:
     return [name for name, mark in marked.items() if mark in hidden and not is_secret(name)]
 
 
-def unechoed(message: str, table: Any) -> str:
-    """A validation error's `KEY: message` about a table, with the value of a secret-looking
-    KEY masked where echoed."""
-    name, colon, text = message.partition(": ")
-    if not colon or not isinstance(table, dict) or name not in table:
-        return message
-    value = table[name]
-    hidden = text.replace(repr(value), MASK) if is_secret(name) else text
-    return f"{name}: {mask_credentials(hidden)}"
+def unechoed(key: str, text: str, table: Any) -> str:
+    """A validation error's `text` about `key` of a table, with the value of a secret-looking
+    key masked where echoed."""
+    if not isinstance(table, dict) or key not in table:
+        return text
+    hidden = text.replace(repr(table[key]), MASK) if is_secret(key) else text
+    return mask_credentials(hidden)
 
 
 def _masked_items(items: list[Any]) -> list[Any]:

@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from nccl_launch.nccl.grammar import Invalid
 from nccl_launch.serving import references
 
 # How every table of a profile is read: unknown keys are errors, no coercion, immutable. Each
@@ -40,7 +41,7 @@ TOML_INT = 2**63  # a TOML integer is a signed 64-bit one: what a profile can ho
 def no_nul(text: str) -> str:
     """`text`, unless it holds a NUL: exec, chdir and open would fail on it at the last step."""
     if "\x00" in text:
-        raise ValueError(NUL_PROBLEM)
+        raise Invalid("nul-byte", NUL_PROBLEM)
     return text
 
 
@@ -51,16 +52,16 @@ def no_control(text: str) -> str:
     no_nul(text)
     found = next((char for char in text if unicodedata.category(char) == "Cc"), None)
     if found is not None:
-        raise ValueError(
-            f"holds the control character {found!r}, which no path or name needs; remove it"
-        )
+        message = f"holds the control character {found!r}, which no path or name needs"
+        raise Invalid("control-character", message, "remove it")
     return text
 
 
 def not_a_date(value: Any) -> Any:
     """`value`, unless TOML read it as a date or a time (`date = 2025-01-02`, unquoted)."""
     if isinstance(value, date | time):  # datetime is a date
-        raise ValueError(f"{value.isoformat()} is a TOML date/time; quote it to keep it as text")
+        message = f"{value.isoformat()} is a TOML date/time"
+        raise Invalid("toml-date", message, "quote it to keep it as text")
     return value
 
 
@@ -73,18 +74,19 @@ Name = Annotated[str, BeforeValidator(not_a_date), AfterValidator(no_control)]
 
 def pass_through(settings: dict[str, Any]) -> dict[str, Scalar]:
     """A speculative table's keys beyond its structured ones, each a single value under a
-    setting's name, or a ValueError naming the key."""
+    setting's name, or an `Invalid` naming the key."""
     for key, value in settings.items():
         if not _SETTING.fullmatch(key):
-            raise ValueError(f"{key}: not a setting name (lower case, digits, '_')")
+            raise Invalid("setting-name", "not a setting name (lower case, digits, '_')", key=key)
         if not isinstance(value, str | int | float | bool):
-            raise ValueError(f"{key}: {value!r} is not a single value")
+            raise Invalid("not-a-single-value", f"{value!r} is not a single value", key=key)
         if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"{key}: {value!r} is not a finite number")
+            raise Invalid("not-finite", f"{value!r} is not a finite number", key=key)
         if isinstance(value, int) and not -TOML_INT <= value < TOML_INT:
-            raise ValueError(f"{key}: {value} is out of range; TOML integers are 64-bit")
+            message, fix = f"{value} is out of range", "TOML integers are 64-bit"
+            raise Invalid("integer-range", message, fix, key)
         if isinstance(value, str) and "\x00" in value:
-            raise ValueError(f"{key}: {NUL_PROBLEM}")
+            raise Invalid("nul-byte", NUL_PROBLEM, key=key)
     return settings
 
 
@@ -111,7 +113,9 @@ class ServerTable(BaseModel):
     @classmethod
     def _interpreter(cls, python: str) -> str:
         if not python.strip():
-            raise ValueError("empty; valid: the server's Python, a path or a name on PATH")
+            raise Invalid(
+                "empty-value", "empty", "valid: the server's Python, a path or a name on PATH"
+            )
         return python
 
     @field_validator("entrypoint")
@@ -121,7 +125,8 @@ class ServerTable(BaseModel):
             shlex.split(entrypoint)
         except ValueError as error:  # the words are split this way into the argv
             # Not echoed: an unclosed quote leaves a credential flag's value unmasked.
-            raise ValueError(f"{str(error).lower()}; quote as a shell would") from None
+            message = str(error).lower()  # shlex's own words: "no closing quotation"
+            raise Invalid("shell-words", message, "quote as a shell would") from None
         return entrypoint
 
     @field_validator("model_path", "host", "dist_init_addr")
@@ -130,7 +135,8 @@ class ServerTable(BaseModel):
         """A value that starts with `-` is read by the server's parser as an option of its
         own (`-h` prints its help, `--port=5` sets the port): it can name no model or host."""
         if value is not None and value.startswith("-"):
-            raise ValueError(f"{value!r} starts with '-', which the server reads as an option")
+            message = f"{value!r} starts with '-', which the server reads as an option"
+            raise Invalid("option-like", message)
         return value
 
     @field_validator("args")
@@ -148,8 +154,7 @@ class ServerTable(BaseModel):
         texts |= {f"speculative.{key}": value for key, value in speculative.items()}
         for key, value in texts.items():
             if isinstance(value, str) and "${" in value:
-                raise ValueError(
-                    f"{key}: holds '${{', but only [server] args fill a ${{NAME}} at start; "
-                    'write the flag there (args = ["--api-key", "${API_KEY}"])'
-                )
+                message = "holds '${', but only [server] args fill a ${NAME} at start"
+                fix = 'write the flag there (args = ["--api-key", "${API_KEY}"])'
+                raise Invalid("reference-outside-args", message, fix, key)
         return self

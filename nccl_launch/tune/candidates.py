@@ -16,7 +16,6 @@ from typing import Any
 import tomli_w
 
 from nccl_launch.env.env_files import profile_layers
-from nccl_launch.errors import UsageError
 from nccl_launch.findings import Finding, Refused
 from nccl_launch.kinds import ServerKind, address, kind_of
 from nccl_launch.nccl import catalog, rules
@@ -177,7 +176,7 @@ class Candidates:
             raise Refused(Finding("shipped-profile", "--write", said, fix))
         try:
             taken = find_profile(f"{profile.name}@{version}", near=folder)
-        except UsageError:
+        except Refused:
             path = folder / f"{profile.name}-{version}.toml"
             if os.path.lexists(path):
                 said = f"{path} exists (not {profile.name}@{version})"

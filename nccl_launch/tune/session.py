@@ -20,7 +20,6 @@ from nccl_launch.bench.stats import (
     pooled_noise,
     prefill_starts,
 )
-from nccl_launch.errors import UsageError
 from nccl_launch.findings import Finding, Refused
 from nccl_launch.nccl.catalog import PREFIX
 from nccl_launch.profile.chain import read_chain
@@ -308,7 +307,7 @@ def run_tune(
         progress.warn(moved)
     try:
         looked_up = find_profile(plan.label).resolve() == path.resolve()
-    except UsageError:
+    except Refused:  # no profile of that label is found
         looked_up = False
     ref = plan.label if looked_up else str(path)
     return report.model_copy(update={"written": str(path), "written_ref": ref})

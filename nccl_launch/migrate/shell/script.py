@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from nccl_launch.errors import UsageError
-from nccl_launch.findings import Finding, Refused
+from nccl_launch.findings import Finding, Refused, said_of
 from nccl_launch.kinds import command_of, server_commands
 from nccl_launch.migrate.shell import sourced, syntax
 from nccl_launch.migrate.shell.builtins import AFTER_EXPANSION, BUILTINS, DECLARATIONS
-from nccl_launch.migrate.shell.refused import shell_error, within
+from nccl_launch.migrate.shell.refused import shell_error
 from nccl_launch.migrate.shell.state import Shell, known_at, utf8
 from nccl_launch.serving import references
 
@@ -66,10 +65,8 @@ class _Script:
             found = sourced.find(
                 words[0].literal(), named[0], state.cwd, state.lookup("PATH"), state.within
             )
-        except Refused as refused:
-            raise within(refused, f"line {line}") from None
-        except UsageError as error:  # a file not read, still said in prose by files/
-            raise UsageError(f"line {line}: {error}") from None
+        except Refused as refused:  # the sourced file not found, or not read
+            raise said_of(f"line {line}", refused) from None
         if found.venv_bin is not None:
             state.activate(found.venv_bin)
             message = f"{found.path} activates a virtual environment: not run; its bin is "
@@ -82,9 +79,7 @@ class _Script:
         try:
             self.follow_all(found.text)
         except Refused as refused:
-            raise within(refused, f"line {line}: {found.path}") from None
-        except UsageError as error:  # a file not read, still said in prose by files/
-            raise UsageError(f"line {line}: {found.path}: {error}") from None
+            raise said_of(f"line {line}: {found.path}", refused) from None
         state.within.pop()
         self.returned = False
         return self.succeeded
