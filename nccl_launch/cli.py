@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 import click
 
 from nccl_launch import __version__
-from nccl_launch.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, NcclLaunchError
+from nccl_launch.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK
 from nccl_launch.findings import Finding, Refused
 
 if TYPE_CHECKING:
@@ -279,7 +279,7 @@ def _run(args: list[str]) -> int:
         code = error.exit_code
     except (click.Abort, KeyboardInterrupt):
         code = EXIT_INTERRUPTED
-    except NcclLaunchError as error:
+    except Refused as error:
         _complain(error.lines())
         code = error.exit_code
     except Exception as error:

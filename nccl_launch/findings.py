@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from nccl_launch.errors import EXIT_CODES, Cause, ProfileError
+from nccl_launch.errors import EXIT_CODES, Cause
 
 # An error stops what would fail; a warning is said wherever the finding applies (`run` says
 # it on every start); a note is for whoever writes the profile (`validate`, `preflight`).
@@ -94,15 +94,18 @@ def as_json(finding: Finding) -> dict[str, Any]:
     }
 
 
-class Refused(ProfileError):
+class Refused(Exception):
     """The one exception a user's problem raises: it holds findings (one, or every error a
     check found), said by `lines`; its exit code is the lowest of theirs (a pinned digest's
     1, then 2 when any is the profile's or the command line's to fix, else 3: this host's)."""
 
     def __init__(self, findings: Finding | Sequence[Finding]) -> None:
         self.findings = [findings] if isinstance(findings, Finding) else list(findings)
-        super().__init__(lines(self.findings))
+        super().__init__("\n".join(lines(self.findings)))
         self.exit_code = min(each.exit_code for each in self.findings)
+
+    def lines(self) -> list[str]:
+        return lines(self.findings)
 
 
 def of_host(error: Refused) -> Refused:

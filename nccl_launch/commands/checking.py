@@ -19,7 +19,7 @@ from nccl_launch.commands.options import (
     profile_argument,
     seconds_option,
 )
-from nccl_launch.errors import UsageError
+from nccl_launch.findings import Finding, Refused
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -112,10 +112,12 @@ def check(
     from nccl_launch.live.target import Target
 
     if on_drift == "stop" and watch is None:
-        raise UsageError("--on-drift stop needs --watch SECONDS: one check never stops a server")
+        said = "--on-drift stop needs --watch SECONDS: one check never stops a server"
+        raise Refused(Finding("stop-without-watch", "", said))
     stream = watch is not None and output is None
     if stream and not fmt.streams:
-        raise UsageError("--watch --format prometheus rewrites a textfile: give -o FILE")
+        said = "--watch --format prometheus rewrites a textfile: give -o FILE"
+        raise Refused(Finding("prometheus-stream", "", said))
     target = Target(pid=pid, port=port, pidfile=pidfile, unit=unit)
     last: list[str] = []
 
@@ -124,9 +126,8 @@ def check(
         if output is not None:
             # Rewritten at each look, so no --force: but never over the profile it reads.
             if output.resolve() == Path(report.path).resolve():
-                raise UsageError(
-                    f"-o {output}: the profile checked; give the report a file of its own"
-                )
+                said = "the profile checked; give the report a file of its own"
+                raise Refused(Finding("output-is-profile", f"-o {output}", said))
             write_output(output, rendered, replace=True)
             return
         if stream and last == [rendered]:
@@ -170,7 +171,8 @@ def verify_log(profile: str, log: str, latest: bool, fmt: Output) -> int:
     from nccl_launch.render.reports import log_lines
 
     if latest and log != "-":
-        raise UsageError(f"give --latest or LOG {log!r}, not both: --latest reads a run folder")
+        said = f"give --latest or LOG {log!r}, not both: --latest reads a run folder"
+        raise Refused(Finding("latest-and-log", "", said))
     loaded = load_profile(profile)
     read: list[tuple[str, StreamLines]] = []  # each file's lines, to say what was skipped
 

@@ -16,8 +16,8 @@ from click.shell_completion import (
 )
 
 from nccl_launch.digits import is_ascii_digits
-from nccl_launch.errors import UsageError
 from nccl_launch.escaping import not_utf8
+from nccl_launch.findings import Finding, Refused
 
 COMPLETE_VAR = "_NCCL_LAUNCH_COMPLETE"
 REQUESTS = [
@@ -32,7 +32,7 @@ SPECIAL_PREFIXES = "$@"
 
 
 def check_request(environ: Mapping[str, str]) -> None:
-    """UsageError, one line, unless `environ` holds a request the completion scripts make:
+    """Refused, one line, unless `environ` holds a request the completion scripts make:
     a shell and an action click knows, and for `complete` the variables it reads (click would
     fail on their absence with a KeyError, an internal error, or exit 1 without a word).
     A line holding a byte that is not UTF-8 ends the request with nothing offered (Exit 0):
@@ -41,20 +41,22 @@ def check_request(environ: Mapping[str, str]) -> None:
     if not request:  # click runs the command as if it were unset
         return
     if request not in REQUESTS:
-        raise UsageError(f"{COMPLETE_VAR}={request!r}: valid: {', '.join(REQUESTS)}")
+        valid = f"valid: {', '.join(REQUESTS)}"
+        raise Refused(Finding("completion-request", f"{COMPLETE_VAR}={request!r}", valid))
     if request.endswith("_source"):
         return
     missing = [name for name in ("COMP_WORDS", "COMP_CWORD") if name not in environ]
     if missing:
-        raise UsageError(
-            f"{COMPLETE_VAR}={request}: {' and '.join(missing)} not set; "
-            "the completion script sets them"
-        )
+        said = f"{' and '.join(missing)} not set"
+        where = f"{COMPLETE_VAR}={request}"
+        raise Refused(Finding("completion-unset", where, said, "the completion script sets them"))
     word = environ["COMP_CWORD"]  # bash and zsh: the index of the word; fish: the word
     if request != "fish_complete" and not is_ascii_digits(word):
-        raise UsageError(f"COMP_CWORD={word!r}: the index of the word completed, as in 2")
+        said = "the index of the word completed, as in 2"
+        raise Refused(Finding("completion-word", f"COMP_CWORD={word!r}", said))
     if request == "fish_complete" and word and not split_arg_string(word):
-        raise UsageError(f"COMP_CWORD={word!r}: the word completed, or nothing")
+        said = "the word completed, or nothing"
+        raise Refused(Finding("completion-word", f"COMP_CWORD={word!r}", said))
     line = [environ.get(name, "") for name in ("COMP_WORDS", "COMP_CWORD", "COMP_LINE")]
     if not_utf8("".join(line)) is not None:  # the shell's bytes, kept with surrogateescape
         raise Exit(0)

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from nccl_launch.commands.echo import Output
-from nccl_launch.errors import UsageError
 from nccl_launch.escaping import escaped, shell_word
+from nccl_launch.findings import Finding, Refused
 from nccl_launch.live.target import PID_LIMIT, PORT_LIMIT
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def seconds_option(
     def check(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
         above = value is not None and (value >= least if included else value > least)
         if value is not None and not (above and value <= MAX_SECONDS):  # False for nan
-            raise UsageError(f"{param.opts[0]} {value:g}: valid: {low}")
+            raise Refused(Finding("seconds-range", f"{param.opts[0]} {value:g}", f"valid: {low}"))
         return value
 
     return click.option(
@@ -192,7 +192,6 @@ def _field_flag(option: str, own: list[str]) -> Flag | None:
     """The structured `[server]` field an unknown `option` sets, as the kind of the profile
     among the words `own` reads it; as the first kind that has it, where no word names a
     profile that loads."""
-    from nccl_launch.errors import NcclLaunchError  # a mistake's path, not a TAB's
     from nccl_launch.kinds import KINDS
     from nccl_launch.profile.load import load_profile
 
@@ -201,7 +200,7 @@ def _field_flag(option: str, own: list[str]) -> Flag | None:
             continue
         try:
             kind = load_profile(word).profile.kind
-        except NcclLaunchError:
+        except Refused:
             continue
         return kind.command.flag(option)
     flags = (kind.command.flag(option) for kind in KINDS)

@@ -12,7 +12,7 @@ from typing import Literal
 
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.env.env_files import profile_layers
-from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK, ProfileError, UsageError
+from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK
 from nccl_launch.files.paths import is_regular
 from nccl_launch.findings import Finding, Refused
 from nccl_launch.live.compare import LiveReport, evaluate
@@ -186,7 +186,7 @@ def _reread(
     first look, it is an error."""
     try:
         return check_pin(profile_of(main, ref), pin), None
-    except (ProfileError, UsageError) as error:  # Refused is a ProfileError
+    except Refused as error:
         if good is None:
             raise
         return good, "; ".join(error.lines())

@@ -10,7 +10,6 @@ from pathlib import Path
 import psutil
 
 from nccl_launch.env.env_files import env_file_lines
-from nccl_launch.errors import NcclLaunchError
 from nccl_launch.escaping import escaped, not_utf8
 from nccl_launch.findings import Finding, Refused
 from nccl_launch.kinds import KINDS
@@ -105,8 +104,6 @@ def _filled(pid: int, environ: Mapping[str, str], argv: list[str]) -> _Filled:
         }
     except Refused as refused:
         return _Filled(unknown="; ".join(finding.line() for finding in refused.findings))
-    except NcclLaunchError as error:  # a profile's error still said in prose: its one line
-        return _Filled(unknown=str(error))
     known = {key for key in filled if key in secret_files or key in sourced}
     words = [
         word if set(references.names([word])) <= known else references.literal(given)

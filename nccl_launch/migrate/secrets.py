@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nccl_launch.deploy.exports import dotenv
-from nccl_launch.errors import NcclLaunchError
 from nccl_launch.escaping import escaped
 from nccl_launch.findings import Finding, Refused
 from nccl_launch.kinds import ServerKind
@@ -123,7 +122,7 @@ def secrets_text(secrets: SecretsFile, profile: Path, source: str) -> str:
     for key, value in secrets.values.items():
         try:
             lines.append(dotenv({key: value}, expanded=False))
-        except NcclLaunchError:  # said without the value, a secret
+        except Refused:  # said without the value, a secret
             message = "its value holds a control character, which no env file can carry"
             fix = "give the server a value without one"
             raise Refused(

@@ -133,7 +133,7 @@ def _full(size: int) -> str | None:
 def _open(folder: PurePath) -> tuple[Path, int]:
     """The journal in `folder` (under the state home), a regular file opened for appending,
     created if absent with the folders to it (0700), never through a symlink, and locked:
-    HostError while another tune holds it."""
+    Refused (this host's) while another tune holds it."""
     state = state_home()
     path = state.path / folder / FILE_NAME
     busy = (

@@ -27,7 +27,6 @@ from nccl_launch.bench.gpus import compute_pids
 from nccl_launch.bench.measure import Progress, measure_decode
 from nccl_launch.bench.result import Method
 from nccl_launch.env.drift import DriftEntry
-from nccl_launch.errors import NcclLaunchError
 from nccl_launch.escaping import escaped
 from nccl_launch.findings import Finding, Refused
 from nccl_launch.launch.host import port_check
@@ -342,11 +341,10 @@ def _trial(
         report = measure_decode(
             launch.loaded, url, child.held.pid, settings.method, settings.request_timeout, progress
         )
-    except NcclLaunchError as error:
+    except Refused as error:
         if not child.held.running():
             return TrialOutcome(status="exited", seconds=0)
-        found = error.findings if isinstance(error, Refused) else []
-        said = "; ".join(finding.text() for finding in found) or str(error)
+        said = "; ".join(finding.text() for finding in error.findings)
         return TrialOutcome(status="failed", detail=escaped(said), seconds=0)
     if report.status == "interrupted":
         raise KeyboardInterrupt
