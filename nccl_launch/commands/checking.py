@@ -196,9 +196,9 @@ def verify_log(profile: str, log: str, latest: bool, fmt: Output) -> int:
     for name, lines in read:
         if lines.skipped:
             said = "1 line" if lines.skipped == 1 else f"{lines.skipped} lines"
-            warn(
-                f"log {name}: {said} longer than {LINE_LIMIT >> 20} MiB skipped (the first is "
-                f"line {lines.first_skipped}); NCCL's INFO lines are short"
-            )
+            said += f" longer than {LINE_LIMIT >> 20} MiB skipped (the first is line "
+            said += f"{lines.first_skipped})"
+            fix = "NCCL's INFO lines are short"
+            warn(Finding("long-lines-skipped", f"log {name}", said, fix, cause="host"))
     fmt.emit(report, log_lines)
     return report.exit_code

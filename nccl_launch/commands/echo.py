@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TypeVar
 import click
 
 from nccl_launch.escaping import shell_word
-from nccl_launch.findings import WARNING_PREFIX, Finding, lines
+from nccl_launch.findings import Finding, lines
 from nccl_launch.secrets.masking import for_people, masked_json
 
 if TYPE_CHECKING:
@@ -70,13 +70,10 @@ class Output:
         echo_lines([*out, *said])
 
 
-def warn(message: str | Finding) -> None:
-    """A warning on stderr, each line escaped: a note may quote a path, a key or a value."""
-    if isinstance(message, Finding):
-        shown = lines([replace(message, severity="warning")])
-    else:
-        shown = [f"{WARNING_PREFIX}{message}"]
-    echo_lines(shown, err=True)
+def warn(finding: Finding) -> None:
+    """A finding said as a warning on stderr, each line escaped: it may quote a path, a key or
+    a value."""
+    echo_lines(lines([replace(finding, severity="warning")]), err=True)
 
 
 def say_wrote_profile(path: Path, plan: ProfilePlan) -> None:

@@ -82,8 +82,8 @@ def list_command() -> int:
 
     labelled = search_path()
     rows, refused = list_profiles(labelled)
-    for line in refused:  # the others are listed all the same
-        warn(line)
+    for problem in refused:  # the others are listed all the same
+        warn(problem)
     echo_lines(list_lines(rows, labelled))
     return EXIT_OK
 

@@ -93,14 +93,13 @@ class MovedEnvFile:
     path: Path
 
 
-def moved_line(moved: list[MovedEnvFile], label: str) -> str:
-    """The one line that says which env files a copy names by another path, and why its
+def moved_note(moved: list[MovedEnvFile], label: str) -> Finding:
+    """The warning that says which env files a copy names by another path, and why its
     digest differs from `label`'s."""
     said = "; ".join(f"{file.written!r} is written as {file.path}" for file in moved)
-    return (
-        f"env_files: {said}: from the copy's folder, the path as written would name another "
-        f"file; so the digest differs from {label}'s by that path"
-    )
+    message = f"{said}: from the copy's folder, the path as written would name another file; "
+    message += f"so the digest differs from {label}'s by that path"
+    return Finding("moved-env-file", "env_files", message, severity="warning")
 
 
 def env_files_from(loaded: LoadedProfile, folder: Path) -> tuple[list[str], list[MovedEnvFile]]:
@@ -176,10 +175,10 @@ def _copied(ref: str, name: str, folder: Path) -> ResolvedCopy:
 
 def new_profile(
     name: str, source: str | None, folder: Path, force: bool
-) -> tuple[Path, ProfilePlan, list[str]]:
+) -> tuple[Path, ProfilePlan, list[Finding]]:
     """Write `folder/NAME.toml` (a copy of `source`, or the scratch template) atomically,
     checked as `validate` would first, never replacing a file without `force`; its plan, and
-    a note where the copy's digest differs from the source's (`moved_line`)."""
+    a note where the copy's digest differs from the source's (`moved_note`)."""
     check_name(name)
     path = folder / f"{name}.toml"
     fixes = Fixes("give another --dir", "pass --force to replace it")
@@ -190,7 +189,7 @@ def new_profile(
     copied = _copied(source, name, folder)
     text = tomli_w.dumps(copied.data)
     plan = write_profile(path, text, private=copied.private, force=force, fixes=fixes)
-    notes = [moved_line(copied.moved, copied.loaded.plan.label)] if copied.moved else []
+    notes = [moved_note(copied.moved, copied.loaded.plan.label)] if copied.moved else []
     return path, plan, notes
 
 

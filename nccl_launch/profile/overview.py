@@ -193,9 +193,11 @@ def _shadowed(rows: list[ListedProfile]) -> set[Path]:
     return shadowed
 
 
-def list_profiles(search_path: list[tuple[Path, str]]) -> tuple[list[ListedProfile], list[str]]:
+def list_profiles(
+    search_path: list[tuple[Path, str]],
+) -> tuple[list[ListedProfile], list[Finding]]:
     """Every profile file on the labelled `search_path`, in search order, an invalid one
-    listed, not fatal; and why a folder's files are not (`folder_refusal`), a line each."""
+    listed, not fatal; and why a folder's files are not (`folder_refusal`), a warning each."""
     rows, refused, read = [], [], []
     for folder in unique_dirs([folder for folder, _ in search_path]):
         why = folder_refusal(folder)
@@ -203,7 +205,8 @@ def list_profiles(search_path: list[tuple[Path, str]]) -> tuple[list[ListedProfi
         if why is None:
             read.append(folder)
         else:
-            refused.append(f"{label} folder {folder}: not listed: {why}")
+            where = f"{label} folder {folder}"
+            refused.append(Finding("folder-not-listed", where, f"not listed: {why}", cause="host"))
     for path in profile_files(read):
         source = next((label for folder, label in search_path if path.parent == folder), "")
         try:

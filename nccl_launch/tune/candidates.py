@@ -24,7 +24,7 @@ from nccl_launch.profile.load import LoadedProfile, validate_resolved
 from nccl_launch.profile.model import NEXT_VERSION_KEEPS
 from nccl_launch.profile.new import (
     env_files_from,
-    moved_line,
+    moved_note,
     resolved_copy,
     secret_files_from,
     write_profile,
@@ -143,8 +143,7 @@ class Candidates:
         warning."""
         if not self.moved:
             return None
-        moved = moved_line(self.moved, self.base.plan.label)
-        return Finding("moved-env-file", "", moved, severity="warning")
+        return moved_note(self.moved, self.base.plan.label)
 
     def write(self, candidate: Candidate, folder: Path) -> Path:
         """The candidate's trial file in `folder` (written again, the same, if there): its env
