@@ -145,6 +145,12 @@ def counts(files: dict[str, str]) -> dict[str, int]:
         0,
     )
     found["Kind members"] = _kind_members(files)
+    # A module of commands/ that defines a command (its helpers, options and echo, define none).
+    commands = {
+        path
+        for path, text in files.items()
+        if path.startswith("nccl_launch/commands/") and "@click.command" in text
+    }
     for path, text in sorted(files.items()):
         tree = ast.parse(text)
         package = path.startswith("nccl_launch/")
@@ -160,18 +166,17 @@ def counts(files: dict[str, str]) -> dict[str, int]:
             if package and _is_string_list(node):
                 found["string lists of problems or warnings"] += 1
             if package and isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
-                found["prose raises"] += _name(node.exc.func) in PROSE_ERRORS
+                # click's own UsageError (a usage line, click's parse errors) is click's.
+                found["prose raises"] += isinstance(node.exc.func, ast.Name) and (
+                    node.exc.func.id in PROSE_ERRORS
+                )
             if isinstance(node, ast.ImportFrom) and node.module:
                 own = PurePosixPath(path).stem
-                if path.startswith("nccl_launch/commands/") and node.module.startswith(
-                    "nccl_launch.commands."
-                ):
+                if path in commands and node.module.startswith("nccl_launch.commands."):
                     imported = node.module.rpartition(".")[2]
-                    found["command modules importing a command"] += imported not in (
-                        "options",
-                        "echo",
-                        "completion",
-                        own,
+                    target = f"nccl_launch/commands/{imported}.py"
+                    found["command modules importing a command"] += (
+                        target in commands and imported != own
                     )
                 if path.startswith("tests/test_") and node.module.startswith("tests.test_"):
                     found["test-module imports of a test module"] += 1
