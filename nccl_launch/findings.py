@@ -4,15 +4,15 @@ bad, whose problem, the fix and any detail lines, worded in one place.
 Checks return findings; each command decides how strict to be with them (`run` refuses an
 error, `validate` notes a warning), never how to word them nor which exit code they earn. A
 problem that stops a command is raised as `Refused`, the one exception, which holds findings.
-`lines` is the one text writer and `as_json` the one JSON writer; docs/findings.md lists
-every code.
+`lines` is the one text writer and `report.ReportedFinding` the one JSON form; docs/findings.md
+lists every code.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Literal
 
 from nccl_launch.errors import EXIT_CODES, Cause
 
@@ -78,20 +78,6 @@ def lines(findings: Sequence[Finding]) -> list[str]:
             written.append(f"nccl-launch: {each.line()}")
         written += [f"  {detail}" for detail in each.details]
     return written
-
-
-def as_json(finding: Finding) -> dict[str, Any]:
-    """The one JSON writer: a finding as an object of its fields, `details` a list."""
-    return {
-        "code": finding.code,
-        "severity": finding.severity,
-        "cause": finding.cause,
-        "file": finding.file,
-        "where": finding.where,
-        "message": finding.message,
-        "fix": finding.fix,
-        "details": list(finding.details),
-    }
 
 
 class Refused(Exception):

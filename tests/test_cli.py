@@ -80,7 +80,8 @@ def test_json_outputs_keep_their_keys() -> None:
     from nccl_launch.live.compare import LiveReport, ProcessReport
     from nccl_launch.live.nccl_logs import NcclLog
     from nccl_launch.live.verify_log import KeyReport, LogReport
-    from nccl_launch.profile.overview import ReportedFinding, ValidatedFile, Validation
+    from nccl_launch.profile.overview import ValidatedFile, Validation
+    from nccl_launch.report import ReportedFinding
 
     contracts: dict[type[BaseModel], list[str]] = {
         LiveReport: ["schema_version", "profile", "digest", "path", "main_pid",
@@ -95,7 +96,9 @@ def test_json_outputs_keep_their_keys() -> None:
         KeyReport: ["key", "expected", "verdict", "detail"],
         Validation: ["schema_version", "files", "invalid"],
         ValidatedFile: ["path", "profile", "digest", "valid", "findings", "accepted"],
-        ReportedFinding: ["code", "severity", "file", "location", "message", "fix"],
+        ReportedFinding: [
+            "code", "severity", "file", "location", "message", "fix", "cause", "details"
+        ],
         DriftReport: ["profile", "digest", "entries", "matched"],
         DriftEntry: ["key", "kind", "expected", "actual", "source", "note", "reason",
                      "declared_by", "tolerated"],

@@ -13,29 +13,7 @@ from nccl_launch.profile.lint import accept_line, review
 from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.profile.model import Baseline
 from nccl_launch.profile.search import folder_refusal, pick, profile_files, unique_dirs
-from nccl_launch.report import Report
-
-
-class ReportedFinding(BaseModel):
-    """A finding as `validate --format json` gives it."""
-
-    code: str
-    severity: str
-    file: str
-    location: str
-    message: str
-    fix: str
-
-    @classmethod
-    def of(cls, finding: Finding) -> ReportedFinding:
-        return cls(
-            code=finding.code,
-            severity=finding.severity,
-            file=finding.file,
-            location=finding.where,
-            message=finding.message,
-            fix=finding.fix,
-        )
+from nccl_launch.report import Report, ReportedFinding
 
 
 class Validated(BaseModel):
