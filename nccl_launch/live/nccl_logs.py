@@ -125,7 +125,9 @@ def with_run_folder(
     try:
         resolved = _make_run_folder(folder, pid)
     except Refused as error:
-        return kept, dataclasses.replace(error.findings[0], severity="warning", fix=LOG_LOST)
+        found = error.findings[0]
+        fix = f"{found.fix}; {LOG_LOST}" if found.fix else LOG_LOST
+        return kept, dataclasses.replace(found, severity="warning", fix=fix)
     return {**env, NCCL_DEBUG_FILE: debug_file(resolved)}, None
 
 
