@@ -37,11 +37,14 @@ class Registry(Sequence[ServerKind]):
     def _all(self) -> list[ServerKind]:
         if not self._plugins_read:
             taken = [kind.name for kind in self.read]
+            plugins: list[ServerKind] = []
+            # Read once: the group is read from every installed distribution's metadata.
             for point in entry_points(group=ENTRY_POINTS):
-                taken.append(_plugin(point, taken).name)
+                plugins.append(_plugin(point, taken))
+                taken.append(plugins[-1].name)
             self._plugins_read = True  # every one loads, or none is registered
-            for point in entry_points(group=ENTRY_POINTS):
-                register(point.load())
+            for kind in plugins:
+                register(kind)
         return self.read
 
     @overload

@@ -171,6 +171,39 @@ def test_a_command_looks_for_no_pydantic_plugins(args: list[str], tmp_path: Path
     assert "entry points read" not in result.stderr
 
 
+# Reading an entry-point group reads the metadata of every installed distribution (milliseconds
+# in a server's venv): the kinds' group is read once however often the kinds are asked.
+COUNT_KIND_SCANS = (
+    "import atexit, importlib.metadata, sys\n"
+    "read, scans = importlib.metadata.entry_points, []\n"
+    "def counted(**selection):\n"
+    "    scans.append(selection.get('group'))\n"
+    "    return read(**selection)\n"
+    "importlib.metadata.entry_points = counted\n"
+    "atexit.register(lambda: print('scans', scans.count('nccl_launch.kinds'), file=sys.stderr))\n"
+    "from nccl_launch.cli import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+def test_a_run_reads_the_kinds_entry_points_once(tmp_path: Path) -> None:
+    write_profile(tmp_path)
+    (tmp_path / "profiles" / "v.toml").write_text(VLLM_PROFILE, encoding="utf-8")
+    # vLLM's argv, masked, asks every kind about each option word; the table is validated
+    # against every kind's.
+    result = subprocess.run(
+        [sys.executable, "-c", COUNT_KIND_SCANS, "run", "--dry-run", "v", "--", "--api-key", "k"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "--api-key '***'" in result.stdout  # the argv was masked, every kind asked
+    assert result.stderr.splitlines()[-1] == "scans 1"
+
+
 SHOW_ENV = "import json, os, sys; json.dump(dict(os.environ), sys.stdout)"
 
 
