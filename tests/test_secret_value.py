@@ -1,0 +1,68 @@
+"""A value that may be secret masks itself (`Secret`): every way of making text of it gives
+what people see; only `reveal` gives the value."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import BaseModel
+
+from nccl_launch import cli
+from nccl_launch.profile import overview
+from nccl_launch.secrets.masking import masked_json
+from nccl_launch.secrets.secret import Secret
+
+VALUE = "hf_the-value-itself"
+
+
+class Holder(BaseModel):
+    value: str | Secret | None
+    values: list[str | Secret] = []
+
+
+def test_every_text_of_a_secret_is_the_mask_and_reveal_is_the_value() -> None:
+    secret = Secret(VALUE)
+    said = [str(secret), repr(secret), f"{secret}", f"{secret!r}", f"{secret:>12}"]
+    said += [format(secret), "{}".format(secret), "%s" % (secret,), str([secret])]  # noqa: UP031, UP032
+    assert all(VALUE not in text for text in said), said
+    assert said[:3] == ["***", "Secret('***')", "***"]
+    assert said[4] == "         ***"
+    assert secret.reveal() == VALUE
+
+
+def test_a_secret_partly_masked_shows_its_masked_form() -> None:
+    secret = Secret("--api-key sk-1 --tp 8", "--api-key *** --tp 8")
+    assert f"EXTRA_ARGS={secret}" == "EXTRA_ARGS=--api-key *** --tp 8"
+    assert "sk-1" not in repr(secret)
+
+
+def test_a_report_dumps_and_writes_a_secret_masked() -> None:
+    holder = Holder(value=Secret(VALUE), values=["plain", Secret(VALUE, "m***")])
+    assert holder.value == Secret(VALUE)  # kept as it is in the report
+    assert holder.model_dump() == {"value": "***", "values": ["plain", "m***"]}
+    assert json.loads(holder.model_dump_json()) == {"value": "***", "values": ["plain", "m***"]}
+    assert json.loads(masked_json(holder)) == {"value": "***", "values": ["plain", "m***"]}
+    assert VALUE not in repr(holder)
+    assert Holder(value="plain").model_dump() == {"value": "plain", "values": []}
+
+
+def test_json_of_a_secret_alone_fails_closed() -> None:
+    with pytest.raises(TypeError):
+        json.dumps({"value": Secret(VALUE)})
+
+
+def test_a_bugs_traceback_with_debug_shows_the_mask(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secret = Secret(VALUE)
+
+    def broken(ref: str) -> None:
+        raise ValueError(f"planted with {secret}", secret)
+
+    monkeypatch.setattr(overview, "load_profile", broken)
+    assert cli.main(["--debug", "validate", "anything"]) == 4
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err
+    assert "ValueError: ('planted with ***', Secret('***'))" in err
+    assert VALUE not in err
