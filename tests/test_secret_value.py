@@ -12,6 +12,7 @@ from nccl_launch import cli
 from nccl_launch.profile import overview
 from nccl_launch.secrets.masking import masked_json
 from nccl_launch.secrets.secret import Secret
+from nccl_launch.secrets.values import secret_value, secret_words
 
 VALUE = "hf_the-value-itself"
 
@@ -66,3 +67,30 @@ def test_a_bugs_traceback_with_debug_shows_the_mask(
     assert "Traceback (most recent call last)" in err
     assert "ValueError: ('planted with ***', Secret('***'))" in err
     assert VALUE not in err
+
+
+def test_a_variables_value_is_wrapped_once_where_masking_would_hide_it() -> None:
+    assert secret_value("HF_TOKEN", VALUE) == Secret(VALUE)
+    assert secret_value("SITE", "plain", held=True) == Secret("plain")  # an env file's
+    partly = secret_value("EXTRA_ARGS", "--api-key sk-1 --tp 8")
+    assert isinstance(partly, Secret)
+    assert str(partly) == "--api-key '***' --tp 8"
+    assert secret_value("NCCL_PROTO", "Simple") == "Simple"
+
+
+def test_an_argv_wraps_the_words_masking_hides() -> None:
+    words = secret_words(["serve", "--api-key", "sk-1", "--token=t0k", "${API_KEY}"])
+    assert words == [
+        "serve",
+        "--api-key",
+        Secret("sk-1"),
+        Secret("--token=t0k", "--token=***"),
+        "${API_KEY}",
+    ]
+    assert [str(word) for word in words] == [
+        "serve",
+        "--api-key",
+        "***",
+        "--token=***",
+        "${API_KEY}",
+    ]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from nccl_launch.env.drift import DriftEntry, DriftKind, DriftReport, Reason
 from nccl_launch.escaping import escaped, shell_word
 from nccl_launch.profile.markers import NCCL_DEBUG_KEYS
-from nccl_launch.secrets.masking import is_secret, mask_argv
+from nccl_launch.secrets.masking import is_secret
 from nccl_launch.secrets.secret import Secret
 from nccl_launch.secrets.values import Secrets, secret_value
 
@@ -194,4 +194,4 @@ def dry_run_lines(launch: LaunchPlan, calling: Mapping[str, str]) -> list[str]:
         lines += ["not NCCL's, left as they are:", *drift_lines(others)]
     if launch.cwd is not None:
         lines.append(f"cwd: {launch.cwd}")
-    return [*lines, "argv:", "  " + " ".join(map(shell_word, mask_argv(launch.argv)))]
+    return [*lines, "argv:", "  " + " ".join(shell_word(str(word)) for word in launch.shown_argv)]

@@ -174,6 +174,16 @@ def secret_value(name: str, value: str, held: bool = False) -> str | Secret:
     return value if shown == value else Secret(value, shown)
 
 
+def secret_words(argv: Sequence[str]) -> list[str | Secret]:
+    """An argv as it travels to people: each word masking hides of it (`mask_argv`: a
+    credential flag's value, a URL's password) a `Secret` that shows the word masked."""
+    masked = mask_argv(argv)
+    return [
+        word if shown == word else Secret(word, shown)
+        for word, shown in zip(argv, masked, strict=True)
+    ]
+
+
 def unmasked_references(args: Sequence[str]) -> list[str]:
     """The `${NAME}`s of a profile's `args` that fill what masking hides of the argv (a
     credential flag's value, a URL's password) under a name masking shows (`API_HOST`, not
