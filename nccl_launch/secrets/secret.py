@@ -1,12 +1,13 @@
-"""A value that may be secret, decided once where it is produced (`Secrets.value`), which
-masks itself: every way of turning it into text (`str`, `repr`, an f-string, `format`,
-pydantic's dump and JSON) gives what people see, never the value. Only `reveal` gives the
-value, where it must go (the exec, the child's environment). Like `Quoted`, it fails closed:
-a sink that forgets to mask shows the mask."""
+"""A value that may be secret, decided once where it is produced (`secrets/values.py`:
+`secret_value`, `Secrets.value`, `secret_words`), which masks itself: every way of turning
+it into text (`str`, `repr`, an f-string, `format`, pydantic's dump and JSON) gives what
+people see, never the value. Only `reveal` gives the value, where it must go (the exec, the
+child's environment). Like `Quoted`, it fails closed: a sink that forgets to mask shows the
+mask."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nccl_launch.secrets.masking import MASK
@@ -21,7 +22,7 @@ class Secret:
     """A value people see as `masked`: the mask, or the value with the credentials in it
     masked (`EXTRA_ARGS="--api-key *** --tp 8"`)."""
 
-    _value: str = field(repr=False)  # read by `reveal` alone
+    _value: str  # read by `reveal` alone
     masked: str = MASK
 
     def reveal(self) -> str:
