@@ -4,7 +4,9 @@ what people see; only `reveal` gives the value."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
+import pydantic_core
 import pytest
 from pydantic import BaseModel
 
@@ -94,3 +96,16 @@ def test_an_argv_wraps_the_words_masking_hides() -> None:
         "--token=***",
         "${API_KEY}",
     ]
+
+
+class Loose(BaseModel):
+    anything: Any
+    table: dict[str, Any] = {}
+
+
+def test_a_secret_where_no_type_names_it_is_dumped_masked() -> None:
+    loose = Loose(anything=Secret(VALUE), table={"nested": [Secret(VALUE, "m***")]})
+    assert loose.model_dump() == {"anything": "***", "table": {"nested": ["m***"]}}
+    assert VALUE not in loose.model_dump_json()
+    assert VALUE not in masked_json(loose)
+    assert pydantic_core.to_json([Secret(VALUE)]) == b'["***"]'

@@ -8,13 +8,31 @@ mask."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from nccl_launch.secrets.masking import MASK
 
 if TYPE_CHECKING:
     from pydantic import GetCoreSchemaHandler
-    from pydantic_core import CoreSchema
+    from pydantic_core import CoreSchema, SchemaSerializer
+    from pydantic_core.core_schema import SerSchema
+
+
+@cache
+def _masked() -> SerSchema:
+    """A Secret as pydantic dumps it (as Python or JSON): what people see of it. Imported
+    where a report holds one: a TAB, which reads secrets, loads no pydantic."""
+    from pydantic_core import core_schema
+
+    return core_schema.plain_serializer_function_ser_schema(str)
+
+
+@cache
+def _serializer() -> SchemaSerializer:
+    from pydantic_core import SchemaSerializer, core_schema
+
+    return SchemaSerializer(core_schema.any_schema(serialization=_masked()))
 
 
 @dataclass(frozen=True, repr=False)
@@ -41,7 +59,12 @@ class Secret:
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
         """In a report: kept as it is, and dumped (as Python or JSON) as `masked`."""
-        from pydantic_core import core_schema  # only where a report holds one
+        from pydantic_core import core_schema
 
-        masked = core_schema.plain_serializer_function_ser_schema(str)
-        return core_schema.is_instance_schema(cls, serialization=masked)
+        return core_schema.is_instance_schema(cls, serialization=_masked())
+
+    @property
+    def __pydantic_serializer__(self) -> SchemaSerializer:
+        """Where no field's type names it (`Any`, `dict[str, Any]`), pydantic asks the value
+        for its serializer: else it would dump a dataclass field by field, the value too."""
+        return _serializer()
