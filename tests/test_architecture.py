@@ -158,6 +158,23 @@ def test_only_nccl_names_the_grammars_rule_classes(name: str) -> None:
     assert named == set(), f"{name} reads NCCL's values itself: ask nccl.rules.reading"
 
 
+# Where a secret's value must go, the one place it is unwrapped (`Secret.reveal`): the exec,
+# with the child's environment. Everywhere else it travels wrapped and masks itself.
+REVEALING = {"nccl_launch.launch.execute"}
+
+
+def test_only_the_exec_reveals_a_secret() -> None:
+    revealing = {
+        name
+        for name, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "reveal"
+    }
+    assert revealing <= REVEALING, "a value leaves its Secret only where it must go"
+
+
 def defines_commands(name: str) -> bool:
     """Whether module `name` defines a click command (a function under `@click.command`)."""
     tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))

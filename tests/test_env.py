@@ -16,6 +16,7 @@ from nccl_launch.env.merge import (
 from nccl_launch.profile.model import Policy, Profile
 from nccl_launch.profile.plan import build_plan, digest
 from nccl_launch.render.drift import drift_lines, fix_lines
+from nccl_launch.secrets.secret import Secret
 
 CALLING = ["(calling", "environment)"]
 FILE = Path("profiles/tuned.toml")
@@ -189,7 +190,7 @@ def test_secrets_are_masked_in_reports() -> None:
     dumped = result.report.model_dump_json()
     assert "hf_secret" not in dumped
     assert "hf_other" not in dumped
-    assert result.report.entries[0].actual == "hf_secret"  # masked on output only
+    assert result.report.entries[0].actual == Secret("hf_secret")  # masked on output only
 
 
 def test_digest_depends_on_env_and_argv_only() -> None:

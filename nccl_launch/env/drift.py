@@ -10,13 +10,14 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, field_serializer
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from nccl_launch.errors import EXIT_DRIFT, EXIT_OK
 from nccl_launch.nccl import catalog, others, rules
 from nccl_launch.profile.markers import NCCL_DEBUG_KEYS, OWN_VARIABLES
 from nccl_launch.profile.model import Policy
-from nccl_launch.secrets.masking import mask_value
+from nccl_launch.secrets.secret import Secret
+from nccl_launch.secrets.values import secret_value
 
 DriftKind = Literal["changed", "missing", "undeclared"]
 DRIFT_KINDS: tuple[DriftKind, ...] = get_args(DriftKind)
@@ -32,15 +33,17 @@ class DriftEntry(BaseModel):
     """One variable that differs: `expected` is the profile's value, `actual` the one found,
     `source` where that came from; `declared_by`, the env file of the profile that declares
     the key (`env file PATH`); `set_in`, the file that sets the value found (an `--env-file`,
-    an nccl.conf), None where the calling environment does. JSON masks secret-looking values
-    and passwords in URLs, as the text does."""
+    an nccl.conf), None where the calling environment does. A value people must not see (a
+    secret's name, an env file of the profile holds the key: the one found may be its key of
+    before; a password in a URL) is a `Secret` from where it is read (`diff_env`), masked in
+    text and JSON alike."""
 
     model_config = ConfigDict(frozen=True)
 
     key: str
     kind: DriftKind
-    expected: str | None
-    actual: str | None
+    expected: str | Secret | None
+    actual: str | Secret | None
     source: str | None = None
     note: str | None = None
     reason: Reason = "drift"
@@ -62,20 +65,6 @@ class DriftEntry(BaseModel):
     def close_to(self) -> str | None:
         """The known NCCL name this unknown one is close to (`catalog.did_you_mean`)."""
         return catalog.did_you_mean(self.key)
-
-    @property
-    def held(self) -> bool:
-        """Whether an env file of the profile declares the key: both values are then masked
-        (`mask_value`), as the one found may be its key of before."""
-        return self.declared_by is not None
-
-    def shown(self, value: str | None) -> str | None:
-        """`expected` or `actual` as people see it (`mask_value`)."""
-        return None if value is None else mask_value(self.key, value, self.held)
-
-    @field_serializer("expected", "actual")
-    def _masked(self, value: str | None) -> str | None:
-        return self.shown(value)
 
 
 class DriftReport(BaseModel):
@@ -185,13 +174,18 @@ def diff_env(
     entries, matched = [], []
     files, setting = declared_by or {}, set_in or {}
 
+    def travelling(key: str, value: str | None) -> str | Secret | None:
+        """A value wrapped where people must not see it: both of a key an env file of the
+        profile declares, as the one found may be its key of before."""
+        return None if value is None else secret_value(key, value, key in files)
+
     def entry(key: str, kind: DriftKind, note: str | None) -> DriftEntry:
         reason = classify(key, kind, policy, stage, nccl_debug=nccl_debug, value=actual.get(key))
         return DriftEntry(
             key=key,
             kind=kind,
-            expected=expected.get(key),
-            actual=actual.get(key),
+            expected=travelling(key, expected.get(key)),
+            actual=travelling(key, actual.get(key)),
             source=sources.get(key),
             note=None if key in files else note,  # never an NCCL key, so NCCL reads nothing
             reason=reason,

@@ -236,7 +236,7 @@ def run_preflight(
     return PreflightReport(
         profile=plan.label,
         digest=plan.digest,
-        argv=launch.argv,
+        argv=launch.shown_argv,
         checks=checks,
         answers=answers,
         secrets=launch.secrets,

@@ -4,13 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    Field,
-    SerializerFunctionWrapHandler,
-    field_serializer,
-    model_serializer,
-)
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from nccl_launch.env.drift import DriftReport
 from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK
@@ -19,7 +13,8 @@ from nccl_launch.kinds import names
 from nccl_launch.launch.check_names import CheckName
 from nccl_launch.profile.lint import accept_line
 from nccl_launch.report import Report
-from nccl_launch.secrets.masking import mask_argv, masked_texts
+from nccl_launch.secrets.masking import masked_texts
+from nccl_launch.secrets.secret import Secret
 from nccl_launch.secrets.values import Quoted, Secrets, secrets_of
 
 # A check's line as the report words it: passed, or a finding of a warning or an error.
@@ -67,19 +62,16 @@ class Check(BaseModel):
 
 class PreflightReport(Report):
     """`preflight`'s result: exit 3 when a host or server check fails, else 1 on drift. JSON
-    masks the argv, and the server's answer with the launch's `secrets`, as the text does."""
+    holds the argv as the launch wraps it (`LaunchPlan.shown_argv`), and masks the server's
+    answer with the launch's `secrets`, as the text does."""
 
     profile: str
     digest: str
-    argv: list[str]
+    argv: list[str | Secret]  # what masking hides wrapped: as people see it
     checks: list[Check]
     # The installed server's answer, by its kind's name: in JSON, a key per kind registered.
     answers: dict[str, dict[str, Any]] = Field(default_factory=dict, exclude=True)
     secrets: Secrets = Field(default_factory=lambda: secrets_of([], {}), exclude=True)
-
-    @field_serializer("argv")
-    def _masked_argv(self, argv: list[str]) -> list[str]:
-        return mask_argv(argv)
 
     @model_serializer(mode="wrap")
     def _answers_by_kind(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

@@ -34,7 +34,8 @@ from nccl_launch.profile.markers import (
     NCCL_DEBUG_KEYS,
 )
 from nccl_launch.profile.plan import ProfilePlan
-from nccl_launch.secrets.values import Secrets, secrets_of
+from nccl_launch.secrets.secret import Secret
+from nccl_launch.secrets.values import Secrets, secret_words, secrets_of
 from nccl_launch.serving.rules import argument_findings, unfilled_findings
 
 
@@ -67,6 +68,11 @@ class LaunchPlan:
     def cwd(self) -> str | None:
         server = self.loaded.profile.server
         return server.cwd if server is not None else None
+
+    @property
+    def shown_argv(self) -> list[str | Secret]:
+        """`argv` as it travels to people, what masking hides of it wrapped (`secret_words`)."""
+        return secret_words(self.argv)
 
     def command(self) -> list[str]:
         """The argv to exec; without `[server]` it is what followed `--`, and must be there."""

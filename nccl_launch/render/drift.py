@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from nccl_launch.env.drift import DriftEntry, DriftKind, DriftReport, Reason
 from nccl_launch.escaping import escaped, shell_word
 from nccl_launch.profile.markers import NCCL_DEBUG_KEYS
-from nccl_launch.secrets.masking import is_secret, mask_argv, mask_value
+from nccl_launch.secrets.masking import is_secret
+from nccl_launch.secrets.secret import Secret
+from nccl_launch.secrets.values import Secrets, secret_value
 
 if TYPE_CHECKING:  # a launch is drawn by run's dry run alone: check's reports load no launch
     from nccl_launch.launch.prepare import LaunchPlan
@@ -23,14 +25,19 @@ _FIXES: dict[DriftKind, str] = {
 }
 
 
+def quoted(value: str | Secret | None) -> str:
+    """A value as reports print it: quoted (a `Secret` masks itself), or `unset`."""
+    return "unset" if value is None else json.dumps(str(value))
+
+
 def quoted_value(key: str, value: str | None, held: bool = False) -> str:
-    """A value as reports print it: quoted, `unset`, masked when it looks like a secret or an
-    env file of the profile holds it (`mask_value`)."""
-    return "unset" if value is None else json.dumps(mask_value(key, value, held))
+    """A value of the launch's environment as reports print it (`quoted`), masked when it
+    looks like a secret or an env file of the profile holds it (`secret_value`)."""
+    return quoted(None if value is None else secret_value(key, value, held))
 
 
 def _entry_value(entry: DriftEntry) -> str:
-    shown = [quoted_value(entry.key, value, entry.held) for value in (entry.expected, entry.actual)]
+    shown = [quoted(value) for value in (entry.expected, entry.actual)]
     return shown[1] if entry.kind == "undeclared" else " -> ".join(shown)
 
 
@@ -151,22 +158,19 @@ def refusal_lines(launch: LaunchPlan, report: DriftReport) -> list[str]:
 
 
 def env_changes(
-    calling: Mapping[str, str],
-    env: Mapping[str, str],
-    sources: Mapping[str, str],
-    held: Collection[str] = (),
+    calling: Mapping[str, str], env: Mapping[str, str], sources: Mapping[str, str], secrets: Secrets
 ) -> list[str]:
-    """What the child's environment adds, changes and removes relative to the calling one;
-    the keys an env file of the profile sets (`held`) masked, the value before them too (it
-    may be the key of before)."""
+    """What the child's environment adds, changes and removes relative to the calling one,
+    each value as the launch's `secrets` wrap it (`Secrets.value`): the keys an env file of
+    the profile sets masked, the value before them too (it may be the key of before)."""
     rows = []
     for key in sorted(set(calling) | set(env)):
         if key not in env:
-            rows.append(("-", key, "", f"was {quoted_value(key, calling[key])}"))
+            rows.append(("-", key, "", f"was {quoted(secrets.value(key, calling[key]))}"))
         elif key not in calling:
-            rows.append(("+", key, quoted_value(key, env[key], key in held), sources[key]))
+            rows.append(("+", key, quoted(secrets.value(key, env[key])), sources[key]))
         elif calling[key] != env[key]:
-            was, now = (quoted_value(key, each, key in held) for each in (calling[key], env[key]))
+            was, now = (quoted(secrets.value(key, each)) for each in (calling[key], env[key]))
             rows.append(("~", key, now, f"was {was}; {sources[key]}"))
     key_width = max((len(key) for _, key, _, _ in rows), default=0)
     # Long values (the digest) are left to overhang rather than push every column right.
@@ -183,11 +187,11 @@ def dry_run_lines(launch: LaunchPlan, calling: Mapping[str, str]) -> list[str]:
     lines = [f"profile {plan.label} ({plan.short_digest}) from {launch.path}"]
     lines += [
         "environment changes:",
-        *env_changes(calling, launch.merged.env, launch.merged.sources, launch.secrets.held),
+        *env_changes(calling, launch.merged.env, launch.merged.sources, launch.secrets),
     ]
     others = [entry for entry in launch.merged.report.entries if entry.reason == "not-nccl"]
     if others:
         lines += ["not NCCL's, left as they are:", *drift_lines(others)]
     if launch.cwd is not None:
         lines.append(f"cwd: {launch.cwd}")
-    return [*lines, "argv:", "  " + " ".join(map(shell_word, mask_argv(launch.argv)))]
+    return [*lines, "argv:", "  " + " ".join(shell_word(str(word)) for word in launch.shown_argv)]

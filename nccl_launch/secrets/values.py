@@ -21,6 +21,7 @@ from nccl_launch.secrets.masking import (
     mask_words,
     masked_values,
 )
+from nccl_launch.secrets.secret import Secret
 from nccl_launch.serving import references
 
 if TYPE_CHECKING:
@@ -88,6 +89,11 @@ class Secrets:
         """The lines of a log the server wrote as people see them: `known`, then the words of
         each line masked as an argv's."""
         return [mask_words(line) for line in self.known(text).splitlines()]
+
+    def value(self, name: str, value: str) -> str | Secret:
+        """The value of the variable `name` as it travels to people (`secret_value`), masked
+        whatever its name where an env file of the profile holds it."""
+        return secret_value(name, value, name in self.held)
 
     def quoting(self, *parts: str) -> Quoted:
         """Our prose and what a server or a user wrote, in turn (`prose, quote, prose, ...`),
@@ -158,6 +164,24 @@ def secrets_of(
     found = {value for value in found if len(value) >= SHORTEST_SECRET} | set(filled)
     values = (found | masked_values(argv)) - {""}
     return Secrets(frozenset(names), frozenset(held), frozenset(words), frozenset(values))
+
+
+def secret_value(name: str, value: str, held: bool = False) -> str | Secret:
+    """The value of the variable `name` as it travels from where it is read: a `Secret` that
+    shows what people see of it (`mask_value`: the mask, or its credentials masked) where
+    that differs from the value, else the value as it is."""
+    shown = mask_value(name, value, held)
+    return value if shown == value else Secret(value, shown)
+
+
+def secret_words(argv: Sequence[str]) -> list[str | Secret]:
+    """An argv as it travels to people: each word masking hides of it (`mask_argv`: a
+    credential flag's value, a URL's password) a `Secret` that shows the word masked."""
+    masked = mask_argv(argv)
+    return [
+        word if shown == word else Secret(word, shown)
+        for word, shown in zip(argv, masked, strict=True)
+    ]
 
 
 def unmasked_references(args: Sequence[str]) -> list[str]:

@@ -37,6 +37,7 @@ from nccl_launch.live.url import Address, server_url, url_address
 from nccl_launch.live.verify_log import verify
 from nccl_launch.nccl.catalog import PREFIX
 from nccl_launch.profile.markers import NCCL_DEBUG_ENV, NCCL_DEBUG_KEYS
+from nccl_launch.secrets.secret import Secret
 from nccl_launch.secrets.values import Quoted, Secrets
 from nccl_launch.serving.table import ServerTable as Server
 from nccl_launch.tune.orphans import Owner, StartedServer, adopting, die_with, reap
@@ -208,15 +209,14 @@ def _proof(launch: LaunchPlan, fd: int, log: Path, judged: set[str]) -> dict[str
 
 
 def _entries(entries: list[DriftEntry]) -> str:
-    """Drifted keys on one line: `NCCL_PROTO LL -> Simple`, values masked as people see them
-    (`DriftEntry.shown`), `unset` for none."""
-    said = [f"{e.key} {_value(e, e.expected)} -> {_value(e, e.actual)}" for e in entries]
+    """Drifted keys on one line: `NCCL_PROTO LL -> Simple`, values as people see them (a
+    `Secret` masks itself), `unset` for none."""
+    said = [f"{e.key} {_value(e.expected)} -> {_value(e.actual)}" for e in entries]
     return escaped("; ".join(said))
 
 
-def _value(entry: DriftEntry, value: str | None) -> str:
-    shown = entry.shown(value)
-    return "unset" if shown is None else shown
+def _value(value: str | Secret | None) -> str:
+    return "unset" if value is None else str(value)
 
 
 def _live_drift(when: str, report: LiveReport) -> str:
