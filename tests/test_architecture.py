@@ -274,6 +274,39 @@ def test_the_shell_reader_imports_no_other_module_of_migrate(name: str) -> None:
     assert outside == [], f"{name} imports from migrate/ outside the shell reader"
 
 
+# A server's URL masks itself (`Url`): it is read as given only to make the HTTP request and
+# to find its host and port, and no module that holds one masks it by hand.
+URL = "nccl_launch.secrets.url"
+UNMASKING_URL = {"nccl_launch.live.url", "nccl_launch.bench.client"}
+
+
+def called(name: str) -> set[str]:
+    """What `name`'s module calls: each function by its name, each method by its attribute."""
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    return {
+        node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name)
+    }
+
+
+def test_a_url_is_unmasked_only_where_the_request_is_made() -> None:
+    unmasking = {name for name in MODULES if name != URL and "unmasked" in called(name)}
+    assert unmasking - UNMASKING_URL == set()
+
+
+def test_no_module_holding_a_url_masks_it_by_hand() -> None:
+    """Neither `masked_url` (the rule a `Url` replaced) anywhere, nor a masking function of
+    secrets/masking.py in a module that holds a `Url`: a message says `{url}`."""
+    masking = ast.parse(MODULES["nccl_launch.secrets.masking"].read_text(encoding="utf-8"))
+    functions = {node.name for node in masking.body if isinstance(node, ast.FunctionDef)}
+    by_hand = {"masked_url"} | {each for each in functions if not each.startswith("_")}
+    holding = {name for name in MODULES if URL in imported(name) and name != URL}
+    found = {name: called(name) & by_hand for name in MODULES if name != URL}
+    assert {name: calls for name, calls in found.items() if calls and name in holding} == {}
+    assert [name for name, calls in found.items() if "masked_url" in calls] == []
+
+
 @pytest.mark.parametrize(
     "folder", sorted({path.parent for path in MODULES.values()}), ids=lambda path: path.name
 )

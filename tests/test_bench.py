@@ -29,6 +29,7 @@ from nccl_launch.findings import Refused
 from nccl_launch.live.url import server_url, url_address
 from nccl_launch.profile.model import Baseline
 from nccl_launch.report import SCHEMA_VERSION
+from nccl_launch.secrets.url import Url
 from nccl_launch.sglang.kind import SGLANG
 from nccl_launch.sglang.server import Server as ServerTable
 from tests.benching import FAST, MEAN, PROFILE, Ticks, default_history, history_lines
@@ -111,14 +112,14 @@ def test_events_may_end_their_lines_with_cr_or_crlf(
 
 def test_a_crlf_split_between_two_chunks_ends_one_line() -> None:
     chunks = [b"data: a\r", b"\ndata: b\r", b"", b"\n\rdata: c\n"]
-    with Client("http://127.0.0.1:1", 1, SGLANG) as client:
+    with Client(Url("http://127.0.0.1:1"), 1, SGLANG) as client:
         lines = list(client._lines("/v1/completions", iter(chunks)))
     assert lines == ["data: a", "data: b", "", "data: c"]
 
 
 def test_what_the_server_does_wrong_is_a_finding_of_this_hosts() -> None:
     port = free_port()  # nothing listens there
-    with Client(f"http://127.0.0.1:{port}", 1, SGLANG) as client:
+    with Client(Url(f"http://127.0.0.1:{port}"), 1, SGLANG) as client:
         with pytest.raises(Refused) as refused:
             client.complete({"max_tokens": 1, "prompt": "x"})
         with pytest.raises(Refused) as long_line:
@@ -1147,7 +1148,7 @@ def test_server_url_reaches_the_profiles_server_from_this_host(
     host: str | None, port: int | None, url: str
 ) -> None:
     found = server_url(ServerTable(model_path="/m", host=host, port=port))
-    assert found == url
+    assert str(found) == url
     assert url_address(found) == (url.rpartition(":")[0].split("//")[1].strip("[]"), port or 30000)
 
 

@@ -437,7 +437,7 @@ def test_a_target_problem_is_a_finding_with_a_code_and_whose_problem_it_is() -> 
     from nccl_launch.findings import Refused
     from nccl_launch.live.resolve import hold_pid, main_pid
     from nccl_launch.live.target import Target
-    from nccl_launch.live.url import url_address
+    from nccl_launch.live.url import checked_url
 
     with pytest.raises(Refused) as gone:
         hold_pid(int(MISSING)).__enter__()
@@ -447,7 +447,7 @@ def test_a_target_problem_is_a_finding_with_a_code_and_whose_problem_it_is() -> 
         main_pid(Target(pid=1, port=80))
     assert [each.code for each in both.value.findings] == ["target-count"]
     with pytest.raises(Refused) as url:
-        url_address("http://user:secret@127.0.0.1:30000")
+        checked_url("http://user:secret@127.0.0.1:30000")
     [found] = url.value.findings
     where = "--url http://***@127.0.0.1:30000"
     assert (found.code, found.where, url.value.exit_code) == ("url-user-info", where, 2)

@@ -23,7 +23,7 @@ from nccl_launch.bench.result import RunFigure
 from nccl_launch.files.reading import LINE_LIMIT, split_lines
 from nccl_launch.findings import Finding, Refused
 from nccl_launch.kinds import ServerKind
-from nccl_launch.live.url import masked_url
+from nccl_launch.secrets.url import Url
 from nccl_launch.serving.api import Served
 
 SHOWN_BODY = 200  # of an error answer, enough for a reason, not a page of HTML
@@ -54,15 +54,14 @@ class Client:
 
     def __init__(
         self,
-        url: str,
+        url: Url,
         timeout: float,
         kind: ServerKind,
         api_key: str | None = None,
         connections: int = 1,
     ) -> None:
-        self.url = url.rstrip("/")
+        self.url = Url(url.unmasked().rstrip("/"))  # a path is added to it
         self.kind = kind
-        self.masked_url = masked_url(self.url)
         self.timeout = timeout
         self.has_key = api_key is not None
         # trust_env=False: the figure is the server's, never a proxy's from the environment;
@@ -88,10 +87,10 @@ class Client:
     ) -> Iterator[tuple[httpx.Response, Iterator[bytes]]]:
         """The response to one request and its body's chunks; the answer must end within
         `seconds` (`deadline` says how they were reckoned)."""
-        where = f"{self.masked_url}{path}"
+        where = f"{self.url}{path}"
         end = time.monotonic() + seconds
         try:
-            with self._http.stream(method, self.url + path, **more) as answer:
+            with self._http.stream(method, self.url.unmasked() + path, **more) as answer:
                 yield answer, _chunks(answer, end)
         except _Overdue:
             said = f"answer not complete within {seconds:g} s ({deadline})"
@@ -117,7 +116,7 @@ class Client:
             else:
                 said += f" (it wants an API key; the server's command line has no {flag}"
                 said += f", its environment no {env})" if env else ")"
-        said = f"{self.masked_url}{path} answered HTTP {response.status_code}: {said}"
+        said = f"{self.url}{path} answered HTTP {response.status_code}: {said}"
         return _refused("http-status", "", said)
 
     def served(self) -> Served:
@@ -133,9 +132,9 @@ class Client:
                 raise self._status(path, response, chunks)
             body = _body(chunks, BODY_LIMIT)
         if len(body) > BODY_LIMIT:
-            said = f"{self.masked_url}{path} answered more than {BODY_LIMIT >> 20} MiB"
+            said = f"{self.url}{path} answered more than {BODY_LIMIT >> 20} MiB"
             raise _refused("answer-too-large", "", said)
-        return _json(body, f"{self.masked_url}{path} answered something not JSON")
+        return _json(body, f"{self.url}{path} answered something not JSON")
 
     def complete(self, body: dict[str, Any], origin: float | None = None) -> RunFigure:
         """One streamed completion, timed from the request to `[DONE]`; tokens from the
@@ -153,11 +152,11 @@ class Client:
             first, tokens, prompt = self._read_events(path, chunks, start)
         seconds = self.clock() - start
         if first is None:
-            raise _refused("no-tokens", "", f"{self.masked_url}{path} streamed no tokens")
+            raise _refused("no-tokens", "", f"{self.url}{path} streamed no tokens")
         if type(tokens) is not int or not 0 < tokens <= asked:  # True is an int, 1e3 is none
             said = "the server reported an impossible token count (usage.completion_tokens "
             said += f"must be a whole number from 1 to max_tokens {asked})"
-            raise _refused("token-count", f"{self.masked_url}{path}", said)
+            raise _refused("token-count", f"{self.url}{path}", said)
         # The prompt's count is the server's word; one it cannot have counted is none.
         counted = prompt if type(prompt) is int and 0 <= prompt <= TOKEN_LIMIT else None
         return RunFigure(
@@ -193,9 +192,9 @@ class Client:
                 prompt = usage.get("prompt_tokens")
         else:
             said = "the server closed the stream before [DONE]"
-            raise _refused("stream-cut", f"{self.masked_url}{path}", said)
+            raise _refused("stream-cut", f"{self.url}{path}", said)
         if first is not None and tokens is None:
-            said = f"{self.masked_url}{path} streamed no usage figures "
+            said = f"{self.url}{path} streamed no usage figures "
             said += "(the request asks for them with stream_options.include_usage)"
             raise _refused("no-usage", "", said)
         return first, tokens, prompt
@@ -205,18 +204,18 @@ class Client:
         one longer than LINE_LIMIT (a line is held in memory)."""
         for line in split_lines(chunks):
             if line is None:
-                said = f"{self.masked_url}{path} streamed a line longer than {LINE_LIMIT >> 20} MiB"
+                said = f"{self.url}{path} streamed a line longer than {LINE_LIMIT >> 20} MiB"
                 raise _refused("long-stream-line", "", said)
             yield line.decode(errors="replace")
 
     def _event(self, path: str, data: str) -> dict[str, Any]:
-        event = _json(data, f"{self.masked_url}{path} streamed an event that is not JSON")
+        event = _json(data, f"{self.url}{path} streamed an event that is not JSON")
         if not isinstance(event, dict):
-            said = f"{self.masked_url}{path} streamed an event that is not an object"
+            said = f"{self.url}{path} streamed an event that is not an object"
             raise _refused("answer-not-json", "", said)
         if "error" in event or event.get("object") == "error":
             said = _json_text(event.get("error", event))
-            said = f"{self.masked_url}{path} streamed an error: {said[:SHOWN_BODY]}"
+            said = f"{self.url}{path} streamed an error: {said[:SHOWN_BODY]}"
             raise _refused("streamed-error", "", said)
         return event
 

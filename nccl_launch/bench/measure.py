@@ -16,9 +16,9 @@ from nccl_launch.live.compare import LiveReport
 from nccl_launch.live.processes import HeldProcess, snapshot_tree
 from nccl_launch.live.resolve import hold
 from nccl_launch.live.target import Target
-from nccl_launch.live.url import masked_url
 from nccl_launch.live.watch import compare_tree
 from nccl_launch.profile.load import LoadedProfile
+from nccl_launch.secrets.url import Url
 from nccl_launch.serving.api import Served
 
 
@@ -52,7 +52,7 @@ def request_body(served: Served, method: Method, number: int = 1) -> dict[str, A
 
 def measure_decode(
     loaded: LoadedProfile,
-    url: str,
+    url: Url,
     pid: int | None,
     method: Method,
     timeout: float,
@@ -67,7 +67,7 @@ def measure_decode(
         "profile": plan.label,
         "digest": plan.digest,
         "profile_path": str(loaded.path.absolute()),  # read back from anywhere
-        "url": masked_url(url),
+        "url": url,
         "host": socket.gethostname(),
         "time": datetime.now(UTC).isoformat(timespec="seconds"),
         "method": method,

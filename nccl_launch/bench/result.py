@@ -16,6 +16,7 @@ from nccl_launch.kinds import default_kind
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.profile.model import Baseline
 from nccl_launch.report import Report
+from nccl_launch.secrets.url import Url
 
 # What became of one `bench` (its JSON `status`): "refused", the check before the runs found
 # drift and nothing was measured; "discarded", the check after did and the figures are not
@@ -120,7 +121,7 @@ class BenchReport(Report):
     profile: str
     digest: str
     profile_path: str
-    url: str
+    url: Url  # masked in every output, the history's lines too
     host: str
     time: Annotated[str, AfterValidator(_aware_time)]
     server: str | None = None  # its kind, as `[server] kind` names it

@@ -101,7 +101,7 @@ def bench(
     from nccl_launch.bench.baseline_file import hold_profile, write_figure
     from nccl_launch.bench.measure import measure_decode
     from nccl_launch.bench.method import measuring_method
-    from nccl_launch.live.url import server_url, url_address
+    from nccl_launch.live.url import checked_url, server_url
     from nccl_launch.profile.load import load_profile
     from nccl_launch.render.bench import summary_lines, unwritten_line, written_line
 
@@ -112,22 +112,22 @@ def bench(
         return _history(profile, record or history.default_path(), fmt)
     if profile is None:
         raise Refused(Finding("profile-not-named", "", "name the PROFILE (or use --history)"))
-    if url is not None:
-        url_address(url)  # a malformed URL is refused before any file is touched
+    # A malformed URL is refused before any file is touched.
+    given = None if url is None else checked_url(url)
     loaded = load_profile(profile)
     held = hold_profile(loaded) if write_baseline else None  # refused now, not after the runs
-    if url is None:
+    if given is None:
         if loaded.profile.server is None:
             none = "no [server] table to find the server at"
             raise Refused(Finding("no-server-table", str(loaded.path), none, "pass --url"))
-        url = server_url(loaded.profile.server)
+        given = server_url(loaded.profile.server)
     method = measuring_method(
         loaded.profile.baseline, max_tokens, runs, warmup, prompt, prompt_tokens, concurrency
     )
     with history.opened(record) as recorder:
         echo = Echo(err=fmt.aside, asked=method.max_tokens)
         # The server found after the history: a file that cannot take it fails first.
-        report = measure_decode(loaded, url, pid, method, timeout, echo)
+        report = measure_decode(loaded, given, pid, method, timeout, echo)
         if report.status == "measured" and not report.failed:
             recorder.append(report)
     said: list[str] = []  # after the summary, or on stderr before the JSON

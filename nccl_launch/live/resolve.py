@@ -24,8 +24,9 @@ from nccl_launch.live.compare import title
 from nccl_launch.live.environ import getenv_view
 from nccl_launch.live.processes import HeldProcess, command_words, descendants, kernel_thread
 from nccl_launch.live.target import PID_LIMIT, Target
-from nccl_launch.live.url import masked_url, url_address
+from nccl_launch.live.url import url_address
 from nccl_launch.profile.markers import MARKER_DIGEST, MARKER_PROFILE
+from nccl_launch.secrets.url import Url
 from nccl_launch.tools import ask
 
 PIDFILE_LIMIT = 64  # a PID and a newline; anything longer is not a pidfile
@@ -216,7 +217,7 @@ def _is_here(addresses: set[IPAddress]) -> bool:
     return any(address.is_loopback or address in local for address in addresses)
 
 
-def _url_pid(url: str, pid: int | None) -> int:
+def _url_pid(url: Url, pid: int | None) -> int:
     """The server of `url`: the process listening on the address and port a connection to
     the URL lands on (which must be on this host), or `pid`, which must own that listener
     when the URL is local. Listeners of several trees there are refused: the one measured
@@ -227,7 +228,7 @@ def _url_pid(url: str, pid: int | None) -> int:
         if pid is None:
             elsewhere = f"{host} is not this host, whose processes nccl-launch checks"
             fix = "run bench on the server's host, or name its process with --pid"
-            raise Refused(Finding("remote-url", f"--url {masked_url(url)}", elsewhere, fix))
+            raise Refused(Finding("remote-url", f"--url {url}", elsewhere, fix))
         return pid
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nccl_launch.secrets.url import Url
 
 PID_LIMIT = (1 << 22) - 1  # pid_max is at most 2**22 (PID_MAX_LIMIT), and PIDs stay below it
 PORT_LIMIT = 65535
@@ -19,4 +23,4 @@ class Target:
     port: int | None = None
     pidfile: Path | None = None
     unit: str | None = None
-    url: str | None = None
+    url: Url | None = None
