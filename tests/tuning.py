@@ -1,12 +1,10 @@
 """What the tune tests share: the seed profile, tune's short trials and the stand-in's rate
-model, the host's part of a measured figure, the journals, the search's pure objective, and
-bench's clock on a seeded objective."""
+model, the journals, the search's pure objective, and bench's clock on a seeded objective."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
 import random
 import sys
 from pathlib import Path
@@ -50,24 +48,6 @@ MODEL = {
     "STANDIN_SEED": "0",
     "STANDIN_TOKEN_RATE": "400",
 }
-# The host's part of a measured figure. The stand-in sends each token on its deadline from the
-# request's arrival, so a late wake-up delays one token, not the rate; but bench times a run
-# on its own clock, from the first token it reads to [DONE], and the scheduler may wake the
-# server or bench late at either end. That difference's standard deviation (measured on these
-# 2 cores: 2 ms beside two busy loops, 7 ms at load average 5; zero mean, 0.3% of the quiet
-# figure aside) is the noise a window of W seconds adds to one run's rate: HOST_DELAY / W.
-# A bound that compares figures of the host's clock allows for it (see host_sd).
-HOST_DELAY = 0.007
-# A bound below is crossed by chance with probability under 1e-3 (one-sided, normal).
-Z = 3.1
-
-
-def host_sd(window: float, runs: int) -> float:
-    """The relative standard deviation the host's delays add to a mean of `runs` runs whose
-    timed window is `window` seconds."""
-    return HOST_DELAY / window / math.sqrt(runs)
-
-
 # Where a test needs tune to find a winner and is not about the noise: PROTO=LL128 doubles a
 # rate of 100 tok/s. Runs of FAST's 40 tokens time windows of 0.39 s (LL) and 0.195 s (LL128):
 # with the host waking the server or bench 0.06 s late at either end of a run (the most seen
