@@ -1,15 +1,19 @@
 """What the tune tests share: the seed profile, tune's short trials and the stand-in's rate
-model, the host's part of a measured figure, the journals, and the search's pure objective."""
+model, the journals, the search's pure objective, and bench's clock on a seeded objective."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
+import pytest
+
+from nccl_launch.bench.client import Client
 from nccl_launch.bench.stats import Start
 from nccl_launch.tune.search import Space, Values
 from tests.helpers import STANDIN
@@ -44,24 +48,6 @@ MODEL = {
     "STANDIN_SEED": "0",
     "STANDIN_TOKEN_RATE": "400",
 }
-# The host's part of a measured figure. The stand-in sends each token on its deadline from the
-# request's arrival, so a late wake-up delays one token, not the rate; but bench times a run
-# on its own clock, from the first token it reads to [DONE], and the scheduler may wake the
-# server or bench late at either end. That difference's standard deviation (measured on these
-# 2 cores: 2 ms beside two busy loops, 7 ms at load average 5; zero mean, 0.3% of the quiet
-# figure aside) is the noise a window of W seconds adds to one run's rate: HOST_DELAY / W.
-# A bound that compares figures of the host's clock allows for it (see host_sd).
-HOST_DELAY = 0.007
-# A bound below is crossed by chance with probability under 1e-3 (one-sided, normal).
-Z = 3.1
-
-
-def host_sd(window: float, runs: int) -> float:
-    """The relative standard deviation the host's delays add to a mean of `runs` runs whose
-    timed window is `window` seconds."""
-    return HOST_DELAY / window / math.sqrt(runs)
-
-
 # Where a test needs tune to find a winner and is not about the noise: PROTO=LL128 doubles a
 # rate of 100 tok/s. Runs of FAST's 40 tokens time windows of 0.39 s (LL) and 0.195 s (LL128):
 # with the host waking the server or bench 0.06 s late at either end of a run (the most seen
@@ -138,3 +124,73 @@ def chart(stdout: str) -> list[str]:
     begin = next(i for i, line in enumerate(lines) if "TOK/S  95% INTERVAL" in line)
     end = next(i for i, line in enumerate(lines) if line.startswith("confirmation: "))
     return lines[begin:end]
+
+
+class Objective:
+    """bench's clock (`Client.clock`) on a seeded objective, for a decision of `tune` that must
+    not depend on how busy the host is: the server measured decodes at `rate` tok/s and
+    prefills at `prefill` tok/s, times the factors of the NCCL environment it really runs with
+    (`factors`, `prefill_factors`: the stand-in's STANDIN_TUNE_FACTORS shape, "" for unset),
+    times one factor of its start uniform in [1 - `noise`, 1 + `noise`] drawn from `seed` (a
+    start: one measure, one Client). A run's first text comes `prompt / prefill` s after its
+    request and its last of `tokens` (the method's max_tokens) `(tokens - 1) / rate` s after
+    that: bench's figures are those rates exactly. Records each start's rates in `starts`."""
+
+    def __init__(
+        self,
+        factors: dict[str, dict[str, float]],
+        tokens: int,
+        noise: float = 0.0,
+        seed: int = 0,
+        prefill_factors: dict[str, dict[str, float]] | None = None,
+        prompt: int = 0,
+    ) -> None:
+        self.factors, self.prefill_factors = factors, prefill_factors or {}
+        self.tokens, self.prompt = tokens, prompt
+        self.noise = noise
+        self.draw = random.Random(seed)  # noqa: S311 - noise, not a secret
+        self.rate, self.prefill = 100.0, 1000.0
+        self.now = 0.0
+        self.client: Client | None = None
+        self.sent = False
+        self.starts: list[tuple[float, float]] = []  # (decode, prefill) tok/s of each start
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Make it the clock of every Client until the test ends (a function: it is handed
+        the Client that looks)."""
+        monkeypatch.setattr(Client, "clock", lambda client: self.look(client))
+
+    def look(self, client: Client) -> float:
+        """The time now, after what the look's place in a run says has passed: nothing at
+        the request (`complete`) or a phase's origin (`_phase`), the prefill at the first
+        text (`_read_events`), the decode at [DONE] (`complete` again)."""
+        if client is not self.client:
+            self.client, self.sent = client, False
+            self.starts.append(self._rates(client))
+        decode, prefill = self.starts[-1]
+        place = sys._getframe(2).f_code.co_name  # the lambda's caller
+        assert place in ("_phase", "complete", "_read_events"), f"a look from {place}"
+        if place == "_read_events":
+            self.now += self.prompt / prefill
+        elif place == "complete":
+            self.now += (self.tokens - 1) / decode if self.sent else 0.0
+            self.sent = not self.sent
+        return self.now
+
+    def _rates(self, client: Client) -> tuple[float, float]:
+        """The decode and prefill rates of the server `client` measures: the listener on its
+        port, by the NCCL environment that process runs with."""
+        port = int(client.url.unmasked().rpartition(":")[2])
+        (pid,) = {
+            found.pid
+            for found in psutil.net_connections("tcp")
+            if found.laddr and found.laddr.port == port and found.status == psutil.CONN_LISTEN
+        }
+        environ = psutil.Process(pid).environ()
+        start = self.draw.uniform(1 - self.noise, 1 + self.noise)
+        decode, prefill = self.rate * start, self.prefill * start
+        for name, table in self.factors.items():
+            decode *= table.get(environ.get(name, ""), 1.0)
+        for name, table in self.prefill_factors.items():
+            prefill *= table.get(environ.get(name, ""), 1.0)
+        return decode, prefill
