@@ -57,8 +57,8 @@ class ProcessLog:
     # NCCL_X -> communicator (or _PROCESS) -> the last value, the latest set last
     applied: dict[str, dict[str, str]] = field(default_factory=dict)
     invalid: list[str] = field(default_factory=list)  # "Invalid NCCL_NTHREADS 100 (...)"
-    # NCCL's own WARN lines, data it printed (not a finding of ours): "graph/tuning.cc:104 <msg>"
-    nccl_warnings: list[str] = field(default_factory=list)
+    # NCCL's own `NCCL WARN` lines, data it printed, not our findings: "graph/tuning.cc:104 <msg>"
+    warn_lines: list[str] = field(default_factory=list)
     communicators: dict[str, int] = field(default_factory=dict)  # comm address -> nranks
     completed: set[str] = field(default_factory=set)  # communicators that logged Init COMPLETE
     starting: dict[str, str] = field(default_factory=dict)  # thread -> comm in its init
@@ -208,7 +208,7 @@ class LogReader:
         process = self._names.setdefault(origin, f"{host}:{pid} [{device}]")
         log = self.processes.setdefault(process, ProcessLog())
         if level == "WARN":
-            log.keep(log.nccl_warnings, message)
+            log.keep(log.warn_lines, message)
         elif found := _SET.match(message):
             key, value = found.groups()
             logged = _logged(key)
