@@ -96,6 +96,8 @@ def test_a_failed_stream_is_reported_not_averaged_in_and_not_recorded(
     assert "mean " in result.stdout and " over 3 runs " in result.stdout
     assert "1 request failed, not in the figures; nothing recorded:" in result.stdout
     assert "/v1/completions answered HTTP 500" in result.stdout
+    (said,) = [line for line in result.stdout.splitlines() if line.startswith("  run request ")]
+    assert re.fullmatch(r"  run request [1-4]: .*/v1/completions answered HTTP 500.*", said)
     assert "recorded in" not in result.stdout
     path = default_history(tmp_path / "home")
     assert not path.exists() or path.read_text() == ""

@@ -203,6 +203,9 @@ def test_missing_server_interpreter_fails(write_profile: WriteProfile, run_cli: 
     fail = "[server] python /nonexistent/bin/python3 does not exist"
     assert f"fail  python       {fail}" in result.stdout.splitlines()
     assert f"fail  sglang       {fail}" in result.stdout.splitlines()
+    code, report = preflight_json(run_cli, name)
+    assert code == 3
+    assert report["sglang"] == {"stage": "interpreter", "error": fail}  # as the probe says it
 
 
 def test_drift_fails_preflight_with_exit_1(write_profile: WriteProfile, run_cli: RunCli) -> None:

@@ -22,6 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nccl_launch.env.merge import inherited_environment, merge_environment
+from nccl_launch.findings import Finding
 from nccl_launch.live.compare import evaluate
 from nccl_launch.live.processes import ProcessSnapshot
 from nccl_launch.profile.load import load_profile
@@ -89,6 +90,9 @@ def test_check_expects_the_values_of_the_profiles_env_files(
             "No such file or directory"
         )
         assert result.stdout.splitlines().count(unread) == 1
+        shown = json.loads(run_cli("check", "standin", "--port", str(port), "--format", "json")
+                           .stdout)  # fmt: skip
+        assert shown["unchecked_env_files"] == [unread.removeprefix("not checked: ")]
         metrics = run_cli("check", "standin", "--port", str(port), "--format", "prometheus")
         [family] = [f for f in text_string_to_metric_families(metrics.stdout)
                     if f.name == "nccl_launch_env_files_unchecked"]  # fmt: skip
@@ -744,10 +748,15 @@ def test_a_report_against_the_last_good_version_says_so_in_every_format() -> Non
     plan, policy = plan_and_policy()
     env = {"NCCL_PROTO": "LL", "NCCL_CUMEM_ENABLE": "1"}
     snapshots = [ProcessSnapshot(1, 0.0, ("main",), env)]
-    report = evaluate(plan, policy, "p.toml", snapshots, profile_error="p.toml: not valid TOML")
-    assert json.loads(report.model_dump_json())["profile_error"] == "p.toml: not valid TOML"
+    invalid = [
+        Finding("not-toml", "", "not valid TOML: line 2", file="p.toml"),
+        Finding("repeated-field", "nccl", "PROTO given twice", "keep one", file="p.toml"),
+    ]
+    said = "p.toml: not valid TOML: line 2; p.toml: nccl: PROTO given twice; keep one"
+    report = evaluate(plan, policy, "p.toml", snapshots, profile_error=invalid)
+    assert json.loads(report.model_dump_json())["profile_error"] == said
     assert live_text(report).splitlines()[1] == (
-        "profile invalid now, checked against this last good version: p.toml: not valid TOML"
+        f"profile invalid now, checked against this last good version: {said}"
     )
     assert 'nccl_launch_profile_valid{profile="p",version="3",' in metrics(report)
     assert json.loads(evaluate(plan, policy, "p.toml", snapshots).model_dump_json())[

@@ -20,6 +20,7 @@ from dotenv import dotenv_values
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nccl_launch.migrate.server_table import server_table
 from nccl_launch.nccl import rules
 from nccl_launch.serving import references
 from nccl_launch.sglang import facts
@@ -1165,3 +1166,9 @@ def test_convert_keeps_in_args_what_a_vllm_table_cannot_hold_and_says_why(
     assert "speculative" not in table
     warnings = [line for line in result.stderr.splitlines() if "looked up on the PATH" not in line]
     assert warnings == ([f"nccl-launch: warning: {note}"] if note else [])
+
+
+def test_the_kind_says_why_a_flag_stays_in_args_as_a_finding_of_that_flag() -> None:
+    _, (note,) = server_table(["/usr/bin/vllm", "serve", "/m", "-sc", "None"])
+    assert (note.code, note.where, note.severity) == ("kept-in-args", "-sc", "warning")
+    assert note.message == "kept in [server] args as written: 'None' means none"

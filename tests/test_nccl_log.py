@@ -70,7 +70,7 @@ def test_two_ranks_confirm_every_value_and_say_their_own_hostid() -> None:
     for process, log in processes.items():
         assert log.communicators == {"0x397bf090" if "512" in process else "0x3f5d1da0": 2}
         assert set(verdicts(log, profile).values()) == {"ok"}, process
-        assert log.warnings == log.invalid == []
+        assert log.warn_lines == log.invalid == []
     assert [log.values("NCCL_HOSTID") for log in processes.values()] == [
         ["proof-host-0"],
         ["proof-host-1"],
@@ -142,7 +142,7 @@ def test_values_are_read_as_nccl_writes_them() -> None:
     ],
 )  # fmt: skip
 def test_warnings_are_read_with_their_timestamp_and_place(line: str) -> None:
-    assert read_log([line])["vm:1450 [0]"].warnings == [
+    assert read_log([line])["vm:1450 [0]"].warn_lines == [
         'graph/tuning.cc:104 Unrecognized element token "LL " when parsing "LL "'
     ]
 
@@ -268,8 +268,8 @@ def test_a_log_of_any_length_keeps_a_bounded_part() -> None:
     assert sum(map(len, log.applied.values())) == log_module.VALUES_KEPT
     unknown = [key for key in log.applied if catalog.lookup(key) is None]
     assert len(unknown) == log_module.UNKNOWN_KEPT
-    assert log.warnings[0] == "misc/x.cc:0 flood 0"
-    assert len(log.warnings) == len(log.invalid) == log_module.LINES_KEPT
+    assert log.warn_lines[0] == "misc/x.cc:0 flood 0"
+    assert len(log.warn_lines) == len(log.invalid) == log_module.LINES_KEPT
     [ifname] = log.values("NCCL_SOCKET_IFNAME")
     assert ifname == "e" * log_module.VALUE_LIMIT + "..."
 

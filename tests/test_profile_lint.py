@@ -56,6 +56,18 @@ def test_validate_names_the_deprecation_its_replacement_and_its_id(
     assert result.stderr == f"nccl-launch: warning: {path}: {DEPRECATED} {ACCEPT_HINT}\n"
 
 
+def test_validate_json_holds_the_same_warning_as_a_finding(
+    write_profile: WriteProfile, run_cli: RunCli
+) -> None:
+    path = kimi_accepting(write_profile)
+    (found,) = json.loads(run_cli("validate", "--format", "json", path).stdout)["files"][0][
+        "findings"
+    ]
+    said = f"{found['location']}: {found['message']}; {found['fix']}"
+    assert (found["code"], found["severity"], found["file"]) == ("deprecated", "note", path)
+    assert said == DEPRECATED
+
+
 def test_preflight_names_the_deprecation_too(write_profile: WriteProfile, run_cli: RunCli) -> None:
     result = run_cli("preflight", *SKIP_HOST, kimi_accepting(write_profile))
     assert result.returncode == 0, result.stdout

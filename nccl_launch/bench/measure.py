@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -50,6 +52,15 @@ def request_body(served: Served, method: Method, number: int = 1) -> dict[str, A
     }
 
 
+def _masked(failed: list[Finding], known: Callable[[str], str]) -> list[Finding]:
+    """The failed requests' findings with what `known` masks masked: the server's answer may
+    repeat a secret the profile filled in (the name it serves)."""
+    return [
+        replace(each, where=known(each.where), message=known(each.message), fix=known(each.fix))
+        for each in failed
+    ]
+
+
 def measure_decode(
     loaded: LoadedProfile,
     url: Url,
@@ -87,7 +98,7 @@ def measure_decode(
         # serves (`--served-model-name`), which each request gives and an error may repeat.
         known = before.secrets.known
         runs: list[RunFigure] = []
-        failed: list[str] = []
+        failed: list[Finding] = []
         kind = loaded.profile.kind
         key = server_api_key(server, kind)
         with Client(url, timeout, kind, key, method.concurrency) as client:
@@ -108,16 +119,16 @@ def measure_decode(
                     failed,
                 )
             except KeyboardInterrupt:
-                return report("interrupted", list(runs), failed=list(map(known, failed)))
+                return report("interrupted", list(runs), failed=_masked(failed, known))
             if failed and not runs:
-                said = f"every request failed; the first: {known(failed[0])}"
+                said = f"every request failed; the first: {_masked(failed, known)[0].text()}"
                 raise Refused(Finding("all-requests-failed", "", said, cause="host"))
         after = check_held(server, loaded)
         progress.verified("after", after)
         if not after.ok:
             return report("discarded", runs, drift=after)
     baseline = loaded.profile.baseline
-    measured = report("measured", runs, failed=list(map(known, failed)))
+    measured = report("measured", runs, failed=_masked(failed, known))
     if baseline is None or measured.mean_tok_s is None or failed:
         return measured  # a figure without its failed requests is not the baseline's
     fewest = min(run.tokens for run in runs)

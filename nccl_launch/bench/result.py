@@ -7,11 +7,19 @@ from datetime import datetime
 from statistics import fmean, median
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, BaseModel, Field, computed_field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+    computed_field,
+    field_serializer,
+    model_validator,
+)
 
 from nccl_launch.bench import TOKEN_LIMIT
 from nccl_launch.bench.stats import Start, runs_interval
 from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_INTERRUPTED, EXIT_OK
+from nccl_launch.findings import Finding
 from nccl_launch.kinds import default_kind
 from nccl_launch.live.compare import LiveReport
 from nccl_launch.profile.model import Baseline
@@ -136,7 +144,8 @@ class BenchReport(Report):
     max_tok_s: Summary = None
     ttft_s: Summary = None
     baseline: BaselineVerdict | None = None
-    failed: list[str] = Field(default_factory=list)  # why each request that failed did
+    # Why each request that failed did; in JSON each finding's text.
+    failed: list[Finding] = Field(default_factory=list)
     drift: LiveReport | None = None  # the check that refused or discarded the figures
     written: WrittenBaseline | None = None  # --write-baseline; never part of a history line
 
@@ -222,6 +231,10 @@ class BenchReport(Report):
         if summary != summarize(self.runs):
             raise ValueError("mean, min, max and ttft_s are not those of its runs")
         return self
+
+    @field_serializer("failed")
+    def _failed(self, failed: list[Finding]) -> list[str]:
+        return [each.text() for each in failed]
 
     @property
     def exit_code(self) -> int:

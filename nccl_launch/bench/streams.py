@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
 
-from nccl_launch.findings import Refused
+from nccl_launch.findings import Finding, Refused, said_of
 
 if TYPE_CHECKING:
     from nccl_launch.bench.client import Client
@@ -57,7 +57,7 @@ def stream_all(
     method: Method,
     ran: Ran,
     runs: list[RunFigure],
-    failed: list[str],
+    failed: list[Finding],
 ) -> None:
     """The warm-ups, then the measured runs, `method.concurrency` requests in flight at once
     (each request's body `body_of(number)`, warm-ups numbered first); each measured figure
@@ -75,7 +75,7 @@ def _phase(
     ran: Ran,
     phase: tuple[str, int, int],
     into: list[RunFigure],
-    failed: list[str],
+    failed: list[Finding],
 ) -> None:
     kind, before, total = phase
     origin = client.clock()  # started_s counts from here
@@ -92,9 +92,8 @@ def _phase(
         try:
             figure = client.complete(body_of(before + number), origin)
         except Refused as error:
-            said = "; ".join(finding.text() for finding in error.findings)
             with lock:
-                failed.append(f"{kind} request {number}: {said}")
+                failed.extend(said_of(f"{kind} request {number}", error).findings)
             return
         with lock:
             ended += 1

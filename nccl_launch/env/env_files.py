@@ -232,7 +232,7 @@ def profile_layer_findings(loaded: LoadedProfile) -> tuple[list[EnvLayer], list[
     return layers + secrets, found + _set_twice(loaded, layers, secrets)
 
 
-def profile_layers(loaded: LoadedProfile, unread: list[str] | None = None) -> list[EnvLayer]:
+def profile_layers(loaded: LoadedProfile, unread: list[Finding] | None = None) -> list[EnvLayer]:
     """The profile's layers (`profile_layer_findings`), refused with every problem at once;
     with `unread`, a file's problems are said there instead (a monitoring user's `check`, who
     may not read some), and the rest used."""
@@ -241,7 +241,7 @@ def profile_layers(loaded: LoadedProfile, unread: list[str] | None = None) -> li
         refuse(found)
         return layers
     layers, secrets, found = _read_files(loaded)
-    unread += [problem.line() for problem in found]
+    unread += found
     refuse(_set_twice(loaded, layers, secrets))
     return layers + secrets
 

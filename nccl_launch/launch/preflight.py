@@ -115,20 +115,17 @@ def server_checks(
     env: Mapping[str, str],
     secrets: Secrets,
     timeout: float,
-) -> tuple[list[Check], dict[str, Any]]:
+) -> tuple[list[Check], dict[str, Any] | Finding]:
     """The installed server's version and its parser's verdict on the argv, in the server's
     environment `env`, given in `timeout` seconds; what the server says quoted, to be masked
-    with the `secrets` given to it where it is shown.
+    with the `secrets` given to it where it is shown, or why it was never started.
     The check is named after the kind, as `--skip` names it."""
     kind = kind_of(server)
     name = kind.name
     # What keeps `run` from starting the server keeps it from answering: said as `run` says it.
     unstarted = start_findings(server.python, SERVER_PYTHON, server.cwd, env)
     if unstarted:
-        return lines_of(name, [unstarted[0]]), {
-            "stage": "interpreter",
-            "error": unstarted[0].text(),
-        }
+        return lines_of(name, [unstarted[0]]), unstarted[0]
     parser = importlib.import_module(kind.probe)  # not on `run`'s path
     with waiting_for(f"{server.python} imports {kind.title} and parses the argv", timeout):
         result = parser.probe(server, argv, env, timeout)
@@ -227,7 +224,7 @@ def run_preflight(
     for name, run in host.items():
         if name not in skip:
             checks += lines_of(name, run())
-    answers: dict[str, dict[str, Any]] = {}  # the kind's answer, on the argv it parsed
+    answers: dict[str, dict[str, Any] | Finding] = {}  # the kind's answer, on the argv it parsed
     if server is not None and kind_of(server).name not in skip:
         more, answers[kind_of(server).name] = server_checks(
             server, launch.filled, env, launch.secrets, timeout

@@ -69,8 +69,9 @@ class PreflightReport(Report):
     digest: str
     argv: list[str | Secret]  # what masking hides wrapped: as people see it
     checks: list[Check]
-    # The installed server's answer, by its kind's name: in JSON, a key per kind registered.
-    answers: dict[str, dict[str, Any]] = Field(default_factory=dict, exclude=True)
+    # The installed server's answer, by its kind's name, or why it was never started: in JSON,
+    # a key per kind registered.
+    answers: dict[str, dict[str, Any] | Finding] = Field(default_factory=dict, exclude=True)
     secrets: Secrets = Field(default_factory=lambda: secrets_of([], {}), exclude=True)
 
     @model_serializer(mode="wrap")
@@ -78,7 +79,15 @@ class PreflightReport(Report):
         data: dict[str, Any] = handler(self)
         # Every text of the server's answer (its error, the parsed values) masked as it says it.
         said = self.secrets.said
-        return data | {name: masked_texts(self.answers.get(name), said) for name in names()}
+        return data | {name: masked_texts(self._answer(name), said) for name in names()}
+
+    def _answer(self, name: str) -> dict[str, Any] | None:
+        """The answer of kind `name`; one never started (as `run` would not start it) in the
+        form of the probe's own failure to start, `{"stage": "interpreter", "error"}`."""
+        answer = self.answers.get(name)
+        if isinstance(answer, Finding):
+            return {"stage": "interpreter", "error": answer.text()}
+        return answer
 
     @property
     def exit_code(self) -> int:

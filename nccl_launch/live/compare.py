@@ -6,11 +6,12 @@ import shlex
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_serializer
 
 from nccl_launch.env.drift import DriftEntry, diff_env
 from nccl_launch.env.merge import Declared, EnvLayer, declared_environment
 from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK
+from nccl_launch.findings import Finding, lines
 from nccl_launch.live.nccl_logs import NcclLog, NcclLogs
 from nccl_launch.profile.markers import MARKER_DIGEST, MARKER_NCCL_DEBUG, MARKER_PROFILE
 from nccl_launch.profile.model import Policy
@@ -64,16 +65,30 @@ class LiveReport(Report):
     running_digest: str | None
     processes: list[ProcessReport]
     # Set while `check --watch` finds the profile invalid and compares with its last good
-    # version: why it is invalid.
-    profile_error: str | None = None
-    # The profile's env files this checker could not read (whose keys went unchecked): why.
-    unchecked_env_files: list[str] = Field(default_factory=list)
+    # version: why it is invalid (in JSON its lines joined, else null).
+    profile_error: list[Finding] = Field(default_factory=list)
+    # The profile's env files this checker could not read (whose keys went unchecked): why
+    # (in JSON each finding's line).
+    unchecked_env_files: list[Finding] = Field(default_factory=list)
     # Whether the profile has a [server] (else `run` takes the command after `--`); not in
     # the JSON, which has the profile's path.
     server: bool = Field(default=True, exclude=True)
     # What people must not see of the tree (`secrets_of`), for what is shown of the server
     # beside this report (the model it names, bench's failed requests); not in the JSON.
     secrets: Secrets = Field(default_factory=lambda: secrets_of([], {}), exclude=True)
+
+    @property
+    def profile_problem(self) -> str | None:
+        """Why the profile is invalid now, its findings' lines joined; None while valid."""
+        return "; ".join(lines(self.profile_error)) or None
+
+    @field_serializer("profile_error")
+    def _profile_error(self, _: list[Finding]) -> str | None:
+        return self.profile_problem
+
+    @field_serializer("unchecked_env_files")
+    def _unchecked(self, unchecked: list[Finding]) -> list[str]:
+        return [each.line() for each in unchecked]
 
     @property
     def digest_differs(self) -> bool:
@@ -143,9 +158,9 @@ def evaluate(
     policy: Policy,
     path: str,
     snapshots: Sequence[ProcessSnapshot],
-    profile_error: str | None = None,
+    profile_error: Sequence[Finding] = (),
     env_files: Sequence[EnvLayer] = (),
-    unchecked_env_files: Sequence[str] = (),
+    unchecked_env_files: Sequence[Finding] = (),
     logs: NcclLogs | None = None,
 ) -> LiveReport:
     """The live report of a process tree; `snapshots[0]` is the server's main process.
@@ -172,7 +187,7 @@ def evaluate(
             process_report(declared, policy, snapshot, logs, secrets.values)
             for snapshot in snapshots
         ],
-        profile_error=profile_error,
+        profile_error=list(profile_error),
         unchecked_env_files=list(unchecked_env_files),
         server=bool(plan.argv),
         secrets=secrets,

@@ -154,7 +154,7 @@ def judge_logs(
         undeclared=undeclared,
         reasons=reasons,
         communicators={process: log.communicators for process, log in logs.items()},
-        warnings={process: log.warnings for process, log in logs.items() if log.warnings},
+        warnings={process: log.warn_lines for process, log in logs.items() if log.warn_lines},
         files=files,
         folder=folder,
     )

@@ -6,7 +6,7 @@ import dataclasses
 import os
 import signal
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -14,7 +14,7 @@ from nccl_launch.digits import is_ascii_digits
 from nccl_launch.env.env_files import profile_layers
 from nccl_launch.errors import EXIT_DRIFT, EXIT_HOST, EXIT_OK
 from nccl_launch.files.paths import is_regular
-from nccl_launch.findings import Finding, Refused
+from nccl_launch.findings import Finding, Refused, lines
 from nccl_launch.live.compare import LiveReport, evaluate
 from nccl_launch.live.nccl_logs import SOURCE, NcclLogs
 from nccl_launch.live.processes import ProcessSnapshot, snapshot_tree, stop_tree
@@ -150,14 +150,14 @@ def started_profile(pid: int, env: Mapping[str, str]) -> LoadedProfile:
 def compare_tree(
     snapshots: list[ProcessSnapshot],
     loaded: LoadedProfile,
-    profile_error: str | None = None,
+    profile_error: Sequence[Finding] = (),
     logs: NcclLogs | None = None,
 ) -> LiveReport:
     """A tree's snapshots compared with a profile, the env files and secret files it names,
     and the NCCL logs `logs` follows; `profile_error` says why it is an older one. An env
     file this checker may not read (a monitoring user, a 0600 file) leaves its keys
     unchecked, said in the report, without failing it."""
-    unchecked: list[str] = []
+    unchecked: list[Finding] = []
     env_files = profile_layers(loaded, unchecked)
     return evaluate(
         loaded.plan,
@@ -180,16 +180,16 @@ def check(target: Target, ref: str | None, pin: str | None = None) -> LiveReport
 
 def _reread(
     main: ProcessSnapshot, ref: str | None, good: LoadedProfile | None, pin: str | None
-) -> tuple[LoadedProfile, str | None]:
+) -> tuple[LoadedProfile, list[Finding]]:
     """The profile as it is now (it may change), or the last good one and why it is kept: a
     file saved half-edited, or edited away from the pin, must not end the watch. Invalid at the
     first look, it is an error."""
     try:
-        return check_pin(profile_of(main, ref), pin), None
+        return check_pin(profile_of(main, ref), pin), []
     except Refused as error:
         if good is None:
             raise
-        return good, "; ".join(error.lines())
+        return good, error.findings
 
 
 def _reason(report: LiveReport) -> str:
@@ -224,7 +224,7 @@ def watch(
     """
     done = threading.Event()
     good: LoadedProfile | None = None
-    problem: str | None = None
+    problem: list[Finding] = []
     logs = NcclLogs()  # each NCCL log read on from where the last look stopped
     stopping = (signal.SIGINT, signal.SIGTERM)
     with catching(stopping, lambda *_: done.set()), hold(target) as server:
@@ -235,8 +235,9 @@ def watch(
                 say(f"server gone: {'; '.join(each.text() for each in error.findings)}")
                 return EXIT_HOST
             good, now = _reread(snapshots[0], ref, good, pin)
-            if now is not None and now != problem:
-                kept = f"profile invalid, still checking against {good.profile.label}: {now}"
+            if now and now != problem:
+                why = "; ".join(lines(now))
+                kept = f"profile invalid, still checking against {good.profile.label}: {why}"
                 warn(Finding("profile-invalid-kept", "", kept, severity="warning"))
             problem = now
             if on_drift == "stop":

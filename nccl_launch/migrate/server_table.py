@@ -76,6 +76,5 @@ def server_table(
         elif any(item is each for each in left):
             args += item.words
     table |= fields
-    # What the kind says of a flag it keeps in the args as written (a config the table cannot hold)
-    notes += [Finding("kept-in-args", "", note, severity="warning") for note in kind_notes]
+    notes += kind_notes
     return (table | {"args": args} if args else table), notes

@@ -57,7 +57,8 @@ class ProcessLog:
     # NCCL_X -> communicator (or _PROCESS) -> the last value, the latest set last
     applied: dict[str, dict[str, str]] = field(default_factory=dict)
     invalid: list[str] = field(default_factory=list)  # "Invalid NCCL_NTHREADS 100 (...)"
-    warnings: list[str] = field(default_factory=list)  # "graph/tuning.cc:104 <message>"
+    # NCCL's own `NCCL WARN` lines, data it printed, not our findings: "graph/tuning.cc:104 <msg>"
+    warn_lines: list[str] = field(default_factory=list)
     communicators: dict[str, int] = field(default_factory=dict)  # comm address -> nranks
     completed: set[str] = field(default_factory=set)  # communicators that logged Init COMPLETE
     starting: dict[str, str] = field(default_factory=dict)  # thread -> comm in its init
@@ -93,8 +94,8 @@ class ProcessLog:
         slots.pop(slot, None)  # the latest set last
         slots[slot] = value if len(value) <= VALUE_LIMIT else value[:VALUE_LIMIT] + "..."
 
-    def note(self, lines: list[str], line: str) -> None:
-        """`line` kept in `lines` (warnings or invalid) while fewer than LINES_KEPT."""
+    def keep(self, lines: list[str], line: str) -> None:
+        """`line` kept in `lines` (NCCL's warnings or invalid) while fewer than LINES_KEPT."""
         if len(lines) < LINES_KEPT:
             lines.append(line[: VALUE_LIMIT * 2])
 
@@ -207,7 +208,7 @@ class LogReader:
         process = self._names.setdefault(origin, f"{host}:{pid} [{device}]")
         log = self.processes.setdefault(process, ProcessLog())
         if level == "WARN":
-            log.note(log.warnings, message)
+            log.keep(log.warn_lines, message)
         elif found := _SET.match(message):
             key, value = found.groups()
             logged = _logged(key)
@@ -215,10 +216,10 @@ class LogReader:
                 value = value[:-1]
             log.apply(key, value, tid)
         elif found := _INVALID.match(message):
-            log.note(log.invalid, message.removesuffix("."))
+            log.keep(log.invalid, message.removesuffix("."))
         elif found := _OVERFLOW.match(message):
             value, key, default = found.groups()
-            log.note(
+            log.keep(
                 log.invalid, f"Invalid {key} {value} (overflow: NCCL keeps its default {default})"
             )
         elif communicator := _communicator(message):

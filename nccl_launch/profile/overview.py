@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import BaseModel, Field, computed_field, field_serializer
 
 from nccl_launch.errors import EXIT_OK
 from nccl_launch.findings import Finding, Refused
-from nccl_launch.profile.lint import accept_line, review
+from nccl_launch.profile.lint import review
 from nccl_launch.profile.load import LoadedProfile, load_profile
 from nccl_launch.profile.model import Baseline
 from nccl_launch.profile.search import folder_refusal, pick, profile_files, unique_dirs
@@ -17,19 +17,24 @@ from nccl_launch.report import Report, ReportedFinding
 
 
 class Validated(BaseModel):
-    """One file given to `validate`: its label, digest, warnings and the ids of the warnings
-    it acknowledges, or the lines of the error it raised; and all it found, as findings."""
+    """One file given to `validate`: its label, digest, the warnings it leaves open and the
+    ids of those it acknowledges, or the findings of the error it raised, each as found."""
 
     path: str
     label: str = ""
     digest: str = ""
     short_digest: str = ""
-    warnings: list[str] = []
-    problems: list[str] = []
+    warnings: list[Finding] = []
+    problems: list[Finding] = []
     acknowledged: list[str] = []
     baseline: Baseline | None = None
-    findings: list[ReportedFinding] = []
     code: int = EXIT_OK  # of the error: 2, or 3 for a file this host failed to read
+
+    @property
+    def findings(self) -> list[ReportedFinding]:
+        """All it found, each in the file it names, else in this one."""
+        found = self.problems + self.warnings
+        return [ReportedFinding.of(each.in_file(self.path)) for each in found]
 
 
 class ValidatedFile(BaseModel):
@@ -81,26 +86,20 @@ def validate(refs: tuple[str, ...]) -> Validation:
     for ref in refs:
         try:
             loaded = load_profile(ref)
-        except Refused as error:  # each finding in the file it names, else in this one
-            found = [ReportedFinding.of(each.in_file(ref)) for each in error.findings]
-            problems = error.lines()
-            results.append(
-                Validated(path=ref, problems=problems, findings=found, code=error.exit_code)
-            )
+        except Refused as error:
+            results.append(Validated(path=ref, problems=error.findings, code=error.exit_code))
             continue
         plan = loaded.plan
         review_ = review(loaded.profile)
-        path = str(loaded.path)
         results.append(
             Validated(
-                path=path,
+                path=str(loaded.path),
                 label=plan.label,
                 digest=plan.digest,
                 short_digest=plan.short_digest,
-                warnings=[accept_line(note) for note in review_.warnings],
+                warnings=review_.warnings,
                 acknowledged=[note.id for note in review_.acknowledged],
                 baseline=loaded.profile.baseline,
-                findings=[ReportedFinding.of(note.in_file(path)) for note in review_.warnings],
             )
         )
     return Validation(results=results)
@@ -117,12 +116,17 @@ class ShownProfile(Report):
     sources: dict[str, str]
     markers: dict[str, str]
     argv: list[str]
-    warnings: list[str]
+    warnings: list[Finding]
     resolved: dict[str, Any]
 
     @property
     def exit_code(self) -> int:
         return EXIT_OK
+
+    @field_serializer("warnings")
+    def _worded(self, warnings: list[Finding]) -> list[str]:
+        """Each warning as its text, the documented form of `show`'s JSON."""
+        return [note.text() for note in warnings]
 
 
 def show(loaded: LoadedProfile) -> ShownProfile:
@@ -138,7 +142,7 @@ def show(loaded: LoadedProfile) -> ShownProfile:
         sources={key: str(path) for key, path in loaded.origins.items()},
         markers=plan.markers(loaded.path),
         argv=plan.argv,
-        warnings=[note.text() for note in review(loaded.profile).warnings],
+        warnings=review(loaded.profile).warnings,
         resolved={key: value for key, value in dumped.items() if value not in ({}, [])},
     )
 
@@ -152,7 +156,7 @@ class ListedProfile(BaseModel):
     name: str = ""
     version: int | None = None
     short_digest: str = ""
-    problem: str | None = None
+    problem: Finding | None = None
     shadowed: bool = False
 
 
@@ -190,8 +194,7 @@ def list_profiles(
         try:
             loaded = load_profile(str(path))
         except Refused as error:
-            problem = error.findings[0].line()
-            rows.append(ListedProfile(path=path, source=source, problem=problem))
+            rows.append(ListedProfile(path=path, source=source, problem=error.findings[0]))
             continue
         profile, digest = loaded.profile, loaded.plan.short_digest
         rows.append(

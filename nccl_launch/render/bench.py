@@ -109,7 +109,7 @@ def _more_figures(report: BenchReport) -> list[str]:
             f"{count} request{'' if count == 1 else 's'} failed, not in the figures; "
             "nothing recorded:"
         )
-        lines += [f"  {reason}" for reason in report.failed]
+        lines += [f"  {reason.text()}" for reason in report.failed]
     return lines
 
 

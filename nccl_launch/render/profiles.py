@@ -10,8 +10,9 @@ from typing import Any
 import tomli_w
 
 from nccl_launch.escaping import escaped, toml_escaped
-from nccl_launch.findings import WARNING_PREFIX
+from nccl_launch.findings import WARNING_PREFIX, lines
 from nccl_launch.profile.diff import ProfileDiff
+from nccl_launch.profile.lint import accept_line
 from nccl_launch.profile.overview import ListedProfile, ShownProfile, Validation
 from nccl_launch.render.drift import quoted_value
 from nccl_launch.secrets.masking import mask_argv, mask_command_line, mask_value
@@ -67,7 +68,7 @@ def list_lines(rows: list[ListedProfile], search_path: list[tuple[Path, str]]) -
         source = row.source + (" (shadowed)" if row.shadowed else "")
         path = escaped(str(row.path))
         if row.problem is not None:
-            cells.append(("(invalid)", "", escaped(row.problem), source, path))
+            cells.append(("(invalid)", "", escaped(row.problem.line()), source, path))
         else:
             cells.append((row.name, str(row.version), row.short_digest, source, path))
     widths = [max(len(cell[i]) for cell in cells) for i in range(4)]
@@ -108,9 +109,9 @@ def validate_lines(validation: Validation) -> tuple[list[str], list[str]]:
     err: list[str] = []
     for result in validation.results:
         if result.problems:
-            err += result.problems
+            err += lines(result.problems)
             continue
-        err += [f"{WARNING_PREFIX}{result.path}: {note}" for note in result.warnings]
+        err += [f"{WARNING_PREFIX}{result.path}: {accept_line(note)}" for note in result.warnings]
         accepted = "".join(f'; accepts "{id_}"' for id_ in result.acknowledged)
         baseline = result.baseline
         reaches = "" if baseline is None else f", baseline {baseline.decode_tok_s:g} tok/s"

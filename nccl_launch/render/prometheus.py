@@ -66,7 +66,7 @@ def metrics(report: LiveReport, now: float | None = None) -> str:
         (
             "nccl_launch_profile_valid",
             "0 while the profile file is invalid and a watch checks its last good version.",
-            [(base, float(report.profile_error is None))],
+            [(base, float(not report.profile_error))],
         ),
         (
             "nccl_launch_env_files_unchecked",

@@ -106,10 +106,10 @@ def live_lines(report: LiveReport, verbose: bool = False) -> list[str]:
     """A header, each process with its entries, what is not NCCL's (in each process when
     `verbose`, else once for the tree), a verdict."""
     lines = [f"check {report.profile} ({short_digest(report.digest)}) from {report.path}"]
-    if report.profile_error is not None:
-        why = report.profile_error
+    if report.profile_problem is not None:
+        why = report.profile_problem
         lines.append(f"profile invalid now, checked against this last good version: {why}")
-    lines += [f"not checked: {why}" for why in report.unchecked_env_files]
+    lines += [f"not checked: {why.line()}" for why in report.unchecked_env_files]
     if report.running_profile is None:
         if report.processes[0].readable:  # else its markers could not be read
             lines.append(f"pid {report.main_pid} was not started by nccl-launch")

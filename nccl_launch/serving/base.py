@@ -15,8 +15,9 @@ from nccl_launch.serving.flags import Flag
 from nccl_launch.serving.table import ServerTable
 
 TableT = TypeVar("TableT", bound=ServerTable)
-# The table the structured options of a command line make, those left to args, and notes.
-Fields = tuple[dict[str, Any], list[Given], list[str]]
+# The table the structured options of a command line make, those left to args, and warnings
+# on why (`kept-in-args`).
+Fields = tuple[dict[str, Any], list[Given], list[Finding]]
 
 
 def _no_flag(word: str) -> Flag | None:

@@ -7,6 +7,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
+from nccl_launch.findings import Finding
 from nccl_launch.serving.command import INTEGER_FIELDS, Given, field_value
 from nccl_launch.serving.flags import Flag
 from nccl_launch.serving.table import Scalar
@@ -80,7 +81,7 @@ def reads(option: str) -> Flag | None:
     return flag
 
 
-def table_fields(given: Sequence[Given]) -> tuple[dict[str, Any], list[Given], list[str]]:
+def table_fields(given: Sequence[Given]) -> tuple[dict[str, Any], list[Given], list[Finding]]:
     """The `[server]` fields the structured flags `given` set (the last of each wins, as in
     argparse; a pass-through flag without a value is true); none is left to the args."""
     table: dict[str, Any] = {}

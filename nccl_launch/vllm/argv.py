@@ -96,9 +96,9 @@ def leading_flag(entrypoint: str) -> Flag | None:
     return next(flag for flag in FLAGS if flag.field == "model_path") if serves else None
 
 
-def table_fields(given: Sequence[Given]) -> tuple[dict[str, Any], list[Given], list[str]]:
+def table_fields(given: Sequence[Given]) -> tuple[dict[str, Any], list[Given], list[Finding]]:
     """The `[server]` fields the structured flags `given` set (the last of each wins, as in
-    argparse), the flags left to the args as written, and notes on why: `--master-addr` and
+    argparse), the flags left to the args as written, and warnings on why: `--master-addr` and
     `--master-port` are `dist_init_addr` together only, and a `--speculative-config` whose
     JSON `[server.speculative]` cannot hold stays itself."""
     models = [each.option for each in given if each.flag.field == "model_path"]
@@ -113,7 +113,7 @@ def table_fields(given: Sequence[Given]) -> tuple[dict[str, Any], list[Given], l
         raise Refused(Finding("model-repeated", "", message, "vLLM serves one: give it once"))
     table: dict[str, Any] = {}
     left: list[Given] = []
-    notes: list[str] = []
+    notes: list[Finding] = []
     address: dict[str, str | int] = {}
     # --spec-method, --spec-model and --spec-tokens: keys vLLM adds to the config's
     shorthand = [each for each in given if each.flag.field.startswith("speculative.")]
@@ -125,7 +125,8 @@ def table_fields(given: Sequence[Given]) -> tuple[dict[str, Any], list[Given], l
         if config is None:
             left += speculative[-1:] + shorthand
             kept = (speculative or shorthand)[-1].option
-            notes.append(f"{kept}: kept in [server] args as written: {why}")
+            message = f"kept in [server] args as written: {why}"
+            notes.append(Finding("kept-in-args", kept, message, severity="warning"))
         else:
             table["speculative"] = config
     for each in given:
