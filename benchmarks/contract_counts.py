@@ -29,8 +29,14 @@ PROSE_ERRORS = {
     "PathError",
     "ReadFailed",
 }
-# Where masking belongs: the secrets package itself and the writers that show text to people.
-WRITERS = ("nccl_launch/secrets/", "nccl_launch/render/", "nccl_launch/commands/echo.py")
+# Where masking belongs: the secrets package itself and the writers that show text to people
+# (cli.py writes errors and tracebacks).
+WRITERS = (
+    "nccl_launch/secrets/",
+    "nccl_launch/render/",
+    "nccl_launch/commands/echo.py",
+    "nccl_launch/cli.py",
+)
 # What a wall clock is read with, and the names of what it measures, in a test.
 CLOCKS = {"monotonic", "perf_counter", "time"}
 TIMED = {"seconds", "elapsed", "rate", "tok_s", "duration", "took", "wall"}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from nccl_launch.secrets.masking import (
     MASK,
@@ -17,6 +17,7 @@ from nccl_launch.secrets.masking import (
     mask_argv,
     mask_command_line,
     mask_credentials,
+    mask_urls,
     mask_value,
     mask_words,
     masked_values,
@@ -172,6 +173,17 @@ def secret_value(name: str, value: str, held: bool = False) -> str | Secret:
     that differs from the value, else the value as it is."""
     shown = mask_value(name, value, held)
     return value if shown == value else Secret(value, shown)
+
+
+def secret_because(name: str, value: str) -> Literal["name", "url", "pair", "flag"]:
+    """Why masking hides the value of the variable `name` (one `secrets_of` names): its name
+    names a credential, its value holds a URL's password or a pair named like a credential,
+    else a credential flag's value."""
+    if is_secret(name):
+        return "name"
+    if mask_urls(value) != value:
+        return "url"
+    return "pair" if mask_credentials(value) != value else "flag"
 
 
 def secret_words(argv: Sequence[str]) -> list[str | Secret]:
