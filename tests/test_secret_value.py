@@ -14,7 +14,7 @@ from nccl_launch import cli
 from nccl_launch.profile import overview
 from nccl_launch.secrets.masking import masked_json
 from nccl_launch.secrets.secret import Secret
-from nccl_launch.secrets.values import secret_value, secret_words
+from nccl_launch.secrets.values import secret_value, secret_words, secrets_of
 
 VALUE = "hf_the-value-itself"
 
@@ -109,3 +109,14 @@ def test_a_secret_where_no_type_names_it_is_dumped_masked() -> None:
     assert VALUE not in loose.model_dump_json()
     assert VALUE not in masked_json(loose)
     assert pydantic_core.to_json([Secret(VALUE)]) == b'["***"]'
+
+
+def test_a_servers_answer_quoted_where_no_type_names_it_is_dumped_masked() -> None:
+    """What a server wrote (preflight's answer) travels quoted (`Secrets.quoting_texts`): a
+    report typed `Any` dumps each text as `Quoted.shown`, its keys and numbers as they are."""
+    secrets = secrets_of(["--api-key", VALUE], {})
+    answer = {"error": f"unrecognized arguments: {VALUE}", "parsed": {"api_key": VALUE, "tp": 8}}
+    loose = Loose(anything=None, table=secrets.quoting_texts(answer))
+    dumped = {"error": "unrecognized arguments: ***", "parsed": {"api_key": "***", "tp": 8}}
+    assert loose.model_dump() == {"anything": None, "table": dumped}
+    assert VALUE not in loose.model_dump_json()

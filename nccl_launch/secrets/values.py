@@ -27,7 +27,7 @@ from nccl_launch.serving import references
 
 if TYPE_CHECKING:
     from pydantic import GetCoreSchemaHandler
-    from pydantic_core import CoreSchema
+    from pydantic_core import CoreSchema, SchemaSerializer
 
 SHORTEST_SECRET = 8  # a shorter value (`1`, `true`) masked wherever it appears garbles a log
 
@@ -101,6 +101,17 @@ class Secrets:
         kept apart until a sink shows them (`Quoted`)."""
         return Quoted(self, parts)
 
+    def quoting_texts(self, value: Any) -> Any:
+        """A JSON-able `value` the server wrote (its parser's answer) with each text in it
+        (never a key) quoted whole (`quoting("", text)`), masked where it is shown."""
+        if isinstance(value, str):
+            return self.quoting("", value)
+        if isinstance(value, list):
+            return [self.quoting_texts(item) for item in value]
+        if isinstance(value, dict):
+            return {key: self.quoting_texts(item) for key, item in value.items()}
+        return value
+
 
 @dataclass(frozen=True, repr=False)
 class Quoted:
@@ -136,6 +147,15 @@ class Quoted:
 
         shown = core_schema.plain_serializer_function_ser_schema(cls.shown)
         return core_schema.is_instance_schema(cls, serialization=shown)
+
+    @property
+    def __pydantic_serializer__(self) -> SchemaSerializer:
+        """Where no field's type names it (`Any`, `dict[str, Any]`), pydantic asks the value
+        for its serializer: else it would dump a dataclass field by field, the quote as it is."""
+        from pydantic_core import SchemaSerializer, core_schema
+
+        shown = core_schema.plain_serializer_function_ser_schema(Quoted.shown)
+        return SchemaSerializer(core_schema.any_schema(serialization=shown))
 
 
 def shown(text: str | Quoted) -> str:
