@@ -220,7 +220,7 @@ def run_preflight(
     if server is not None:
         host |= {
             "gpus": lambda: [gpu_check(server, env)],
-            "port": lambda: [port_check(server, launch.secrets.values, launch.plan.digest)],
+            "port": lambda: [port_check(server, launch.secrets, launch.plan.digest)],
             "python": lambda: [program_seen(server.python, SERVER_PYTHON, server.cwd, env)],
             "paths": lambda: path_checks(server),
         }

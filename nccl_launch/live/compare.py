@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
@@ -17,7 +17,7 @@ from nccl_launch.profile.model import Policy
 from nccl_launch.profile.plan import ProfilePlan
 from nccl_launch.report import Report
 from nccl_launch.secrets.masking import mask_argv
-from nccl_launch.secrets.values import Secrets, mask_known, secrets_of
+from nccl_launch.secrets.values import Secrets, secrets_of
 
 if TYPE_CHECKING:  # read from /proc by live/processes.py, which imports psutil
     from nccl_launch.live.processes import ProcessSnapshot
@@ -26,11 +26,12 @@ if TYPE_CHECKING:  # read from /proc by live/processes.py, which imports psutil
 TITLE_WIDTH = 100
 
 
-def title(argv: Sequence[str], secrets: Collection[str] = ()) -> str:
+def title(argv: Sequence[str], secrets: Secrets | None = None) -> str:
     """A command line read back (`ProcessSnapshot.argv`) as people see it: each word with the
-    `secrets` the profile filled in masked too (a name is no credential by any rule), before it
-    is quoted and cut to TITLE_WIDTH, so that no part of one is left at the cut."""
-    words = [mask_known(word, secrets) for word in argv]
+    values the launch's `secrets` know masked too (`Secrets.known`: a name the profile filled
+    in is no credential by any rule), before it is quoted and cut to TITLE_WIDTH, so that no
+    part of one is left at the cut."""
+    words = list(argv) if secrets is None else [secrets.known(word) for word in argv]
     line = words[0] if len(words) == 1 else shlex.join(words)
     return line if len(line) <= TITLE_WIDTH else line[: TITLE_WIDTH - 3] + "..."
 
@@ -106,7 +107,7 @@ def process_report(
     policy: Policy,
     snapshot: ProcessSnapshot,
     logs: NcclLogs,
-    secrets: Collection[str] = (),
+    secrets: Secrets | None = None,
 ) -> ProcessReport:
     """One process against what the profile declares, by /proc and by its NCCL log read on
     in `logs`: a missing key is drift here (the profile set it at start). Its title masks
@@ -169,8 +170,7 @@ def evaluate(
         running_profile=main_env.get(MARKER_PROFILE),
         running_digest=main_env.get(MARKER_DIGEST),
         processes=[
-            process_report(declared, policy, snapshot, logs, secrets.values)
-            for snapshot in snapshots
+            process_report(declared, policy, snapshot, logs, secrets) for snapshot in snapshots
         ],
         profile_error=profile_error,
         unchecked_env_files=list(unchecked_env_files),
