@@ -17,6 +17,7 @@ from nccl_launch.profile.model import Policy
 from nccl_launch.profile.plan import ProfilePlan
 from nccl_launch.report import Report
 from nccl_launch.secrets.masking import mask_argv
+from nccl_launch.secrets.secret import Secret
 from nccl_launch.secrets.values import Secrets, secrets_of
 
 if TYPE_CHECKING:  # read from /proc by live/processes.py, which imports psutil
@@ -26,12 +27,13 @@ if TYPE_CHECKING:  # read from /proc by live/processes.py, which imports psutil
 TITLE_WIDTH = 100
 
 
-def title(argv: Sequence[str], secrets: Secrets | None = None) -> str:
+def title(argv: Sequence[str | Secret], secrets: Secrets | None = None) -> str:
     """A command line read back (`ProcessSnapshot.argv`) as people see it: each word with the
     values the launch's `secrets` know masked too (`Secrets.known`: a name the profile filled
     in is no credential by any rule), before it is quoted and cut to TITLE_WIDTH, so that no
     part of one is left at the cut."""
-    words = list(argv) if secrets is None else [secrets.known(word) for word in argv]
+    shown = [str(word) for word in argv]  # a `Secret` as people see it
+    words = shown if secrets is None else [secrets.known(word) for word in shown]
     line = words[0] if len(words) == 1 else shlex.join(words)
     return line if len(line) <= TITLE_WIDTH else line[: TITLE_WIDTH - 3] + "..."
 
@@ -159,7 +161,8 @@ def evaluate(
     declared = declared_environment(plan, env_files)
     held = {key: value for layer in env_files for key, value in layer.values.items()}
     written = mask_argv(plan.argv)  # as the command line was read: masked by the rules
-    secrets = secrets_of(snapshots[0].argv, plan.env | held, held, written)
+    read = [str(word) for word in snapshots[0].argv]  # as people see it, word for word
+    secrets = secrets_of(read, plan.env | held, held, written)
     logs = NcclLogs() if logs is None else logs
     logs.look(snapshots)
     return LiveReport(
