@@ -14,7 +14,7 @@ from nccl_launch import cli
 from nccl_launch.profile import overview
 from nccl_launch.secrets.masking import masked_json
 from nccl_launch.secrets.secret import Secret
-from nccl_launch.secrets.values import secret_value, secret_words
+from nccl_launch.secrets.values import secret_value, secret_words, secrets_of
 
 VALUE = "hf_the-value-itself"
 
@@ -109,3 +109,35 @@ def test_a_secret_where_no_type_names_it_is_dumped_masked() -> None:
     assert VALUE not in loose.model_dump_json()
     assert VALUE not in masked_json(loose)
     assert pydantic_core.to_json([Secret(VALUE)]) == b'["***"]'
+
+
+def test_a_servers_answer_quoted_where_no_type_names_it_is_dumped_masked() -> None:
+    """What a server wrote (preflight's answer) travels quoted (`Secrets.quoting_texts`): a
+    report typed `Any` dumps each text as `Quoted.shown`, its keys and numbers as they are."""
+    secrets = secrets_of(["--api-key", VALUE], {})
+    answer = {"error": f"unrecognized arguments: {VALUE}", "parsed": {"api_key": VALUE, "tp": 8}}
+    loose = Loose(anything=None, table=secrets.quoting_texts(answer))
+    dumped = {"error": "unrecognized arguments: ***", "parsed": {"api_key": "***", "tp": 8}}
+    assert loose.model_dump() == {"anything": None, "table": dumped}
+    assert VALUE not in loose.model_dump_json()
+
+
+def test_a_command_line_read_from_proc_holds_its_credential_as_a_secret() -> None:
+    """What /proc says of a process travels with what masking hides wrapped (`command_words`):
+    a snapshot, a traceback or a title shows the mask, and only `reveal` the value."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from nccl_launch.live.processes import command_words
+
+    argv = [sys.executable, "-c", "import sys; sys.stdin.read()", "--api-key", VALUE]
+    with subprocess.Popen(argv, stdin=subprocess.PIPE) as child:
+        try:
+            words = command_words(psutil.Process(child.pid))
+        finally:
+            child.communicate(b"")
+    assert VALUE not in repr(words)
+    assert [str(word) for word in words[-2:]] == ["--api-key", "***"]
+    assert isinstance(words[-1], Secret) and words[-1].reveal() == VALUE

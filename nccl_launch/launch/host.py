@@ -11,8 +11,9 @@ import re
 import shutil
 import socket
 import subprocess
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nccl_launch.digits import is_ascii_digits
 from nccl_launch.files.paths import is_regular, status_of
@@ -22,6 +23,9 @@ from nccl_launch.launch.program import Seen, cwd_seen, problem
 from nccl_launch.nccl.conf import ConfEntry, applied, conf_paths
 from nccl_launch.serving.table import ServerTable as Server
 from nccl_launch.tools import ask
+
+if TYPE_CHECKING:  # the launch's, decided where it is prepared
+    from nccl_launch.secrets.values import Secrets
 
 ENV_PLUGIN = "libnccl-env.so"
 LIBRARY_DIRS = (
@@ -125,7 +129,7 @@ def gpu_check(server: Server, env: Mapping[str, str]) -> str | Finding:
 
 
 def port_check(
-    server: Server, secrets: Collection[str] = (), digest: str | None = None
+    server: Server, secrets: Secrets | None = None, digest: str | None = None
 ) -> str | Finding:
     """The server's port must be free: nothing, another server included, may listen there.
     Who holds it is named by a title that masks the `secrets` of the launch of `digest`: it
@@ -145,7 +149,7 @@ def port_check(
     return f"{host}:{port} is free"
 
 
-def _owner(port: int, secrets: Collection[str], digest: str | None) -> str:
+def _owner(port: int, secrets: Secrets | None, digest: str | None) -> str:
     # Imported here: only a taken port needs psutil.
     from nccl_launch.live.resolve import listener_title
 

@@ -217,7 +217,7 @@ def run_preflight(
     if server is not None:
         host |= {
             "gpus": lambda: [gpu_check(server, env)],
-            "port": lambda: [port_check(server, launch.secrets.values, launch.plan.digest)],
+            "port": lambda: [port_check(server, launch.secrets, launch.plan.digest)],
             "python": lambda: [program_seen(server.python, SERVER_PYTHON, server.cwd, env)],
             "paths": lambda: path_checks(server),
         }
@@ -226,9 +226,9 @@ def run_preflight(
             checks += lines_of(name, run())
     answers: dict[str, dict[str, Any] | Finding] = {}  # the kind's answer, on the argv it parsed
     if server is not None and kind_of(server).name not in skip:
-        more, answers[kind_of(server).name] = server_checks(
-            server, launch.filled, env, launch.secrets, timeout
-        )
+        more, answer = server_checks(server, launch.filled, env, launch.secrets, timeout)
+        # Every text of it (its error, the parsed values) masked where shown, as it says it.
+        answers[kind_of(server).name] = launch.secrets.quoting_texts(answer)
         checks += [check for check in more if check.name not in skip]
     return PreflightReport(
         profile=plan.label,
@@ -236,5 +236,4 @@ def run_preflight(
         argv=launch.shown_argv,
         checks=checks,
         answers=answers,
-        secrets=launch.secrets,
     )

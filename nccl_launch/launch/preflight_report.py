@@ -13,9 +13,8 @@ from nccl_launch.kinds import names
 from nccl_launch.launch.check_names import CheckName
 from nccl_launch.profile.lint import accept_line
 from nccl_launch.report import Report
-from nccl_launch.secrets.masking import masked_texts
 from nccl_launch.secrets.secret import Secret
-from nccl_launch.secrets.values import Quoted, Secrets, secrets_of
+from nccl_launch.secrets.values import Quoted
 
 # A check's line as the report words it: passed, or a finding of a warning or an error.
 CheckStatus = Literal["ok", "warn", "fail"]
@@ -62,24 +61,21 @@ class Check(BaseModel):
 
 class PreflightReport(Report):
     """`preflight`'s result: exit 3 when a host or server check fails, else 1 on drift. JSON
-    holds the argv as the launch wraps it (`LaunchPlan.shown_argv`), and masks the server's
-    answer with the launch's `secrets`, as the text does."""
+    holds the argv as the launch wraps it (`LaunchPlan.shown_argv`), and the server's answer
+    as the launch quotes it (`Secrets.quoting_texts`): masked as the text masks it."""
 
     profile: str
     digest: str
     argv: list[str | Secret]  # what masking hides wrapped: as people see it
     checks: list[Check]
-    # The installed server's answer, by its kind's name, or why it was never started: in JSON,
-    # a key per kind registered.
+    # The installed server's answer, by its kind's name, each text in it quoted, or why it was
+    # never started: in JSON, a key per kind registered.
     answers: dict[str, dict[str, Any] | Finding] = Field(default_factory=dict, exclude=True)
-    secrets: Secrets = Field(default_factory=lambda: secrets_of([], {}), exclude=True)
 
     @model_serializer(mode="wrap")
     def _answers_by_kind(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        # Every text of the server's answer (its error, the parsed values) masked as it says it.
-        said = self.secrets.said
-        return data | {name: masked_texts(self._answer(name), said) for name in names()}
+        return data | {name: self._answer(name) for name in names()}
 
     def _answer(self, name: str) -> dict[str, Any] | None:
         """The answer of kind `name`; one never started (as `run` would not start it) in the

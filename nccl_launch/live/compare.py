@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field, field_serializer
@@ -18,7 +18,8 @@ from nccl_launch.profile.model import Policy
 from nccl_launch.profile.plan import ProfilePlan
 from nccl_launch.report import Report
 from nccl_launch.secrets.masking import mask_argv
-from nccl_launch.secrets.values import Secrets, mask_known, secrets_of
+from nccl_launch.secrets.secret import Secret
+from nccl_launch.secrets.values import Secrets, secrets_of
 
 if TYPE_CHECKING:  # read from /proc by live/processes.py, which imports psutil
     from nccl_launch.live.processes import ProcessSnapshot
@@ -27,11 +28,13 @@ if TYPE_CHECKING:  # read from /proc by live/processes.py, which imports psutil
 TITLE_WIDTH = 100
 
 
-def title(argv: Sequence[str], secrets: Collection[str] = ()) -> str:
+def title(argv: Sequence[str | Secret], secrets: Secrets | None = None) -> str:
     """A command line read back (`ProcessSnapshot.argv`) as people see it: each word with the
-    `secrets` the profile filled in masked too (a name is no credential by any rule), before it
-    is quoted and cut to TITLE_WIDTH, so that no part of one is left at the cut."""
-    words = [mask_known(word, secrets) for word in argv]
+    values the launch's `secrets` know masked too (`Secrets.known`: a name the profile filled
+    in is no credential by any rule), before it is quoted and cut to TITLE_WIDTH, so that no
+    part of one is left at the cut."""
+    shown = [str(word) for word in argv]  # a `Secret` as people see it
+    words = shown if secrets is None else [secrets.known(word) for word in shown]
     line = words[0] if len(words) == 1 else shlex.join(words)
     return line if len(line) <= TITLE_WIDTH else line[: TITLE_WIDTH - 3] + "..."
 
@@ -121,7 +124,7 @@ def process_report(
     policy: Policy,
     snapshot: ProcessSnapshot,
     logs: NcclLogs,
-    secrets: Collection[str] = (),
+    secrets: Secrets | None = None,
 ) -> ProcessReport:
     """One process against what the profile declares, by /proc and by its NCCL log read on
     in `logs`: a missing key is drift here (the profile set it at start). Its title masks
@@ -173,7 +176,8 @@ def evaluate(
     declared = declared_environment(plan, env_files)
     held = {key: value for layer in env_files for key, value in layer.values.items()}
     written = mask_argv(plan.argv)  # as the command line was read: masked by the rules
-    secrets = secrets_of(snapshots[0].argv, plan.env | held, held, written)
+    read = [str(word) for word in snapshots[0].argv]  # as people see it, word for word
+    secrets = secrets_of(read, plan.env | held, held, written)
     logs = NcclLogs() if logs is None else logs
     logs.look(snapshots)
     return LiveReport(
@@ -184,8 +188,7 @@ def evaluate(
         running_profile=main_env.get(MARKER_PROFILE),
         running_digest=main_env.get(MARKER_DIGEST),
         processes=[
-            process_report(declared, policy, snapshot, logs, secrets.values)
-            for snapshot in snapshots
+            process_report(declared, policy, snapshot, logs, secrets) for snapshot in snapshots
         ],
         profile_error=list(profile_error),
         unchecked_env_files=list(unchecked_env_files),

@@ -15,7 +15,8 @@ import psutil
 
 from nccl_launch.findings import Finding, Refused
 from nccl_launch.live.environ import OVERWRITTEN, getenv_view
-from nccl_launch.secrets.masking import mask_argv
+from nccl_launch.secrets.secret import Secret
+from nccl_launch.secrets.values import secret_words
 
 PROC = Path("/proc")
 PF_KTHREAD = 0x00200000  # the kernel's flag of its own threads (include/linux/sched.h)
@@ -24,12 +25,12 @@ PF_KTHREAD = 0x00200000  # the kernel's flag of its own threads (include/linux/s
 @dataclass(frozen=True)
 class ProcessSnapshot:
     """One process as read from /proc: its environment, or why it could not be read; its
-    command line, each word masked by masking's rules (`command_words`), shown as its title
+    command line, each word masking's rules hide a `Secret` (`command_words`), shown as its title
     once the profile's secrets are known (`compare.title`)."""
 
     pid: int
     create_time: float
-    argv: tuple[str, ...]
+    argv: tuple[str | Secret, ...]
     env: dict[str, str] | None
     unreadable: str | None = None
     uid: int | None = None  # its effective uid: whose files it writes
@@ -87,12 +88,12 @@ def readable(text: str) -> str:
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
-def command_words(process: psutil.Process) -> tuple[str, ...]:
-    """The command line's words, each masked by masking's rules before any quoting (once
-    quoted, `'sk x y'` is three words to a rule that splits at spaces); its name alone where
-    the command line cannot be read."""
+def command_words(process: psutil.Process) -> tuple[str | Secret, ...]:
+    """The command line's words, each that masking's rules hide wrapped (`secret_words`)
+    before any quoting (once quoted, `'sk x y'` is three words to a rule that splits at
+    spaces); its name alone where the command line cannot be read."""
     try:
-        return tuple(mask_argv([readable(part) for part in process.cmdline() if part]))
+        return tuple(secret_words([readable(part) for part in process.cmdline() if part]))
     except psutil.AccessDenied:
         return (readable(process.name()),)
 

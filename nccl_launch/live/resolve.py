@@ -11,7 +11,7 @@ import ipaddress
 import os
 import socket
 import subprocess
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -27,6 +27,7 @@ from nccl_launch.live.target import PID_LIMIT, Target
 from nccl_launch.live.url import url_address
 from nccl_launch.profile.markers import MARKER_DIGEST, MARKER_PROFILE
 from nccl_launch.secrets.url import Url
+from nccl_launch.secrets.values import Secrets
 from nccl_launch.tools import ask
 
 PIDFILE_LIMIT = 64  # a PID and a newline; anything longer is not a pidfile
@@ -75,7 +76,7 @@ def listening_pids(port: int, where: str, accepts: Callable[[str], bool] = any_a
 
 
 def listener_title(
-    port: int, secrets: Collection[str] = (), digest: str | None = None
+    port: int, secrets: Secrets | None = None, digest: str | None = None
 ) -> str | None:
     """Who listens on `port`, as `pid N (its command line)` (`_title_of`), the `secrets` of the
     launch of `digest` masked in it when it is a server of that launch; None when that cannot
@@ -110,7 +111,7 @@ def listening_server(
     raise _target("listeners", f"processes of different trees listen on {where}: {named}", hint)
 
 
-def _title_of(pid: int, secrets: Collection[str] = (), digest: str | None = None) -> str:
+def _title_of(pid: int, secrets: Secrets | None = None, digest: str | None = None) -> str:
     """A listener as named where its profile is not loaded: by its command line, unless
     nccl-launch started it (its markers say so) other than as the launch of `digest`, whose
     `secrets` are masked, or its environment cannot be read to tell. A `${NAME}` of a

@@ -9,11 +9,16 @@ from nccl_launch.findings import Finding, Severity
 from nccl_launch.kinds import kind_of
 from nccl_launch.nccl import catalog, rules
 from nccl_launch.profile.model import Profile
-from nccl_launch.secrets.masking import is_secret, mask_credentials, mask_urls
-from nccl_launch.secrets.values import secrets_of
+from nccl_launch.secrets.values import secret_because, secrets_of
 
 _ELSEWHERE = "it belongs in an env file (mode 0600) named in env_files"
 _UNMATCHED = "unmatched-accept"
+_HOLDS = {
+    "name": "holds a literal secret",
+    "url": "holds a password in a URL",
+    "pair": "holds the value of a pair named like a credential",
+    "flag": "holds a credential flag's value",
+}
 # A name NCCL no longer reads is a warning, said on every start: the value does nothing. A
 # deprecated or undocumented name NCCL still reads is a note on how the profile is written.
 _WARNING_KINDS = ("ignored",)
@@ -41,15 +46,7 @@ def secret_notes(profile: Profile) -> list[Finding]:
             notes.append(Finding("reference", f"env.{key}", message, fix, "warning"))
         if key not in secrets.names:
             continue
-        if is_secret(key):
-            what = "holds a literal secret"
-        elif mask_urls(value) != value:
-            what = "holds a password in a URL"
-        elif mask_credentials(value) != value:
-            what = "holds the value of a pair named like a credential"
-        else:
-            what = "holds a credential flag's value"
-        notes.append(_secret(f"env.{key}", what, _ELSEWHERE))
+        notes.append(_secret(f"env.{key}", _HOLDS[secret_because(key, value)], _ELSEWHERE))
     if secrets.words:
         fix = "write it in an env file named in env_files and refer to it: --api-key ${API_KEY}"
         notes.append(_secret("server.args", "holds a credential", fix))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from nccl_launch.secrets.masking import (
     MASK,
@@ -17,6 +17,7 @@ from nccl_launch.secrets.masking import (
     mask_argv,
     mask_command_line,
     mask_credentials,
+    mask_urls,
     mask_value,
     mask_words,
     masked_values,
@@ -26,7 +27,7 @@ from nccl_launch.serving import references
 
 if TYPE_CHECKING:
     from pydantic import GetCoreSchemaHandler
-    from pydantic_core import CoreSchema
+    from pydantic_core import CoreSchema, SchemaSerializer
 
 SHORTEST_SECRET = 8  # a shorter value (`1`, `true`) masked wherever it appears garbles a log
 
@@ -100,6 +101,17 @@ class Secrets:
         kept apart until a sink shows them (`Quoted`)."""
         return Quoted(self, parts)
 
+    def quoting_texts(self, value: Any) -> Any:
+        """A JSON-able `value` the server wrote (its parser's answer) with each text in it
+        (never a key) quoted whole (`quoting("", text)`), masked where it is shown."""
+        if isinstance(value, str):
+            return self.quoting("", value)
+        if isinstance(value, list):
+            return [self.quoting_texts(item) for item in value]
+        if isinstance(value, dict):
+            return {key: self.quoting_texts(item) for key, item in value.items()}
+        return value
+
 
 @dataclass(frozen=True, repr=False)
 class Quoted:
@@ -135,6 +147,15 @@ class Quoted:
 
         shown = core_schema.plain_serializer_function_ser_schema(cls.shown)
         return core_schema.is_instance_schema(cls, serialization=shown)
+
+    @property
+    def __pydantic_serializer__(self) -> SchemaSerializer:
+        """Where no field's type names it (`Any`, `dict[str, Any]`), pydantic asks the value
+        for its serializer: else it would dump a dataclass field by field, the quote as it is."""
+        from pydantic_core import SchemaSerializer, core_schema
+
+        shown = core_schema.plain_serializer_function_ser_schema(Quoted.shown)
+        return SchemaSerializer(core_schema.any_schema(serialization=shown))
 
 
 def shown(text: str | Quoted) -> str:
@@ -172,6 +193,17 @@ def secret_value(name: str, value: str, held: bool = False) -> str | Secret:
     that differs from the value, else the value as it is."""
     shown = mask_value(name, value, held)
     return value if shown == value else Secret(value, shown)
+
+
+def secret_because(name: str, value: str) -> Literal["name", "url", "pair", "flag"]:
+    """Why masking hides the value of the variable `name` (one `secrets_of` names): its name
+    names a credential, its value holds a URL's password or a pair named like a credential,
+    else a credential flag's value."""
+    if is_secret(name):
+        return "name"
+    if mask_urls(value) != value:
+        return "url"
+    return "pair" if mask_credentials(value) != value else "flag"
 
 
 def secret_words(argv: Sequence[str]) -> list[str | Secret]:

@@ -15,7 +15,7 @@ import signal
 import stat
 import subprocess
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal, Self
@@ -146,7 +146,7 @@ def run_trial(
         return TrialOutcome(status="refused", detail=detail, seconds=time.monotonic() - start)
     # What would keep `run` from starting it, and a port another process holds.
     problems = launch.start_findings()
-    held = port_check(server, launch.secrets.values, launch.plan.digest)
+    held = port_check(server, launch.secrets, launch.plan.digest)
     problems += [held] if isinstance(held, Finding) else []
     if problems:
         raise Refused(problems)
@@ -154,7 +154,7 @@ def run_trial(
         try:
             outcome = _trial(launch, server, child, settings, progress)
         finally:  # Ctrl-C included: the tree is stopped, then the interrupt goes on
-            code = _stop(child, server, settings.stop_grace, launch.secrets.values)
+            code = _stop(child, server, settings.stop_grace, launch.secrets)
         more: dict[str, object] = {"seconds": time.monotonic() - start}
         more |= {"ready_timeout": settings.ready_timeout}
         more |= {"request_timeout": settings.request_timeout}
@@ -359,7 +359,7 @@ def _trial(
     return TrialOutcome(status="measured", runs=runs, prefill=prefill, seconds=0)
 
 
-def _stop(child: _Child, server: Server, grace: float, secrets: Collection[str]) -> int:
+def _stop(child: _Child, server: Server, grace: float, secrets: Secrets) -> int:
     """Stop the whole tree, reap the server, wait until its port and GPU memory are free;
     the server's exit code (negative: the signal that ended it). A port still held is said
     with the `secrets` of the launch masked."""
@@ -372,7 +372,7 @@ def _stop(child: _Child, server: Server, grace: float, secrets: Collection[str])
     return code
 
 
-def _wait_released(server: Server, pids: set[int], secrets: Collection[str]) -> None:
+def _wait_released(server: Server, pids: set[int], secrets: Secrets) -> None:
     """Until nothing listens on the server's port and, where nvidia-smi exists, none of
     `pids` holds GPU memory: the next trial must start on a clean host."""
     deadline = time.monotonic() + RELEASE_TIMEOUT
